@@ -1,0 +1,1 @@
+"""Shared models: the ElasticTrainingJob resource and the control-API messages."""

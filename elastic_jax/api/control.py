@@ -1,0 +1,93 @@
+"""Control-API messages between the operator (or local launcher) and the controller.
+
+The controller serves them over HTTP (`elastic_jax.controller.control_api`);
+the operator and the launcher send them with `elastic_jax.api.client`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+SliceState = Literal["Ready", "Down", "Draining"]
+ControllerPhase = Literal[
+    "Starting",  # building the trainer, restoring a checkpoint
+    "WaitingForSlices",  # fewer than the minimum active (pause), or startup
+    "Running",
+    "Recovering",  # a slice was lost; the step is being retried on the survivors
+    "Succeeded",
+    "Failed",
+]
+
+
+class _Msg(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class SliceReport(_Msg):
+    """`PUT /v1/slices/{index}` body: what the operator observed about one slice.
+
+    A report whose `generation` is not greater than the last one applied for
+    that slice is ignored (stale), so retries and reordering are harmless.
+    """
+
+    state: SliceState = Field(description="Ready: all hosts up, addresses valid. Down: lost. Draining: about to go.")
+    generation: int = Field(ge=0, description="Monotonically increasing per slice (e.g. a counter kept by the operator).")
+    addresses: list[str] = Field(
+        default_factory=list, description="host:port of each worker host of the slice; required for Ready on the cpu backend."
+    )
+    reason: str | None = Field(default=None, max_length=1024, description="Why (e.g. pod exit code, OOMKilled).")
+
+
+class SliceReportResult(_Msg):
+    """Answer to `PUT /v1/slices/{index}`."""
+
+    applied: bool = Field(description="False when the report was stale (generation not newer).")
+    slice_index: int
+    generation: int = Field(description="The generation now in force for this slice.")
+
+
+class SliceStatus(_Msg):
+    """The controller's view of one slice."""
+
+    index: int
+    state: Literal["Active", "Ready", "Down", "Draining", "Unknown"] = Field(
+        description="Active: in the training mesh. Ready: up, joins at the next step boundary."
+    )
+    generation: int
+    addresses: list[str] = Field(default_factory=list)
+    failures: int = Field(default=0, description="Times this slice was lost.")
+
+
+class RecoveryRecord(_Msg):
+    """One recovery: a slice lost or a scale-up, and how long until the next completed step."""
+
+    cause: str = Field(description="slice_down, step_deadline, scale_up, draining.")
+    slices: list[int]
+    at_step: int
+    seconds: float | None = Field(default=None, description="From the failure to the next completed step; None while running.")
+
+
+class ControllerStatus(_Msg):
+    """`GET /v1/status`."""
+
+    phase: ControllerPhase
+    step: int = Field(description="Optimizer steps completed.")
+    total_steps: int
+    desired_slices: int
+    min_slices: int
+    active_slices: list[int]
+    inactive_slices: list[int]
+    slices: list[SliceStatus]
+    loss: float | None = None
+    initial_loss: float | None = None
+    tokens_per_second: float | None = None
+    last_committed_checkpoint_step: int | None = None
+    recoveries: dict[str, int] = Field(default_factory=dict, description="Count by cause.")
+    recovery_history: list[RecoveryRecord] = Field(default_factory=list)
+    steps_lost: int = 0
+    goodput: float | None = Field(default=None, description="Productive step seconds / wall seconds since training started.")
+    failure_reason: str | None = None
+    pid: int

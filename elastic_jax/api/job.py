@@ -1,0 +1,244 @@
+"""The `ElasticTrainingJob` custom resource: spec and status models.
+
+These pydantic models are the single source of truth for the resource. The
+CRD in `crds/` is generated from them (`elastic_jax.api.crd`), the local
+launcher validates manifests with them, the operator reconciles them and the
+controller reads its spec from them. Field descriptions become the CRD's
+schema descriptions, so write them for users.
+
+YAML field names are camelCase (Kubernetes convention); Python attribute
+names are snake_case. Unknown fields are refused everywhere (`extra="forbid"`)
+so a typo in a manifest is an error naming the field, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "elasticjax.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "ElasticTrainingJob"
+PLURAL = "elastictrainingjobs"
+SINGULAR = "elastictrainingjob"
+SHORT_NAMES = ("ejob",)
+
+# Default images; the local control plane maps them to local commands and the
+# Dockerfiles build them (one source of truth: elastic_jax.api.images).
+DEFAULT_CONTROLLER_IMAGE = "ghcr.io/elastic-jax/controller:0.1.0"
+DEFAULT_WORKER_IMAGE = "ghcr.io/elastic-jax/worker:0.1.0"
+BUILTIN_TRAINER = "elastic_jax.controller.builtin_lm:make_trainer"
+
+_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class _Model(BaseModel):
+    """Base: camelCase aliases, unknown fields refused, snake_case accepted too."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    def to_manifest(self) -> dict[str, Any]:
+        """Returns the camelCase, JSON-compatible dict (unset optionals dropped)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class EnvVar(_Model):
+    """One environment variable for a container (a plain value only)."""
+
+    name: str = Field(min_length=1, description="Variable name.")
+    value: str = Field(default="", description="Variable value.")
+
+
+class Resources(_Model):
+    """Kubernetes container resources (quantities as strings, e.g. "2", "4Gi")."""
+
+    requests: dict[str, str] = Field(default_factory=dict, description="Resource requests, e.g. {cpu: '1', memory: '2Gi'}.")
+    limits: dict[str, str] = Field(default_factory=dict, description="Resource limits, e.g. {memory: '4Gi'}.")
+
+
+class SliceSpec(_Model):
+    """How many slices the job wants and what one slice is."""
+
+    count: int = Field(ge=1, le=64, description="Desired number of slices (data-parallel replicas across DCN).")
+    min_slices: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Fewest active slices training may continue on. Equal to `count` (the default): pause and "
+            "resume, training waits for a lost slice to come back. Lower: replica resize, training "
+            "continues on the remaining slices and scales back up when the slice rejoins."
+        ),
+    )
+    hosts_per_slice: int = Field(default=1, ge=1, le=256, description="Worker hosts (pods) per slice. The cpu backend supports 1.")
+    devices_per_host: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Devices per host. cpu backend: host devices the worker JAX process fakes (--xla_force_host_platform_device_count).",
+    )
+    accelerator: str | None = Field(
+        default=None, description="pathways backend: GKE TPU accelerator label, e.g. tpu-v5-lite-podslice."
+    )
+    topology: str | None = Field(default=None, description="pathways backend: TPU topology of one slice, e.g. 2x2.")
+
+    @model_validator(mode="after")
+    def _min_not_above_count(self) -> "SliceSpec":
+        if self.min_slices is not None and self.min_slices > self.count:
+            raise ValueError(
+                f"spec.slices.minSlices ({self.min_slices}) must not exceed spec.slices.count ({self.count})"
+            )
+        return self
+
+    @property
+    def minimum(self) -> int:
+        """The effective minimum slice count (`count` when `minSlices` is unset)."""
+        return self.count if self.min_slices is None else self.min_slices
+
+
+class TrainerSpec(_Model):
+    """Which training program the controller runs, and its configuration."""
+
+    entry_point: str = Field(
+        default=BUILTIN_TRAINER,
+        description="`module:function` returning an elastic_jax.controller.trainer.Trainer; called with `config`.",
+    )
+    config: dict[str, Any] = Field(default_factory=dict, description="Free-form configuration passed to the entry point.")
+
+    @model_validator(mode="after")
+    def _entry_point_shape(self) -> "TrainerSpec":
+        if not _ENTRY_POINT.match(self.entry_point):
+            raise ValueError(
+                f"spec.controller.trainer.entryPoint {self.entry_point!r} must look like 'package.module:function'"
+            )
+        return self
+
+
+class ControllerSpec(_Model):
+    """The long-lived controller pod that runs the training loop."""
+
+    image: str = Field(default=DEFAULT_CONTROLLER_IMAGE, description="Controller container image.")
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec, description="Training program and its config.")
+    resources: Resources = Field(default_factory=Resources, description="Controller container resources.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the controller.")
+
+
+class WorkerSpec(_Model):
+    """The per-slice worker pods."""
+
+    image: str = Field(default=DEFAULT_WORKER_IMAGE, description="Worker container image (cpu backend) or Pathways server image.")
+    resources: Resources = Field(default_factory=Resources, description="Worker container resources.")
+    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for workers.")
+
+
+class TrainingSpec(_Model):
+    """Length and batch of the run."""
+
+    steps: int = Field(ge=1, description="Total optimizer steps to run.")
+    global_batch_size: int = Field(
+        ge=1,
+        description=(
+            "Examples per step across all active slices. Kept constant when slices leave or join: "
+            "the per-slice batch is rescaled (global batch / active slices, remainder to the lowest indices)."
+        ),
+    )
+    seed: int = Field(default=0, ge=0, description="Seed for parameter init and data order.")
+    log_every_steps: int = Field(default=10, ge=1, description="Steps between progress log lines.")
+
+
+class CheckpointSpec(_Model):
+    """Orbax checkpointing of the training state and data position."""
+
+    uri: str = Field(min_length=1, description="Checkpoint directory: a local path or gs://bucket/prefix.")
+    interval_steps: int = Field(default=50, ge=1, description="Save every this many steps (async).")
+    max_to_keep: int = Field(default=3, ge=1, description="Committed checkpoints kept; older ones are deleted.")
+
+
+class ElasticitySpec(_Model):
+    """Recovery policy."""
+
+    max_restarts: int = Field(
+        default=20, ge=0, description="Job-wide budget of slice recoveries; one more fails the job."
+    )
+    max_restarts_per_slice: int = Field(
+        default=10, ge=0, description="Budget of replacements of any one slice; one more fails the job."
+    )
+    step_deadline_seconds: float = Field(
+        default=60.0, gt=0, description="A step not finished within this time marks the slow slices down (hang detection)."
+    )
+    slice_wait_timeout_seconds: float = Field(
+        default=600.0, gt=0, description="How long to wait for enough slices before failing the job."
+    )
+    first_step_deadline_seconds: float = Field(
+        default=120.0, gt=0, description="Deadline for a slice's first step on a new program (includes its compile)."
+    )
+
+
+class ElasticTrainingJobSpec(_Model):
+    """Desired state of an elastic multi-slice JAX training job."""
+
+    backend: Literal["cpu", "pathways"] = Field(
+        default="cpu", description="cpu: JAX CPU slice workers (kind, local, CI). pathways: GKE TPU slices through Pathways."
+    )
+    slices: SliceSpec = Field(description="Slice count, minimum, and slice shape.")
+    controller: ControllerSpec = Field(default_factory=ControllerSpec, description="The controller pod.")
+    worker: WorkerSpec = Field(default_factory=WorkerSpec, description="The worker pods.")
+    training: TrainingSpec = Field(description="Steps and global batch.")
+    checkpoint: CheckpointSpec = Field(description="Where and how often to checkpoint.")
+    elasticity: ElasticitySpec = Field(default_factory=ElasticitySpec, description="Recovery policy and budgets.")
+    suspend: bool = Field(default=False, description="True: checkpoint, then stop the controller and workers; false resumes.")
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete the job this many seconds after it Succeeded or Failed."
+    )
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> "ElasticTrainingJobSpec":
+        if self.backend == "pathways":
+            missing = [n for n in ("accelerator", "topology") if getattr(self.slices, n) is None]
+            if missing:
+                raise ValueError(
+                    "backend pathways needs " + " and ".join(f"spec.slices.{m}" for m in missing)
+                )
+        if self.backend == "cpu" and self.slices.hosts_per_slice != 1:
+            raise ValueError("spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)")
+        return self
+
+
+class ObjectMeta(_Model):
+    """The part of Kubernetes metadata that a manifest sets."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    name: str = Field(min_length=1, max_length=63, description="Job name (DNS-1123 label).")
+    namespace: str | None = Field(default=None, description="Namespace.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _dns_name(self) -> "ObjectMeta":
+        if not _DNS1123.match(self.name):
+            raise ValueError(
+                f"metadata.name {self.name!r} must be a DNS-1123 label (lowercase letters, digits, '-')"
+            )
+        return self
+
+
+class ElasticTrainingJob(_Model):
+    """A whole `ElasticTrainingJob` manifest (status, if present, is ignored on input)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    api_version: Literal["elasticjax.dev/v1alpha1"] = Field(description="Must be elasticjax.dev/v1alpha1.")
+    kind: Literal["ElasticTrainingJob"] = Field(description="Must be ElasticTrainingJob.")
+    metadata: ObjectMeta
+    spec: ElasticTrainingJobSpec
+    status: dict[str, Any] | None = Field(default=None, description="Written by the operator; ignored on input.")

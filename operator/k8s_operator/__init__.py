@@ -1,0 +1,1 @@
+"""The kopf operator reconciling ElasticTrainingJob into a controller pod and worker JobSets."""
