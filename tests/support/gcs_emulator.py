@@ -1,0 +1,1 @@
+"""GCS emulator fixture (fake-gcs-server on loopback)."""

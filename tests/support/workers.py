@@ -1,0 +1,1 @@
+"""Slice worker process fixtures."""
