@@ -1,0 +1,298 @@
+"""The cpu backend: runs each slice's share of a step on a CPU slice worker.
+
+The controller keeps the authoritative training state. Each step it splits the
+global batch across the active slices, sends every slice its share and the
+current parameters, and gets back `(loss_sum, weight, grads_sum)` (the
+`Trainer.loss_fn` contract), which it adds up: data parallelism over slices,
+as DCN does across TPU slices. The per-slice step is lowered once per
+per-slice batch shape with `jax.export`; workers cache it by hash.
+
+Failure classification (DESIGN.md, failure flows 1, 5, 6):
+* a refused/lost connection or a Down report for a slice in flight:
+  `SliceDownError(cause="slice_down")` right away, without waiting for the
+  other slices;
+* no answer within the step deadline: `SliceDownError(cause="step_deadline")`
+  for the slices that did not answer;
+* a worker that answered with an execution error: when *every* slice of the
+  step reports the same error it is the program's fault, `UserCodeError`,
+  never retried; otherwise those slices count as down.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from elastic_jax.controller.elastic.errors import SliceDownError, SliceExecutionError, UserCodeError
+from elastic_jax.controller.elastic.slice_set import SliceSet
+from elastic_jax.controller.slice_client import SliceClient, StepProgram, export_program
+from elastic_jax.controller.trainer import Trainer
+
+_logger = logging.getLogger(__name__)
+
+
+def split_sizes(global_batch_size: int, slice_count: int) -> list[int]:
+    """Per-slice batch sizes for a global batch: even split, remainder to the lowest slices.
+
+    Example: 24 over 3 -> [8, 8, 8]; 25 over 3 -> [9, 8, 8].
+
+    Raises:
+      ValueError: fewer examples than slices (a slice would get an empty batch).
+    """
+    if slice_count < 1:
+        raise ValueError("slice_count must be >= 1")
+    if global_batch_size < slice_count:
+        raise ValueError(f"global batch {global_batch_size} is smaller than the {slice_count} active slices")
+    base, extra = divmod(global_batch_size, slice_count)
+    return [base + (1 if r < extra else 0) for r in range(slice_count)]
+
+
+def make_slice_step(trainer: Trainer):
+    """The per-slice step `(params, batch) -> (loss_sum f32[], weight f32[], grads_sum)` (not jitted)."""
+
+    def slice_step(params, batch):
+        (loss_sum, weight), grads = jax.value_and_grad(trainer.loss_fn, has_aux=True)(params, batch)
+        return loss_sum, weight, grads
+
+    return slice_step
+
+
+class CpuBackend:
+    """Runs the per-slice step on CPU slice workers over gRPC.
+
+    Args:
+      trainer: the user's trainer.
+      slice_set: slice addresses and states (fed by the control API).
+      devices_per_host: host devices per worker (`--xla_force_host_platform_device_count`);
+        the per-slice batch is sharded across them when it divides evenly.
+      step_deadline_s: seconds a slice may take for a step before it counts as hung.
+      first_step_deadline_s: the same for the first step of a program on a
+        slice, which includes deserializing and compiling it there.
+    """
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        slice_set: SliceSet,
+        devices_per_host: int = 1,
+        step_deadline_s: float = 60.0,
+        first_step_deadline_s: float = 120.0,
+    ):
+        self.trainer = trainer
+        self.slice_set = slice_set
+        self.devices_per_host = devices_per_host
+        self.step_deadline_s = step_deadline_s
+        self.first_step_deadline_s = first_step_deadline_s
+        self._slice_step = make_slice_step(trainer)
+        self._programs: dict[Any, StepProgram] = {}
+        self._clients: dict[int, tuple[int, tuple[str, ...], SliceClient]] = {}
+        self._warm: set[tuple[int, int, str]] = set()  # (slice, generation, program hash) already compiled there
+        self._lock = threading.Lock()
+        self.export_seconds = 0.0
+
+    # -- slices ------------------------------------------------------------
+
+    def _client(self, index: int) -> tuple[SliceClient, int]:
+        addresses, generation = self.slice_set.addresses(index)
+        with self._lock:
+            cached = self._clients.get(index)
+            if cached is not None and cached[0] == generation and cached[1] == addresses:
+                return cached[2], generation
+            if cached is not None:
+                cached[2].close()
+            if not addresses:
+                raise SliceDownError(f"slice {index} has no worker address", [index])
+            client = SliceClient(index, addresses[0])
+            self._clients[index] = (generation, addresses, client)
+            return client, generation
+
+    def health_check(self, indices: Iterable[int], timeout_s: float = 5.0) -> frozenset[int]:
+        """Pings the slices concurrently; returns those that answered within `timeout_s` seconds."""
+        indices = sorted(indices)
+        healthy = set()
+        futures = {}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(indices))) as pool:
+            for i in indices:
+                futures[pool.submit(self._ping, i, timeout_s)] = i
+            for fut in concurrent.futures.as_completed(futures):
+                if fut.result():
+                    healthy.add(futures[fut])
+        return frozenset(healthy)
+
+    def _ping(self, index: int, timeout_s: float) -> bool:
+        try:
+            client, _ = self._client(index)
+            client.ping(timeout_s)
+            return True
+        except Exception as e:  # noqa: BLE001 - any failure means not healthy
+            _logger.info("slice %d failed health check: %s", index, e)
+            return False
+
+    # -- programs ----------------------------------------------------------
+
+    def _sharding_for(self, per_slice_batch: int):
+        """Shardings for (params, batch): batch split across the host's devices when it divides."""
+        d = self.devices_per_host
+        if d <= 1 or per_slice_batch % d != 0 or len(jax.devices()) < d:
+            return None
+        mesh = jax.sharding.Mesh(np.array(jax.devices()[:d]), ("data",))
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        batch_sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+        return replicated, batch_sharded
+
+    def program_for(self, params: Any, batch: Mapping[str, np.ndarray]) -> StepProgram:
+        """The exported per-slice step for these parameter and batch shapes (cached)."""
+        key = (
+            jax.tree_util.tree_structure(params),
+            tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(params)),
+            tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(batch.items())),
+        )
+        program = self._programs.get(key)
+        if program is not None:
+            return program
+        t0 = time.perf_counter()
+        params_spec = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+        batch_spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
+        shardings = self._sharding_for(next(iter(batch.values())).shape[0])
+        if shardings is None:
+            jitted = jax.jit(self._slice_step)
+        else:
+            replicated, batch_sharded = shardings
+            jitted = jax.jit(
+                self._slice_step,
+                in_shardings=(
+                    jax.tree_util.tree_map(lambda _: replicated, params_spec),
+                    {k: batch_sharded for k in batch_spec},
+                ),
+            )
+        program = export_program(jitted, params_spec, batch_spec)
+        self.export_seconds += time.perf_counter() - t0
+        self._programs[key] = program
+        return program
+
+    # -- the step ----------------------------------------------------------
+
+    def grad_step(
+        self, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]
+    ) -> tuple[float, float, Any]:
+        """Runs one step's forward/backward on the active slices and adds the results.
+
+        Args:
+          params: the parameter pytree (jax or numpy arrays, float32).
+          batch: the global batch, dict of arrays with leading axis = global batch size.
+          active: active slice indices (sorted); slice `active[r]` gets the r-th share.
+
+        Returns:
+          (loss_sum, weight, grads_sum): float, float, numpy pytree shaped like params.
+
+        Raises:
+          SliceDownError: a slice was lost, hung past its deadline, or the
+            operator reported it Down during the step.
+          UserCodeError: every slice failed running the program with the same error.
+        """
+        active = sorted(active)
+        sizes = split_sizes(next(iter(batch.values())).shape[0], len(active))
+        params_np = jax.tree_util.tree_map(np.asarray, params)
+        param_leaves = jax.tree_util.tree_leaves(params_np)
+        events: queue.Queue = queue.Queue()
+        aborted: dict[int, str] = {}
+
+        def on_report(index: int, state: str) -> None:
+            if index in active and state == "Down":
+                events.put(("abort", index, None))
+
+        unsubscribe = self.slice_set.add_listener(on_report)
+        try:
+            generations: dict[int, int] = {}
+            deadline_s = 0.0
+            offset = 0
+            for rank, index in enumerate(active):
+                share = {k: np.asarray(v[offset : offset + sizes[rank]]) for k, v in batch.items()}
+                offset += sizes[rank]
+                program = self.program_for(params_np, share)
+                try:
+                    client, generation = self._client(index)
+                except SliceDownError as e:
+                    events.put(("done", index, e))
+                    continue
+                generations[index] = generation
+                warm_key = (index, generation, program.hash)
+                timeout_s = self.step_deadline_s if warm_key in self._warm else self.first_step_deadline_s
+                deadline_s = max(deadline_s, timeout_s)
+                args = param_leaves + jax.tree_util.tree_leaves(share)
+                future = client.step_async(program, args, timeout_s)
+                future.add_done_callback(lambda f, i=index, k=warm_key: events.put(("done", i, f, k)))
+            results: dict[int, list[np.ndarray]] = {}
+            errors: dict[int, BaseException] = {}
+            end = time.monotonic() + deadline_s + 5.0  # client deadlines fire first; this is a backstop
+            while len(results) + len(errors) < len(active):
+                try:
+                    item = events.get(timeout=max(0.0, end - time.monotonic()))
+                except queue.Empty:
+                    missing = [i for i in active if i not in results and i not in errors]
+                    self.slice_set.mark_down(missing, "step deadline exceeded", generations)
+                    raise SliceDownError(f"slices {missing} missed the step deadline", missing, cause="step_deadline") from None
+                kind, index = item[0], item[1]
+                if kind == "abort":
+                    aborted[index] = "reported Down by the operator"
+                    self.slice_set.mark_down([index], aborted[index], generations)
+                    raise SliceDownError(f"slice {index} reported Down during the step", [index])
+                if index in results or index in errors:
+                    continue
+                fut = item[2]
+                error = fut if isinstance(fut, BaseException) else fut.exception()
+                if error is None:
+                    results[index] = fut.result()
+                    self._warm.add(item[3])
+                    continue
+                errors[index] = error
+                if isinstance(error, SliceDownError):
+                    self.slice_set.mark_down(error.slice_indices or [index], str(error), generations)
+                    raise error
+            if errors:
+                self._raise_execution_errors(errors, active, generations)
+        finally:
+            unsubscribe()
+        return self._reduce([results[i] for i in active], params_np)
+
+    def _raise_execution_errors(
+        self, errors: Mapping[int, BaseException], active: Sequence[int], generations: Mapping[int, int]
+    ) -> None:
+        messages = {getattr(e, "message", str(e)) for e in errors.values()}
+        if len(errors) == len(active) and len(messages) == 1:
+            raise UserCodeError(f"the step program failed on every slice: {messages.pop()}")
+        failed = sorted(errors)
+        for e in errors.values():
+            if not isinstance(e, SliceExecutionError):
+                raise e
+        self.slice_set.mark_down(failed, "execution error", dict(generations))
+        raise SliceDownError(f"slices {failed} failed running the step: {'; '.join(sorted(messages))}", failed)
+
+    @staticmethod
+    def _reduce(outputs: Sequence[list[np.ndarray]], params_np: Any) -> tuple[float, float, Any]:
+        """Adds (loss_sum, weight, *grad leaves) across slices."""
+        total = [np.array(x, copy=True) for x in outputs[0]]
+        for out in outputs[1:]:
+            for acc, x in zip(total, out):
+                acc += x
+        loss_sum, weight, grad_leaves = float(total[0]), float(total[1]), total[2:]
+        grads = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params_np), grad_leaves)
+        return loss_sum, weight, grads
+
+    def cleanup(self) -> None:
+        """After an elastic event: nothing to clear; compiled programs stay cached (the point of elasticity)."""
+
+    def close(self) -> None:
+        """Closes every worker connection."""
+        with self._lock:
+            for _, _, client in self._clients.values():
+                client.close()
+            self._clients.clear()

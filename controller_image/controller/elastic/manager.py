@@ -1,0 +1,201 @@
+"""The elastic manager: keeps a training function running while slices come and go.
+
+Semantics follow pathways-utils' `pathwaysutils.elastic.manager.Manager`
+(`elastic_retry`): before each attempt wait until at least
+`minimum_slice_count` slices are up (equal to the desired count: pause and
+resume; lower: replica resize), run the function on them, and on a slice-down
+error or a scale-up signal clean up, tell the callback, ask the retry policy,
+and try again. Differences, because our slices are told to us rather than
+probed from `jax.devices()`:
+
+* the slice set is fed by the operator's control-API reports (`SliceSet`),
+  and a health check (a ping on the cpu backend) confirms a slice before it
+  joins;
+* the scale-up signal is raised by the training loop at a step boundary when
+  `SliceSet.available_inactive()` is not empty;
+* a failure of the *same* user-code error on every slice is not a slice-down
+  error and is never retried (see `backend_cpu` for the classification).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from elastic_jax.controller.elastic.errors import ElasticRuntimeError, ScaleUpSignalError, is_slice_down
+from elastic_jax.controller.elastic.slice_set import SliceSet
+
+_logger = logging.getLogger(__name__)
+
+RetryPolicy = Callable[[int, Exception], bool]
+HealthCheck = Callable[[Iterable[int]], frozenset[int]]
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Manager:
+    """Elastic retry around a training function, over a `SliceSet`.
+
+    Args:
+      slice_set: the slices, fed by the control API.
+      health_check: `indices -> healthy subset`; called on candidate slices
+        before an attempt. Unhealthy ones are marked down.
+      poll_interval_s: seconds between re-checks while waiting for slices.
+
+    Attributes:
+      attempts: attempts started by the last `elastic_retry` call.
+      last_event: the error that caused the last retry (None before any).
+      waiting: True while blocked waiting for slices (shown as a paused phase).
+    """
+
+    def __init__(self, slice_set: SliceSet, health_check: HealthCheck | None = None, poll_interval_s: float = 1.0):
+        self.slice_set = slice_set
+        self.health_check = health_check or (lambda indices: frozenset(indices))
+        self.poll_interval_s = poll_interval_s
+        self.attempts = 0
+        self.last_event: Exception | None = None
+        self.waiting = False
+
+    @property
+    def total_slice_count(self) -> int:
+        """Desired number of slices."""
+        return self.slice_set.count
+
+    @property
+    def active_slice_indices(self) -> frozenset[int]:
+        """Slices in the training mesh."""
+        return self.slice_set.active
+
+    def available_inactive_slices(self) -> frozenset[int]:
+        """Slices up but not yet training; non-empty means: raise `ScaleUpSignalError` at the next step boundary."""
+        return self.slice_set.available_inactive()
+
+    def wait_for_slices(self, slice_count: int, timeout_s: float | None) -> frozenset[int]:
+        """Waits until at least `slice_count` Ready slices pass the health check.
+
+        Args:
+          slice_count: how many slices are needed.
+          timeout_s: seconds; None waits forever.
+
+        Returns:
+          Every Ready and healthy slice (possibly more than `slice_count`).
+
+        Raises:
+          TimeoutError: fewer than `slice_count` healthy slices after `timeout_s`.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.waiting = True
+        try:
+            while True:
+                ready = self.slice_set.ready()
+                healthy = self.health_check(ready) if ready else frozenset()
+                unhealthy = ready - healthy
+                if unhealthy:
+                    gens = {i: self.slice_set.record(i).generation for i in unhealthy}
+                    self.slice_set.mark_down(unhealthy, "failed health check", gens)
+                if len(healthy) >= slice_count:
+                    return healthy
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"only {len(healthy)} of the {slice_count} slices needed were ready after {timeout_s:.0f} s"
+                    )
+                # Wake on any report, or re-check after the poll interval.
+                wait_s = self.poll_interval_s if remaining is None else min(self.poll_interval_s, remaining)
+                seen = (self.slice_set.ready(), len(healthy))
+                self.slice_set.wait_for(lambda: self.slice_set.ready() != seen[0], wait_s)
+        finally:
+            self.waiting = False
+
+    def elastic_retry(
+        self,
+        minimum_slice_count: int | None = None,
+        timeout_s: float | None = None,
+        retry_policy: RetryPolicy | None = None,
+        pre_callback: Callable[[], Any] | None = None,
+        on_elastic_event_callback: Callable[[Exception], Any] | None = None,
+        cleanup: Callable[[], Any] | None = None,
+        startup_grace_s: float = 0.0,
+    ) -> Callable[[_F], _F]:
+        """Decorator: run the function on the active slices, retrying through elastic events.
+
+        Args:
+          minimum_slice_count: fewest slices to run on; None means all
+            (pause and resume).
+          timeout_s: seconds to wait for enough slices before each attempt.
+          retry_policy: `(attempt, error) -> bool`; default retries forever.
+          pre_callback: called before each attempt, after the active set is set.
+          on_elastic_event_callback: called with the error after each slice-down
+            error or scale-up signal, before the retry policy.
+          cleanup: backend cleanup after an event (pathways: clear caches and
+            live arrays; cpu: nothing, compiled programs are kept).
+          startup_grace_s: the first attempt first waits this long for *all*
+            slices, so a job does not start on the minimum and resize at once.
+
+        Returns:
+          The decorator.
+
+        Raises (from the wrapped call):
+          ElasticRuntimeError: the retry policy refused, or slices did not come
+            back within `timeout_s`.
+          Exception: any error that is not a slice-down error, unchanged.
+        """
+        target = self.total_slice_count if minimum_slice_count is None else minimum_slice_count
+        if not 1 <= target <= self.total_slice_count:
+            raise ValueError(f"minimum_slice_count must be in 1..{self.total_slice_count}, got {target}")
+        policy = retry_policy or (lambda attempt, error: True)
+
+        def decorator(func: _F) -> _F:
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                attempt = 0
+                while True:
+                    attempt += 1
+                    self.attempts = attempt
+                    self.slice_set.set_active(self._wait(target, timeout_s, startup_grace_s if attempt == 1 else 0.0))
+                    _logger.info("elastic attempt %d on slices %s", attempt, sorted(self.slice_set.active))
+                    if pre_callback is not None:
+                        pre_callback()
+                    try:
+                        return func(*args, **kwargs)
+                    except ScaleUpSignalError as error:
+                        self._handle_event(attempt, error, policy, cleanup, on_elastic_event_callback)
+                    except Exception as error:  # noqa: BLE001 - re-raised unless it is a slice loss
+                        if not is_slice_down(error):
+                            raise
+                        _logger.warning("elastic event: %s", error)
+                        self._handle_event(attempt, error, policy, cleanup, on_elastic_event_callback)
+
+            return wrapper  # type: ignore[return-value]
+
+        return decorator
+
+    def _wait(self, target: int, timeout_s: float | None, grace_s: float) -> frozenset[int]:
+        if grace_s > 0 and target < self.total_slice_count:
+            try:
+                return self.wait_for_slices(self.total_slice_count, grace_s)
+            except TimeoutError:
+                _logger.info("not all slices up after %.0f s; starting on the minimum %d", grace_s, target)
+        try:
+            return self.wait_for_slices(target, timeout_s)
+        except TimeoutError as e:
+            raise ElasticRuntimeError(f"{e} (spec.elasticity.sliceWaitTimeoutSeconds)") from None
+
+    def _handle_event(
+        self,
+        attempt: int,
+        error: Exception,
+        policy: RetryPolicy,
+        cleanup: Callable[[], Any] | None,
+        callback: Callable[[Exception], Any] | None,
+    ) -> None:
+        self.last_event = error
+        if cleanup is not None:
+            cleanup()
+        if callback is not None:
+            callback(error)
+        if not policy(attempt, error):
+            reason = getattr(policy, "reason", None) or f"retry policy refused attempt {attempt + 1}"
+            raise ElasticRuntimeError(reason) from error

@@ -1,0 +1,315 @@
+"""The elastic training loop: one run of an `ElasticTrainingJob` inside the controller.
+
+The loop owns the authoritative training state (parameters, optimizer state,
+step, data position). Each step it asks the backend for the summed
+loss and gradients of the global batch over the active slices, applies the
+optimizer update, and checkpoints every `spec.checkpoint.intervalSteps`.
+The `Manager` wraps the loop: a slice loss abandons the current step, which is
+retried on the remaining slices (replica resize) or after the slice returns
+(pause and resume). Because the state never left this process and batch `i`
+is the same whatever the slice count, a worker loss costs no step and no
+checkpoint restore.
+
+Global batch rule: `spec.training.globalBatchSize` is kept constant when slices
+leave or join; the per-slice batch is rescaled (`backend_cpu.split_sizes`).
+The gradient is therefore the same as with all slices, and so is the loss curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import jax
+import numpy as np
+import optax
+
+from elastic_jax.api.control import ControllerStatus, RecoveryRecord
+from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.controller.data import global_batches
+from elastic_jax.controller.elastic.errors import ScaleUpSignalError, SliceDownError
+from elastic_jax.controller.elastic.manager import Manager
+from elastic_jax.controller.elastic.policy import RestartBudget
+from elastic_jax.controller.elastic.slice_set import SliceSet
+from elastic_jax.controller.metrics import ControllerMetrics
+from elastic_jax.controller.trainer import Trainer
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class RunSummary:
+    """What a finished (or failed) run reports; `SUMMARY` JSON is built from it."""
+
+    succeeded: bool
+    steps: int
+    total_steps: int
+    initial_loss: float | None
+    final_loss: float | None
+    recoveries: list[dict[str, Any]]
+    steps_lost: int
+    goodput: float | None
+    restored_from_step: int | None
+    last_committed_checkpoint_step: int | None
+    failure_reason: str | None
+    wall_seconds: float
+    pid: int
+
+
+class TrainingRun:
+    """Runs one job to completion through slice failures.
+
+    Args:
+      job: the validated manifest.
+      trainer: the user's trainer.
+      backend: an object with `grad_step(params, batch, active)`,
+        `health_check(indices)`, `cleanup()` (e.g. `CpuBackend`).
+      slice_set: the slices (fed by the control API).
+      checkpointer: a `checkpointing.Checkpointer`.
+      metrics: the Prometheus metrics.
+    """
+
+    def __init__(self, job: ElasticTrainingJob, trainer: Trainer, backend: Any, slice_set: SliceSet, checkpointer: Any, metrics: ControllerMetrics):
+        self.job = job
+        self.spec = job.spec
+        self.trainer = trainer
+        self.backend = backend
+        self.slice_set = slice_set
+        self.checkpointer = checkpointer
+        self.metrics = metrics
+        self.manager = Manager(slice_set, health_check=backend.health_check)
+        self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
+        self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
+        self._lock = threading.Lock()
+        self.phase = "Starting"
+        self.step = 0
+        self.loss: float | None = None
+        self.initial_loss: float | None = None
+        self.tokens_per_second: float | None = None
+        self.recoveries: list[RecoveryRecord] = []
+        self._pending_recovery: tuple[RecoveryRecord, float] | None = None
+        self.steps_lost = 0
+        self.failure_reason: str | None = None
+        self.restored_from_step: int | None = None
+        self._productive_s = 0.0
+        self._train_start: float | None = None
+        self._stop = threading.Event()
+        metrics.desired_slices.set(slice_set.count)
+
+        @jax.jit
+        def apply_update(params, opt_state, grads_sum, weight):
+            grads = jax.tree_util.tree_map(lambda g: g / weight, grads_sum)
+            updates, opt_state = trainer.optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+        self._apply_update = apply_update
+
+    # -- status ---------------------------------------------------------------
+
+    def goodput(self) -> float | None:
+        """Productive step seconds / wall seconds since the first step began (None before)."""
+        if self._train_start is None:
+            return None
+        wall = time.monotonic() - self._train_start
+        return min(1.0, self._productive_s / wall) if wall > 0 else None
+
+    def status(self) -> ControllerStatus:
+        """A consistent snapshot for `GET /v1/status`."""
+        with self._lock:
+            phase = self.phase
+            if phase == "Running" and self.manager.waiting:
+                phase = "WaitingForSlices"
+            elif phase == "Running" and self._pending_recovery is not None:
+                phase = "Recovering"
+            active = sorted(self.slice_set.active) if phase not in ("Succeeded", "Failed") else []
+            counts: dict[str, int] = {}
+            for r in self.recoveries:
+                counts[r.cause] = counts.get(r.cause, 0) + 1
+            return ControllerStatus(
+                phase=phase,
+                step=self.step,
+                total_steps=self.spec.training.steps,
+                desired_slices=self.slice_set.count,
+                min_slices=self.spec.slices.minimum,
+                active_slices=active,
+                inactive_slices=sorted(set(range(self.slice_set.count)) - set(active)),
+                slices=self.slice_set.statuses(),
+                loss=self.loss,
+                initial_loss=self.initial_loss,
+                tokens_per_second=self.tokens_per_second,
+                last_committed_checkpoint_step=self.checkpointer.latest_committed_step(),
+                recoveries=counts,
+                recovery_history=list(self.recoveries),
+                steps_lost=self.steps_lost,
+                goodput=self.goodput(),
+                failure_reason=self.failure_reason,
+                pid=os.getpid(),
+            )
+
+    # -- the run --------------------------------------------------------------
+
+    def _initial_state(self) -> dict[str, Any]:
+        params = self.trainer.init_params(jax.random.key(self.spec.training.seed))
+        return {"params": params, "opt_state": self.trainer.optimizer.init(params)}
+
+    def _restore_or_init(self) -> dict[str, Any]:
+        state = self._initial_state()
+        latest = self.checkpointer.latest_committed_step()
+        if latest is None:
+            return state
+        t0 = time.perf_counter()
+        state, data_state, step = self.checkpointer.restore(state)
+        self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
+        self.step = int(data_state.get("next_batch_index", step))
+        self.restored_from_step = self.step
+        self.initial_loss = data_state.get("initial_loss")
+        _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
+        return state
+
+    def _data_state(self) -> dict[str, Any]:
+        return {
+            "next_batch_index": self.step,
+            "global_batch_size": self.spec.training.global_batch_size,
+            "seed": self.spec.training.seed,
+            "initial_loss": self.initial_loss,
+        }
+
+    def request_stop(self) -> None:
+        """Asks the loop to stop at the next step boundary (SIGTERM)."""
+        self._stop.set()
+
+    def run(self) -> RunSummary:
+        """Trains to `spec.training.steps`; never raises for training failures.
+
+        Returns:
+          The summary; `succeeded` False with `failure_reason` on failure.
+        """
+        started = time.monotonic()
+        try:
+            self.state = self._restore_or_init()
+            self.phase = "Running"
+            retry = self.manager.elastic_retry(
+                minimum_slice_count=self.spec.slices.minimum,
+                timeout_s=self.spec.elasticity.slice_wait_timeout_seconds,
+                retry_policy=self.budget,
+                on_elastic_event_callback=self._on_elastic_event,
+                cleanup=self.backend.cleanup,
+                startup_grace_s=min(30.0, self.spec.elasticity.slice_wait_timeout_seconds),
+            )
+            retry(self._train)()
+            self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
+            self.checkpointer.wait_until_finished()
+            with self._lock:
+                self.phase = "Succeeded" if not self._stop.is_set() else "Failed"
+                if self._stop.is_set():
+                    self.failure_reason = f"stopped by signal at step {self.step}"
+        except Exception as e:  # noqa: BLE001 - every failure ends the run with a reason
+            _logger.error("training failed: %s", e, exc_info=not _is_user_facing(e))
+            with self._lock:
+                self.phase = "Failed"
+                self.failure_reason = f"{type(e).__name__}: {e}"
+            try:
+                self.checkpointer.wait_until_finished()
+            except Exception:  # noqa: BLE001 - the failure above is the one to report
+                _logger.exception("waiting for the last checkpoint failed")
+        committed = self.checkpointer.latest_committed_step()
+        if committed is not None:
+            self.metrics.checkpoint_committed_step.set(committed)
+        return RunSummary(
+            succeeded=self.phase == "Succeeded",
+            steps=self.step,
+            total_steps=self.spec.training.steps,
+            initial_loss=self.initial_loss,
+            final_loss=self.loss,
+            recoveries=[r.model_dump(mode="json") for r in self.recoveries],
+            steps_lost=self.steps_lost,
+            goodput=self.goodput(),
+            restored_from_step=self.restored_from_step,
+            last_committed_checkpoint_step=committed,
+            failure_reason=self.failure_reason,
+            wall_seconds=time.monotonic() - started,
+            pid=os.getpid(),
+        )
+
+    def _on_elastic_event(self, error: Exception) -> None:
+        if isinstance(error, ScaleUpSignalError):
+            cause, slices = "scale_up", sorted(self.slice_set.available_inactive())
+        else:
+            cause = getattr(error, "cause", "slice_down")
+            slices = list(getattr(error, "slice_indices", ()))
+        record = RecoveryRecord(cause=cause, slices=slices, at_step=self.step)
+        with self._lock:
+            self.recoveries.append(record)
+            if self._pending_recovery is None:
+                self._pending_recovery = (record, time.monotonic())
+        self.metrics.recoveries.labels(cause=cause).inc()
+        _logger.warning("elastic event at step %d: %s on slices %s", self.step, cause, slices)
+
+    def _train(self) -> None:
+        spec = self.spec
+        active = sorted(self.slice_set.active)
+        self.metrics.active_slices.set(len(active))
+        tokens_per_step = spec.training.global_batch_size * self.trainer.tokens_per_example
+        window_start, window_steps = time.monotonic(), 0
+        if self._train_start is None:
+            self._train_start = time.monotonic()
+        while self.step < spec.training.steps and not self._stop.is_set():
+            joining = self.manager.available_inactive_slices()
+            if joining:
+                raise ScaleUpSignalError(f"slices {sorted(joining)} ready to join")
+            draining = self.slice_set.draining_active()
+            if draining:
+                # Flow 4: save while every slice still exists, then let the slice go.
+                self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
+                self.checkpointer.wait_until_finished()
+                raise SliceDownError(f"slices {sorted(draining)} are draining", draining, cause="draining")
+            batch = self.batches[self.step]
+            t0 = time.monotonic()
+            loss_sum, weight, grads = self.backend.grad_step(self.state["params"], batch, active)
+            params, opt_state = self._apply_update(self.state["params"], self.state["opt_state"], grads, np.float32(weight))
+            loss = loss_sum / weight
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss} at step {self.step}; stopping instead of training on garbage")
+            now = time.monotonic()
+            with self._lock:
+                self.state = {"params": params, "opt_state": opt_state}
+                self.step += 1
+                self.loss = float(loss)
+                if self.initial_loss is None:
+                    self.initial_loss = self.loss
+                if self._pending_recovery is not None:
+                    record, since = self._pending_recovery
+                    record.seconds = now - since
+                    self.metrics.recovery_seconds.observe(record.seconds)
+                    self._pending_recovery = None
+            self._productive_s += now - t0
+            self.metrics.step.set(self.step)
+            self.metrics.step_seconds.observe(now - t0)
+            self.metrics.loss.set(self.loss)
+            window_steps += 1
+            if window_steps >= spec.training.log_every_steps or self.step == spec.training.steps:
+                self.tokens_per_second = window_steps * tokens_per_step / max(1e-9, now - window_start)
+                self.metrics.tokens_per_second.set(self.tokens_per_second)
+                self.metrics.goodput.set(self.goodput() or 0.0)
+                _logger.info(
+                    json.dumps(
+                        {"event": "step", "step": self.step, "loss": round(self.loss, 4),
+                         "tokens_per_s": round(self.tokens_per_second, 1), "active_slices": active}
+                    )
+                )
+                window_start, window_steps = now, 0
+            t_save = time.perf_counter()
+            if self.checkpointer.maybe_save(self.step, self.state, self._data_state()):
+                self.metrics.checkpoint_save_seconds.observe(time.perf_counter() - t_save)
+
+
+def _is_user_facing(error: Exception) -> bool:
+    """Errors whose message says it all (no traceback in the log)."""
+    from elastic_jax.controller.elastic.errors import ElasticRuntimeError, UserCodeError
+
+    return isinstance(error, (ElasticRuntimeError, UserCodeError, FloatingPointError))

@@ -1,0 +1,159 @@
+"""`elastic-jax-controller`: the controller process's entry point.
+
+Reads the job's manifest, builds the trainer and the checkpointer, serves the
+control API, and runs the elastic training loop until it succeeds or fails.
+
+Exit codes: 0 succeeded; 1 training failed (reason in the summary and the
+log); 2 bad input (manifest, trainer config, checkpoint URI), reported as one
+line on stderr starting with `error:` before anything trains.
+
+Configuration, flags first, then environment (as the operator sets it in a pod):
+  --manifest / ELASTIC_JAX_MANIFEST      path of the ElasticTrainingJob YAML
+  --token-file / ELASTIC_JAX_TOKEN_FILE  file holding the control-API bearer token
+                 ELASTIC_JAX_TOKEN       the token itself (when no file)
+  --host, --port                         control API bind address (default 0.0.0.0:8080)
+  --summary-file                         where to write the run summary JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per log line (structured logs for Kubernetes log pipelines)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def _setup_logging(fmt: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    for noisy in ("absl", "jax._src", "orbax", "grain", "httpx", "uvicorn"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _read_token(args: argparse.Namespace) -> str | None:
+    path = args.token_file or os.environ.get("ELASTIC_JAX_TOKEN_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as e:
+            raise ValueError(f"--token-file {path}: {e.strerror}") from None
+    return os.environ.get("ELASTIC_JAX_TOKEN")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the controller; returns the process exit code."""
+    parser = argparse.ArgumentParser(prog="elastic-jax-controller", description=__doc__.splitlines()[0])
+    parser.add_argument("--manifest", default=os.environ.get("ELASTIC_JAX_MANIFEST"))
+    parser.add_argument("--token-file", default=None)
+    parser.add_argument("--host", default=os.environ.get("ELASTIC_JAX_HOST", "0.0.0.0"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("ELASTIC_JAX_PORT", "8080")))
+    parser.add_argument("--summary-file", default=os.environ.get("ELASTIC_JAX_SUMMARY_FILE"))
+    parser.add_argument("--log-format", choices=("json", "text"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
+    args = parser.parse_args(argv)
+    _setup_logging(args.log_format)
+
+    from elastic_jax.api.manifest import ManifestError, load_manifest
+
+    if not args.manifest:
+        return _fail("--manifest (or ELASTIC_JAX_MANIFEST) is required")
+    try:
+        job = load_manifest(args.manifest)
+        token = _read_token(args)
+    except (ManifestError, ValueError) as e:
+        return _fail(str(e))
+    if not token:
+        return _fail("no control-API token: set --token-file, ELASTIC_JAX_TOKEN_FILE or ELASTIC_JAX_TOKEN")
+    if job.spec.backend != "cpu":
+        return _fail(f"spec.backend {job.spec.backend!r}: this controller build runs the cpu backend only")
+
+    # The exported per-slice program records its device count: the controller
+    # must see as many local devices as a worker host has. Set before jax loads.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if job.spec.slices.devices_per_host > 1:
+        flag = f"--xla_force_host_platform_device_count={job.spec.slices.devices_per_host}"
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+
+    from elastic_jax.controller.backend_cpu import CpuBackend
+    from elastic_jax.controller.checkpointing import CheckpointUriError, Checkpointer
+    from elastic_jax.controller.control_api import ControlApiServer, create_app
+    from elastic_jax.controller.elastic.slice_set import SliceSet
+    from elastic_jax.controller.loop import TrainingRun
+    from elastic_jax.controller.metrics import ControllerMetrics
+    from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
+
+    log = logging.getLogger("elastic_jax.controller")
+    slice_set = SliceSet(job.spec.slices.count)
+    metrics = ControllerMetrics()
+    holder: dict = {}
+
+    def status():
+        run = holder.get("run")
+        if run is not None:
+            return run.status()
+        from elastic_jax.api.control import ControllerStatus
+
+        return ControllerStatus(
+            phase="Starting", step=0, total_steps=job.spec.training.steps, desired_slices=slice_set.count,
+            min_slices=job.spec.slices.minimum, active_slices=[], inactive_slices=list(range(slice_set.count)),
+            slices=slice_set.statuses(), pid=os.getpid(),
+        )
+
+    server = ControlApiServer(
+        create_app(slice_set, status, metrics, token, ready=lambda: "run" in holder), host=args.host, port=args.port
+    )
+    try:
+        server.start()
+    except RuntimeError as e:
+        return _fail(str(e))
+    try:
+        try:
+            trainer = load_trainer(job.spec.controller.trainer.entry_point, job.spec.controller.trainer.config)
+            ckpt = job.spec.checkpoint
+            checkpointer = Checkpointer(ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep)
+            checkpointer.check_reachable()
+        except (TrainerConfigError, CheckpointUriError) as e:
+            return _fail(str(e))
+        backend = CpuBackend(
+            trainer,
+            slice_set,
+            devices_per_host=job.spec.slices.devices_per_host,
+            step_deadline_s=job.spec.elasticity.step_deadline_seconds,
+            first_step_deadline_s=job.spec.elasticity.first_step_deadline_seconds,
+        )
+        run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics)
+        holder["run"] = run
+        signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
+        log.info(json.dumps({"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name}))
+        summary = run.run()
+        backend.close()
+        checkpointer.close()
+        payload = json.dumps(summary.__dict__)
+        if args.summary_file:
+            Path(args.summary_file).write_text(payload)
+        log.info(json.dumps({"event": "finished", **summary.__dict__}))
+        return 0 if summary.succeeded else 1
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""Prometheus metrics of the controller (served at `GET /metrics`).
+
+Names follow Prometheus conventions: base units (seconds, bytes), `_total`
+for counters. One registry per controller, so tests can run several.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+PREFIX = "elastic_jax"
+
+
+class ControllerMetrics:
+    """All controller metrics in one registry.
+
+    Attributes (Prometheus name in brackets):
+      step: completed optimizer steps [elastic_jax_step].
+      step_seconds: wall seconds per completed step [elastic_jax_step_seconds].
+      tokens_per_second: throughput of the last logged window [elastic_jax_tokens_per_second].
+      loss: loss of the last completed step [elastic_jax_loss].
+      active_slices / desired_slices: slice counts [elastic_jax_active_slices, elastic_jax_desired_slices].
+      recoveries: recoveries by cause [elastic_jax_recoveries_total{cause}].
+      recovery_seconds: failure to next completed step [elastic_jax_recovery_seconds].
+      steps_lost: steps redone or lost to recoveries [elastic_jax_steps_lost_total].
+      checkpoint_save_seconds / checkpoint_restore_seconds: Orbax timings.
+      checkpoint_committed_step: last committed checkpoint step.
+      goodput: productive step seconds / wall seconds since training began [elastic_jax_goodput_ratio].
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.step = Gauge(f"{PREFIX}_step", "Completed optimizer steps.", registry=r)
+        self.step_seconds = Histogram(
+            f"{PREFIX}_step_seconds",
+            "Wall seconds per completed training step.",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.tokens_per_second = Gauge(f"{PREFIX}_tokens_per_second", "Training throughput in tokens per second.", registry=r)
+        self.loss = Gauge(f"{PREFIX}_loss", "Loss of the last completed step.", registry=r)
+        self.active_slices = Gauge(f"{PREFIX}_active_slices", "Slices in the training mesh.", registry=r)
+        self.desired_slices = Gauge(f"{PREFIX}_desired_slices", "Slices the job wants.", registry=r)
+        self.recoveries = Counter(f"{PREFIX}_recoveries", "Elastic recoveries by cause.", ["cause"], registry=r)
+        self.recovery_seconds = Histogram(
+            f"{PREFIX}_recovery_seconds",
+            "Seconds from a slice failure (or scale-up signal) to the next completed step.",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+        self.steps_lost = Counter(f"{PREFIX}_steps_lost", "Training steps lost to failures.", registry=r)
+        self.checkpoint_save_seconds = Histogram(
+            f"{PREFIX}_checkpoint_save_seconds", "Seconds the training loop was blocked by a checkpoint save.", registry=r
+        )
+        self.checkpoint_restore_seconds = Histogram(
+            f"{PREFIX}_checkpoint_restore_seconds", "Seconds to restore a checkpoint.", registry=r
+        )
+        self.checkpoint_committed_step = Gauge(
+            f"{PREFIX}_checkpoint_committed_step", "Step of the newest committed checkpoint.", registry=r
+        )
+        self.goodput = Gauge(f"{PREFIX}_goodput_ratio", "Productive step seconds / wall seconds since training began.", registry=r)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus text format."""
+        return generate_latest(self.registry)

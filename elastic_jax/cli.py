@@ -1,0 +1,114 @@
+"""`elastic-jax`: the command line.
+
+    elastic-jax run MANIFEST      train locally: controller + one CPU worker process per slice
+    elastic-jax validate MANIFEST check a manifest and print the normalized spec
+    elastic-jax crd               print the generated CustomResourceDefinition
+
+A user mistake (bad manifest, bad trainer config, unreachable checkpoint URI)
+prints one `error: ...` line and exits 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from elastic_jax.api.manifest import ManifestError, dump_model, load_manifest
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
+
+
+def _error(message: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@app.command()
+def run(
+    manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
+    workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
+    fresh: bool = typer.Option(False, "--fresh", help="Delete the job's local checkpoints first (else resume from them)."),
+    kill_at_step: Optional[int] = typer.Option(None, help="Step after which to kill a worker; default a third of the run."),
+    no_failure: bool = typer.Option(False, "--no-failure", help="Do not inject the demo worker failure."),
+    kill_slice: Optional[int] = typer.Option(None, help="Slice whose worker is killed; default the last one."),
+    hang: bool = typer.Option(False, "--hang", help="SIGSTOP the worker instead of SIGKILL (the step deadline catches it)."),
+) -> None:
+    """Train locally through a worker failure and print a SUMMARY JSON line last."""
+    from elastic_jax.local.launcher import LaunchError, LaunchOptions, LocalLauncher, clear_local_checkpoints
+    from elastic_jax.local.progress import ProgressView
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        job = load_manifest(manifest)
+    except ManifestError as e:
+        raise _error(str(e))
+    if job.spec.backend != "cpu":
+        raise _error(f"spec.backend: {job.spec.backend!r} runs on GKE; `elastic-jax run` runs the cpu backend only")
+    count, steps = job.spec.slices.count, job.spec.training.steps
+    if kill_slice is not None and not 0 <= kill_slice < count:
+        raise _error(f"--kill-slice {kill_slice}: the job has slices 0..{count - 1}")
+    if kill_at_step is not None and not 0 <= kill_at_step < steps:
+        raise _error(f"--kill-at-step {kill_at_step}: must be in 0..{steps - 1}")
+    options = LaunchOptions(
+        workdir=workdir or Path("runs") / job.metadata.name,
+        kill_at_step=None if no_failure else (kill_at_step if kill_at_step is not None else steps // 3),
+        kill_slice=count - 1 if kill_slice is None else kill_slice,
+        kill_signal=signal.SIGSTOP if hang else signal.SIGKILL,
+    )
+    try:
+        if fresh:
+            clear_local_checkpoints(job.spec.checkpoint.uri)
+        with ProgressView(steps) as view:
+            launcher = LocalLauncher(job, manifest, options, on_status=view.update)
+            summary = launcher.run()
+    except LaunchError as e:
+        raise _error(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted: every process stopped", err=True)
+        raise typer.Exit(130)
+    _print_report(summary)
+    typer.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
+    raise typer.Exit(0 if summary["succeeded"] else 1)
+
+
+def _print_report(s: dict) -> None:
+    out = sys.stderr
+    print("", file=out)
+    print(f"job {s['job']}: {'succeeded' if s['succeeded'] else 'FAILED'} after {s['steps']}/{s['total_steps']} steps "
+          f"in {s['wall_seconds']:.0f} s", file=out)
+    if s.get("initial_loss") is not None and s.get("final_loss") is not None:
+        print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
+    rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"] if x is not None) or "none"
+    print(f"  recoveries {s['recoveries']} ({rec}); steps lost {s['steps_lost']}; worker restarts {s['worker_restarts']}; "
+          f"controller restarted: {s['controller_pid_changed']}", file=out)
+    if s.get("goodput") is not None:
+        print(f"  goodput {s['goodput']:.1%}", file=out)
+    print(f"  checkpoints {s['checkpoint_uri']} (last committed step {s['last_committed_checkpoint_step']})", file=out)
+    print(f"  metrics {s['metrics_file']}; logs {s['logs_dir']}", file=out)
+    if s.get("failure_reason"):
+        print(f"  failure: {s['failure_reason']}", file=out)
+
+
+@app.command()
+def validate(manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML.")) -> None:
+    """Validate a manifest; print it with defaults filled in."""
+    try:
+        job = load_manifest(manifest)
+    except ManifestError as e:
+        raise _error(str(e))
+    typer.echo(dump_model(job))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,312 @@
+"""The local launcher: plays the operator's part on one machine.
+
+It starts the controller, waits until it is ready (so a bad trainer config or
+checkpoint URI stops everything before any worker starts), starts one CPU
+slice worker per slice, and then supervises: a worker that dies is reported
+`Down` to the controller at once and restarted with exponential backoff; when
+its port accepts connections it is reported `Ready` with its new address —
+the same `PUT /v1/slices/{i}` calls, with increasing generations, that the
+operator makes in a cluster. A controller killed by a signal is restarted
+(it resumes from its last committed checkpoint) and told about the live
+workers again. Optionally it injects a failure: SIGKILL (or SIGSTOP) of one
+worker once training passes a given step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import secrets
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from elastic_jax.api.client import ControlApiError, ControlClient
+from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until
+
+_logger = logging.getLogger(__name__)
+
+
+class LaunchError(RuntimeError):
+    """The job could not be started (bad input found by the controller, or a port/process problem).
+
+    `str()` is the one-line message for the user; `exit_code` is 2 for bad input.
+    """
+
+    def __init__(self, message: str, exit_code: int = 2):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclasses.dataclass
+class LaunchOptions:
+    """How to run a job locally.
+
+    Attributes:
+      workdir: logs, token, summary and the final metrics scrape go here.
+      kill_at_step: inject a worker failure once this many steps are done (None: no failure).
+      kill_slice: which slice's worker to kill.
+      kill_signal: SIGKILL (process death) or SIGSTOP (hang, caught by the step deadline).
+      restart_backoff_s: first restart delay of a dead worker; doubles per consecutive failure (cap 30 s).
+      ready_timeout_s: seconds to wait for the controller's /readyz.
+      max_controller_restarts: controller restarts allowed (flow 3) before giving up.
+    """
+
+    workdir: Path
+    kill_at_step: int | None = None
+    kill_slice: int = 0
+    kill_signal: int = signal.SIGKILL
+    restart_backoff_s: float = 1.0
+    ready_timeout_s: float = 300.0
+    max_controller_restarts: int = 3
+
+
+@dataclasses.dataclass
+class _Slice:
+    index: int
+    child: Child
+    port: int = 0
+    generation: int = 0
+    state: str = "Starting"  # Starting, Ready, Down
+    consecutive_failures: int = 0
+    restart_at: float | None = None
+    ready_since: float | None = None
+
+
+class LocalLauncher:
+    """Runs one `ElasticTrainingJob` with local processes.
+
+    Args:
+      job: the validated manifest.
+      manifest_path: passed to the controller process.
+      options: see `LaunchOptions`.
+      on_status: called with each polled `ControllerStatus` (progress display).
+    """
+
+    def __init__(
+        self,
+        job: ElasticTrainingJob,
+        manifest_path: Path,
+        options: LaunchOptions,
+        on_status: Callable[[ControllerStatus], None] | None = None,
+    ):
+        self.job = job
+        self.manifest_path = manifest_path
+        self.options = options
+        self.on_status = on_status or (lambda status: None)
+        self.workdir = options.workdir
+        self.token = secrets.token_urlsafe(24)
+        self.controller_port = 0
+        self.controller: Child | None = None
+        self.controller_pids: list[int] = []
+        self.slices: list[_Slice] = []
+        self.client: ControlClient | None = None
+        self.killed: dict[str, Any] | None = None
+        self.last_status: ControllerStatus | None = None
+        self._last_metrics_scrape = 0.0
+
+    # -- setup ----------------------------------------------------------------
+
+    def _start_controller(self) -> None:
+        self.controller_port = free_port()
+        token_file = self.workdir / "token"
+        token_file.write_text(self.token)
+        token_file.chmod(0o600)
+        argv = [
+            venv_script("elastic-jax-controller"), "--manifest", str(self.manifest_path), "--token-file", str(token_file),
+            "--host", "127.0.0.1", "--port", str(self.controller_port), "--summary-file", str(self.workdir / "summary.json"),
+        ]
+        if self.controller is None:
+            self.controller = Child("controller", argv, self.workdir / "controller.log")
+        else:
+            self.controller.argv = argv
+        (self.workdir / "summary.json").unlink(missing_ok=True)
+        self.controller.start()
+        self.controller_pids.append(self.controller.pid)
+        if self.client is not None:
+            self.client.close()
+        self.client = ControlClient(f"http://127.0.0.1:{self.controller_port}", self.token)
+        ok = wait_until(lambda: self.client.ready() or not self.controller.alive(), self.options.ready_timeout_s, 0.1)
+        if not self.controller.alive():
+            code = self.controller.exit_code()
+            raise LaunchError(self.controller.last_error_line().removeprefix("error: ") or f"controller exited with {code}",
+                              exit_code=2 if code == 2 else 1)
+        if not ok or not self.client.ready():
+            raise LaunchError(f"controller not ready after {self.options.ready_timeout_s:.0f} s; see {self.controller.log_path}", 1)
+
+    def _start_worker(self, s: _Slice) -> None:
+        s.port = free_port()
+        s.child.argv = [
+            venv_script("elastic-jax-worker"), "--host", "127.0.0.1", "--port", str(s.port),
+            "--slice-index", str(s.index), "--host-devices", str(self.job.spec.slices.devices_per_host),
+        ]
+        s.child.start()
+        s.state = "Starting"
+        s.restart_at = None
+
+    def _report(self, s: _Slice, state: str, reason: str | None = None) -> None:
+        s.generation += 1
+        addresses = [f"127.0.0.1:{s.port}"] if state == "Ready" else []
+        try:
+            self.client.report_slice(s.index, state, s.generation, addresses, reason, retries=3)
+        except ControlApiError as e:
+            # The controller may be restarting; the supervise loop re-reports Ready slices after a restart.
+            _logger.warning("could not report slice %d %s: %s", s.index, state, e)
+
+    # -- supervision ------------------------------------------------------------
+
+    def _supervise_workers(self, now: float) -> None:
+        for s in self.slices:
+            if s.state in ("Starting", "Ready") and not s.child.alive():
+                code = s.child.exit_code()
+                s.state = "Down"
+                s.consecutive_failures += 1
+                delay = min(30.0, self.options.restart_backoff_s * 2 ** (s.consecutive_failures - 1))
+                s.restart_at = now + delay
+                self._report(s, "Down", f"worker process exited with {code}")
+                _logger.warning("slice %d worker exited (%s); restarting in %.1f s", s.index, code, delay)
+            elif s.state == "Down" and s.restart_at is not None and now >= s.restart_at:
+                self._start_worker(s)
+            elif s.state == "Starting" and port_open("127.0.0.1", s.port):
+                s.state = "Ready"
+                s.ready_since = now
+                self._report(s, "Ready")
+            elif s.state == "Ready" and s.consecutive_failures and now - s.ready_since > 60:
+                s.consecutive_failures = 0  # up for a minute: the next failure starts the backoff afresh
+
+    def _inject_failure(self, status: ControllerStatus) -> None:
+        opts = self.options
+        if opts.kill_at_step is None or self.killed is not None or status.step < opts.kill_at_step:
+            return
+        s = self.slices[opts.kill_slice]
+        if not s.child.alive():
+            return
+        pid = s.child.pid
+        s.child.signal(opts.kill_signal)
+        self.killed = {"slice": s.index, "pid": pid, "signal": signal.Signals(opts.kill_signal).name,
+                       "at_step": status.step, "time": time.time()}
+        _logger.warning("injected failure: %s to slice %d worker (pid %d) at step %d",
+                        self.killed["signal"], s.index, pid, status.step)
+
+    def _poll_status(self) -> ControllerStatus | None:
+        try:
+            status = self.client.status()
+        except ControlApiError:
+            return None
+        self.last_status = status
+        now = time.monotonic()
+        if now - self._last_metrics_scrape > 2.0:
+            self._last_metrics_scrape = now
+            try:
+                (self.workdir / "metrics.prom").write_text(self.client.metrics_text())
+            except ControlApiError:
+                pass
+        return status
+
+    def run(self) -> dict[str, Any]:
+        """Runs the job to the end.
+
+        Returns:
+          The summary dict (see `summary()`).
+
+        Raises:
+          LaunchError: the controller refused the job before training (exit code 2),
+            or could not be started.
+          KeyboardInterrupt: propagated after every child was stopped.
+        """
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        controller_restarts = 0
+        try:
+            self._start_controller()
+            self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log"))
+                           for i in range(self.job.spec.slices.count)]
+            for s in self.slices:
+                self._start_worker(s)
+            while True:
+                now = time.monotonic()
+                code = self.controller.exit_code()
+                if code is not None:
+                    if code in (0, 1) or controller_restarts >= self.options.max_controller_restarts:
+                        break
+                    # Flow 3: the controller itself died; start a new one, it resumes from the checkpoint.
+                    controller_restarts += 1
+                    _logger.warning("controller exited with %s; restarting (%d)", code, controller_restarts)
+                    self._start_controller()
+                    for s in self.slices:
+                        if s.state == "Ready":
+                            self._report(s, "Ready")
+                    continue
+                self._supervise_workers(now)
+                status = self._poll_status()
+                if status is not None:
+                    self.on_status(status)
+                    self._inject_failure(status)
+                time.sleep(0.1)
+            if self.controller.exit_code() not in (0, 1):
+                raise LaunchError(f"controller failed ({self.controller.last_error_line()})", exit_code=1)
+            return self.summary(time.monotonic() - started, controller_restarts)
+        finally:
+            self.stop_all()
+
+    def stop_all(self) -> None:
+        """Stops the controller (it checkpoints on SIGTERM) and every worker; nothing is left running."""
+        if self.controller is not None:
+            self.controller.stop(grace_s=30.0)
+        for s in self.slices:
+            s.child.stop(grace_s=5.0)
+        if self.client is not None:
+            self.client.close()
+
+    def summary(self, wall_seconds: float, controller_restarts: int) -> dict[str, Any]:
+        """The run's summary: the controller's own plus what only the launcher saw.
+
+        Keys: job, succeeded, steps, total_steps, initial_loss, final_loss,
+        recoveries (count), recovery_seconds (list), steps_lost,
+        controller_pid_changed, controller_restarts, worker_restarts,
+        injected_failure, goodput, checkpoint_uri, last_committed_checkpoint_step,
+        metrics_file, logs_dir, wall_seconds, failure_reason.
+        """
+        path = self.workdir / "summary.json"
+        run = json.loads(path.read_text()) if path.exists() else {}
+        recoveries = [r for r in run.get("recoveries", []) if r.get("cause") != "scale_up"]
+        return {
+            "job": self.job.metadata.name,
+            "succeeded": bool(run.get("succeeded")),
+            "steps": run.get("steps"),
+            "total_steps": self.job.spec.training.steps,
+            "initial_loss": run.get("initial_loss"),
+            "final_loss": run.get("final_loss"),
+            "recoveries": len(recoveries),
+            "recovery_seconds": [r.get("seconds") for r in recoveries],
+            "scale_ups": len(run.get("recoveries", [])) - len(recoveries),
+            "steps_lost": run.get("steps_lost", 0),
+            "controller_pid_changed": len(set(self.controller_pids)) > 1,
+            "controller_restarts": controller_restarts,
+            "worker_restarts": sum(max(0, s.child.starts - 1) for s in self.slices),
+            "injected_failure": self.killed,
+            "goodput": run.get("goodput"),
+            "checkpoint_uri": self.job.spec.checkpoint.uri,
+            "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
+            "restored_from_step": run.get("restored_from_step"),
+            "metrics_file": str(self.workdir / "metrics.prom"),
+            "logs_dir": str(self.workdir),
+            "wall_seconds": round(wall_seconds, 2),
+            "failure_reason": run.get("failure_reason"),
+        }
+
+
+def clear_local_checkpoints(uri: str) -> None:
+    """Deletes a local checkpoint directory (for `--fresh`).
+
+    Raises:
+      LaunchError: `uri` is not a local path (remote checkpoints are never deleted from here).
+    """
+    if "://" in uri:
+        raise LaunchError(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {uri}")
+    shutil.rmtree(uri, ignore_errors=True)

@@ -1,0 +1,123 @@
+"""Child processes of the local launcher: one controller, one worker per slice.
+
+Each child gets its own process group so a stop reaches anything it spawned,
+and its output goes to a log file (never an unread pipe, which would block it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on `host` a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.2) -> bool:
+    """True when something accepts TCP connections on host:port (a TCP readiness probe)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def venv_script(name: str) -> str:
+    """Path of a console script installed beside the running interpreter."""
+    candidate = Path(sys.executable).parent / name
+    return str(candidate) if candidate.exists() else name
+
+
+class Child:
+    """One supervised child process.
+
+    Args:
+      name: for logs, e.g. "worker-1".
+      argv: command line.
+      log_path: stdout and stderr go here (appended: restarts keep history).
+      env: extra environment variables.
+    """
+
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None):
+        self.name = name
+        self.argv = argv
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.popen: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        """Starts (or restarts) the process."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
+                start_new_session=True,
+            )
+        self.starts += 1
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the current process (None before start)."""
+        return None if self.popen is None else self.popen.pid
+
+    def exit_code(self) -> int | None:
+        """None while running; the exit code (negative: killed by that signal) once it ended."""
+        return None if self.popen is None else self.popen.poll()
+
+    def alive(self) -> bool:
+        """Started and not yet exited."""
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        """Sends `sig` to the process (not its group: a test kills exactly one process)."""
+        if self.alive():
+            os.kill(self.popen.pid, sig)
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM to the process group, SIGKILL after `grace_s` seconds; returns the exit code."""
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGCONT)  # a SIGSTOPped child cannot handle SIGTERM
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.popen.wait(timeout=10)
+        return self.popen.returncode
+
+    def last_error_line(self) -> str:
+        """The last line starting with `error:` in the log, else the last non-empty line."""
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        errors = [ln for ln in lines if ln.startswith("error:")]
+        return (errors or lines or [""])[-1]
+
+
+def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:
+    """Polls `predicate()` until true or `timeout_s` seconds pass; returns the last result."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return bool(predicate())
