@@ -1,0 +1,145 @@
+"""Manager.elastic_retry semantics (pathways-utils' Manager), on our own slice set."""
+
+import threading
+
+import pytest
+
+from elastic_jax.api.control import SliceReport
+from elastic_jax.controller.elastic.errors import (
+    ElasticRuntimeError,
+    ScaleUpSignalError,
+    SliceDownError,
+    is_slice_down,
+)
+from elastic_jax.controller.elastic.manager import Manager
+from elastic_jax.controller.elastic.policy import RestartBudget
+from elastic_jax.controller.elastic.slice_set import SliceSet
+
+
+def make(count, ready=None):
+    s = SliceSet(count)
+    for i in ready if ready is not None else range(count):
+        s.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"h:{i}"]))
+    return s, Manager(s, poll_interval_s=0.05)
+
+
+def test_replica_resize_continues_on_survivors():
+    s, m = make(3)
+    seen = []
+
+    @m.elastic_retry(minimum_slice_count=2, timeout_s=1)
+    def train():
+        seen.append(sorted(s.active))
+        if len(seen) == 1:
+            s.mark_down([2], "killed")
+            raise SliceDownError("slice 2 lost", [2])
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1, 2], [0, 1]]
+    assert m.attempts == 2
+
+
+def test_pause_and_resume_waits_for_the_slice():
+    s, m = make(2)
+    seen = []
+
+    @m.elastic_retry(minimum_slice_count=None, timeout_s=5)
+    def train():
+        seen.append(sorted(s.active))
+        if len(seen) == 1:
+            s.mark_down([1], "killed")
+            threading.Timer(0.3, lambda: s.apply_report(1, SliceReport(state="Ready", generation=2, addresses=["h:9"]))).start()
+            raise SliceDownError("slice 1 lost", [1])
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1], [0, 1]]
+
+
+def test_timeout_waiting_for_slices_is_elastic_runtime_error():
+    s, m = make(2, ready=[0])
+
+    @m.elastic_retry(minimum_slice_count=2, timeout_s=0.2)
+    def train():
+        raise AssertionError("must not run")
+
+    with pytest.raises(ElasticRuntimeError, match="only 1 of the 2 slices"):
+        train()
+
+
+def test_other_errors_propagate_unretried():
+    s, m = make(2)
+    calls = []
+
+    @m.elastic_retry(minimum_slice_count=1)
+    def train():
+        calls.append(1)
+        raise ValueError("user bug")
+
+    with pytest.raises(ValueError, match="user bug"):
+        train()
+    assert calls == [1]
+
+
+def test_budget_ends_retries_with_reason():
+    s, m = make(2)
+    budget = RestartBudget(max_restarts=2, max_restarts_per_slice=10)
+
+    @m.elastic_retry(minimum_slice_count=1, retry_policy=budget)
+    def train():
+        raise SliceDownError("flaky", [0])
+
+    with pytest.raises(ElasticRuntimeError, match="maxRestarts=2"):
+        train()
+    assert budget.restarts == 3
+
+
+def test_per_slice_budget():
+    budget = RestartBudget(max_restarts=100, max_restarts_per_slice=1)
+    assert budget(1, SliceDownError("x", [1]))
+    assert not budget(2, SliceDownError("x", [1]))
+    assert "slice 1" in budget.reason
+
+
+def test_scale_up_and_draining_do_not_count():
+    budget = RestartBudget(max_restarts=0, max_restarts_per_slice=0)
+    assert budget(1, ScaleUpSignalError())
+    assert budget(2, SliceDownError("drain", [0], cause="draining"))
+    assert not budget(3, SliceDownError("lost", [0]))
+
+
+def test_scale_up_signal_retries_with_more_slices():
+    s, m = make(3, ready=[0, 1])
+    seen = []
+
+    @m.elastic_retry(minimum_slice_count=2, timeout_s=1)
+    def train():
+        seen.append(sorted(s.active))
+        if len(seen) == 1:
+            s.apply_report(2, SliceReport(state="Ready", generation=1, addresses=["h:2"]))
+            assert m.available_inactive_slices() == {2}
+            raise ScaleUpSignalError()
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1], [0, 1, 2]]
+
+
+def test_unhealthy_ready_slice_is_marked_down():
+    s = SliceSet(2)
+    for i in range(2):
+        s.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"h:{i}"]))
+    m = Manager(s, health_check=lambda idx: frozenset(i for i in idx if i != 1), poll_interval_s=0.05)
+    assert m.wait_for_slices(1, timeout_s=1) == {0}
+    assert s.record(1).state == "Down"
+
+
+def test_error_classification():
+    import jax
+
+    assert is_slice_down(SliceDownError("x", [0]))
+    assert str(SliceDownError("x", [0])).startswith("DATA_LOSS")
+    assert is_slice_down(jax.errors.JaxRuntimeError("DATA_LOSS: slice gone"))
+    assert not is_slice_down(jax.errors.JaxRuntimeError("INVALID_ARGUMENT: shapes"))
+    assert not is_slice_down(ValueError("DATA_LOSS"))
