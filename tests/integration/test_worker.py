@@ -1,0 +1,228 @@
+"""CPU slice workers as real processes: exported steps, real signals, error classes.
+
+Each test starts its own `elastic-jax-worker` processes through the
+`worker_factory` fixture (tests/support/workers.py), which stops them by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from elastic_jax.controller.elastic.errors import SliceDownError, SliceExecutionError, is_slice_down
+from elastic_jax.controller.slice_client import SliceClient, StepProgram, export_program, program_from_exported
+from tests.support.workers import free_port
+
+pytestmark = pytest.mark.timeout(120)
+
+# A fresh worker compiles on the first call; keep deadlines of ordinary steps
+# generous so a busy 2-core machine does not turn compilation into a "hang".
+STEP_TIMEOUT_S = 60.0
+
+
+def mlp_loss(params, batch):
+    hidden = jnp.tanh(batch["x"] @ params["w1"] + params["b1"])
+    prediction = hidden @ params["w2"] + params["b2"]
+    return jnp.mean((prediction - batch["y"]) ** 2)
+
+
+def make_params(seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "w1": rng.normal(size=(16, 32)).astype(np.float32),
+        "b1": np.zeros(32, np.float32),
+        "w2": rng.normal(size=(32, 4)).astype(np.float32),
+        "b2": np.zeros(4, np.float32),
+    }
+
+
+def make_batch(seed, rows=8):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.normal(size=(rows, 16)).astype(np.float32), "y": rng.normal(size=(rows, 4)).astype(np.float32)}
+
+
+def flat(*trees):
+    return jax.tree.leaves(trees)
+
+
+def assert_matches(outputs, expected_tree):
+    expected = [np.asarray(leaf) for leaf in jax.tree.leaves(expected_tree)]
+    assert len(outputs) == len(expected)
+    for got, want in zip(outputs, expected):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def grad_step():
+    """The jitted MLP step `(params, batch) -> (loss, grads)` and its exported program."""
+    step = jax.jit(jax.value_and_grad(mlp_loss))
+    return step, export_program(step, make_params(), make_batch(0))
+
+
+@pytest.fixture(scope="module")
+def spin_program():
+    """A step that runs as long as its `iterations` input says: a step still in flight on demand."""
+
+    def spin(x, iterations):
+        return jax.lax.fori_loop(0, iterations, lambda _, a: jnp.tanh(a @ a), x)
+
+    x = np.eye(256, dtype=np.float32)
+    return export_program(jax.jit(spin), x, np.int32(1)), x
+
+
+def test_steps_on_two_workers_match_in_process(worker_factory, grad_step):
+    step, program = grad_step
+    workers = worker_factory.start_many(2)
+    params = make_params()
+    clients = [SliceClient(w.slice_index, w.address) for w in workers]
+    try:
+        for client in clients:
+            client.load_program(program, timeout_s=STEP_TIMEOUT_S)
+            client.load_program(program, timeout_s=STEP_TIMEOUT_S)  # idempotent
+        for step_index in range(3):
+            batches = [make_batch(10 * step_index + i) for i in range(2)]
+            futures = [c.step_async(program, flat(params, b), STEP_TIMEOUT_S) for c, b in zip(clients, batches)]
+            for future, batch in zip(futures, batches):
+                assert_matches(future.result(), step(params, batch))
+        for client, worker in zip(clients, workers):
+            info = client.ping(timeout_s=5)
+            assert info == {
+                "slice_index": worker.slice_index,
+                "pid": worker.pid,
+                "device_count": 1,
+                "program_hashes": [program.hash],
+            }
+    finally:
+        for client in clients:
+            client.close()
+
+
+def test_connection_refused_is_slice_down_within_a_second():
+    with SliceClient(3, f"127.0.0.1:{free_port()}") as client:
+        program = StepProgram(hash="0" * 64, blob=b"", input_count=0)
+        started = time.monotonic()
+        with pytest.raises(SliceDownError) as caught:
+            client.step_async(program, [], timeout_s=30).result()
+        assert time.monotonic() - started < 1.0
+        assert caught.value.cause == "slice_down" and caught.value.slice_indices == (3,)
+        assert is_slice_down(caught.value)
+        with pytest.raises(SliceDownError):
+            client.ping(timeout_s=30)
+
+
+def test_sigkill_mid_step_fails_the_step_fast(worker_factory, spin_program):
+    program, x = spin_program
+    worker = worker_factory()
+    with SliceClient(worker.slice_index, worker.address) as client:
+        client.step_async(program, [x, np.int32(1)], STEP_TIMEOUT_S).result()  # compiled now
+        future = client.step_async(program, [x, np.int32(10_000_000)], STEP_TIMEOUT_S)
+        time.sleep(0.5)
+        assert not future.done(), "the step should still be running"
+        killed_at = time.monotonic()
+        worker.kill(signal.SIGKILL)
+        with pytest.raises(SliceDownError) as caught:
+            future.result(timeout=10)
+        fail_s = time.monotonic() - killed_at
+        assert caught.value.cause == "slice_down"
+        assert fail_s < 1.0, f"SIGKILL took {fail_s:.3f} s to surface"
+        # Later calls on the same client fail fast as well, without the deadline.
+        started = time.monotonic()
+        with pytest.raises(SliceDownError):
+            client.step_async(program, [x, np.int32(1)], STEP_TIMEOUT_S).result()
+        assert time.monotonic() - started < 1.0
+
+
+def test_sigstopped_worker_misses_the_step_deadline(worker_factory, grad_step):
+    _, program = grad_step
+    worker = worker_factory()
+    params = make_params()
+    with SliceClient(worker.slice_index, worker.address) as client:
+        client.step_async(program, flat(params, make_batch(1)), STEP_TIMEOUT_S).result()
+        worker.kill(signal.SIGSTOP)  # teardown sends SIGCONT before SIGTERM
+        started = time.monotonic()
+        with pytest.raises(SliceDownError) as caught:
+            client.step_async(program, flat(params, make_batch(2)), timeout_s=1.5).result(timeout=10)
+        elapsed_s = time.monotonic() - started
+        assert caught.value.cause == "step_deadline"
+        assert 1.4 < elapsed_s < 3.0
+
+
+def test_program_errors_on_the_worker_are_execution_errors(worker_factory, grad_step):
+    _, good = grad_step
+    # Lowered for TPU only: exporting works here, running fails on the CPU worker.
+    tpu_program = program_from_exported(
+        jax.export.export(jax.jit(jnp.sin), platforms=("tpu",))(np.ones(3, np.float32))
+    )
+    # Exported for a 2-device slice; this worker has 1 device.
+    two_devices = export_program(
+        jax.jit(jnp.sin, in_shardings=NamedSharding(AbstractMesh((2,), ("data",)), P("data"))),
+        jax.ShapeDtypeStruct((4,), np.float32),
+    )
+    worker = worker_factory()
+    with SliceClient(worker.slice_index, worker.address) as client:
+        with pytest.raises(SliceExecutionError, match="tpu") as caught:
+            client.step_async(tpu_program, [np.ones(3, np.float32)], STEP_TIMEOUT_S).result()
+        assert caught.value.slice_index == worker.slice_index
+        assert not is_slice_down(caught.value)
+
+        with pytest.raises(SliceExecutionError, match="exported for 2 devices"):
+            client.load_program(two_devices, timeout_s=STEP_TIMEOUT_S)
+        with pytest.raises(SliceExecutionError, match="exported for 2 devices"):
+            client.step_async(two_devices, [np.ones(4, np.float32)], STEP_TIMEOUT_S).result()
+
+        wrong_shape = flat(make_params(), make_batch(0, rows=5))
+        with pytest.raises(SliceExecutionError, match=r"expected float32\[8, 16\]"):
+            client.step_async(good, wrong_shape, STEP_TIMEOUT_S).result()
+
+        tampered = StepProgram("f" * 64, good.blob, good.input_count)
+        with pytest.raises(SliceExecutionError, match="hash mismatch"):
+            client.load_program(tampered, timeout_s=STEP_TIMEOUT_S)
+
+        assert client.ping(timeout_s=5)["program_hashes"] == [tpu_program.hash, good.hash]
+
+
+def test_restarted_worker_gets_the_program_again_transparently(worker_factory, grad_step):
+    step, program = grad_step
+    worker = worker_factory()
+    params, batch = make_params(), make_batch(5)
+    with SliceClient(worker.slice_index, worker.address) as client:
+        assert_matches(client.step_async(program, flat(params, batch), STEP_TIMEOUT_S).result(), step(params, batch))
+        old_pid = worker.pid
+        info = worker.restart()
+        assert info["pid"] != old_pid and info["program_hashes"] == []
+        # NOT_FOUND on the new process -> Load -> Step, inside one future.
+        assert_matches(client.step_async(program, flat(params, batch), STEP_TIMEOUT_S).result(), step(params, batch))
+        assert client.ping(timeout_s=5)["program_hashes"] == [program.hash]
+
+
+def test_two_host_devices_run_a_batch_sharded_export(worker_factory):
+    # The controller has one device; an abstract mesh describes the slice's two.
+    mesh = AbstractMesh((2,), ("data",), axis_types=(AxisType.Explicit,))
+    replicated, by_rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    params, batch = make_params(), make_batch(7)
+    sharded_step = jax.jit(
+        jax.value_and_grad(mlp_loss),
+        in_shardings=(jax.tree.map(lambda _: replicated, params), jax.tree.map(lambda _: by_rows, batch)),
+    )
+    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, batch))
+    program = export_program(sharded_step, *spec)
+    worker = worker_factory(host_devices=2)
+    with SliceClient(worker.slice_index, worker.address) as client:
+        assert client.ping(timeout_s=5)["device_count"] == 2
+        outputs = client.step_async(program, flat(params, batch), STEP_TIMEOUT_S).result()
+    assert_matches(outputs, jax.jit(jax.value_and_grad(mlp_loss))(params, batch))
+    # SIGTERM is a graceful stop: exit code 0, and the structured log says so.
+    assert worker.stop() == 0
+    log_lines = [json.loads(line) for line in worker.log_path.read_text().splitlines() if line.startswith("{")]
+    messages = [line["msg"] for line in log_lines]
+    assert messages[0] == "serving" and messages[-1] == "stopped"
+    assert log_lines[0]["address"] == worker.address and log_lines[0]["device_count"] == 2

@@ -1,0 +1,124 @@
+"""`elastic-jax-worker`: run one CPU slice worker until SIGTERM/SIGINT.
+
+    elastic-jax-worker --host 127.0.0.1 --port 50051 --slice-index 0 --host-devices 2
+
+The host device count must be fixed before jax is imported, so this module
+imports jax (through `server`) only inside `main()`. Logs are JSON lines on
+stderr; the line with `"msg": "serving"` carries the bound address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+# Seconds in-flight calls get to finish after SIGTERM; Kubernetes' default
+# grace period is 30 s, a step is far shorter.
+STOP_GRACE_S = 5.0
+
+_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, plus any `extra=` fields."""
+
+    def __init__(self, static_fields: dict[str, object]):
+        super().__init__()
+        self.static_fields = static_fields
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+            **self.static_fields,
+        }
+        entry.update({k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS})
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the worker's command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="elastic-jax-worker", description="CPU slice worker for elastic-jax")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="TCP port; 0 picks a free one (default 0)")
+    parser.add_argument("--slice-index", type=int, default=0, help="the slice this worker stands in for")
+    parser.add_argument(
+        "--host-devices", type=int, default=1, help="JAX CPU devices in this process (a slice's chips)"
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    args = parser.parse_args(argv)
+    if args.host_devices < 1:
+        parser.error("--host-devices must be at least 1")
+    return args
+
+
+def _configure_jax_env(host_devices: int) -> None:
+    """Pin JAX to the CPU backend with `host_devices` devices; call before importing jax."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
+    flags.append(f"--xla_force_host_platform_device_count={host_devices}")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT, then stop gracefully.
+
+    Returns:
+      The process exit code: 0 after a signal-initiated stop, 1 when the
+      address cannot be bound.
+    """
+    args = parse_args(argv)
+    _configure_jax_env(args.host_devices)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter({"slice_index": args.slice_index, "pid": os.getpid()}))
+    logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
+    log = logging.getLogger("elastic_jax.worker")
+
+    # Imported here, after the environment is set: importing jax fixes the
+    # device count.
+    import jax
+
+    from elastic_jax.worker.program_cache import ProgramCache
+    from elastic_jax.worker.server import SliceWorkerService, build_server
+
+    started = time.monotonic()
+    try:
+        server, port = build_server(SliceWorkerService(args.slice_index, ProgramCache()), args.host, args.port)
+    except RuntimeError as error:
+        log.error("cannot bind", extra={"address": f"{args.host}:{args.port}", "error": str(error)})
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: stop.set())
+    server.start()
+    log.info(
+        "serving",
+        extra={
+            "address": f"{args.host}:{port}",
+            "device_count": jax.device_count(),
+            "startup_s": round(time.monotonic() - started, 3),
+        },
+    )
+    # Wait in short slices so the main thread returns to the interpreter and
+    # runs the signal handler promptly.
+    while not stop.wait(0.5):
+        pass
+    log.info("stopping", extra={"grace_s": STOP_GRACE_S})
+    server.stop(STOP_GRACE_S).wait()
+    log.info("stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Step programs a worker holds: deserialized `jax.export.Exported`, by hash.
+
+The controller sends a program once (`Load`) and then only its hash with
+each step's inputs, like a compilation cache. A program is compiled on its
+first call (jit's cache keeps the executable), and its inputs are placed on
+this worker's devices with the shardings recorded at export time, so a step
+exported for a D-device slice runs sharded over the worker's D host devices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+from jax import export
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+
+
+class ProgramNotLoadedError(KeyError):
+    """A step named a program hash this worker has not been sent (or lost on restart)."""
+
+
+class InvalidProgramError(ValueError):
+    """A program cannot be used here: bad bytes, wrong hash, or too few devices."""
+
+
+class InvalidInputsError(ValueError):
+    """Step inputs do not match the program's flat input count, shapes or dtypes."""
+
+
+def _mesh_for(exported: export.Exported, devices: Sequence[jax.Device]) -> Mesh:
+    """A concrete mesh over this worker's devices matching the export's mesh.
+
+    NamedShardings recorded at export time carry an abstract mesh whose axis
+    names, sizes and types must match the mesh used to run (jax checks it);
+    exports with HLO shardings only accept any mesh of the right size.
+    """
+    for aval in exported.in_avals:
+        sharding = getattr(aval, "sharding", None)
+        abstract = getattr(sharding, "mesh", None)
+        if abstract is not None and abstract.size == exported.nr_devices:
+            grid = np.array(devices).reshape(abstract.axis_sizes)
+            return Mesh(grid, abstract.axis_names, axis_types=abstract.axis_types)
+    return Mesh(np.array(devices), ("slice_devices",))
+
+
+def _input_shardings(exported: export.Exported) -> tuple[Sharding, ...]:
+    local = jax.devices()
+    if exported.nr_devices > len(local):
+        raise InvalidProgramError(
+            f"program was exported for {exported.nr_devices} devices; this worker has "
+            f"{len(local)} (start it with --host-devices {exported.nr_devices})"
+        )
+    devices = local[: exported.nr_devices]
+    if exported.nr_devices == 1:
+        return tuple(SingleDeviceSharding(devices[0]) for _ in exported.in_avals)
+    mesh = _mesh_for(exported, devices)
+    # An input exported without a sharding still has to live on the mesh:
+    # replicate it.
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return tuple(s if s is not None else replicated for s in exported.in_shardings_jax(mesh))
+
+
+@dataclass(frozen=True)
+class LoadedProgram:
+    """One deserialized step program, ready to run.
+
+    Attributes:
+      program_hash: sha256 hex digest of the serialized bytes.
+      exported: the deserialized program.
+      in_shardings: where each flat input goes on this worker's devices.
+    """
+
+    program_hash: str
+    exported: export.Exported
+    in_shardings: tuple[Sharding, ...]
+    _flat_call: Callable[..., list[jax.Array]]
+
+    @classmethod
+    def deserialize(cls, program_hash: str, blob: bytes) -> LoadedProgram:
+        """Check `blob` against its hash and deserialize it (no compilation yet).
+
+        Raises:
+          InvalidProgramError: the hash does not match, the bytes are not an
+            `Exported`, or the program needs more devices than this worker has.
+        """
+        digest = hashlib.sha256(blob).hexdigest()
+        if digest != program_hash:
+            raise InvalidProgramError(f"program hash mismatch: sent {program_hash}, bytes hash to {digest}")
+        try:
+            exported = export.deserialize(bytearray(blob))
+        except Exception as error:  # flatbuffers raises assorted types on garbage
+            raise InvalidProgramError(f"cannot deserialize program {program_hash}: {error}") from error
+
+        def flat_call(*flat_args: jax.Array) -> list[jax.Array]:
+            args, kwargs = exported.in_tree.unflatten(flat_args)
+            return jax.tree.leaves(exported.call(*args, **kwargs))
+
+        return cls(program_hash, exported, _input_shardings(exported), jax.jit(flat_call))
+
+    def run(self, flat_args: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Run one step; the first call compiles (a few hundred ms for a small step).
+
+        Args:
+          flat_args: the leaves of the exported function's `(args, kwargs)`,
+            in `jax.tree.leaves` order, with the exported shapes and dtypes.
+
+        Returns:
+          The flat output leaves as host numpy arrays (gathered when sharded).
+
+        Raises:
+          InvalidInputsError: wrong count, shape or dtype of inputs.
+          Exception: whatever JAX/XLA raises while compiling or running.
+        """
+        self._check_inputs(flat_args)
+        placed = jax.device_put(list(flat_args), list(self.in_shardings))
+        return [np.asarray(leaf) for leaf in self._flat_call(*placed)]
+
+    def _check_inputs(self, flat_args: Sequence[np.ndarray]) -> None:
+        avals = self.exported.in_avals
+        if len(flat_args) != len(avals):
+            raise InvalidInputsError(f"program takes {len(avals)} inputs, got {len(flat_args)}")
+        for index, (arg, aval) in enumerate(zip(flat_args, avals)):
+            if tuple(arg.shape) != tuple(aval.shape) or arg.dtype != aval.dtype:
+                raise InvalidInputsError(
+                    f"input {index}: expected {aval.dtype}{list(aval.shape)}, got {arg.dtype}{list(arg.shape)}"
+                )
+
+
+class ProgramCache:
+    """Thread-safe map from program hash to `LoadedProgram` (never evicts)."""
+
+    def __init__(self) -> None:
+        self._programs: dict[str, LoadedProgram] = {}
+        self._lock = threading.Lock()
+
+    def load(self, program_hash: str, blob: bytes) -> bool:
+        """Add a program; idempotent.
+
+        Returns:
+          True when the program was new, False when it was already cached.
+
+        Raises:
+          InvalidProgramError: see `LoadedProgram.deserialize`.
+        """
+        with self._lock:
+            if program_hash in self._programs:
+                return False
+        program = LoadedProgram.deserialize(program_hash, blob)
+        with self._lock:
+            return self._programs.setdefault(program_hash, program) is program
+
+    def get(self, program_hash: str) -> LoadedProgram:
+        """The cached program. Raises ProgramNotLoadedError when it was never loaded."""
+        with self._lock:
+            program = self._programs.get(program_hash)
+        if program is None:
+            raise ProgramNotLoadedError(program_hash)
+        return program
+
+    def hashes(self) -> list[str]:
+        """Hashes of the cached programs, in load order."""
+        with self._lock:
+            return list(self._programs)
