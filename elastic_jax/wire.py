@@ -186,13 +186,7 @@ def pack_load_request(program_hash: str, blob: bytes) -> bytes:
 
 def unpack_load_request(data: bytes) -> tuple[str, bytes]:
     """Inverse of `pack_load_request`: `(program_hash, blob)`. Raises WireFormatError."""
-    message = _unpack(data)
-    try:
-        program_hash, blob = message["hash"], message["blob"]
-    except (KeyError, TypeError) as error:
-        raise WireFormatError(f"malformed Load request: {error!r}") from error
-    if not isinstance(program_hash, str) or not isinstance(blob, bytes):
-        raise WireFormatError("malformed Load request: hash must be str and blob bytes")
+    program_hash, blob = _fields(data, "Load", hash=str, blob=bytes)
     return program_hash, blob
 
 
@@ -203,14 +197,22 @@ def pack_step_request(program_hash: str, arrays: Sequence[Any]) -> bytes:
 
 def unpack_step_request(data: bytes) -> tuple[str, list[np.ndarray]]:
     """Inverse of `pack_step_request`: `(program_hash, arrays)`. Raises WireFormatError."""
-    message = _unpack(data)
-    try:
-        program_hash, items = message["hash"], message["arrays"]
-    except (KeyError, TypeError) as error:
-        raise WireFormatError(f"malformed Step request: {error!r}") from error
-    if not isinstance(program_hash, str) or not isinstance(items, list):
-        raise WireFormatError("malformed Step request: hash must be str and arrays a list")
+    program_hash, items = _fields(data, "Step", hash=str, arrays=list)
     return program_hash, [_decode_array(item) for item in items]
+
+
+def _fields(data: bytes, request: str, **types: type) -> tuple[Any, ...]:
+    """The values of a msgpack map's keys, in `types` order, each checked against its type."""
+    message = _unpack(data)
+    if not isinstance(message, dict):
+        raise WireFormatError(f"malformed {request} request: not a map")
+    values = []
+    for key, kind in types.items():
+        value = message.get(key)
+        if not isinstance(value, kind):
+            raise WireFormatError(f"malformed {request} request: {key!r} must be {kind.__name__}")
+        values.append(value)
+    return tuple(values)
 
 
 def pack_info(info: dict[str, Any]) -> bytes:

@@ -1,8 +1,9 @@
 """The cpu backend: runs each slice's share of a step on a CPU slice worker.
 
-The controller keeps the authoritative training state. Each step it splits the
-global batch across the active slices, sends every slice its share and the
-current parameters, and gets back `(loss_sum, weight, grads_sum)` (the
+The controller keeps the authoritative training state. Each step it cuts the
+global batch into one fixed-size chunk per desired slice, sends each chunk
+and the current parameters to an active slice (round robin, so with fewer
+slices some run two chunks), and gets back `(loss_sum, weight, grads_sum)` (the
 `Trainer.loss_fn` contract), which it adds up: data parallelism over slices,
 as DCN does across TPU slices. The per-slice step is lowered once per
 per-slice batch shape with `jax.export`; workers cache it by hash.
@@ -185,10 +186,17 @@ class CpuBackend:
     ) -> tuple[float, float, Any]:
         """Runs one step's forward/backward on the active slices and adds the results.
 
+        The global batch is cut into `slice_set.count` fixed-size chunks (one
+        per desired slice, `split_sizes`), and chunk j runs on active slice
+        `active[j % len(active)]`. With all slices up each slice runs one
+        chunk; with fewer, some run two. Chunk shapes never change, so a
+        replica resize reuses the programs every worker already compiled
+        instead of compiling new ones in the middle of a recovery.
+
         Args:
           params: the parameter pytree (jax or numpy arrays, float32).
           batch: the global batch, dict of arrays with leading axis = global batch size.
-          active: active slice indices (sorted); slice `active[r]` gets the r-th share.
+          active: active slice indices.
 
         Returns:
           (loss_sum, weight, grads_sum): float, float, numpy pytree shaped like params.
@@ -199,61 +207,63 @@ class CpuBackend:
           UserCodeError: every slice failed running the program with the same error.
         """
         active = sorted(active)
-        sizes = split_sizes(next(iter(batch.values())).shape[0], len(active))
+        if not active:
+            raise SliceDownError("no active slices", [])
+        sizes = split_sizes(next(iter(batch.values())).shape[0], self.slice_set.count)
         params_np = jax.tree_util.tree_map(np.asarray, params)
         param_leaves = jax.tree_util.tree_leaves(params_np)
         events: queue.Queue = queue.Queue()
-        aborted: dict[int, str] = {}
 
         def on_report(index: int, state: str) -> None:
             if index in active and state == "Down":
-                events.put(("abort", index, None))
+                events.put(("abort", index, None, None))
 
         unsubscribe = self.slice_set.add_listener(on_report)
         try:
             generations: dict[int, int] = {}
             deadline_s = 0.0
             offset = 0
-            for rank, index in enumerate(active):
-                share = {k: np.asarray(v[offset : offset + sizes[rank]]) for k, v in batch.items()}
-                offset += sizes[rank]
+            for chunk, size in enumerate(sizes):
+                index = active[chunk % len(active)]
+                share = {k: np.asarray(v[offset : offset + size]) for k, v in batch.items()}
+                offset += size
                 program = self.program_for(params_np, share)
                 try:
                     client, generation = self._client(index)
                 except SliceDownError as e:
-                    events.put(("done", index, e))
+                    events.put(("failed", index, chunk, e))
                     continue
                 generations[index] = generation
                 warm_key = (index, generation, program.hash)
                 timeout_s = self.step_deadline_s if warm_key in self._warm else self.first_step_deadline_s
                 deadline_s = max(deadline_s, timeout_s)
-                args = param_leaves + jax.tree_util.tree_leaves(share)
-                future = client.step_async(program, args, timeout_s)
-                future.add_done_callback(lambda f, i=index, k=warm_key: events.put(("done", i, f, k)))
+                future = client.step_async(program, param_leaves + jax.tree_util.tree_leaves(share), timeout_s)
+                future.add_done_callback(lambda f, i=index, c=chunk, k=warm_key: events.put(("done", i, c, (f, k))))
             results: dict[int, list[np.ndarray]] = {}
-            errors: dict[int, BaseException] = {}
+            errors: dict[int, BaseException] = {}  # by slice
+            pending = {c: active[c % len(active)] for c in range(len(sizes))}
             end = time.monotonic() + deadline_s + 5.0  # client deadlines fire first; this is a backstop
-            while len(results) + len(errors) < len(active):
+            while pending:
                 try:
-                    item = events.get(timeout=max(0.0, end - time.monotonic()))
+                    kind, index, chunk, payload = events.get(timeout=max(0.0, end - time.monotonic()))
                 except queue.Empty:
-                    missing = [i for i in active if i not in results and i not in errors]
+                    missing = sorted(set(pending.values()))
                     self.slice_set.mark_down(missing, "step deadline exceeded", generations)
                     raise SliceDownError(f"slices {missing} missed the step deadline", missing, cause="step_deadline") from None
-                kind, index = item[0], item[1]
                 if kind == "abort":
-                    aborted[index] = "reported Down by the operator"
-                    self.slice_set.mark_down([index], aborted[index], generations)
+                    self.slice_set.mark_down([index], "reported Down by the operator", generations)
                     raise SliceDownError(f"slice {index} reported Down during the step", [index])
-                if index in results or index in errors:
-                    continue
-                fut = item[2]
-                error = fut if isinstance(fut, BaseException) else fut.exception()
-                if error is None:
-                    results[index] = fut.result()
-                    self._warm.add(item[3])
-                    continue
-                errors[index] = error
+                pending.pop(chunk, None)
+                if kind == "failed":
+                    error = payload
+                else:
+                    fut, warm_key = payload
+                    error = fut.exception()
+                    if error is None:
+                        results[chunk] = fut.result()
+                        self._warm.add(warm_key)
+                        continue
+                errors.setdefault(index, error)
                 if isinstance(error, SliceDownError):
                     self.slice_set.mark_down(error.slice_indices or [index], str(error), generations)
                     raise error
@@ -261,7 +271,7 @@ class CpuBackend:
                 self._raise_execution_errors(errors, active, generations)
         finally:
             unsubscribe()
-        return self._reduce([results[i] for i in active], params_np)
+        return self._reduce([results[c] for c in range(len(sizes))], params_np)
 
     def _raise_execution_errors(
         self, errors: Mapping[int, BaseException], active: Sequence[int], generations: Mapping[int, int]

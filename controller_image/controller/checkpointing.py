@@ -6,6 +6,12 @@ the train-state pytree of arrays (params, optimizer state, step), saved with
 `StandardSave`; and `data`, the data pipeline's position as a small JSON dict,
 saved with `JsonSave`, so a resumed run neither repeats nor skips batches.
 
+Arrays are written without zstd compression (Orbax's default is on): float
+weights and optimizer moments shrink by a few percent at best, while
+compressing on the controller's CPU made saves about 5x slower than a plain
+write of the same bytes and slowed the training steps that overlap a save
+(benchmarks/bench_checkpoint.py).
+
 Atomicity is Orbax's: on local disk a step is written under
 `<step>.orbax-checkpoint-tmp-*` and renamed when complete; on GCS
 `commit_success.txt` is written last. Only such committed steps are listed or
@@ -198,6 +204,12 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(
             self.directory,
             item_names=(_STATE_ITEM, _DATA_ITEM),
+            item_handlers={
+                # PyTreeCheckpointHandler rather than StandardCheckpointHandler:
+                # only it exposes `use_compression` (see the module docstring).
+                _STATE_ITEM: ocp.PyTreeCheckpointHandler(use_compression=False),
+                _DATA_ITEM: ocp.JsonCheckpointHandler(),
+            },
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=max_to_keep,
                 enable_async_checkpointing=True,
@@ -224,8 +236,9 @@ class Checkpointer:
 
         Args:
           step: the training step the state belongs to (>= 0).
-          state: pytree of `jax.Array`s (any shapes, dtypes and shardings);
-            the arrays may be donated or overwritten once this returns.
+          state: pytree of `jax.Array`s (any shapes, dtypes and shardings).
+            Orbax has copied them device-to-host when this returns, so the
+            next step may donate them.
           data_state: JSON-serializable dict, e.g.
             `{"next_batch_index": 120, "global_batch_size": 24, "seed": 0}`.
           force: save regardless of the interval (e.g. before a slice drains).
@@ -255,7 +268,7 @@ class Checkpointer:
             step,
             args=ocp.args.Composite(
                 **{
-                    _STATE_ITEM: ocp.args.StandardSave(state),
+                    _STATE_ITEM: ocp.args.PyTreeSave(state),
                     _DATA_ITEM: ocp.args.JsonSave(dict(data_state)),
                 }
             ),
@@ -352,13 +365,17 @@ class Checkpointer:
         elif step not in committed:
             raise CheckpointNotFoundError(f"no committed checkpoint for step {step} at {self.uri} (have {committed})")
         started = time.perf_counter()
+        abstract_target = _with_default_sharding(target)
         # The manager caches its step list; another process may have written since.
         self._manager.reload()
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(
                 **{
-                    _STATE_ITEM: ocp.args.StandardRestore(_with_default_sharding(target)),
+                    _STATE_ITEM: ocp.args.PyTreeRestore(
+                        item=abstract_target,
+                        restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_target),
+                    ),
                     _DATA_ITEM: ocp.args.JsonRestore(),
                 }
             ),

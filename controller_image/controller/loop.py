@@ -11,8 +11,10 @@ is the same whatever the slice count, a worker loss costs no step and no
 checkpoint restore.
 
 Global batch rule: `spec.training.globalBatchSize` is kept constant when slices
-leave or join; the per-slice batch is rescaled (`backend_cpu.split_sizes`).
-The gradient is therefore the same as with all slices, and so is the loss curve.
+leave or join; the per-slice batch is rescaled: the global batch is cut into
+one fixed chunk per desired slice and the chunks are spread over the active
+slices (`backend_cpu.CpuBackend.grad_step`). The gradient is therefore the
+same as with all slices, and so is the loss curve.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ class TrainingRun:
                 loss=self.loss,
                 initial_loss=self.initial_loss,
                 tokens_per_second=self.tokens_per_second,
-                last_committed_checkpoint_step=self.checkpointer.latest_committed_step(),
+                last_committed_checkpoint_step=self.checkpointer.last_committed_step,
                 recoveries=counts,
                 recovery_history=list(self.recoveries),
                 steps_lost=self.steps_lost,
@@ -154,8 +156,13 @@ class TrainingRun:
     # -- the run --------------------------------------------------------------
 
     def _initial_state(self) -> dict[str, Any]:
-        params = self.trainer.init_params(jax.random.key(self.spec.training.seed))
-        return {"params": params, "opt_state": self.trainer.optimizer.init(params)}
+        # Jitted: flax init op by op is slow (seconds for a small transformer on 2 cores).
+        @jax.jit
+        def init(key):
+            params = self.trainer.init_params(key)
+            return {"params": params, "opt_state": self.trainer.optimizer.init(params)}
+
+        return init(jax.random.key(self.spec.training.seed))
 
     def _restore_or_init(self) -> dict[str, Any]:
         state = self._initial_state()

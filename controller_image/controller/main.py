@@ -128,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trainer = load_trainer(job.spec.controller.trainer.entry_point, job.spec.controller.trainer.config)
             ckpt = job.spec.checkpoint
-            checkpointer = Checkpointer(ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep)
-            checkpointer.check_reachable()
+            checkpointer = Checkpointer(
+                ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep,
+                on_commit=lambda step: metrics.checkpoint_committed_step.set(step),
+            )
         except (TrainerConfigError, CheckpointUriError) as e:
             return _fail(str(e))
         backend = CpuBackend(

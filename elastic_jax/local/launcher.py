@@ -179,6 +179,18 @@ class LocalLauncher:
             elif s.state == "Ready" and s.consecutive_failures and now - s.ready_since > 60:
                 s.consecutive_failures = 0  # up for a minute: the next failure starts the backoff afresh
 
+    def _replace_slices_seen_down(self, status: ControllerStatus) -> None:
+        """Kills a worker the controller saw fail (e.g. hung past the step deadline) while its process lives on.
+
+        The operator does the same: the controller's view of a slice is a
+        liveness signal, and a replaced worker is better than a stuck one.
+        """
+        for view in status.slices:
+            s = self.slices[view.index]
+            if view.state == "Down" and s.state == "Ready" and view.generation == s.generation and s.child.alive():
+                _logger.warning("controller reports slice %d down while its worker runs; replacing it", s.index)
+                s.child.signal(signal.SIGKILL)
+
     def _inject_failure(self, status: ControllerStatus) -> None:
         opts = self.options
         if opts.kill_at_step is None or self.killed is not None or status.step < opts.kill_at_step:
@@ -246,6 +258,7 @@ class LocalLauncher:
                 status = self._poll_status()
                 if status is not None:
                     self.on_status(status)
+                    self._replace_slices_seen_down(status)
                     self._inject_failure(status)
                 time.sleep(0.1)
             if self.controller.exit_code() not in (0, 1):
