@@ -58,11 +58,15 @@ class WorkerProcess:
     def __init__(self, slice_index: int, host_devices: int, log_dir: Path):
         self.slice_index = slice_index
         self.host_devices = host_devices
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.move_to(free_port())
         self.log_path = log_dir / f"worker-{slice_index}-{self.port}.log"
         self.popen: subprocess.Popen | None = None
         self.all_pids: list[int] = []
+
+    def move_to(self, port: int) -> None:
+        """Listen on `port` from the next `spawn` on."""
+        self.port = port
+        self.address = f"127.0.0.1:{port}"
 
     @property
     def pid(self) -> int:
@@ -153,7 +157,16 @@ class WorkerFactory:
             self.workers.append(worker)
             worker.spawn()
         for worker in started:
-            worker.wait_ready()
+            try:
+                worker.wait_ready()
+            except RuntimeError:
+                # free_port() can lose a race with another test process for
+                # the port; a fresh worker simply takes another one.
+                if worker.popen.poll() != 1 or "cannot bind" not in worker.log_tail():
+                    raise
+                worker.move_to(free_port())
+                worker.spawn()
+                worker.wait_ready()
         return started
 
     def stop_all(self) -> None:
