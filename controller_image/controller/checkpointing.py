@@ -161,8 +161,9 @@ class Checkpointer:
     Attributes (read by the controller for status and metrics):
       last_save_blocking_seconds: seconds the last `maybe_save` that started a
         save blocked its caller (includes waiting for the previous save).
-      last_save_seconds: seconds from the start of the last committed save to
-        its commit, or None before the first commit.
+      last_save_seconds: seconds from the start of the last committed save
+        until Orbax's background work finished (commit, then deleting steps
+        beyond `max_to_keep`), or None before the first commit.
       last_committed_step: newest step known committed (read from storage at
         construction, then updated as background saves commit), or None.
       last_restore_seconds: duration of the last `restore`, or None.
