@@ -2,9 +2,11 @@
 
 Entry point `elastic_jax.controller.builtin_lm:make_trainer`, the default of
 `spec.controller.trainer.entryPoint`. It trains on real text (by default the
-running interpreter's standard library, see `data.text_examples`) and is sized
-so that one global batch of ~32 examples steps in roughly 0.1 s on one CPU
-core pair, with the loss falling visibly within a few hundred steps.
+running interpreter's standard library, see `data.text_examples`). The
+defaults (438k parameters) are sized for a 2-core machine: one jitted
+forward+backward+AdamW step on a global batch of 32 took 64 ms at best and
+117 ms median on a busy host (24 examples: 50 / 98 ms), and the loss fell from
+6.0 nats per byte to 2.65 by step 50 and 1.96 by step 200.
 
 The architecture is GPT-2's (Radford et al. 2019, "Language Models are
 Unsupervised Multitask Learners"): pre-LayerNorm residual blocks of causal
