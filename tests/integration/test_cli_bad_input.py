@@ -1,0 +1,113 @@
+"""Bad input to `elastic-jax run`: one clear line, a non-zero exit, nothing half-started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.runs import ROOT, job_manifest, leftover_processes, run_cli
+
+CLI = str(Path(sys.executable).parent / "elastic-jax")
+
+
+def run_bad(tmp_path: Path, manifest, env: dict | None = None) -> tuple[int, str, str]:
+    path = tmp_path / "job.yaml"
+    path.write_text(manifest if isinstance(manifest, str) else yaml.safe_dump(manifest))
+    proc = subprocess.run([CLI, "run", str(path), "--workdir", str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=180, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    assert not leftover_processes(str(tmp_path))
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def assert_one_line_error(code, stdout, stderr, *fragments):
+    assert code == 2, (code, stderr)
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1, stderr
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+    assert "Traceback" not in stderr and "SUMMARY" not in stdout
+
+
+def no_workers_started(tmp_path: Path) -> bool:
+    return not list((tmp_path / "run").glob("worker-*.log"))
+
+
+@pytest.mark.parametrize(
+    "spec_change, fragments",
+    [
+        ({"slices": {"count": 0}}, ["spec.slices.count", "greater than or equal to 1"]),
+        ({"slices": {"count": 2, "minSlices": 3}}, ["spec.slices.minSlices (3) must not exceed spec.slices.count (2)"]),
+        ({"sliecs": {"count": 2}}, ["spec.sliecs: unknown field"]),
+    ],
+)
+def test_invalid_manifest(tmp_path, spec_change, fragments):
+    m = job_manifest("bad", tmp_path)
+    m["spec"].update(spec_change)
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, *fragments)
+    assert not (tmp_path / "run").exists()  # refused before anything started
+
+
+def test_malformed_manifest(tmp_path):
+    code, out, err = run_bad(tmp_path, "apiVersion: elasticjax.dev/v1alpha1\nspec: {slices: [\n")
+    assert_one_line_error(code, out, err, "malformed YAML")
+
+
+def test_unreachable_local_checkpoint_uri(tmp_path):
+    m = job_manifest("badckpt", tmp_path, checkpoint={"uri": "/proc/no/such/dir"})
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, "spec.checkpoint.uri", "/proc/no/such/dir")
+    assert no_workers_started(tmp_path)
+
+
+def test_unreachable_gcs_checkpoint_uri(tmp_path, gcs_emulator):
+    m = job_manifest("badgcs", tmp_path, checkpoint={"uri": "gs://no-such-bucket-ej/ckpt"})
+    code, out, err = run_bad(tmp_path, m, env=gcs_emulator.env)
+    assert_one_line_error(code, out, err, "spec.checkpoint.uri", "gs://no-such-bucket-ej/ckpt")
+    assert no_workers_started(tmp_path)
+
+
+def test_empty_data_glob(tmp_path):
+    m = job_manifest("nodata", tmp_path)
+    m["spec"]["controller"]["trainer"]["config"]["data"] = str(tmp_path / "nothing" / "*.txt")
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, "spec.controller.trainer.config.data", "no files match")
+    assert no_workers_started(tmp_path)
+
+
+def test_bad_trainer_config_key_and_entry_point(tmp_path):
+    m = job_manifest("badcfg", tmp_path)
+    m["spec"]["controller"]["trainer"]["config"]["dModle"] = 64
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, "spec.controller.trainer.config.dModle")
+    m = job_manifest("badep", tmp_path)
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "no_such_module:make"
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, "spec.controller.trainer.entryPoint", "no_such_module")
+
+
+def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
+    """A run that loses a worker checkpoints to gs://; a second run of the same job resumes from gs://."""
+    bucket = gcs_emulator.make_bucket("ej-runtime")
+    m = job_manifest("gcsjob", tmp_path, checkpoint={"uri": f"{bucket}/jobs/gcsjob", "intervalSteps": 20})
+    first = run_cli(m, tmp_path, "--kill-at-step", "10", env=gcs_emulator.env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    s = first.summary
+    assert s["succeeded"] and s["recoveries"] == 1 and s["last_committed_checkpoint_step"] == 60
+
+    from google.cloud import storage
+
+    client = storage.Client(project="test", client_options={"api_endpoint": gcs_emulator.url})
+    names = {b.name for b in client.list_blobs("ej-runtime", prefix="jobs/gcsjob/")}
+    assert any(n.startswith("jobs/gcsjob/60/") for n in names)
+    assert any(n.endswith("commit_success.txt") for n in names)
+
+    second = run_cli(m, tmp_path, "--no-failure", env=gcs_emulator.env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.summary["restored_from_step"] == 60 and second.summary["steps"] == 60

@@ -1,0 +1,149 @@
+"""The elastic runtime end to end: real controller and worker processes, real signals.
+
+Each test runs `elastic-jax run` as a user would and reads its SUMMARY line.
+Because the state lives in the controller and batch i is the same whatever
+the slice count, a run that loses a worker must finish with exactly the loss
+of a run that did not: that is what "no lost steps" means here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.runs import job_manifest, run_cli
+
+STEPS = 400
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """The reference run: 2 slices, no failure."""
+    tmp = tmp_path_factory.mktemp("baseline")
+    run = run_cli(job_manifest("baseline", tmp, training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 20}),
+                  tmp, "--no-failure")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.summary
+
+
+def manifest(name, tmp_path, min_slices=1, **spec):
+    return job_manifest(name, tmp_path, slices={"count": 2, "minSlices": min_slices},
+                        training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 20}, **spec)
+
+
+def assert_same_training(summary, baseline):
+    assert summary["succeeded"], summary["failure_reason"]
+    assert summary["steps"] == STEPS
+    assert summary["steps_lost"] == 0
+    assert summary["final_loss"] < summary["initial_loss"]
+    assert math.isclose(summary["final_loss"], baseline["final_loss"], rel_tol=1e-5), (summary, baseline)
+
+
+def test_sigkill_worker_replica_resize_then_scale_up(tmp_path, baseline):
+    run = run_cli(manifest("resize", tmp_path), tmp_path, "--kill-at-step", "20", "--kill-slice", "1")
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert_same_training(s, baseline)
+    assert s["injected_failure"]["signal"] == "SIGKILL"
+    assert s["controller_pid_changed"] is False and s["controller_restarts"] == 0
+    assert s["restored_from_step"] is None  # no checkpoint restore for a worker loss
+    assert s["recoveries"] == 1 and s["worker_restarts"] == 1
+    log = run.controller_log()
+    assert "elastic attempt 2 on slices [0]" in log  # continued on the survivor
+    assert s["scale_ups"] >= 1 and "on slices [0, 1]" in log.split("elastic attempt 2")[1]  # and scaled back up
+
+
+def test_sigkill_worker_pause_and_resume(tmp_path, baseline):
+    run = run_cli(manifest("pause", tmp_path, min_slices=2), tmp_path, "--kill-at-step", "20", "--kill-slice", "0")
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert_same_training(s, baseline)
+    assert s["controller_pid_changed"] is False
+    log = run.controller_log()
+    assert "elastic attempt 2 on slices [0, 1]" in log  # waited for the slice instead of resizing
+    assert "on slices [1]" not in log
+    # The pause lasted at least the launcher's 1 s restart backoff.
+    assert s["recovery_seconds"][0] >= 1.0
+
+
+def test_sigstop_worker_hits_step_deadline(tmp_path, baseline):
+    m = manifest("hang", tmp_path, elasticity={"stepDeadlineSeconds": 3, "firstStepDeadlineSeconds": 120})
+    run = run_cli(m, tmp_path, "--kill-at-step", "20", "--kill-slice", "1", "--hang")
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert_same_training(s, baseline)
+    assert s["injected_failure"]["signal"] == "SIGSTOP"
+    assert "step_deadline on slices [1]" in run.controller_log()
+    assert s["controller_pid_changed"] is False
+
+
+@pytest.mark.parametrize(
+    "entry_point, message",
+    [
+        ("tests.support.trainers:trace_error_trainer", "labels and logits disagree"),
+        ("tests.support.trainers:oom_trainer", "RESOURCE_EXHAUSTED"),
+    ],
+)
+def test_user_code_error_fails_the_job_without_retrying(tmp_path, entry_point, message):
+    m = manifest("usererr", tmp_path)
+    m["spec"]["controller"]["trainer"]["entryPoint"] = entry_point
+    started = time.monotonic()
+    run = run_cli(m, tmp_path, "--no-failure", timeout_s=300)
+    assert run.returncode == 1
+    s = run.summary
+    assert not s["succeeded"] and s["steps"] == 0
+    assert message in s["failure_reason"]
+    assert s["recoveries"] == 0 and s["worker_restarts"] == 0
+    assert "Traceback" not in run.stderr
+    assert time.monotonic() - started < 240
+
+
+def _controller_pid(workdir: Path) -> int | None:
+    log = workdir / "controller.log"
+    if not log.exists():
+        return None
+    pids = re.findall(r'\\"event\\": \\"ready\\", \\"port\\": \d+, \\"pid\\": (\d+)', log.read_text())
+    return int(pids[0]) if pids else None
+
+
+def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_path, baseline):
+    """Flow 3 + 7: SIGKILL the controller while a save is in flight; the new one resumes from the last commit."""
+    ckpt = tmp_path / "ckpt"
+    m = manifest("ctrlkill", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 50})
+    seen: dict = {}
+
+    def killer():
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            pid = _controller_pid(tmp_path / "run")
+            tmp_dirs = [p.name for p in ckpt.glob("*.orbax-checkpoint-tmp*")] if ckpt.exists() else []
+            committed = sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.exists() else []
+            if pid and tmp_dirs and committed and committed[-1] >= 100:
+                psutil.Process(pid).send_signal(signal.SIGKILL)
+                seen.update(pid=pid, tmp_dirs=tmp_dirs, committed=committed)
+                return
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    run = run_cli(m, tmp_path, "--no-failure")
+    thread.join(timeout=5)
+    assert seen, "never caught the controller during an async save"
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert s["controller_pid_changed"] is True and s["controller_restarts"] == 1
+    in_flight = min(int(name.split(".")[0]) for name in seen["tmp_dirs"])
+    assert s["restored_from_step"] == seen["committed"][-1]  # the newest committed step, never the partial one
+    assert s["restored_from_step"] < in_flight
+    log = run.controller_log()
+    assert f"restored checkpoint step {seen['committed'][-1]} (data position: batch {seen['committed'][-1]})" in log
+    # Same parameters, optimizer state and data position: the same final loss as the run never killed.
+    assert math.isclose(s["final_loss"], baseline["final_loss"], rel_tol=1e-5)

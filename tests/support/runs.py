@@ -1,0 +1,97 @@
+"""Helpers to run `elastic-jax run` as a user does: a real CLI process, its SUMMARY line, no leftovers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = str(Path(sys.executable).parent / "elastic-jax")
+
+# A model small enough that a step takes a few milliseconds on 2 cores.
+TINY_TRAINER = {"seqLen": 32, "dModel": 32, "numLayers": 1, "numHeads": 2, "mlpDim": 64, "maxBytes": 200_000,
+                "learningRate": 0.01, "warmupSteps": 5}
+
+
+def job_manifest(name: str, tmp_path: Path, **spec) -> dict:
+    """A cpu ElasticTrainingJob for tests; keyword arguments replace whole spec sections."""
+    base = {
+        "backend": "cpu",
+        "slices": {"count": 2, "minSlices": 1},
+        "controller": {"trainer": {"config": dict(TINY_TRAINER)}},
+        "training": {"steps": 60, "globalBatchSize": 8, "logEverySteps": 5},
+        "checkpoint": {"uri": str(tmp_path / "ckpt"), "intervalSteps": 20},
+        "elasticity": {"stepDeadlineSeconds": 5, "firstStepDeadlineSeconds": 120},
+    }
+    base.update(spec)
+    return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": {"name": name}, "spec": base}
+
+
+@dataclass
+class CliRun:
+    """A finished `elastic-jax run`."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    workdir: Path
+
+    @property
+    def summary(self) -> dict:
+        """The JSON of the last stdout line, which must start with `SUMMARY `."""
+        last = self.stdout.strip().splitlines()[-1]
+        assert last.startswith("SUMMARY "), f"last line is not SUMMARY: {last!r}\nstderr:\n{self.stderr[-3000:]}"
+        return json.loads(last[len("SUMMARY "):])
+
+    def controller_log(self) -> str:
+        """The controller's structured log."""
+        return (self.workdir / "controller.log").read_text()
+
+
+def leftover_processes(marker: str) -> list[psutil.Process]:
+    """Processes whose command line mentions `marker` (e.g. a test's tmp dir)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid != os.getpid() and any(marker in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s: float = 600, env: dict | None = None) -> CliRun:
+    """Runs `elastic-jax run` on a manifest in a fresh process group and waits for it.
+
+    The CLI stops its own children; on a timeout the whole group is killed and
+    the test fails. Afterwards no process mentioning `tmp_path` may remain.
+    """
+    if isinstance(manifest, dict):
+        path = tmp_path / "job.yaml"
+        path.write_text(yaml.safe_dump(manifest))
+    else:
+        path = Path(manifest)
+    workdir = tmp_path / "run"
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(workdir), *flags], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=tmp_path, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"elastic-jax run timed out after {timeout_s} s\n{err[-3000:]}")
+    finally:
+        left = leftover_processes(str(tmp_path))
+        for p in left:
+            p.kill()
+    assert not left, f"processes left running: {[p.pid for p in left]}"
+    return CliRun(proc.returncode, out, err, workdir)
