@@ -1,0 +1,384 @@
+"""The whole local cluster: start, reuse, fail a node, stop.
+
+State lives in one folder (:func:`e2e.harness.paths.cluster_dir`):
+``pki/`` (CA, certificates, ``admin.kubeconfig``), ``etcd/``, ``logs/``,
+``pids/`` and ``nodes/<node>/pods/<ns>/<pod>/<uid>/`` (each container's
+output in ``logs/<container>.log`` and its PID in ``pids/<container>.pid``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from e2e.harness import controlplane, jobset, layout, processes
+from e2e.harness.build import ensure_built
+from e2e.harness.paths import REPO_ROOT, bin_dir, cluster_dir
+from e2e.harness.ports import Ports, default_ports
+from e2e.nodeagent.kubeapi import ApiError, KubeApi
+
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "jobset-controller")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started, reached or stopped cleanly."""
+
+
+class LocalCluster:
+    """A control plane plus node agents, all processes on this machine.
+
+    Args:
+        state: the cluster folder.
+        ports: loopback ports.
+        nodes: the node layout.
+    """
+
+    def __init__(self, state: Path | None = None, ports: Ports | None = None,
+                 nodes: list[layout.NodeSpec] | None = None):
+        self.state = state or cluster_dir()
+        self.ports = ports or default_ports()
+        self.nodes = nodes or layout.nodes()
+        self.bin = bin_dir()
+
+    # ---- paths and clients ------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig (client certificate in system:masters)."""
+        return self.state / "pki" / "admin.kubeconfig"
+
+    @property
+    def kubectl_path(self) -> Path:
+        return self.bin / "kubectl"
+
+    @property
+    def helm_path(self) -> Path:
+        return self.bin / "helm"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    def api(self) -> KubeApi:
+        """A small admin REST client (see :mod:`e2e.nodeagent.kubeapi`)."""
+        return KubeApi("127.0.0.1", self.ports.apiserver, self.state / "pki")
+
+    def env(self) -> dict[str, str]:
+        """Environment for kubectl/helm: our kubeconfig, helm's folders inside the cluster folder."""
+        env = dict(os.environ)
+        env.update({
+            "KUBECONFIG": str(self.kubeconfig),
+            "HELM_CACHE_HOME": str(self.state / "helm" / "cache"),
+            "HELM_CONFIG_HOME": str(self.state / "helm" / "config"),
+            "HELM_DATA_HOME": str(self.state / "helm" / "data"),
+        })
+        return env
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout_s: float = 60) -> subprocess.CompletedProcess:
+        """Run kubectl against this cluster.
+
+        Raises:
+            subprocess.CalledProcessError: non-zero exit when ``check`` (stderr in the exception).
+        """
+        return subprocess.run([str(self.kubectl_path), *args], input=input, capture_output=True, text=True,
+                              env=self.env(), check=check, timeout=timeout_s)
+
+    def helm(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess:
+        """Run helm against this cluster (same error contract as :meth:`kubectl`)."""
+        return subprocess.run([str(self.helm_path), *args], capture_output=True, text=True,
+                              env=self.env(), check=check, timeout=timeout_s)
+
+    # ---- pods' files -------------------------------------------------------------------
+
+    def node_dir(self, node: str) -> Path:
+        return self.state / "nodes" / node
+
+    def pod_dir(self, namespace: str, pod: str, uid: str | None = None) -> Path:
+        """Folder of a pod's newest (or given ``uid``) incarnation on whichever node ran it.
+
+        Raises:
+            FileNotFoundError: no node ran that pod.
+        """
+        found = []
+        for node in self.nodes:
+            base = self.node_dir(node.name) / "pods" / namespace / pod
+            if base.is_dir():
+                for d in base.iterdir():
+                    if uid is None or d.name == uid:
+                        found.append(d)
+        if not found:
+            raise FileNotFoundError(f"no node has run pod {namespace}/{pod}" + (f" uid {uid}" if uid else ""))
+        return max(found, key=lambda d: d.stat().st_mtime)
+
+    def container_log(self, namespace: str, pod: str, container: str, uid: str | None = None) -> str:
+        """Everything the container printed (stdout and stderr, all restarts).
+
+        Raises:
+            FileNotFoundError: the pod or container never started.
+        """
+        return (self.pod_dir(namespace, pod, uid) / "logs" / f"{container}.log").read_text(errors="replace")
+
+    def container_pid(self, namespace: str, pod: str, container: str, uid: str | None = None) -> int:
+        """PID of the container's current (last started) process.
+
+        Raises:
+            FileNotFoundError: the container never started.
+        """
+        return int((self.pod_dir(namespace, pod, uid) / "pids" / f"{container}.pid").read_text())
+
+    # ---- lifecycle ---------------------------------------------------------------------
+
+    def _start(self, name: str, argv: list[str], **kw) -> processes.Started:
+        return processes.start(name, argv, state_dir=self.state, **kw)
+
+    def _tail(self, name: str, lines: int = 30) -> str:
+        try:
+            text = (self.state / "logs" / f"{name}.log").read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return f"({name}: no log)"
+        return f"--- last lines of logs/{name}.log ---\n" + "\n".join(text[-lines:])
+
+    def _pid_alive(self, name: str) -> bool:
+        pid = processes.read_pid(self.state, name)
+        return pid is not None and processes.alive(pid)
+
+    def apiserver_ready(self) -> bool:
+        """True when the API server answers /readyz to the admin certificate."""
+        if not self.kubeconfig.exists():
+            return False
+        try:
+            ctx = controlplane.admin_ssl_context(self.state)
+        except (OSError, ValueError):
+            return False
+        return controlplane.http_ok(f"{self.server}/readyz", ctx)
+
+    def is_running(self) -> bool:
+        """True when every process of this cluster is alive and the API server is ready."""
+        names = list(CONTROL_PLANE) + [f"node-{n.name}" for n in self.nodes]
+        return all(self._pid_alive(n) for n in names) and self.apiserver_ready()
+
+    def start(self) -> None:
+        """Build if needed, then start everything and wait until healthy (stale state is wiped).
+
+        Raises:
+            ClusterError: a part did not come up; the message holds its log tail.
+            RuntimeError: the build failed.
+        """
+        ensure_built()
+        self.stop(check=False)
+        if self.state.exists():
+            shutil.rmtree(self.state)
+        self.state.mkdir(parents=True)
+        pki = subprocess.run([str(self.bin / "localcluster"), "pki", f"--dir={self.state / 'pki'}",
+                              f"--server={self.server}", f"--service-ip={controlplane.SERVICE_IP}"],
+                             capture_output=True, text=True)
+        if pki.returncode != 0:
+            raise ClusterError(f"pki failed: {pki.stderr}")
+        (self.state / "cluster.json").write_text(json.dumps(
+            {"ports": self.ports.__dict__, "nodes": [n.name for n in self.nodes]}, indent=1))
+        try:
+            self._start_control_plane()
+            self._start_jobset()
+            for node in self.nodes:
+                self.start_node(node.name)
+            self.wait_nodes_ready([n.name for n in self.nodes])
+            self._wait_defaults()
+        except BaseException:
+            self.stop(check=False)
+            raise
+
+    def _wait(self, check, what: str, log: str, timeout_s: float = 120) -> None:
+        def alive_or_fail():
+            if not self._pid_alive(log):
+                raise ClusterError(f"{log} exited while waiting for {what}\n{self._tail(log)}")
+            return check()
+        try:
+            controlplane.wait_until(alive_or_fail, timeout_s=timeout_s, what=what)
+        except TimeoutError as e:
+            raise ClusterError(f"{e}\n{self._tail(log)}") from None
+
+    def _start_control_plane(self) -> None:
+        b, s, p = self.bin, self.state, self.ports
+        self._start("etcd", controlplane.etcd_argv(b, s, p))
+        self._wait(lambda: controlplane.http_ok(f"http://127.0.0.1:{p.etcd_client}/health"), "etcd", "etcd")
+        self._start("kube-apiserver", controlplane.apiserver_argv(b, s, p))
+        self._wait(self.apiserver_ready, "kube-apiserver /readyz", "kube-apiserver")
+        self._start("kube-controller-manager", controlplane.controller_manager_argv(b, s, p))
+        self._start("kube-scheduler", controlplane.scheduler_argv(b, s, p))
+        insecure = controlplane.insecure_context()
+        self._wait(lambda: controlplane.http_ok(controlplane.component_healthy_url(p.controller_manager), insecure),
+                   "kube-controller-manager /healthz", "kube-controller-manager")
+        self._wait(lambda: controlplane.http_ok(controlplane.component_healthy_url(p.scheduler), insecure),
+                   "kube-scheduler /healthz", "kube-scheduler")
+
+    def _start_jobset(self) -> None:
+        manifests = jobset.write_manifests(self.state, self.ports)
+        for name in ("crd.yaml", "webhooks.yaml"):
+            self.kubectl("apply", "--server-side", "-f", str(manifests / name))
+        self.kubectl("wait", "--for=condition=Established", "crd/jobsets.jobset.x-k8s.io", "--timeout=60s")
+        self._start("jobset-controller", jobset.controller_argv(self.bin, self.state, self.ports),
+                    env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
+        self._wait(lambda: controlplane.http_ok(jobset.readyz_url(self.ports)),
+                   "jobset-controller /readyz", "jobset-controller")
+
+    def node_spec(self, name: str) -> layout.NodeSpec:
+        """The layout entry of node ``name``.
+
+        Raises:
+            KeyError: no such node in the layout.
+        """
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r} in the layout (nodes: {[n.name for n in self.nodes]})")
+
+    def start_node(self, name: str) -> processes.Started:
+        """Start (or restart after :meth:`fail_node`) the agent of node ``name``."""
+        n = self.node_spec(name)
+        argv = [sys.executable, "-m", "e2e.nodeagent", f"--name={n.name}", f"--host-ip={n.host_ip}",
+                f"--api-port={self.ports.apiserver}", f"--pki-dir={self.state / 'pki'}",
+                f"--state-dir={self.node_dir(n.name)}",
+                f"--created-mountpoints={self.state / 'created-mountpoints.txt'}",
+                f"--labels={json.dumps(n.labels)}", f"--taints={json.dumps(n.taints)}",
+                f"--capacity={json.dumps(n.capacity)}"]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        return self._start(f"node-{n.name}", argv, env=env, cwd=REPO_ROOT)
+
+    def node_ready(self, name: str) -> bool:
+        """True when the Node's Ready condition is True and it carries no not-ready taint."""
+        try:
+            node = self.api().get(f"/api/v1/nodes/{name}")
+        except (ApiError, OSError):
+            return False
+        ready = any(c["type"] == "Ready" and c["status"] == "True"
+                    for c in node.get("status", {}).get("conditions", []))
+        tainted = any(t["key"].startswith("node.kubernetes.io/") for t in node["spec"].get("taints") or [])
+        return ready and not tainted
+
+    def wait_nodes_ready(self, names: list[str], timeout_s: float = 60) -> None:
+        """Wait until every node in ``names`` is Ready and untainted.
+
+        Raises:
+            ClusterError: not ready in time (the agent's log tail is attached).
+        """
+        for name in names:
+            self._wait(lambda: self.node_ready(name), f"node {name} Ready", f"node-{name}", timeout_s)
+
+    def _wait_defaults(self) -> None:
+        """Wait for what the controller-manager creates that every pod needs."""
+        api = self.api()
+
+        def present(path: str) -> bool:
+            try:
+                api.get(path)
+                return True
+            except (ApiError, OSError):
+                return False
+        self._wait(lambda: present("/api/v1/namespaces/default/serviceaccounts/default")
+                   and present("/api/v1/namespaces/default/configmaps/kube-root-ca.crt"),
+                   "default ServiceAccount and kube-root-ca.crt", "kube-controller-manager")
+
+    def fail_node(self, name: str, *, out_of_service: bool = True) -> None:
+        """Simulate losing node ``name``: its agent and every container on it die at once (SIGKILL).
+
+        With ``out_of_service``, the node also gets the
+        ``node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`` taint that
+        an operator (or GKE's node repair) applies to a node that is gone; the
+        pod GC controller then force-deletes its terminating pods, as for a
+        non-graceful node shutdown.
+
+        Raises:
+            KeyError: unknown node.
+        """
+        self.node_spec(name)
+        pid = processes.read_pid(self.state, f"node-{name}")
+        if pid is not None and processes.alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        # Containers die with their node: kill every container process group
+        # recorded on it (PR_SET_PDEATHSIG covers direct children only).
+        for pidfile in (self.node_dir(name) / "pods").glob("*/*/*/pids/*.pid"):
+            try:
+                os.killpg(int(pidfile.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError, PermissionError):
+                pass
+        if pid is not None:
+            deadline = time.monotonic() + 10
+            while processes.alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            processes.forget(self.state, f"node-{name}")
+        if out_of_service:
+            self.kubectl("taint", "node", name, "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute",
+                         "--overwrite")
+
+    def restore_node(self, name: str, timeout_s: float = 60) -> None:
+        """Bring a failed node back (its agent restarts, re-registers, the out-of-service taint goes).
+
+        Raises:
+            ClusterError: the node did not become Ready.
+        """
+        self.kubectl("taint", "node", name, "node.kubernetes.io/out-of-service-", check=False)
+        self.start_node(name)
+        self.wait_nodes_ready([name], timeout_s)
+
+    def node_processes(self, name: str) -> list[tuple[int, str]]:
+        """Live container processes started by node ``name``'s agent."""
+        pids = set()
+        for pidfile in (self.node_dir(name) / "pods").glob("*/*/*/pids/*.pid"):
+            try:
+                pids.add(int(pidfile.read_text()))
+            except ValueError:
+                pass
+        out = []
+        for pid, cmd in processes.leftovers(self.state):
+            try:
+                pgid = os.getpgid(pid)
+            except ProcessLookupError:
+                continue
+            if pgid in pids:
+                out.append((pid, cmd))
+        return out
+
+    def stop(self, check: bool = True) -> None:
+        """Stop every process this cluster folder recorded, by PID, agents first.
+
+        Raises:
+            ClusterError: with ``check``, when any process of the cluster is
+                still alive afterwards (listed in the message).
+        """
+        pid_dir = self.state / "pids"
+        names = sorted(p.stem for p in pid_dir.glob("*.pid")) if pid_dir.exists() else []
+        order = [n for n in names if n.startswith("node-")] + [n for n in reversed(CONTROL_PLANE) if n in names]
+        order += [n for n in names if n not in order]
+        for name in order:
+            pid = processes.read_pid(self.state, name)
+            if pid is not None:
+                processes.stop(pid, grace_s=10)
+            processes.forget(self.state, name)
+        self._remove_created_mountpoints()
+        if check:
+            left = processes.leftovers(self.state)
+            if left:
+                raise ClusterError("still running after stop: " + "; ".join(f"{p} {c[:120]}" for p, c in left))
+
+    def _remove_created_mountpoints(self) -> None:
+        listing = self.state / "created-mountpoints.txt"
+        if not listing.exists():
+            return
+        paths = sorted(set(listing.read_text().split()), key=lambda p: -p.count("/"))
+        for raw in paths:
+            p = Path(raw)
+            try:
+                if p.is_file() and p.stat().st_size == 0:
+                    p.unlink()
+                elif p.is_dir():
+                    p.rmdir()  # only when empty: never remove what someone else put there
+            except OSError:
+                pass
+        listing.unlink()

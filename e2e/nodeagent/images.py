@@ -1,0 +1,85 @@
+"""The only place that says which container images the node agent can "run".
+
+There is no container runtime: an image stands for a local command. Each
+entry gives the image's ENTRYPOINT and CMD (as in its Dockerfile) and extra
+environment; the container's ``command`` replaces ENTRYPOINT and its ``args``
+replace CMD, exactly as Kubernetes defines it. Bare names (``python``) are
+looked up on the container's PATH, whose first entry is the bin folder of the
+Python environment running the agent, so the project's console scripts and
+the venv's ``python`` are found there.
+
+Keys are ``repository:tag``; a tag of ``*`` accepts any tag (and no tag).
+Anything else fails the pod with reason ``ErrImagePull``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Image:
+    """What running an image means here."""
+
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+IMAGES: dict[str, Image] = {
+    # The project's images (controller_image/Dockerfile, worker_image/Dockerfile).
+    "ghcr.io/elastic-jax/controller:0.1.0": Image(entrypoint=("elastic-jax-controller",)),
+    "ghcr.io/elastic-jax/worker:0.1.0": Image(entrypoint=("elastic-jax-worker",)),
+    # Generic images for the e2e suite's own pods: the command runs as given.
+    "python:*": Image(cmd=("python3",), env={"PYTHONUNBUFFERED": "1"}),
+    "busybox:*": Image(cmd=("sh",)),
+}
+
+
+class UnknownImage(LookupError):
+    """The image is not in :data:`IMAGES`."""
+
+
+def _split(ref: str) -> tuple[str, str]:
+    """``docker.io/library/python:3.11`` -> (``python``, ``3.11``); digests count as tags."""
+    ref = ref.strip()
+    for prefix in ("docker.io/library/", "index.docker.io/library/", "library/"):
+        if ref.startswith(prefix):
+            ref = ref[len(prefix):]
+    if "@" in ref:
+        repo, tag = ref.split("@", 1)
+        return repo, tag
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, tag = ref.rsplit(":", 1)
+        return repo, tag
+    return ref, "latest"
+
+
+def resolve(ref: str) -> Image:
+    """The :class:`Image` for an image reference.
+
+    Raises:
+        UnknownImage: no entry matches; the message lists the known images.
+    """
+    repo, tag = _split(ref)
+    image = IMAGES.get(f"{repo}:{tag}") or IMAGES.get(f"{repo}:*")
+    if image is None:
+        known = ", ".join(sorted(IMAGES))
+        raise UnknownImage(f'image "{ref}" is not in the node agent\'s image table '
+                           f"(e2e/nodeagent/images.py; known: {known})")
+    return image
+
+
+def argv(image: Image, command: list[str] | None, args: list[str] | None) -> list[str]:
+    """The process argv: ``command`` replaces ENTRYPOINT, ``args`` replaces CMD.
+
+    Raises:
+        ValueError: the result is empty (no command, no args, no ENTRYPOINT/CMD).
+    """
+    head = list(command) if command else list(image.entrypoint)
+    tail = list(args) if args else ([] if command else list(image.cmd))
+    out = head + tail
+    if not out:
+        raise ValueError("container has no command and its image defines none")
+    return out

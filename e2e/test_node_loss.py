@@ -1,0 +1,73 @@
+"""Losing a node: its processes die, its pods go away, and they come back on the same pool."""
+
+from __future__ import annotations
+
+import time
+
+from e2e.helpers import apply, pods, summary, wait_for
+from e2e.nodeagent.kubeapi import ApiError
+
+# Node NotReady after the 8 s monitor grace, eviction right after (out-of-service
+# taint), replacement scheduled at once, old pod force-deleted by the pod GC
+# controller on its next 20 s pass: 60 s covers it with margin on a busy machine.
+RESCHEDULE_BOUND_S = 60
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: slice}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: slice}}
+  template:
+    metadata: {labels: {app: slice}}
+    spec:
+      nodeSelector: {cloud.google.com/gke-nodepool: tpu-pool-c}
+      containers:
+      - name: main
+        image: busybox
+        command: ["sh", "-c", "echo up on $NODE; sleep 300"]
+        env: [{name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]
+        resources: {limits: {google.com/tpu: 4}}
+"""
+
+
+def _live(cluster, namespace):
+    return [p for p in pods(cluster, namespace, "app=slice")
+            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+
+def test_failed_node_pods_are_rescheduled_in_the_same_pool(cluster, namespace):
+    apply(cluster, DEPLOYMENT, namespace)
+    old = wait_for(lambda: _live(cluster, namespace), timeout_s=60, what="slice pod running",
+                   explain=lambda: summary(pods(cluster, namespace)))[0]
+    node = old["spec"]["nodeName"]
+    old_name = old["metadata"]["name"]
+    assert cluster.node_processes(node), "the pod runs as a process of its node"
+
+    failed_at = time.monotonic()
+    cluster.fail_node(node)
+    try:
+        assert not cluster.node_processes(node), "a lost node's processes die with it"
+        wait_for(lambda: not cluster.node_ready(node), timeout_s=30, what=f"{node} NotReady")
+
+        def replaced():
+            live = _live(cluster, namespace)
+            return live if live and live[0]["metadata"]["name"] != old_name else None
+        new = wait_for(replaced, timeout_s=RESCHEDULE_BOUND_S, what="replacement running",
+                       explain=lambda: summary(pods(cluster, namespace)))[0]
+
+        def old_gone():
+            try:
+                cluster.api().get(f"/api/v1/namespaces/{namespace}/pods/{old_name}")
+                return False
+            except ApiError as e:
+                return e.status == 404
+        wait_for(old_gone, timeout_s=RESCHEDULE_BOUND_S, what="old pod deleted")
+        elapsed = time.monotonic() - failed_at
+        assert new["spec"]["nodeName"] != node
+        assert new["spec"]["nodeName"].startswith("tpu-pool-c-")
+        assert "up on " + new["spec"]["nodeName"] in cluster.container_log(namespace, new["metadata"]["name"], "main")
+        assert elapsed < RESCHEDULE_BOUND_S, f"took {elapsed:.0f}s"
+    finally:
+        cluster.restore_node(node)

@@ -1,0 +1,230 @@
+"""What the node agent promises a pod: files, env, in-cluster API access, status, restarts, deletion, deadlines."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from e2e.helpers import apply, is_ready, pod, summary, wait_for
+
+IN_CLUSTER = """
+apiVersion: v1
+kind: Secret
+metadata: {name: api-token}
+stringData: {token: s3cret}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {mode: fast}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: pod-reader}
+subjects: [{kind: ServiceAccount, name: default}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: pod-reader}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: probe
+  labels: {slice: "3"}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: python:3.11
+    workingDir: /tmp
+    command: ["python", "-c"]
+    args:
+    - |
+      import json, os, pathlib
+      from kubernetes import client, config
+      sa = pathlib.Path("/var/run/secrets/kubernetes.io/serviceaccount")
+      config.load_incluster_config()
+      me = client.CoreV1Api().read_namespaced_pod(os.environ["POD_NAME"], (sa / "namespace").read_text())
+      print(json.dumps({
+          "namespace": (sa / "namespace").read_text(),
+          "has_token": len((sa / "token").read_text()) > 100,
+          "ca": (sa / "ca.crt").read_text().startswith("-----BEGIN CERTIFICATE-----"),
+          "secret": pathlib.Path("/etc/api-token/token").read_text(),
+          "mode": pathlib.Path("/etc/settings/mode").read_text(),
+          "slice": os.environ["SLICE"], "greeting": os.environ["GREETING"],
+          "secret_env": os.environ["SECRET_ENV"], "cwd": os.getcwd(),
+          "api_pod_ip": me.status.pod_ip, "env_pod_ip": os.environ["POD_IP"],
+          "hostname": os.environ["HOSTNAME"],
+      }))
+    env:
+    - {name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+    - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+    - {name: SLICE, valueFrom: {fieldRef: {fieldPath: "metadata.labels['slice']"}}}
+    - {name: SECRET_ENV, valueFrom: {secretKeyRef: {name: api-token, key: token}}}
+    - {name: GREETING, value: "slice-$(SLICE)"}
+    volumeMounts:
+    - {name: token, mountPath: /etc/api-token, readOnly: true}
+    - {name: settings, mountPath: /etc/settings}
+  volumes:
+  - {name: token, secret: {secretName: api-token}}
+  - {name: settings, configMap: {name: settings}}
+"""
+
+
+def test_pod_sees_its_files_env_and_the_api_in_cluster(cluster, namespace):
+    apply(cluster, IN_CLUSTER, namespace)
+    done = wait_for(lambda: pod(cluster, namespace, "probe")["status"].get("phase") in ("Succeeded", "Failed"),
+                    timeout_s=60, what="probe pod finishes")
+    assert done
+    p = pod(cluster, namespace, "probe")
+    log = cluster.container_log(namespace, "probe", "main")
+    assert p["status"]["phase"] == "Succeeded", log
+    seen = json.loads(log.strip().splitlines()[-1])
+    assert seen == {
+        "namespace": namespace, "has_token": True, "ca": True, "secret": "s3cret", "mode": "fast",
+        "slice": "3", "greeting": "slice-3", "secret_env": "s3cret", "cwd": "/tmp",
+        "api_pod_ip": p["status"]["podIP"], "env_pod_ip": p["status"]["podIP"], "hostname": "probe",
+    }
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 0 and term["reason"] == "Completed"
+
+
+RESTARTS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: flaky}
+spec:
+  restartPolicy: OnFailure
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "n=$(cat /scratch/n 2>/dev/null || echo 0); echo $((n+1)) > /scratch/n; echo run $n; [ $n -ge 2 ]"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  volumes: [{name: scratch, emptyDir: {}}]
+"""
+
+
+def test_on_failure_restarts_count_until_success(cluster, namespace):
+    apply(cluster, RESTARTS, namespace)
+    wait_for(lambda: pod(cluster, namespace, "flaky")["status"].get("phase") == "Succeeded", timeout_s=60,
+             what="flaky pod succeeds", explain=lambda: summary([pod(cluster, namespace, "flaky")]))
+    status = pod(cluster, namespace, "flaky")["status"]["containerStatuses"][0]
+    assert status["restartCount"] == 2
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    assert status["state"]["terminated"]["exitCode"] == 0
+    assert cluster.container_log(namespace, "flaky", "main").split() == ["run", "0", "run", "1", "run", "2"]
+
+
+def test_never_policy_reports_exit_code(cluster, namespace):
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: fails}
+spec:
+  restartPolicy: Never
+  containers: [{name: main, image: busybox, command: ["sh", "-c", "exit 7"]}]
+""", namespace)
+    wait_for(lambda: pod(cluster, namespace, "fails")["status"].get("phase") == "Failed", timeout_s=30,
+             what="pod fails")
+    cs = pod(cluster, namespace, "fails")["status"]["containerStatuses"][0]
+    assert cs["state"]["terminated"]["exitCode"] == 7 and cs["state"]["terminated"]["reason"] == "Error"
+    assert cs["restartCount"] == 0
+
+
+def test_unknown_image_fails_fast_with_err_image_pull(cluster, namespace):
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: ghost}
+spec:
+  containers: [{name: main, image: "registry.example.com/nope:1.0"}]
+""", namespace)
+    wait_for(lambda: pod(cluster, namespace, "ghost")["status"].get("phase") == "Failed", timeout_s=20,
+             what="pod with unknown image fails")
+    p = pod(cluster, namespace, "ghost")
+    assert p["status"]["reason"] == "ErrImagePull"
+    waiting = p["status"]["containerStatuses"][0]["state"]["waiting"]
+    assert waiting["reason"] == "ErrImagePull" and "registry.example.com/nope:1.0" in waiting["message"]
+
+
+def test_readiness_probe_gates_ready(cluster, namespace):
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: slow}
+spec:
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "sleep 3; touch /tmp/ready-$(POD_UID); sleep 300"]
+    env: [{name: POD_UID, valueFrom: {fieldRef: {fieldPath: metadata.uid}}}]
+    readinessProbe:
+      exec: {command: ["sh", "-c", "test -f /tmp/ready-$POD_UID"]}
+      periodSeconds: 1
+""", namespace)
+    wait_for(lambda: pod(cluster, namespace, "slow")["status"].get("phase") == "Running", timeout_s=30,
+             what="pod runs")
+    started = time.monotonic()
+    assert not is_ready(pod(cluster, namespace, "slow"))
+    wait_for(lambda: is_ready(pod(cluster, namespace, "slow")), timeout_s=20, what="pod becomes Ready")
+    assert time.monotonic() - started >= 1.0
+
+
+def test_delete_sends_sigterm_then_sigkill_after_grace(cluster, namespace):
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: polite}
+spec:
+  terminationGracePeriodSeconds: 30
+  containers:
+  - name: main
+    image: python:3.11
+    command: ["python", "-c", "import signal, time\\ndef bye(*_):\\n    print('got SIGTERM', flush=True); raise SystemExit(0)\\nsignal.signal(signal.SIGTERM, bye)\\nprint('up', flush=True)\\ntime.sleep(300)"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: stubborn}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: python:3.11
+    command: ["python", "-c", "import signal, time\\nsignal.signal(signal.SIGTERM, lambda *_: print('ignoring SIGTERM', flush=True))\\nprint('up', flush=True)\\ntime.sleep(300)"]
+""", namespace)
+    for name in ("polite", "stubborn"):
+        wait_for(lambda: "up" in _log(cluster, namespace, name), timeout_s=30, what=f"{name} up")
+    started = time.monotonic()
+    cluster.kubectl("delete", "pod", "polite", "stubborn", "-n", namespace, "--wait=true", timeout_s=60)
+    elapsed = time.monotonic() - started
+    assert "got SIGTERM" in _log(cluster, namespace, "polite")
+    assert "ignoring SIGTERM" in _log(cluster, namespace, "stubborn")
+    assert 2 <= elapsed < 15, f"stubborn pod should die by SIGKILL right after its 2 s grace, took {elapsed:.1f}s"
+
+
+def _log(cluster, namespace, name):
+    try:
+        return cluster.container_log(namespace, name, "main")
+    except FileNotFoundError:
+        return ""
+
+
+def test_active_deadline_fails_the_pod(cluster, namespace):
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: late}
+spec:
+  activeDeadlineSeconds: 2
+  terminationGracePeriodSeconds: 1
+  containers: [{name: main, image: busybox, command: ["sleep", "300"]}]
+""", namespace)
+    wait_for(lambda: pod(cluster, namespace, "late")["status"].get("phase") == "Failed", timeout_s=30,
+             what="pod fails at its deadline")
+    p = pod(cluster, namespace, "late")
+    assert p["status"]["reason"] == "DeadlineExceeded"
+    assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
