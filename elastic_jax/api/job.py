@@ -69,6 +69,13 @@ class Resources(_Model):
 class SliceSpec(_Model):
     """How many slices the job wants and what one slice is."""
 
+    # CEL rule for the CRD: the API server refuses what `_min_not_above_count` refuses.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!has(self.minSlices) || self.minSlices <= self.count",
+        "message": "spec.slices.minSlices must not exceed spec.slices.count",
+        "fieldPath": ".minSlices",
+    }]})
+
     count: int = Field(ge=1, le=64, description="Desired number of slices (data-parallel replicas across DCN).")
     min_slices: int | None = Field(
         default=None,
@@ -111,6 +118,7 @@ class TrainerSpec(_Model):
     entry_point: str = Field(
         default=BUILTIN_TRAINER,
         description="`module:function` returning an elastic_jax.controller.trainer.Trainer; called with `config`.",
+        json_schema_extra={"pattern": _ENTRY_POINT.pattern},
     )
     config: dict[str, Any] = Field(default_factory=dict, description="Free-form configuration passed to the entry point.")
 
@@ -185,6 +193,17 @@ class ElasticitySpec(_Model):
 
 class ElasticTrainingJobSpec(_Model):
     """Desired state of an elastic multi-slice JAX training job."""
+
+    # CEL rules for the CRD, mirroring `_backend_fields`; the backend of a job
+    # cannot change under a running controller, so the API server refuses it.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.backend != 'pathways' || (has(self.slices.accelerator) && has(self.slices.topology))",
+         "message": "backend pathways needs spec.slices.accelerator and spec.slices.topology"},
+        {"rule": "self.backend != 'cpu' || !has(self.slices.hostsPerSlice) || self.slices.hostsPerSlice == 1",
+         "message": "spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)"},
+        {"rule": "self.backend == oldSelf.backend", "message": "spec.backend is immutable",
+         "fieldPath": ".backend"},
+    ]})
 
     backend: Literal["cpu", "pathways"] = Field(
         default="cpu", description="cpu: JAX CPU slice workers (kind, local, CI). pathways: GKE TPU slices through Pathways."

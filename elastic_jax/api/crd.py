@@ -1,0 +1,168 @@
+"""Generates the `ElasticTrainingJob` CustomResourceDefinition from the pydantic models.
+
+`crds/elastictrainingjobs.yaml` is an output of this module, never edited by
+hand; `tests/unit/test_crd.py` fails when it is stale. Regenerate with:
+
+    python -m elastic_jax.api.crd          # write crds/elastictrainingjobs.yaml
+    python -m elastic_jax.api.crd --check  # exit 1 when the file is stale
+
+Pydantic emits JSON Schema (draft 2020-12); Kubernetes wants a *structural*
+OpenAPI v3.0 schema: no `$ref`, a plain type instead of `anyOf [.., null]`,
+boolean `exclusiveMinimum`, no `additionalProperties` beside `properties`, and
+`x-kubernetes-preserve-unknown-fields` for free-form maps. `to_structural`
+does that translation; CEL rules come from the models' `json_schema_extra`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from elastic_jax.api import job as job_api
+from elastic_jax.api.status import ElasticTrainingJobStatus
+
+CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / f"{job_api.PLURAL}.yaml"
+# Pod and JobSet names are built from the job name plus suffixes
+# ("-slice-12-slice-0-0-abcde"); 40 keeps them within 63 characters.
+MAX_NAME_LENGTH = 40
+
+_DROP = {"title"}
+
+PRINTER_COLUMNS = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
+    {"name": "Active", "type": "integer", "jsonPath": ".status.activeSlices", "description": "Slices training now."},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.slices.count"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.controllerRestarts",
+     "description": "Controller pod recreations (worker failures never count here)."},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    """Inlines `$ref`s (our models have no recursion)."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            target = defs[node["$ref"].rsplit("/", 1)[-1]]
+            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+            return _resolve(merged, defs)
+        return {k: _resolve(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [_resolve(v, defs) for v in node]
+    return node
+
+
+def to_structural(node: dict[str, Any]) -> dict[str, Any]:
+    """Translates one resolved JSON-Schema node into a Kubernetes structural schema node.
+
+    Raises:
+      ValueError: a construct with no structural equivalent (e.g. a union of two real types).
+    """
+    node = {k: v for k, v in node.items() if k not in _DROP}
+    if "anyOf" in node:
+        options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express union {options} in a structural schema")
+        # Optional fields are left out rather than set to null, so no `nullable`.
+        node = {**to_structural(options[0]), **node}
+        if node.get("default", 0) is None:
+            del node["default"]
+        return node
+    if "exclusiveMinimum" in node and not isinstance(node["exclusiveMinimum"], bool):
+        node["minimum"] = node.pop("exclusiveMinimum")
+        node["exclusiveMinimum"] = True
+    if node.get("type") == "object":
+        props = node.get("properties")
+        extra = node.pop("additionalProperties", None)
+        if props is not None:
+            node["properties"] = {k: to_structural(v) for k, v in props.items()}
+        elif extra is True or extra is None or extra == {}:
+            # Free-form map (e.g. trainer config): the server keeps whatever the user wrote.
+            node["x-kubernetes-preserve-unknown-fields"] = True
+        elif isinstance(extra, dict):
+            node["additionalProperties"] = to_structural(extra)
+    if node.get("type") == "array" and "items" in node:
+        node["items"] = to_structural(node["items"])
+    return node
+
+
+def model_schema(model: type) -> dict[str, Any]:
+    """The structural openAPIV3Schema of one pydantic model (camelCase names)."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    return to_structural(_resolve(raw, raw.get("$defs", {})))
+
+
+def build_crd() -> dict[str, Any]:
+    """The whole CRD object, ready to `kubectl apply`."""
+    spec_schema = model_schema(job_api.ElasticTrainingJobSpec)
+    status_schema = model_schema(ElasticTrainingJobStatus)
+    status_schema.pop("required", None)  # the operator fills status gradually
+    root = {
+        "type": "object",
+        "description": "An elastic multi-slice JAX training job: one controller pod and one worker JobSet per slice.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object", "properties": {"name": {"type": "string", "maxLength": MAX_NAME_LENGTH}}},
+            "spec": spec_schema,
+            "status": status_schema,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{job_api.PLURAL}.{job_api.GROUP}"},
+        "spec": {
+            "group": job_api.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": job_api.KIND,
+                "plural": job_api.PLURAL,
+                "singular": job_api.SINGULAR,
+                "shortNames": list(job_api.SHORT_NAMES),
+                "listKind": f"{job_api.KIND}List",
+                "categories": ["all", "elasticjax"],
+            },
+            "versions": [{
+                "name": job_api.VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": PRINTER_COLUMNS,
+                "schema": {"openAPIV3Schema": root},
+            }],
+        },
+    }
+
+
+def render() -> str:
+    """The CRD as YAML text, with a do-not-edit header."""
+    header = "# Generated by `python -m elastic_jax.api.crd` from elastic_jax/api/job.py and status.py. Do not edit.\n"
+    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Writes (or with --check, verifies) `crds/elastictrainingjobs.yaml`; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m elastic_jax.api.crd", description="Generate the CRD YAML.")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the models")
+    parser.add_argument("--output", type=Path, default=CRD_PATH)
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is stale: run python -m elastic_jax.api.crd", file=sys.stderr)
+            return 1
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Label and annotation keys the operator puts on an ElasticTrainingJob's children.
+
+One module, one comment each, as jobset's `jobset.sigs.k8s.io/*` constants:
+selectors, the operator's watches and users' `kubectl get -l` all read these.
+"""
+
+from __future__ import annotations
+
+from elastic_jax.api.job import GROUP
+
+# Name of the ElasticTrainingJob that owns the object (on every child and on worker pods).
+JOB_NAME = f"{GROUP}/job-name"
+# "controller" or "worker": which part of the job the object is.
+ROLE = f"{GROUP}/role"
+# Slice index (0-based) of a worker JobSet and its pods.
+SLICE_INDEX = f"{GROUP}/slice-index"
+# Which incarnation of the controller pod this is (0 first, +1 per recreation).
+CONTROLLER_ATTEMPT = f"{GROUP}/controller-attempt"
+# On the controller pod: hash of the spec it was started with, so a later spec
+# edit the operator refuses to apply never leaks into a recreated controller.
+SPEC_HASH = f"{GROUP}/spec-hash"
+
+ROLE_CONTROLLER = "controller"
+ROLE_WORKER = "worker"
+
+# Labels the JobSet controller sets on pods (sigs.k8s.io/jobset v1alpha2).
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+# The Job controller's per-pod completion index (indexed Jobs): host index within a slice.
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# JobSet annotation: one replicated job per node pool (TPU slice exclusivity).
+JOBSET_EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+
+# Key in the job's Secret holding the control-API bearer token.
+TOKEN_KEY = "token"
+# Key in the job's ConfigMap holding the whole ElasticTrainingJob manifest.
+MANIFEST_KEY = "job.yaml"
+
+
+def job_selector(job_name: str) -> dict[str, str]:
+    """Labels every child of `job_name` carries (for label selectors)."""
+    return {JOB_NAME: job_name}

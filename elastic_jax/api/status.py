@@ -1,0 +1,80 @@
+"""The `status` of an `ElasticTrainingJob`, written by the operator.
+
+Kubernetes conventions: a `phase` for humans and printer columns, and
+`conditions` (type, status, reason, message, lastTransitionTime,
+observedGeneration) for machines. Like the spec models, these are the source
+of the CRD's status schema (`elastic_jax.api.crd`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from elastic_jax.api.job import _Model
+
+Phase = Literal["Pending", "Running", "Degraded", "Recovering", "Suspended", "Succeeded", "Failed"]
+# Provisioning: pods not all up yet (never Ready). Ready: every host Running and Ready.
+# Down: lost after being Ready (a pod failed, vanished or is being replaced). Draining:
+# a Ready pod got a deletion timestamp (preemption, drain); Down follows.
+SliceState = Literal["Provisioning", "Ready", "Down", "Draining"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+# Condition types.
+COND_RUNNING = "Running"  # training steps are being made
+COND_DEGRADED = "Degraded"  # fewer active slices than desired
+COND_CONTROLLER_RESTARTED = "ControllerRestarted"  # the controller pod was recreated at least once
+COND_SPEC_REJECTED = "SpecChangeRejected"  # an edit the operator cannot apply to a running job
+COND_SUSPENDED = "Suspended"
+COND_SUCCEEDED = "Succeeded"
+COND_FAILED = "Failed"
+
+
+class Condition(_Model):
+    """One Kubernetes-style condition."""
+
+    type: str = Field(description="Condition type, e.g. Running, Degraded, Failed.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="CamelCase machine-readable reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+    last_transition_time: str = Field(default="", description="RFC 3339 time the status last changed.")
+    observed_generation: int = Field(default=0, description="metadata.generation the condition was computed for.")
+
+
+class SliceStatusEntry(_Model):
+    """What the operator sees of one slice."""
+
+    index: int = Field(ge=0, description="Slice index.")
+    state: SliceState = Field(description="Provisioning, Ready, Down or Draining.")
+    restarts: int = Field(default=0, ge=0, description="Times the slice's JobSet was restarted (a pod replaced).")
+    pods: list[str] = Field(default_factory=list, description="Names of the slice's current worker pods.")
+    addresses: list[str] = Field(default_factory=list, description="host:port of each worker (when Ready).")
+    reason: str = Field(default="", description="Why the slice is in this state (e.g. exit code 137).")
+    last_transition_time: str = Field(default="", description="RFC 3339 time of the last state change.")
+
+
+class ElasticTrainingJobStatus(_Model):
+    """Observed state of an elastic training job."""
+
+    phase: Phase = Field(default="Pending", description="Pending, Running, Degraded, Recovering, Suspended, Succeeded or Failed.")
+    observed_generation: int = Field(default=0, description="metadata.generation last reconciled.")
+    conditions: list[Condition] = Field(default_factory=list, description="Kubernetes-style conditions.")
+    desired_slices: int = Field(default=0, description="spec.slices.count.")
+    active_slices: int = Field(default=0, description="Slices in the controller's training mesh.")
+    slices: list[SliceStatusEntry] = Field(default_factory=list, description="Per-slice state.")
+    step: int = Field(default=0, description="Optimizer steps completed.")
+    total_steps: int = Field(default=0, description="spec.training.steps.")
+    loss: float | None = Field(default=None, description="Latest training loss.")
+    initial_loss: float | None = Field(default=None, description="Loss of the first step.")
+    last_checkpoint_step: int | None = Field(default=None, description="Newest committed checkpoint step.")
+    controller_pod: str = Field(default="", description="Name of the current controller pod.")
+    controller_restarts: int = Field(default=0, ge=0, description="Times the controller pod was recreated (never for a worker failure).")
+    slice_replacements: int = Field(default=0, ge=0, description="Worker slices replaced in total.")
+    recoveries: int = Field(default=0, ge=0, description="Recoveries the controller made (slice lost or rejoined).")
+    last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
+    failure_reason: str = Field(default="", description="Why the job failed.")
+    start_time: str = Field(default="", description="RFC 3339 time the job was first reconciled.")
+    completion_time: str = Field(default="", description="RFC 3339 time it Succeeded or Failed.")

@@ -1,0 +1,81 @@
+"""The CRD is generated from the pydantic models, structural, and never stale."""
+
+from __future__ import annotations
+
+import yaml
+
+from elastic_jax.api import crd
+from elastic_jax.api.job import ElasticTrainingJobSpec
+
+
+def _walk(node, path="$"):
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _walk(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{path}[{i}]")
+
+
+def test_checked_in_crd_matches_the_models():
+    # Fails when someone edits job.py/status.py without `python -m elastic_jax.api.crd`.
+    assert crd.CRD_PATH.read_text() == crd.render(), "crds/ is stale: run python -m elastic_jax.api.crd"
+    assert crd.main(["--check"]) == 0
+
+
+def test_check_flag_reports_a_stale_file(tmp_path, capsys):
+    stale = tmp_path / "crd.yaml"
+    stale.write_text("old")
+    assert crd.main(["--check", "--output", str(stale)]) == 1
+    assert "stale" in capsys.readouterr().err
+
+
+def test_schema_is_structural():
+    schema = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+        if "properties" in node:
+            assert node.get("type") == "object", path
+            assert "additionalProperties" not in node, path
+        if "exclusiveMinimum" in node:
+            assert node["exclusiveMinimum"] is True, path
+
+
+def test_schema_has_types_enums_bounds_defaults_and_cel():
+    spec = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    props = spec["properties"]
+    assert props["backend"]["enum"] == ["cpu", "pathways"] and props["backend"]["default"] == "cpu"
+    assert props["slices"]["properties"]["count"] == {**props["slices"]["properties"]["count"], "minimum": 1, "maximum": 64}
+    assert set(spec["required"]) == {"slices", "training", "checkpoint"}
+    assert props["controller"]["properties"]["trainer"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"]
+    assert props["controller"]["properties"]["trainer"]["properties"]["entryPoint"]["pattern"].startswith("^")
+    deadline = props["elasticity"]["properties"]["stepDeadlineSeconds"]
+    assert deadline["minimum"] == 0 and deadline["exclusiveMinimum"] is True
+    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    assert "self.backend == oldSelf.backend" in rules
+    assert "minSlices <= self.count" in props["slices"]["x-kubernetes-validations"][0]["rule"]
+
+
+def test_names_printer_columns_and_status_subresource():
+    body = crd.build_crd()
+    assert body["metadata"]["name"] == "elastictrainingjobs.elasticjax.dev"
+    assert body["spec"]["names"]["shortNames"] == ["ejob"]
+    version = body["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Phase", "Step", "Active", "Desired", "Restarts", "Age"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Pending", "Running", "Degraded", "Recovering", "Suspended", "Succeeded", "Failed"]
+    assert {"conditions", "slices", "controllerRestarts", "lastCheckpointStep", "failureReason"} <= set(status)
+
+
+def test_every_spec_field_is_described():
+    schema = crd.model_schema(ElasticTrainingJobSpec)
+    for path, node in _walk(schema):
+        for name, prop in (node.get("properties") or {}).items():
+            assert prop.get("description"), f"{path}.{name} has no description"
+
+
+def test_rendered_yaml_round_trips():
+    assert yaml.safe_load(crd.render()) == crd.build_crd()
