@@ -1,0 +1,85 @@
+"""Spec → the backend-independent children (Secret, ConfigMap, Service) and the full child set.
+
+Pure functions: no API calls. Owner references are added by the handler
+with `kopf.adopt`, so deleting the job garbage-collects everything.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import yaml
+
+from elastic_jax.api import labels
+from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator.backends import renderer_for
+
+
+def spec_hash(job: ElasticTrainingJob) -> str:
+    """Short stable hash of the spec fields the controller reads (not suspend/TTL)."""
+    spec = job.spec.to_manifest()
+    for mutable in ("suspend", "ttlSecondsAfterFinished"):
+        spec.pop(mutable, None)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def token_secret(job: ElasticTrainingJob, token: str) -> dict[str, Any]:
+    """The Secret with the control-API bearer token (`token` key)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": names.secret(job.metadata.name), "labels": labels.job_selector(job.metadata.name)},
+        "data": {labels.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def manifest_configmap(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The ConfigMap with the manifest the controller reads (status and server fields dropped)."""
+    manifest = {
+        "apiVersion": job.api_version,
+        "kind": job.kind,
+        "metadata": {"name": job.metadata.name, **({"namespace": job.metadata.namespace} if job.metadata.namespace else {})},
+        "spec": job.spec.to_manifest(),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": names.configmap(job.metadata.name), "labels": labels.job_selector(job.metadata.name),
+                     "annotations": {labels.SPEC_HASH: spec_hash(job)}},
+        "data": {labels.MANIFEST_KEY: yaml.safe_dump(manifest, sort_keys=False)},
+    }
+
+
+def controller_service(job: ElasticTrainingJob) -> dict[str, Any]:
+    """A Service selecting the controller pod (DNS name for users and real clusters)."""
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": names.service(name), "labels": labels.job_selector(name)},
+        "spec": {
+            "selector": {labels.JOB_NAME: name, labels.ROLE: labels.ROLE_CONTROLLER},
+            "ports": [{"name": "control", "port": names.CONTROLLER_PORT, "targetPort": names.CONTROLLER_PORT}],
+        },
+    }
+
+
+def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int = 0) -> list[dict[str, Any]]:
+    """Every child of a job: Secret, ConfigMap, Service, controller Pod, one JobSet per slice.
+
+    Raises:
+      UnsupportedBackend: `spec.backend` has no renderer (a permanent spec error).
+    """
+    renderer = renderer_for(job.spec.backend)
+    return [
+        token_secret(job, token),
+        manifest_configmap(job),
+        controller_service(job),
+        renderer.controller_pod(job, controller_attempt),
+        *(renderer.worker_jobset(job, i) for i in range(job.spec.slices.count)),
+    ]

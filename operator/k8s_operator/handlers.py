@@ -1,0 +1,308 @@
+"""Kopf handlers: thin shells around `reconcile.decide`, `slices` and `tracker`.
+
+- indexes of the jobs' pods and JobSets (label selectors, no full lists);
+- a pod event handler that notifies the controller the moment a worker pod
+  changes (the latency path);
+- one timer per job that reconciles children, polls the controller and
+  writes status (the convergence path; it also rebuilds everything after
+  an operator restart);
+- create validates the spec: a bad one ends `Failed` with a condition naming
+  the field (`kopf.PermanentError`, never a retry loop).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import secrets
+from typing import Any
+
+import kopf
+import yaml
+
+from elastic_jax.api import job as job_api
+from elastic_jax.api import labels as lbl
+from elastic_jax.api.manifest import ManifestError, parse_manifest
+from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
+from elastic_jax.k8s_operator import children, metrics, names
+from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
+from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
+from elastic_jax.k8s_operator.kube import Kube
+from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
+from elastic_jax.k8s_operator.slices import pod_view
+from elastic_jax.k8s_operator.status_builder import Inputs, build_status, changed_fields
+from elastic_jax.k8s_operator.tracker import JobTracker
+
+_logger = logging.getLogger(__name__)
+JOBS = (job_api.GROUP, job_api.VERSION, job_api.PLURAL)
+_HAS_JOB = {lbl.JOB_NAME: kopf.PRESENT}
+
+
+class OperatorState:
+    """Shared by all handlers through kopf's memo: the API client and one tracker per job."""
+
+    def __init__(self, kube: Kube | None = None):
+        self._kube = kube
+        self.trackers: dict[tuple[str, str], JobTracker] = {}
+        self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
+        self.static_done: set[tuple[str, str, str]] = set()
+
+    @property
+    def kube(self) -> Kube:
+        if self._kube is None:
+            self._kube = Kube()
+        return self._kube
+
+
+def _state(memo: Any) -> OperatorState:
+    if "elasticjax" not in memo:
+        memo["elasticjax"] = OperatorState()
+    return memo["elasticjax"]
+
+
+def _ref(body: Any) -> dict[str, Any]:
+    """A minimal object reference for Events."""
+    meta = body["metadata"]
+    return {"apiVersion": job_api.API_VERSION, "kind": job_api.KIND,
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]}}
+
+
+def _event_sink(ref: dict[str, Any]):
+    def post(type_: str, reason: str, message: str) -> None:
+        kopf.event(ref, type=type_, reason=reason, message=message[:1000])
+    return post
+
+
+def parse_job(body: Any) -> job_api.ElasticTrainingJob:
+    """Validates the live object with the pydantic models.
+
+    Raises:
+      ManifestError: the spec is invalid (message names the field).
+      UnsupportedBackend: no renderer for spec.backend.
+    """
+    data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
+            "metadata": {"name": body["metadata"]["name"], "namespace": body["metadata"].get("namespace")},
+            "spec": dict(body.get("spec") or {})}
+    job = parse_manifest(data, "spec")
+    renderer_for(job.spec.backend)
+    return job
+
+
+def _fail_spec(patch: Any, status: Any, generation: int, message: str) -> None:
+    patch.status["phase"] = "Failed"
+    patch.status["failureReason"] = message
+    patch.status["observedGeneration"] = generation
+    patch.status["conditions"] = set_condition(list(status.get("conditions") or []), COND_FAILED, "True",
+                                               "InvalidSpec", message, generation, now_rfc3339())
+
+
+# -- indexes ------------------------------------------------------------------------------
+
+
+@kopf.index("v1", "pods", labels=_HAS_JOB)
+def job_pods(namespace, labels: dict, body, **_):
+    """(namespace, job) → PodView of each of the job's pods (controller and workers)."""
+    return {(namespace, labels[lbl.JOB_NAME]): pod_view(body)}
+
+
+@kopf.index("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=_HAS_JOB)
+def job_jobsets(namespace, labels: dict, body, **_):
+    """(namespace, job) → JobSetView of each of the job's worker JobSets."""
+    try:
+        index = int(labels.get(lbl.SLICE_INDEX, "-1"))
+    except ValueError:
+        return None
+    return {(namespace, labels[lbl.JOB_NAME]): jobset_view(body, index)}
+
+
+
+# -- the latency path: a worker pod changed ------------------------------------------------
+
+
+@kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
+def worker_pod_event(namespace, labels: dict, job_pods, memo, **_):
+    """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise)."""
+    state = _state(memo)
+    tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
+    if tracker is None or tracker.ref is None:
+        return  # job not reconciled yet (operator starting): its timer will sync
+    key = (namespace, tracker.name)
+    tracker.sync(list(job_pods.get(key, [])), _event_sink(tracker.ref), retries=3)
+
+
+# -- the job ----------------------------------------------------------------------------------
+
+
+@kopf.on.create(*JOBS)
+def job_created(body, spec, status, meta, patch, **_):
+    """Validates the spec; a bad one ends the job Failed with the field named (no retries)."""
+    try:
+        parse_job(body)
+    except (ManifestError, UnsupportedBackend) as e:
+        message = str(e)
+        _fail_spec(patch, status, meta.get("generation", 0), message)
+        raise kopf.PermanentError(message)
+    patch.status["phase"] = status.get("phase") or "Pending"
+
+
+@kopf.on.delete(*JOBS, optional=True)
+def job_deleted(namespace, name, memo, **_):
+    """Forgets the job; its children go with it through owner references."""
+    state = _state(memo)
+    tracker = state.trackers.pop((namespace, name), None)
+    if tracker is not None:
+        tracker.close()
+    state.applied.pop((namespace, name), None)
+
+
+def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob) -> job_api.ElasticTrainingJob:
+    """The spec the job started with (from its ConfigMap), with today's suspend and TTL."""
+    applied = state.applied.get(key)
+    if applied is None:
+        text = state.kube.read_manifest(key[0], names.configmap(key[1]))
+        if text:
+            try:
+                applied = parse_manifest(yaml.safe_load(text), "configmap")
+            except ManifestError:
+                applied = None
+        applied = applied or job
+        state.applied[key] = applied
+    return applied.model_copy(update={"spec": applied.spec.model_copy(update={
+        "suspend": job.spec.suspend, "ttl_seconds_after_finished": job.spec.ttl_seconds_after_finished})})
+
+
+def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -> JobTracker:
+    tracker = state.trackers.get(key)
+    if tracker is None:
+        tracker = JobTracker(key[0], key[1], job.spec.slices.count, job.spec.slices.hosts_per_slice)
+        state.trackers[key] = tracker
+    tracker.ref = _ref(body)
+    return tracker
+
+
+def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) -> None:
+    """Secret (token), ConfigMap (manifest), Service: created once, read back after an operator restart."""
+    ns, name = key
+    if tracker.token is None:
+        tracker.token = state.kube.read_token(ns, names.secret(name))
+        if tracker.token is None:
+            token = secrets.token_urlsafe(32)
+            secret = children.token_secret(job, token)
+            kopf.adopt(secret, owner=body)
+            if not state.kube.create(ns, secret):
+                token = state.kube.read_token(ns, names.secret(name))
+            tracker.token = token
+    for child in (children.manifest_configmap(job), children.controller_service(job)):
+        marker = (ns, name, child["kind"])
+        if marker not in state.static_done:
+            kopf.adopt(child, owner=body)
+            state.kube.create(ns, child)
+            state.static_done.add(marker)
+
+
+@kopf.timer(*JOBS, interval=1.0)
+def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_pods, job_jobsets, **_):
+    """One reconcile pass: children, controller notifications, status. Idempotent."""
+    key = (namespace, name)
+    generation = meta.get("generation", 0)
+    state = _state(memo)
+    try:
+        live = parse_job(body)
+    except (ManifestError, UnsupportedBackend) as e:
+        if status.get("phase") != "Failed":
+            _fail_spec(patch, status, generation, str(e))
+        return
+    try:
+        _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets)
+        metrics.RECONCILES.labels("ok").inc()
+    except Exception:
+        metrics.RECONCILES.labels("error").inc()
+        raise
+
+
+def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets) -> None:
+    ns, name = key
+    job = _applied_job(state, key, live)
+    tracker = _tracker(state, key, job, body)
+    post = _event_sink(tracker.ref)
+    finished = status.get("phase") in FINISHED_PHASES
+
+    if not finished and not job.spec.suspend:
+        _ensure_static(state, key, job, tracker, body)
+    pods = list(job_pods.get(key, []))
+    controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
+    running = [p for p in controller_pods if not p.terminal and not p.deleting]
+    current = max(running, key=lambda p: p.attempt, default=None)
+    tracker.finished = finished
+    tracker.set_controller(None if finished or job.spec.suspend else current)
+    ctrl = tracker.poll_status()
+    tracker.sync(pods, post)
+    if ctrl is not None:
+        for i in tracker.slices_down_by_controller(ctrl):
+            for pod_name in tracker.slices[i].pods:
+                post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
+                state.kube.delete_pod(ns, pod_name, grace_s=0)
+
+    jobsets = {v.slice_index: v for v in job_jobsets.get(key, [])}
+    last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
+    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason))
+    for js in plan.delete_jobsets:
+        state.kube.delete_jobset(ns, js)
+    for pod_name in plan.delete_pods:
+        # graceful: SIGTERM lets a live controller checkpoint first (suspend)
+        state.kube.delete_pod(ns, pod_name)
+    renderer = renderer_for(job.spec.backend)
+    controller_pod = current.name if current else ""
+    if plan.create_controller is not None:
+        pod = renderer.controller_pod(job, plan.create_controller)
+        kopf.adopt(pod, owner=body)
+        state.kube.create(ns, pod)
+        controller_pod = pod["metadata"]["name"]
+    elif job.spec.suspend:
+        controller_pod = ""
+    elif not current:
+        controller_pod = status.get("controllerPod") or ""
+    for i in plan.create_jobsets:
+        js = renderer.worker_jobset(job, i)
+        kopf.adopt(js, owner=body)
+        state.kube.create(ns, js)
+    for event in plan.events:
+        post(*event)
+    restarts = int(status.get("controllerRestarts") or 0) + (1 if plan.controller_restarted else 0)
+    if plan.controller_restarted:
+        metrics.CONTROLLER_RESTARTS.inc()
+    if plan.finish:
+        post("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}", plan.finish[1])
+        tracker.finished = True
+
+    slice_entries = [{"index": t.index, "state": t.state,
+                      "restarts": jobsets[t.index].restarts if t.index in jobsets else 0,
+                      "pods": list(t.pods), "addresses": list(t.addresses), "reason": t.reason,
+                      "lastTransitionTime": t.since or now_rfc3339()} for t in tracker.slices]
+    rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
+    new = build_status(Inputs(
+        job=job, generation=generation, previous=dict(status), slices=slice_entries,
+        controller=None if finished else ctrl, controller_pod=controller_pod, controller_restarts=restarts,
+        slice_replacements=sum(v.restarts for v in jobsets.values()) if jobsets else int(status.get("sliceReplacements") or 0),
+        finish=plan.finish, rejected_fields=rejected, now=now_rfc3339()))
+    if new.get("phase") != status.get("phase"):
+        post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new['phase']}")
+    if rejected and not any(c.get("type") == "SpecChangeRejected" and c.get("status") == "True"
+                            for c in status.get("conditions") or []):
+        post("Warning", "SpecChangeRejected", f"{', '.join(rejected)} cannot change on an existing job")
+    for k, v in new.items():
+        if status.get(k) != v:
+            patch.status[k] = v
+    _maybe_expire(state, key, job, new)
+
+
+def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict) -> None:
+    """Deletes a finished job once `ttlSecondsAfterFinished` passed."""
+    ttl = job.spec.ttl_seconds_after_finished
+    done = status.get("completionTime")
+    if ttl is None or status.get("phase") not in FINISHED_PHASES or not done:
+        return
+    finished_at = dt.datetime.strptime(done, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    if (dt.datetime.now(dt.timezone.utc) - finished_at).total_seconds() >= ttl:
+        _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", key[0], key[1], ttl)
+        state.kube.delete_job(*key)

@@ -1,0 +1,80 @@
+"""`elastic-jax-operator`: runs the kopf operator with the ElasticTrainingJob handlers.
+
+Settings are set once here: progress and diff-base kept in annotations under
+`elasticjax.dev/` (the status schema stays ours), no finalizers (children are
+garbage-collected through owner references, so a stopped operator never
+blocks a deletion), only warnings posted as Events by kopf's own logging,
+standalone unless `--peering` names a peering object (two operators with the
+same peering never act at once), JSON logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import kopf
+from prometheus_client import start_http_server
+
+from elastic_jax.api.job import GROUP
+
+
+def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration")
+    settings.persistence.finalizer = f"{GROUP}/operator"
+    settings.posting.level = logging.WARNING
+    settings.scanning.disabled = True  # no CRD watch needed: the CRD is installed before the operator
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = args.workers
+    settings.networking.request_timeout = 30
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the operator until SIGINT/SIGTERM; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0])
+    parser.add_argument("--namespace", "-n", action="append", default=[],
+                        help="watch only this namespace (repeatable); default: all namespaces")
+    parser.add_argument("--peering", default=os.environ.get("ELASTIC_JAX_PEERING"),
+                        help="kopf peering name for one-active-operator; default: standalone")
+    parser.add_argument("--priority", type=int, default=0, help="peering priority")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("ELASTIC_JAX_METRICS_PORT", "9090")),
+                        help="Prometheus metrics port (0: off)")
+    parser.add_argument("--metrics-host", default=os.environ.get("ELASTIC_JAX_METRICS_HOST", "0.0.0.0"))
+    parser.add_argument("--liveness", default=os.environ.get("ELASTIC_JAX_LIVENESS"),
+                        help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    parser.add_argument("--workers", type=int, default=8, help="threads for the (blocking) handlers")
+    parser.add_argument("--log-format", choices=("json", "plain"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args(argv)
+
+    kopf.configure(verbose=args.verbose,
+                   log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)
+    for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.metrics_host)
+
+    from elastic_jax.k8s_operator import handlers  # noqa: F401  (registers the handlers)
+
+    @kopf.on.startup()
+    def _startup(settings: kopf.OperatorSettings, **_):
+        _configure(settings, args)
+
+    kopf.run(
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        priority=args.priority,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness,
+        memo=kopf.Memo(elasticjax=handlers.OperatorState()),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

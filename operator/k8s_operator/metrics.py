@@ -1,0 +1,15 @@
+"""The operator's Prometheus metrics (served by `elastic-jax-operator --metrics-port`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+RECONCILES = Counter("elasticjax_operator_reconciles_total", "Reconcile passes per job.", ["result"])
+SLICE_REPLACEMENTS = Counter("elasticjax_operator_slice_replacements_total", "Slices that went Down and were replaced.")
+CONTROLLER_RESTARTS = Counter("elasticjax_operator_controller_restarts_total", "Controller pods recreated.")
+NOTIFICATIONS = Counter("elasticjax_operator_notifications_total", "Slice reports sent to controllers.", ["state", "result"])
+NOTIFY_SECONDS = Histogram(
+    "elasticjax_operator_failure_notify_seconds",
+    "Seconds from a worker pod failure seen by the operator to the controller acknowledging Down.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+)

@@ -1,0 +1,39 @@
+"""Names of an ElasticTrainingJob's children (one place, so every module agrees)."""
+
+from __future__ import annotations
+
+# Port the controller's control API listens on inside its pod.
+CONTROLLER_PORT = 8080
+# gRPC port of a cpu slice worker inside its pod (each pod has its own IP).
+WORKER_PORT = 8471
+# The replicated job inside each slice's JobSet.
+WORKER_REPLICATED_JOB = "worker"
+
+MANIFEST_DIR = "/etc/elastic-jax/manifest"
+TOKEN_DIR = "/etc/elastic-jax/token"
+
+
+def secret(job: str) -> str:
+    """The Secret holding the control-API token."""
+    return f"{job}-token"
+
+
+def configmap(job: str) -> str:
+    """The ConfigMap holding the job's manifest for the controller."""
+    return f"{job}-manifest"
+
+
+def service(job: str) -> str:
+    """The Service in front of the controller pod (for real clusters; the operator uses the pod IP)."""
+    return f"{job}-controller"
+
+
+def controller_pod(job: str, attempt: int) -> str:
+    """The controller pod of one incarnation: a new name per recreation, so a
+    replacement never waits for the old pod's deletion to finish."""
+    return f"{job}-controller-{attempt}"
+
+
+def slice_jobset(job: str, index: int) -> str:
+    """The JobSet of slice `index`."""
+    return f"{job}-slice-{index}"

@@ -1,0 +1,178 @@
+"""Observed children → the changes to make: the operator's decisions as a pure function.
+
+`decide(job, observed)` never calls the API; the kopf timer applies the
+returned `Plan`. Every decision is idempotent: applying a plan twice, or
+after an operator restart, converges to the same children.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.api.status import FINISHED_PHASES
+from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator.slices import PodView
+
+# Controller exit codes (elastic-jax-controller): 0 succeeded, 1 training failed, 2 bad input.
+EXIT_SUCCEEDED, EXIT_TRAINING_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSetView:
+    """The fields of a worker JobSet the operator needs."""
+
+    name: str
+    slice_index: int
+    restarts: int = 0
+    failed: bool = False
+    message: str = ""
+    deleting: bool = False
+
+
+def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
+    """Extracts a `JobSetView` from a JobSet object."""
+    status = body.get("status") or {}
+    failed = next((c for c in status.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"), None)
+    return JobSetView(
+        name=(body.get("metadata") or {}).get("name", ""),
+        slice_index=slice_index,
+        restarts=int(status.get("restarts") or 0),
+        failed=failed is not None,
+        message=(failed or {}).get("message", ""),
+        deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
+    )
+
+
+@dataclasses.dataclass
+class Observed:
+    """What the operator knows of one job's world.
+
+    Attributes:
+      status: the job's current `.status` (dict, possibly empty).
+      controller_pods: the job's controller pods (any incarnation).
+      jobsets: worker JobSets by slice index.
+      controller_failure_reason: the controller's last reported failure reason, if any.
+    """
+
+    status: dict[str, Any]
+    controller_pods: list[PodView]
+    jobsets: dict[int, JobSetView]
+    controller_failure_reason: str | None = None
+
+
+@dataclasses.dataclass
+class Plan:
+    """Changes to apply, in order: deletions, creations, then status.
+
+    Attributes:
+      create_controller: incarnation number of a controller pod to create.
+      delete_pods: controller pods to delete.
+      create_jobsets: slice indices whose JobSet to create.
+      delete_jobsets: JobSet names to delete.
+      finish: ("Succeeded" | "Failed", reason) when the job ends now.
+      controller_restarted: the new controller pod replaces one that died.
+      events: (type, reason, message) Kubernetes Events to post.
+    """
+
+    create_controller: int | None = None
+    delete_pods: list[str] = dataclasses.field(default_factory=list)
+    create_jobsets: list[int] = dataclasses.field(default_factory=list)
+    delete_jobsets: list[str] = dataclasses.field(default_factory=list)
+    finish: tuple[str, str] | None = None
+    controller_restarted: bool = False
+    events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+
+def attempt_of(pod_name: str) -> int | None:
+    """The incarnation number in a controller pod name (`<job>-controller-<n>`), or None."""
+    head, _, tail = pod_name.rpartition("-controller-")
+    return int(tail) if head and tail.isdigit() else None
+
+
+def _teardown(observed: Observed, plan: Plan, keep_finished_controller: bool) -> Plan:
+    plan.delete_jobsets = [js.name for js in observed.jobsets.values() if not js.deleting]
+    plan.delete_pods = [p.name for p in observed.controller_pods
+                        if not p.deleting and not (keep_finished_controller and p.terminal)]
+    return plan
+
+
+def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) -> tuple[str, str] | None:
+    """("Succeeded"|"Failed", reason) when the controller pod's exit ends the job; None for a crash to recover."""
+    if pod.phase == "Succeeded" or pod.exit_code == EXIT_SUCCEEDED:
+        return "Succeeded", f"trained {job.spec.training.steps} steps"
+    detail = pod.termination_message.splitlines()[-1] if pod.termination_message else ""
+    if pod.exit_code == EXIT_TRAINING_FAILED:
+        return "Failed", f"training failed: {observed.controller_failure_reason or detail or 'see the controller log'}"
+    if pod.exit_code == EXIT_BAD_INPUT:
+        return "Failed", f"the controller refused its input: {detail.removeprefix('error: ') or 'see the controller log'}"
+    return None
+
+
+def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
+    """The changes that move one job's children towards its spec.
+
+    Args:
+      job: the validated job.
+      observed: its current status and children.
+
+    Returns:
+      A `Plan`. Worker failures never touch the controller pod: a slice's
+      JobSet replaces its own pods; only the controller's own death (a pod
+      that failed other than by exit 0/1/2, vanished, or is being deleted
+      by someone else) recreates the controller, counted in status.
+    """
+    plan = Plan()
+    status = observed.status
+    if status.get("phase") in FINISHED_PHASES:
+        return _teardown(observed, plan, keep_finished_controller=True)
+    if job.spec.suspend:
+        return _teardown(observed, plan, keep_finished_controller=False)
+
+    name = job.metadata.name
+    elasticity = job.spec.elasticity
+    restarts = int(status.get("controllerRestarts") or 0)
+    expected = status.get("controllerPod") or ""
+    expected_attempt = attempt_of(expected)
+    newest = max(observed.controller_pods, key=lambda p: p.attempt, default=None)
+
+    if newest is not None and expected_attempt is not None and newest.attempt < expected_attempt:
+        pass  # the pod we created last is not in the index yet: wait, do not create another
+    elif newest is None or newest.terminal or newest.deleting:
+        ended = _controller_exit(job, newest, observed) if newest is not None and newest.terminal else None
+        if ended:
+            plan.finish = ended
+        elif newest is None and expected_attempt is None:
+            plan.create_controller = 0  # first start (or resume after suspend)
+        elif restarts >= elasticity.max_restarts:
+            why = newest.reason if newest else "pod gone"
+            plan.finish = ("Failed", f"controller pod lost {restarts + 1} times (elasticity.maxRestarts={elasticity.max_restarts}); last: {why}")
+        else:
+            last = newest.attempt if newest is not None else expected_attempt
+            plan.create_controller = max(last, expected_attempt or 0) + 1
+            plan.controller_restarted = True
+            why = (newest.reason or ("deleted" if newest.deleting else newest.phase)) if newest else "pod vanished"
+            plan.events.append(("Warning", "ControllerRestarted",
+                                f"controller pod {newest.name if newest else expected} lost ({why}); "
+                                f"creating {names.controller_pod(name, plan.create_controller)}, which resumes from the latest checkpoint"))
+            if newest is not None and not newest.deleting:
+                plan.delete_pods.append(newest.name)
+
+    total_restarts = 0
+    for i in range(job.spec.slices.count):
+        js = observed.jobsets.get(i)
+        if js is None:
+            plan.create_jobsets.append(i)
+            continue
+        total_restarts += js.restarts
+        if js.failed and plan.finish is None:
+            plan.finish = ("Failed", f"slice {i} exhausted its restart budget "
+                                     f"(elasticity.maxRestartsPerSlice={elasticity.max_restarts_per_slice}): {js.message}")
+    if plan.finish is None and total_restarts > elasticity.max_restarts:
+        plan.finish = ("Failed", f"{total_restarts} slice replacements exceed elasticity.maxRestarts={elasticity.max_restarts}")
+    if plan.finish is not None:
+        plan.create_controller = None
+        plan.create_jobsets = []
+        plan.controller_restarted = False
+    return plan

@@ -1,0 +1,180 @@
+"""Pods → slice states: what the operator tells the controller about each slice.
+
+Pure functions over `PodView`s (the few pod fields that matter, kept in the
+operator's in-memory index). A slice goes Provisioning → Ready (every host
+Running and Ready) → Down (a pod failed, vanished or is being replaced) →
+Ready …; a Ready pod that gets a deletion timestamp (preemption, drain,
+`kubectl delete`) makes the slice Draining first, so the controller can
+checkpoint before it goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from elastic_jax.api import labels
+from elastic_jax.api.status import SliceState
+from elastic_jax.k8s_operator import names
+
+Observation = Literal["Ready", "Draining", "Failed", "NotReady"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PodView:
+    """The fields of a pod the operator needs.
+
+    Attributes:
+      name, uid: identity.
+      role: "controller" or "worker".
+      slice_index: the worker's slice (-1 for the controller).
+      attempt: JobSet restart attempt (worker) or controller incarnation.
+      host_index: the pod's host index within its slice.
+      phase: Pending, Running, Succeeded, Failed (or "" when unknown).
+      ready: the pod's Ready condition is True.
+      pod_ip: status.podIP ("" until assigned).
+      deleting: metadata.deletionTimestamp is set.
+      exit_code: the first terminated container's exit code, else None.
+      reason: a short why (e.g. "exit code 137", "OOMKilled", "NodeLost").
+      termination_message: the container's termination message, if any.
+      created: metadata.creationTimestamp (RFC 3339; sorts in time order).
+    """
+
+    name: str
+    uid: str
+    role: str
+    slice_index: int
+    attempt: int
+    host_index: int
+    phase: str
+    ready: bool
+    pod_ip: str
+    deleting: bool
+    exit_code: int | None = None
+    reason: str = ""
+    termination_message: str = ""
+    created: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        """The pod finished (Succeeded or Failed) and will not run again."""
+        return self.phase in ("Succeeded", "Failed")
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def pod_view(body: dict[str, Any]) -> PodView:
+    """Extracts a `PodView` from a pod object (a dict as the API returns it)."""
+    meta = body.get("metadata") or {}
+    lab = meta.get("labels") or {}
+    status = body.get("status") or {}
+    role = lab.get(labels.ROLE, "")
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    exit_code, reason, message = None, status.get("reason") or "", ""
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term:
+            exit_code = term.get("exitCode")
+            detail = term.get("reason") or ""
+            reason = reason or (f"exit code {exit_code}" + (f" ({detail})" if detail and detail != "Error" else ""))
+            message = (term.get("message") or "").strip()
+            break
+    if role == labels.ROLE_CONTROLLER:
+        attempt = _int(lab.get(labels.CONTROLLER_ATTEMPT), 0)
+    else:
+        attempt = _int(lab.get(labels.JOBSET_RESTART_ATTEMPT), 0)
+    return PodView(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        role=role,
+        slice_index=_int(lab.get(labels.SLICE_INDEX), -1),
+        attempt=attempt,
+        host_index=_int(lab.get(labels.JOB_COMPLETION_INDEX), 0),
+        phase=status.get("phase") or "",
+        ready=ready,
+        pod_ip=status.get("podIP") or "",
+        deleting=bool(meta.get("deletionTimestamp")),
+        exit_code=exit_code,
+        reason=reason,
+        termination_message=message[:512],
+        created=meta.get("creationTimestamp") or "",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceObservation:
+    """What one slice's pods show right now.
+
+    Attributes:
+      kind: Ready (all hosts Running+Ready), Draining (a live pod is being
+        deleted), Failed (a pod of the current attempt failed), NotReady.
+      addresses: `podIP:port` per host, by host index (only for Ready).
+      pods: names of the current attempt's pods.
+      reason: why, for status and the controller.
+    """
+
+    kind: Observation
+    addresses: tuple[str, ...] = ()
+    pods: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.WORKER_PORT) -> SliceObservation:
+    """Classifies one slice from its worker pods.
+
+    Only the newest JobSet restart attempt counts: pods of older attempts are
+    leftovers being cleaned up.
+
+    Args:
+      pods: the slice's worker pods (any attempts).
+      hosts_per_slice: hosts a complete slice has.
+      port: the workers' port, for the addresses.
+    """
+    if not pods:
+        return SliceObservation("NotReady", reason="no worker pod")
+    newest = max(p.attempt for p in pods)
+    current = sorted((p for p in pods if p.attempt == newest), key=lambda p: (p.host_index, p.created))
+    pod_names = tuple(p.name for p in current)
+    failed = [p for p in current if p.phase == "Failed" or (p.exit_code is not None and not p.deleting)]
+    if failed:
+        p = failed[0]
+        return SliceObservation("Failed", pods=pod_names, reason=f"pod {p.name}: {p.reason or 'failed'}")
+    deleting = [p for p in current if p.deleting and not p.terminal]
+    if deleting:
+        return SliceObservation("Draining", pods=pod_names, reason=f"pod {deleting[0].name} is being deleted")
+    live = [p for p in current if p.phase == "Running" and p.ready and p.pod_ip]
+    if len(live) >= hosts_per_slice:
+        addresses = tuple(f"{p.pod_ip}:{port}" for p in live[:hosts_per_slice])
+        return SliceObservation("Ready", addresses=addresses, pods=pod_names)
+    return SliceObservation("NotReady", pods=pod_names, reason=f"{len(live)}/{hosts_per_slice} hosts ready")
+
+
+def next_slice_state(previous: SliceState | None, observation: SliceObservation) -> SliceState:
+    """The slice's new state given its previous state and what its pods show.
+
+    A slice that was never Ready is Provisioning (the controller is not told);
+    once it has been Ready, anything short of Ready is Down (or Draining
+    while a live pod is being deleted).
+    """
+    seen_ready = previous in ("Ready", "Draining", "Down")
+    if observation.kind == "Ready":
+        return "Ready"
+    if observation.kind == "Draining":
+        return "Draining" if previous in ("Ready", "Draining") else (previous or "Provisioning")
+    if observation.kind == "Failed":
+        return "Down"
+    return "Down" if seen_ready else "Provisioning"
+
+
+def group_by_slice(pods: list[PodView], count: int) -> dict[int, list[PodView]]:
+    """Worker pods by slice index 0..count-1 (pods of other indices are ignored)."""
+    out: dict[int, list[PodView]] = {i: [] for i in range(count)}
+    for p in pods:
+        if p.role == labels.ROLE_WORKER and p.slice_index in out:
+            out[p.slice_index].append(p)
+    return out

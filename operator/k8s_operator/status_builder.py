@@ -1,0 +1,129 @@
+"""The job's new `.status` from the previous one and what the operator observed (pure)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from elastic_jax.api import status as st
+from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.k8s_operator.conditions import derive_phase, set_condition
+
+
+@dataclasses.dataclass
+class Inputs:
+    """Everything `build_status` reads.
+
+    Attributes:
+      job: the applied job (suspend/TTL from the live object).
+      generation: metadata.generation of the live object.
+      previous: the current `.status` dict.
+      slices: per-slice status entries (camelCase dicts) from the tracker.
+      controller: the controller's last status, None when unreachable.
+      controller_pod: name of the current controller pod ("" when none).
+      controller_restarts: after this pass.
+      slice_replacements: JobSet restarts summed over slices.
+      finish: ("Succeeded"|"Failed", reason) when the job ends in this pass.
+      rejected_fields: spec fields edited that the operator refuses to apply.
+      now: RFC 3339 time.
+    """
+
+    job: ElasticTrainingJob
+    generation: int
+    previous: dict[str, Any]
+    slices: list[dict[str, Any]]
+    controller: ControllerStatus | None
+    controller_pod: str
+    controller_restarts: int
+    slice_replacements: int
+    finish: tuple[str, str] | None
+    rejected_fields: list[str]
+    now: str
+
+
+def build_status(i: Inputs) -> dict[str, Any]:
+    """The whole new status (camelCase), conditions with observedGeneration."""
+    prev = i.previous
+    out: dict[str, Any] = {k: v for k, v in prev.items() if k != "kopf"}
+    finished = prev.get("phase") if prev.get("phase") in st.FINISHED_PHASES else None
+    if finished is None and i.finish is not None:
+        finished = i.finish[0]
+        out["failureReason"] = i.finish[1] if finished == "Failed" else ""
+        out["completionTime"] = i.now
+    c = i.controller
+    if c is not None:
+        out["step"] = c.step
+        out["activeSlices"] = len(c.active_slices)
+        if c.loss is not None:
+            out["loss"] = round(c.loss, 5)
+        if c.initial_loss is not None:
+            out["initialLoss"] = round(c.initial_loss, 5)
+        if c.last_committed_checkpoint_step is not None:
+            out["lastCheckpointStep"] = c.last_committed_checkpoint_step
+        out["recoveries"] = sum(n for cause, n in c.recoveries.items() if cause != "scale_up")
+        timed = [r.seconds for r in c.recovery_history if r.seconds is not None and r.cause != "scale_up"]
+        if timed:
+            out["lastRecoverySeconds"] = round(timed[-1], 3)
+    elif finished or i.job.spec.suspend or not i.controller_pod:
+        out["activeSlices"] = 0
+    if finished == "Succeeded":
+        out["step"] = i.job.spec.training.steps
+    out.update({
+        "observedGeneration": i.generation,
+        "desiredSlices": i.job.spec.slices.count,
+        "totalSteps": i.job.spec.training.steps,
+        "slices": i.slices,
+        "controllerPod": i.controller_pod,
+        "controllerRestarts": i.controller_restarts,
+        "sliceReplacements": i.slice_replacements,
+        "startTime": prev.get("startTime") or i.now,
+    })
+    phase = derive_phase(
+        finished=finished,
+        suspended=i.job.spec.suspend,
+        controller_phase=c.phase if c is not None else None,
+        slice_states=[s["state"] for s in i.slices],
+        active_slices=out.get("activeSlices", 0),
+        desired_slices=i.job.spec.slices.count,
+    )
+    out["phase"] = phase
+    conds = list(prev.get("conditions") or [])
+    g, now = i.generation, i.now
+    training = phase in ("Running", "Degraded", "Recovering")
+    conds = set_condition(conds, st.COND_RUNNING, str(training), phase, f"phase {phase}", g, now)
+    degraded = phase in ("Degraded", "Recovering")
+    conds = set_condition(conds, st.COND_DEGRADED, str(degraded), "SlicesDown" if degraded else "AllSlicesActive",
+                          f"{out.get('activeSlices', 0)}/{i.job.spec.slices.count} slices active", g, now)
+    if i.controller_restarts:
+        conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", "ControllerPodLost",
+                              f"controller pod recreated {i.controller_restarts} time(s); now {i.controller_pod}", g, now)
+    conds = set_condition(conds, st.COND_SUSPENDED, str(i.job.spec.suspend and not finished),
+                          "Suspended" if i.job.spec.suspend else "NotSuspended", "spec.suspend", g, now)
+    if i.rejected_fields:
+        conds = set_condition(conds, st.COND_SPEC_REJECTED, "True", "ImmutableWhileRunning",
+                              f"{', '.join(i.rejected_fields)} cannot change on an existing job; the job keeps "
+                              "running with the spec it started with (revert the edit, or delete and re-create the job)",
+                              g, now)
+    elif any(x.get("type") == st.COND_SPEC_REJECTED for x in conds):
+        conds = set_condition(conds, st.COND_SPEC_REJECTED, "False", "SpecApplied", "", g, now)
+    if finished:
+        reason = out.get("failureReason") or "" if finished == "Failed" else f"trained {i.job.spec.training.steps} steps"
+        conds = set_condition(conds, finished, "True", "JobFailed" if finished == "Failed" else "JobSucceeded",
+                              reason, g, now)
+    out["conditions"] = conds
+    return out
+
+
+def changed_fields(applied: dict[str, Any], current: dict[str, Any], prefix: str = "spec") -> list[str]:
+    """Dotted paths (camelCase) where two spec dicts differ, ignoring suspend and TTL."""
+    out = []
+    for key in sorted(set(applied) | set(current)):
+        if prefix == "spec" and key in ("suspend", "ttlSecondsAfterFinished"):
+            continue
+        a, b = applied.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out.extend(changed_fields(a, b, f"{prefix}.{key}"))
+        elif a != b:
+            out.append(f"{prefix}.{key}")
+    return out

@@ -1,0 +1,209 @@
+"""Per-job slice tracking and controller notification (the operator's in-memory view).
+
+One `JobTracker` per job. Pod events and the periodic reconcile both call
+`sync()`: pods → slice states (`slices`), transitions → Events, and every
+state the current controller has not acknowledged yet → `PUT /v1/slices/{i}`.
+Generations are nanosecond timestamps, so they keep increasing across
+operator restarts without any stored counter. A new controller process (new
+pod UID) knows nothing, so every slice is re-sent to it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Callable
+
+from elastic_jax.api.client import ControlApiError, ControlClient
+from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.status import SliceState
+from elastic_jax.k8s_operator import metrics, names
+from elastic_jax.k8s_operator.conditions import now_rfc3339
+from elastic_jax.k8s_operator.slices import PodView, group_by_slice, next_slice_state, observe_slice
+
+_logger = logging.getLogger(__name__)
+
+EventSink = Callable[[str, str, str], None]
+
+
+@dataclasses.dataclass
+class SliceTrack:
+    """The operator's state of one slice."""
+
+    index: int
+    state: SliceState = "Provisioning"
+    addresses: tuple[str, ...] = ()
+    pods: tuple[str, ...] = ()
+    reason: str = ""
+    since: str = ""
+    # (controller uid, state, addresses) the controller acknowledged, and with which generation.
+    acked: tuple[str, str, tuple[str, ...]] | None = None
+    acked_generation: int = 0
+    # monotonic time the current Down was first seen (for the notify-latency metric).
+    down_seen_at: float | None = None
+
+
+def new_generation() -> int:
+    """A generation number: nanoseconds since the epoch (monotonic across operator restarts)."""
+    return time.time_ns()
+
+
+class JobTracker:
+    """Tracks one job's slices and talks to its controller.
+
+    Args:
+      namespace, name: the job.
+      slice_count, hosts_per_slice: from the spec.
+      client_factory: builds a `ControlClient` for (base_url, token); tests pass their own.
+    """
+
+    def __init__(self, namespace: str, name: str, slice_count: int, hosts_per_slice: int,
+                 client_factory: Callable[[str, str], ControlClient] = ControlClient):
+        self.namespace = namespace
+        self.name = name
+        self.hosts_per_slice = hosts_per_slice
+        self.slices = [SliceTrack(i) for i in range(slice_count)]
+        self.lock = threading.RLock()
+        self.token: str | None = None
+        self.controller_uid = ""
+        self.controller_url = ""
+        self.client: ControlClient | None = None
+        self.client_factory = client_factory
+        self.last_status: ControllerStatus | None = None
+        self.finished = False
+        self.replacements = 0
+        # The job's object reference, for Events (set by the reconcile handler).
+        self.ref: dict | None = None
+
+    # -- controller --------------------------------------------------------
+
+    def set_controller(self, pod: PodView | None) -> None:
+        """Points the tracker at the current controller pod (None: no reachable controller)."""
+        with self.lock:
+            uid = pod.uid if pod is not None and pod.pod_ip and pod.phase == "Running" and not pod.deleting else ""
+            if uid == self.controller_uid:
+                return
+            if self.client is not None:
+                self.client.close()
+            self.client = None
+            self.controller_uid = uid
+            self.last_status = None
+            if uid and self.token:
+                self.controller_url = f"http://{pod.pod_ip}:{names.CONTROLLER_PORT}"
+                self.client = self.client_factory(self.controller_url, self.token)
+                # short timeout: a dead controller must not delay the others' notifications
+                _logger.info("controller %s at %s", pod.name, self.controller_url,
+                             extra={"job": self.name, "controller_uid": uid})
+
+    def poll_status(self) -> ControllerStatus | None:
+        """`GET /v1/status` of the current controller (None when unreachable)."""
+        client = self.client
+        if client is None:
+            return None
+        try:
+            status = client.status()
+        except ControlApiError:
+            return None
+        with self.lock:
+            if client is self.client:
+                self.last_status = status
+        return status
+
+    # -- slices ------------------------------------------------------------
+
+    def sync(self, pods: list[PodView], events: EventSink, retries: int = 1) -> None:
+        """Recomputes slice states from the job's worker pods and notifies the controller.
+
+        Args:
+          pods: the job's pods (from the index).
+          events: posts a Kubernetes Event (type, reason, message).
+          retries: per report, on connection errors/5xx (each then waits in the next sync).
+        """
+        with self.lock:
+            now = time.monotonic()
+            for i, slice_pods in group_by_slice(pods, len(self.slices)).items():
+                track = self.slices[i]
+                obs = observe_slice(slice_pods, self.hosts_per_slice)
+                new = next_slice_state(track.state, obs)
+                changed = new != track.state or (new == "Ready" and obs.addresses != track.addresses)
+                track.pods = obs.pods
+                if not changed:
+                    continue
+                old = track.state
+                track.state, track.reason, track.since = new, obs.reason, now_rfc3339()
+                track.addresses = obs.addresses if new == "Ready" else ()
+                if new in ("Down", "Draining") and track.down_seen_at is None:
+                    track.down_seen_at = now
+                if new == "Down" and old in ("Ready", "Draining"):
+                    self.replacements += 1
+                    metrics.SLICE_REPLACEMENTS.inc()
+                kind = "Normal" if new in ("Ready", "Provisioning") else "Warning"
+                detail = f": {obs.reason}" if obs.reason else ""
+                where = f" at {', '.join(track.addresses)}" if new == "Ready" else ""
+                events(kind, f"Slice{new}", f"slice {i} {old} -> {new}{where}{detail}")
+                _logger.info("slice %d %s -> %s", i, old, new,
+                             extra={"job": self.name, "slice": i, "from": old, "to": new, "reason": obs.reason})
+            if not self.finished:
+                self.notify(events, retries)
+
+    def notify(self, events: EventSink, retries: int = 1) -> None:
+        """Sends every slice state the current controller has not acknowledged."""
+        with self.lock:
+            client, uid = self.client, self.controller_uid
+            if client is None:
+                return
+            for track in self.slices:
+                if track.state == "Provisioning":
+                    continue  # the controller treats an unreported slice as not there yet
+                want = (uid, track.state, track.addresses)
+                if track.acked == want:
+                    continue
+                generation = new_generation()
+                try:
+                    client.report_slice(track.index, track.state, generation, list(track.addresses),
+                                        track.reason or None, retries=retries, backoff_s=0.05)
+                except ControlApiError as e:
+                    metrics.NOTIFICATIONS.labels(track.state, "error").inc()
+                    _logger.warning("could not report slice %d %s: %s", track.index, track.state, e,
+                                    extra={"job": self.name, "slice": track.index})
+                    if e.status_code is None:
+                        return  # unreachable: the others would wait too; the next sync retries
+                    continue
+                metrics.NOTIFICATIONS.labels(track.state, "ok").inc()
+                track.acked, track.acked_generation = want, generation
+                seconds = None
+                if track.state == "Down" and track.down_seen_at is not None:
+                    seconds = time.monotonic() - track.down_seen_at
+                    metrics.NOTIFY_SECONDS.observe(seconds)
+                if track.state == "Ready":
+                    track.down_seen_at = None
+                _logger.info("controller told slice %d %s", track.index, track.state,
+                             extra={"job": self.name, "slice": track.index, "state": track.state,
+                                    "generation": generation, "notify_seconds": seconds})
+                events("Normal", "ControllerNotified",
+                       f"controller told slice {track.index} {track.state} (generation {generation})")
+
+    def slices_down_by_controller(self, status: ControllerStatus) -> list[int]:
+        """Slices the controller saw fail itself (e.g. a hung step) while their pods look Ready.
+
+        The controller's view counts only when its generation is the one we
+        sent with Ready: a newer Ready from us has already superseded it.
+        """
+        with self.lock:
+            out = []
+            for view in status.slices:
+                if 0 <= view.index < len(self.slices):
+                    track = self.slices[view.index]
+                    if (view.state == "Down" and track.state == "Ready" and track.acked is not None
+                            and track.acked[0] == self.controller_uid and view.generation == track.acked_generation):
+                        out.append(view.index)
+            return out
+
+    def close(self) -> None:
+        """Closes the controller client."""
+        with self.lock:
+            if self.client is not None:
+                self.client.close()
+                self.client = None

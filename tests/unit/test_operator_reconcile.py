@@ -1,0 +1,112 @@
+"""Observed children → plan: the operator's decisions."""
+
+from __future__ import annotations
+
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.k8s_operator.reconcile import JobSetView, Observed, attempt_of, decide, jobset_view
+from elastic_jax.k8s_operator.slices import PodView
+
+
+def _job(**spec):
+    base = {"slices": {"count": 2}, "training": {"steps": 10, "globalBatchSize": 4}, "checkpoint": {"uri": "/tmp/ck"},
+            "elasticity": {"maxRestarts": 3, "maxRestartsPerSlice": 2}}
+    base.update(spec)
+    return parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+                           "metadata": {"name": "demo"}, "spec": base})
+
+
+def _ctrl(attempt=0, phase="Running", exit_code=None, deleting=False, reason="", message=""):
+    return PodView(f"demo-controller-{attempt}", f"uid{attempt}", "controller", -1, attempt, 0, phase,
+                   phase == "Running", "127.0.10.2", deleting, exit_code, reason, message)
+
+
+def _both_jobsets(**kw):
+    return {i: JobSetView(f"demo-slice-{i}", i, **kw) for i in range(2)}
+
+
+def test_fresh_job_creates_controller_zero_and_every_jobset():
+    plan = decide(_job(), Observed({}, [], {}))
+    assert plan.create_controller == 0 and plan.create_jobsets == [0, 1]
+    assert not plan.controller_restarted and plan.finish is None
+
+
+def test_steady_state_does_nothing():
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets(restarts=1)))
+    assert plan.create_controller is None and not plan.create_jobsets and not plan.delete_pods
+
+
+def test_worker_failures_never_touch_the_controller():
+    # JobSet restarts (worker pods replaced) leave the controller pod alone.
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets(restarts=1)))
+    assert plan.create_controller is None and plan.delete_pods == [] and plan.finish is None
+
+
+def test_controller_killed_is_recreated_and_counted():
+    dead = _ctrl(phase="Failed", exit_code=137, reason="exit code 137")
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [dead], _both_jobsets()))
+    assert plan.create_controller == 1 and plan.controller_restarted
+    assert plan.delete_pods == ["demo-controller-0"]
+    assert plan.events[0][1] == "ControllerRestarted"
+
+
+def test_vanished_controller_is_recreated():
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-4"}, [], _both_jobsets()))
+    assert plan.create_controller == 5 and plan.controller_restarted
+
+
+def test_index_lag_does_not_create_twice():
+    old = _ctrl(0, phase="Failed", exit_code=137)
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-1"}, [old], _both_jobsets()))
+    assert plan.create_controller is None
+
+
+def test_controller_exit_codes_end_the_job():
+    for code, phase, words in [(0, "Succeeded", "trained 10 steps"), (1, "Failed", "training failed: boom"),
+                               (2, "Failed", "refused its input: spec.x: bad")]:
+        pod = _ctrl(phase="Succeeded" if code == 0 else "Failed", exit_code=code, message="error: spec.x: bad")
+        plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), "boom"))
+        assert plan.finish[0] == phase and words in plan.finish[1]
+        assert plan.create_controller is None
+
+
+def test_controller_restart_budget():
+    dead = _ctrl(3, phase="Failed", exit_code=137, reason="exit code 137")
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-3", "controllerRestarts": 3}, [dead], _both_jobsets()))
+    assert plan.finish[0] == "Failed" and "maxRestarts=3" in plan.finish[1]
+
+
+def test_slice_budget_exhausted_fails_with_the_reason():
+    js = _both_jobsets()
+    js[1] = JobSetView("demo-slice-1", 1, restarts=2, failed=True, message="jobset failed: reached max restarts")
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], js))
+    assert plan.finish[0] == "Failed"
+    assert "slice 1 exhausted its restart budget (elasticity.maxRestartsPerSlice=2)" in plan.finish[1]
+
+
+def test_job_wide_budget():
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets(restarts=2)))
+    assert plan.finish[0] == "Failed" and "maxRestarts=3" in plan.finish[1]
+
+
+def test_finished_job_tears_down_workers_keeps_finished_controller():
+    done = _ctrl(phase="Succeeded", exit_code=0)
+    plan = decide(_job(), Observed({"phase": "Succeeded"}, [done], _both_jobsets()))
+    assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"] and plan.delete_pods == []
+
+
+def test_suspend_tears_everything_down_without_counting():
+    plan = decide(_job(suspend=True), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets()))
+    assert plan.delete_pods == ["demo-controller-0"] and len(plan.delete_jobsets) == 2
+    assert plan.create_controller is None and not plan.controller_restarted
+
+
+def test_resume_after_suspend_starts_fresh_controller():
+    plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [], {}))
+    assert plan.create_controller == 0 and not plan.controller_restarted
+
+
+def test_helpers():
+    assert attempt_of("demo-controller-12") == 12 and attempt_of("demo") is None
+    v = jobset_view({"metadata": {"name": "x"}, "status": {"restarts": 2, "conditions": [
+        {"type": "Failed", "status": "True", "message": "m"}]}}, 0)
+    assert v.failed and v.restarts == 2 and v.message == "m"

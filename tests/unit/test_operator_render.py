@@ -1,0 +1,96 @@
+"""Spec → children: the pure renderers of the operator."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+import yaml
+
+from elastic_jax.api import labels
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.k8s_operator import children, names
+from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
+
+
+def _job(**spec):
+    base = {"slices": {"count": 2, "minSlices": 1, "devicesPerHost": 2},
+            "training": {"steps": 10, "globalBatchSize": 4}, "checkpoint": {"uri": "/tmp/ck"},
+            "elasticity": {"maxRestartsPerSlice": 7},
+            "worker": {"env": [{"name": "A", "value": "1"}], "resources": {"limits": {"memory": "2Gi"}}}}
+    base.update(spec)
+    return parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+                           "metadata": {"name": "demo", "namespace": "ns"}, "spec": base})
+
+
+def test_every_child_is_rendered_with_job_labels():
+    objs = children.render_children(_job(), token="s3cret")
+    kinds = [o["kind"] for o in objs]
+    assert kinds == ["Secret", "ConfigMap", "Service", "Pod", "JobSet", "JobSet"]
+    for o in objs:
+        assert o["metadata"]["labels"][labels.JOB_NAME] == "demo"
+
+
+def test_secret_holds_the_token_and_configmap_the_manifest():
+    job = _job()
+    secret = children.token_secret(job, "s3cret")
+    assert base64.b64decode(secret["data"]["token"]).decode() == "s3cret"
+    cm = children.manifest_configmap(job)
+    manifest = yaml.safe_load(cm["data"]["job.yaml"])
+    assert parse_manifest(manifest).spec == job.spec  # the controller reads the same spec
+    assert cm["metadata"]["annotations"][labels.SPEC_HASH] == children.spec_hash(job)
+
+
+def test_spec_hash_ignores_suspend_and_ttl_only():
+    job = _job()
+    assert children.spec_hash(job) == children.spec_hash(_job(suspend=True, ttlSecondsAfterFinished=5))
+    assert children.spec_hash(job) != children.spec_hash(_job(training={"steps": 11, "globalBatchSize": 4}))
+
+
+def test_controller_pod_never_restarts_by_itself_and_binds_its_pod_ip():
+    pod = renderer_for("cpu").controller_pod(_job(), attempt=3)
+    assert pod["metadata"]["name"] == "demo-controller-3"
+    assert pod["metadata"]["labels"][labels.CONTROLLER_ATTEMPT] == "3"
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    c = spec["containers"][0]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
+    assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["ELASTIC_JAX_HOST"] == "$(POD_IP)"
+    assert env["ELASTIC_JAX_MANIFEST"] == f"{names.MANIFEST_DIR}/job.yaml"
+    assert env["ELASTIC_JAX_TOKEN_FILE"] == f"{names.TOKEN_DIR}/token"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["token"]["secret"]["secretName"] == "demo-token"
+    assert volumes["manifest"]["configMap"]["name"] == "demo-manifest"
+
+
+def test_worker_jobset_per_slice_with_budget_and_probe():
+    js = renderer_for("cpu").worker_jobset(_job(), 1)
+    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert js["metadata"]["name"] == "demo-slice-1"
+    assert js["metadata"]["labels"][labels.SLICE_INDEX] == "1"
+    assert js["spec"]["failurePolicy"] == {"maxRestarts": 7}
+    rj = js["spec"]["replicatedJobs"][0]
+    assert rj["replicas"] == 1
+    job_spec = rj["template"]["spec"]
+    assert job_spec["backoffLimit"] == 0 and job_spec["parallelism"] == 1
+    pod = job_spec["template"]
+    assert pod["metadata"]["labels"] == {labels.JOB_NAME: "demo", labels.ROLE: "worker", labels.SLICE_INDEX: "1"}
+    c = pod["spec"]["containers"][0]
+    assert c["args"] == ["--host", "$(POD_IP)", "--port", str(names.WORKER_PORT), "--slice-index", "1", "--host-devices", "2"]
+    assert c["readinessProbe"] == {"tcpSocket": {"port": names.WORKER_PORT}, "periodSeconds": 1, "failureThreshold": 1}
+    assert {"name": "A", "value": "1"} in c["env"]
+    assert c["resources"] == {"limits": {"memory": "2Gi"}}
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_pathways_is_refused_clearly():
+    with pytest.raises(UnsupportedBackend, match=r"spec.backend 'pathways' is not supported"):
+        renderer_for("pathways")
+
+
+def test_service_selects_the_controller():
+    svc = children.controller_service(_job())
+    assert svc["spec"]["selector"] == {labels.JOB_NAME: "demo", labels.ROLE: "controller"}
+    assert svc["spec"]["ports"][0]["port"] == names.CONTROLLER_PORT

@@ -1,0 +1,103 @@
+"""Status transitions, conditions and phase."""
+
+from __future__ import annotations
+
+from elastic_jax.api.control import ControllerStatus, RecoveryRecord
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.api.status import ElasticTrainingJobStatus
+from elastic_jax.k8s_operator.conditions import derive_phase, get_condition, set_condition
+from elastic_jax.k8s_operator.status_builder import Inputs, build_status, changed_fields
+
+
+def _job(**spec):
+    base = {"slices": {"count": 2, "minSlices": 1}, "training": {"steps": 10, "globalBatchSize": 4},
+            "checkpoint": {"uri": "/tmp/ck"}}
+    base.update(spec)
+    return parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+                           "metadata": {"name": "demo"}, "spec": base})
+
+
+def _ctrl(phase="Running", active=(0, 1), step=5):
+    return ControllerStatus(phase=phase, step=step, total_steps=10, desired_slices=2, min_slices=1,
+                            active_slices=list(active), inactive_slices=[], slices=[], loss=2.0, initial_loss=5.0,
+                            last_committed_checkpoint_step=4, recoveries={"slice_down": 1, "scale_up": 1},
+                            recovery_history=[RecoveryRecord(cause="slice_down", slices=[1], at_step=3, seconds=0.5),
+                                              RecoveryRecord(cause="scale_up", slices=[1], at_step=4, seconds=0.1)],
+                            pid=1)
+
+
+def _inputs(**kw):
+    base = dict(job=_job(), generation=2, previous={}, slices=[{"index": 0, "state": "Ready"}, {"index": 1, "state": "Ready"}],
+                controller=_ctrl(), controller_pod="demo-controller-0", controller_restarts=0, slice_replacements=0,
+                finish=None, rejected_fields=[], now="2025-01-01T00:00:00Z")
+    base.update(kw)
+    return Inputs(**base)
+
+
+def test_set_condition_keeps_transition_time_while_status_holds():
+    c = set_condition([], "Running", "True", "R", "m", 1, "t1")
+    c = set_condition(c, "Running", "True", "R", "m2", 2, "t2")
+    assert c == [{"type": "Running", "status": "True", "reason": "R", "message": "m2",
+                  "lastTransitionTime": "t1", "observedGeneration": 2}]
+    c = set_condition(c, "Running", "False", "X", "", 2, "t3")
+    assert get_condition(c, "Running")["lastTransitionTime"] == "t3"
+
+
+def test_phases():
+    p = dict(finished=None, suspended=False, active_slices=2, desired_slices=2)
+    assert derive_phase(controller_phase=None, slice_states=["Ready"] * 2, **p) == "Pending"
+    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Provisioning"] * 2, **p) == "Pending"
+    assert derive_phase(controller_phase="Running", slice_states=["Ready"] * 2, **p) == "Running"
+    assert derive_phase(controller_phase="Recovering", slice_states=["Ready", "Down"], **p) == "Recovering"
+    assert derive_phase(controller_phase="Running", slice_states=["Ready", "Down"],
+                        **{**p, "active_slices": 1}) == "Degraded"
+    assert derive_phase(controller_phase="Running", slice_states=[], **{**p, "suspended": True}) == "Suspended"
+    assert derive_phase(controller_phase="Running", slice_states=[], **{**p, "finished": "Failed"}) == "Failed"
+
+
+def test_running_status_reflects_the_controller_and_validates():
+    s = build_status(_inputs())
+    assert s["phase"] == "Running" and s["step"] == 5 and s["activeSlices"] == 2
+    assert s["recoveries"] == 1 and s["lastRecoverySeconds"] == 0.5 and s["lastCheckpointStep"] == 4
+    assert s["loss"] == 2.0 and s["initialLoss"] == 5.0
+    assert all(c["observedGeneration"] == 2 for c in s["conditions"])
+    assert get_condition(s["conditions"], "Running")["status"] == "True"
+    ElasticTrainingJobStatus.model_validate(s)  # matches the CRD's status schema
+
+
+def test_degraded_then_recovered_keeps_history_in_conditions():
+    s1 = build_status(_inputs(controller=_ctrl(active=(0,)), slices=[{"index": 0, "state": "Ready"}, {"index": 1, "state": "Down"}]))
+    assert s1["phase"] == "Degraded"
+    assert get_condition(s1["conditions"], "Degraded")["status"] == "True"
+    s2 = build_status(_inputs(previous=s1, now="2025-01-01T00:01:00Z"))
+    assert s2["phase"] == "Running"
+    assert get_condition(s2["conditions"], "Degraded") == {**get_condition(s2["conditions"], "Degraded"),
+                                                           "status": "False", "lastTransitionTime": "2025-01-01T00:01:00Z"}
+
+
+def test_finish_sets_reason_time_and_condition_once():
+    s = build_status(_inputs(controller=None, finish=("Failed", "slice 1 exhausted its restart budget")))
+    assert s["phase"] == "Failed" and s["failureReason"] == "slice 1 exhausted its restart budget"
+    assert get_condition(s["conditions"], "Failed")["message"] == "slice 1 exhausted its restart budget"
+    again = build_status(_inputs(previous=s, controller=None, finish=("Succeeded", "x"), now="later"))
+    assert again["phase"] == "Failed" and again["completionTime"] == s["completionTime"]
+
+
+def test_controller_restart_has_its_own_condition():
+    s = build_status(_inputs(controller_restarts=1, controller_pod="demo-controller-1"))
+    cond = get_condition(s["conditions"], "ControllerRestarted")
+    assert cond["status"] == "True" and "demo-controller-1" in cond["message"]
+
+
+def test_rejected_spec_change_condition_names_the_field():
+    s = build_status(_inputs(rejected_fields=["spec.slices.count"]))
+    cond = get_condition(s["conditions"], "SpecChangeRejected")
+    assert cond["status"] == "True" and cond["message"].startswith("spec.slices.count cannot change")
+    s2 = build_status(_inputs(previous=s))
+    assert get_condition(s2["conditions"], "SpecChangeRejected")["status"] == "False"
+
+
+def test_changed_fields_ignores_suspend_and_ttl():
+    a = _job().spec.to_manifest()
+    b = _job(suspend=True, ttlSecondsAfterFinished=3, slices={"count": 3}).spec.to_manifest()
+    assert changed_fields(a, b) == ["spec.slices.count", "spec.slices.minSlices"]
