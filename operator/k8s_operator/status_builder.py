@@ -87,6 +87,9 @@ def build_status(i: Inputs) -> dict[str, Any]:
         active_slices=out.get("activeSlices", 0),
         desired_slices=i.job.spec.slices.count,
     )
+    if c is None and not finished and not i.job.spec.suspend and prev.get("phase") in ("Running", "Degraded", "Recovering"):
+        # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.
+        phase = prev["phase"]
     out["phase"] = phase
     conds = list(prev.get("conditions") or [])
     g, now = i.generation, i.now

@@ -142,7 +142,8 @@ class JobTracker:
                 kind = "Normal" if new in ("Ready", "Provisioning") else "Warning"
                 detail = f": {obs.reason}" if obs.reason else ""
                 where = f" at {', '.join(track.addresses)}" if new == "Ready" else ""
-                events(kind, f"Slice{new}", f"slice {i} {old} -> {new}{where}{detail}")
+                if not self.finished:  # a finished job's teardown is not news
+                    events(kind, f"Slice{new}", f"slice {i} {old} -> {new}{where}{detail}")
                 _logger.info("slice %d %s -> %s", i, old, new,
                              extra={"job": self.name, "slice": i, "from": old, "to": new, "reason": obs.reason})
             if not self.finished:

@@ -1,0 +1,202 @@
+"""Fixtures for the operator's e2e tests: the CRD, a least-privilege identity, the operator process.
+
+The operator runs as a local process (there is no operator image entry in the
+node agent's table yet) with a kubeconfig that holds a token of the
+`elastic-jax-operator` ServiceAccount, bound to a ClusterRole built from
+`helm/elastic-jax/files/operator-rbac-rules.yaml` — the same rules the chart
+ships — so every API call it makes is checked by the real RBAC authorizer.
+Each test that starts the operator stops it by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e.harness.paths import REPO_ROOT
+from e2e.helpers import wait_for
+
+RULES = REPO_ROOT / "helm" / "elastic-jax" / "files" / "operator-rbac-rules.yaml"
+CRD = REPO_ROOT / "crds" / "elastictrainingjobs.yaml"
+EXAMPLE = REPO_ROOT / "examples" / "01-cpu-job.yaml"
+SYSTEM_NS = "elastic-jax-system"
+SA = "elastic-jax-operator"
+
+
+def operator_rbac_objects() -> str:
+    """ServiceAccount, ClusterRole (rules from the chart's file) and ClusterRoleBinding, as YAML."""
+    rules = yaml.safe_load(RULES.read_text())
+    docs = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NS}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SA, "namespace": SYSTEM_NS}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": SA}, "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": SA},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SA},
+         "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": SYSTEM_NS}]},
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+@pytest.fixture(scope="session")
+def ejob_crd(cluster):
+    """The generated CRD, installed and Established."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/elastictrainingjobs.elasticjax.dev", "--timeout=60s")
+    return CRD
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(cluster, ejob_crd, tmp_path_factory) -> Path:
+    """A kubeconfig authenticating as the operator's ServiceAccount (no admin rights)."""
+    cluster.kubectl("apply", "-f", "-", input=operator_rbac_objects())
+    token = cluster.kubectl("create", "token", SA, "-n", SYSTEM_NS, "--duration=6h").stdout.strip()
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "local", "cluster": {"server": cluster.server,
+                                                     "certificate-authority": str(cluster.state / "pki" / "ca.crt")}}],
+        "users": [{"name": SA, "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SA}}],
+    }))
+    return path
+
+
+class OperatorProcess:
+    """`elastic-jax-operator` as a child process; `stop()` ends it by PID.
+
+    Args:
+      kubeconfig: its identity.
+      log_path: stdout+stderr (JSON lines) go here, appended across restarts.
+      metrics_port: its Prometheus port on 127.0.0.1.
+    """
+
+    def __init__(self, kubeconfig: Path, log_path: Path, metrics_port: int):
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.metrics_port = metrics_port
+        self.proc: subprocess.Popen | None = None
+        self.pids: list[int] = []
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env.update({"KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", "NO_PROXY": "*"})
+        exe = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [exe, "--metrics-port", str(self.metrics_port), "--metrics-host", "127.0.0.1", "--log-format", "json"],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.pids.append(self.proc.pid)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL (an operator crash: no cleanup of any kind)."""
+        if self.alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
+        if not self.alive():
+            return
+        os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_records(self) -> list[dict]:
+        out = []
+        for line in self.log().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def operator(operator_kubeconfig, tmp_path):
+    """A running operator (least-privilege identity); stopped by PID afterwards."""
+    op = OperatorProcess(operator_kubeconfig, tmp_path / "operator.log", _free_port())
+    op.start()
+    def up():
+        if not op.alive():
+            return True
+        try:
+            return "elasticjax_operator" in op.metrics()
+        except OSError:
+            return False
+    wait_for(up, timeout_s=60, what="operator metrics up", explain=op.log)
+    assert op.alive(), op.log()
+    yield op
+    op.stop()
+    for pid in op.pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        raise AssertionError(f"operator pid {pid} still alive")
+
+
+def example_manifest(path: Path = EXAMPLE) -> dict:
+    """The example as a dict."""
+    return yaml.safe_load(path.read_text())
+
+
+def clear_checkpoints(manifest: dict) -> None:
+    """Removes the example's local checkpoint directory, so a run starts from step 0."""
+    shutil.rmtree(manifest["spec"]["checkpoint"]["uri"], ignore_errors=True)
+
+
+def get_job(cluster, namespace: str, name: str) -> dict:
+    """The ElasticTrainingJob object."""
+    return cluster.api().get(f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs/{name}")
+
+
+def job_events(cluster, namespace: str, name: str) -> list[dict]:
+    """Events about the job, oldest first."""
+    items = cluster.api().get(f"/api/v1/namespaces/{namespace}/events",
+                              fieldSelector=f"involvedObject.name={name}")["items"]
+    return sorted(items, key=lambda e: e.get("firstTimestamp") or e.get("eventTime") or "")
+
+
+def wait_phase(cluster, namespace: str, name: str, phases: tuple[str, ...], timeout_s: float, explain=None) -> dict:
+    """Waits until the job's status.phase is one of `phases`; returns the job."""
+    def check():
+        job = get_job(cluster, namespace, name)
+        return job if (job.get("status") or {}).get("phase") in phases else None
+    return wait_for(check, timeout_s=timeout_s, what=f"job {name} phase in {phases}", interval_s=0.5,
+                    explain=explain or (lambda: json.dumps(get_job(cluster, namespace, name).get("status"), indent=1)[:3000]))
+
+
+def time_now() -> float:
+    return time.monotonic()
