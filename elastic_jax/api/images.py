@@ -1,0 +1,59 @@
+"""The project's container images: names, Dockerfiles, and what each one runs.
+
+One table for three readers: the Dockerfiles' ``ENTRYPOINT`` lines, the Helm
+chart's default operator image, and the local control plane's image table
+(``e2e/nodeagent/images.py``, where an image stands for a local command).
+``tests/unit/test_images.py`` fails when any of them drifts from this table.
+
+Standard library only: the e2e node agent imports it and stays small.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from elastic_jax import __version__
+
+REGISTRY = "ghcr.io/elastic-jax"
+"""Where release images are pushed; the tag is the package version."""
+
+CONTROLLER_IMAGE = f"{REGISTRY}/controller:{__version__}"
+WORKER_IMAGE = f"{REGISTRY}/worker:{__version__}"
+OPERATOR_IMAGE = f"{REGISTRY}/operator:{__version__}"
+
+
+@dataclass(frozen=True)
+class ProjectImage:
+    """One image the repository builds.
+
+    Attributes:
+      name: default reference, ``repository:tag``.
+      dockerfile: its Dockerfile, relative to the repository root (the build context).
+      extra: the ``pyproject.toml`` optional-dependency group the image installs.
+      entrypoint: its ``ENTRYPOINT``: a console script from ``[project.scripts]``.
+    """
+
+    name: str
+    dockerfile: str
+    extra: str
+    entrypoint: tuple[str, ...]
+
+    @property
+    def repository(self) -> str:
+        """``name`` without its tag."""
+        return self.name.rsplit(":", 1)[0]
+
+    @property
+    def tag(self) -> str:
+        """The tag part of ``name``."""
+        return self.name.rsplit(":", 1)[1]
+
+
+PROJECT_IMAGES: dict[str, ProjectImage] = {
+    image.name: image
+    for image in (
+        ProjectImage(CONTROLLER_IMAGE, "controller_image/Dockerfile", "controller", ("elastic-jax-controller",)),
+        ProjectImage(WORKER_IMAGE, "worker_image/Dockerfile", "worker", ("elastic-jax-worker",)),
+        ProjectImage(OPERATOR_IMAGE, "operator/Dockerfile", "operator", ("elastic-jax-operator",)),
+    )
+}

@@ -1,0 +1,209 @@
+"""The Dockerfiles: hadolint-clean, and in agreement with elastic_jax.api.images.
+
+No Docker engine exists on these machines, so the images are not built here
+(e2e/kind/run.sh builds them where Docker exists). What can be checked without
+building is checked: the linter, what each image runs and installs, that the
+build context holds every package folder setuptools maps, that the final stage
+is non-root and carries nothing from the build, and that the local control
+plane's image table runs the same entry points.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from e2e.nodeagent import images as node_images
+from elastic_jax.api import images
+from elastic_jax.api import job as job_api
+
+ROOT = Path(__file__).resolve().parents[2]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+BIN = Path(sys.executable).parent
+IMAGES = list(images.PROJECT_IMAGES.values())
+
+
+@dataclass
+class Stage:
+    """One FROM ... block: its base, alias and instructions as (KEYWORD, rest)."""
+
+    base: str
+    alias: str | None
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, keyword: str) -> list[str]:
+        return [rest for kw, rest in self.instructions if kw == keyword]
+
+
+@dataclass
+class Dockerfile:
+    """A parsed Dockerfile: global ARG defaults and the stages in order."""
+
+    args: dict[str, str]
+    stages: list[Stage]
+
+    def expand(self, text: str) -> str:
+        """Substitutes ${NAME} and $NAME from the global ARG defaults."""
+        return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: self.args.get(m[1] or m[2], m[0]), text)
+
+
+def parse(path: Path) -> Dockerfile:
+    """Parses the subset of Dockerfile syntax the project uses (continuations, comments, stages)."""
+    logical, buf = [], ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not buf and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):  # a comment inside a continued instruction
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        logical.append(buf + line)
+        buf = ""
+    args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        keyword, _, rest = line.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        if keyword == "FROM":
+            words = rest.split()
+            stages.append(Stage(base=words[0], alias=words[2] if len(words) == 3 else None))
+        elif stages:
+            stages[-1].instructions.append((keyword, rest))
+        elif keyword == "ARG":
+            name, _, default = rest.partition("=")
+            args[name] = default
+    return Dockerfile(args=args, stages=stages)
+
+
+def _arg_default(stage: Stage, name: str) -> str | None:
+    for rest in stage.all("ARG"):
+        key, _, default = rest.partition("=")
+        if key == name:
+            return default
+    return None
+
+
+def _image_id(image: images.ProjectImage) -> str:
+    return image.dockerfile
+
+
+@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+def test_hadolint_clean(image):
+    # Every rule at every severity: a finding of any level fails.
+    proc = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "style", str(ROOT / image.dockerfile)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def test_hadolint_reports_a_bad_dockerfile(tmp_path):
+    # The linter really runs: an unpinned base and apt-get without cleanup are findings.
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python\nRUN apt-get update && apt-get install -y curl\n")
+    proc = subprocess.run([str(BIN / "hadolint"), str(bad)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "DL3006" in proc.stdout and "DL3008" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+def test_entrypoint_and_extra_match_the_images_module(image):
+    dockerfile = parse(ROOT / image.dockerfile)
+    builder, final = dockerfile.stages[0], dockerfile.stages[-1]
+    (entrypoint,) = final.all("ENTRYPOINT")
+    # Exec form (JSON): the console script is PID 1 and gets SIGTERM from the kubelet.
+    assert json.loads(entrypoint) == list(image.entrypoint)
+    (script,) = image.entrypoint
+    assert script in PYPROJECT["project"]["scripts"], f"{script} is not a console script in pyproject.toml"
+    assert _arg_default(builder, "EXTRAS") == image.extra
+    assert image.extra in PYPROJECT["project"]["optional-dependencies"]
+    assert f"-t {image.name} ." in (ROOT / image.dockerfile).read_text(), "the build comment names the image"
+
+
+def test_default_images_of_the_job_spec_are_project_images():
+    assert job_api.DEFAULT_CONTROLLER_IMAGE == images.CONTROLLER_IMAGE
+    assert job_api.DEFAULT_WORKER_IMAGE == images.WORKER_IMAGE
+
+
+def test_node_agent_image_table_runs_the_same_entry_points():
+    # e2e/nodeagent/images.py stands an image for a local command; it must run
+    # what the Dockerfile's ENTRYPOINT runs, or the e2e tests test something else.
+    for image in IMAGES:
+        entry = node_images.resolve(image.name)
+        assert entry.entrypoint == image.entrypoint, (image.name, entry)
+        assert entry.cmd == (), f"{image.name}: the Dockerfiles set no CMD"
+    ours = {key for key in node_images.IMAGES if key.startswith(images.REGISTRY + "/")}
+    assert ours <= set(images.PROJECT_IMAGES), f"stale project images in the node agent's table: {ours}"
+
+
+def _pinned(reference: str) -> bool:
+    """python:3.11.14-slim-bookworm@sha256:... : an exact patch version and a digest."""
+    return re.fullmatch(r"[\w./-]+:\d+\.\d+\.\d+[\w.-]*@sha256:[0-9a-f]{64}", reference) is not None
+
+
+@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+def test_base_is_pinned_and_final_stage_is_minimal_and_non_root(image):
+    dockerfile = parse(ROOT / image.dockerfile)
+    assert len(dockerfile.stages) == 2, "a builder stage and a final stage"
+    builder, final = dockerfile.stages
+    assert builder.alias == "builder"
+    bases = {dockerfile.expand(stage.base) for stage in dockerfile.stages}
+    assert len(bases) == 1, f"both stages share one base (the venv's interpreter path): {bases}"
+    (base,) = bases
+    assert _pinned(base) and base.startswith("python:3.11."), base
+
+    # Nothing is built or fetched in the final stage: only the builder's venv is copied in.
+    for rest in final.all("RUN"):
+        assert not re.search(r"\b(pip|apt-get|apt|gcc|make|curl|wget)\b", rest), rest
+    copies = final.all("COPY")
+    assert copies and all(c.startswith("--from=builder ") for c in copies), copies
+    assert "--mount" not in " ".join(final.all("RUN"))
+
+    (user,) = final.all("USER")
+    uid, _, gid = user.partition(":")
+    # Numeric, so the kubelet can enforce runAsNonRoot without reading /etc/passwd.
+    assert uid.isdigit() and int(uid) != 0 and (not gid or gid.isdigit()), user
+    assert "PATH=/opt/venv/bin" in " ".join(final.all("ENV"))
+
+
+@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+def test_build_context_holds_every_package_folder(image):
+    # setuptools maps folders from several design-card directories into one
+    # import root; a missing COPY would only show when the image is built.
+    builder = parse(ROOT / image.dockerfile).stages[0]
+    sources: list[str] = []
+    for rest in builder.all("COPY"):
+        words = shlex.split(rest)
+        assert not words[0].startswith("--from"), rest
+        sources += [w.rstrip("/") for w in words[:-1]]
+    for source in sources:
+        assert (ROOT / source).exists(), f"COPY {source}: no such path"
+    tool = PYPROJECT["tool"]["setuptools"]
+    for folder in tool["package-dir"].values():
+        assert any(folder == s or folder.startswith(s + "/") for s in sources), f"{folder} is not copied"
+    assert PYPROJECT["project"]["readme"] in sources
+
+    # .dockerignore excludes everything, then re-includes exactly these sources.
+    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines[0] == "**"
+    included = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+    assert set(sources) <= included, f"not in the build context: {set(sources) - included}"
+
+
+def test_parser_reads_continuations_and_stages(tmp_path):
+    path = tmp_path / "Dockerfile"
+    path.write_text("ARG BASE=python:3.11.14-slim\nFROM ${BASE} AS builder\nRUN a \\\n  # note\n  && b\n"
+                    "FROM $BASE\nENTRYPOINT [\"x\"]\n")
+    parsed = parse(path)
+    assert [s.alias for s in parsed.stages] == ["builder", None]
+    assert parsed.stages[0].all("RUN") == ["a  && b"]
+    assert {parsed.expand(s.base) for s in parsed.stages} == {"python:3.11.14-slim"}
