@@ -30,6 +30,7 @@ IMAGES: dict[str, Image] = {
     # The project's images (controller_image/Dockerfile, worker_image/Dockerfile).
     "ghcr.io/elastic-jax/controller:0.1.0": Image(entrypoint=("elastic-jax-controller",)),
     "ghcr.io/elastic-jax/worker:0.1.0": Image(entrypoint=("elastic-jax-worker",)),
+    "ghcr.io/elastic-jax/operator:0.1.0": Image(entrypoint=("elastic-jax-operator",)),  # operator/Dockerfile
     # Generic images for the e2e suite's own pods: the command runs as given.
     "python:*": Image(cmd=("python3",), env={"PYTHONUNBUFFERED": "1"}),
     "busybox:*": Image(cmd=("sh",)),
