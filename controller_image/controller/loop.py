@@ -39,6 +39,7 @@ from elastic_jax.controller.elastic.manager import Manager
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
+from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
 
 _logger = logging.getLogger(__name__)
@@ -101,6 +102,11 @@ class TrainingRun:
         self._productive_s = 0.0
         self._train_start: float | None = None
         self._stop = threading.Event()
+        # cpu backend: the state never leaves this process, a slice loss costs nothing.
+        # pathways backend: device state on a lost slice is gone; keep host snapshots.
+        self.keeps_state = getattr(backend, "keeps_state_on_slice_loss", True)
+        self.snapshotter = HostSnapshotter(0 if self.keeps_state else self.spec.elasticity.host_snapshot_interval_steps)
+        self._state_lost = False
         metrics.desired_slices.set(slice_set.count)
 
         @jax.jit
@@ -250,6 +256,8 @@ class TrainingRun:
             cause = getattr(error, "cause", "slice_down")
             slices = list(getattr(error, "slice_indices", ()))
         record = RecoveryRecord(cause=cause, slices=slices, at_step=self.step)
+        if not self.keeps_state and cause in ("slice_down", "step_deadline"):
+            self._state_lost = True
         with self._lock:
             self.recoveries.append(record)
             if self._pending_recovery is None:
@@ -257,9 +265,35 @@ class TrainingRun:
         self.metrics.recoveries.labels(cause=cause).inc()
         _logger.warning("elastic event at step %d: %s on slices %s", self.step, cause, slices)
 
+    def _recover_lost_state(self) -> None:
+        """Restores state lost with a slice: the newer of the host snapshot and the last committed checkpoint."""
+        snap = self.snapshotter.latest
+        committed = self.checkpointer.last_committed_step
+        source = choose_restore_source(None if snap is None else snap.step, committed)
+        t0 = time.perf_counter()
+        if source == "snapshot":
+            state, step = snap.state, snap.step
+        elif source == "checkpoint":
+            state, data_state, _ = self.checkpointer.restore(self._initial_state(), committed)
+            step = int(data_state.get("next_batch_index", committed))
+            self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
+        else:
+            state, step = self._initial_state(), 0
+        lost = self.step - step
+        with self._lock:
+            self.state, self.step = state, step
+            self.steps_lost += lost
+        self.metrics.steps_lost.inc(lost)
+        _logger.warning("restored lost state from %s at step %d (%d steps lost)", source, step, lost)
+
     def _train(self) -> None:
         spec = self.spec
         active = sorted(self.slice_set.active)
+        if not self.keeps_state:
+            if self._state_lost:
+                self._recover_lost_state()
+                self._state_lost = False
+            self.state = self.backend.place_state(self.state, active)
         self.metrics.active_slices.set(len(active))
         tokens_per_step = spec.training.global_batch_size * self.trainer.tokens_per_example
         window_start, window_steps = time.monotonic(), 0
@@ -310,6 +344,7 @@ class TrainingRun:
                     )
                 )
                 window_start, window_steps = now, 0
+            self.snapshotter.maybe_take(self.step, self.state, self._data_state())
             t_save = time.perf_counter()
             if self.checkpointer.maybe_save(self.step, self.state, self._data_state()):
                 self.metrics.checkpoint_save_seconds.observe(time.perf_counter() - t_save)

@@ -59,6 +59,23 @@ def _read_token(args: argparse.Namespace) -> str | None:
     return os.environ.get("ELASTIC_JAX_TOKEN")
 
 
+def _pathways_backend(trainer, slice_set):
+    """Connects to the Pathways proxy beside this container and builds the backend.
+
+    Raises:
+      ImportError: pathwaysutils is not installed (`pip install 'elastic-jax[tpu]'`).
+      ValueError: the devices do not span `spec.slices.count` slices.
+    """
+    try:
+        import pathwaysutils
+    except ImportError:
+        raise ImportError("pathwaysutils is not installed; use the controller image or pip install 'elastic-jax[tpu]'") from None
+    pathwaysutils.initialize()
+    from elastic_jax.controller.backend_pathways import PathwaysBackend
+
+    return PathwaysBackend(trainer, slice_set)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the controller; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="elastic-jax-controller", description=__doc__.splitlines()[0])
@@ -82,13 +99,12 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(e))
     if not token:
         return _fail("no control-API token: set --token-file, ELASTIC_JAX_TOKEN_FILE or ELASTIC_JAX_TOKEN")
-    if job.spec.backend != "cpu":
-        return _fail(f"spec.backend {job.spec.backend!r}: this controller build runs the cpu backend only")
 
     # The exported per-slice program records its device count: the controller
     # must see as many local devices as a worker host has. Set before jax loads.
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    if job.spec.slices.devices_per_host > 1:
+    if job.spec.backend == "cpu":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if job.spec.backend == "cpu" and job.spec.slices.devices_per_host > 1:
         flag = f"--xla_force_host_platform_device_count={job.spec.slices.devices_per_host}"
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
@@ -134,13 +150,19 @@ def main(argv: list[str] | None = None) -> int:
             )
         except (TrainerConfigError, CheckpointUriError) as e:
             return _fail(str(e))
-        backend = CpuBackend(
-            trainer,
-            slice_set,
-            devices_per_host=job.spec.slices.devices_per_host,
-            step_deadline_s=job.spec.elasticity.step_deadline_seconds,
-            first_step_deadline_s=job.spec.elasticity.first_step_deadline_seconds,
-        )
+        if job.spec.backend == "pathways":
+            try:
+                backend = _pathways_backend(trainer, slice_set)
+            except (ImportError, ValueError) as e:
+                return _fail(f"spec.backend pathways: {e}")
+        else:
+            backend = CpuBackend(
+                trainer,
+                slice_set,
+                devices_per_host=job.spec.slices.devices_per_host,
+                step_deadline_s=job.spec.elasticity.step_deadline_seconds,
+                first_step_deadline_s=job.spec.elasticity.first_step_deadline_seconds,
+            )
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics)
         holder["run"] = run
         signal.signal(signal.SIGTERM, lambda *_: run.request_stop())

@@ -189,6 +189,14 @@ class ElasticitySpec(_Model):
     first_step_deadline_seconds: float = Field(
         default=120.0, gt=0, description="Deadline for a slice's first step on a new program (includes its compile)."
     )
+    host_snapshot_interval_steps: int = Field(
+        default=10,
+        ge=0,
+        description=(
+            "pathways backend: copy the training state to controller RAM every this many steps, so a lost "
+            "slice restores from memory when the copy is newer than the last checkpoint (0: off)."
+        ),
+    )
 
 
 class ElasticTrainingJobSpec(_Model):

@@ -1,0 +1,197 @@
+"""The pathways backend: one jitted step over the devices of every active slice.
+
+With Pathways (`pathwaysutils.initialize()`), `jax.devices()` in the
+controller spans all slices and `device.slice_index` tells them apart. A step
+is one data-parallel `jax.jit` over a mesh `("slice", "data")` of the active
+slices' devices; XLA reduces gradients across slices over DCN. A lost slice
+surfaces as `jax.errors.JaxRuntimeError` (`DATA_LOSS: ...`): the backend then
+runs a small computation on each active slice (pathways-utils'
+`DefaultSliceHealthChecker` idea) to find which ones are gone, marks them
+down and raises `SliceDownError`, so the same `Manager` handles it. Unlike
+the cpu backend, device-resident state on a lost slice is gone: the loop
+restores it from the newest host snapshot or committed checkpoint
+(`keeps_state_on_slice_loss = False`).
+
+Without TPUs this module is exercised on CPU devices with an explicit
+device → slice mapping (tests), which runs the same mesh, sharding and error
+paths; the Pathways proxy itself needs Google Cloud.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from elastic_jax.controller.backend_cpu import make_slice_step
+from elastic_jax.controller.elastic.errors import SliceDownError, is_slice_down
+from elastic_jax.controller.elastic.slice_set import SliceSet
+from elastic_jax.controller.trainer import Trainer
+
+_logger = logging.getLogger(__name__)
+
+SliceOf = Callable[[Any], int]
+# pathways-utils checks devices with x + 1 on a value of 99 (elastic.py, _SIMPLE_EXECUTION_TEST_VALUE = 100).
+_PROBE_VALUE = 99.0
+
+
+def default_slice_of(device: Any) -> int:
+    """`device.slice_index` (set on TPU and Pathways devices).
+
+    Raises:
+      ValueError: the device has no slice index (e.g. a CPU device).
+    """
+    index = getattr(device, "slice_index", None)
+    if index is None:
+        raise ValueError(f"device {device} has no slice_index: the pathways backend needs TPU slices")
+    return int(index)
+
+
+def slice_to_devices(devices: Iterable[Any], slice_of: SliceOf = default_slice_of) -> dict[int, list[Any]]:
+    """Groups devices by slice, keeping device order within a slice."""
+    out: dict[int, list[Any]] = collections.defaultdict(list)
+    for d in devices:
+        out[slice_of(d)].append(d)
+    return dict(sorted(out.items()))
+
+
+def mesh_for(slices: Mapping[int, Sequence[Any]], active: Sequence[int]) -> Mesh:
+    """A `("slice", "data")` mesh over the devices of the active slices.
+
+    Raises:
+      ValueError: no active slices, or active slices with different device counts.
+    """
+    if not active:
+        raise ValueError("no active slices")
+    groups = [list(slices[i]) for i in sorted(active)]
+    if len({len(g) for g in groups}) != 1:
+        raise ValueError(f"active slices have different device counts: {[len(g) for g in groups]}")
+    return Mesh(np.array(groups, dtype=object), ("slice", "data"))
+
+
+def batch_spec(global_batch_size: int, mesh: Mesh) -> PartitionSpec:
+    """How to shard the batch's leading axis: over every device when it divides, else over slices, else replicate."""
+    n_slices, per_slice = mesh.devices.shape
+    if global_batch_size % (n_slices * per_slice) == 0:
+        return PartitionSpec(("slice", "data"))
+    if global_batch_size % n_slices == 0:
+        return PartitionSpec("slice")
+    return PartitionSpec()
+
+
+class PathwaysBackend:
+    """Runs the step over all active slices' devices in one program.
+
+    Args:
+      trainer: the user's trainer (same object as on the cpu backend).
+      slice_set: slice states; the operator's reports still arrive here and are
+        preferred over polling, health checks confirm them.
+      devices: all devices (default `jax.devices()`).
+      slice_of: device → slice index (default `device.slice_index`).
+    """
+
+    keeps_state_on_slice_loss = False
+
+    def __init__(self, trainer: Trainer, slice_set: SliceSet, devices: Sequence[Any] | None = None,
+                 slice_of: SliceOf = default_slice_of):
+        self.trainer = trainer
+        self.slice_set = slice_set
+        self.slices = slice_to_devices(jax.devices() if devices is None else devices, slice_of)
+        if len(self.slices) != slice_set.count:
+            raise ValueError(
+                f"spec.slices.count is {slice_set.count} but the devices span {len(self.slices)} slices"
+            )
+        self._slice_step = make_slice_step(trainer)
+        self._compiled: dict[tuple[int, ...], Any] = {}
+
+    # -- health ------------------------------------------------------------
+
+    def _probe(self, index: int) -> jax.Array:
+        devices = self.slices[index]
+        mesh = Mesh(np.array(devices, dtype=object), ("data",))
+        x = jax.device_put(np.full(len(devices), _PROBE_VALUE, np.float32), NamedSharding(mesh, PartitionSpec("data")))
+        return x + 1
+
+    def health_check(self, indices: Iterable[int]) -> frozenset[int]:
+        """Dispatches a tiny computation on each slice, then validates them all.
+
+        Returns:
+          The slices whose devices computed the right answer. A slice-down
+          error marks a slice unhealthy; any other error propagates.
+        """
+        indices = sorted(indices)
+        pending = {}
+        healthy = set()
+        for i in indices:
+            try:
+                pending[i] = self._probe(i)
+            except jax.errors.JaxRuntimeError as e:
+                if not is_slice_down(e):
+                    raise
+        for i, x in pending.items():
+            try:
+                if np.allclose(np.asarray(jax.block_until_ready(x)), _PROBE_VALUE + 1):
+                    healthy.add(i)
+            except jax.errors.JaxRuntimeError as e:
+                if not is_slice_down(e):
+                    raise
+        return frozenset(healthy)
+
+    # -- state placement ----------------------------------------------------
+
+    def place_state(self, state: Any, active: Sequence[int]) -> Any:
+        """Replicates the state onto the mesh of the active slices (after a resize)."""
+        replicated = NamedSharding(mesh_for(self.slices, active), PartitionSpec())
+        return jax.device_put(state, replicated)
+
+    # -- the step -----------------------------------------------------------
+
+    def _step_fn(self, active: tuple[int, ...], batch_size: int):
+        fn = self._compiled.get((*active, batch_size))
+        if fn is None:
+            mesh = mesh_for(self.slices, active)
+            replicated = NamedSharding(mesh, PartitionSpec())
+            fn = jax.jit(
+                self._slice_step,
+                in_shardings=(replicated, NamedSharding(mesh, batch_spec(batch_size, mesh))),
+                out_shardings=replicated,
+            )
+            self._compiled[(*active, batch_size)] = fn
+        return fn
+
+    def grad_step(self, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> tuple[float, float, Any]:
+        """Loss sum, weight and gradient sum of the global batch over the active slices.
+
+        Returns:
+          (loss_sum, weight, grads_sum): floats and a pytree of replicated jax arrays.
+
+        Raises:
+          SliceDownError: a slice-down `JaxRuntimeError`; the slices that fail
+            the health check afterwards are named and marked down.
+          jax.errors.JaxRuntimeError: any other runtime error (user code), unchanged.
+        """
+        active = tuple(sorted(active))
+        batch_size = next(iter(batch.values())).shape[0]
+        try:
+            loss_sum, weight, grads = self._step_fn(active, batch_size)(params, dict(batch))
+            return float(loss_sum), float(weight), grads
+        except jax.errors.JaxRuntimeError as e:
+            if not is_slice_down(e):
+                raise
+            lost = sorted(set(active) - self.health_check(active)) or list(active)
+            gens = {i: self.slice_set.record(i).generation for i in lost}
+            self.slice_set.mark_down(lost, str(e).splitlines()[0], gens)
+            raise SliceDownError(f"slices {lost} lost: {str(e).splitlines()[0]}", lost) from e
+
+    def cleanup(self) -> None:
+        """After an elastic event: drop compiled programs for the old mesh (pathways-utils does the same)."""
+        self._compiled.clear()
+        jax.clear_caches()
+
+    def close(self) -> None:
+        """Nothing to close (Pathways owns the connections)."""
