@@ -1,0 +1,201 @@
+"""The Helm chart (helm/elastic-jax): lint, render, Kubernetes schemas, values schema.
+
+Uses the real `helm` the e2e build produces (e2e/build.sh, a no-op when up to
+date; CI builds it for the e2e suite anyway). Rendered objects are checked
+field by field against the Kubernetes OpenAPI models (tests/support/kube_models);
+e2e/test_helm_install.py adds the API server's dry run and a real install.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from elastic_jax import __version__
+from elastic_jax.api import images
+from e2e.harness.paths import REPO_ROOT, bin_dir
+from tests.support.kube_models import validate
+
+CHART = REPO_ROOT / "helm" / "elastic-jax"
+KUBE_VERSION = "1.35.4"  # the local control plane's version (e2e/localcluster/go.mod)
+RELEASE, NAMESPACE = "ej", "elastic-jax-system"
+
+# Value sets that switch every template branch on.
+VARIANTS = {
+    "defaults": [],
+    "namespaced+servicemonitor": ["--set", "watchNamespaces={team-a,team-b}",
+                                  "--set", "metrics.serviceMonitor.enabled=true",
+                                  "--set", "serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account=op@p.iam.gserviceaccount.com",
+                                  "--set", "imagePullSecrets[0].name=regcred", "--set", "operator.verbose=true",
+                                  "--set", "nodeSelector.cloud\\.google\\.com/gke-nodepool=cpu-pool"],
+    "no-peering, existing account": ["--set", "peering.enabled=false", "--set", "serviceAccount.create=false",
+                                     "--set", "serviceAccount.name=ops", "--set", "rbac.create=false",
+                                     "--set", "metrics.service.enabled=false"],
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    path = bin_dir() / "helm"
+    if not path.exists():
+        if shutil.which("go") is None:
+            pytest.skip(f"no {path} and no Go toolchain to build it (e2e/build.sh)")
+        from e2e.harness.build import ensure_built
+        ensure_built()
+    return str(path)
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def render(helm: str, *values: str, crds: bool = False) -> list[dict]:
+    out = run_helm(helm, "template", RELEASE, str(CHART), "-n", NAMESPACE, "--kube-version", KUBE_VERSION,
+                   *(["--include-crds"] if crds else []), *values).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def by_kind(docs: list[dict], kind: str) -> list[dict]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_lint_strict(helm):
+    for values in VARIANTS.values():
+        proc = run_helm(helm, "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, *values)
+        assert "0 chart(s) failed" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_rendered_objects_match_the_kubernetes_schemas(helm, variant):
+    docs = render(helm, *VARIANTS[variant], crds=True)
+    checked = 0
+    for doc in docs:
+        if doc["apiVersion"].startswith(("kopf.dev/", "monitoring.coreos.com/")):
+            continue  # custom resources: checked against their CRDs in the e2e dry run
+        assert validate(doc) == [], doc["kind"]
+        checked += 1
+    assert checked >= 3
+
+
+def test_validator_catches_unknown_fields_and_wrong_types(helm):
+    (deployment,) = by_kind(render(helm), "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container["imagePullPolice"] = "Always"
+    container["ports"][0]["containerPort"] = "9090"
+    problems = validate(deployment)
+    assert any("imagePullPolice: unknown field of V1Container" in p for p in problems), problems
+    assert any("containerPort: expected an integer" in p for p in problems), problems
+
+
+def test_default_objects(helm):
+    docs = render(helm)
+    assert sorted(d["kind"] for d in docs) == sorted(
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "Service", "Deployment"])
+    (deployment,) = by_kind(docs, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == images.OPERATOR_IMAGE, "chart default = elastic_jax.api.images.OPERATOR_IMAGE"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert pod["serviceAccountName"] == by_kind(docs, "ServiceAccount")[0]["metadata"]["name"]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    (service,) = by_kind(docs, "Service")
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert {p["name"] for p in container["ports"]} == {"metrics", "health"}
+
+
+def test_pod_meets_pod_security_restricted(helm):
+    # The checks of the "restricted" PodSecurity profile (the e2e install also
+    # runs the API server's admission with enforce=restricted).
+    (deployment,) = by_kind(render(helm), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    sc, psc = container["securityContext"], pod["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert all(not v.get("hostPath") for v in pod.get("volumes", []))
+    assert not pod.get("hostNetwork") and not pod.get("hostPID")
+
+
+def test_rbac_is_the_operator_rules_file(helm):
+    rules = yaml.safe_load((CHART / "files" / "operator-rbac-rules.yaml").read_text())
+    docs = render(helm)
+    (role,) = by_kind(docs, "ClusterRole")
+    assert role["rules"] == rules
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-elastic-jax", "namespace": NAMESPACE}]
+
+
+def test_peering_and_namespaces(helm):
+    docs = render(helm, *VARIANTS["namespaced+servicemonitor"])
+    (deployment,) = by_kind(docs, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--peering=ej-elastic-jax" in args and "--priority=0" in args
+    assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=team-a", "--namespace=team-b"]
+    # Namespaced: one KopfPeering and one RoleBinding per watched namespace, no cluster-wide binding.
+    assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
+    assert not by_kind(docs, "ClusterRoleBinding") and not by_kind(docs, "ClusterKopfPeering")
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+    default_args = by_kind(render(helm), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    (peering,) = by_kind(render(helm), "ClusterKopfPeering")
+    assert f"--peering={peering['metadata']['name']}" in default_args
+    assert not [a for a in default_args if a.startswith("--namespace")]
+
+    plain = render(helm, *VARIANTS["no-peering, existing account"])
+    assert sorted(d["kind"] for d in plain) == ["Deployment"]
+    args = plain[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--peering")]
+    assert plain[0]["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    (["--set", "image.pullPolicy=Sometimes"], "/image/pullPolicy"),
+    (["--set", "metrics.port=70000"], "/metrics/port"),
+    (["--set", "resources.requests.cpu=lots"], "/resources/requests/cpu"),
+    (["--set", "watchNamespaces={Team_A}"], "/watchNamespaces/0"),
+    (["--set", "operator.logFormat=xml"], "/operator/logFormat"),
+    (["--set", "replicaCount=2"], "additional properties 'replicaCount' not allowed"),
+    (["--set", "peering.enabled=yes"], "/peering/enabled"),
+])
+def test_wrong_values_fail_the_schema(helm, values, message):
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, *values, check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_service_monitor_needs_the_service(helm):
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false",
+                    check=False)
+    assert proc.returncode != 0 and "needs metrics.service.enabled" in proc.stderr
+
+
+def test_chart_crd_is_the_generated_crd():
+    # Helm installs crds/ before the templates; it must be the generated file
+    # (python -m elastic_jax.api.crd), byte for byte.
+    generated = REPO_ROOT / "crds" / "elastictrainingjobs.yaml"
+    copy = CHART / "crds" / "elastictrainingjobs.yaml"
+    assert copy.read_text() == generated.read_text(), f"stale chart CRD: cp {generated} {copy}"
+
+
+def test_chart_versions_follow_the_package():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == __version__
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert f"{values['image']['repository']}:{chart['appVersion']}" == images.OPERATOR_IMAGE
