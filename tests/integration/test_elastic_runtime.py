@@ -59,6 +59,9 @@ def test_sigkill_worker_replica_resize_then_scale_up(tmp_path, baseline):
     log = run.controller_log()
     assert "elastic attempt 2 on slices [0]" in log  # continued on the survivor
     assert s["scale_ups"] >= 1 and "on slices [0, 1]" in log.split("elastic attempt 2")[1]  # and scaled back up
+    metrics = (run.workdir / "metrics.prom").read_text()
+    assert 'elastic_jax_recoveries_total{cause="slice_down"} 1.0' in metrics
+    assert "elastic_jax_recovery_seconds_count 2.0" in metrics  # the loss and the scale-up
 
 
 def test_sigkill_worker_pause_and_resume(tmp_path, baseline):
@@ -147,3 +150,33 @@ def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_pat
     assert f"restored checkpoint step {seen['committed'][-1]} (data position: batch {seen['committed'][-1]})" in log
     # Same parameters, optimizer state and data position: the same final loss as the run never killed.
     assert math.isclose(s["final_loss"], baseline["final_loss"], rel_tol=1e-5)
+
+
+def test_ctrl_c_stops_everything(tmp_path):
+    """SIGINT (Ctrl-C) to `elastic-jax run` mid-training: exit 130, every child stopped."""
+    import os
+    import subprocess
+
+    import yaml
+
+    from tests.support.runs import CLI, ROOT, leftover_processes
+
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest("ctrlc", tmp_path)))
+    proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), "--no-failure"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    try:
+        log = tmp_path / "run" / "controller.log"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not (log.exists() and '\\"step\\": 20,' in log.read_text()):
+            time.sleep(0.1)
+        assert leftover_processes(str(tmp_path)), "nothing was running"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert not leftover_processes(str(tmp_path))
