@@ -221,6 +221,7 @@ class Checkpointer:
         self.last_save_seconds: float | None = None
         self.last_restore_seconds: float | None = None
         self.last_committed_step: int | None = self.latest_committed_step()
+        self._last_started_step: int | None = self._manager.latest_step()
         self._commit_watcher: threading.Thread | None = None
         self._background_error: BaseException | None = None
         self._lock = threading.Lock()
@@ -238,8 +239,9 @@ class Checkpointer:
         Args:
           step: the training step the state belongs to (>= 0).
           state: pytree of `jax.Array`s (any shapes, dtypes and shardings).
-            Orbax has copied them device-to-host when this returns, so the
-            next step may donate them.
+            The save runs on a background thread: the caller must not donate
+            or delete these arrays before the next `maybe_save` or
+            `wait_until_finished` returns (jax arrays are otherwise immutable).
           data_state: JSON-serializable dict, e.g.
             `{"next_batch_index": 120, "global_batch_size": 24, "seed": 0}`.
           force: save regardless of the interval (e.g. before a slice drains).
@@ -256,31 +258,43 @@ class Checkpointer:
         self._raise_background_error()
         if not (force or step % self.interval_steps == 0):
             return False
-        newest = self._manager.latest_step()
-        if newest is not None and step <= newest:
+        if self._last_started_step is not None and step <= self._last_started_step:
             return False
         started = time.perf_counter()
-        # The previous watcher must be done before Orbax starts the next
-        # finalize thread, or it would wait on the wrong save. Orbax itself
-        # waits for the previous save here, so this adds no blocking.
+        # At most one save in flight: if the previous one is still writing,
+        # wait for it here (back-pressure, as Orbax itself would).
         self._join_commit_watcher()
         self._raise_background_error()
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                **{
-                    _STATE_ITEM: ocp.args.PyTreeSave(state),
-                    _DATA_ITEM: ocp.args.JsonSave(dict(data_state)),
-                }
-            ),
-            force=True,  # the interval decision is ours (above)
-        )
-        self.last_save_blocking_seconds = time.perf_counter() - started
+        self._last_started_step = step
+        # Orbax's save() itself costs ~20 ms of setup before it returns; run it
+        # off the training thread. Safe because jax arrays are immutable and
+        # the loop never donates the state it hands over here.
         self._commit_watcher = threading.Thread(
-            target=self._watch_commit, args=(step, started), name=f"checkpoint-commit-{step}", daemon=True
+            target=self._save_and_watch, args=(step, state, dict(data_state), started),
+            name=f"checkpoint-save-{step}", daemon=True,
         )
         self._commit_watcher.start()
+        self.last_save_blocking_seconds = time.perf_counter() - started
         return True
+
+    def _save_and_watch(self, step: int, state: PyTree, data_state: dict[str, Any], started: float) -> None:
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    **{
+                        _STATE_ITEM: ocp.args.PyTreeSave(state),
+                        _DATA_ITEM: ocp.args.JsonSave(data_state),
+                    }
+                ),
+                force=True,  # the interval decision is ours (above)
+            )
+        except BaseException as e:  # reported to the training thread on its next call
+            logger.exception("checkpoint save of step %d failed to start", step)
+            with self._lock:
+                self._background_error = e
+            return
+        self._watch_commit(step, started)
 
     def _watch_commit(self, step: int, started: float) -> None:
         try:
