@@ -9,6 +9,10 @@
 - ``kube`` (session): a ``kubernetes.client.ApiClient`` with the admin kubeconfig.
 
 ``E2E_KEEP_CLUSTER=1`` keeps a cluster this run started.
+
+The Go build runs once after collection, when any e2e test is selected, so
+that the first build on a fresh machine (minutes) does not count against the
+first test's timeout.
 """
 
 from __future__ import annotations
@@ -19,7 +23,26 @@ import uuid
 
 import pytest
 
+from e2e.harness.build import ensure_built
 from e2e.harness.cluster import LocalCluster
+from e2e.harness.paths import E2E_DIR
+
+
+def pytest_collection_finish(session):
+    needs_cluster = any(E2E_DIR in item.path.parents and "cluster" in getattr(item, "fixturenames", ())
+                        for item in session.items)
+    if session.config.option.collectonly or not needs_cluster:
+        return
+    if os.geteuid() != 0:
+        raise pytest.UsageError("the e2e suite needs root: the node agent runs each container "
+                                "in its own mount namespace (unshare --mount)")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line("e2e: building the local cluster binaries (e2e/build.sh; "
+                            "the first build takes about 20 minutes)")
+    seconds = ensure_built()
+    if reporter:
+        reporter.write_line(f"e2e: binaries ready in {seconds:.0f}s")
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,10 @@ def test_control_plane_is_healthy(cluster):
     assert "jobsets.jobset.x-k8s.io" in crds
 
 
-def test_nodes_follow_the_gke_layout(cluster):
+def test_nodes_follow_the_gke_layout(cluster, kube):
+    from kubernetes import client
+    typed = client.CoreV1Api(kube).list_node().items
+    assert sorted(n.metadata.name for n in typed) == sorted(n.name for n in layout.nodes())
     nodes = {n["metadata"]["name"]: n for n in cluster.api().get("/api/v1/nodes")["items"]}
     for spec in layout.nodes():
         node = nodes[spec.name]
