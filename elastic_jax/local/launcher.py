@@ -150,7 +150,9 @@ class LocalLauncher:
         s.restart_at = None
 
     def _report(self, s: _Slice, state: str, reason: str | None = None) -> None:
-        s.generation += 1
+        # Nanoseconds since the epoch: monotonic across launcher restarts and
+        # newer than any report made earlier by someone else (as the operator does).
+        s.generation = max(s.generation + 1, time.time_ns())
         addresses = [f"127.0.0.1:{s.port}"] if state == "Ready" else []
         try:
             self.client.report_slice(s.index, state, s.generation, addresses, reason, retries=3)

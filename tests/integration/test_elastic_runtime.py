@@ -180,3 +180,39 @@ def test_ctrl_c_stops_everything(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted" in err and "Traceback" not in err
     assert not leftover_processes(str(tmp_path))
+
+
+def test_draining_slice_is_checkpointed_then_released(tmp_path, baseline):
+    """Flow 4: a Draining report makes the controller checkpoint, then continue without that slice."""
+    import httpx
+
+    m = manifest("drain", tmp_path, checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
+    sent: dict = {}
+
+    def drainer():
+        log = tmp_path / "run" / "controller.log"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            text = log.read_text() if log.exists() else ""
+            ports = re.findall(r'\\"event\\": \\"ready\\", \\"port\\": (\d+)', text)
+            if ports and '\\"step\\": 40,' in text:
+                token = (tmp_path / "run" / "token").read_text()
+                r = httpx.put(f"http://127.0.0.1:{ports[0]}/v1/slices/1", headers={"Authorization": f"Bearer {token}"},
+                              json={"state": "Draining", "generation": time.time_ns(), "reason": "node preemption notice"})
+                sent["status"] = r.status_code
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=drainer, daemon=True)
+    thread.start()
+    run = run_cli(m, tmp_path, "--no-failure")
+    thread.join(timeout=5)
+    assert sent.get("status") == 200
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert_same_training(s, baseline)
+    log = run.controller_log()
+    at = int(re.search(r"elastic event at step (\d+): draining on slices \[1\]", log).group(1))
+    assert f"checkpoint step {at} committed" in log  # saved before letting the slice go
+    assert "elastic attempt 2 on slices [0]" in log
+    assert s["recoveries"] == 1 and s["worker_restarts"] == 0
