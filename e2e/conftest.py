@@ -8,6 +8,10 @@
 - ``namespace`` (function): a fresh namespace, deleted afterwards.
 - ``kube`` (session): a ``kubernetes.client.ApiClient`` with the admin kubeconfig.
 
+Two sessions on one cluster folder run one after the other (see
+:mod:`e2e.harness.sessionlock`); use ``E2E_CLUSTER_DIR`` and ``E2E_PORT_BASE``
+to run side by side.
+
 ``E2E_KEEP_CLUSTER=1`` keeps a cluster this run started.
 
 The Go build runs once after collection, when any e2e test is selected, so
@@ -23,9 +27,10 @@ import uuid
 
 import pytest
 
+from e2e.harness import sessionlock
 from e2e.harness.build import ensure_built
 from e2e.harness.cluster import LocalCluster
-from e2e.harness.paths import E2E_DIR
+from e2e.harness.paths import E2E_DIR, cluster_dir
 
 
 def pytest_collection_finish(session):
@@ -43,6 +48,9 @@ def pytest_collection_finish(session):
     seconds = ensure_built()
     if reporter:
         reporter.write_line(f"e2e: binaries ready in {seconds:.0f}s")
+    # Held until this process exits; waiting here is outside any test's timeout.
+    session.config._e2e_lock_fd = sessionlock.acquire(
+        cluster_dir(), on_wait=reporter.write_line if reporter else None)
 
 
 @pytest.fixture(scope="session")

@@ -34,7 +34,7 @@ def apply(cluster: LocalCluster, manifest: str, namespace: str) -> str:
     """``kubectl apply -f -`` into ``namespace``; returns kubectl's output.
 
     Raises:
-        subprocess.CalledProcessError: kubectl refused (its stderr is in the exception).
+        CommandError: kubectl refused (its stderr is in the message).
     """
     return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest).stdout
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from e2e.harness import sessionlock
 from e2e.harness.build import ensure_built
 from e2e.harness.cluster import LocalCluster
 
@@ -22,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"built in {ensure_built():.1f}s")
         return 0
     cluster = LocalCluster()
+    if args.command in ("up", "down"):
+        # Never start or stop underneath a running test session on this folder.
+        sessionlock.acquire(cluster.state, on_wait=print)
     if args.command == "up":
         if not cluster.is_running():
             cluster.start()

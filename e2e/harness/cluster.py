@@ -30,6 +30,21 @@ class ClusterError(RuntimeError):
     """The cluster could not be started, reached or stopped cleanly."""
 
 
+class CommandError(subprocess.CalledProcessError):
+    """kubectl or helm exited non-zero; unlike its base class, the message shows stderr."""
+
+    def __str__(self) -> str:
+        return f"{' '.join(map(str, self.cmd))} exited {self.returncode}: {(self.stderr or '').strip()}"
+
+
+def _run(argv: list[str], env: dict[str, str], input: str | None, check: bool,
+         timeout_s: float) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, input=input, capture_output=True, text=True, env=env, timeout=timeout_s)
+    if check and proc.returncode != 0:
+        raise CommandError(proc.returncode, argv, proc.stdout, proc.stderr)
+    return proc
+
+
 class LocalCluster:
     """A control plane plus node agents, all processes on this machine.
 
@@ -85,15 +100,13 @@ class LocalCluster:
         """Run kubectl against this cluster.
 
         Raises:
-            subprocess.CalledProcessError: non-zero exit when ``check`` (stderr in the exception).
+            CommandError: non-zero exit when ``check`` (its stderr is in the message and ``.stderr``).
         """
-        return subprocess.run([str(self.kubectl_path), *args], input=input, capture_output=True, text=True,
-                              env=self.env(), check=check, timeout=timeout_s)
+        return _run([str(self.kubectl_path), *args], self.env(), input, check, timeout_s)
 
     def helm(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess:
         """Run helm against this cluster (same error contract as :meth:`kubectl`)."""
-        return subprocess.run([str(self.helm_path), *args], capture_output=True, text=True,
-                              env=self.env(), check=check, timeout=timeout_s)
+        return _run([str(self.helm_path), *args], self.env(), None, check, timeout_s)
 
     # ---- pods' files -------------------------------------------------------------------
 
