@@ -39,6 +39,34 @@ def apply(cluster: LocalCluster, manifest: str, namespace: str) -> str:
     return cluster.kubectl("apply", "-n", namespace, "-f", "-", input=manifest).stdout
 
 
+def sleeper_deployment(name: str, *, pool: str, replicas: int = 1, command: str = "sleep 300",
+                       tpu_chips: int = 0, grace_s: int = 30) -> str:
+    """A Deployment manifest whose pods run ``command`` (busybox sh) on node pool ``pool``.
+
+    Pods get ``$NODE`` (their node's name, from the downward API) and, with
+    ``tpu_chips``, a ``google.com/tpu`` limit.
+    """
+    limits = f"\n        resources: {{limits: {{google.com/tpu: {tpu_chips}}}}}" if tpu_chips else ""
+    return f"""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec:
+      nodeSelector: {{cloud.google.com/gke-nodepool: {pool}}}
+      terminationGracePeriodSeconds: {grace_s}
+      containers:
+      - name: main
+        image: busybox
+        command: ["sh", "-c", {command!r}]
+        env: [{{name: NODE, valueFrom: {{fieldRef: {{fieldPath: spec.nodeName}}}}}}]{limits}
+"""
+
+
 def pods(cluster: LocalCluster, namespace: str, selector: str = "") -> list[dict]:
     """Pods in ``namespace`` matching the label ``selector``, oldest first."""
     query = {"labelSelector": selector} if selector else {}

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from e2e.helpers import apply, pods, summary, wait_for
+from e2e.helpers import apply, pods, sleeper_deployment, summary, wait_for
 from e2e.nodeagent.kubeapi import ApiError
 
-DEPLOYMENT = """
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: owner}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: owner}}
-  template:
-    metadata: {labels: {app: owner}}
-    spec:
-      nodeSelector: {cloud.google.com/gke-nodepool: cpu-pool}
-      terminationGracePeriodSeconds: 2
-      containers: [{name: main, image: busybox, command: ["sleep", "300"]}]
+DEPLOYMENT = sleeper_deployment("owner", pool="cpu-pool", replicas=2, grace_s=2) + """
 ---
 apiVersion: v1
 kind: ConfigMap

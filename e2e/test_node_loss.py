@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from e2e.helpers import apply, pods, summary, wait_for
+from e2e.helpers import apply, pods, sleeper_deployment, summary, wait_for
 from e2e.nodeagent.kubeapi import ApiError
 
 # Node NotReady after the 8 s monitor grace, eviction right after (out-of-service
@@ -12,24 +12,7 @@ from e2e.nodeagent.kubeapi import ApiError
 # controller on its next 20 s pass: 60 s covers it with margin on a busy machine.
 RESCHEDULE_BOUND_S = 60
 
-DEPLOYMENT = """
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: slice}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: slice}}
-  template:
-    metadata: {labels: {app: slice}}
-    spec:
-      nodeSelector: {cloud.google.com/gke-nodepool: tpu-pool-c}
-      containers:
-      - name: main
-        image: busybox
-        command: ["sh", "-c", "echo up on $NODE; sleep 300"]
-        env: [{name: NODE, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]
-        resources: {limits: {google.com/tpu: 4}}
-"""
+DEPLOYMENT = sleeper_deployment("slice", pool="tpu-pool-c", command="echo up on $NODE; sleep 300", tpu_chips=4)
 
 
 def _live(cluster, namespace):
@@ -65,6 +48,7 @@ def test_failed_node_pods_are_rescheduled_in_the_same_pool(cluster, namespace):
                 return e.status == 404
         wait_for(old_gone, timeout_s=RESCHEDULE_BOUND_S, what="old pod deleted")
         elapsed = time.monotonic() - failed_at
+        print(f"node {node} lost -> replacement Running on the same pool and old pod deleted: {elapsed:.1f}s")
         assert new["spec"]["nodeName"] != node
         assert new["spec"]["nodeName"].startswith("tpu-pool-c-")
         assert "up on " + new["spec"]["nodeName"] in cluster.container_log(namespace, new["metadata"]["name"], "main")

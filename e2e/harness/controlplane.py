@@ -75,16 +75,27 @@ def apiserver_argv(bin_dir: Path, state: Path, ports: Ports) -> list[str]:
     ]
 
 
+def _component_flags(name: str, state: Path, port: int) -> list[str]:
+    """Flags kube-controller-manager and kube-scheduler share: admin identity, loopback, no leader election."""
+    kubeconfig = state / "pki" / "admin.kubeconfig"
+    return [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1", f"--secure-port={port}",
+        f"--cert-dir={state / name}",
+        # One control plane: no leader election traffic.
+        "--leader-elect=false",
+        "--profiling=false",
+        "--v=0",
+    ]
+
+
 def controller_manager_argv(bin_dir: Path, state: Path, ports: Ports) -> list[str]:
     """kube-controller-manager with every default controller, each with its own ServiceAccount."""
     pki = state / "pki"
-    kubeconfig = pki / "admin.kubeconfig"
     return [
         str(bin_dir / "kube-controller-manager"),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports.controller_manager}",
-        f"--cert-dir={state / 'controller-manager'}",
+        *_component_flags("controller-manager", state, ports.controller_manager),
         "--controllers=*",
         # Each controller uses its own ServiceAccount token, so RBAC is real.
         "--use-service-account-credentials=true",
@@ -94,26 +105,12 @@ def controller_manager_argv(bin_dir: Path, state: Path, ports: Ports) -> list[st
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--node-monitor-period=1s",
         f"--node-monitor-grace-period={NODE_MONITOR_GRACE_S}s",
-        # One control plane: no leader election traffic.
-        "--leader-elect=false",
-        "--profiling=false",
-        "--v=0",
     ]
 
 
 def scheduler_argv(bin_dir: Path, state: Path, ports: Ports) -> list[str]:
     """kube-scheduler with the default profile."""
-    kubeconfig = state / "pki" / "admin.kubeconfig"
-    return [
-        str(bin_dir / "kube-scheduler"),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={ports.scheduler}",
-        f"--cert-dir={state / 'scheduler'}",
-        "--leader-elect=false",
-        "--profiling=false",
-        "--v=0",
-    ]
+    return [str(bin_dir / "kube-scheduler"), *_component_flags("scheduler", state, ports.scheduler)]
 
 
 def admin_ssl_context(state: Path) -> ssl.SSLContext:

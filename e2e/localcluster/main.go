@@ -18,6 +18,7 @@ import (
 
 	_ "time/tzdata" // CronJob time zones, as in the upstream kube-controller-manager main.
 
+	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/server/v3/etcdmain"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json, as upstream.
@@ -38,21 +39,9 @@ var parts = map[string]func(args []string) int{
 		etcdmain.Main(append([]string{"etcd"}, args...))
 		return 0
 	},
-	"kube-apiserver": func(args []string) int {
-		c := apiserver.NewAPIServerCommand()
-		c.SetArgs(args)
-		return cli.Run(c)
-	},
-	"kube-controller-manager": func(args []string) int {
-		c := controllermanager.NewControllerManagerCommand()
-		c.SetArgs(args)
-		return cli.Run(c)
-	},
-	"kube-scheduler": func(args []string) int {
-		c := scheduler.NewSchedulerCommand()
-		c.SetArgs(args)
-		return cli.Run(c)
-	},
+	"kube-apiserver":          cobraPart(apiserver.NewAPIServerCommand),
+	"kube-controller-manager": cobraPart(controllermanager.NewControllerManagerCommand),
+	"kube-scheduler":          cobraPart(func() *cobra.Command { return scheduler.NewSchedulerCommand() }),
 	"kubectl": func(args []string) int {
 		c := kubectlcmd.NewDefaultKubectlCommand()
 		c.SetArgs(args)
@@ -63,6 +52,15 @@ var parts = map[string]func(args []string) int{
 		return 0
 	},
 	"pki": runPKI,
+}
+
+// cobraPart runs a component's upstream cobra command the way its own main does.
+func cobraPart(newCommand func() *cobra.Command) func(args []string) int {
+	return func(args []string) int {
+		c := newCommand()
+		c.SetArgs(args)
+		return cli.Run(c)
+	}
 }
 
 func usage() int {

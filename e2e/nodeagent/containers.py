@@ -7,7 +7,8 @@ the working directory and ``exec``s the container's argv, so the program sees
 in-cluster clients expect them, and the host sees none of it.
 
 Each container leads its own session (process group), so a signal reaches the
-processes it started too, and it dies with the agent (``PR_SET_PDEATHSIG``),
+processes it started too; when its main process exits the agent kills the rest
+of the group, and the main process dies with the agent (``PR_SET_PDEATHSIG``),
 as containers die with their node.
 """
 

@@ -262,6 +262,9 @@ class PodWorker:
         if run.proc is None or run.proc.poll() is None:
             return False
         code = containers.exit_code(run.proc.returncode)
+        # A container ends with its main process: whatever it started in its
+        # process group goes too (a runtime tears down the container's PID namespace).
+        containers.signal_group(run.proc, signal.SIGKILL)
         run.proc = None
         run.exit_code = code
         terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
