@@ -16,7 +16,8 @@ from pathlib import Path
 
 
 def lock_path(state: Path) -> Path:
-    return state.parent / f".{state.name}.lock"
+    """``e2e/.cluster`` -> ``e2e/.cluster.lock``."""
+    return state.with_name(state.name + ".lock")
 
 
 def acquire(state: Path, on_wait=None, timeout_s: float = 3600) -> int:

@@ -3,6 +3,7 @@ module github.com/elastic-jax/elastic-jax/e2e/localcluster
 go 1.25.0
 
 require (
+	github.com/spf13/cobra v1.10.0
 	go.etcd.io/etcd/server/v3 v3.6.5
 	k8s.io/component-base v0.35.4
 	k8s.io/kubectl v0.0.0
@@ -111,7 +112,6 @@ require (
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
-	github.com/spf13/cobra v1.10.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	github.com/stoewer/go-strcase v1.3.0 // indirect
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
