@@ -1,0 +1,216 @@
+"""The Helm chart on the local control plane: dry run, install, upgrade, a job that recovers, uninstall.
+
+The operator runs as a pod of the chart's Deployment (the node agent runs
+image ghcr.io/elastic-jax/operator as `elastic-jax-operator`, as its
+Dockerfile does), with the chart's ServiceAccount and RBAC, in a namespace
+that enforces the PodSecurity "restricted" profile. Then
+`kubectl apply -f examples/01-cpu-job.yaml` trains through a SIGKILLed worker
+exactly as in test_operator_recovery.py: the worker's pod is replaced, the
+controller pod keeps its UID and restartCount 0, the job Succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import urllib.request
+import uuid
+
+import pytest
+import yaml
+
+from e2e.harness.paths import REPO_ROOT
+from e2e.helpers import is_ready, pods, summary, wait_for
+from e2e.operator_fixtures import EXAMPLE, clear_checkpoints, example_manifest, get_job, job_events, wait_phase
+
+CHART = REPO_ROOT / "helm" / "elastic-jax"
+RELEASE = "ej"
+FULLNAME = f"{RELEASE}-elastic-jax"
+JOB = "cpu-job"
+# No pod network namespaces here: bind the operator's endpoints to its own pod IP.
+LOCAL_VALUES = ["--set-string", "operator.listenAddress=$(POD_IP)"]
+OPERATOR_SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
+
+
+@pytest.fixture
+def system_namespace(cluster):
+    """The release's namespace, enforcing PodSecurity "restricted" (the API server's admission checks the pod)."""
+    name = f"ej-system-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted",
+                    "pod-security.kubernetes.io/enforce-version=latest")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _operator_pods(cluster, namespace) -> list[dict]:
+    return [p for p in pods(cluster, namespace, OPERATOR_SELECTOR) if not p["metadata"].get("deletionTimestamp")]
+
+
+def _running_operator(cluster, namespace) -> dict | None:
+    live = [p for p in _operator_pods(cluster, namespace) if is_ready(p)]
+    return live[0] if len(live) == 1 else None
+
+
+def _operator_log(cluster, namespace) -> str:
+    out = []
+    for p in pods(cluster, namespace, OPERATOR_SELECTOR):
+        try:
+            out.append(cluster.container_log(namespace, p["metadata"]["name"], "operator",
+                                             uid=p["metadata"]["uid"])[-3000:])
+        except OSError:
+            pass
+    return "\n".join(out)
+
+
+def _metrics(pod: dict) -> str:
+    url = f"http://{pod['status']['podIP']}:9090/metrics"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.read().decode()
+
+
+def _peering_holders(cluster, name: str) -> set[str]:
+    obj = cluster.api().get(f"/apis/kopf.dev/v1/clusterkopfpeerings/{name}")
+    return set((obj.get("status") or {}).keys())
+
+
+def _worker(cluster, namespace, index):
+    live = [p for p in pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/slice-index={index}")
+            if p["status"].get("phase") == "Running" and is_ready(p) and not p["metadata"].get("deletionTimestamp")]
+    return live[0] if live else None
+
+
+def _helm(cluster, *args: str, explain) -> None:
+    """Runs helm; a failure shows helm's error and the cluster's state."""
+    proc = cluster.helm(*args, check=False, timeout_s=300)
+    assert proc.returncode == 0, f"helm {args[0]} failed: {proc.stderr}\n{explain()}"
+
+
+def test_rendered_chart_passes_the_api_servers_dry_run(cluster, system_namespace):
+    # Every object the chart renders, with every template branch on, checked by the
+    # real API server (schemas, strict field validation, admission) without persisting.
+    # The CRDs go first (a real apply: their custom resources need them to be served).
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    for crd in ("elastictrainingjobs.elasticjax.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    for values in ([], ["--set", f"watchNamespaces={{{system_namespace}}}"]):
+        rendered = cluster.helm("template", RELEASE, str(CHART), "-n", system_namespace,
+                                "--kube-version", "1.35.4", *values).stdout
+        out = cluster.kubectl("apply", "--dry-run=server", "--validate=strict", "-n", system_namespace,
+                              "-f", "-", input=rendered)
+        kinds = {line.split("/")[0] for line in out.stdout.splitlines()}
+        assert {"serviceaccount", "deployment.apps", "service"} <= kinds, out.stdout
+    # A Deployment that breaks the restricted profile is refused by the same admission.
+    bad = yaml.safe_load_all(cluster.helm("template", RELEASE, str(CHART), "-n", system_namespace,
+                                          "--kube-version", "1.35.4", "--set",
+                                          "securityContext.allowPrivilegeEscalation=true").stdout)
+    (deployment,) = [d for d in bad if d and d["kind"] == "Deployment"]
+    spec = dict(deployment["spec"]["template"]["spec"], serviceAccountName="default")  # the release's SA is not created
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "psa-check"}, "spec": spec}
+    refused = cluster.kubectl("apply", "--dry-run=server", "-n", system_namespace, "-f", "-",
+                              input=json.dumps(pod), check=False)
+    assert refused.returncode != 0 and "allowPrivilegeEscalation" in refused.stderr, refused.stderr
+
+
+def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, namespace):
+    explain = lambda: (summary(pods(cluster, system_namespace)) + "\n" + summary(pods(cluster, namespace))  # noqa: E731
+                       + "\n" + _operator_log(cluster, system_namespace))
+    installed = False
+    try:
+        # 1. Install: CRDs from crds/, then the operator; --wait returns when its pod is Ready.
+        _helm(cluster, "install", RELEASE, str(CHART), "-n", system_namespace, *LOCAL_VALUES,
+              "--wait", "--timeout", "180s", explain=explain)
+        installed = True
+        first = wait_for(lambda: _running_operator(cluster, system_namespace), timeout_s=60,
+                         what="operator pod Ready", explain=explain)
+        assert first["spec"]["serviceAccountName"] == FULLNAME
+        assert first["spec"]["containers"][0]["image"] == "ghcr.io/elastic-jax/operator:0.1.0"
+        wait_for(lambda: first["metadata"]["name"] in _peering_holders(cluster, FULLNAME), timeout_s=60,
+                 what="operator holds the peering", explain=explain)
+        assert "elasticjax_operator" in _metrics(first)
+
+        # 2. Upgrade: a changed value rolls the pod (Recreate: the old one is gone
+        # before the new one starts), and the new pod takes over the peering.
+        _helm(cluster, "upgrade", RELEASE, str(CHART), "-n", system_namespace, *LOCAL_VALUES,
+              "--set", "operator.workers=4", "--wait", "--timeout", "180s", explain=explain)
+        releases = json.loads(cluster.helm("list", "-n", system_namespace, "-o", "json").stdout)
+        assert [(r["name"], r["revision"], r["status"]) for r in releases] == [(RELEASE, "2", "deployed")]
+
+        def rolled():
+            pod = _running_operator(cluster, system_namespace)
+            return pod if pod and pod["metadata"]["uid"] != first["metadata"]["uid"] else None
+        operator = wait_for(rolled, timeout_s=120, what="operator pod replaced by the upgrade", explain=explain)
+        assert "--workers=4" in operator["spec"]["containers"][0]["args"]
+        wait_for(lambda: _peering_holders(cluster, FULLNAME) == {operator["metadata"]["name"]}, timeout_s=90,
+                 what="only the new pod in the peering", explain=explain)
+
+        # The metrics Service selects exactly the operator pod. (No EndpointSlice here:
+        # the API server refuses loopback endpoint addresses, and pod IPs are loopback.)
+        service = cluster.api().get(f"/api/v1/namespaces/{system_namespace}/services/{FULLNAME}-metrics")
+        selector = ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
+        selected = [p["metadata"]["uid"] for p in pods(cluster, system_namespace, selector)
+                    if not p["metadata"].get("deletionTimestamp")]
+        assert selected == [operator["metadata"]["uid"]], selected
+
+        # 3. The CPU example trains through a SIGKILLed worker, run by the chart's operator.
+        manifest = example_manifest()
+        clear_checkpoints(manifest)
+        cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
+        wait_for(lambda: (get_job(cluster, namespace, JOB).get("status") or {}).get("step", 0) >= 20,
+                 timeout_s=240, what="training started", explain=explain)
+        (ctrl,) = pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/role=controller")
+        victim = wait_for(lambda: _worker(cluster, namespace, 0), timeout_s=60, what="slice 0 worker",
+                          explain=explain)
+        os.kill(cluster.container_pid(namespace, victim["metadata"]["name"], "worker"), signal.SIGKILL)
+
+        def replaced():
+            new = _worker(cluster, namespace, 0)
+            return new if new and new["metadata"]["name"] != victim["metadata"]["name"] else None
+        wait_for(replaced, timeout_s=120, what="slice 0 worker replaced", explain=explain)
+
+        job = wait_phase(cluster, namespace, JOB, ("Succeeded", "Failed"), timeout_s=420)
+        status = job["status"]
+        assert status["phase"] == "Succeeded", status
+        assert status["step"] == manifest["spec"]["training"]["steps"]
+        assert status["loss"] < status["initialLoss"], status
+        assert status["controllerRestarts"] == 0 and status["recoveries"] >= 1, status
+        assert status["sliceReplacements"] >= 1, status
+        (after,) = pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/role=controller")
+        assert after["metadata"]["uid"] == ctrl["metadata"]["uid"]
+        assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+        messages = [(e["reason"], e["message"]) for e in job_events(cluster, namespace, JOB)]
+        assert any(r == "SliceDown" and "exit code 137" in m for r, m in messages), messages
+        # The operator that did it is the chart's pod, and it has not restarted.
+        current = _running_operator(cluster, system_namespace)
+        assert current["metadata"]["uid"] == operator["metadata"]["uid"]
+        assert current["status"]["containerStatuses"][0]["restartCount"] == 0
+        assert "elasticjax_operator_failure_notify_seconds_count" in _metrics(current)
+        operator_pid = cluster.container_pid(system_namespace, current["metadata"]["name"], "operator")
+
+        # 4. Uninstall removes the operator and everything the templates made; the
+        # CRDs stay (Helm never deletes crds/: that would delete every job).
+        cluster.kubectl("delete", "ejob", JOB, "-n", namespace, "--wait=true", "--timeout=60s")
+        _helm(cluster, "uninstall", RELEASE, "-n", system_namespace, "--wait", "--timeout", "120s", explain=explain)
+        installed = False
+        for kind, name, ns in (("deployment", FULLNAME, system_namespace), ("serviceaccount", FULLNAME, system_namespace),
+                               ("service", f"{FULLNAME}-metrics", system_namespace), ("clusterrole", FULLNAME, None),
+                               ("clusterrolebinding", FULLNAME, None), ("clusterkopfpeering", FULLNAME, None)):
+            args = ["get", kind, name] + (["-n", ns] if ns else [])
+            gone = cluster.kubectl(*args, check=False)
+            assert gone.returncode != 0 and "NotFound" in gone.stderr, (kind, gone.stdout)
+        wait_for(lambda: not _operator_pods(cluster, system_namespace), timeout_s=60,
+                 what="operator pod gone", explain=explain)
+
+        def process_gone():
+            try:
+                os.kill(operator_pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+        wait_for(process_gone, timeout_s=60, what=f"operator process {operator_pid} ended")
+        cluster.kubectl("get", "crd", "elastictrainingjobs.elasticjax.dev")
+    finally:
+        if installed:
+            cluster.helm("uninstall", RELEASE, "-n", system_namespace, "--wait", "--timeout", "120s",
+                         check=False, timeout_s=180)
