@@ -1,10 +1,10 @@
 """Fixtures for the e2e suite: one local cluster per test run.
 
 - ``cluster`` (session): a :class:`~e2e.harness.cluster.LocalCluster`. Reuses
-  a cluster already running in the same folder (started with ``python -m
-  e2e.harness up``) and then leaves it running; otherwise builds if needed,
-  starts one, and at the end stops every process it started by PID and fails
-  the run if any process of the cluster is still alive.
+  a cluster already running in the same folder; one started by hand
+  (``python -m e2e.harness up``) is left running, any other (this session's,
+  or one leaked by a killed session) is stopped at the end: every process by
+  PID, then the run fails if any process of the cluster is still alive.
 - ``namespace`` (function): a fresh namespace, deleted afterwards.
 - ``kube`` (session): a ``kubernetes.client.ApiClient`` with the admin kubeconfig.
 
@@ -56,11 +56,12 @@ def pytest_collection_finish(session):
 @pytest.fixture(scope="session")
 def cluster():
     c = LocalCluster()
-    reused = c.is_running()
-    if not reused:
+    if not c.is_running():
         c.start()
     yield c
-    if reused or os.environ.get("E2E_KEEP_CLUSTER"):
+    # A cluster started by hand stays; one a session started (this one, or an
+    # earlier session that was killed before its teardown) is stopped.
+    if c.started_by_hand() or os.environ.get("E2E_KEEP_CLUSTER"):
         return
     c.stop(check=True)  # raises ClusterError naming anything still alive
 

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         if not cluster.is_running():
             cluster.start()
+        cluster.mark_manual()
         print(f"export KUBECONFIG={cluster.kubeconfig}")
         print(f"export PATH={cluster.bin}:$PATH")
     elif args.command == "down":

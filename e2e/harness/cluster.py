@@ -177,6 +177,16 @@ class LocalCluster:
         names = list(CONTROL_PLANE) + [f"node-{n.name}" for n in self.nodes]
         return all(self._pid_alive(n) for n in names) and self.apiserver_ready()
 
+    MANUAL_MARK = "started-by-hand"
+
+    def mark_manual(self) -> None:
+        """Record that this cluster was started by hand (``python -m e2e.harness up``): sessions leave it running."""
+        (self.state / self.MANUAL_MARK).touch()
+
+    def started_by_hand(self) -> bool:
+        """True for a cluster started with ``up``; False for one a test session started (and may have leaked)."""
+        return (self.state / self.MANUAL_MARK).exists()
+
     def start(self) -> None:
         """Build if needed, then start everything and wait until healthy (stale state is wiped).
 
