@@ -26,6 +26,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api.status import ElasticTrainingJobStatus
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / f"{job_api.PLURAL}.yaml"
+HELM_CRD_PATH = CRD_PATH.parents[1] / "helm" / "elastic-jax" / "crds" / CRD_PATH.name
 # Pod and JobSet names are built from the job name plus suffixes
 # ("-slice-12-slice-0-0-abcde"); 40 keeps them within 63 characters.
 MAX_NAME_LENGTH = 40
@@ -147,7 +148,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Writes (or with --check, verifies) `crds/elastictrainingjobs.yaml`; returns the exit code."""
+    """Writes (or with --check, verifies) `crds/elastictrainingjobs.yaml` and the Helm chart's copy; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m elastic_jax.api.crd", description="Generate the CRD YAML.")
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the models")
     parser.add_argument("--output", type=Path, default=CRD_PATH)
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
+    if args.output == CRD_PATH:
+        # The Helm chart ships the same file (charts cannot reach outside their folder).
+        HELM_CRD_PATH.write_text(text)
     return 0
 
 
