@@ -233,3 +233,24 @@ spec:
     p = pod(cluster, namespace, "late")
     assert p["status"]["reason"] == "DeadlineExceeded"
     assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+
+
+def test_init_containers_run_first_and_in_order(cluster, namespace):
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: staged}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - {name: one, image: busybox, command: ["sh", "-c", "echo one >> /work/steps"], volumeMounts: [{name: work, mountPath: /work}]}
+  - {name: two, image: busybox, command: ["sh", "-c", "sleep 1; echo two >> /work/steps"], volumeMounts: [{name: work, mountPath: /work}]}
+  containers:
+  - {name: main, image: busybox, command: ["sh", "-c", "cat /work/steps"], volumeMounts: [{name: work, mountPath: /work}]}
+  volumes: [{name: work, emptyDir: {}}]
+""", namespace)
+    wait_for(lambda: pod(cluster, namespace, "staged")["status"].get("phase") == "Succeeded", timeout_s=30,
+             what="staged pod succeeds", explain=lambda: summary([pod(cluster, namespace, "staged")]))
+    assert cluster.container_log(namespace, "staged", "main").split() == ["one", "two"]
+    inits = pod(cluster, namespace, "staged")["status"]["initContainerStatuses"]
+    assert [s["state"]["terminated"]["exitCode"] for s in inits] == [0, 0]

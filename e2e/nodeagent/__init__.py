@@ -13,6 +13,7 @@ Modules, one job each:
 - ``envvars``: container environment (downward API, Secret/ConfigMap refs, ``$(VAR)``).
 - ``volumes``: writes a pod's volumes to files.
 - ``containers``: one container's process: start in a mount namespace, signal, reap.
+- ``mountexec``: runs inside the new mount namespace: mounts, then execs the container.
 - ``probes``: readiness probes (exec, httpGet, tcpSocket).
 - ``podworker``: one pod's lifecycle and its status.
 - ``agent``: the watch and the loop that drives all pod workers.

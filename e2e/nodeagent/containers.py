@@ -1,8 +1,9 @@
 """One container's process: started in its own mount namespace, signalled by process group.
 
-The process is ``unshare --mount`` running a tiny shell script that bind-mounts
-the pod's volumes (and its ``/etc/hosts``) over their mount paths, changes to
-the working directory and ``exec``s the container's argv, so the program sees
+The process is ``unshare --mount`` running :mod:`e2e.nodeagent.mountexec`,
+which bind-mounts the pod's volumes (and its ``/etc/hosts``) over their mount
+paths, changes to the working directory and ``exec``s the container's argv,
+so the program sees
 ``/var/run/secrets/kubernetes.io/serviceaccount/token`` and friends where
 in-cluster clients expect them, and the host sees none of it.
 
@@ -15,14 +16,16 @@ as containers die with their node.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
-import shlex
 import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_MOUNTEXEC = Path(__file__).with_name("mountexec.py")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -66,20 +69,6 @@ def ensure_mountpoint(mount: Mount, created_log: Path) -> None:
             f.write(f"{path}\n")
 
 
-def mount_script(mounts: list[Mount], workdir: str) -> str:
-    """Shell script run inside the new mount namespace before ``exec "$@"``."""
-    lines = ["set -e"]
-    for m in mounts:
-        src, dst = shlex.quote(str(m.source)), shlex.quote(m.target)
-        lines.append(f"mount --bind {src} {dst}")
-        if m.read_only:
-            lines.append(f"mount -o remount,bind,ro {dst}")
-    lines.append(f"mkdir -p {shlex.quote(workdir)}")
-    lines.append(f"cd {shlex.quote(workdir)}")
-    lines.append('exec "$@"')
-    return "\n".join(lines)
-
-
 def start(argv: list[str], *, env: dict[str, str], mounts: list[Mount], workdir: str,
           log_path: Path, pid_path: Path) -> subprocess.Popen:
     """Start the container process; stdout and stderr are appended to ``log_path``.
@@ -89,8 +78,10 @@ def start(argv: list[str], *, env: dict[str, str], mounts: list[Mount], workdir:
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     pid_path.parent.mkdir(parents=True, exist_ok=True)
+    spec = {"mounts": [[str(m.source), m.target, m.read_only] for m in mounts], "workdir": workdir}
+    # -I: the pod's PYTHON* variables must not affect the helper.
     wrapper = ["unshare", "--mount", "--propagation", "private", "--",
-               "/bin/sh", "-c", mount_script(mounts, workdir), "container", *argv]
+               sys.executable, "-I", str(_MOUNTEXEC), json.dumps(spec), *argv]
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(wrapper, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, preexec_fn=_child_setup, close_fds=True)
