@@ -84,7 +84,7 @@ class OperatorProcess:
         self.log_path = log_path
         self.metrics_port = metrics_port
         self.proc: subprocess.Popen | None = None
-        self.pids: list[int] = []
+        self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
@@ -94,7 +94,7 @@ class OperatorProcess:
             self.proc = subprocess.Popen(
                 [exe, "--metrics-port", str(self.metrics_port), "--metrics-host", "127.0.0.1", "--log-format", "json"],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        self.pids.append(self.proc.pid)
+        self.procs.append(self.proc)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -157,14 +157,17 @@ def operator(operator_kubeconfig, tmp_path):
             return False
     wait_for(up, timeout_s=60, what="operator metrics up", explain=op.log)
     assert op.alive(), op.log()
-    yield op
-    op.stop()
-    for pid in op.pids:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        raise AssertionError(f"operator pid {pid} still alive")
+    try:
+        yield op
+    finally:
+        op.stop()
+        survivors = []
+        for proc in op.procs:  # each process this test started, nothing else
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+                survivors.append(proc.pid)
+        assert not survivors, f"operator pid(s) {survivors} survived stop() and were killed"
 
 
 def example_manifest(path: Path = EXAMPLE) -> dict:

@@ -1,0 +1,123 @@
+"""The operator under node loss, its own crash mid-recovery, and job deletion."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import yaml
+
+from e2e.helpers import is_ready, pods, summary, wait_for
+from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
+    EXAMPLE, clear_checkpoints, ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
+    wait_phase,
+)
+
+JOB = "cpu-job"
+SEL = f"elasticjax.dev/job-name={JOB}"
+
+
+def _start(cluster, namespace, operator, min_step=20, steps=None):
+    manifest = example_manifest()
+    clear_checkpoints(manifest)
+    if steps is None:
+        cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
+    else:
+        # Long enough that the replacement (node NotReady, eviction, pod GC) arrives before the end.
+        manifest["spec"]["training"]["steps"] = steps
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    explain = lambda: summary(pods(cluster, namespace)) + "\n" + operator.log()[-3000:]  # noqa: E731
+    wait_for(lambda: (get_job(cluster, namespace, JOB).get("status") or {}).get("step", 0) >= min_step,
+             timeout_s=180, what="training started", explain=explain)
+    return explain
+
+
+def _live(cluster, namespace, selector):
+    return [p for p in pods(cluster, namespace, selector)
+            if p["status"].get("phase") == "Running" and is_ready(p) and not p["metadata"].get("deletionTimestamp")]
+
+
+def _controller(cluster, namespace):
+    # Running is enough: its readiness probe may blink under load, which is not what these tests are about.
+    return [p for p in pods(cluster, namespace, f"{SEL},elasticjax.dev/role=controller")
+            if p["status"].get("phase") == "Running"][0]
+
+
+def test_worker_node_loss(cluster, namespace, operator):
+    explain = _start(cluster, namespace, operator, steps=100000)
+    ctrl = _controller(cluster, namespace)
+    workers = _live(cluster, namespace, f"{SEL},elasticjax.dev/role=worker")
+    apart = [w for w in workers if w["spec"]["nodeName"] != ctrl["spec"]["nodeName"]]
+    victim = (apart or workers)[0]
+    node = victim["spec"]["nodeName"]
+    lost = {p["metadata"]["name"] for p in workers if p["spec"]["nodeName"] == node}
+    cluster.fail_node(node)
+    try:
+        def replaced():
+            live = _live(cluster, namespace, f"{SEL},elasticjax.dev/role=worker")
+            names = {p["metadata"]["name"] for p in live}
+            return len(live) == 2 and not names & lost
+        wait_for(replaced, timeout_s=150, what="lost workers replaced on another node", explain=explain)
+
+        def rejoined():
+            st = get_job(cluster, namespace, JOB).get("status") or {}
+            return st if st.get("activeSlices") == 2 and st.get("phase") == "Running" else None
+        status = wait_for(rejoined, timeout_s=120, what="replaced slice back in training", explain=explain)
+    finally:
+        cluster.restore_node(node)
+    assert status["loss"] < status["initialLoss"]
+    if apart:
+        # The controller's node survived: its pod is untouched.
+        after = pods(cluster, namespace, f"{SEL},elasticjax.dev/role=controller")
+        assert [p["metadata"]["uid"] for p in after] == [ctrl["metadata"]["uid"]]
+        assert status["controllerRestarts"] == 0
+    else:
+        # Every pod shared the node: the controller was lost too, recreated and counted.
+        assert status["controllerRestarts"] == 1
+    reasons = [e["reason"] for e in job_events(cluster, namespace, JOB)]
+    assert "SliceDown" in reasons and "SliceReady" in reasons
+
+
+def test_operator_killed_mid_recovery(cluster, namespace, operator):
+    explain = _start(cluster, namespace, operator)
+    ctrl = _controller(cluster, namespace)
+    victim = _live(cluster, namespace, f"{SEL},elasticjax.dev/slice-index=0")[0]
+    operator.kill()  # SIGKILL: no cleanup, no state handed over
+    os.kill(cluster.container_pid(namespace, victim["metadata"]["name"], "worker"), signal.SIGKILL)
+    # The JobSet replaces the worker while no operator runs; the controller saw its RPC fail.
+    new = wait_for(lambda: [p for p in _live(cluster, namespace, f"{SEL},elasticjax.dev/slice-index=0")
+                            if p["metadata"]["name"] != victim["metadata"]["name"]],
+                   timeout_s=90, what="replacement running without the operator", explain=explain)[0]
+    operator.start()  # a fresh process rebuilds its view from the cluster
+    address = f"{new['status']['podIP']}:8471"
+
+    def both_active():
+        st = get_job(cluster, namespace, JOB).get("status") or {}
+        return st.get("activeSlices") == 2 or st.get("phase") == "Succeeded"
+    wait_for(both_active, timeout_s=120, what="replacement slice rejoined after operator restart", explain=explain)
+    job = wait_phase(cluster, namespace, JOB, ("Succeeded", "Failed"), timeout_s=300)
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    after = pods(cluster, namespace, f"{SEL},elasticjax.dev/role=controller")
+    assert [p["metadata"]["uid"] for p in after] == [ctrl["metadata"]["uid"]]
+    assert after[0]["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert job["status"]["controllerRestarts"] == 0
+    ready = [e["message"] for e in job_events(cluster, namespace, JOB) if e["reason"] == "SliceReady"]
+    assert any(address in m for m in ready), ready
+
+
+def test_deleting_the_job_cleans_up_everything(cluster, namespace, operator):
+    explain = _start(cluster, namespace, operator, min_step=1)
+    cluster.kubectl("delete", "ejob", "-n", namespace, JOB, "--wait=false")
+    api = cluster.api()
+
+    def children():
+        found = []
+        for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/secrets",
+                     f"/api/v1/namespaces/{namespace}/configmaps", f"/api/v1/namespaces/{namespace}/services",
+                     f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
+                     f"/apis/batch/v1/namespaces/{namespace}/jobs"):
+            found += [f"{path.rsplit('/', 1)[-1]}/{o['metadata']['name']}" for o in api.get(path)["items"]
+                      if o["metadata"]["name"].startswith(JOB)]
+        return found
+    wait_for(lambda: not children(), timeout_s=120, what="every child garbage-collected",
+             explain=lambda: f"{children()}\n{explain()}")
