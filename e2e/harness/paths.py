@@ -9,7 +9,6 @@ and the files each pod's containers write. ``E2E_BUILD_DIR`` and
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 E2E_DIR = Path(__file__).resolve().parent.parent
@@ -29,8 +28,3 @@ def bin_dir() -> Path:
 def cluster_dir() -> Path:
     """Folder holding one cluster's state; one cluster per folder."""
     return Path(os.environ.get("E2E_CLUSTER_DIR", E2E_DIR / ".cluster")).resolve()
-
-
-def venv_bin_dir() -> Path:
-    """The bin folder of the Python environment running us (console scripts live there)."""
-    return Path(sys.executable).parent
