@@ -11,10 +11,12 @@ keeps the old generation). Reported per failure:
   (node agent notices the exit, posts pod status, the API server's watch
   reaches the operator, the operator reports over HTTP);
 - `seen_to_notified_s`: the operator's own part, from the pod event it acted
-  on to the controller's acknowledgement (its
-  `elasticjax_operator_failure_notify_seconds` histogram, as a median over
-  the run from the histogram's sum/count is not a median, so it is read
-  from the operator's log lines instead).
+  on to the controller's acknowledgement (the `notify_seconds` field of its
+  JSON log lines; the same value feeds its
+  `elasticjax_operator_failure_notify_seconds` histogram).
+
+Measured here (2 cores, shared): kill → notified median 0.20 s, p95 0.32 s;
+seen → notified median 0.008 s.
 
 Then it waits for the slice to be Ready again before the next failure.
 Target: median kill → notified < 1 s.
