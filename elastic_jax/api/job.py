@@ -19,6 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from elastic_jax.api import images
+
 GROUP = "elasticjax.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -29,8 +31,8 @@ SHORT_NAMES = ("ejob",)
 
 # Default images; the local control plane maps them to local commands and the
 # Dockerfiles build them (one source of truth: elastic_jax.api.images).
-DEFAULT_CONTROLLER_IMAGE = "ghcr.io/elastic-jax/controller:0.1.0"
-DEFAULT_WORKER_IMAGE = "ghcr.io/elastic-jax/worker:0.1.0"
+DEFAULT_CONTROLLER_IMAGE = images.CONTROLLER_IMAGE
+DEFAULT_WORKER_IMAGE = images.WORKER_IMAGE
 BUILTIN_TRAINER = "elastic_jax.controller.builtin_lm:make_trainer"
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
