@@ -29,9 +29,9 @@ def test_control_plane_is_healthy(cluster):
 def test_nodes_follow_the_gke_layout(cluster, kube):
     from kubernetes import client
     typed = client.CoreV1Api(kube).list_node().items
-    assert sorted(n.metadata.name for n in typed) == sorted(n.name for n in layout.nodes())
+    assert sorted(n.metadata.name for n in typed) == sorted(n.name for n in cluster.nodes)
     nodes = {n["metadata"]["name"]: n for n in cluster.api().get("/api/v1/nodes")["items"]}
-    for spec in layout.nodes():
+    for spec in cluster.nodes:
         node = nodes[spec.name]
         labels = node["metadata"]["labels"]
         assert labels[layout.NODEPOOL_LABEL] == spec.pool

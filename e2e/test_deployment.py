@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 
-from e2e.harness import layout
 from e2e.helpers import apply, is_ready, pods, summary, wait_for
 
 DEPLOYMENT = """
@@ -49,7 +48,7 @@ def test_deployment_runs_on_the_cpu_pool(cluster, namespace):
     cluster.kubectl("rollout", "status", "deployment/web", "-n", namespace, "--timeout=60s", timeout_s=70)
     running = wait_for(lambda: [p for p in pods(cluster, namespace, "app=web") if is_ready(p)][:2] or None,
                        timeout_s=10, what="2 ready pods", explain=lambda: summary(pods(cluster, namespace)))
-    cpu_nodes = {n.name for n in layout.nodes() if n.pool == "cpu-pool"}
+    cpu_nodes = {n.name for n in cluster.nodes if n.pool == "cpu-pool"}
     ips = set()
     for p in running:
         assert p["spec"]["nodeName"] in cpu_nodes

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 
-from e2e.harness import layout
 from e2e.helpers import apply, pods, summary, wait_for
 
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
@@ -66,7 +65,7 @@ def test_jobset_places_each_slice_on_its_own_tpu_pool(cluster, namespace):
              what="JobSet completes", explain=lambda: summary(pods(cluster, namespace)))
     done = pods(cluster, namespace, "jobset.sigs.k8s.io/jobset-name=place")
     assert len(done) == 2 and all(p["status"]["phase"] == "Succeeded" for p in done), summary(done)
-    pools = {n.name: n.pool for n in layout.nodes()}
+    pools = {n.name: n.pool for n in cluster.nodes}
     used = [pools[p["spec"]["nodeName"]] for p in done]
     assert all(pool.startswith("tpu-pool-") for pool in used)
     assert len(set(used)) == 2, f"exclusive placement: one slice per node pool, got {used}"

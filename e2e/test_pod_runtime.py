@@ -254,3 +254,27 @@ spec:
     assert cluster.container_log(namespace, "staged", "main").split() == ["one", "two"]
     inits = pod(cluster, namespace, "staged")["status"]["initContainerStatuses"]
     assert [s["state"]["terminated"]["exitCode"] for s in inits] == [0, 0]
+
+
+def test_failed_liveness_probe_restarts_the_container(cluster, namespace):
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: wedged}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "echo start; exec sleep 300"]
+    livenessProbe:
+      exec: {command: ["false"]}
+      periodSeconds: 1
+      failureThreshold: 2
+""", namespace)
+    status = wait_for(lambda: [c for c in (pod(cluster, namespace, "wedged")["status"].get("containerStatuses") or [])
+                               if c["restartCount"] >= 1 and "terminated" in c.get("lastState", {})],
+                      timeout_s=30, what="container restarted by its liveness probe",
+                      explain=lambda: summary([pod(cluster, namespace, "wedged")]))[0]
+    assert status["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM from the kill
+    assert pod(cluster, namespace, "wedged")["status"]["phase"] == "Running"

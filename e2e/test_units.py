@@ -51,6 +51,9 @@ def test_layout_gives_every_node_its_own_address_block():
     assert len({n.host_ip for n in nodes}) == len(nodes) == 8
     pools = {n.pool for n in nodes}
     assert pools == {"cpu-pool", "tpu-pool-a", "tpu-pool-b", "tpu-pool-c"}
+    assert {n.host_ip.split(".")[1] for n in layout.nodes(address_octet=164)} == {"164"}
+    with pytest.raises(ValueError, match="0-255"):
+        layout.nodes(address_octet=300)
     with pytest.raises(ValueError, match="no nodes"):
         layout.nodes((layout.PoolSpec("empty", 0, "e2-standard-8", "8", "32Gi"),))
 
@@ -63,6 +66,11 @@ def test_pod_ips_are_reused_after_release_and_bad_host_ip_is_refused():
     assert ips.allocate() == a
     with pytest.raises(ValueError, match="127.X.Y.1"):
         PodIPs("10.0.0.1")
+
+
+def test_port_base_sets_the_address_block():
+    assert Ports.from_base(16400).address_octet == 164
+    assert Ports.from_base(18400).address_octet != Ports.from_base(19400).address_octet
 
 
 def test_port_base_out_of_range_is_refused():

@@ -58,7 +58,7 @@ class LocalCluster:
                  nodes: list[layout.NodeSpec] | None = None):
         self.state = state or cluster_dir()
         self.ports = ports or default_ports()
-        self.nodes = nodes or layout.nodes()
+        self.nodes = nodes or layout.nodes(address_octet=self.ports.address_octet)
         self.bin = bin_dir()
 
     # ---- paths and clients ------------------------------------------------------------

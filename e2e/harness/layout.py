@@ -57,12 +57,20 @@ DEFAULT_POOLS = (
 )
 
 
-def nodes(pools: tuple[PoolSpec, ...] = DEFAULT_POOLS) -> list[NodeSpec]:
-    """The nodes of ``pools``; node k (0-based overall) gets InternalIP 127.0.(10+k).1.
+def nodes(pools: tuple[PoolSpec, ...] = DEFAULT_POOLS, *, address_octet: int = 0) -> list[NodeSpec]:
+    """The nodes of ``pools``; node k (0-based overall) gets InternalIP 127.A.(10+k).1.
+
+    Args:
+        pools: the node pools.
+        address_octet: A, the second octet; clusters running side by side on one
+            machine need different values, or their pods' addresses collide.
 
     Raises:
-        ValueError: more nodes than the address plan allows, or a pool with no nodes.
+        ValueError: more nodes than the address plan allows, a pool with no
+            nodes, or ``address_octet`` outside 0-255.
     """
+    if not 0 <= address_octet <= 255:
+        raise ValueError(f"address_octet {address_octet} is not in 0-255")
     out: list[NodeSpec] = []
     for pool in pools:
         if pool.nodes < 1:
@@ -70,7 +78,7 @@ def nodes(pools: tuple[PoolSpec, ...] = DEFAULT_POOLS) -> list[NodeSpec]:
         for i in range(pool.nodes):
             k = len(out)
             if k > 200:
-                raise ValueError("at most 201 nodes (one 127.0.X.0/24 each)")
+                raise ValueError("at most 201 nodes (one 127.A.X.0/24 each)")
             labels = {
                 NODEPOOL_LABEL: pool.name,
                 "node.kubernetes.io/instance-type": pool.machine_type,
@@ -84,6 +92,6 @@ def nodes(pools: tuple[PoolSpec, ...] = DEFAULT_POOLS) -> list[NodeSpec]:
                 labels[TPU_TOPOLOGY_LABEL] = pool.tpu_topology or ""
                 capacity[TPU_RESOURCE] = str(pool.tpu_chips)
                 taints.append({"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"})
-            out.append(NodeSpec(name=f"{pool.name}-{i}", pool=pool.name, host_ip=f"127.0.{10 + k}.1",
+            out.append(NodeSpec(name=f"{pool.name}-{i}", pool=pool.name, host_ip=f"127.{address_octet}.{10 + k}.1",
                                 labels=labels, taints=taints, capacity=capacity))
     return out

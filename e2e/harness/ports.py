@@ -23,6 +23,16 @@ class Ports:
     jobset_metrics: int
     jobset_health: int
 
+    @property
+    def address_octet(self) -> int:
+        """Second octet of this cluster's loopback addresses (127.A.x.y), from the port base.
+
+        Clusters on one machine already need different port bases; deriving the
+        addresses from it keeps their pod IPs apart too (bases must differ in
+        their hundreds, and not by a multiple of 25600).
+        """
+        return (self.etcd_client // 100) % 256
+
     @classmethod
     def from_base(cls, base: int) -> "Ports":
         """Ports at fixed offsets from ``base``.

@@ -72,14 +72,22 @@ class ContainerRun:
         self.done = False  # terminated and will not be restarted
         self.exit_code: int | None = None
         self.probe = probes.Probe(spec["readinessProbe"], spec) if spec.get("readinessProbe") else None
+        self.liveness = probes.Probe(spec["livenessProbe"], spec) if spec.get("livenessProbe") else None
+        self.startup = probes.Probe(spec["startupProbe"], spec) if spec.get("startupProbe") else None
+        self.probe_kill_at: float | None = None  # SIGKILL time after a failed liveness/startup probe
 
     @property
     def running(self) -> bool:
         return self.proc is not None
 
     @property
+    def started_ok(self) -> bool:
+        """Running and past its startup probe (if any): the ``started`` field."""
+        return self.running and (self.startup is None or self.startup.ready)
+
+    @property
     def ready(self) -> bool:
-        if not self.running:
+        if not self.started_ok:
             return False
         return self.probe.ready if self.probe else True
 
@@ -88,7 +96,7 @@ class ContainerRun:
             "name": self.name, "image": image_ref, "imageID": f"local://{image_ref}",
             "state": self.state, "lastState": self.last_state,
             "ready": self.ready, "restartCount": self.restart_count,
-            "started": self.running,
+            "started": self.started_ok,
         }
         if self.proc is not None:
             out["containerID"] = f"process://{self.proc.pid}"
@@ -245,8 +253,10 @@ class PodWorker:
         run.started_mono = time.monotonic()
         run.ever_started = True
         run.state = {"running": {"startedAt": run.started_at}}
-        if run.probe:
-            run.probe.reset(run.started_mono)
+        for probe in (run.probe, run.liveness, run.startup):
+            if probe:
+                probe.reset(run.started_mono)
+        run.probe_kill_at = None
 
     # ---- running -----------------------------------------------------------------
 
@@ -337,9 +347,33 @@ class PodWorker:
                 self._start(run)
 
     def _step_probes(self, now: float) -> None:
+        """Run due probes; a failed startup or liveness probe restarts the container.
+
+        Readiness and liveness wait for the startup probe to succeed, as upstream.
+        The kill is SIGTERM, then SIGKILL after the pod's termination grace.
+        """
         for run in self._all_runs():
-            if run.probe and run.proc is not None:
-                run.probe.maybe_run(now, self.pod_ip, run.proc.pid, run.env)
+            if run.proc is None:
+                continue
+            pid, env = run.proc.pid, run.env
+            if run.probe_kill_at is not None:
+                if now >= run.probe_kill_at:
+                    containers.signal_group(run.proc, signal.SIGKILL)
+                continue
+            if run.startup and not run.startup.ready:
+                run.startup.maybe_run(now, self.pod_ip, pid, env)
+                doomed = run.startup.failed
+            else:
+                if run.probe:
+                    run.probe.maybe_run(now, self.pod_ip, pid, env)
+                doomed = False
+                if run.liveness:
+                    run.liveness.maybe_run(now, self.pod_ip, pid, env)
+                    doomed = run.liveness.failed
+            if doomed:
+                containers.signal_group(run.proc, signal.SIGTERM)
+                grace = self.pod["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+                run.probe_kill_at = now + grace
 
     # ---- status --------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
-"""Readiness probes: exec (inside the container's mount namespace), httpGet, tcpSocket.
+"""Container probes (readiness, liveness, startup): exec (inside the container's mount namespace), httpGet, tcpSocket.
 
 Timing fields (initialDelaySeconds, periodSeconds, timeoutSeconds,
-successThreshold, failureThreshold) mean what they mean for the kubelet.
+successThreshold, failureThreshold) mean what they mean for the kubelet; what
+a result does (gate Ready, restart the container) is the pod worker's job.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import time
 
 
 class Probe:
-    """Tracks one container's readiness probe.
+    """Tracks one probe of one container.
 
     Args:
-        spec: the ``readinessProbe`` object.
+        spec: the probe object (``readinessProbe``, ``livenessProbe`` or ``startupProbe``).
         container: the container spec (for named ports).
     """
 
@@ -81,7 +82,12 @@ class Probe:
                     return True
             except OSError:
                 return False
-        raise ValueError(f"readinessProbe has no exec, httpGet or tcpSocket: {sorted(self.spec)}")
+        raise ValueError(f"probe has no exec, httpGet or tcpSocket: {sorted(self.spec)}")
+
+    @property
+    def failed(self) -> bool:
+        """True once ``failureThreshold`` checks in a row failed (liveness/startup: restart the container)."""
+        return self.failures >= self.failure_threshold
 
     def maybe_run(self, now: float, pod_ip: str, pid: int, env: dict[str, str]) -> bool:
         """Run the probe if it is due; return True when readiness changed."""
