@@ -56,15 +56,21 @@ def manifest_configmap(job: ElasticTrainingJob) -> dict[str, Any]:
 
 
 def controller_service(job: ElasticTrainingJob) -> dict[str, Any]:
-    """A Service selecting the controller pod (DNS name for users and real clusters)."""
+    """A Service selecting the controller pod (DNS name for users, and for Pathways workers to reach the resource manager)."""
     name = job.metadata.name
+    ports = [{"name": "control", "port": names.CONTROLLER_PORT, "targetPort": names.CONTROLLER_PORT}]
+    if job.spec.backend == "pathways":
+        # Pathways workers register with the resource manager beside the controller.
+        from elastic_jax.k8s_operator.backends.pathways import RM_PORT
+
+        ports.append({"name": "pathways-rm", "port": RM_PORT, "targetPort": RM_PORT})
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": names.service(name), "labels": labels.job_selector(name)},
         "spec": {
             "selector": {labels.JOB_NAME: name, labels.ROLE: labels.ROLE_CONTROLLER},
-            "ports": [{"name": "control", "port": names.CONTROLLER_PORT, "targetPort": names.CONTROLLER_PORT}],
+            "ports": ports,
         },
     }
 

@@ -24,7 +24,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import children, metrics, names
+from elastic_jax.k8s_operator import backends, children, metrics, names
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import Kube
@@ -78,14 +78,14 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
 
     Raises:
       ManifestError: the spec is invalid (message names the field).
-      UnsupportedBackend: no renderer for spec.backend.
+      UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU).
     """
     data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
             "metadata": {"name": body["metadata"]["name"], "namespace": body["metadata"].get("namespace")},
             "spec": dict(body.get("spec") or {})}
-    job = parse_manifest(data, "spec")
-    renderer_for(job.spec.backend)
-    return job
+    # The resolved spec (pathways: hosts per slice from the topology) is what the
+    # ConfigMap, the tracker and the renderers all see.
+    return backends.resolve(parse_manifest(data, "spec"))
 
 
 def _fail_spec(patch: Any, status: Any, generation: int, message: str) -> None:

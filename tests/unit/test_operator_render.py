@@ -85,9 +85,10 @@ def test_worker_jobset_per_slice_with_budget_and_probe():
     assert pod["spec"]["restartPolicy"] == "Never"
 
 
-def test_pathways_is_refused_clearly():
-    with pytest.raises(UnsupportedBackend, match=r"spec.backend 'pathways' is not supported"):
-        renderer_for("pathways")
+def test_unknown_backend_is_refused_clearly():
+    # pathways is rendered now (tests/unit/test_operator_pathways.py); the refusal path stays.
+    with pytest.raises(UnsupportedBackend, match=r"spec.backend 'gpu' is not supported"):
+        renderer_for("gpu")
 
 
 def test_service_selects_the_controller():

@@ -35,6 +35,27 @@ def renderer_for(backend: str) -> Renderer:
         from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
 
         return CpuRenderer()
+    if backend == "pathways":
+        from elastic_jax.k8s_operator.backends.pathways import PathwaysRenderer
+
+        return PathwaysRenderer()
     raise UnsupportedBackend(
-        f"spec.backend {backend!r} is not supported by this operator version (supported: cpu)"
+        f"spec.backend {backend!r} is not supported by this operator version (supported: cpu, pathways)"
     )
+
+
+def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
+    """`job` as the operator will render it, with backend-derived fields filled in.
+
+    pathways: hostsPerSlice and devicesPerHost come from the TPU topology, so
+    the slice tracker counts the right number of pods. cpu: `job` unchanged.
+
+    Raises:
+      UnsupportedBackend: the operator cannot render this spec (message names the field).
+    """
+    renderer_for(job.spec.backend)
+    if job.spec.backend == "pathways":
+        from elastic_jax.k8s_operator.backends import pathways
+
+        return pathways.resolve(job)
+    return job

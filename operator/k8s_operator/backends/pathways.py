@@ -1,0 +1,236 @@
+"""The pathways backend: the Pathways head beside the user's controller, one TPU worker JobSet per slice.
+
+Pod shapes follow the public references, pathways-utils
+`pathwaysutils/experimental/gke/jobset.py` and google/pathways-job
+`internal/controller/pathwaysjob_controller.go` (images, ports, flags, worker
+env, `google.com/tpu` limits, node selectors, exclusive node-pool placement,
+host networking for workers). Where this operator differs, it is because
+their head and workers are one JobSet and ours are not:
+
+- The head is the controller Pod (recreated per attempt, new name each
+  time), so workers reach the resource manager through the job's Service
+  (`names.service`, which carries `RM_PORT`), not the JobSet coordinator
+  label; the proxy reaches it on 127.0.0.1 inside the pod.
+- Each slice is its own JobSet, so `MEGASCALE_SLICE_ID` and
+  `MEGASCALE_NUM_SLICES` are the slice index and `spec.slices.count`, not the
+  JobSet job-index and replica labels (always 0 and 1 here).
+- Resource manager and proxy are native sidecars (init containers with
+  restartPolicy Always, as pathways-job injects them into a user pod): the
+  pod ends when the controller container ends, which the operator reads as
+  the job's outcome.
+- Restart semantics (backoffLimit 0, restartPolicy Never, JobSet
+  failurePolicy.maxRestarts) are the cpu backend's: the operator's
+  reconcile and slice tracking read them the same way for both backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elastic_jax.api import job as job_api
+from elastic_jax.api import labels
+from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator.backends import UnsupportedBackend
+from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
+from elastic_jax.k8s_operator.backends.tpu_shapes import SliceShape, slice_shape
+
+# Images and ports: pathways-utils jobset.py (DEFAULT_PATHWAYS_*_IMAGE, PATHWAYS_*_PORT).
+PATHWAYS_REPOSITORY = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
+SERVER_IMAGE = f"{PATHWAYS_REPOSITORY}/server:latest"  # resource manager and workers
+PROXY_IMAGE = f"{PATHWAYS_REPOSITORY}/proxy_server:latest"
+PROXY_PORT = 29000
+RM_PORT = 29001
+WORKER_PORT = 29005
+# Further ports the references open without naming them (resource manager; worker: DCN, TPU runtime, metrics).
+_RM_EXTRA_PORTS = (29002,)
+_WORKER_EXTRA_PORTS = (29006, 8471, 8080)
+# Sized as both references size them (limits only: requests default to limits).
+_RM_RESOURCES = {"limits": {"cpu": "8", "memory": "32G"}}
+_PROXY_RESOURCES = {"limits": {"cpu": "16", "memory": "100G"}}
+
+HOSTS_FIELD = "spec.slices.hostsPerSlice"
+DEVICES_FIELD = "spec.slices.devicesPerHost"
+CHECKPOINT_FIELD = "spec.checkpoint.uri"
+SCRATCH_SUBDIR = "pathways-scratch"
+TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
+TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+TPU_RESOURCE = "google.com/tpu"
+NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
+
+_NAMESPACE_ENV = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _head_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """POD_NAMESPACE and PATHWAYS_HEAD: the resource manager's DNS name through the job's Service."""
+    return [_NAMESPACE_ENV,
+            {"name": "PATHWAYS_HEAD", "value": f"{names.service(job.metadata.name)}.$(POD_NAMESPACE).svc"}]
+
+
+def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
+    """`job` with hostsPerSlice and devicesPerHost derived from the slice topology.
+
+    The CRD defaults both fields to 1, so 1 means "derive"; any other value
+    must equal the derived one.
+
+    Returns:
+      A copy with `hosts_per_slice` = hosts per slice and `devices_per_host`
+      = TPU chips per host.
+
+    Raises:
+      UnsupportedBackend: unknown accelerator or bad topology (`SliceShapeError`,
+        naming spec.slices.accelerator / spec.slices.topology), a conflicting
+        spec.slices.hostsPerSlice or spec.slices.devicesPerHost, or a
+        spec.checkpoint.uri that is not gs:// (Pathways needs a GCS scratch
+        location, placed under it).
+    """
+    s = job.spec.slices
+    shape = slice_shape(s.accelerator, s.topology)
+    for field, value, derived, what in ((HOSTS_FIELD, s.hosts_per_slice, shape.hosts, "hosts"),
+                                        (DEVICES_FIELD, s.devices_per_host, shape.chips_per_host, "chips per host")):
+        if value not in (1, derived):
+            raise UnsupportedBackend(
+                f"{field} is {value} but {s.accelerator} {s.topology} has {derived} {what}; omit it or set {derived}"
+            )
+    if not job.spec.checkpoint.uri.startswith("gs://"):
+        raise UnsupportedBackend(
+            f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} must be gs://bucket/prefix for backend pathways "
+            "(pods on different nodes share it, and Pathways keeps its GCS scratch under it)"
+        )
+    slices = s.model_copy(update={"hosts_per_slice": shape.hosts, "devices_per_host": shape.chips_per_host})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"slices": slices})})
+
+
+def scratch_location(job: ElasticTrainingJob) -> str:
+    """Pathways' `--gcs_scratch_location`: a folder under the checkpoint URI (Orbax skips non-step folders)."""
+    return f"{job.spec.checkpoint.uri.rstrip('/')}/{SCRATCH_SUBDIR}"
+
+
+def server_image(job: ElasticTrainingJob) -> str:
+    """The Pathways server image (resource manager and workers): spec.worker.image unless left at the cpu default."""
+    image = job.spec.worker.image
+    return SERVER_IMAGE if image == job_api.DEFAULT_WORKER_IMAGE else image
+
+
+def proxy_image(job: ElasticTrainingJob) -> str:
+    """The proxy image, at the server image's tag when that is a Pathways release (the two must match)."""
+    server = server_image(job)
+    prefix = f"{PATHWAYS_REPOSITORY}/server:"
+    if server.startswith(prefix):
+        return f"{PATHWAYS_REPOSITORY}/proxy_server:{server[len(prefix):]}"
+    return PROXY_IMAGE
+
+
+def _ports(*numbers: int) -> list[dict[str, Any]]:
+    return [{"containerPort": n, "protocol": "TCP"} for n in numbers]
+
+
+def _sidecars(job: ElasticTrainingJob, shape: SliceShape) -> list[dict[str, Any]]:
+    """Resource manager and proxy as native sidecars of the controller pod."""
+    scratch = scratch_location(job)
+    count = job.spec.slices.count
+    rm = {
+        "name": "pathways-rm",
+        "image": server_image(job),
+        "restartPolicy": "Always",
+        "args": [f"--server_port={RM_PORT}", f"--gcs_scratch_location={scratch}", "--node_type=resource_manager",
+                 f"--instance_count={count}", f"--instance_type={shape.instance_type}"],
+        "env": [*_head_env(job), {"name": "HOST_ADDRESS", "value": "$(PATHWAYS_HEAD)"},
+                {"name": "TPU_SKIP_MDS_QUERY", "value": "true"}],
+        "ports": _ports(RM_PORT, *_RM_EXTRA_PORTS),
+        "resources": _RM_RESOURCES,
+    }
+    proxy = {
+        "name": "pathways-proxy",
+        "image": proxy_image(job),
+        "restartPolicy": "Always",
+        # Every slice may be missing: whether training waits or continues is the
+        # controller's decision (spec.slices.minSlices), not the proxy's.
+        "args": [f"--server_port={PROXY_PORT}", f"--resource_manager_address=127.0.0.1:{RM_PORT}",
+                 f"--gcs_scratch_location={scratch}", f"--num_elastic_slices={count}"],
+        "ports": _ports(PROXY_PORT),
+        "resources": _PROXY_RESOURCES,
+    }
+    return [rm, proxy]
+
+
+def _worker_container(job: ElasticTrainingJob, shape: SliceShape, index: int) -> dict[str, Any]:
+    w = job.spec.worker
+    return {
+        "name": "pathways-worker",
+        "image": server_image(job),
+        "args": [f"--server_port={WORKER_PORT}", f"--resource_manager_address=$(PATHWAYS_HEAD):{RM_PORT}",
+                 f"--gcs_scratch_location={scratch_location(job)}"],
+        "env": [
+            *_head_env(job),
+            {"name": "TPU_MIN_LOG_LEVEL", "value": "0"},
+            {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "0"},
+            {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
+            {"name": "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "value": "false"},
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(job.spec.slices.count)},
+            {"name": "MEGASCALE_SLICE_ID", "value": str(index)},
+            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": "$(PATHWAYS_HEAD)"},
+            _field_env("JOBSET_NAME", f"metadata.annotations['{labels.JOBSET_NAME}']"),
+            _field_env("REPLICATED_JOB_NAME", "metadata.annotations['jobset.sigs.k8s.io/replicatedjob-name']"),
+            *({"name": e.name, "value": e.value} for e in w.env),
+        ],
+        "ports": _ports(WORKER_PORT, *_WORKER_EXTRA_PORTS),
+        "resources": {
+            **({"requests": dict(w.resources.requests)} if w.resources.requests else {}),
+            "limits": {**w.resources.limits, TPU_RESOURCE: str(shape.chips_per_host)},
+        },
+    }
+
+
+class PathwaysRenderer:
+    """Renders the pathways backend's controller pod (with the Pathways head) and TPU worker JobSets."""
+
+    def controller_pod(self, job: ElasticTrainingJob, attempt: int) -> dict[str, Any]:
+        """The cpu backend's controller pod, plus the Pathways head and the env pointing JAX at its proxy.
+
+        Raises:
+          UnsupportedBackend: see `resolve`.
+        """
+        job = resolve(job)
+        shape = slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
+        pod = CpuRenderer().controller_pod(job, attempt)
+        spec = pod["spec"]
+        controller = spec["containers"][0]
+        # Before the user's env (last in the list), so a user can still override these.
+        controller["env"] = [
+            {"name": "JAX_PLATFORMS", "value": "proxy"},
+            {"name": "JAX_BACKEND_TARGET", "value": f"grpc://127.0.0.1:{PROXY_PORT}"},
+            {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
+            *controller["env"],
+        ]
+        spec["initContainers"] = _sidecars(job, shape)
+        # The CPU pool: GKE taints TPU nodes, and this says it outright for pools without the taint.
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": TPU_ACCELERATOR_LABEL, "operator": "DoesNotExist"}]}],
+        }}}
+        return pod
+
+    def worker_jobset(self, job: ElasticTrainingJob, index: int) -> dict[str, Any]:
+        """The JobSet of slice `index`: hosts-per-slice Pathways workers on one TPU node pool.
+
+        Raises:
+          UnsupportedBackend: see `resolve`.
+        """
+        job = resolve(job)
+        shape = slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
+        js = CpuRenderer().worker_jobset(job, index)
+        exclusive = {labels.JOBSET_EXCLUSIVE_TOPOLOGY: NODE_POOL_LABEL}
+        js["metadata"]["annotations"] = dict(exclusive)
+        job_template = js["spec"]["replicatedJobs"][0]["template"]
+        job_template["metadata"]["annotations"] = dict(exclusive)
+        pod = job_template["spec"]["template"]["spec"]
+        pod["containers"] = [_worker_container(job, shape, index)]
+        pod["nodeSelector"] = {TPU_ACCELERATOR_LABEL: shape.accelerator, TPU_TOPOLOGY_LABEL: shape.topology}
+        # Host networking as both references ("for performance"); exclusive placement keeps one worker per node.
+        pod["hostNetwork"] = True
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+        return js

@@ -1,0 +1,115 @@
+"""GKE TPU slice shapes: accelerator label + topology → hosts per slice, chips per host.
+
+The table is pathways-utils' (AI-Hypercomputer/pathways-utils,
+`pathwaysutils/experimental/shared_pathways_service/tpu_specs.py`
+`get_tpu_config`, and `pathwaysutils/experimental/gke/jobset.py`
+`MACHINE_TYPE_TO_*` maps): the GKE accelerator label, 4 chips per host
+(the `*-4t` machine types), and the Pathways instance-type prefix the
+resource manager's `--instance_type` takes. Hosts per slice are the
+topology's chips divided by chips per host, as in `calculate_vms_per_slice`
+there, which also refuses a topology whose chips do not divide evenly.
+
+The number of topology dimensions (2 for v5e/v6e, 3 for v4/v5p/tpu7x) is
+from the GKE TPU documentation ("Plan TPUs in GKE", topology column); the
+references do not check it, but a v5p `2x2` would otherwise reach GKE and
+never schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+from elastic_jax.k8s_operator.backends import UnsupportedBackend
+
+ACCELERATOR_FIELD = "spec.slices.accelerator"
+TOPOLOGY_FIELD = "spec.slices.topology"
+
+_TOPOLOGY = re.compile(r"^[1-9][0-9]*(x[1-9][0-9]*)+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuGeneration:
+    """One row of the table: what GKE and Pathways call one TPU generation."""
+
+    accelerator: str  # node label cloud.google.com/gke-tpu-accelerator
+    instance_prefix: str  # Pathways --instance_type prefix, e.g. "tpuv5e"
+    chips_per_host: int  # google.com/tpu of one host (machine type *-4t)
+    topology_dims: int  # 2: AxB, 3: AxBxC
+
+
+# Keyed by the GKE accelerator label, the value users put in spec.slices.accelerator.
+GENERATIONS: dict[str, TpuGeneration] = {g.accelerator: g for g in (
+    TpuGeneration("tpu-v4-podslice", "tpuv4", 4, 3),
+    TpuGeneration("tpu-v5-lite-podslice", "tpuv5e", 4, 2),
+    TpuGeneration("tpu-v5p-slice", "tpuv5", 4, 3),
+    TpuGeneration("tpu-v6e-slice", "tpuv6e", 4, 2),
+    TpuGeneration("tpu7x", "tpu7x", 4, 3),
+)}
+
+
+class SliceShapeError(UnsupportedBackend):
+    """The accelerator/topology pair is not one this operator can render; `str()` names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceShape:
+    """One TPU slice as the renderer needs it."""
+
+    accelerator: str
+    topology: str
+    hosts: int  # worker pods (TPU VMs) per slice
+    chips_per_host: int  # google.com/tpu limit of each worker pod
+
+    @property
+    def chips(self) -> int:
+        """TPU chips in the slice."""
+        return self.hosts * self.chips_per_host
+
+    @property
+    def instance_type(self) -> str:
+        """The resource manager's `--instance_type`, e.g. `tpuv5e:2x2`."""
+        return f"{GENERATIONS[self.accelerator].instance_prefix}:{self.topology}"
+
+
+def slice_shape(accelerator: str | None, topology: str | None) -> SliceShape:
+    """The shape of one slice of `accelerator` with `topology`.
+
+    Args:
+      accelerator: GKE accelerator label, e.g. `tpu-v5-lite-podslice`.
+      topology: chips along each axis, e.g. `2x2` or `2x2x2`.
+
+    Returns:
+      The hosts per slice and chips per host.
+
+    Raises:
+      SliceShapeError: unknown accelerator (names spec.slices.accelerator and
+        lists the known ones), or a malformed topology, a wrong number of
+        dimensions, or chips not a multiple of the chips per host (names
+        spec.slices.topology).
+    """
+    gen = GENERATIONS.get(accelerator or "")
+    if gen is None:
+        raise SliceShapeError(
+            f"{ACCELERATOR_FIELD} {accelerator!r} is not a TPU accelerator this operator knows "
+            f"(known: {', '.join(sorted(GENERATIONS))})"
+        )
+    topology = topology or ""
+    if not _TOPOLOGY.match(topology):
+        raise SliceShapeError(f"{TOPOLOGY_FIELD} {topology!r} must look like AxB or AxBxC (chips per axis)")
+    dims = [int(d) for d in topology.split("x")]
+    if len(dims) != gen.topology_dims:
+        example = "x".join(["2"] * gen.topology_dims)
+        raise SliceShapeError(
+            f"{TOPOLOGY_FIELD} {topology!r} must have {gen.topology_dims} dimensions for {accelerator} (e.g. {example})"
+        )
+    chips = math.prod(dims)
+    if chips % gen.chips_per_host:
+        # Fewer chips than one host are other machine types (e.g. ct5lp-hightpu-1t), which Pathways' table lacks.
+        raise SliceShapeError(
+            f"{TOPOLOGY_FIELD} {topology!r} has {chips} chips, not a multiple of the {gen.chips_per_host} "
+            f"chips per host of {accelerator}"
+        )
+    return SliceShape(accelerator=gen.accelerator, topology=topology, hosts=chips // gen.chips_per_host,
+                      chips_per_host=gen.chips_per_host)
