@@ -45,13 +45,14 @@ def test_backend_is_immutable(cluster, namespace, ejob_crd):
 
 
 def test_unsupported_backend_fails_the_job_naming_the_field(cluster, namespace, operator):
+    # pathways is supported now; an accelerator it has no table row for takes the same path.
     manifest = example_manifest()
     manifest["spec"].update(backend="pathways")
-    manifest["spec"]["slices"].update(accelerator="tpu-v5-lite-podslice", topology="2x2")
+    manifest["spec"]["slices"].update(accelerator="tpu-v9-imaginary", topology="2x2")
     assert _apply(cluster, namespace, manifest).returncode == 0
     job = wait_phase(cluster, namespace, "cpu-job", ("Failed",), timeout_s=60)
     failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
-    assert failed["status"] == "True" and "spec.backend 'pathways' is not supported" in failed["message"]
+    assert failed["status"] == "True" and "spec.slices.accelerator 'tpu-v9-imaginary'" in failed["message"]
     # A permanent error: no retry loop, no children, the operator still alive.
     assert operator.alive()
     assert cluster.api().get(f"/api/v1/namespaces/{namespace}/pods")["items"] == []

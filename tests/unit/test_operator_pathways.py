@@ -197,3 +197,10 @@ def test_images_default_to_pathways_and_proxy_follows_a_pinned_server_tag():
     assert server_image(pathways_job()) == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:latest"
     pinned = pathways_job(worker={"image": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:2025-06-01"})
     assert proxy_image(pinned) == "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:2025-06-01"
+
+
+def test_tpu_example_renders():
+    example = Path(__file__).resolve().parents[2] / "examples" / "02-tpu-v5e-pathways.yaml"
+    job = backends.resolve(parse_manifest(yaml.safe_load(example.read_text())))
+    assert (job.spec.slices.count, job.spec.slices.hosts_per_slice, job.spec.slices.devices_per_host) == (2, 1, 4)
+    assert [o["kind"] for o in children.render_children(job, TOKEN)][-2:] == ["JobSet", "JobSet"]
