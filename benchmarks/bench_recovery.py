@@ -85,12 +85,15 @@ def run_elastic(workdir: Path, kill_at: int, steps: int) -> dict:
 
 
 def _pids_under(workdir: Path) -> list[int]:
+    """Every process the launcher started for this run (it marks them with ELASTIC_JAX_RUN_DIR)."""
     import psutil
 
+    from elastic_jax.local.launcher import RUN_DIR_ENV
+
     pids = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
+    for p in psutil.process_iter(["pid"]):
         try:
-            if any(str(workdir) in part for part in (p.info["cmdline"] or [])) and p.pid != os.getpid():
+            if p.pid != os.getpid() and str(workdir) in p.environ().get(RUN_DIR_ENV, ""):
                 pids.append(p.pid)
         except psutil.Error:
             pass
@@ -123,6 +126,9 @@ def run_full_restart(workdir: Path, kill_at: int, steps: int) -> dict:
     run2 = workdir / "run2"
     out = subprocess.run([CLI, "run", str(path), "--workdir", str(run2), "--no-failure"], capture_output=True, text=True,
                          cwd=workdir, timeout=900)
+    left = _pids_under(workdir)
+    if left:
+        raise RuntimeError(f"processes left running after the full-restart run: {left}")
     log2 = (run2 / "controller.log").read_text()
     restored = int(RESTORE_RE.search(log2).group(1))
     first_ts, _ = step_times(run2 / "controller.log")[0]

@@ -31,6 +31,9 @@ from elastic_jax.local.processes import Child, free_port, port_open, venv_script
 
 _logger = logging.getLogger(__name__)
 
+# Set in the environment of every process the launcher starts (see `_child_env`).
+RUN_DIR_ENV = "ELASTIC_JAX_RUN_DIR"
+
 
 class LaunchError(RuntimeError):
     """The job could not be started (bad input found by the controller, or a port/process problem).
@@ -112,6 +115,10 @@ class LocalLauncher:
 
     # -- setup ----------------------------------------------------------------
 
+    def _child_env(self) -> dict[str, str]:
+        """Marks every child with its run directory, so a leftover process can always be traced to its run."""
+        return {RUN_DIR_ENV: str(self.workdir.resolve())}
+
     def _start_controller(self) -> None:
         self.controller_port = free_port()
         token_file = self.workdir / "token"
@@ -122,7 +129,7 @@ class LocalLauncher:
             "--host", "127.0.0.1", "--port", str(self.controller_port), "--summary-file", str(self.workdir / "summary.json"),
         ]
         if self.controller is None:
-            self.controller = Child("controller", argv, self.workdir / "controller.log")
+            self.controller = Child("controller", argv, self.workdir / "controller.log", env=self._child_env())
         else:
             self.controller.argv = argv
         (self.workdir / "summary.json").unlink(missing_ok=True)
@@ -238,7 +245,7 @@ class LocalLauncher:
         controller_restarts = 0
         try:
             self._start_controller()
-            self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log"))
+            self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=self._child_env()))
                            for i in range(self.job.spec.slices.count)]
             for s in self.slices:
                 self._start_worker(s)

@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import yaml
 
+from elastic_jax.local.launcher import RUN_DIR_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).parent / "elastic-jax")
 
@@ -57,11 +59,14 @@ class CliRun:
 
 
 def leftover_processes(marker: str) -> list[psutil.Process]:
-    """Processes whose command line mentions `marker` (e.g. a test's tmp dir)."""
+    """Processes whose command line, or whose `ELASTIC_JAX_RUN_DIR` (set by the launcher
+    on every child it starts), mentions `marker` (e.g. a test's tmp dir)."""
     found = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if p.pid != os.getpid() and any(marker in part for part in (p.info["cmdline"] or [])):
+            if p.pid == os.getpid():
+                continue
+            if any(marker in part for part in (p.info["cmdline"] or [])) or marker in p.environ().get(RUN_DIR_ENV, ""):
                 found.append(p)
         except psutil.Error:
             continue
