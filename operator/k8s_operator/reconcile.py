@@ -91,10 +91,21 @@ def attempt_of(pod_name: str) -> int | None:
     return int(tail) if head and tail.isdigit() else None
 
 
-def _teardown(observed: Observed, plan: Plan, keep_finished_controller: bool) -> Plan:
-    plan.delete_jobsets = [js.name for js in observed.jobsets.values() if not js.deleting]
+def _teardown(observed: Observed, plan: Plan, keep_finished_controller: bool, workers_last: bool = False) -> Plan:
+    """Deletes the job's children.
+
+    With `workers_last` (suspend), the JobSets go only once no controller is
+    Ready any more: the controller checkpoints on SIGTERM at its next step
+    boundary, and a worker vanishing first would turn that step into a slice
+    loss the controller waits out (with `minSlices` = count) until SIGKILL,
+    losing the checkpoint. A controller that is not Ready (starting, or on a
+    lost node) cannot checkpoint and does not hold the workers.
+    """
     plan.delete_pods = [p.name for p in observed.controller_pods
                         if not p.deleting and not (keep_finished_controller and p.terminal)]
+    if workers_last and any(p.ready and not p.terminal for p in observed.controller_pods):
+        return plan
+    plan.delete_jobsets = [js.name for js in observed.jobsets.values() if not js.deleting]
     return plan
 
 
@@ -128,7 +139,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     if status.get("phase") in FINISHED_PHASES:
         return _teardown(observed, plan, keep_finished_controller=True)
     if job.spec.suspend:
-        return _teardown(observed, plan, keep_finished_controller=False)
+        return _teardown(observed, plan, keep_finished_controller=False, workers_last=True)
 
     name = job.metadata.name
     elasticity = job.spec.elasticity

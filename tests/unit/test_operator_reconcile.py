@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator.reconcile import JobSetView, Observed, attempt_of, decide, jobset_view
 from elastic_jax.k8s_operator.slices import PodView
@@ -96,8 +98,25 @@ def test_finished_job_tears_down_workers_keeps_finished_controller():
 
 def test_suspend_tears_everything_down_without_counting():
     plan = decide(_job(suspend=True), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets()))
-    assert plan.delete_pods == ["demo-controller-0"] and len(plan.delete_jobsets) == 2
+    assert plan.delete_pods == ["demo-controller-0"]
     assert plan.create_controller is None and not plan.controller_restarted
+
+
+def test_suspend_keeps_workers_until_the_controller_checkpointed_and_exited():
+    # The controller is still Ready (checkpointing after SIGTERM): its workers must stay.
+    stopping = _ctrl(deleting=True)
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [stopping], _both_jobsets()))
+    assert plan.delete_jobsets == [] and plan.delete_pods == []
+    # Exited (or gone): now the workers go.
+    exited = _ctrl(phase="Failed", exit_code=1, deleting=True)
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [exited], _both_jobsets()))
+    assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [], _both_jobsets()))
+    assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
+    # A controller that is not Ready (its node lost) cannot checkpoint and does not hold the workers.
+    lost = dataclasses.replace(_ctrl(deleting=True), ready=False)
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [lost], _both_jobsets()))
+    assert len(plan.delete_jobsets) == 2
 
 
 def test_resume_after_suspend_starts_fresh_controller():
