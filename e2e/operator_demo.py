@@ -1,0 +1,113 @@
+"""`python -m e2e.operator_demo`: the README's recovery transcript, from a real run.
+
+On the local control plane (`python -m e2e.harness up` first), with the
+operator as a least-privilege process: `kubectl apply -f
+examples/01-cpu-job.yaml` in the `default` namespace, SIGKILL of slice 0's
+worker process once training runs, then `kubectl get ejob` and the job's
+Events after the recovery and at the end. Prints each command and its
+output. Holds the cluster folder's session lock throughout, so no test
+session's operator (which watches every namespace) runs beside this one;
+stops the operator by PID and deletes the job before returning.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from e2e.harness import sessionlock
+from e2e.harness.cluster import LocalCluster
+from e2e.harness.paths import REPO_ROOT
+from e2e.helpers import is_ready, pods, wait_for
+from e2e.operator_fixtures import (
+    CRD, EXAMPLE, SA, SYSTEM_NS, OperatorProcess, clear_checkpoints, example_manifest, get_job, operator_rbac_objects,
+)
+
+NS, JOB = "default", "cpu-job"
+
+
+def _show(cluster: LocalCluster, *args: str) -> None:
+    print(f"$ kubectl {' '.join(args)}")
+    print(cluster.kubectl(*args).stdout.rstrip(), flush=True)
+    print()
+
+
+def _operator_kubeconfig(cluster: LocalCluster, folder: Path) -> Path:
+    """As the e2e fixture does: a token of the operator's ServiceAccount, bound to the chart's rules."""
+    cluster.kubectl("apply", "-f", "-", input=operator_rbac_objects())
+    token = cluster.kubectl("create", "token", SA, "-n", SYSTEM_NS, "--duration=1h").stdout.strip()
+    path = folder / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
+        "clusters": [{"name": "local", "cluster": {"server": cluster.server,
+                                                     "certificate-authority": str(cluster.state / "pki" / "ca.crt")}}],
+        "users": [{"name": SA, "user": {"token": token}}],
+        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SA}}],
+    }))
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _status(cluster: LocalCluster) -> dict:
+    return get_job(cluster, NS, JOB).get("status") or {}
+
+
+def main() -> int:
+    cluster = LocalCluster()
+    if not cluster.is_running():
+        print("the local cluster is not running: python -m e2e.harness up", file=sys.stderr)
+        return 1
+    lock = sessionlock.acquire(cluster.state, on_wait=print)
+    folder = Path(tempfile.mkdtemp(prefix="operator-demo-"))
+    op = None
+    try:
+        cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+        cluster.kubectl("wait", "--for=condition=Established", "crd/elastictrainingjobs.elasticjax.dev")
+        op = OperatorProcess(_operator_kubeconfig(cluster, folder), folder / "operator.log", _free_port())
+        op.start()
+        clear_checkpoints(example_manifest())
+        os.chdir(REPO_ROOT)  # so the transcript shows the path as a user types it
+        _show(cluster, "apply", "-n", NS, "-f", str(EXAMPLE.relative_to(REPO_ROOT)))
+        wait_for(lambda: _status(cluster).get("step", 0) >= 20, timeout_s=180, what="training started",
+                 explain=op.log)
+        victim = next(p for p in pods(cluster, NS, f"elasticjax.dev/job-name={JOB},elasticjax.dev/slice-index=0")
+                      if p["status"].get("phase") == "Running" and is_ready(p))
+        name = victim["metadata"]["name"]
+        print(f"# SIGKILL the worker process of pod {name}\n", flush=True)
+        os.kill(cluster.container_pid(NS, name, "worker", victim["metadata"]["uid"]), signal.SIGKILL)
+
+        def recovered():
+            st = _status(cluster)
+            return (st.get("activeSlices") == 2 and st.get("sliceReplacements", 0) >= 1
+                    and st.get("phase") == "Running") or st.get("phase") in ("Succeeded", "Failed")
+        wait_for(recovered, timeout_s=120, what="slice 0 replaced and back in training", explain=op.log)
+        _show(cluster, "get", "ejob", "-n", NS)
+        wait_for(lambda: _status(cluster).get("phase") in ("Succeeded", "Failed"), timeout_s=300,
+                 what="job finished", explain=op.log)
+        _show(cluster, "get", "ejob", "-n", NS)
+        _show(cluster, "get", "pods", "-n", NS, "-l", f"elasticjax.dev/job-name={JOB}")
+        _show(cluster, "get", "events", "-n", NS, "--field-selector", f"involvedObject.name={JOB}",
+              "--sort-by=.metadata.creationTimestamp")
+        describe = cluster.kubectl("describe", "ejob", JOB, "-n", NS).stdout
+        print(f"$ kubectl describe ejob {JOB}   # the Events part\n{describe[describe.rfind('Events:'):].rstrip()}")
+        return 0 if _status(cluster).get("phase") == "Succeeded" else 1
+    finally:
+        if op is not None:
+            op.stop()
+        cluster.kubectl("delete", "ejob", JOB, "-n", NS, "--ignore-not-found", "--wait=false", check=False)
+        os.close(lock)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
