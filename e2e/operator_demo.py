@@ -13,6 +13,7 @@ stops the operator by PID and deletes the job before returning.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -107,6 +108,7 @@ def main() -> int:
             op.stop()
         cluster.kubectl("delete", "ejob", JOB, "-n", NS, "--ignore-not-found", "--wait=false", check=False)
         os.close(lock)
+        shutil.rmtree(folder, ignore_errors=True)  # it holds a ServiceAccount token
 
 
 if __name__ == "__main__":
