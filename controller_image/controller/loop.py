@@ -34,7 +34,7 @@ import optax
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.controller.data import global_batches
-from elastic_jax.controller.elastic.errors import ScaleUpSignalError, SliceDownError
+from elastic_jax.controller.elastic.errors import ScaleUpSignalError, SliceDownError, StopRequested
 from elastic_jax.controller.elastic.manager import Manager
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
@@ -85,7 +85,8 @@ class TrainingRun:
         self.slice_set = slice_set
         self.checkpointer = checkpointer
         self.metrics = metrics
-        self.manager = Manager(slice_set, health_check=backend.health_check)
+        self._stop = threading.Event()
+        self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
@@ -101,7 +102,6 @@ class TrainingRun:
         self.restored_from_step: int | None = None
         self._productive_s = 0.0
         self._train_start: float | None = None
-        self._stop = threading.Event()
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
         self.keeps_state = getattr(backend, "keeps_state_on_slice_loss", True)
@@ -214,8 +214,12 @@ class TrainingRun:
                 cleanup=self.backend.cleanup,
                 startup_grace_s=min(30.0, self.spec.elasticity.slice_wait_timeout_seconds),
             )
-            retry(self._train)()
-            self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
+            try:
+                retry(self._train)()
+            except StopRequested:
+                _logger.info("stop requested while waiting for slices at step %d", self.step)
+            if not self._state_lost:  # never save state that went down with a slice
+                self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
             self.checkpointer.wait_until_finished()
             with self._lock:
                 self.phase = "Succeeded" if not self._stop.is_set() else "Failed"

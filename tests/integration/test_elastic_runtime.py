@@ -21,14 +21,14 @@ import pytest
 
 from tests.support.runs import job_manifest, run_cli
 
-STEPS = 400
+STEPS = 1000  # long enough (several seconds even on an idle machine) for a killed worker to rejoin
 
 
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
     """The reference run: 2 slices, no failure."""
     tmp = tmp_path_factory.mktemp("baseline")
-    run = run_cli(job_manifest("baseline", tmp, training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 20}),
+    run = run_cli(job_manifest("baseline", tmp, training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 50}),
                   tmp, "--no-failure")
     assert run.returncode == 0, run.stderr[-3000:]
     return run.summary
@@ -36,7 +36,7 @@ def baseline(tmp_path_factory):
 
 def manifest(name, tmp_path, min_slices=1, **spec):
     return job_manifest(name, tmp_path, slices={"count": 2, "minSlices": min_slices},
-                        training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 20}, **spec)
+                        training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 50}, **spec)
 
 
 def assert_same_training(summary, baseline):
@@ -169,7 +169,7 @@ def test_ctrl_c_stops_everything(tmp_path):
     try:
         log = tmp_path / "run" / "controller.log"
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (log.exists() and '\\"step\\": 20,' in log.read_text()):
+        while time.monotonic() < deadline and not (log.exists() and '\\"step\\": 50,' in log.read_text()):
             time.sleep(0.1)
         assert leftover_processes(str(tmp_path)), "nothing was running"
         proc.send_signal(signal.SIGINT)
@@ -195,7 +195,7 @@ def test_draining_slice_is_checkpointed_then_released(tmp_path, baseline):
         while time.monotonic() < deadline:
             text = log.read_text() if log.exists() else ""
             ports = re.findall(r'\\"event\\": \\"ready\\", \\"port\\": (\d+)', text)
-            if ports and '\\"step\\": 40,' in text:
+            if ports and '\\"step\\": 100,' in text:
                 token = (tmp_path / "run" / "token").read_text()
                 r = httpx.put(f"http://127.0.0.1:{ports[0]}/v1/slices/1", headers={"Authorization": f"Bearer {token}"},
                               json={"state": "Draining", "generation": time.time_ns(), "reason": "node preemption notice"})

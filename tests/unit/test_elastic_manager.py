@@ -143,3 +143,12 @@ def test_error_classification():
     assert is_slice_down(jax.errors.JaxRuntimeError("DATA_LOSS: slice gone"))
     assert not is_slice_down(jax.errors.JaxRuntimeError("INVALID_ARGUMENT: shapes"))
     assert not is_slice_down(ValueError("DATA_LOSS"))
+
+
+def test_stop_request_ends_a_wait_for_slices():
+    from elastic_jax.controller.elastic.errors import StopRequested
+
+    s, m = make(2, ready=[0])
+    threading.Timer(0.2, m.stop_event.set).start()
+    with pytest.raises(StopRequested):
+        m.wait_for_slices(2, timeout_s=30)

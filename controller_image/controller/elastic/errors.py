@@ -60,6 +60,10 @@ class ElasticRuntimeError(RuntimeError):
     """Elasticity cannot continue: a restart budget ran out or slices never came back."""
 
 
+class StopRequested(Exception):
+    """The process was asked to stop (SIGTERM) while waiting for slices; not an error of the job."""
+
+
 class ScaleUpSignalError(Exception):
     """Raised at a step boundary when a slice is ready to join; the manager retries with it."""
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from elastic_jax.controller.elastic.errors import ElasticRuntimeError, ScaleUpSignalError, is_slice_down
+from elastic_jax.controller.elastic.errors import ElasticRuntimeError, ScaleUpSignalError, StopRequested, is_slice_down
 from elastic_jax.controller.elastic.slice_set import SliceSet
 
 _logger = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class Manager:
       health_check: `indices -> healthy subset`; called on candidate slices
         before an attempt. Unhealthy ones are marked down.
       poll_interval_s: seconds between re-checks while waiting for slices.
+      stop_event: when set, a wait for slices ends with `StopRequested` (SIGTERM
+        during a pause must not wait out the pod's grace period).
 
     Attributes:
       attempts: attempts started by the last `elastic_retry` call.
@@ -50,8 +53,10 @@ class Manager:
       waiting: True while blocked waiting for slices (shown as a paused phase).
     """
 
-    def __init__(self, slice_set: SliceSet, health_check: HealthCheck | None = None, poll_interval_s: float = 1.0):
+    def __init__(self, slice_set: SliceSet, health_check: HealthCheck | None = None, poll_interval_s: float = 1.0,
+                 stop_event: threading.Event | None = None):
         self.slice_set = slice_set
+        self.stop_event = stop_event or threading.Event()
         self.health_check = health_check or (lambda indices: frozenset(indices))
         self.poll_interval_s = poll_interval_s
         self.attempts = 0
@@ -84,11 +89,14 @@ class Manager:
 
         Raises:
           TimeoutError: fewer than `slice_count` healthy slices after `timeout_s`.
+          StopRequested: `stop_event` was set while waiting.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.waiting = True
         try:
             while True:
+                if self.stop_event.is_set():
+                    raise StopRequested("stop requested while waiting for slices")
                 ready = self.slice_set.ready()
                 healthy = self.health_check(ready) if ready else frozenset()
                 unhealthy = ready - healthy
@@ -104,8 +112,8 @@ class Manager:
                     )
                 # Wake on any report, or re-check after the poll interval.
                 wait_s = self.poll_interval_s if remaining is None else min(self.poll_interval_s, remaining)
-                seen = (self.slice_set.ready(), len(healthy))
-                self.slice_set.wait_for(lambda: self.slice_set.ready() != seen[0], wait_s)
+                seen = self.slice_set.ready()
+                self.slice_set.wait_for(lambda: self.slice_set.ready() != seen or self.stop_event.is_set(), wait_s)
         finally:
             self.waiting = False
 
