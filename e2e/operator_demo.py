@@ -20,14 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import yaml
 
 from e2e.harness import sessionlock
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import is_ready, pods, wait_for
 from e2e.operator_fixtures import (
-    CRD, EXAMPLE, SA, SYSTEM_NS, OperatorProcess, clear_checkpoints, example_manifest, get_job, operator_rbac_objects,
+    CRD, EXAMPLE, OperatorProcess, clear_checkpoints, example_manifest, get_job, write_operator_kubeconfig,
 )
 
 NS, JOB = "default", "cpu-job"
@@ -41,17 +40,7 @@ def _show(cluster: LocalCluster, *args: str) -> None:
 
 def _operator_kubeconfig(cluster: LocalCluster, folder: Path) -> Path:
     """As the e2e fixture does: a token of the operator's ServiceAccount, bound to the chart's rules."""
-    cluster.kubectl("apply", "-f", "-", input=operator_rbac_objects())
-    token = cluster.kubectl("create", "token", SA, "-n", SYSTEM_NS, "--duration=1h").stdout.strip()
-    path = folder / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "operator",
-        "clusters": [{"name": "local", "cluster": {"server": cluster.server,
-                                                     "certificate-authority": str(cluster.state / "pki" / "ca.crt")}}],
-        "users": [{"name": SA, "user": {"token": token}}],
-        "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SA}}],
-    }))
-    return path
+    return write_operator_kubeconfig(cluster, folder, duration="1h")
 
 
 def _free_port() -> int:

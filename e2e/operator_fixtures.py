@@ -54,12 +54,17 @@ def ejob_crd(cluster):
     return CRD
 
 
-@pytest.fixture(scope="session")
-def operator_kubeconfig(cluster, ejob_crd, tmp_path_factory) -> Path:
-    """A kubeconfig authenticating as the operator's ServiceAccount (no admin rights)."""
+def write_operator_kubeconfig(cluster, folder: Path, duration: str = "6h") -> Path:
+    """Applies the operator's RBAC and writes `folder/kubeconfig` with a token of its ServiceAccount.
+
+    Args:
+      cluster: the local cluster.
+      folder: where to write the kubeconfig (it holds a bearer token).
+      duration: token lifetime, as `kubectl create token --duration`.
+    """
     cluster.kubectl("apply", "-f", "-", input=operator_rbac_objects())
-    token = cluster.kubectl("create", "token", SA, "-n", SYSTEM_NS, "--duration=6h").stdout.strip()
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    token = cluster.kubectl("create", "token", SA, "-n", SYSTEM_NS, f"--duration={duration}").stdout.strip()
+    path = folder / "kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "operator",
         "clusters": [{"name": "local", "cluster": {"server": cluster.server,
@@ -68,6 +73,24 @@ def operator_kubeconfig(cluster, ejob_crd, tmp_path_factory) -> Path:
         "contexts": [{"name": "operator", "context": {"cluster": "local", "user": SA}}],
     }))
     return path
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(cluster, ejob_crd, tmp_path_factory) -> Path:
+    """A kubeconfig authenticating as the operator's ServiceAccount (no admin rights)."""
+    return write_operator_kubeconfig(cluster, tmp_path_factory.mktemp("operator"))
+
+
+def job_children(api, namespace: str, prefix: str) -> list[str]:
+    """`kind/name` of every pod, Secret, ConfigMap, Service, JobSet and Job in `namespace` named `prefix*`."""
+    found = []
+    for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/secrets",
+                 f"/api/v1/namespaces/{namespace}/configmaps", f"/api/v1/namespaces/{namespace}/services",
+                 f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
+                 f"/apis/batch/v1/namespaces/{namespace}/jobs"):
+        found += [f"{path.rsplit('/', 1)[-1]}/{o['metadata']['name']}" for o in api.get(path)["items"]
+                  if o["metadata"]["name"].startswith(prefix)]
+    return found
 
 
 class OperatorProcess:

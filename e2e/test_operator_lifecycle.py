@@ -33,7 +33,7 @@ import yaml
 from e2e.helpers import is_ready, pods, summary, wait_for
 from e2e.nodeagent.kubeapi import ApiError
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig, wait_phase,
+    ejob_crd, example_manifest, get_job, job_children, job_events, operator, operator_kubeconfig, wait_phase,
 )
 
 JOB = "cpu-job"
@@ -234,14 +234,7 @@ def test_ttl_deletes_finished_job_and_children(cluster, namespace, operator, tmp
             return e.status == 404
 
     def children():
-        found = []
-        for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/secrets",
-                     f"/api/v1/namespaces/{namespace}/configmaps", f"/api/v1/namespaces/{namespace}/services",
-                     f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
-                     f"/apis/batch/v1/namespaces/{namespace}/jobs"):
-            found += [f"{path.rsplit('/', 1)[-1]}/{o['metadata']['name']}" for o in api.get(path)["items"]
-                      if o["metadata"]["name"].startswith(JOB)]
-        return found
+        return job_children(api, namespace, JOB)
 
     # Not before the TTL: the finished controller pod stays for its logs until then.
     time.sleep(2)

@@ -9,8 +9,8 @@ import yaml
 
 from e2e.helpers import is_ready, pods, summary, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    EXAMPLE, clear_checkpoints, ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
-    wait_phase,
+    EXAMPLE, clear_checkpoints, ejob_crd, example_manifest, get_job, job_children, job_events, operator,
+    operator_kubeconfig, wait_phase,
 )
 
 JOB = "cpu-job"
@@ -111,13 +111,6 @@ def test_deleting_the_job_cleans_up_everything(cluster, namespace, operator):
     api = cluster.api()
 
     def children():
-        found = []
-        for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/secrets",
-                     f"/api/v1/namespaces/{namespace}/configmaps", f"/api/v1/namespaces/{namespace}/services",
-                     f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
-                     f"/apis/batch/v1/namespaces/{namespace}/jobs"):
-            found += [f"{path.rsplit('/', 1)[-1]}/{o['metadata']['name']}" for o in api.get(path)["items"]
-                      if o["metadata"]["name"].startswith(JOB)]
-        return found
+        return job_children(api, namespace, JOB)
     wait_for(lambda: not children(), timeout_s=120, what="every child garbage-collected",
              explain=lambda: f"{children()}\n{explain()}")

@@ -8,7 +8,6 @@ of a run that did not: that is what "no lost steps" means here.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import signal
