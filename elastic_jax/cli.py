@@ -34,13 +34,13 @@ def run(
     manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
     workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
     fresh: bool = typer.Option(False, "--fresh", help="Delete the job's local checkpoints first (else resume from them)."),
-    kill_at_step: Optional[int] = typer.Option(None, help="Step after which to kill a worker; default a third of the run."),
+    kill_at_step: Optional[int] = typer.Option(None, help="Kill a worker once this many steps are done (1..steps-1); default a third of the run."),
     no_failure: bool = typer.Option(False, "--no-failure", help="Do not inject the demo worker failure."),
     kill_slice: Optional[int] = typer.Option(None, help="Slice whose worker is killed; default the last one."),
     hang: bool = typer.Option(False, "--hang", help="SIGSTOP the worker instead of SIGKILL (the step deadline catches it)."),
 ) -> None:
     """Train locally through a worker failure and print a SUMMARY JSON line last."""
-    from elastic_jax.local.launcher import LaunchError, LaunchOptions, LocalLauncher, clear_local_checkpoints
+    from elastic_jax.local.launcher import LaunchError, LaunchOptions, LocalLauncher, RunLock, clear_local_checkpoints
     from elastic_jax.local.progress import ProgressView
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -53,28 +53,33 @@ def run(
     count, steps = job.spec.slices.count, job.spec.training.steps
     if kill_slice is not None and not 0 <= kill_slice < count:
         raise _error(f"--kill-slice {kill_slice}: the job has slices 0..{count - 1}")
-    if kill_at_step is not None and not 0 <= kill_at_step < steps:
-        raise _error(f"--kill-at-step {kill_at_step}: must be in 0..{steps - 1}")
+    if kill_at_step is not None and not 1 <= kill_at_step < steps:
+        raise _error(f"--kill-at-step {kill_at_step}: must be in 1..{steps - 1} (a failure after that many steps)")
+    if hang and no_failure:
+        raise _error("--hang and --no-failure contradict each other")
+    inject = not no_failure and steps > 1
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
-        kill_at_step=None if no_failure else (kill_at_step if kill_at_step is not None else steps // 3),
+        kill_at_step=None if not inject else (kill_at_step if kill_at_step is not None else max(1, steps // 3)),
         kill_slice=count - 1 if kill_slice is None else kill_slice,
         kill_signal=signal.SIGSTOP if hang else signal.SIGKILL,
     )
+    # SIGTERM (kill, timeout, a CI cancel) stops the run like Ctrl-C: checkpoint, stop every child.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        if fresh:
-            clear_local_checkpoints(job.spec.checkpoint.uri)
-        with ProgressView(steps) as view:
-            launcher = LocalLauncher(job, manifest, options, on_status=view.update)
-            summary = launcher.run()
+        with RunLock(options.workdir):
+            if fresh:
+                clear_local_checkpoints(job.spec.checkpoint.uri)
+            with ProgressView(steps) as view:
+                launcher = LocalLauncher(job, manifest, options, on_status=view.update)
+                summary = launcher.run()
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("interrupted: every process stopped", err=True)
-        raise typer.Exit(130)
     _print_report(summary)
+    if summary.get("interrupted"):
+        typer.echo("interrupted: every process stopped", err=True)
     typer.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
-    raise typer.Exit(0 if summary["succeeded"] else 1)
+    raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
 
 
 def _print_report(s: dict) -> None:
@@ -84,12 +89,13 @@ def _print_report(s: dict) -> None:
           f"in {s['wall_seconds']:.0f} s", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
-    rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"] if x is not None) or "none"
+    rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"] if x is not None) or "-"
     print(f"  recoveries {s['recoveries']} ({rec}); steps lost {s['steps_lost']}; worker restarts {s['worker_restarts']}; "
           f"controller restarted: {s['controller_pid_changed']}", file=out)
     if s.get("goodput") is not None:
         print(f"  goodput {s['goodput']:.1%}", file=out)
-    print(f"  checkpoints {s['checkpoint_uri']} (last committed step {s['last_committed_checkpoint_step']})", file=out)
+    committed = s["last_committed_checkpoint_step"]
+    print(f"  checkpoints {s['checkpoint_uri']} (last committed step {'none' if committed is None else committed})", file=out)
     print(f"  metrics {s['metrics_file']}; logs {s['logs_dir']}", file=out)
     if s.get("failure_reason"):
         print(f"  failure: {s['failure_reason']}", file=out)

@@ -181,6 +181,7 @@ class TrainingRun:
         self.step = int(data_state.get("next_batch_index", step))
         self.restored_from_step = self.step
         self.initial_loss = data_state.get("initial_loss")
+        self.loss = data_state.get("loss")
         _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
         return state
 
@@ -190,6 +191,7 @@ class TrainingRun:
             "global_batch_size": self.spec.training.global_batch_size,
             "seed": self.spec.training.seed,
             "initial_loss": self.initial_loss,
+            "loss": self.loss,
         }
 
     def request_stop(self) -> None:

@@ -6,9 +6,9 @@ the operator and the launcher send them with `elastic_jax.api.client`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.alias_generators import to_camel
 
 SliceState = Literal["Ready", "Down", "Draining"]
@@ -34,9 +34,14 @@ class SliceReport(_Msg):
     """
 
     state: SliceState = Field(description="Ready: all hosts up, addresses valid. Down: lost. Draining: about to go.")
-    generation: int = Field(ge=0, description="Monotonically increasing per slice (e.g. a counter kept by the operator).")
-    addresses: list[str] = Field(
-        default_factory=list, description="host:port of each worker host of the slice; required for Ready on the cpu backend."
+    # int64, as in Kubernetes: a nanosecond timestamp fits until 2262, and an absurd
+    # value cannot lock a slice out of every later report.
+    generation: int = Field(
+        ge=0, le=2**63 - 1, description="Monotonically increasing per slice (e.g. nanoseconds since the epoch)."
+    )
+    addresses: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$", max_length=300)]] = Field(
+        default_factory=list, max_length=256,
+        description="host:port of each worker host of the slice; required for Ready on the cpu backend.",
     )
     reason: str | None = Field(default=None, max_length=1024, description="Why (e.g. pod exit code, OOMKilled).")
 

@@ -230,6 +230,15 @@ class ElasticTrainingJobSpec(_Model):
     )
 
     @model_validator(mode="after")
+    def _batch_covers_slices(self) -> "ElasticTrainingJobSpec":
+        if self.training.global_batch_size < self.slices.count:
+            raise ValueError(
+                f"spec.training.globalBatchSize ({self.training.global_batch_size}) must be at least "
+                f"spec.slices.count ({self.slices.count}): every slice needs one example per step"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _backend_fields(self) -> "ElasticTrainingJobSpec":
         if self.backend == "pathways":
             missing = [n for n in ("accelerator", "topology") if getattr(self.slices, n) is None]

@@ -63,6 +63,8 @@ def load_manifest(path: str | Path) -> ElasticTrainingJob:
         text = p.read_text()
     except OSError as e:
         raise ManifestError(f"{path}: cannot read manifest: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ManifestError(f"{path}: not a text file (expected UTF-8 YAML)") from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as e:

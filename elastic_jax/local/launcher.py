@@ -15,8 +15,10 @@ worker once training passes a given step.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import logging
+import os
 import secrets
 import shutil
 import signal
@@ -112,6 +114,8 @@ class LocalLauncher:
         self.killed: dict[str, Any] | None = None
         self.last_status: ControllerStatus | None = None
         self._last_metrics_scrape = 0.0
+        self._previous_recoveries: list[dict[str, Any]] = []
+        self._reached_before_restart: list[int] = []
 
     # -- setup ----------------------------------------------------------------
 
@@ -171,7 +175,7 @@ class LocalLauncher:
 
     def _supervise_workers(self, now: float) -> None:
         for s in self.slices:
-            if s.state in ("Starting", "Ready") and not s.child.alive():
+            if s.state in ("Starting", "Ready", "Replacing") and not s.child.alive():
                 code = s.child.exit_code()
                 s.state = "Down"
                 s.consecutive_failures += 1
@@ -196,14 +200,19 @@ class LocalLauncher:
         """
         for view in status.slices:
             s = self.slices[view.index]
-            if view.state == "Down" and s.state == "Ready" and view.generation == s.generation and s.child.alive():
+            # Any generation: the controller may have applied someone else's Down, or a
+            # Ready with an address that does not answer; either way this worker is out.
+            if view.state == "Down" and s.state == "Ready" and s.child.alive():
                 _logger.warning("controller reports slice %d down while its worker runs; replacing it", s.index)
                 s.child.signal(signal.SIGKILL)
+                s.state = "Replacing"  # the next supervise pass sees the exit and restarts it
 
     def _inject_failure(self, status: ControllerStatus) -> None:
         opts = self.options
         if opts.kill_at_step is None or self.killed is not None or status.step < opts.kill_at_step:
             return
+        if status.step >= status.total_steps or status.phase not in ("Running", "Recovering"):
+            return  # nothing left to recover into (e.g. a finished job restored from its checkpoint)
         s = self.slices[opts.kill_slice]
         if not s.child.alive():
             return
@@ -241,8 +250,11 @@ class LocalLauncher:
           KeyboardInterrupt: propagated after every child was stopped.
         """
         self.workdir.mkdir(parents=True, exist_ok=True)
+        for old_log in [*self.workdir.glob("worker-*.log"), self.workdir / "controller.log"]:
+            old_log.unlink(missing_ok=True)  # logs of this run only; restarts within it append
         started = time.monotonic()
         controller_restarts = 0
+        interrupted = False
         try:
             self._start_controller()
             self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=self._child_env()))
@@ -257,6 +269,7 @@ class LocalLauncher:
                         break
                     # Flow 3: the controller itself died; start a new one, it resumes from the checkpoint.
                     controller_restarts += 1
+                    self._carry_over_from_dead_controller(code)
                     _logger.warning("controller exited with %s; restarting (%d)", code, controller_restarts)
                     self._start_controller()
                     for s in self.slices:
@@ -270,11 +283,34 @@ class LocalLauncher:
                     self._replace_slices_seen_down(status)
                     self._inject_failure(status)
                 time.sleep(0.1)
-            if self.controller.exit_code() not in (0, 1):
-                raise LaunchError(f"controller failed ({self.controller.last_error_line()})", exit_code=1)
-            return self.summary(time.monotonic() - started, controller_restarts)
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
             self.stop_all()
+        if not interrupted and self.controller.exit_code() not in (0, 1):
+            raise LaunchError(f"controller failed ({self.controller.last_error_line()})", exit_code=1)
+        summary = self.summary(time.monotonic() - started, controller_restarts)
+        if interrupted:
+            summary["succeeded"] = False
+            summary["failure_reason"] = f"interrupted at step {summary['steps']}"
+        summary["interrupted"] = interrupted
+        return summary
+
+    def _carry_over_from_dead_controller(self, exit_code: int) -> None:
+        """Remembers what a dead controller had done, which its successor cannot know.
+
+        The last polled status gives its recoveries and a lower bound on the
+        step it reached (polls are 0.1 s apart); the successor's restored
+        step then gives the steps lost to the restart.
+        """
+        status = self.last_status
+        self._previous_recoveries += [r.model_dump(mode="json") for r in (status.recovery_history if status else [])]
+        self._previous_recoveries.append(
+            {"cause": "controller_restart", "slices": [], "at_step": status.step if status else 0, "seconds": None,
+             "exit_code": exit_code}
+        )
+        self._reached_before_restart.append(status.step if status else 0)
+        self.last_status = None
 
     def stop_all(self) -> None:
         """Stops the controller (it checkpoints on SIGTERM) and every worker; nothing is left running."""
@@ -296,7 +332,12 @@ class LocalLauncher:
         """
         path = self.workdir / "summary.json"
         run = json.loads(path.read_text()) if path.exists() else {}
-        recoveries = [r for r in run.get("recoveries", []) if r.get("cause") != "scale_up"]
+        history = self._previous_recoveries + run.get("recoveries", [])
+        recoveries = [r for r in history if r.get("cause") != "scale_up"]
+        steps_lost = run.get("steps_lost", 0)
+        if self._reached_before_restart and run.get("restored_from_step") is not None:
+            # At least these steps were redone after the last controller restart.
+            steps_lost += max(0, self._reached_before_restart[-1] - run["restored_from_step"])
         return {
             "job": self.job.metadata.name,
             "succeeded": bool(run.get("succeeded")),
@@ -306,8 +347,8 @@ class LocalLauncher:
             "final_loss": run.get("final_loss"),
             "recoveries": len(recoveries),
             "recovery_seconds": [r.get("seconds") for r in recoveries],
-            "scale_ups": len(run.get("recoveries", [])) - len(recoveries),
-            "steps_lost": run.get("steps_lost", 0),
+            "scale_ups": len(history) - len(recoveries),
+            "steps_lost": steps_lost,
             "controller_pid_changed": len(set(self.controller_pids)) > 1,
             "controller_restarts": controller_restarts,
             "worker_restarts": sum(max(0, s.child.starts - 1) for s in self.slices),
@@ -321,6 +362,49 @@ class LocalLauncher:
             "wall_seconds": round(wall_seconds, 2),
             "failure_reason": run.get("failure_reason"),
         }
+
+
+class RunLock:
+    """An exclusive lock on a run directory, so two launchers never run the same job at once.
+
+    Args:
+      workdir: the run directory (created if missing).
+
+    Raises (from `acquire`):
+      LaunchError: another live process holds it (exit code 2); the directory cannot be created.
+    """
+
+    def __init__(self, workdir: Path):
+        self.path = workdir / "launcher.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise LaunchError(f"--workdir {self.path.parent}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise LaunchError(f"this job is already running from {self.path.parent} (launcher pid {holder})") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def clear_local_checkpoints(uri: str) -> None:

@@ -6,6 +6,7 @@ and its output goes to a log file (never an unread pipe, which would block it).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -13,6 +14,19 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the launcher dies, even by SIGKILL.
+
+    Without it a killed launcher leaves its controller and workers running
+    (they are in their own sessions, so no terminal signal reaches them).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -61,7 +75,7 @@ class Child:
         with open(self.log_path, "ab") as log:
             self.popen = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         self.starts += 1
 

@@ -37,7 +37,7 @@ def slice_of(device):
 
 
 def ready(slice_set, index, generation):
-    slice_set.apply_report(index, SliceReport(state="Ready", generation=generation, addresses=[f"slice-{index}"]))
+    slice_set.apply_report(index, SliceReport(state="Ready", generation=generation, addresses=[f"127.0.0.1:{8470 + index}"]))
 
 
 def main(tmp):

@@ -111,3 +111,71 @@ def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     second = run_cli(m, tmp_path, "--no-failure", env=gcs_emulator.env)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.summary["restored_from_step"] == 60 and second.summary["steps"] == 60
+
+
+def test_bad_workdir(tmp_path):
+    m = job_manifest("badwd", tmp_path)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(m))
+    (tmp_path / "afile").write_text("x")
+    for workdir in ("/proc/no/such", str(tmp_path / "afile")):
+        proc = subprocess.run([CLI, "run", str(path), "--workdir", workdir], capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "--workdir")
+
+
+def test_second_run_of_the_same_job_is_refused(tmp_path):
+    """Two launchers on one run directory would share checkpoints, token and logs: the second is refused."""
+    import time
+
+    m = job_manifest("twice", tmp_path, training={"steps": 3000, "globalBatchSize": 8})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(m))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), "--no-failure"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "run" / "launcher.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        second = subprocess.run([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), "--fresh"],
+                                capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert_one_line_error(second.returncode, second.stdout, second.stderr, "already running", str(first.pid))
+        # SIGTERM (what kill, timeout and CI cancellation send) stops the first like Ctrl-C, with a SUMMARY.
+        first.terminate()
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 130, err[-2000:]
+    assert out.strip().splitlines()[-1].startswith("SUMMARY ")
+    assert "Traceback" not in err
+    assert not leftover_processes(str(tmp_path))
+
+
+def test_sigkill_of_the_launcher_takes_its_children_down(tmp_path):
+    """Even a SIGKILLed launcher leaves nothing running: its children get SIGTERM when it dies."""
+    import signal
+    import time
+
+    m = job_manifest("orphans", tmp_path, training={"steps": 3000, "globalBatchSize": 8})
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(m))
+    proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), "--no-failure"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 120
+        while len(leftover_processes(str(tmp_path))) < 3 and time.monotonic() < deadline:  # controller + 2 workers
+            time.sleep(0.2)
+        assert len(leftover_processes(str(tmp_path))) >= 3
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 60
+        while leftover_processes(str(tmp_path)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        survivors = leftover_processes(str(tmp_path))
+    finally:
+        for p in leftover_processes(str(tmp_path)):
+            p.kill()
+    assert not survivors, f"still running after the launcher died: {[p.pid for p in survivors]}"

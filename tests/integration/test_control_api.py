@@ -55,6 +55,8 @@ def test_bad_body_and_out_of_range_change_nothing(api):
         {"state": "Ready", "generation": -1, "addresses": ["a:1"]},
         {"state": "Ready", "generation": 1},  # Ready needs addresses
         {"state": "Ready", "generation": 1, "addresses": ["a:1"], "extra": True},
+        {"state": "Ready", "generation": 2**70, "addresses": ["a:1"]},  # beyond int64: would lock the slice out
+        {"state": "Ready", "generation": 1, "addresses": ["bogus"]},  # not host:port
     ]
     for body in bad_bodies:
         assert httpx.put(f"{base}/v1/slices/0", json=body, headers=auth).status_code == 422, body

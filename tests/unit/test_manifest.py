@@ -39,6 +39,7 @@ def test_defaults_min_slices_is_count():
         ({"bogus": 1}, "spec.bogus: unknown field"),
         ({"slices": {"count": 2, "cuont": 1}}, "spec.slices.cuont: unknown field"),
         ({"backend": "gpu"}, "spec.backend: Input should be 'cpu' or 'pathways'"),
+        ({"slices": {"count": 5}}, "spec.training.globalBatchSize (4) must be at least spec.slices.count (5)"),
         ({"backend": "pathways"}, "backend pathways needs spec.slices.accelerator and spec.slices.topology"),
         ({"controller": {"trainer": {"entryPoint": "nocolon"}}}, "spec.controller.trainer.entryPoint 'nocolon' must look like"),
     ],
@@ -73,3 +74,10 @@ def test_missing_file_and_multiple_documents(tmp_path):
     p = tmp_path / "two.yaml"
     p.write_text("a: 1\n---\nb: 2\n")
     assert "exactly one YAML document, found 2" in str(pytest.raises(ManifestError, load_manifest, p).value)
+
+
+def test_binary_file(tmp_path):
+    p = tmp_path / "b.yaml"
+    p.write_bytes(bytes(range(256)) * 4)
+    message = str(pytest.raises(ManifestError, load_manifest, p).value)
+    assert "not a text file" in message
