@@ -209,6 +209,7 @@ class CpuBackend:
         active = sorted(active)
         if not active:
             raise SliceDownError("no active slices", [])
+        dispatched_at = time.monotonic()
         sizes = split_sizes(next(iter(batch.values())).shape[0], self.slice_set.count)
         params_np = jax.tree_util.tree_map(np.asarray, params)
         param_leaves = jax.tree_util.tree_leaves(params_np)
@@ -249,7 +250,9 @@ class CpuBackend:
                 except queue.Empty:
                     missing = sorted(set(pending.values()))
                     self.slice_set.mark_down(missing, "step deadline exceeded", generations)
-                    raise SliceDownError(f"slices {missing} missed the step deadline", missing, cause="step_deadline") from None
+                    error = SliceDownError(f"slices {missing} missed the step deadline", missing, cause="step_deadline")
+                    error.failed_since = dispatched_at
+                    raise error from None
                 if kind == "abort":
                     self.slice_set.mark_down([index], "reported Down by the operator", generations)
                     raise SliceDownError(f"slice {index} reported Down during the step", [index])
@@ -266,6 +269,9 @@ class CpuBackend:
                 errors.setdefault(index, error)
                 if isinstance(error, SliceDownError):
                     self.slice_set.mark_down(error.slice_indices or [index], str(error), generations)
+                    if error.cause == "step_deadline":
+                        # A hang started when the step was sent, not when the deadline fired.
+                        error.failed_since = dispatched_at
                     raise error
             if errors:
                 self._raise_execution_errors(errors, active, generations)

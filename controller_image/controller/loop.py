@@ -262,12 +262,15 @@ class TrainingRun:
             cause = getattr(error, "cause", "slice_down")
             slices = list(getattr(error, "slice_indices", ()))
         record = RecoveryRecord(cause=cause, slices=slices, at_step=self.step)
+        # Recovery time counts from when the failure began: for a hang, when the
+        # stuck step was sent (the deadline is part of the cost), else now.
+        since = getattr(error, "failed_since", None) or time.monotonic()
         if not self.keeps_state and cause in ("slice_down", "step_deadline"):
             self._state_lost = True
         with self._lock:
             self.recoveries.append(record)
             if self._pending_recovery is None:
-                self._pending_recovery = (record, time.monotonic())
+                self._pending_recovery = (record, since)
         self.metrics.recoveries.labels(cause=cause).inc()
         _logger.warning("elastic event at step %d: %s on slices %s", self.step, cause, slices)
 

@@ -84,6 +84,7 @@ def test_sigstop_worker_hits_step_deadline(tmp_path, baseline):
     assert_same_training(s, baseline)
     assert s["injected_failure"]["signal"] == "SIGSTOP"
     assert "step_deadline on slices [1]" in run.controller_log()
+    assert s["recovery_seconds"][0] >= 3.0  # counted from the stuck step's dispatch: the deadline is part of it
     assert s["controller_pid_changed"] is False
 
 

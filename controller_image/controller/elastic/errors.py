@@ -27,12 +27,15 @@ class SliceDownError(jax.errors.JaxRuntimeError):
       slice_indices: the slices that failed.
       cause: "slice_down" (connection lost / process gone), "step_deadline" (hang),
         or "draining" (the operator announced the slice is going away).
+      failed_since: `time.monotonic()` when the failure began, if earlier than
+        when it was raised (a hang began when the stuck step was sent); None otherwise.
     """
 
     def __init__(self, message: str, slice_indices: Iterable[int], cause: str = "slice_down"):
         super().__init__(message if message.startswith("DATA_LOSS") else f"DATA_LOSS: {message}")
         self.slice_indices = tuple(sorted(set(slice_indices)))
         self.cause = cause
+        self.failed_since: float | None = None
 
 
 class SliceExecutionError(RuntimeError):
