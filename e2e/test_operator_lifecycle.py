@@ -243,6 +243,8 @@ def test_ttl_deletes_finished_job_and_children(cluster, namespace, operator, tmp
     # garbage collector deletes the children after the owner: 20 s from Succeeded seen.
     wait_for(job_gone, timeout_s=20 - (time.monotonic() - succeeded_at), what="job deleted by TTL", explain=explain)
     deleted_after = time.monotonic() - succeeded_at
-    wait_for(lambda: not children(), timeout_s=20 - (time.monotonic() - succeeded_at),
+    # The children go by the API server's garbage collector after the owner; its queue
+    # lags under load (once over 15 s here), so that part has a looser bound of 60 s.
+    wait_for(lambda: not children(), timeout_s=60 - (time.monotonic() - succeeded_at),
              what="children garbage-collected", explain=lambda: str(children()))
     assert deleted_after >= 3, f"deleted {deleted_after:.1f}s after Succeeded: before the TTL of 5 s"

@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import signal
 
+import yaml
+
 from e2e.helpers import is_ready, pods, summary, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    EXAMPLE, clear_checkpoints, ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
+    clear_checkpoints, ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
     wait_phase,
 )
 
@@ -42,7 +44,10 @@ def _replaced(cluster, namespace, index, old_name):
 def test_job_trains_through_worker_kill_and_force_delete(cluster, namespace, operator):
     manifest = example_manifest()
     clear_checkpoints(manifest)
-    cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
+    # The example's 600 steps can finish within seconds on an idle machine, before both
+    # failures land; the same job, longer.
+    manifest["spec"]["training"]["steps"] = 3000
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     explain = lambda: summary(pods(cluster, namespace)) + "\n" + operator.log()[-3000:]  # noqa: E731
     wait_for(lambda: _step(cluster, namespace) >= 20, timeout_s=180, what="training started", explain=explain)
     ctrl = _controller(cluster, namespace)

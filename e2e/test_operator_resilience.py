@@ -79,7 +79,8 @@ def test_worker_node_loss(cluster, namespace, operator):
 
 
 def test_operator_killed_mid_recovery(cluster, namespace, operator):
-    explain = _start(cluster, namespace, operator)
+    # 600 steps can finish within seconds on an idle machine, before the kill even lands.
+    explain = _start(cluster, namespace, operator, steps=3000)
     ctrl = _controller(cluster, namespace)
     victim = _live(cluster, namespace, f"{SEL},elasticjax.dev/slice-index=0")[0]
     operator.kill()  # SIGKILL: no cleanup, no state handed over
