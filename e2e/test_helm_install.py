@@ -22,7 +22,7 @@ import yaml
 
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import is_ready, pods, summary, wait_for
-from e2e.operator_fixtures import EXAMPLE, clear_checkpoints, example_manifest, get_job, job_events, wait_phase
+from e2e.operator_fixtures import clear_checkpoints, example_manifest, get_job, job_events, wait_phase
 
 CHART = REPO_ROOT / "helm" / "elastic-jax"
 RELEASE = "ej"
@@ -156,7 +156,9 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
         # 3. The CPU example trains through a SIGKILLed worker, run by the chart's operator.
         manifest = example_manifest()
         clear_checkpoints(manifest)
-        cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
+        # Longer than the example's 600 steps, which an idle machine can finish before the kill lands.
+        manifest["spec"]["training"]["steps"] = 3000
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
         wait_for(lambda: (get_job(cluster, namespace, JOB).get("status") or {}).get("step", 0) >= 20,
                  timeout_s=240, what="training started", explain=explain)
         (ctrl,) = pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/role=controller")
