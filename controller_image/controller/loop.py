@@ -34,7 +34,13 @@ import optax
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.controller.data import global_batches
-from elastic_jax.controller.elastic.errors import ScaleUpSignalError, SliceDownError, StopRequested
+from elastic_jax.controller.elastic.errors import (
+    ElasticRuntimeError,
+    ScaleUpSignalError,
+    SliceDownError,
+    StopRequested,
+    UserCodeError,
+)
 from elastic_jax.controller.elastic.manager import Manager
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
@@ -361,6 +367,4 @@ class TrainingRun:
 
 def _is_user_facing(error: Exception) -> bool:
     """Errors whose message says it all (no traceback in the log)."""
-    from elastic_jax.controller.elastic.errors import ElasticRuntimeError, UserCodeError
-
     return isinstance(error, (ElasticRuntimeError, UserCodeError, FloatingPointError))

@@ -109,12 +109,13 @@ def test_user_code_error_fails_the_job_without_retrying(tmp_path, entry_point, m
     assert time.monotonic() - started < 240
 
 
-def _controller_pid(workdir: Path) -> int | None:
+def _controller_ready(workdir: Path) -> tuple[int, int] | None:
+    """(port, pid) from the first controller's `ready` log event, None before it logged one."""
     log = workdir / "controller.log"
     if not log.exists():
         return None
-    pids = re.findall(r'\\"event\\": \\"ready\\", \\"port\\": \d+, \\"pid\\": (\d+)', log.read_text())
-    return int(pids[0]) if pids else None
+    found = re.findall(r'\\"event\\": \\"ready\\", \\"port\\": (\d+), \\"pid\\": (\d+)', log.read_text())
+    return (int(found[0][0]), int(found[0][1])) if found else None
 
 
 def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_path, baseline):
@@ -126,7 +127,8 @@ def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_pat
     def killer():
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            pid = _controller_pid(tmp_path / "run")
+            ready = _controller_ready(tmp_path / "run")
+            pid = ready[1] if ready else None
             tmp_dirs = [p.name for p in ckpt.glob("*.orbax-checkpoint-tmp*")] if ckpt.exists() else []
             committed = sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.exists() else []
             if pid and tmp_dirs and committed and committed[-1] >= 100:
@@ -193,11 +195,10 @@ def test_draining_slice_is_checkpointed_then_released(tmp_path, baseline):
         log = tmp_path / "run" / "controller.log"
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            text = log.read_text() if log.exists() else ""
-            ports = re.findall(r'\\"event\\": \\"ready\\", \\"port\\": (\d+)', text)
-            if ports and '\\"step\\": 100,' in text:
+            ready = _controller_ready(tmp_path / "run")
+            if ready and '\\"step\\": 100,' in log.read_text():
                 token = (tmp_path / "run" / "token").read_text()
-                r = httpx.put(f"http://127.0.0.1:{ports[0]}/v1/slices/1", headers={"Authorization": f"Bearer {token}"},
+                r = httpx.put(f"http://127.0.0.1:{ready[0]}/v1/slices/1", headers={"Authorization": f"Bearer {token}"},
                               json={"state": "Draining", "generation": time.time_ns(), "reason": "node preemption notice"})
                 sent["status"] = r.status_code
                 return
