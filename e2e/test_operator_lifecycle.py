@@ -54,8 +54,11 @@ def _apply(cluster, namespace, tmp_path: Path, steps: int, **spec) -> dict:
 
 
 def _explain(cluster, namespace, operator):
-    return lambda: (summary(pods(cluster, namespace)) + "\n"
-                    + json.dumps((get_job(cluster, namespace, JOB).get("status") or {}), indent=1)[:2500]
+    def job_state() -> str:
+        job = get_job(cluster, namespace, JOB)
+        meta = {k: job["metadata"].get(k) for k in ("deletionTimestamp", "finalizers")}
+        return json.dumps({"metadata": meta, "status": job.get("status") or {}}, indent=1)[:2500]
+    return lambda: (summary(pods(cluster, namespace)) + "\n" + job_state()
                     + "\n" + operator.log()[-2500:])
 
 

@@ -1,9 +1,10 @@
 """`elastic-jax-operator`: runs the kopf operator with the ElasticTrainingJob handlers.
 
 Settings are set once here: progress and diff-base kept in annotations under
-`elasticjax.dev/` (the status schema stays ours), no finalizers (children are
-garbage-collected through owner references, so a stopped operator never
-blocks a deletion), only warnings posted as Events by kopf's own logging,
+`elasticjax.dev/` (the status schema stays ours), kopf's finalizer named
+`elasticjax.dev/operator` (kopf puts one on every object with a timer so the
+timer stops before the object goes; children are garbage-collected through
+owner references), only warnings posted as Events by kopf's own logging,
 standalone unless `--peering` names a peering object (two operators with the
 same peering never act at once), JSON logs.
 """
@@ -31,6 +32,13 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
     settings.watching.server_timeout = 300
     settings.execution.max_workers = args.workers
     settings.networking.request_timeout = 30
+    # The reconcile timer itself deletes a job whose TTL passed, so it is still running when
+    # the deletion arrives. kopf's default waits only a few zero-time loop cycles for a timer
+    # to exit and otherwise re-checks after `cancellation_polling` (60 s), holding the
+    # finalizer (and the job) for a minute. Wait for the pass in progress instead; poll fast
+    # as a fallback.
+    settings.background.instant_exit_timeout = 10.0
+    settings.background.cancellation_polling = 2.0
 
 
 def main(argv: list[str] | None = None) -> int:
