@@ -24,6 +24,9 @@ def _apply(cluster, namespace, manifest) -> subprocess.CompletedProcess:
     (lambda s: s["slices"].update(cuont=2), 'unknown field "spec.slices.cuont"'),
     (lambda s: s["controller"]["trainer"].update(entryPoint="nocolon"), "spec.controller.trainer.entryPoint"),
     (lambda s: s.update(backend="pathways"), "backend pathways needs spec.slices.accelerator and spec.slices.topology"),
+    # The same type rules `elastic-jax validate` applies (tests/unit/test_manifest.py).
+    (lambda s: s["training"].update(steps="10"), "spec.training.steps: Invalid value"),
+    (lambda s: s.setdefault("worker", {}).update(resources={"limits": {"memory": "4GB"}}), "spec.worker.resources.limits.memory"),
 ])
 def test_invalid_manifest_is_rejected_by_the_api_server(cluster, namespace, ejob_crd, edit, message):
     manifest = example_manifest()
@@ -32,6 +35,17 @@ def test_invalid_manifest_is_rejected_by_the_api_server(cluster, namespace, ejob
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert cluster.kubectl("get", "ejob", "-n", namespace, "-o", "name").stdout.strip() == ""
+
+
+def test_int_quantities_are_accepted_as_in_a_pod(cluster, namespace, ejob_crd):
+    """`cpu: 1` (an int), as users write it in Pod specs, passes the API server as it passes the local check."""
+    manifest = example_manifest()
+    manifest["spec"]["suspend"] = True  # nothing needs to run for this
+    manifest["spec"]["worker"] = {"resources": {"requests": {"cpu": 1, "memory": "256Mi"}}}
+    result = _apply(cluster, namespace, manifest)
+    assert result.returncode == 0, result.stderr
+    stored = get_job(cluster, namespace, manifest["metadata"]["name"])
+    assert stored["spec"]["worker"]["resources"]["requests"] == {"cpu": 1, "memory": "256Mi"}
 
 
 def test_backend_is_immutable(cluster, namespace, ejob_crd):

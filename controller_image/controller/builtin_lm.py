@@ -84,7 +84,8 @@ def parse_config(config: Mapping[str, Any] | None) -> BuiltinLMConfig:
         one-line message names `spec.controller.trainer.config.<key>`.
     """
     try:
-        return BuiltinLMConfig.model_validate(dict(config or {}))
+        # Strict, as the manifest is: seqLen: "64" is refused, not coerced.
+        return BuiltinLMConfig.model_validate(dict(config or {}), strict=True)
     except pydantic.ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(part) for part in err["loc"])

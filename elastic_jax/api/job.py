@@ -14,9 +14,9 @@ so a typo in a manifest is an error naming the field, never silently ignored.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 from elastic_jax.api import images
@@ -37,6 +37,32 @@ BUILTIN_TRAINER = "elastic_jax.controller.builtin_lm:make_trainer"
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# The OpenAPI pattern of Kubernetes' resource.Quantity (k8s.io/apimachinery, as
+# controller-gen emits it for CRDs), so the API server and `elastic-jax validate`
+# refuse the same strings.
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_QUANTITY = re.compile(QUANTITY_PATTERN)
+
+
+def _quantity(value: Any) -> str:
+    """A Kubernetes quantity, int or string as in a Pod spec (`cpu: 2`, `memory: 4Gi`); returned as a string.
+
+    Raises:
+      ValueError: a float (the API server refuses it for int-or-string; quote it),
+        a bool, or a string that is not a quantity.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        raise ValueError(f"{value!r}: write a fractional quantity as a string, e.g. '{value}' or '{int(value * 1000)}m'")
+    if isinstance(value, str) and _QUANTITY.match(value):
+        return value
+    raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 2, '500m', '4Gi')")
+
+
+Quantity = Annotated[str, PlainValidator(_quantity),
+                     WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN})]
 
 
 class _Model(BaseModel):
@@ -62,10 +88,10 @@ class EnvVar(_Model):
 
 
 class Resources(_Model):
-    """Kubernetes container resources (quantities as strings, e.g. "2", "4Gi")."""
+    """Kubernetes container resources (quantities as in a Pod: `cpu: 2`, `cpu: 500m`, `memory: 4Gi`)."""
 
-    requests: dict[str, str] = Field(default_factory=dict, description="Resource requests, e.g. {cpu: '1', memory: '2Gi'}.")
-    limits: dict[str, str] = Field(default_factory=dict, description="Resource limits, e.g. {memory: '4Gi'}.")
+    requests: dict[str, Quantity] = Field(default_factory=dict, description="Resource requests, e.g. {cpu: 1, memory: 2Gi}.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits, e.g. {memory: 4Gi}.")
 
 
 class SliceSpec(_Model):

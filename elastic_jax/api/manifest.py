@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,13 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
 
 
 def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
-    """Validates an already-parsed manifest.
+    """Validates an already-parsed manifest with the API server's type rules.
+
+    Validation is pydantic's strict JSON mode on the manifest as JSON, which is
+    what the API server sees after kubectl converts the YAML (YAML timestamps
+    become strings): `steps: "10"` or `suspend: "yes"` is refused here exactly
+    as the CRD's `type: integer` / `type: boolean` refuses it there, never
+    coerced.
 
     Raises:
       ManifestError: not a mapping, or invalid; the message names the field.
@@ -47,7 +54,7 @@ def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
     if not isinstance(data, dict):
         raise ManifestError(f"{source}: expected a YAML mapping with apiVersion, kind, metadata, spec")
     try:
-        return ElasticTrainingJob.model_validate(data)
+        return ElasticTrainingJob.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as e:
         raise ManifestError(f"{source}: {format_validation_error(e)}") from None
 

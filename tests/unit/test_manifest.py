@@ -42,6 +42,13 @@ def test_defaults_min_slices_is_count():
         ({"slices": {"count": 5}}, "spec.training.globalBatchSize (4) must be at least spec.slices.count (5)"),
         ({"backend": "pathways"}, "backend pathways needs spec.slices.accelerator and spec.slices.topology"),
         ({"controller": {"trainer": {"entryPoint": "nocolon"}}}, "spec.controller.trainer.entryPoint 'nocolon' must look like"),
+        # Types as the API server checks them: no string-to-number or string-to-bool coercion.
+        ({"training": {"steps": "10", "globalBatchSize": 4}}, "spec.training.steps: Input should be a valid integer"),
+        ({"suspend": "yes"}, "spec.suspend: Input should be a valid boolean"),
+        ({"worker": {"resources": {"limits": {"memory": "4GB"}}}},
+         "spec.worker.resources.limits.memory: '4GB' is not a Kubernetes quantity"),
+        ({"worker": {"resources": {"requests": {"cpu": 0.5}}}},
+         "spec.worker.resources.requests.cpu: 0.5: write a fractional quantity as a string"),
     ],
 )
 def test_invalid_spec_names_field(override, expected):
@@ -51,6 +58,20 @@ def test_invalid_spec_names_field(override, expected):
     assert expected in message
     assert "\n" not in message
     assert message.startswith("job.yaml: ")
+
+
+def test_quantities_as_in_a_pod_spec():
+    """`cpu: 2` (an int) is what users write in Pod specs; it is kept as the string "2"."""
+    job = parse_manifest(_job(worker={"resources": {"requests": {"cpu": 2, "memory": "1.5Gi"},
+                                                     "limits": {"cpu": "500m", "google.com/tpu": 4}}}))
+    assert job.spec.worker.resources.requests == {"cpu": "2", "memory": "1.5Gi"}
+    assert job.spec.worker.resources.limits == {"cpu": "500m", "google.com/tpu": "4"}
+
+
+def test_yaml_timestamp_is_a_string_as_kubectl_sends_it():
+    data = _job()
+    data["metadata"]["annotations"] = {"started": __import__("datetime").date(2026, 1, 2)}
+    assert parse_manifest(data).metadata.annotations == {"started": "2026-01-02"}
 
 
 def test_bad_name_and_kind():
