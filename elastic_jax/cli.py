@@ -2,6 +2,7 @@
 
     elastic-jax run MANIFEST      train locally: controller + one CPU worker process per slice
     elastic-jax validate MANIFEST check a manifest and print the normalized spec
+                                  (--trainer: also build the trainer and open its data)
     elastic-jax crd               print the generated CustomResourceDefinition
 
 A user mistake (bad manifest, bad trainer config, unreachable checkpoint URI)
@@ -102,13 +103,43 @@ def _print_report(s: dict) -> None:
 
 
 @app.command()
-def validate(manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML.")) -> None:
+def validate(
+    manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML."),
+    trainer: bool = typer.Option(
+        False, "--trainer",
+        help="Also build the trainer as the controller would: import spec.controller.trainer.entryPoint, "
+             "check its config, open its data (needs the controller extra)."),
+) -> None:
     """Validate a manifest; print it with defaults filled in."""
     try:
         job = load_manifest(manifest)
     except ManifestError as e:
         raise _error(str(e))
+    if trainer:
+        _check_trainer(job)
     typer.echo(dump_model(job))
+
+
+def _check_trainer(job) -> None:
+    """Builds the job's trainer (config checked, data opened); one `error:` line on a config mistake.
+
+    An exception other than `TrainerConfigError` is a bug in the trainer's own
+    code and keeps its traceback, as it would in the controller's log.
+    """
+    try:
+        from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
+    except ImportError as e:
+        raise _error(f"--trainer needs the controller extra (pip install 'elastic-jax[controller]'): {e}")
+    spec = job.spec.controller.trainer
+    try:
+        built = load_trainer(spec.entry_point, spec.config)
+    except TrainerConfigError as e:
+        raise _error(str(e))
+    try:
+        examples = f"{len(built.dataset):,} examples"
+    except TypeError:  # an iterable dataset has no length
+        examples = "an unsized dataset"
+    typer.echo(f"trainer {built.name!r} from {spec.entry_point}: config ok, {examples}", err=True)
 
 
 def main() -> None:

@@ -92,6 +92,32 @@ def test_bad_trainer_config_key_and_entry_point(tmp_path):
     assert_one_line_error(code, out, err, "spec.controller.trainer.entryPoint", "no_such_module")
 
 
+def _validate(tmp_path: Path, manifest: dict, *flags: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return subprocess.run([CLI, "validate", *flags, str(path)], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_validate_trainer_checks_config_and_data(tmp_path):
+    """`validate` checks the manifest alone; `validate --trainer` also catches what the controller would."""
+    m = job_manifest("valid", tmp_path)
+    m["spec"]["controller"]["trainer"]["config"]["data"] = str(tmp_path / "nothing" / "*.txt")
+    assert _validate(tmp_path, m).returncode == 0  # the manifest itself is fine
+    proc = _validate(tmp_path, m, "--trainer")
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.config.data",
+                          "no files match")
+    m["spec"]["controller"]["trainer"]["config"]["data"] = "stdlib"
+    m["spec"]["controller"]["trainer"]["config"]["seqLen"] = "32"  # strict: not coerced
+    proc = _validate(tmp_path, m, "--trainer")
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.config.seqLen",
+                          "valid integer")
+    m["spec"]["controller"]["trainer"]["config"]["seqLen"] = 32
+    proc = _validate(tmp_path, m, "--trainer")
+    assert proc.returncode == 0, proc.stderr
+    assert "config ok" in proc.stderr and yaml.safe_load(proc.stdout)["kind"] == "ElasticTrainingJob"
+
+
 def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     """A run that loses a worker checkpoints to gs://; a second run of the same job resumes from gs://."""
     bucket = gcs_emulator.make_bucket("ej-runtime")
