@@ -28,6 +28,10 @@ GCS_SCHEME = "gs://"
 # document boundary.
 FILE_SEPARATOR = 0x1C
 
+# Git's binary-file heuristic (xdiff-interface.c, buffer_is_binary): a NUL byte
+# within the first 8000 bytes. Text in any common encoding has none.
+_BINARY_PROBE_BYTES = 8000
+
 # Installed third-party packages may live inside the stdlib folder (pyenv,
 # /usr/local builds); they are not the standard library and vary by machine.
 _NOT_STDLIB_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
@@ -58,7 +62,8 @@ def text_examples(source: str, seq_len: int, max_bytes: int, field: str) -> grai
 
     Raises:
       TrainerConfigError: no file or object matches, the bucket cannot be
-        read, or fewer than `seq_len + 1` bytes of text were found. The
+        read, a file read is binary (a NUL byte in its first 8000 bytes, the
+        way git tells), or fewer than `seq_len + 1` bytes of text were found. The
         message is one line and starts with `field`.
     """
     if seq_len < 1 or max_bytes < 1:
@@ -129,9 +134,10 @@ def _read_local(paths: list[str], max_bytes: int, field: str) -> Iterator[bytes]
         try:
             with open(path, "rb") as f:
                 # Never read more than could still fit: keeps memory bounded on huge files.
-                yield f.read(max_bytes)
+                data = f.read(max_bytes)
         except OSError as e:
             raise TrainerConfigError(f"{field}: cannot read {path!r}: {e}") from None
+        yield _text_only(data, path, field)
 
 
 def _read_gcs(url: str, max_bytes: int, field: str) -> Iterator[bytes]:
@@ -164,7 +170,14 @@ def _read_gcs(url: str, max_bytes: int, field: str) -> Iterator[bytes]:
         except (gexc.GoogleAPIError, auth_exc.GoogleAuthError) as e:
             raise TrainerConfigError(f"{field}: cannot read gs://{bucket_name}/{blob.name}: {_one_line(e)}") from None
         remaining -= len(data) + 1
-        yield data
+        yield _text_only(data, f"gs://{bucket_name}/{blob.name}", field)
+
+
+def _text_only(data: bytes, name: str, field: str) -> bytes:
+    """`data` unchanged, or TrainerConfigError when it looks binary (a glob that caught the wrong files)."""
+    if b"\0" in data[:_BINARY_PROBE_BYTES]:
+        raise TrainerConfigError(f"{field}: {name!r} is a binary file, not text; narrow the glob to text files")
+    return data
 
 
 def _join(chunks: Iterator[bytes], max_bytes: int) -> np.ndarray:

@@ -57,6 +57,18 @@ def test_too_little_text_names_the_field(tmp_path):
         text_examples(f"{tmp_path}/*.txt", seq_len=64, max_bytes=1000, field=FIELD)
 
 
+def test_binary_file_in_the_glob_names_the_file(tmp_path):
+    """A glob that also catches binaries (a data folder with .npy or .pyc files) is an error, not noise to train on."""
+    (tmp_path / "a.txt").write_text("plain text " * 20)
+    (tmp_path / "b.bin").write_bytes(b"\x93NUMPY\x01\x00v\x00" + bytes(range(256)))
+    with pytest.raises(TrainerConfigError, match=rf"^{FIELD}: '.*/b\.bin' is a binary file, not text; narrow the glob"):
+        text_examples(f"{tmp_path}/*", seq_len=8, max_bytes=10_000, field=FIELD)
+    assert len(text_examples(f"{tmp_path}/*.txt", seq_len=8, max_bytes=10_000, field=FIELD)) > 0
+    # UTF-8 beyond ASCII is text.
+    (tmp_path / "c.txt").write_text("naïve café 東京 " * 10, encoding="utf-8")
+    assert len(text_examples(f"{tmp_path}/c.txt", seq_len=8, max_bytes=10_000, field=FIELD)) > 0
+
+
 def test_same_seed_same_batch_different_seed_different(stdlib_examples):
     a = global_batches(stdlib_examples, 24, seed=0)
     b = global_batches(stdlib_examples, 24, seed=0)
@@ -101,6 +113,17 @@ def test_gs_prefix_reads_objects_in_name_order(gcs_emulator):
     ds = text_examples(f"{url}/corpus/", seq_len=11, max_bytes=1000, field=FIELD)
     assert len(ds) == 1
     assert bytes(ds[0]["tokens"].astype(np.uint8)) == b"first" + bytes([FILE_SEPARATOR]) + b"second"
+
+
+def test_gs_binary_object_names_the_object(gcs_emulator):
+    from google.cloud import storage
+
+    url = gcs_emulator.make_bucket("mixed-data")
+    bucket = storage.Client().bucket("mixed-data")
+    bucket.blob("corpus/1.txt").upload_from_string(b"some text " * 10)
+    bucket.blob("corpus/2.tfrecord").upload_from_string(b"\x00\x01\x02binary")
+    with pytest.raises(TrainerConfigError, match=rf"^{FIELD}: '{url}/corpus/2\.tfrecord' is a binary file"):
+        text_examples(f"{url}/corpus/", seq_len=8, max_bytes=1000, field=FIELD)
 
 
 def test_gs_prefix_without_objects_names_the_field(gcs_emulator):
