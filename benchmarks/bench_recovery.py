@@ -39,7 +39,7 @@ from pathlib import Path
 import yaml
 
 CLI = str(Path(sys.executable).parent / "elastic-jax")
-STEP_RE = re.compile(r'"ts": ([0-9.]+),.*\\"event\\": \\"step\\", \\"step\\": (\d+)')
+STEP_RE = re.compile(r'"ts": ([0-9.]+),.*"event": "step", "step": (\d+)')
 RESTORE_RE = re.compile(r"restored checkpoint step (\d+)")
 EVENT_RE = re.compile(r'"ts": ([0-9.]+),.*elastic event at step (\d+): slice_down')
 

@@ -91,14 +91,15 @@ def _restored_step(cluster, namespace, pod: dict) -> int | None:
 
 
 def _log_events(text: str) -> list[dict]:
-    """The controller's structured events: each log line is JSON whose `msg` may itself be a JSON event."""
+    """The controller's JSON log lines that carry an `event` field (elastic_jax.logs)."""
     out = []
     for line in text.splitlines():
         try:
-            msg = json.loads(line).get("msg", "")
-            out.append(json.loads(msg) if msg.startswith("{") else {})
-        except (ValueError, AttributeError):
+            entry = json.loads(line)
+        except ValueError:
             continue
+        if isinstance(entry, dict) and "event" in entry:
+            out.append(entry)
     return out
 
 

@@ -20,7 +20,6 @@ same as with all slices, and so is the loss curve.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import threading
@@ -352,12 +351,9 @@ class TrainingRun:
                 self.tokens_per_second = window_steps * tokens_per_step / max(1e-9, now - window_start)
                 self.metrics.tokens_per_second.set(self.tokens_per_second)
                 self.metrics.goodput.set(self.goodput() or 0.0)
-                _logger.info(
-                    json.dumps(
-                        {"event": "step", "step": self.step, "loss": round(self.loss, 4),
-                         "tokens_per_s": round(self.tokens_per_second, 1), "active_slices": active}
-                    )
-                )
+                _logger.info("step %d loss %.4f", self.step, self.loss, extra={
+                    "event": "step", "step": self.step, "loss": round(self.loss, 4),
+                    "tokens_per_s": round(self.tokens_per_second, 1), "active_slices": active})
                 window_start, window_steps = now, 0
             self.snapshotter.maybe_take(self.step, self.state, self._data_state())
             t_save = time.perf_counter()

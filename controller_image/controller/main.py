@@ -25,20 +25,12 @@ import signal
 import sys
 from pathlib import Path
 
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per log line (structured logs for Kubernetes log pipelines)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out)
+from elastic_jax.logs import JsonFormatter
 
 
 def _setup_logging(fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     for noisy in ("absl", "jax._src", "orbax", "grain", "httpx", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -166,14 +158,16 @@ def main(argv: list[str] | None = None) -> int:
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics)
         holder["run"] = run
         signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
-        log.info(json.dumps({"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name}))
+        log.info("ready: job %s, control API on port %d", job.metadata.name, server.port,
+                 extra={"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name})
         summary = run.run()
         backend.close()
         checkpointer.close()
         payload = json.dumps(summary.__dict__)
         if args.summary_file:
             Path(args.summary_file).write_text(payload)
-        log.info(json.dumps({"event": "finished", **summary.__dict__}))
+        log.info("finished: %s after %d/%d steps", "succeeded" if summary.succeeded else "failed", summary.steps,
+                 summary.total_steps, extra={"event": "finished", **summary.__dict__})
         return 0 if summary.succeeded else 1
     finally:
         server.stop()

@@ -9,6 +9,7 @@ of a run that did not: that is what "no lost steps" means here.
 from __future__ import annotations
 
 import math
+import json
 import re
 import signal
 import threading
@@ -114,8 +115,14 @@ def _controller_ready(workdir: Path) -> tuple[int, int] | None:
     log = workdir / "controller.log"
     if not log.exists():
         return None
-    found = re.findall(r'\\"event\\": \\"ready\\", \\"port\\": (\d+), \\"pid\\": (\d+)', log.read_text())
-    return (int(found[0][0]), int(found[0][1])) if found else None
+    for line in log.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("event") == "ready":
+            return int(entry["port"]), int(entry["pid"])
+    return None
 
 
 def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_path, baseline):

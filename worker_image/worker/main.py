@@ -10,7 +10,6 @@ stderr; the line with `"msg": "serving"` carries the bound address.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -19,33 +18,11 @@ import threading
 import time
 from collections.abc import Sequence
 
+from elastic_jax.logs import JsonFormatter
+
 # Seconds in-flight calls get to finish after SIGTERM; Kubernetes' default
 # grace period is 30 s, a step is far shorter.
 STOP_GRACE_S = 5.0
-
-_RECORD_FIELDS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, plus any `extra=` fields."""
-
-    def __init__(self, static_fields: dict[str, object]):
-        super().__init__()
-        self.static_fields = static_fields
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-            **self.static_fields,
-        }
-        entry.update({k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS})
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse the worker's command line (see the module docstring)."""
