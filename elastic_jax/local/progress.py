@@ -44,7 +44,9 @@ class ProgressView:
     def update(self, status: ControllerStatus) -> None:
         """Renders one polled status."""
         loss = "-" if status.loss is None else f"{status.loss:.3f}"
-        tps = "-" if status.tokens_per_second is None else f"{status.tokens_per_second:,.0f}"
+        # Throughput is measured over training windows; while paused or recovering it would be stale.
+        running = status.phase == "Running"
+        tps = "-" if status.tokens_per_second is None or not running else f"{status.tokens_per_second:,.0f}"
         slices = f"{len(status.active_slices)}/{status.desired_slices}"
         rec = sum(v for k, v in status.recoveries.items() if k != "scale_up")
         self._progress.update(self._task, completed=status.step, phase=status.phase, loss=loss, tps=tps, slices=slices, rec=rec)
