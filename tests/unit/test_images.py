@@ -190,6 +190,9 @@ def test_build_context_holds_every_package_folder(image):
     for folder in tool["package-dir"].values():
         assert any(folder == s or folder.startswith(s + "/") for s in sources), f"{folder} is not copied"
     assert PYPROJECT["project"]["readme"] in sources
+    # Every dependency at the version the tests ran with (tests/unit/test_constraints.py).
+    assert "constraints.txt" in sources
+    assert any("-c constraints.txt" in rest for rest in builder.all("RUN")), "pip wheel does not use constraints.txt"
 
     # .dockerignore excludes everything, then re-includes exactly these sources.
     lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
