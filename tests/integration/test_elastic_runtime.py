@@ -110,19 +110,28 @@ def test_user_code_error_fails_the_job_without_retrying(tmp_path, entry_point, m
     assert time.monotonic() - started < 240
 
 
-def _controller_ready(workdir: Path) -> tuple[int, int] | None:
-    """(port, pid) from the first controller's `ready` log event, None before it logged one."""
-    log = workdir / "controller.log"
-    if not log.exists():
-        return None
-    for line in log.read_text().splitlines():
+def _events(log: Path) -> list[dict]:
+    """The controller's JSON log lines that carry an `event` field (elastic_jax.logs); [] before the log exists."""
+    out = []
+    for line in (log.read_text().splitlines() if log.exists() else []):
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and entry.get("event") == "ready":
-            return int(entry["port"]), int(entry["pid"])
-    return None
+        if isinstance(entry, dict) and "event" in entry:
+            out.append(entry)
+    return out
+
+
+def _logged_step(log: Path) -> int:
+    """The last step the controller logged a `step` event for (every logEverySteps steps); 0 before any."""
+    return max((e["step"] for e in _events(log) if e["event"] == "step"), default=0)
+
+
+def _controller_ready(workdir: Path) -> tuple[int, int] | None:
+    """(port, pid) from the first controller's `ready` log event, None before it logged one."""
+    ready = [e for e in _events(workdir / "controller.log") if e["event"] == "ready"]
+    return (int(ready[0]["port"]), int(ready[0]["pid"])) if ready else None
 
 
 def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_path, baseline):
@@ -178,7 +187,7 @@ def test_ctrl_c_stops_everything(tmp_path):
     try:
         log = tmp_path / "run" / "controller.log"
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not (log.exists() and '\\"step\\": 50,' in log.read_text()):
+        while time.monotonic() < deadline and _logged_step(log) < 50:
             time.sleep(0.1)
         assert leftover_processes(str(tmp_path)), "nothing was running"
         proc.send_signal(signal.SIGINT)
@@ -203,7 +212,7 @@ def test_draining_slice_is_checkpointed_then_released(tmp_path, baseline):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             ready = _controller_ready(tmp_path / "run")
-            if ready and '\\"step\\": 100,' in log.read_text():
+            if ready and _logged_step(log) >= 100:
                 token = (tmp_path / "run" / "token").read_text()
                 r = httpx.put(f"http://127.0.0.1:{ready[0]}/v1/slices/1", headers={"Authorization": f"Bearer {token}"},
                               json={"state": "Draining", "generation": time.time_ns(), "reason": "node preemption notice"})
