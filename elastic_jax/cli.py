@@ -3,7 +3,6 @@
     elastic-jax run MANIFEST      train locally: controller + one CPU worker process per slice
     elastic-jax validate MANIFEST check a manifest and print the normalized spec
                                   (--trainer: also build the trainer and open its data)
-    elastic-jax crd               print the generated CustomResourceDefinition
 
 A user mistake (bad manifest, bad trainer config, unreachable checkpoint URI)
 prints one `error: ...` line and exits 2; no traceback.
@@ -34,14 +33,14 @@ def _error(message: str, code: int = 2) -> typer.Exit:
 def run(
     manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
     workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
-    fresh: bool = typer.Option(False, "--fresh", help="Delete the job's local checkpoints first (else resume from them)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start from step 0: delete the job's local checkpoints once the trainer checks out (else resume from them)."),
     kill_at_step: Optional[int] = typer.Option(None, help="Kill a worker once this many steps are done (1..steps-1); default a third of the run."),
     no_failure: bool = typer.Option(False, "--no-failure", help="Do not inject the demo worker failure."),
     kill_slice: Optional[int] = typer.Option(None, help="Slice whose worker is killed; default the last one."),
     hang: bool = typer.Option(False, "--hang", help="SIGSTOP the worker instead of SIGKILL (the step deadline catches it)."),
 ) -> None:
     """Train locally through a worker failure and print a SUMMARY JSON line last."""
-    from elastic_jax.local.launcher import LaunchError, LaunchOptions, LocalLauncher, RunLock, clear_local_checkpoints
+    from elastic_jax.local.launcher import CheckpointLock, LaunchError, LaunchOptions, LocalLauncher, RunLock
     from elastic_jax.local.progress import ProgressView
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -58,19 +57,23 @@ def run(
         raise _error(f"--kill-at-step {kill_at_step}: must be in 1..{steps - 1} (a failure after that many steps)")
     if hang and no_failure:
         raise _error("--hang and --no-failure contradict each other")
+    for flag, value in (("--kill-at-step", kill_at_step), ("--kill-slice", kill_slice)):
+        if no_failure and value is not None:
+            raise _error(f"{flag} and --no-failure contradict each other")
+    if fresh and "://" in job.spec.checkpoint.uri:
+        raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
     inject = not no_failure and steps > 1
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
         kill_at_step=None if not inject else (kill_at_step if kill_at_step is not None else max(1, steps // 3)),
         kill_slice=count - 1 if kill_slice is None else kill_slice,
         kill_signal=signal.SIGSTOP if hang else signal.SIGKILL,
+        fresh=fresh,
     )
     # SIGTERM (kill, timeout, a CI cancel) stops the run like Ctrl-C: checkpoint, stop every child.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        with RunLock(options.workdir):
-            if fresh:
-                clear_local_checkpoints(job.spec.checkpoint.uri)
+        with RunLock(options.workdir), CheckpointLock(job.spec.checkpoint.uri):
             with ProgressView(steps) as view:
                 launcher = LocalLauncher(job, manifest, options, on_status=view.update)
                 summary = launcher.run()
@@ -86,8 +89,13 @@ def run(
 def _print_report(s: dict) -> None:
     out = sys.stderr
     print("", file=out)
-    print(f"job {s['job']}: {'succeeded' if s['succeeded'] else 'FAILED'} after {s['steps']}/{s['total_steps']} steps "
+    outcome = "interrupted" if s.get("interrupted") else "succeeded" if s["succeeded"] else "FAILED"
+    print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps "
           f"in {s['wall_seconds']:.0f} s", file=out)
+    restored = s.get("restored_from_step")
+    if restored is not None:
+        done = " (already finished: nothing left to train; --fresh starts over)" if restored >= s["total_steps"] else ""
+        print(f"  resumed from checkpoint step {restored}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"] if x is not None) or "-"

@@ -132,6 +132,44 @@ def check_uri(uri: str, timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S) -> epath.Pa
     return _probe_local(uri)
 
 
+def clear_local_checkpoints(uri: str) -> list[str]:
+    """Deletes the checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
+
+    Only entries Orbax writes are deleted: committed step directories (the name
+    is the step number) and interrupted saves (`<step>.orbax-checkpoint-tmp-*`).
+    The directory itself stays (a launcher may hold a lock on it). If it holds
+    anything else, nothing is deleted: a `spec.checkpoint.uri` pointed at a
+    project folder must never be emptied.
+
+    Returns:
+      The names deleted, sorted.
+
+    Raises:
+      CheckpointUriError: `uri` is not a local path, is not a directory, or
+        holds entries that are not checkpoints (the message names some).
+    """
+    import shutil
+    from pathlib import Path
+
+    if "://" in uri:
+        raise _uri_error(uri, "--fresh clears local checkpoint directories only")
+    root = Path(uri)
+    if not root.exists():
+        return []
+    if not root.is_dir():
+        raise _uri_error(uri, "not a directory")
+    names = sorted(p.name for p in root.iterdir())
+    ours = [n for n in names if n.isdigit() or ".orbax-checkpoint-tmp" in n]
+    foreign = [n for n in names if n not in ours]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise _uri_error(uri, f"--fresh deletes checkpoints only, and this directory also holds {shown}; "
+                              "give the job a checkpoint directory of its own")
+    for name in ours:
+        shutil.rmtree(root / name)
+    return ours
+
+
 def _with_default_sharding(target: PyTree) -> PyTree:
     """Restore targets for Orbax: every leaf becomes a ShapeDtypeStruct with a sharding.
 

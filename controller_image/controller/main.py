@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=os.environ.get("ELASTIC_JAX_HOST", "0.0.0.0"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("ELASTIC_JAX_PORT", "8080")))
     parser.add_argument("--summary-file", default=os.environ.get("ELASTIC_JAX_SUMMARY_FILE"))
+    parser.add_argument("--fresh", action="store_true",
+                        help="delete the local checkpoints once the trainer and the checkpoint location check out, "
+                             "then start from step 0 (elastic-jax run --fresh)")
     parser.add_argument("--log-format", choices=("json", "text"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
     args = parser.parse_args(argv)
     _setup_logging(args.log_format)
@@ -101,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
     from elastic_jax.controller.backend_cpu import CpuBackend
-    from elastic_jax.controller.checkpointing import CheckpointUriError, Checkpointer
+    from elastic_jax.controller.checkpointing import CheckpointUriError, Checkpointer, clear_local_checkpoints
     from elastic_jax.controller.control_api import ControlApiServer, create_app
     from elastic_jax.controller.elastic.slice_set import SliceSet
     from elastic_jax.controller.loop import TrainingRun
@@ -136,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trainer = load_trainer(job.spec.controller.trainer.entry_point, job.spec.controller.trainer.config)
             ckpt = job.spec.checkpoint
+            if args.fresh:  # only now: a manifest mistake must not cost the old checkpoints
+                deleted = clear_local_checkpoints(ckpt.uri)
+                log.info("--fresh: deleted %d checkpoint(s) from %s", len(deleted), ckpt.uri,
+                         extra={"event": "checkpoints_cleared", "deleted": deleted})
             checkpointer = Checkpointer(
                 ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep,
                 on_commit=lambda step: metrics.checkpoint_committed_step.set(step),

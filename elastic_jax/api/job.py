@@ -50,15 +50,16 @@ def _quantity(value: Any) -> str:
 
     Raises:
       ValueError: a float (the API server refuses it for int-or-string; quote it),
-        a bool, or a string that is not a quantity.
+        a bool, a negative value, or a string that is not a quantity.
     """
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return str(value)
     if isinstance(value, float):
         raise ValueError(f"{value!r}: write a fractional quantity as a string, e.g. '{value}' or '{int(value * 1000)}m'")
-    if isinstance(value, str) and _QUANTITY.match(value):
+    if isinstance(value, str) and _QUANTITY.match(value) and not value.startswith("-"):
         return value
-    raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 2, '500m', '4Gi')")
+    # The pattern allows a sign; a Pod refuses negative requests and limits, so refuse them here.
+    raise ValueError(f"{value!r} is not a non-negative Kubernetes quantity (e.g. 2, '500m', '4Gi')")
 
 
 Quantity = Annotated[str, PlainValidator(_quantity),

@@ -16,6 +16,21 @@ class ManifestError(ValueError):
     """A manifest is unreadable or invalid. `str()` is one line naming the field."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key repeated in one mapping (PyYAML keeps the last
+    silently; kubectl refuses it, so `steps: 60` then `steps: 5` must not pass here)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     """Turns a pydantic error into `field.path: message; ...` (camelCase paths).
 
@@ -73,7 +88,7 @@ def load_manifest(path: str | Path) -> ElasticTrainingJob:
     except UnicodeDecodeError:
         raise ManifestError(f"{path}: not a text file (expected UTF-8 YAML)") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yaml.load_all(text, Loader=_UniqueKeyLoader) if d is not None]
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

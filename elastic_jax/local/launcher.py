@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -60,6 +59,8 @@ class LaunchOptions:
       restart_backoff_s: first restart delay of a dead worker; doubles per consecutive failure (cap 30 s).
       ready_timeout_s: seconds to wait for the controller's /readyz.
       max_controller_restarts: controller restarts allowed (flow 3) before giving up.
+      fresh: the first controller deletes the local checkpoints once its trainer and
+        checkpoint location check out (a restarted controller never does: it resumes).
     """
 
     workdir: Path
@@ -69,6 +70,7 @@ class LaunchOptions:
     restart_backoff_s: float = 1.0
     ready_timeout_s: float = 300.0
     max_controller_restarts: int = 3
+    fresh: bool = False
 
 
 @dataclasses.dataclass
@@ -114,6 +116,7 @@ class LocalLauncher:
         self.killed: dict[str, Any] | None = None
         self.last_status: ControllerStatus | None = None
         self._last_metrics_scrape = 0.0
+        self._cleared = False
         self._previous_recoveries: list[dict[str, Any]] = []
         self._reached_before_restart: list[int] = []
 
@@ -132,6 +135,8 @@ class LocalLauncher:
             venv_script("elastic-jax-controller"), "--manifest", str(self.manifest_path), "--token-file", str(token_file),
             "--host", "127.0.0.1", "--port", str(self.controller_port), "--summary-file", str(self.workdir / "summary.json"),
         ]
+        if self.options.fresh and not self._cleared:
+            argv.append("--fresh")
         if self.controller is None:
             self.controller = Child("controller", argv, self.workdir / "controller.log", env=self._child_env())
         else:
@@ -149,6 +154,7 @@ class LocalLauncher:
                               exit_code=2 if code == 2 else 1)
         if not ok or not self.client.ready():
             raise LaunchError(f"controller not ready after {self.options.ready_timeout_s:.0f} s; see {self.controller.log_path}", 1)
+        self._cleared = True  # ready means --fresh is done; a restart must resume, not wipe again
 
     def _start_worker(self, s: _Slice) -> None:
         s.port = free_port()
@@ -407,12 +413,46 @@ class RunLock:
         self.release()
 
 
-def clear_local_checkpoints(uri: str) -> None:
-    """Deletes a local checkpoint directory (for `--fresh`).
+class CheckpointLock:
+    """An exclusive lock on a local checkpoint directory, so two runs never write the same checkpoints
+    (the same job started with another `--workdir`, or two jobs sharing `spec.checkpoint.uri`).
 
-    Raises:
-      LaunchError: `uri` is not a local path (remote checkpoints are never deleted from here).
+    The lock is a `flock` on the directory itself (created if missing): no file is
+    added beside the checkpoints, and it is released when the launcher exits,
+    however it exits. A `gs://` location is not locked.
+
+    Raises (from `acquire`):
+      LaunchError: another live launcher holds it (exit code 2); the directory cannot be created.
     """
-    if "://" in uri:
-        raise LaunchError(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {uri}")
-    shutil.rmtree(uri, ignore_errors=True)
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self._fd: int | None = None
+
+    def acquire(self) -> "CheckpointLock":
+        if "://" in self.uri:
+            return self
+        try:
+            Path(self.uri).mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.uri, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as e:
+            raise LaunchError(f"spec.checkpoint.uri {self.uri!r}: {e.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LaunchError(f"spec.checkpoint.uri {self.uri!r} is in use by another elastic-jax run "
+                              "(two runs must not write the same checkpoints)") from None
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "CheckpointLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -137,6 +138,8 @@ def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     second = run_cli(m, tmp_path, "--no-failure", env=gcs_emulator.env)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.summary["restored_from_step"] == 60 and second.summary["steps"] == 60
+    # The report says so, not only the JSON: a finished job run again trains nothing.
+    assert "resumed from checkpoint step 60 (already finished: nothing left to train" in second.stderr
 
 
 def test_bad_workdir(tmp_path):
@@ -167,6 +170,11 @@ def test_second_run_of_the_same_job_is_refused(tmp_path):
         second = subprocess.run([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), "--fresh"],
                                 capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert_one_line_error(second.returncode, second.stdout, second.stderr, "already running", str(first.pid))
+        # Another workdir, same checkpoints: refused too (two runs would interleave their saves).
+        third = subprocess.run([CLI, "run", str(path), "--workdir", str(tmp_path / "run2"), "--no-failure"],
+                               capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert_one_line_error(third.returncode, third.stdout, third.stderr, "spec.checkpoint.uri",
+                              "in use by another elastic-jax run")
         # SIGTERM (what kill, timeout and CI cancellation send) stops the first like Ctrl-C, with a SUMMARY.
         first.terminate()
         out, err = first.communicate(timeout=120)
@@ -205,3 +213,56 @@ def test_sigkill_of_the_launcher_takes_its_children_down(tmp_path):
         for p in leftover_processes(str(tmp_path)):
             p.kill()
     assert not survivors, f"still running after the launcher died: {[p.pid for p in survivors]}"
+
+
+def _run_args(tmp_path: Path, manifest: dict, *flags: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    proc = subprocess.run([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), *flags], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert not leftover_processes(str(tmp_path))
+    return proc
+
+
+def test_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path):
+    """--fresh on a checkpoint uri that is someone's project folder: refused, every file kept."""
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "important.py").write_text("x = 1\n")
+    (project / "notes.txt").write_text("keep me")
+    m = job_manifest("danger", tmp_path, checkpoint={"uri": str(project), "intervalSteps": 10})
+    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
+                          "--fresh deletes checkpoints only", "notes.txt")
+    assert (project / "src" / "important.py").read_text() == "x = 1\n" and (project / "notes.txt").exists()
+
+
+def test_fresh_with_a_manifest_mistake_keeps_the_checkpoints(tmp_path):
+    """The old checkpoints go only once the trainer checks out; a typo costs nothing."""
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "100").mkdir(parents=True)
+    m = job_manifest("typo", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 10})
+    m["spec"]["controller"]["trainer"]["config"]["seqlen"] = 32
+    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.config.seqlen")
+    assert (ckpt / "100").is_dir()
+
+
+def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "100").mkdir(parents=True)
+    (ckpt / "110.orbax-checkpoint-tmp-1234").mkdir()
+    m = job_manifest("fresh", tmp_path, training={"steps": 20, "globalBatchSize": 8},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 10})
+    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("SUMMARY "))
+    assert summary["restored_from_step"] is None and summary["steps"] == 20
+    assert sorted(p.name for p in ckpt.iterdir() if not p.name.startswith(".")) == ["10", "20"]
+
+
+def test_contradictory_failure_flags_are_refused(tmp_path):
+    m = job_manifest("flags", tmp_path)
+    for flags in (["--kill-at-step", "5", "--no-failure"], ["--kill-slice", "1", "--no-failure"]):
+        proc = _run_args(tmp_path, m, *flags)
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, flags[0], "--no-failure")

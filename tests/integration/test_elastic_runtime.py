@@ -196,7 +196,7 @@ def test_ctrl_c_stops_everything(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
-    assert "interrupted" in err and "Traceback" not in err
+    assert "job ctrlc: interrupted after" in err and "Traceback" not in err
     assert not leftover_processes(str(tmp_path))
 
 

@@ -46,7 +46,9 @@ def test_defaults_min_slices_is_count():
         ({"training": {"steps": "10", "globalBatchSize": 4}}, "spec.training.steps: Input should be a valid integer"),
         ({"suspend": "yes"}, "spec.suspend: Input should be a valid boolean"),
         ({"worker": {"resources": {"limits": {"memory": "4GB"}}}},
-         "spec.worker.resources.limits.memory: '4GB' is not a Kubernetes quantity"),
+         "spec.worker.resources.limits.memory: '4GB' is not a non-negative Kubernetes quantity"),
+        ({"worker": {"resources": {"limits": {"cpu": -1}}}},
+         "spec.worker.resources.limits.cpu: -1 is not a non-negative Kubernetes quantity"),
         ({"worker": {"resources": {"requests": {"cpu": 0.5}}}},
          "spec.worker.resources.requests.cpu: 0.5: write a fractional quantity as a string"),
     ],
@@ -88,6 +90,14 @@ def test_malformed_yaml(tmp_path):
     p.write_text("spec:\n  slices: [1,\n")
     message = str(pytest.raises(ManifestError, load_manifest, p).value)
     assert "malformed YAML" in message and "\n" not in message
+
+
+def test_duplicate_key_is_refused_as_kubectl_refuses_it(tmp_path):
+    p = tmp_path / "dup.yaml"
+    p.write_text("apiVersion: elasticjax.dev/v1alpha1\nkind: ElasticTrainingJob\nmetadata: {name: t}\nspec:\n"
+                 "  slices: {count: 2}\n  training:\n    steps: 60\n    steps: 5\n  checkpoint: {uri: /tmp/c}\n")
+    message = str(pytest.raises(ManifestError, load_manifest, p).value)
+    assert message == f"{p}: malformed YAML at line 8: key 'steps' appears twice in one mapping"
 
 
 def test_missing_file_and_multiple_documents(tmp_path):
