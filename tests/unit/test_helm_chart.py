@@ -171,6 +171,8 @@ def test_peering_and_namespaces(helm):
     (["--set", "operator.logFormat=xml"], "/operator/logFormat"),
     (["--set", "replicaCount=2"], "additional properties 'replicaCount' not allowed"),
     (["--set", "peering.enabled=yes"], "/peering/enabled"),
+    (["--set", "fullnameOverride=UPPER_case"], "/fullnameOverride"),
+    (["--set", "podSecurityContext.runAsUser=0"], "/podSecurityContext/runAsUser"),
 ])
 def test_wrong_values_fail_the_schema(helm, values, message):
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, *values, check=False)
@@ -184,6 +186,12 @@ def test_service_monitor_needs_the_service(helm):
                     "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false",
                     check=False)
     assert proc.returncode != 0 and "needs metrics.service.enabled" in proc.stderr
+
+
+def test_health_and_metrics_ports_must_differ(helm):
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "operator.healthPort=9090", "--set", "metrics.port=9090", check=False)
+    assert proc.returncode != 0 and "operator.healthPort and metrics.port must differ" in proc.stderr
 
 
 def test_chart_crd_is_the_generated_crd():
