@@ -31,7 +31,7 @@ def _error(message: str, code: int = 2) -> typer.Exit:
 
 @app.command()
 def run(
-    manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
+    manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
     workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
     fresh: bool = typer.Option(False, "--fresh", help="Start from step 0: delete the job's local checkpoints once the trainer checks out (else resume from them)."),
     kill_at_step: Optional[int] = typer.Option(None, help="Kill a worker once this many steps are done (1..steps-1); default a third of the run."),
@@ -112,7 +112,7 @@ def _print_report(s: dict) -> None:
 
 @app.command()
 def validate(
-    manifest: Path = typer.Argument(..., help="ElasticTrainingJob YAML."),
+    manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML."),
     trainer: bool = typer.Option(
         False, "--trainer",
         help="Also build the trainer as the controller would: import spec.controller.trainer.entryPoint, "
@@ -124,11 +124,11 @@ def validate(
     except ManifestError as e:
         raise _error(str(e))
     if trainer:
-        _check_trainer(job)
+        _check_trainer(job, manifest)
     typer.echo(dump_model(job))
 
 
-def _check_trainer(job) -> None:
+def _check_trainer(job, manifest: Path) -> None:
     """Builds the job's trainer (config checked, data opened); one `error:` line on a config mistake.
 
     An exception other than `TrainerConfigError` is a bug in the trainer's own
@@ -142,7 +142,7 @@ def _check_trainer(job) -> None:
     try:
         built = load_trainer(spec.entry_point, spec.config)
     except TrainerConfigError as e:
-        raise _error(str(e))
+        raise _error(f"{manifest}: {e}")
     try:
         examples = f"{len(built.dataset):,} examples"
     except TypeError:  # an iterable dataset has no length

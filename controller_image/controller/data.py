@@ -74,6 +74,9 @@ def text_examples(source: str, seq_len: int, max_bytes: int, field: str) -> grai
         chunks = _read_gcs(source, max_bytes, field)
     else:
         paths = sorted(p for p in glob.glob(source, recursive=True) if os.path.isfile(p))
+        if not paths and os.path.isdir(source):
+            raise TrainerConfigError(f"{field}: {source!r} is a directory; name its files with a glob, "
+                                     f"e.g. '{source.rstrip('/')}/**/*.txt'")
         if not paths:
             raise TrainerConfigError(f"{field}: no files match {source!r}")
         chunks = _read_local(paths, max_bytes, field)

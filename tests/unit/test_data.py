@@ -51,6 +51,11 @@ def test_empty_glob_names_the_field(tmp_path):
         text_examples(f"{tmp_path}/nothing/*.txt", seq_len=8, max_bytes=1000, field=FIELD)
 
 
+def test_a_directory_gets_a_glob_hint(tmp_path):
+    with pytest.raises(TrainerConfigError, match=rf"^{FIELD}: '.*' is a directory; name its files with a glob, e\.g\. '.*/\*\*/\*\.txt'$"):
+        text_examples(str(tmp_path), seq_len=8, max_bytes=1000, field=FIELD)
+
+
 def test_too_little_text_names_the_field(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"short")
     with pytest.raises(TrainerConfigError, match=rf"^{FIELD}: .* holds 5 bytes of text, need at least"):
