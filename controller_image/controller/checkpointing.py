@@ -136,7 +136,8 @@ def clear_local_checkpoints(uri: str) -> list[str]:
     """Deletes the checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
 
     Only entries Orbax writes are deleted: committed step directories (the name
-    is the step number) and interrupted saves (`<step>.orbax-checkpoint-tmp-*`).
+    is the step number), interrupted saves (`<step>.orbax-checkpoint-tmp-*`) and
+    Orbax's root `metadata/`.
     The directory itself stays (a launcher may hold a lock on it). If it holds
     anything else, nothing is deleted: a `spec.checkpoint.uri` pointed at a
     project folder must never be emptied.
@@ -159,7 +160,10 @@ def clear_local_checkpoints(uri: str) -> list[str]:
     if not root.is_dir():
         raise _uri_error(uri, "not a directory")
     names = sorted(p.name for p in root.iterdir())
-    ours = [n for n in names if n.isdigit() or ".orbax-checkpoint-tmp" in n]
+    # Orbax's CheckpointManager writes step directories, `<step>.orbax-checkpoint-tmp-*` while
+    # saving, and `metadata/` (its METADATA_ITEM_NAME) when given root metadata.
+    orbax_root_metadata = ocp.checkpoint_manager.METADATA_ITEM_NAME
+    ours = [n for n in names if n.isdigit() or ".orbax-checkpoint-tmp" in n or n == orbax_root_metadata]
     foreign = [n for n in names if n not in ours]
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
