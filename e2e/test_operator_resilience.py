@@ -115,3 +115,8 @@ def test_deleting_the_job_cleans_up_everything(cluster, namespace, operator):
         return job_children(api, namespace, JOB)
     wait_for(lambda: not children(), timeout_s=120, what="every child garbage-collected",
              explain=lambda: f"{children()}\n{explain()}")
+    # The same name again, same operator process: a new job, created from scratch (its
+    # ConfigMap and Service too), not a ghost of the old one.
+    wait_for(lambda: not cluster.kubectl("get", "ejob", "-n", namespace, "-o", "name").stdout.strip(),
+             timeout_s=60, what="job gone")
+    _start(cluster, namespace, operator, min_step=1)

@@ -45,7 +45,9 @@ class OperatorState:
         self._kube = kube
         self.trackers: dict[tuple[str, str], JobTracker] = {}
         self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
-        self.static_done: set[tuple[str, str, str]] = set()
+        # (job UID, kind) of the ConfigMap and Service already created: keyed by UID, so a job
+        # deleted and created again under the same name gets its children again.
+        self.static_done: set[tuple[str, str]] = set()
 
     @property
     def kube(self) -> Kube:
@@ -146,9 +148,10 @@ def job_created(body, spec, status, meta, patch, **_):
 
 
 @kopf.on.delete(*JOBS, optional=True)
-def job_deleted(namespace, name, memo, **_):
+def job_deleted(namespace, name, uid, memo, **_):
     """Forgets the job; its children go with it through owner references."""
     state = _state(memo)
+    state.static_done = {m for m in state.static_done if m[0] != uid}
     tracker = state.trackers.pop((namespace, name), None)
     if tracker is not None:
         tracker.close()
@@ -173,8 +176,14 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob) -> 
 
 def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -> JobTracker:
     tracker = state.trackers.get(key)
+    uid = body["metadata"]["uid"]
+    if tracker is not None and tracker.job_uid != uid:  # the same name, a new job: nothing carries over
+        tracker.close()
+        state.applied.pop(key, None)
+        tracker = None
     if tracker is None:
         tracker = JobTracker(key[0], key[1], job.spec.slices.count, job.spec.slices.hosts_per_slice)
+        tracker.job_uid = uid
         state.trackers[key] = tracker
     tracker.ref = _ref(body)
     return tracker
@@ -193,7 +202,7 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
                 token = state.kube.read_token(ns, names.secret(name))
             tracker.token = token
     for child in (children.manifest_configmap(job), children.controller_service(job)):
-        marker = (ns, name, child["kind"])
+        marker = (body["metadata"]["uid"], child["kind"])
         if marker not in state.static_done:
             kopf.adopt(child, owner=body)
             state.kube.create(ns, child)

@@ -67,6 +67,7 @@ class JobTracker:
         self.slices = [SliceTrack(i) for i in range(slice_count)]
         self.lock = threading.RLock()
         self.token: str | None = None
+        self.job_uid = ""  # the ElasticTrainingJob this tracker follows (a recreated job gets a new tracker)
         self.controller_uid = ""
         self.controller_url = ""
         self.client: ControlClient | None = None
