@@ -106,6 +106,26 @@ def test_operator_killed_mid_recovery(cluster, namespace, operator):
     assert any(address in m for m in ready), ready
 
 
+def test_gracefully_deleted_worker_pod_is_replaced(cluster, namespace, operator):
+    """`kubectl delete pod` (a drain, GKE maintenance): SIGTERM, not SIGKILL. The worker exits 143,
+    its Job fails and the JobSet replaces the slice; with exit 0 the Job was Complete and the slice lost."""
+    explain = _start(cluster, namespace, operator, steps=100000)
+    ctrl = _controller(cluster, namespace)
+    victim = _live(cluster, namespace, f"{SEL},elasticjax.dev/role=worker")[0]
+    cluster.kubectl("delete", "pod", "-n", namespace, victim["metadata"]["name"], "--wait=false")
+
+    def replaced():
+        live = _live(cluster, namespace, f"{SEL},elasticjax.dev/role=worker")
+        return len(live) == 2 and victim["metadata"]["uid"] not in {p["metadata"]["uid"] for p in live}
+    wait_for(replaced, timeout_s=150, what="gracefully deleted worker replaced", explain=explain)
+    wait_for(lambda: (get_job(cluster, namespace, JOB).get("status") or {}).get("activeSlices") == 2,
+             timeout_s=120, what="both slices active again", explain=explain)
+    after = _controller(cluster, namespace)
+    assert after["metadata"]["uid"] == ctrl["metadata"]["uid"]
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+    cluster.kubectl("delete", "ejob", "-n", namespace, JOB, "--wait=false")
+
+
 def test_deleting_the_job_cleans_up_everything(cluster, namespace, operator):
     explain = _start(cluster, namespace, operator, min_step=1)
     cluster.kubectl("delete", "ejob", "-n", namespace, JOB, "--wait=false")

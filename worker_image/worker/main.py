@@ -52,8 +52,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT, then stop gracefully.
 
     Returns:
-      The process exit code: 0 after a signal-initiated stop, 1 when the
-      address cannot be bound.
+      The process exit code: 128 + the signal number after a signal-initiated
+      stop (143 for SIGTERM, the shell's convention), 1 when the address
+      cannot be bound. Never 0: a slice worker serves until the job ends it,
+      so stopping is never its success. A pod deleted gracefully (a drain, GKE
+      maintenance, `kubectl delete pod`) must fail its Job so the JobSet
+      replaces the slice; with exit 0 the Job would be Complete and the slice
+      lost for good.
     """
     args = parse_args(argv)
     _configure_jax_env(args.host_devices)
@@ -76,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot bind", extra={"address": f"{args.host}:{args.port}", "error": str(error)})
         return 1
     stop = threading.Event()
+    received: list[int] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda received, _frame: stop.set())
+        signal.signal(signum, lambda signum, _frame: (received.append(signum), stop.set()))
     server.start()
     log.info(
         "serving",
@@ -94,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("stopping", extra={"grace_s": STOP_GRACE_S})
     server.stop(STOP_GRACE_S).wait()
     log.info("stopped")
-    return 0
+    return 128 + received[0]
 
 
 if __name__ == "__main__":
