@@ -56,6 +56,12 @@ class CheckpointNotFoundError(FileNotFoundError):
     """A restore was asked for but no committed checkpoint (or not that step) exists."""
 
 
+class CheckpointMismatchError(ValueError):
+    """The checkpoints at `spec.checkpoint.uri` are not this job's: a step beyond
+    `spec.training.steps`, or a state that does not fit the trainer's. The
+    message is one line naming the field and the step."""
+
+
 class CheckpointSaveError(RuntimeError):
     """A background (async) save failed; raised by the next call that can report it."""
 

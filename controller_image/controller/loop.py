@@ -32,6 +32,7 @@ import optax
 
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.controller.checkpointing import CheckpointMismatchError
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
@@ -180,8 +181,19 @@ class TrainingRun:
         latest = self.checkpointer.latest_committed_step()
         if latest is None:
             return state
+        where = f"spec.checkpoint.uri {self.spec.checkpoint.uri!r}"
+        if latest > self.spec.training.steps:
+            # Never "succeed" by restoring past the end: these are another job's checkpoints.
+            raise CheckpointMismatchError(
+                f"{where} holds checkpoint step {latest}, beyond spec.training.steps ({self.spec.training.steps}): "
+                "another job's checkpoints? Give this job its own directory (or raise steps to continue it)")
         t0 = time.perf_counter()
-        state, data_state, step = self.checkpointer.restore(state)
+        try:
+            state, data_state, step = self.checkpointer.restore(state)
+        except (ValueError, TypeError, KeyError) as e:  # Orbax's errors for a tree or shape that does not fit
+            raise CheckpointMismatchError(
+                f"{where}: checkpoint step {latest} does not fit this trainer's state (another job's checkpoints, "
+                f"or a changed model?): {' '.join(str(e).split())[:300]}") from None
         self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
         self.step = int(data_state.get("next_batch_index", step))
         self.restored_from_step = self.step
@@ -363,4 +375,4 @@ class TrainingRun:
 
 def _is_user_facing(error: Exception) -> bool:
     """Errors whose message says it all (no traceback in the log)."""
-    return isinstance(error, (ElasticRuntimeError, UserCodeError, FloatingPointError))
+    return isinstance(error, (ElasticRuntimeError, UserCodeError, FloatingPointError, CheckpointMismatchError))

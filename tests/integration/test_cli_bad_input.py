@@ -266,3 +266,22 @@ def test_contradictory_failure_flags_are_refused(tmp_path):
     for flags in (["--kill-at-step", "5", "--no-failure"], ["--kill-slice", "1", "--no-failure"]):
         proc = _run_args(tmp_path, m, *flags)
         assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, flags[0], "--no-failure")
+
+
+def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
+    """A job pointed at checkpoints it did not write must not 'succeed' without training."""
+    ckpt = {"uri": str(tmp_path / "shared"), "intervalSteps": 10}
+    first = run_cli(job_manifest("owner", tmp_path, training={"steps": 20, "globalBatchSize": 8}, checkpoint=ckpt),
+                    tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    shorter = run_cli(job_manifest("shorter", tmp_path, training={"steps": 10, "globalBatchSize": 8}, checkpoint=ckpt),
+                      tmp_path, "--no-failure")
+    assert shorter.returncode == 1 and not shorter.summary["succeeded"]
+    assert "holds checkpoint step 20, beyond spec.training.steps (10)" in shorter.summary["failure_reason"]
+    other = job_manifest("othermodel", tmp_path, training={"steps": 40, "globalBatchSize": 8}, checkpoint=ckpt)
+    other["spec"]["controller"]["trainer"]["config"]["dModel"] *= 2
+    changed = run_cli(other, tmp_path, "--no-failure")
+    assert changed.returncode == 1 and not changed.summary["succeeded"]
+    assert "checkpoint step 20 does not fit this trainer's state" in changed.summary["failure_reason"]
+    # The reason is one log line (Orbax's own threads may still print noise after a failed restore).
+    assert "training failed: spec.checkpoint.uri" in changed.controller_log()
