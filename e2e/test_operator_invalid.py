@@ -72,6 +72,17 @@ def test_unsupported_backend_fails_the_job_naming_the_field(cluster, namespace, 
     assert cluster.api().get(f"/api/v1/namespaces/{namespace}/pods")["items"] == []
 
 
+def test_bad_trainer_config_reaches_the_job_status(cluster, namespace, operator):
+    """What only the controller can check (the trainer config) is in the job's Failed condition, not
+    just in the controller's log: the pod's FallbackToLogsOnError termination message carries it."""
+    manifest = example_manifest()
+    manifest["spec"]["controller"]["trainer"]["config"]["dModle"] = 64
+    assert _apply(cluster, namespace, manifest).returncode == 0
+    job = wait_phase(cluster, namespace, "cpu-job", ("Failed",), timeout_s=180)
+    failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
+    assert "spec.controller.trainer.config.dModle" in failed["message"], failed
+
+
 def test_unappliable_spec_change_is_rejected_with_a_condition(cluster, namespace, operator):
     manifest = example_manifest()
     manifest["spec"]["suspend"] = True

@@ -267,6 +267,19 @@ class PodWorker:
             return False
         return policy == "Always" or (policy == "OnFailure" and code != 0)
 
+    def _termination_message(self, run: ContainerRun, code: int) -> str:
+        """`terminationMessagePolicy: FallbackToLogsOnError`, as the kubelet does it: a failed
+        container's message is the tail of its log, at most 80 lines and 2048 bytes
+        (kubelet's MaxContainerTerminationMessageLogLines/-Length). No message file is
+        mounted here, so `File` (the default) gives no message."""
+        if code == 0 or run.spec.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+            return ""
+        try:
+            tail = (self.dir / "logs" / f"{run.name}.log").read_bytes()[-2048:]
+        except OSError:
+            return ""
+        return "\n".join(tail.decode(errors="replace").splitlines()[-80:])
+
     def _reap(self, run: ContainerRun, now: float) -> bool:
         """Notice an exited process; returns True when something changed."""
         if run.proc is None or run.proc.poll() is None:
@@ -279,7 +292,8 @@ class PodWorker:
         run.exit_code = code
         terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
                       "startedAt": run.started_at, "finishedAt": now_iso(),
-                      "containerID": run.state.get("running", {}).get("containerID", "")}
+                      "containerID": run.state.get("running", {}).get("containerID", ""),
+                      "message": self._termination_message(run, code)}
         terminated = {k: v for k, v in terminated.items() if v != ""}
         if self.kill_deadline is None and self._restart_wanted(run, code) and not self.terminal:
             run.last_state = {"terminated": terminated}

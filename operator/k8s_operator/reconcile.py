@@ -113,7 +113,11 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     """("Succeeded"|"Failed", reason) when the controller pod's exit ends the job; None for a crash to recover."""
     if pod.phase == "Succeeded" or pod.exit_code == EXIT_SUCCEEDED:
         return "Succeeded", f"trained {job.spec.training.steps} steps"
-    detail = pod.termination_message.splitlines()[-1] if pod.termination_message else ""
+    # FallbackToLogsOnError: the message is the log's tail; the controller's own reason is its
+    # last `error: ` line (library noise may follow it), else the last line.
+    lines = [ln for ln in pod.termination_message.splitlines() if ln.strip()] if pod.termination_message else []
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    detail = errors[-1] if errors else (lines[-1] if lines else "")
     if pod.exit_code == EXIT_TRAINING_FAILED:
         return "Failed", f"training failed: {observed.controller_failure_reason or detail or 'see the controller log'}"
     if pod.exit_code == EXIT_BAD_INPUT:

@@ -101,7 +101,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
         deleting=bool(meta.get("deletionTimestamp")),
         exit_code=exit_code,
         reason=reason,
-        termination_message=message[:512],
+        termination_message=message[-512:],  # the tail: FallbackToLogsOnError puts the reason last
         created=meta.get("creationTimestamp") or "",
     )
 
