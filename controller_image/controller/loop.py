@@ -215,6 +215,11 @@ class TrainingRun:
         """Asks the loop to stop at the next step boundary (SIGTERM)."""
         self._stop.set()
 
+    @property
+    def stop_requested(self) -> bool:
+        """True once `request_stop` was called (a suspend or shutdown, not a failure of the job)."""
+        return self._stop.is_set()
+
     def run(self) -> RunSummary:
         """Trains to `spec.training.steps`; never raises for training failures.
 

@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         payload = json.dumps(summary.__dict__)
         if args.summary_file:
             Path(args.summary_file).write_text(payload)
-        log.info("finished: %s after %d/%d steps", "succeeded" if summary.succeeded else "failed", summary.steps,
+        outcome = "succeeded" if summary.succeeded else "stopped" if run.stop_requested else "failed"
+        log.info("finished: %s after %d/%d steps", outcome, summary.steps,
                  summary.total_steps, extra={"event": "finished", **summary.__dict__})
         return 0 if summary.succeeded else 1
     finally:

@@ -96,8 +96,11 @@ def build_status(i: Inputs) -> dict[str, Any]:
     training = phase in ("Running", "Degraded", "Recovering")
     conds = set_condition(conds, st.COND_RUNNING, str(training), phase, f"phase {phase}", g, now)
     degraded = phase in ("Degraded", "Recovering")
-    conds = set_condition(conds, st.COND_DEGRADED, str(degraded), "SlicesDown" if degraded else "AllSlicesActive",
-                          f"{out.get('activeSlices', 0)}/{i.job.spec.slices.count} slices active", g, now)
+    if degraded or training:
+        conds = set_condition(conds, st.COND_DEGRADED, str(degraded), "SlicesDown" if degraded else "AllSlicesActive",
+                              f"{out.get('activeSlices', 0)}/{i.job.spec.slices.count} slices active", g, now)
+    else:  # finished, suspended or not started: "AllSlicesActive, 0/2 active" would contradict itself
+        conds = set_condition(conds, st.COND_DEGRADED, "False", "NotTraining", f"phase {phase}", g, now)
     if i.controller_restarts:
         conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", "ControllerPodLost",
                               f"controller pod recreated {i.controller_restarts} time(s); now {i.controller_pod}", g, now)

@@ -83,6 +83,13 @@ def test_finish_sets_reason_time_and_condition_once():
     assert again["phase"] == "Failed" and again["completionTime"] == s["completionTime"]
 
 
+def test_degraded_condition_after_the_end_does_not_contradict_itself():
+    """A finished job is not degraded, and does not claim 'AllSlicesActive' with 0 slices active."""
+    s = build_status(_inputs(controller=None, finish=("Succeeded", "trained 10 steps")))
+    degraded = get_condition(s["conditions"], "Degraded")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == ("False", "NotTraining", "phase Succeeded")
+
+
 def test_controller_restart_has_its_own_condition():
     s = build_status(_inputs(controller_restarts=1, controller_pod="demo-controller-1"))
     cond = get_condition(s["conditions"], "ControllerRestarted")
