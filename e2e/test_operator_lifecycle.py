@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from elastic_jax.logs import read_events
+
 from e2e.helpers import is_ready, pods, summary, wait_for
 from e2e.nodeagent.kubeapi import ApiError
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
@@ -88,19 +90,6 @@ def _restored_step(cluster, namespace, pod: dict) -> int | None:
         return None
     found = RESTORED.findall(text)
     return int(found[-1]) if found else None
-
-
-def _log_events(text: str) -> list[dict]:
-    """The controller's JSON log lines that carry an `event` field (elastic_jax.logs)."""
-    out = []
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and "event" in entry:
-            out.append(entry)
-    return out
 
 
 def _committed_steps(uri: str) -> list[int]:
@@ -190,7 +179,7 @@ def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace,
 
     # The controller stopped at a step boundary on SIGTERM and committed exactly that step.
     log = cluster.container_log(namespace, first["metadata"]["name"], "controller", first["metadata"]["uid"])
-    finished = [e for e in _log_events(log) if e.get("event") == "finished"]
+    finished = [e for e in read_events(log) if e.get("event") == "finished"]
     assert finished, log[-3000:]
     reached = finished[-1]["steps"]
     assert 30 <= reached < manifest["spec"]["training"]["steps"], finished[-1]

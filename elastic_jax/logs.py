@@ -42,3 +42,19 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+def read_events(text: str) -> list[dict]:
+    """The lines of a JSON log (as `JsonFormatter` writes it) that carry an `event` field, in order.
+
+    Lines that are not JSON objects (a library printing to stderr) are skipped.
+    """
+    out = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and "event" in entry:
+            out.append(entry)
+    return out

@@ -9,7 +9,6 @@ of a run that did not: that is what "no lost steps" means here.
 from __future__ import annotations
 
 import math
-import json
 import re
 import signal
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from elastic_jax.logs import read_events
 from tests.support.runs import job_manifest, run_cli
 
 STEPS = 1000  # long enough (several seconds even on an idle machine) for a killed worker to rejoin
@@ -111,16 +111,8 @@ def test_user_code_error_fails_the_job_without_retrying(tmp_path, entry_point, m
 
 
 def _events(log: Path) -> list[dict]:
-    """The controller's JSON log lines that carry an `event` field (elastic_jax.logs); [] before the log exists."""
-    out = []
-    for line in (log.read_text().splitlines() if log.exists() else []):
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and "event" in entry:
-            out.append(entry)
-    return out
+    """The controller's structured events; [] before the log exists."""
+    return read_events(log.read_text()) if log.exists() else []
 
 
 def _logged_step(log: Path) -> int:
