@@ -22,7 +22,7 @@ import yaml
 
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
-from elastic_jax.api.manifest import ManifestError, parse_manifest
+from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
 from elastic_jax.k8s_operator import backends, children, metrics, names
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
@@ -165,8 +165,8 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob) -> 
         text = state.kube.read_manifest(key[0], names.configmap(key[1]))
         if text:
             try:
-                applied = parse_manifest(yaml.safe_load(text), "configmap")
-            except ManifestError:
+                applied = parse_manifest(safe_load_bounded(text), "configmap")
+            except (ManifestError, yaml.YAMLError):
                 applied = None
         applied = applied or job
         state.applied[key] = applied
