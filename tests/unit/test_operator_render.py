@@ -95,3 +95,40 @@ def test_service_selects_the_controller():
     svc = children.controller_service(_job())
     assert svc["spec"]["selector"] == {labels.JOB_NAME: "demo", labels.ROLE: "controller"}
     assert svc["spec"]["ports"][0]["port"] == names.CONTROLLER_PORT
+
+
+def _pod_names(jobset: dict) -> list[str]:
+    """The longest names the Job and JobSet controllers give a JobSet's pods:
+    `<jobset>-<replicatedjob>-<jobidx>-<podidx>-<5 random>` (JobSet's webhook checks this length)."""
+    out = []
+    for rj in jobset["spec"]["replicatedJobs"]:
+        for job_index in range(rj["replicas"]):
+            last_pod = rj["template"]["spec"]["completions"] - 1
+            out.append(f"{jobset['metadata']['name']}-{rj['name']}-{job_index}-{last_pod}-abcde")
+    return out
+
+
+@pytest.mark.parametrize("backend", ["cpu", "pathways"])
+def test_every_child_name_fits_63_for_the_longest_name_and_largest_shape(backend):
+    from elastic_jax.api.job import MAX_NAME_LENGTH
+    from elastic_jax.k8s_operator import backends
+
+    name = "a" * MAX_NAME_LENGTH
+    slices = {"count": 64, "devicesPerHost": 1}
+    if backend == "pathways":
+        # the most hosts one slice can have (v5p 8x8x16: 256 hosts of 4 chips)
+        slices.update(accelerator="tpu-v5p-slice", topology="8x8x16")
+    else:
+        slices["hostsPerSlice"] = 1
+    job = backends.resolve(parse_manifest({
+        "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"backend": backend, "slices": slices, "training": {"steps": 1, "globalBatchSize": 64},
+                 "checkpoint": {"uri": "gs://b/c"}}}))
+    objs = children.render_children(job, token="t", controller_attempt=99999)
+    all_names = [o["metadata"]["name"] for o in objs]
+    all_names += [n for o in objs if o["kind"] == "JobSet" for n in _pod_names(o)]
+    longest = max(all_names, key=len)
+    assert len(longest) <= 63, longest
+    if backend == "pathways":
+        assert len(longest) == 63  # the bound is tight: one more character would break a pod name
