@@ -160,6 +160,7 @@ class LocalLauncher:
         s.child.argv = [
             venv_script("elastic-jax-worker"), "--host", "127.0.0.1", "--port", str(s.port),
             "--slice-index", str(s.index), "--host-devices", str(self.job.spec.slices.devices_per_host),
+            "--token-file", str(self.workdir / "token"),
         ]
         s.child.start()
         s.state = "Starting"
