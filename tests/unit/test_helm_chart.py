@@ -34,7 +34,7 @@ VARIANTS = {
                                   "--set", "nodeSelector.cloud\\.google\\.com/gke-nodepool=cpu-pool"],
     "no-peering, existing account": ["--set", "peering.enabled=false", "--set", "serviceAccount.create=false",
                                      "--set", "serviceAccount.name=ops", "--set", "rbac.create=false",
-                                     "--set", "metrics.service.enabled=false"],
+                                     "--set", "metrics.service.enabled=false", "--set", "operatorKey.existingSecret=ops-key"],
 }
 
 
