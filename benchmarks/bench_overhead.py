@@ -25,9 +25,11 @@ import argparse
 import json
 import os
 import signal
+import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,16 +42,19 @@ from elastic_jax.controller.backend_cpu import CpuBackend
 from elastic_jax.controller.builtin_lm import make_trainer
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.slice_set import SliceSet
-from elastic_jax.local.processes import free_port, port_open, wait_until
+from elastic_jax.local.processes import free_port, port_open, wait_until, write_private_file
 
 
-def start_workers(count: int) -> list[tuple[subprocess.Popen, int]]:
+TOKEN = secrets.token_urlsafe(24)
+
+
+def start_workers(count: int, token_file: Path) -> list[tuple[subprocess.Popen, int]]:
     """Starts `count` worker processes on free loopback ports and waits until they listen."""
     workers = []
     for i in range(count):
         port = free_port()
         proc = subprocess.Popen([str(Path(sys.executable).parent / "elastic-jax-worker"), "--host", "127.0.0.1",
-                                 "--port", str(port), "--slice-index", str(i)],
+                                 "--port", str(port), "--slice-index", str(i), "--token-file", str(token_file)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         workers.append((proc, port))
     for proc, port in workers:
@@ -84,13 +89,16 @@ def main() -> None:
         updates, opt_state = trainer.optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
-    workers = start_workers(2)
+    token_dir = tempfile.TemporaryDirectory(prefix="bench-overhead-")
+    token_file = Path(token_dir.name) / "token"
+    write_private_file(token_file, TOKEN)
+    workers = start_workers(2, token_file)
     try:
         slice_set = SliceSet(2)
         for i, (_, port) in enumerate(workers):
             slice_set.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"127.0.0.1:{port}"]))
         slice_set.set_active({0, 1})
-        backend = CpuBackend(trainer, slice_set)
+        backend = CpuBackend(trainer, slice_set, token=TOKEN)
 
         def one_process(p, o, step):
             p, o, loss = full_step(p, o, batches[step])

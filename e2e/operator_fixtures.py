@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import yaml
 
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import wait_for
+from elastic_jax.local.processes import write_private_file
 
 RULES = REPO_ROOT / "helm" / "elastic-jax" / "files" / "operator-rbac-rules.yaml"
 CRD = REPO_ROOT / "crds" / "elastictrainingjobs.yaml"
@@ -112,6 +114,11 @@ class OperatorProcess:
     def start(self) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
         env.update({"KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1", "NO_PROXY": "*"})
+        # One operator key across restarts, as the chart's Secret gives the pod: job tokens derive from it.
+        key_file = self.log_path.with_name("operator-key")
+        if not key_file.exists():
+            write_private_file(key_file, secrets.token_urlsafe(48))
+        env["ELASTIC_JAX_OPERATOR_KEY_FILE"] = str(key_file)
         exe = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

@@ -14,6 +14,7 @@ code generation step.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,9 +40,53 @@ def method_path(method: str) -> str:
 ERROR_KIND_KEY = "elastic-jax-error-kind"
 EXECUTION_ERROR = "execution"
 
-# gRPC caps messages at 4 MiB by default; a step ships whole batches and
-# gradients. 2 GiB - 1 is the largest value the C core accepts.
-MAX_MESSAGE_BYTES = 2**31 - 1
+# Every call carries the job's token (the per-job Secret the control API uses too)
+# as `authorization: Bearer <token>` metadata; the worker refuses any other call
+# with UNAUTHENTICATED before reading its request.
+AUTH_METADATA_KEY = "authorization"
+
+
+def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata that authenticates a call to a worker."""
+    return ((AUTH_METADATA_KEY, f"Bearer {token}"),)
+
+
+# gRPC caps messages at 4 MiB by default; a step ships a chunk of the batch and
+# the whole parameter tree, and returns the gradients (about 2x the parameters'
+# bytes each way). The cap bounds what a peer can make either side buffer;
+# raise it for a model whose parameters exceed ~120 MiB (both ends read it).
+MAX_MESSAGE_BYTES_ENV = "ELASTIC_JAX_MAX_MESSAGE_BYTES"
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 2**20
+
+
+def max_message_bytes() -> int:
+    """The message cap: `$ELASTIC_JAX_MAX_MESSAGE_BYTES`, else 256 MiB (at most 2 GiB - 1, gRPC's limit).
+
+    Raises:
+      ValueError: the variable is not a positive integer.
+    """
+    raw = os.environ.get(MAX_MESSAGE_BYTES_ENV)
+    if raw is None:
+        return DEFAULT_MAX_MESSAGE_BYTES
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{MAX_MESSAGE_BYTES_ENV}={raw!r}: expected a positive number of bytes")
+    return min(int(raw), 2**31 - 1)
+
+
+class MessageTooLargeError(ValueError):
+    """A request is over the message cap; `str()` names the sizes and the variable to raise."""
+
+
+def check_message_size(request: bytes, what: str) -> None:
+    """Raises `MessageTooLargeError` when `request` is over `max_message_bytes()`."""
+    limit = max_message_bytes()
+    if len(request) > limit:
+        raise MessageTooLargeError(
+            f"{what} is {len(request)} bytes, over the {limit}-byte gRPC message cap; "
+            f"set {MAX_MESSAGE_BYTES_ENV} higher on the controller and the workers if the model needs it")
+
+
+MAX_MESSAGE_BYTES = max_message_bytes()
 # Error details travel in an HTTP/2 trailer; the default 8 KiB metadata limit
 # would turn a long XLA error into an unrelated transport error, so the worker
 # truncates and both sides accept more.

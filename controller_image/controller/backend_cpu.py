@@ -75,6 +75,7 @@ class CpuBackend:
       devices_per_host: host devices per worker (`--xla_force_host_platform_device_count`);
         the per-slice batch is sharded across them when it divides evenly.
       step_deadline_s: seconds a slice may take for a step before it counts as hung.
+      token: the job's token, sent with every call to a worker.
       first_step_deadline_s: the same for the first step of a program on a
         slice, which includes deserializing and compiling it there.
     """
@@ -86,8 +87,10 @@ class CpuBackend:
         devices_per_host: int = 1,
         step_deadline_s: float = 60.0,
         first_step_deadline_s: float = 120.0,
+        token: str = "",
     ):
         self.trainer = trainer
+        self.token = token
         self.slice_set = slice_set
         self.devices_per_host = devices_per_host
         self.step_deadline_s = step_deadline_s
@@ -111,7 +114,7 @@ class CpuBackend:
                 cached[2].close()
             if not addresses:
                 raise SliceDownError(f"slice {index} has no worker address", [index])
-            client = SliceClient(index, addresses[0])
+            client = SliceClient(index, addresses[0], self.token)
             self._clients[index] = (generation, addresses, client)
             return client, generation
 

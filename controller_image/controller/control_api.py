@@ -1,15 +1,23 @@
 """The controller's control API (DESIGN.md, "Control API").
 
-    GET  /healthz              process alive
-    GET  /readyz               trainer built, checkpoint location reachable
-    GET  /v1/status            ControllerStatus            (bearer token)
-    PUT  /v1/slices/{index}    SliceReport -> SliceReportResult (bearer token)
-    GET  /metrics              Prometheus text format
+    GET  /healthz              process alive                       (public)
+    GET  /readyz               trainer built, checkpoint reachable (public)
+    GET  /v1/status            ControllerStatus                    (bearer token)
+    PUT  /v1/slices/{index}    SliceReport -> SliceReportResult    (bearer token)
+    GET  /metrics              Prometheus text format              (bearer token)
 
-`/v1/*` needs `Authorization: Bearer <token>` (the per-job Secret). The check
-runs in a middleware, before the body is read, so an unauthenticated request
-gets 401 whatever its body and changes nothing. A bad body gets 422, an index
-outside 0..count-1 gets 404, and neither changes state.
+Only the two probes are public (the kubelet calls them without credentials
+and they say nothing but ok/ready). Everything else, `/metrics` included
+(it carries the job's loss, step and slice history), needs
+`Authorization: Bearer <token>` (the per-job Secret); Prometheus scrapes it
+with that token (docs/security.md). There is no `/openapi.json` or `/docs`.
+
+The check runs in an ASGI middleware before the body is read, so an
+unauthenticated request gets 401 whatever its body and changes nothing. A
+body over `MAX_BODY_BYTES` gets 413 (read no further); a bad body gets 422
+naming the fields, never echoing what was sent; an index outside
+0..count-1 gets 404; a generation further ahead of this process's clock
+than `control.MAX_GENERATION_AHEAD_S` gets 422. None of them changes state.
 """
 
 from __future__ import annotations
@@ -21,14 +29,82 @@ import time
 from collections.abc import Callable
 
 import uvicorn
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from elastic_jax.api.control import ControllerStatus, SliceReport, SliceReportResult
+from elastic_jax.api.control import MAX_GENERATION_AHEAD_S, ControllerStatus, SliceReport, SliceReportResult
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
 
 _logger = logging.getLogger(__name__)
+
+# Paths served without a token: the kubelet's probes.
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})
+# The largest request body read. The largest valid slice report (256 addresses of
+# 300 characters, a 1024-character reason) is about 80 KiB; a real one is well under
+# 10 KiB. Anything bigger is refused (413) before it is buffered or parsed.
+MAX_BODY_BYTES = 128 * 1024
+
+
+class _Guard:
+    """ASGI middleware: bearer token on every non-public path, then a body size cap.
+
+    Pure ASGI (not FastAPI's `@app.middleware`), so it answers 401 or 413
+    without reading the body, and counts the bytes of a body sent without a
+    Content-Length as they arrive.
+
+    Args:
+      app: the wrapped ASGI app.
+      token: the bearer token.
+      max_body_bytes: the body size cap.
+    """
+
+    def __init__(self, app, token: str, max_body_bytes: int):
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+        self._max = max_body_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if scope["path"] not in PUBLIC_PATHS and not hmac.compare_digest(
+                headers.get(b"authorization", b""), self._expected):
+            return await JSONResponse({"detail": "missing or invalid bearer token"}, status_code=401,
+                                      headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self._max):
+            return await self._too_large(scope, receive, send)
+        received = 0
+        answered = False  # this middleware sent the 413; drop whatever the app sends after
+
+        async def limited_receive():
+            nonlocal received, answered
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self._max and not answered:
+                    answered = True
+                    await self._too_large(scope, receive, send)
+                    return {"type": "http.disconnect"}  # the app stops reading and gives up
+            return message
+
+        async def guarded_send(message):
+            if not answered:
+                await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
+
+    async def _too_large(self, scope, receive, send):
+        await JSONResponse({"detail": f"request body over {self._max} bytes"}, status_code=413,
+                           headers={"Connection": "close"})(scope, receive, send)
+
+
+def _validation_errors(error: RequestValidationError) -> list[dict[str, object]]:
+    """Field paths and messages of a bad request, without the input or context (never echo a body)."""
+    return [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))[:200], "type": e.get("type", "")}
+            for e in error.errors()[:20]]
 
 
 def create_app(
@@ -52,17 +128,12 @@ def create_app(
     """
     if not token:
         raise ValueError("the control API needs a non-empty bearer token")
-    app = FastAPI(title="elastic-jax controller", version="v1", docs_url=None, redoc_url=None)
-    expected = f"Bearer {token}".encode()
+    app = FastAPI(title="elastic-jax controller", version="v1", docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(_Guard, token=token, max_body_bytes=MAX_BODY_BYTES)
 
-    @app.middleware("http")
-    async def require_token(request: Request, call_next):
-        if request.url.path.startswith("/v1/"):
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return JSONResponse({"detail": "missing or invalid bearer token"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _validation_errors(error)}, status_code=422)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     def healthz() -> str:
@@ -80,6 +151,13 @@ def create_app(
 
     @app.put("/v1/slices/{index}", response_model=SliceReportResult, response_model_by_alias=True)
     def put_slice(index: int, report: SliceReport) -> SliceReportResult:
+        ahead_s = (report.generation - time.time_ns()) / 1e9
+        if ahead_s > MAX_GENERATION_AHEAD_S:
+            # A generation far in the future would make every later report stale:
+            # the slice would be locked out until the clock caught up (centuries for 2**63-1).
+            raise HTTPException(status_code=422, detail=(
+                f"generation is {ahead_s:.0f} s ahead of this controller's clock (at most "
+                f"{MAX_GENERATION_AHEAD_S} s: generations are nanosecond timestamps)"))
         try:
             applied, generation = slice_set.apply_report(index, report)
         except IndexError as e:

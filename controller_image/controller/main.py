@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 devices_per_host=job.spec.slices.devices_per_host,
                 step_deadline_s=job.spec.elasticity.step_deadline_seconds,
                 first_step_deadline_s=job.spec.elasticity.first_step_deadline_seconds,
+                token=token,  # the job's one secret: the workers require it on every call
             )
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics)
         holder["run"] = run

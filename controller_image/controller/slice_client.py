@@ -84,15 +84,17 @@ class SliceClient:
     Args:
       slice_index: the slice this worker serves (stamped on errors).
       address: "host:port" of the worker.
+      token: the job's token, sent with every call (the worker refuses calls without it).
     """
 
-    def __init__(self, slice_index: int, address: str):
+    def __init__(self, slice_index: int, address: str, token: str):
         self.slice_index = slice_index
         self.address = address
         self._channel = grpc.insecure_channel(address, options=wire.CHANNEL_OPTIONS)
-        self._ping = self._channel.unary_unary(wire.method_path(wire.PING))
-        self._load = self._channel.unary_unary(wire.method_path(wire.LOAD))
-        self._step = self._channel.unary_unary(wire.method_path(wire.STEP))
+        metadata = wire.auth_metadata(token)
+        self._ping = _WithMetadata(self._channel.unary_unary(wire.method_path(wire.PING)), metadata)
+        self._load = _WithMetadata(self._channel.unary_unary(wire.method_path(wire.LOAD)), metadata)
+        self._step = _WithMetadata(self._channel.unary_unary(wire.method_path(wire.STEP)), metadata)
 
     def ping(self, timeout_s: float = 2.0) -> dict[str, Any]:
         """Ask the worker who it is.
@@ -119,8 +121,10 @@ class SliceClient:
           SliceExecutionError: the worker rejected the program (bad bytes, or
             it needs more devices than the worker has).
         """
+        request = wire.pack_load_request(program.hash, program.blob)
+        wire.check_message_size(request, f"program {program.hash[:12]}")
         try:
-            self._load(wire.pack_load_request(program.hash, program.blob), timeout=timeout_s, wait_for_ready=False)
+            self._load(request, timeout=timeout_s, wait_for_ready=False)
         except grpc.RpcError as error:
             raise self._translate(error) from None
         except ValueError as error:  # grpc refuses calls on a closed channel
@@ -149,10 +153,12 @@ class SliceClient:
         Raises:
           ValueError: `len(args) != program.input_count` (a caller bug).
           WireFormatError: an argument has an unsupported dtype.
+          MessageTooLargeError: the request is over `wire.max_message_bytes()`.
         """
         if len(args) != program.input_count:
             raise ValueError(f"program takes {program.input_count} inputs, got {len(args)}")
         request = wire.pack_step_request(program.hash, args)
+        wire.check_message_size(request, f"the step request for slice {self.slice_index}")
         return _StepCall(self, program, request, time.monotonic() + timeout_s).result
 
     def close(self) -> None:
@@ -259,6 +265,20 @@ class _StepCall:
                 call = self._call
             if call is not None:
                 call.cancel()
+
+
+class _WithMetadata:
+    """A unary-unary stub that adds fixed call metadata (the bearer token) to every call."""
+
+    def __init__(self, stub: grpc.UnaryUnaryMultiCallable, metadata: tuple[tuple[str, str], ...]):
+        self._stub = stub
+        self._metadata = metadata
+
+    def __call__(self, request: bytes, **kwargs: Any) -> bytes:
+        return self._stub(request, metadata=self._metadata, **kwargs)
+
+    def future(self, request: bytes, **kwargs: Any) -> grpc.Future:
+        return self._stub.future(request, metadata=self._metadata, **kwargs)
 
 
 class _LocalRpcError(grpc.RpcError):

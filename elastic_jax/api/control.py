@@ -8,10 +8,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, StrictInt
 from pydantic.alias_generators import to_camel
 
 SliceState = Literal["Ready", "Down", "Draining"]
+# How far ahead of the controller's own clock a report's generation may be.
+# Generations are nanosecond timestamps of the sender (the operator or the
+# launcher), so they keep increasing across restarts of either without a
+# stored counter; the controller refuses one further ahead than this, so a
+# wrong or hostile generation can hold a slice's later reports off for at most
+# this long (the Kerberos default clock-skew tolerance; cluster nodes run NTP).
+MAX_GENERATION_AHEAD_S = 300
 ControllerPhase = Literal[
     "Starting",  # building the trainer, restoring a checkpoint
     "WaitingForSlices",  # fewer than the minimum active (pause), or startup
@@ -34,10 +41,14 @@ class SliceReport(_Msg):
     """
 
     state: SliceState = Field(description="Ready: all hosts up, addresses valid. Down: lost. Draining: about to go.")
-    # int64, as in Kubernetes: a nanosecond timestamp fits until 2262, and an absurd
-    # value cannot lock a slice out of every later report.
-    generation: int = Field(
-        ge=0, le=2**63 - 1, description="Monotonically increasing per slice (e.g. nanoseconds since the epoch)."
+    # A strict JSON integer (true, "3" and 3.0 are refused), int64 as in Kubernetes: a
+    # nanosecond timestamp fits until 2262. Values above 2**53 are exact in JSON as
+    # Python and Go parse it (not as float64). The upper bound that matters is the
+    # controller's: at most MAX_GENERATION_AHEAD_S ahead of its clock.
+    generation: StrictInt = Field(
+        ge=0, le=2**63 - 1,
+        description="Monotonically increasing per slice: the sender's time.time_ns(); at most "
+                    "MAX_GENERATION_AHEAD_S ahead of the controller's clock.",
     )
     addresses: list[Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$", max_length=300)]] = Field(
         default_factory=list, max_length=256,

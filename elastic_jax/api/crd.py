@@ -27,9 +27,18 @@ from elastic_jax.api.status import ElasticTrainingJobStatus
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / f"{job_api.PLURAL}.yaml"
 HELM_CRD_PATH = CRD_PATH.parents[1] / "helm" / "elastic-jax" / "crds" / CRD_PATH.name
-# Pod and JobSet names are built from the job name plus suffixes
-# ("-slice-12-slice-0-0-abcde"); 40 keeps them within 63 characters.
-MAX_NAME_LENGTH = 40
+# The job-name rule, as `job.name_problem` applies it in `elastic-jax validate`. A CRD
+# may constrain metadata.name only (maxLength here bounds the CEL cost too); the CEL
+# rules on the root give the API server's refusal a message that says why.
+MAX_NAME_LENGTH = job_api.MAX_NAME_LENGTH
+NAME_RULES = [
+    {"rule": f"self.metadata.name.matches('{job_api.NAME_PATTERN}')",
+     "message": "metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
+                "letter (the job's Service is named after it)"},
+    {"rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+     "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters, so the job's worker pod names "
+                "(<name>-slice-<i>-worker-0-<host>-<random>) stay within 63"},
+]
 
 _DROP = {"title"}
 
@@ -106,6 +115,7 @@ def build_crd() -> dict[str, Any]:
         "type": "object",
         "description": "An elastic multi-slice JAX training job: one controller pod and one worker JobSet per slice.",
         "required": ["spec"],
+        "x-kubernetes-validations": NAME_RULES,
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

@@ -35,7 +35,19 @@ DEFAULT_CONTROLLER_IMAGE = images.CONTROLLER_IMAGE
 DEFAULT_WORKER_IMAGE = images.WORKER_IMAGE
 BUILTIN_TRAINER = "elastic_jax.controller.builtin_lm:make_trainer"
 
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# A job name must be a DNS-1035 label (it starts with a letter): the job's Service is
+# named after it, and Service names are DNS-1035 labels. No `$` (it matches before a
+# trailing newline in Python): names are checked with `fullmatch`.
+NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_DNS1035 = re.compile(NAME_PATTERN[1:-1])
+# Every child name is the job name plus a suffix, and each must stay a 63-character
+# label. The longest is a worker pod at the largest shape: JobSet `<job>-slice-<i>`
+# (i <= 63), its Job `<jobset>-worker-0`, its pods `<job>-<pod index>-<5 random>`
+# (pod index <= 255), which JobSet's webhook checks against 63 characters:
+# `-slice-63-worker-0-255-abcde` is 28 characters, so a job name has at most 35.
+# `tests/unit/test_operator_render.py` renders that shape and checks every name.
+LONGEST_CHILD_SUFFIX = "-slice-63-worker-0-255-abcde"
+MAX_NAME_LENGTH = 63 - len(LONGEST_CHILD_SUFFIX)
 _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 # The OpenAPI pattern of Kubernetes' resource.Quantity (k8s.io/apimachinery, as
 # controller-gen emits it for CRDs), so the API server and `elastic-jax validate`
@@ -283,18 +295,34 @@ class ObjectMeta(_Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
-    name: str = Field(min_length=1, max_length=63, description="Job name (DNS-1123 label).")
+    name: str = Field(min_length=1, description="Job name: a DNS-1035 label of at most MAX_NAME_LENGTH characters.")
     namespace: str | None = Field(default=None, description="Namespace.")
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _dns_name(self) -> "ObjectMeta":
-        if not _DNS1123.match(self.name):
-            raise ValueError(
-                f"metadata.name {self.name!r} must be a DNS-1123 label (lowercase letters, digits, '-')"
-            )
+        problem = name_problem(self.name)
+        if problem:
+            raise ValueError(problem)
         return self
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a job (the CRD's rule, `crd.NAME_RULES`), or None when it can.
+
+    Returns:
+      One line naming the rule broken: not a DNS-1035 label (lowercase letters,
+      digits and '-', starting with a letter, ending with a letter or digit), or
+      longer than `MAX_NAME_LENGTH` (so every child's name fits in 63 characters).
+    """
+    if not _DNS1035.fullmatch(name):
+        return (f"metadata.name {name!r} must be a DNS-1035 label: lowercase letters, digits and '-', "
+                "starting with a letter and ending with a letter or digit")
+    if len(name) > MAX_NAME_LENGTH:
+        return (f"metadata.name {name!r} is {len(name)} characters; at most {MAX_NAME_LENGTH}, so the names of "
+                f"its worker pods (<name>{LONGEST_CHILD_SUFFIX}) stay within 63")
+    return None
 
 
 class ElasticTrainingJob(_Model):

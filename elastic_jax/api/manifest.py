@@ -16,9 +16,36 @@ class ManifestError(ValueError):
     """A manifest is unreadable or invalid. `str()` is one line naming the field."""
 
 
+# YAML aliases let a few hundred bytes stand for billions of nodes ("billion laughs"):
+# PyYAML shares the aliased objects, so loading is cheap, but everything after it
+# (JSON conversion, validation, the ConfigMap) expands them. A manifest needs few
+# aliases, if any; these bounds refuse a bomb before anything expands it.
+MAX_ALIASES = 100
+# Nodes the aliases may add to the document once expanded (beyond its own nodes).
+MAX_ALIAS_EXPANDED_NODES = 10_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key repeated in one mapping (PyYAML keeps the last
-    silently; kubectl refuses it, so `steps: 60` then `steps: 5` must not pass here)."""
+    silently; kubectl refuses it, so `steps: 60` then `steps: 5` must not pass here), and
+    refusing alias expansion beyond `MAX_ALIASES` / `MAX_ALIAS_EXPANDED_NODES`."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self._aliases += 1
+            if self._aliases > MAX_ALIASES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"more than {MAX_ALIASES} YAML aliases (refused: alias expansion bomb?)",
+                    self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_document(self, node):
+        _check_expansion(node)
+        return super().construct_document(node)
 
     def construct_mapping(self, node, deep=False):
         seen: set = set()
@@ -29,6 +56,53 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Refuses a document whose aliases, expanded, add more than `MAX_ALIAS_EXPANDED_NODES` nodes.
+
+    Counts the tree as a consumer sees it (every alias re-counts its target's
+    subtree), memoized per node so the count itself stays linear in the
+    composed graph; a recursive alias is refused too.
+
+    Raises:
+      yaml.composer.ComposerError: too many expanded nodes, or a recursive alias.
+    """
+    sizes: dict[int, int] = {}
+    distinct: set[int] = set()
+    visiting: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in visiting:
+            raise yaml.composer.ComposerError(None, None, "recursive YAML alias (refused)", node.start_mark)
+        visiting.add(key)
+        distinct.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            total += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        visiting.discard(key)
+        sizes[key] = total
+        if total - len(distinct) > MAX_ALIAS_EXPANDED_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"YAML aliases expand to more than {MAX_ALIAS_EXPANDED_NODES} extra nodes "
+                "(refused: alias expansion bomb?)", node.start_mark)
+        return total
+
+    size(root)
+
+
+def safe_load_bounded(text: str) -> Any:
+    """`yaml.safe_load` with the manifest loader's bounds (duplicate keys, alias expansion).
+
+    Raises:
+      yaml.YAMLError: malformed YAML, a repeated key, or too much alias expansion.
+    """
+    return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
 def format_validation_error(error: ValidationError, prefix: str = "") -> str:

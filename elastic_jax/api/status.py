@@ -29,6 +29,11 @@ COND_DEGRADED = "Degraded"  # fewer active slices than desired
 COND_CONTROLLER_RESTARTED = "ControllerRestarted"  # the controller pod was recreated at least once
 COND_SPEC_REJECTED = "SpecChangeRejected"  # an edit the operator cannot apply to a running job
 COND_SUSPENDED = "Suspended"
+# True while the API server refuses one of the job's children (reason Forbidden,
+# Invalid, ...: its message is the API server's) or the job's token Secret name is
+# taken by a Secret this operator did not create (reason TokenSecretConflict).
+COND_CREATE_FAILED = "CreateFailed"
+REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
 COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 
@@ -76,5 +81,7 @@ class ElasticTrainingJobStatus(_Model):
     recoveries: int = Field(default=0, ge=0, description="Recoveries the controller made (slice lost or rejoined).")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
+    token_secret: str = Field(
+        default="", description="The token Secret the operator created for this job (by UID); only it is ever mounted.")
     start_time: str = Field(default="", description="RFC 3339 time the job was first reconciled.")
     completion_time: str = Field(default="", description="RFC 3339 time it Succeeded or Failed.")

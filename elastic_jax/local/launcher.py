@@ -28,7 +28,7 @@ from typing import Any, Callable
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until
+from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
 
 _logger = logging.getLogger(__name__)
 
@@ -129,8 +129,7 @@ class LocalLauncher:
     def _start_controller(self) -> None:
         self.controller_port = free_port()
         token_file = self.workdir / "token"
-        token_file.write_text(self.token)
-        token_file.chmod(0o600)
+        write_private_file(token_file, self.token)
         argv = [
             venv_script("elastic-jax-controller"), "--manifest", str(self.manifest_path), "--token-file", str(token_file),
             "--host", "127.0.0.1", "--port", str(self.controller_port), "--summary-file", str(self.workdir / "summary.json"),
@@ -161,6 +160,7 @@ class LocalLauncher:
         s.child.argv = [
             venv_script("elastic-jax-worker"), "--host", "127.0.0.1", "--port", str(s.port),
             "--slice-index", str(s.index), "--host-devices", str(self.job.spec.slices.devices_per_host),
+            "--token-file", str(self.workdir / "token"),
         ]
         s.child.start()
         s.state = "Starting"

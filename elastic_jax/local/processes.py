@@ -135,3 +135,27 @@ def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:
             return True
         time.sleep(interval_s)
     return bool(predicate())
+
+
+def write_private_file(path: Path, text: str) -> None:
+    """Writes `text` to `path` readable by this user only (mode 0600), atomically.
+
+    The file is created with mode 0600 by `os.open` (never world-readable, not
+    even between a create and a chmod), in the same directory, then renamed
+    over `path`: a reader sees the old file or the whole new one, and a
+    pre-existing file with looser permissions is replaced, not reused.
+
+    Raises:
+      OSError: the directory is not writable.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

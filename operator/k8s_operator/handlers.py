@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import secrets
+import os
 from typing import Any
 
 import kopf
@@ -22,15 +22,22 @@ import yaml
 
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
-from elastic_jax.api.manifest import ManifestError, parse_manifest
+from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import backends, children, metrics, names
+from elastic_jax.k8s_operator import backends, children, metrics, names, tokens
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
-from elastic_jax.k8s_operator.kube import Kube
+from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
-from elastic_jax.k8s_operator.status_builder import Inputs, build_status, changed_fields
+from elastic_jax.k8s_operator.status_builder import (
+    Inputs,
+    build_status,
+    changed_fields,
+    create_failure,
+    token_conflict,
+    with_create_failure,
+)
 from elastic_jax.k8s_operator.tracker import JobTracker
 
 _logger = logging.getLogger(__name__)
@@ -38,11 +45,24 @@ JOBS = (job_api.GROUP, job_api.VERSION, job_api.PLURAL)
 _HAS_JOB = {lbl.JOB_NAME: kopf.PRESENT}
 
 
-class OperatorState:
-    """Shared by all handlers through kopf's memo: the API client and one tracker per job."""
+# File holding the operator key (the chart mounts its Secret there); unset: a random key per process.
+OPERATOR_KEY_FILE_ENV = "ELASTIC_JAX_OPERATOR_KEY_FILE"
 
-    def __init__(self, kube: Kube | None = None):
+
+class OperatorState:
+    """Shared by all handlers through kopf's memo: the API client, the key its job tokens derive from, one tracker per job.
+
+    Args:
+      kube: the API client (built on first use when None).
+      key: the operator key (`tokens.derive_token`); None reads `$ELASTIC_JAX_OPERATOR_KEY_FILE`.
+
+    Raises:
+      tokens.OperatorKeyError: the key file is unreadable or too short.
+    """
+
+    def __init__(self, kube: Kube | None = None, key: bytes | None = None):
         self._kube = kube
+        self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.trackers: dict[tuple[str, str], JobTracker] = {}
         self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
         # (job UID, kind) of the ConfigMap and Service already created: keyed by UID, so a job
@@ -165,8 +185,8 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob) -> 
         text = state.kube.read_manifest(key[0], names.configmap(key[1]))
         if text:
             try:
-                applied = parse_manifest(yaml.safe_load(text), "configmap")
-            except ManifestError:
+                applied = parse_manifest(safe_load_bounded(text), "configmap")
+            except (ManifestError, yaml.YAMLError):
                 applied = None
         applied = applied or job
         state.applied[key] = applied
@@ -189,18 +209,38 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
     return tracker
 
 
-def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) -> None:
-    """Secret (token), ConfigMap (manifest), Service: created once, read back after an operator restart."""
+class TokenSecretConflict(Exception):
+    """The job's token Secret name is taken by a Secret this operator did not create for this job."""
+
+
+def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, body, status, patch) -> None:
+    """Creates the job's token Secret (create only: the operator cannot read Secrets) and sets `tracker.token`.
+
+    The token is derived from the operator key and the job's UID, so it is never
+    read back. A Secret of that name that already exists is used only when this
+    job's status (which tenants cannot write) records that the operator created
+    it; otherwise it may be anyone's, and mounting it would hand it to the job.
+
+    Raises:
+      TokenSecretConflict: the name is taken by a Secret not recorded as ours.
+      ChildRefused: the API server refused the create.
+    """
     ns, name = key
-    if tracker.token is None:
-        tracker.token = state.kube.read_token(ns, names.secret(name))
-        if tracker.token is None:
-            token = secrets.token_urlsafe(32)
-            secret = children.token_secret(job, token)
-            kopf.adopt(secret, owner=body)
-            if not state.kube.create(ns, secret):
-                token = state.kube.read_token(ns, names.secret(name))
-            tracker.token = token
+    secret_name = names.secret(name)
+    token = tokens.derive_token(state.key, body["metadata"]["uid"])
+    if not (tracker.token_secret_ours or status.get("tokenSecret") == secret_name):
+        secret = children.token_secret(job, token)
+        kopf.adopt(secret, owner=body)  # ownerReference: this job's UID, controller=true
+        if not state.kube.create(ns, secret):
+            raise TokenSecretConflict(secret_name)
+        patch.status["tokenSecret"] = secret_name
+    tracker.token_secret_ours = True
+    tracker.token = token
+
+
+def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) -> None:
+    """ConfigMap (manifest) and Service: created once per job UID (absent ones after an operator restart are 409s)."""
+    ns, _ = key
     for child in (children.manifest_configmap(job), children.controller_service(job)):
         marker = (body["metadata"]["uid"], child["kind"])
         if marker not in state.static_done:
@@ -236,8 +276,16 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     post = _event_sink(tracker.ref)
     finished = status.get("phase") in FINISHED_PHASES
 
+    refusal: tuple[str, str] | None = None  # the first child the API server refused in this pass
+    blocked = False  # no token Secret of ours: start nothing
     if not finished and not job.spec.suspend:
-        _ensure_static(state, key, job, tracker, body)
+        try:
+            _ensure_token_secret(state, key, job, tracker, body, status, patch)
+            _ensure_static(state, key, job, tracker, body)
+        except TokenSecretConflict as e:
+            refusal, blocked = token_conflict(str(e)), True
+        except ChildRefused as e:
+            refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
     pods = list(job_pods.get(key, []))
     controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
     running = [p for p in controller_pods if not p.terminal and not p.deleting]
@@ -262,19 +310,25 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         state.kube.delete_pod(ns, pod_name)
     renderer = renderer_for(job.spec.backend)
     controller_pod = current.name if current else ""
-    if plan.create_controller is not None:
+    if plan.create_controller is not None and not blocked:
         pod = renderer.controller_pod(job, plan.create_controller)
         kopf.adopt(pod, owner=body)
-        state.kube.create(ns, pod)
-        controller_pod = pod["metadata"]["name"]
+        try:
+            state.kube.create(ns, pod)
+            controller_pod = pod["metadata"]["name"]
+        except ChildRefused as e:
+            refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
     elif job.spec.suspend:
         controller_pod = ""
     elif not current:
         controller_pod = status.get("controllerPod") or ""
-    for i in plan.create_jobsets:
+    for i in [] if blocked else plan.create_jobsets:
         js = renderer.worker_jobset(job, i)
         kopf.adopt(js, owner=body)
-        state.kube.create(ns, js)
+        try:
+            state.kube.create(ns, js)
+        except ChildRefused as e:
+            refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
     for event in plan.events:
         post(*event)
     restarts = int(status.get("controllerRestarts") or 0) + (1 if plan.controller_restarted else 0)
@@ -294,6 +348,9 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         controller=None if finished else ctrl, controller_pod=controller_pod, controller_restarts=restarts,
         slice_replacements=sum(v.restarts for v in jobsets.values()) if jobsets else int(status.get("sliceReplacements") or 0),
         finish=plan.finish, rejected_fields=rejected, now=now_rfc3339()))
+    new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
+    if refusal_changed:
+        post("Warning", refusal[0], refusal[1])
     if new.get("phase") != status.get("phase"):
         post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new['phase']}")
     if rejected and not any(c.get("type") == "SpecChangeRejected" and c.get("status") == "True"

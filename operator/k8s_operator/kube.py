@@ -6,7 +6,7 @@ and the handlers stay short.
 
 from __future__ import annotations
 
-import base64
+import json
 import logging
 from typing import Any
 
@@ -19,6 +19,34 @@ from elastic_jax.api import labels
 _logger = logging.getLogger(__name__)
 
 JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+
+
+class ChildRefused(Exception):
+    """The API server refused to create a child for good (4xx other than 409: admission, validation, RBAC).
+
+    Retrying the same object cannot succeed; the job gets a condition and an
+    Event naming the refusal (`status_builder.create_failure`).
+
+    Attributes:
+      kind, name: the child.
+      status: the HTTP status (403, 422, ...).
+      message: the API server's own message (its Status object's `message`).
+    """
+
+    def __init__(self, kind: str, name: str, status: int, message: str):
+        super().__init__(f"{kind} {name}: {status} {message}")
+        self.kind, self.name, self.status, self.message = kind, name, status, message
+
+
+def api_message(error: ApiException) -> str:
+    """The API server's message of a failed call (the Status body's `message`, else the reason)."""
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        body = None
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return str(error.reason or error.status)
 
 
 class Kube:
@@ -39,7 +67,9 @@ class Kube:
         """Creates a child; returns False when it already exists.
 
         Raises:
-          ApiException: any other API error.
+          ChildRefused: a 4xx other than 409 (admission said no, the object is
+            invalid, RBAC): retrying cannot help.
+          ApiException: any other API error (5xx, connection: worth retrying).
         """
         kind = body["kind"]
         try:
@@ -58,6 +88,8 @@ class Kube:
         except ApiException as e:
             if e.status == 409:
                 return False
+            if e.status is not None and 400 <= e.status < 500 and e.status != 429:
+                raise ChildRefused(kind, body["metadata"]["name"], e.status, api_message(e)) from None
             raise
         _logger.info("created %s %s/%s", kind, namespace, body["metadata"]["name"])
         return True
@@ -78,17 +110,6 @@ class Kube:
         except ApiException as e:
             if e.status != 404:
                 raise
-
-    def read_token(self, namespace: str, secret: str) -> str | None:
-        """The control-API token from the job's Secret, or None when the Secret is absent."""
-        try:
-            s = self.core.read_namespaced_secret(secret, namespace)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        value = (s.data or {}).get(labels.TOKEN_KEY)
-        return base64.b64decode(value).decode() if value else None
 
     def read_manifest(self, namespace: str, configmap: str) -> str | None:
         """The manifest text the controller was started with, or None when the ConfigMap is absent."""

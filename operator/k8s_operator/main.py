@@ -56,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--workers", type=int, default=8, help="threads for the (blocking) handlers")
     parser.add_argument("--log-format", choices=("json", "plain"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
+    parser.add_argument("--operator-key-file", default=os.environ.get("ELASTIC_JAX_OPERATOR_KEY_FILE"),
+                        help="file with the key the jobs' control-API tokens derive from (the chart mounts it); "
+                             "default: a random key for this process (development only)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -66,12 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.metrics_host)
 
-    from elastic_jax.k8s_operator import handlers  # noqa: F401  (registers the handlers)
+    from elastic_jax.k8s_operator import handlers, tokens  # noqa: F401  (registers the handlers)
 
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, **_):
         _configure(settings, args)
 
+    try:
+        key = tokens.load_key(args.operator_key_file)
+    except tokens.OperatorKeyError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,
@@ -79,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(elasticjax=handlers.OperatorState()),
+        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key)),
     )
     return 0
 

@@ -11,6 +11,11 @@ WORKER_REPLICATED_JOB = "worker"
 
 MANIFEST_DIR = "/etc/elastic-jax/manifest"
 TOKEN_DIR = "/etc/elastic-jax/token"
+# The one writable directory of a child pod (an emptyDir; the root file system is
+# read-only): HOME, TMPDIR and XDG_CACHE_HOME point here. A subfolder of /tmp, not
+# /tmp itself, so a runtime without per-pod root file systems (the local e2e node
+# agent) hides nothing of the host's /tmp.
+SCRATCH_DIR = "/tmp/elastic-jax-scratch"
 
 
 def secret(job: str) -> str:

@@ -133,3 +133,50 @@ def changed_fields(applied: dict[str, Any], current: dict[str, Any], prefix: str
         elif a != b:
             out.append(f"{prefix}.{key}")
     return out
+
+
+# HTTP status of a refused create -> the condition's reason.
+_REFUSAL_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 422: "Invalid"}
+
+
+def create_failure(kind: str, name: str, http_status: int, api_message: str) -> tuple[str, str]:
+    """(reason, message) of the CreateFailed condition for a child the API server refused.
+
+    Args:
+      kind, name: the child.
+      http_status: 403 (admission such as PodSecurity, or RBAC), 422 (invalid), ...
+      api_message: the API server's message, passed on whole (up to 900 characters).
+    """
+    reason = _REFUSAL_REASONS.get(http_status, f"HTTP{http_status}")
+    return reason, f"creating {kind} {name} was refused ({http_status}): {api_message[:900]}"
+
+
+def token_conflict(secret: str) -> tuple[str, str]:
+    """(reason, message) of the CreateFailed condition when the token Secret's name is taken."""
+    return st.REASON_TOKEN_SECRET_CONFLICT, (
+        f"Secret {secret} exists and was not created by the operator for this job, so it is not used and "
+        "nothing is started; delete or rename that Secret (if it is this job's own, left from an interrupted "
+        "create, deleting it is safe: it is created again with the same token)")
+
+
+def with_create_failure(conditions: list[dict[str, Any]], failure: tuple[str, str] | None, generation: int,
+                        now: str) -> tuple[list[dict[str, Any]], bool]:
+    """`conditions` with CreateFailed set from this pass, and whether an Event is due.
+
+    Args:
+      conditions: the new status's conditions.
+      failure: (reason, message) of the first refusal of this pass, None when nothing was refused.
+      generation, now: as for `set_condition`.
+
+    Returns:
+      (conditions, changed): changed is True when the refusal is new or its message
+      differs from the last one, so the Event is posted once, not every pass.
+    """
+    previous = next((c for c in conditions if c.get("type") == st.COND_CREATE_FAILED), None)
+    if failure is None:
+        if previous is None or previous.get("status") != "True":
+            return conditions, False
+        return set_condition(conditions, st.COND_CREATE_FAILED, "False", "ChildrenCreated", "", generation, now), False
+    reason, message = failure
+    changed = previous is None or previous.get("status") != "True" or previous.get("message") != message
+    return set_condition(conditions, st.COND_CREATE_FAILED, "True", reason, message, generation, now), changed

@@ -67,6 +67,8 @@ class JobTracker:
         self.slices = [SliceTrack(i) for i in range(slice_count)]
         self.lock = threading.RLock()
         self.token: str | None = None
+        # The operator created this job's token Secret (in this process, or recorded in status).
+        self.token_secret_ours = False
         self.job_uid = ""  # the ElasticTrainingJob this tracker follows (a recreated job gets a new tracker)
         self.controller_uid = ""
         self.controller_url = ""

@@ -98,11 +98,89 @@ def test_client_raises_on_rejection_and_unreachable(api):
     gone.close()
 
 
-def test_health_ready_and_metrics_are_open(api):
+def test_probes_are_public_metrics_need_the_token_and_there_is_no_openapi(api):
     base, _, metrics = api
     metrics.recoveries.labels(cause="slice_down").inc()
     assert httpx.get(f"{base}/healthz").text == "ok"
     assert httpx.get(f"{base}/readyz").status_code == 200
-    text = httpx.get(f"{base}/metrics").text
+    for path in ("/metrics", "/openapi.json", "/docs", "/redoc", "/nothing"):
+        r = httpx.get(f"{base}{path}")
+        assert r.status_code == 401, path
+        assert "elastic_jax" not in r.text and "openapi" not in r.text
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.get(f"{base}/openapi.json", headers=auth).status_code == 404
+    text = httpx.get(f"{base}/metrics", headers=auth).text
     assert 'elastic_jax_recoveries_total{cause="slice_down"} 1.0' in text
     assert "elastic_jax_goodput_ratio" in text
+
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.mark.parametrize("generation", [True, "3", 3.0, None, [3], 2**63])
+def test_generation_must_be_a_strict_integer(api, generation):
+    base, slice_set, _ = api
+    before = snapshot(slice_set)
+    r = httpx.put(f"{base}/v1/slices/0", json={"state": "Down", "generation": generation}, headers=AUTH)
+    assert r.status_code == 422
+    assert snapshot(slice_set) == before
+
+
+def test_a_generation_far_ahead_cannot_lock_a_slice_out(api):
+    import time
+
+    from elastic_jax.api.control import MAX_GENERATION_AHEAD_S
+
+    base, slice_set, _ = api
+    client = ControlClient(base, TOKEN)
+    try:
+        for far in (2**63 - 1, time.time_ns() + (MAX_GENERATION_AHEAD_S + 60) * 10**9):
+            with pytest.raises(ControlApiError, match="ahead of this controller's clock") as e:
+                client.report_slice(0, "Down", far)
+            assert e.value.status_code == 422
+        # The lock-out that did happen (issue 9, item 17): the launcher's next
+        # report, a timestamp, must still be applied.
+        assert client.report_slice(0, "Ready", time.time_ns(), ["127.0.0.1:7001"]).applied
+        assert slice_set.record(0).state == "Ready"
+        # Within the allowed skew it is applied (the sender's clock may be a little ahead).
+        assert client.report_slice(0, "Down", time.time_ns() + 10**9).applied
+    finally:
+        client.close()
+
+
+def test_oversized_bodies_get_413_and_errors_never_echo_the_body(api):
+    from elastic_jax.controller.control_api import MAX_BODY_BYTES
+
+    base, slice_set, _ = api
+    before = snapshot(slice_set)
+    marker = "ECHO-ME-" * 8
+    huge = {"state": "Down", "generation": 1, "reason": marker + "x" * MAX_BODY_BYTES}
+    r = httpx.put(f"{base}/v1/slices/0", json=huge, headers=AUTH)
+    assert r.status_code == 413 and marker not in r.text and len(r.content) < 200
+
+    def chunks():  # no Content-Length: the cap counts the bytes as they arrive
+        yield b'{"state": "Down", "generation": 1, "reason": "'
+        for _ in range(MAX_BODY_BYTES // 4096 + 2):
+            yield b"y" * 4096
+        yield b'"}'
+
+    r = httpx.put(f"{base}/v1/slices/0", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+    assert r.status_code == 413
+    # A 422 names the field without the value sent.
+    r = httpx.put(f"{base}/v1/slices/0", json={"state": marker, "generation": 1}, headers=AUTH)
+    assert r.status_code == 422 and marker not in r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "state"]
+    r = httpx.put(f"{base}/v1/slices/0", content=("{" + marker).encode(), headers=AUTH)
+    assert r.status_code == 422 and marker not in r.text
+    assert snapshot(slice_set) == before
+
+
+def test_the_largest_valid_report_fits_the_body_cap(api):
+    import json
+
+    from elastic_jax.controller.control_api import MAX_BODY_BYTES
+
+    base, _, _ = api
+    body = {"state": "Ready", "generation": 1, "addresses": [("h" * 294) + ":65535"] * 256, "reason": "r" * 1024}
+    assert len(json.dumps(body)) < MAX_BODY_BYTES
+    assert httpx.put(f"{base}/v1/slices/0", json=body, headers=AUTH).status_code == 200

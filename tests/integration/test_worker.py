@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from elastic_jax.controller.elastic.errors import SliceDownError, SliceExecutionError, is_slice_down
 from elastic_jax.controller.slice_client import SliceClient, StepProgram, export_program, program_from_exported
-from tests.support.workers import free_port
+from tests.support.workers import TOKEN, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,7 +83,7 @@ def test_steps_on_two_workers_match_in_process(worker_factory, grad_step):
     step, program = grad_step
     workers = worker_factory.start_many(2)
     params = make_params()
-    clients = [SliceClient(w.slice_index, w.address) for w in workers]
+    clients = [SliceClient(w.slice_index, w.address, TOKEN) for w in workers]
     try:
         for client in clients:
             client.load_program(program, timeout_s=STEP_TIMEOUT_S)
@@ -107,7 +107,7 @@ def test_steps_on_two_workers_match_in_process(worker_factory, grad_step):
 
 
 def test_connection_refused_is_slice_down_within_a_second():
-    with SliceClient(3, f"127.0.0.1:{free_port()}") as client:
+    with SliceClient(3, f"127.0.0.1:{free_port()}", TOKEN) as client:
         program = StepProgram(hash="0" * 64, blob=b"", input_count=0)
         started = time.monotonic()
         with pytest.raises(SliceDownError) as caught:
@@ -122,7 +122,7 @@ def test_connection_refused_is_slice_down_within_a_second():
 def test_sigkill_mid_step_fails_the_step_fast(worker_factory, spin_program):
     program, x = spin_program
     worker = worker_factory()
-    with SliceClient(worker.slice_index, worker.address) as client:
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
         client.step_async(program, [x, np.int32(1)], STEP_TIMEOUT_S).result()  # compiled now
         future = client.step_async(program, [x, np.int32(10_000_000)], STEP_TIMEOUT_S)
         time.sleep(0.5)
@@ -145,7 +145,7 @@ def test_sigstopped_worker_misses_the_step_deadline(worker_factory, grad_step):
     _, program = grad_step
     worker = worker_factory()
     params = make_params()
-    with SliceClient(worker.slice_index, worker.address) as client:
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
         client.step_async(program, flat(params, make_batch(1)), STEP_TIMEOUT_S).result()
         worker.kill(signal.SIGSTOP)  # teardown sends SIGCONT before SIGTERM
         started = time.monotonic()
@@ -168,7 +168,7 @@ def test_program_errors_on_the_worker_are_execution_errors(worker_factory, grad_
         jax.ShapeDtypeStruct((4,), np.float32),
     )
     worker = worker_factory()
-    with SliceClient(worker.slice_index, worker.address) as client:
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
         with pytest.raises(SliceExecutionError, match="tpu") as caught:
             client.step_async(tpu_program, [np.ones(3, np.float32)], STEP_TIMEOUT_S).result()
         assert caught.value.slice_index == worker.slice_index
@@ -194,7 +194,7 @@ def test_restarted_worker_gets_the_program_again_transparently(worker_factory, g
     step, program = grad_step
     worker = worker_factory()
     params, batch = make_params(), make_batch(5)
-    with SliceClient(worker.slice_index, worker.address) as client:
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
         assert_matches(client.step_async(program, flat(params, batch), STEP_TIMEOUT_S).result(), step(params, batch))
         old_pid = worker.pid
         info = worker.restart()
@@ -216,7 +216,7 @@ def test_two_host_devices_run_a_batch_sharded_export(worker_factory):
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), (params, batch))
     program = export_program(sharded_step, *spec)
     worker = worker_factory(host_devices=2)
-    with SliceClient(worker.slice_index, worker.address) as client:
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
         assert client.ping(timeout_s=5)["device_count"] == 2
         outputs = client.step_async(program, flat(params, batch), STEP_TIMEOUT_S).result()
     assert_matches(outputs, jax.jit(jax.value_and_grad(mlp_loss))(params, batch))
@@ -227,3 +227,95 @@ def test_two_host_devices_run_a_batch_sharded_export(worker_factory):
     messages = [line["msg"] for line in log_lines]
     assert messages[0] == "serving" and messages[-1] == "stopped"
     assert log_lines[0]["address"] == worker.address and log_lines[0]["device_count"] == 2
+
+
+# -- security (issue 9, item 14) -------------------------------------------------------------
+
+
+def test_calls_without_the_token_are_refused(worker_factory, grad_step):
+    import grpc
+
+    from elastic_jax import wire
+
+    worker = worker_factory()
+    _, program = grad_step
+    with grpc.insecure_channel(worker.address) as channel:
+        for metadata in (None, wire.auth_metadata("wrong"), (("authorization", TOKEN),)):
+            for method, request in ((wire.PING, b""), (wire.LOAD, wire.pack_load_request(program.hash, program.blob)),
+                                    (wire.STEP, wire.pack_step_request(program.hash, []))):
+                with pytest.raises(grpc.RpcError) as e:
+                    channel.unary_unary(wire.method_path(method))(request, metadata=metadata, timeout=10)
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED, (method, metadata)
+                assert program.hash not in (e.value.details() or "")
+    with SliceClient(worker.slice_index, worker.address, "wrong") as client:
+        with pytest.raises(SliceDownError, match="UNAUTHENTICATED"):
+            client.ping()
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
+        assert client.ping()["program_hashes"] == []  # nothing was loaded by the refused calls
+
+
+def test_a_worker_without_a_token_does_not_start(tmp_path):
+    import subprocess
+
+    from tests.support.workers import WORKER_COMMAND
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "ELASTIC_JAX_TOKEN_FILE"}
+    proc = subprocess.run([*WORKER_COMMAND, "--port", "0"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2 and "no token" in proc.stderr
+
+
+def test_a_program_calling_a_custom_call_outside_the_allow_list_is_refused(worker_factory):
+    # jnp.linalg.inv on CPU lowers to LAPACK custom calls: native code the worker would run.
+    program = export_program(jax.jit(jnp.linalg.inv), np.eye(3, dtype=np.float32))
+    worker = worker_factory()
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
+        with pytest.raises(SliceExecutionError, match=r"custom-call target\(s\) \['lapack_"):
+            client.load_program(program)
+        assert client.ping()["program_hashes"] == []
+    # A job that needs them says so on its workers.
+    allowed = worker_factory(slice_index=1, env={"ELASTIC_JAX_ALLOWED_CUSTOM_CALLS": "lapack_sgetrf_ffi,lapack_strsm_ffi"})
+    with SliceClient(allowed.slice_index, allowed.address, TOKEN) as client:
+        client.load_program(program)
+        (inverse,) = client.step_async(program, [2 * np.eye(3, dtype=np.float32)], STEP_TIMEOUT_S).result()
+        np.testing.assert_allclose(inverse, 0.5 * np.eye(3))
+
+
+def test_our_built_in_step_needs_no_custom_call():
+    # The allow list's premise: the runtime's own step (the built-in trainer) contains none.
+    from elastic_jax.controller.backend_cpu import make_slice_step
+    from elastic_jax.controller.builtin_lm import make_trainer
+    from elastic_jax.controller.data import global_batches
+    from elastic_jax.worker.program_cache import DEFAULT_ALLOWED_CUSTOM_CALLS, custom_call_targets
+
+    trainer = make_trainer({"maxBytes": 100_000, "seqLen": 8, "dModel": 16, "numLayers": 1, "numHeads": 2, "mlpDim": 32})
+    params = trainer.init_params(jax.random.key(0))
+    batch = global_batches(trainer.dataset, 2, seed=0)[0]
+    exported = jax.export.export(jax.jit(make_slice_step(trainer)))(params, batch)
+    assert custom_call_targets(exported) <= DEFAULT_ALLOWED_CUSTOM_CALLS
+
+
+def test_program_cache_is_bounded_by_bytes_least_recently_used_first(worker_factory):
+    programs = [export_program(jax.jit(lambda x, k=k: x * k + jnp.sum(x)), np.ones(4, np.float32)) for k in range(3)]
+    biggest = max(len(p.blob) for p in programs)
+    worker = worker_factory(extra_args=("--cache-bytes", str(2 * biggest + 1)))
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
+        client.load_program(programs[0])
+        client.load_program(programs[1])
+        client.step_async(programs[0], [np.ones(4, np.float32)], STEP_TIMEOUT_S).result()  # 0 is now the most recent
+        client.load_program(programs[2])  # evicts 1, the least recently used
+        assert client.ping()["program_hashes"] == [programs[0].hash, programs[2].hash]
+        # An evicted program is reloaded transparently by the next step.
+        (out,) = client.step_async(programs[1], [np.ones(4, np.float32)], STEP_TIMEOUT_S).result()
+        np.testing.assert_allclose(out, np.ones(4) * 1 + 4)
+        assert len(client.ping()["program_hashes"]) == 2
+
+
+def test_messages_over_the_cap_fail_with_a_clear_error(worker_factory, grad_step, monkeypatch):
+    from elastic_jax import wire
+
+    _, program = grad_step
+    worker = worker_factory()
+    monkeypatch.setenv(wire.MAX_MESSAGE_BYTES_ENV, "1024")
+    with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
+        with pytest.raises(wire.MessageTooLargeError, match="ELASTIC_JAX_MAX_MESSAGE_BYTES"):
+            client.step_async(program, flat(make_params(), make_batch(0)), STEP_TIMEOUT_S)

@@ -77,6 +77,10 @@ def _walk(value: Any, type_name: str, path: str, errors: list[str], in_map: bool
     elif type_name == "bool":
         if not isinstance(value, bool):
             errors.append(f"{path}: expected a boolean, got {value!r}")
+    elif type_name in ("bytearray", "bytes"):
+        # Secret data: base64 text in YAML/JSON.
+        if not isinstance(value, str):
+            errors.append(f"{path}: expected base64 text, got {value!r}")
     elif type_name in ("datetime", "date"):
         if not isinstance(value, (str, datetime.date)):
             errors.append(f"{path}: expected a timestamp, got {value!r}")

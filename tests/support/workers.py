@@ -35,6 +35,8 @@ STOP_TIMEOUT_S = 5.0
 # else the same entry point through `-m`.
 _SCRIPT = Path(sys.executable).with_name("elastic-jax-worker")
 WORKER_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "elastic_jax.worker.main"]
+# The job token every test worker requires (written to a file beside its log).
+TOKEN = "test-worker-token"
 
 
 def free_port() -> int:
@@ -55,9 +57,15 @@ class WorkerProcess:
       log_path: its stderr (JSON lines), appended across restarts.
     """
 
-    def __init__(self, slice_index: int, host_devices: int, log_dir: Path):
+    def __init__(self, slice_index: int, host_devices: int, log_dir: Path, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         self.slice_index = slice_index
         self.host_devices = host_devices
+        self.extra_args = extra_args
+        self.env = env
+        self.token_file = log_dir / "token"
+        if not self.token_file.exists():
+            self.token_file.write_text(TOKEN)
         self.move_to(free_port())
         self.log_path = log_dir / f"worker-{slice_index}-{self.port}.log"
         self.popen: subprocess.Popen | None = None
@@ -82,9 +90,13 @@ class WorkerProcess:
             "--port", str(self.port),
             "--slice-index", str(self.slice_index),
             "--host-devices", str(self.host_devices),
+            "--token-file", str(self.token_file),
+            *self.extra_args,
         ]  # fmt: skip
+        env = {**os.environ, **self.env} if self.env else None
         with open(self.log_path, "ab") as log:
-            self.popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=env)
         self.all_pids.append(self.popen.pid)
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> dict:
@@ -94,7 +106,7 @@ class WorkerProcess:
           RuntimeError: the process exited, or did not answer in `timeout_s` seconds.
         """
         deadline = time.monotonic() + timeout_s
-        with SliceClient(self.slice_index, self.address) as client:
+        with SliceClient(self.slice_index, self.address, TOKEN) as client:
             while time.monotonic() < deadline:
                 if self.popen.poll() is not None:
                     raise RuntimeError(f"worker exited with {self.popen.returncode}: {self.log_tail()}")
@@ -146,13 +158,17 @@ class WorkerFactory:
         self.log_dir = log_dir
         self.workers: list[WorkerProcess] = []
 
-    def __call__(self, slice_index: int = 0, host_devices: int = 1) -> WorkerProcess:
-        """Start one worker and wait until it answers Ping."""
-        return self.start_many(1, host_devices=host_devices, first_slice_index=slice_index)[0]
+    def __call__(self, slice_index: int = 0, host_devices: int = 1, extra_args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> WorkerProcess:
+        """Start one worker (with more command-line arguments and environment) and wait until it answers Ping."""
+        return self.start_many(1, host_devices=host_devices, first_slice_index=slice_index, extra_args=extra_args,
+                               env=env)[0]
 
-    def start_many(self, count: int, host_devices: int = 1, first_slice_index: int = 0) -> list[WorkerProcess]:
+    def start_many(self, count: int, host_devices: int = 1, first_slice_index: int = 0,
+                   extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> list[WorkerProcess]:
         """Start `count` workers (slices first_slice_index, ...) in parallel; wait for all."""
-        started = [WorkerProcess(first_slice_index + i, host_devices, self.log_dir) for i in range(count)]
+        started = [WorkerProcess(first_slice_index + i, host_devices, self.log_dir, extra_args, env)
+                   for i in range(count)]
         for worker in started:
             self.workers.append(worker)
             worker.spawn()

@@ -79,3 +79,19 @@ def test_every_spec_field_is_described():
 
 def test_rendered_yaml_round_trips():
     assert yaml.safe_load(crd.render()) == crd.build_crd()
+
+
+def test_crd_enforces_the_job_name_rule_of_validate():
+    import re
+
+    from elastic_jax.api import job as job_api
+
+    root = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert root["properties"]["metadata"]["properties"]["name"]["maxLength"] == job_api.MAX_NAME_LENGTH
+    rules = {r["rule"] for r in root["x-kubernetes-validations"]}
+    assert f"self.metadata.name.matches('{job_api.NAME_PATTERN}')" in rules
+    assert f"size(self.metadata.name) <= {job_api.MAX_NAME_LENGTH}" in rules
+    # The CEL regex (RE2, `$` = end of text) and validate's fullmatch agree on these.
+    cel = re.compile(job_api.NAME_PATTERN.replace("$", r"\Z"))
+    for name in ("1job", "job\n", "Job", "ok-1", "a"):
+        assert bool(cel.match(name)) == (job_api.name_problem(name) is None or len(name) > job_api.MAX_NAME_LENGTH)

@@ -8,6 +8,7 @@ e2e/test_helm_install.py adds the API server's dry run and a real install.
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 
@@ -33,7 +34,7 @@ VARIANTS = {
                                   "--set", "nodeSelector.cloud\\.google\\.com/gke-nodepool=cpu-pool"],
     "no-peering, existing account": ["--set", "peering.enabled=false", "--set", "serviceAccount.create=false",
                                      "--set", "serviceAccount.name=ops", "--set", "rbac.create=false",
-                                     "--set", "metrics.service.enabled=false"],
+                                     "--set", "metrics.service.enabled=false", "--set", "operatorKey.existingSecret=ops-key"],
 }
 
 
@@ -96,7 +97,7 @@ def test_validator_catches_unknown_fields_and_wrong_types(helm):
 def test_default_objects(helm):
     docs = render(helm)
     assert sorted(d["kind"] for d in docs) == sorted(
-        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "Service", "Deployment"])
+        ["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering", "Service", "Deployment", "Secret"])
     (deployment,) = by_kind(docs, "Deployment")
     spec = deployment["spec"]
     assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
@@ -207,3 +208,49 @@ def test_chart_versions_follow_the_package():
     assert chart["appVersion"] == __version__
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert f"{values['image']['repository']}:{chart['appVersion']}" == images.OPERATOR_IMAGE
+
+
+def test_operator_reads_no_secret_and_mounts_its_key(helm):
+    # Issue 9, item 15: no get/list/watch on Secrets anywhere; create only.
+    docs = render(helm)
+    (role,) = by_kind(docs, "ClusterRole")
+    for rule in role["rules"]:
+        if "secrets" in rule["resources"]:
+            assert rule["verbs"] == ["create"], rule
+    (key,) = [d for d in by_kind(docs, "Secret") if d["metadata"]["name"].endswith("-operator-key")]
+    assert key["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(base64.b64decode(key["data"]["key"])) >= 32
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert env["ELASTIC_JAX_OPERATOR_KEY_FILE"] == mounts["operator-key"] + "/key"
+    assert volumes["operator-key"]["secret"]["secretName"] == key["metadata"]["name"]
+    # Bring your own key: the chart creates none and mounts that one.
+    docs = render(helm, "--set", "operatorKey.existingSecret=my-key")
+    assert not [d for d in by_kind(docs, "Secret") if d["metadata"]["name"].endswith("-operator-key")]
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in pod["volumes"]}["operator-key"]["secret"]["secretName"] == "my-key"
+
+
+def test_network_policies_let_only_the_operator_reach_controllers_and_controllers_reach_workers(helm):
+    assert by_kind(render(helm), "NetworkPolicy") == []  # cluster-wide, no namespaces named: none
+    docs = render(helm, "--set", "networkPolicy.namespaces={team-a,team-b}")
+    policies = by_kind(docs, "NetworkPolicy")
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"].rsplit("-", 1)[1]) for p in policies) == [
+        ("team-a", "controller"), ("team-a", "worker"), ("team-b", "controller"), ("team-b", "worker")]
+    for p in policies:
+        assert validate(p) == []
+    operator_labels = by_kind(docs, "Deployment")[0]["spec"]["selector"]["matchLabels"]
+    controller = next(p for p in policies if p["metadata"]["name"].endswith("-controller"))
+    assert controller["spec"]["podSelector"] == {"matchLabels": {"elasticjax.dev/role": "controller"}}
+    control_rule = next(r for r in controller["spec"]["ingress"] if {"protocol": "TCP", "port": 8080} in r["ports"])
+    assert control_rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                                     "podSelector": {"matchLabels": operator_labels}}]
+    worker = next(p for p in policies if p["metadata"]["name"].endswith("-worker"))
+    assert worker["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"elasticjax.dev/role": "controller"}}}],
+                                          "ports": [{"protocol": "TCP", "port": 8471}]}]
+    # watchNamespaces are the default; the toggle turns them off.
+    assert len(by_kind(render(helm, "--set", "watchNamespaces={ns1}"), "NetworkPolicy")) == 2
+    assert by_kind(render(helm, "--set", "watchNamespaces={ns1}", "--set", "networkPolicy.enabled=false"),
+                   "NetworkPolicy") == []

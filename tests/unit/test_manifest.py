@@ -82,7 +82,7 @@ def test_bad_name_and_kind():
     data["kind"] = "Job"
     message = str(pytest.raises(ManifestError, parse_manifest, data).value)
     assert "kind: Input should be 'ElasticTrainingJob'" in message
-    assert "metadata.name 'Bad_Name' must be a DNS-1123 label" in message
+    assert "metadata.name 'Bad_Name' must be a DNS-1035 label" in message
 
 
 def test_malformed_yaml(tmp_path):
@@ -112,3 +112,68 @@ def test_binary_file(tmp_path):
     p.write_bytes(bytes(range(256)) * 4)
     message = str(pytest.raises(ManifestError, load_manifest, p).value)
     assert "not a text file" in message
+
+
+def _alias_bomb(levels: int, width: int = 9) -> str:
+    """The issue's shape: a few hundred bytes of nested aliases under trainer.config
+    that expand to width**levels nodes."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * width) + "]")
+    body = "\n".join("      " + line for line in lines)
+    return ("apiVersion: elasticjax.dev/v1alpha1\nkind: ElasticTrainingJob\nmetadata: {name: bomb}\n"
+            "spec:\n  slices: {count: 1}\n  training: {steps: 1, globalBatchSize: 1}\n"
+            "  checkpoint: {uri: /tmp/ck}\n  controller:\n    trainer:\n      entryPoint: m:f\n      config:\n"
+            f"{body}\n")
+
+
+def test_yaml_alias_bomb_is_refused_quickly_with_one_line(tmp_path):
+    import time
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(9))  # 9**9 ≈ 387 million nodes once expanded
+    assert len(path.read_bytes()) < 1000
+    started = time.monotonic()
+    with pytest.raises(ManifestError) as e:
+        load_manifest(path)
+    assert time.monotonic() - started < 2
+    message = str(e.value)
+    assert "\n" not in message and "alias" in message and str(path) in message
+
+
+def test_too_many_aliases_are_refused(tmp_path):
+    from elastic_jax.api import manifest
+
+    anchors = "base: &b {k: v}\n" + "".join(f"u{i}: *b\n" for i in range(manifest.MAX_ALIASES + 1))
+    with pytest.raises(Exception, match="aliases"):
+        manifest.safe_load_bounded(anchors)
+
+
+def test_a_few_aliases_still_load(tmp_path):
+    from elastic_jax.api import manifest
+
+    doc = manifest.safe_load_bounded("base: &b {lr: 0.1, warm: 10}\nx: *b\ny: *b\n")
+    assert doc["x"] == doc["y"] == {"lr": 0.1, "warm": 10}
+
+
+def test_recursive_alias_is_refused():
+    from elastic_jax.api import manifest
+
+    with pytest.raises(Exception, match="recursive|alias"):
+        manifest.safe_load_bounded("a: &a [1, *a]\n")
+
+
+@pytest.mark.parametrize("name", ["1job", "job\n", "Job", "job-", "-job", "jo_b", "a" * 36, ""])
+def test_job_names_outside_the_one_rule_are_refused(name):
+    doc = _job()
+    doc["metadata"]["name"] = name
+    with pytest.raises(ManifestError, match="metadata.name") as e:
+        parse_manifest(doc)
+    assert "\n" not in str(e.value).replace(repr(name), "")
+
+
+@pytest.mark.parametrize("name", ["j", "job-1", "a" * 35])
+def test_job_names_within_the_rule_pass(name):
+    doc = _job()
+    doc["metadata"]["name"] = name
+    assert parse_manifest(doc).metadata.name == name

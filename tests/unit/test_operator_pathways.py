@@ -204,3 +204,18 @@ def test_tpu_example_renders():
     job = backends.resolve(parse_manifest(yaml.safe_load(example.read_text())))
     assert (job.spec.slices.count, job.spec.slices.hosts_per_slice, job.spec.slices.devices_per_host) == (2, 1, 4)
     assert [o["kind"] for o in children.render_children(job, TOKEN)][-2:] == ["JobSet", "JobSet"]
+
+
+def test_pathways_pods_keep_only_what_pathways_needs_beyond_restricted():
+    from tests.support.pod_security import baseline_violations, restricted_violations
+
+    job = pathways_job()
+    controller = renderer_for("pathways").controller_pod(job, 0)["spec"]
+    assert controller["automountServiceAccountToken"] is False
+    # Our controller container is fully restricted; Google's head images run as their own (root) user.
+    assert restricted_violations(controller) == [
+        "Running as Non-root: initContainers[pathways-rm]", "Running as Non-root: initContainers[pathways-proxy]"]
+    worker = renderer_for("pathways").worker_jobset(job, 0)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert worker["automountServiceAccountToken"] is False
+    assert baseline_violations(worker) == ["Host Namespaces: spec.hostNetwork"]  # both references use it
+    assert not any("Privileged" in v or "Escalation" in v or "Seccomp" in v for v in restricted_violations(worker))

@@ -95,3 +95,82 @@ def test_service_selects_the_controller():
     svc = children.controller_service(_job())
     assert svc["spec"]["selector"] == {labels.JOB_NAME: "demo", labels.ROLE: "controller"}
     assert svc["spec"]["ports"][0]["port"] == names.CONTROLLER_PORT
+
+
+def _pod_names(jobset: dict) -> list[str]:
+    """The longest names the Job and JobSet controllers give a JobSet's pods:
+    `<jobset>-<replicatedjob>-<jobidx>-<podidx>-<5 random>` (JobSet's webhook checks this length)."""
+    out = []
+    for rj in jobset["spec"]["replicatedJobs"]:
+        for job_index in range(rj["replicas"]):
+            last_pod = rj["template"]["spec"]["completions"] - 1
+            out.append(f"{jobset['metadata']['name']}-{rj['name']}-{job_index}-{last_pod}-abcde")
+    return out
+
+
+@pytest.mark.parametrize("backend", ["cpu", "pathways"])
+def test_every_child_name_fits_63_for_the_longest_name_and_largest_shape(backend):
+    from elastic_jax.api.job import MAX_NAME_LENGTH
+    from elastic_jax.k8s_operator import backends
+
+    name = "a" * MAX_NAME_LENGTH
+    slices = {"count": 64, "devicesPerHost": 1}
+    if backend == "pathways":
+        # the most hosts one slice can have (v5p 8x8x16: 256 hosts of 4 chips)
+        slices.update(accelerator="tpu-v5p-slice", topology="8x8x16")
+    else:
+        slices["hostsPerSlice"] = 1
+    job = backends.resolve(parse_manifest({
+        "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"backend": backend, "slices": slices, "training": {"steps": 1, "globalBatchSize": 64},
+                 "checkpoint": {"uri": "gs://b/c"}}}))
+    objs = children.render_children(job, token="t", controller_attempt=99999)
+    all_names = [o["metadata"]["name"] for o in objs]
+    all_names += [n for o in objs if o["kind"] == "JobSet" for n in _pod_names(o)]
+    longest = max(all_names, key=len)
+    assert len(longest) <= 63, longest
+    if backend == "pathways":
+        assert len(longest) == 63  # the bound is tight: one more character would break a pod name
+
+
+def _worker_pod_spec(jobset: dict) -> dict:
+    return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+def test_cpu_pods_meet_pod_security_restricted():
+    from tests.support.pod_security import restricted_violations
+
+    for job in (_job(), _job(checkpoint={"uri": "gs://b/ck"})):
+        controller = renderer_for("cpu").controller_pod(job, 0)["spec"]
+        worker = _worker_pod_spec(renderer_for("cpu").worker_jobset(job, 0))
+        for spec in (controller, worker):
+            assert restricted_violations(spec) == []
+            assert spec["automountServiceAccountToken"] is False  # they never call the API
+            assert spec["securityContext"]["fsGroup"] == 65532  # the 0440 token is readable by uid 65532
+            c = spec["containers"][0]
+            env = {e["name"]: e.get("value") for e in c["env"]}
+            mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            for var in ("HOME", "TMPDIR", "XDG_CACHE_HOME"):  # writable on a read-only root
+                assert env[var].startswith(names.SCRATCH_DIR)
+            assert "emptyDir" in volumes[mounts[names.SCRATCH_DIR]]
+            assert volumes[mounts[names.TOKEN_DIR]]["secret"]["defaultMode"] == 0o440
+        assert _worker_pod_spec(renderer_for("cpu").worker_jobset(job, 0))["containers"][0][
+            "securityContext"]["readOnlyRootFilesystem"] is True
+    # A gs:// checkpoint: nothing is written outside the scratch dir.
+    gs = renderer_for("cpu").controller_pod(_job(checkpoint={"uri": "gs://b/ck"}), 0)["spec"]
+    assert gs["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_pod_security_checker_catches_each_kind_of_violation():
+    from tests.support.pod_security import restricted_violations
+
+    pod = renderer_for("cpu").controller_pod(_job(), 0)["spec"]
+    bad = {**pod, "hostNetwork": True, "hostPID": True, "volumes": [*pod["volumes"], {"name": "h", "hostPath": {"path": "/"}}],
+           "securityContext": {"seccompProfile": {"type": "Unconfined"}},
+           "containers": [{**pod["containers"][0], "securityContext": {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}}]}
+    found = " ".join(restricted_violations(bad))
+    for control in ("Host Namespaces: spec.hostNetwork", "spec.hostPID", "HostPath", "Volume Types", "Privileged",
+                    "Capabilities", "Privilege Escalation", "Running as Non-root", "Seccomp"):
+        assert control in found, control

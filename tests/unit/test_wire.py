@@ -95,5 +95,17 @@ def test_method_paths_and_size_limits():
     assert wire.method_path(wire.STEP) == "/elastic_jax.SliceWorker/Step"
     for options in (wire.CHANNEL_OPTIONS, wire.SERVER_OPTIONS):
         limits = dict(options)
-        assert limits["grpc.max_receive_message_length"] >= 2**30
-        assert limits["grpc.max_send_message_length"] >= 2**30
+        # Bounded (issue 9, item 14: it was 2 GiB), and the same cap on both ends.
+        assert limits["grpc.max_receive_message_length"] == wire.MAX_MESSAGE_BYTES == wire.DEFAULT_MAX_MESSAGE_BYTES
+        assert limits["grpc.max_send_message_length"] == wire.MAX_MESSAGE_BYTES
+
+
+def test_message_cap_is_configurable_and_refuses_nonsense(monkeypatch):
+    monkeypatch.setenv(wire.MAX_MESSAGE_BYTES_ENV, str(2**20))
+    assert wire.max_message_bytes() == 2**20
+    with pytest.raises(wire.MessageTooLargeError, match="over the 1048576-byte"):
+        wire.check_message_size(b"x" * (2**20 + 1), "a test request")
+    wire.check_message_size(b"x" * 2**20, "a test request")
+    monkeypatch.setenv(wire.MAX_MESSAGE_BYTES_ENV, "lots")
+    with pytest.raises(ValueError, match="positive number"):
+        wire.max_message_bytes()

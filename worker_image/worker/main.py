@@ -1,6 +1,12 @@
 """`elastic-jax-worker`: run one CPU slice worker until SIGTERM/SIGINT.
 
-    elastic-jax-worker --host 127.0.0.1 --port 50051 --slice-index 0 --host-devices 2
+    elastic-jax-worker --host 127.0.0.1 --port 50051 --slice-index 0 --host-devices 2 --token-file TOKEN
+
+Every call must carry the job's token (`--token-file`, else the file named by
+`ELASTIC_JAX_TOKEN_FILE`, as the operator mounts it); without one the worker
+does not start. The program cache holds at most `--cache-bytes` of programs
+(least recently used evicted first); messages are capped by
+`ELASTIC_JAX_MAX_MESSAGE_BYTES` (`elastic_jax.wire`).
 
 The host device count must be fixed before jax is imported, so this module
 imports jax (through `server`) only inside `main()`. Logs are JSON lines on
@@ -33,8 +39,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--host-devices", type=int, default=1, help="JAX CPU devices in this process (a slice's chips)"
     )
+    parser.add_argument("--token-file", default=os.environ.get("ELASTIC_JAX_TOKEN_FILE"),
+                        help="file holding the job's token (default: $ELASTIC_JAX_TOKEN_FILE)")
+    parser.add_argument("--cache-bytes", type=int, default=1 << 30,
+                        help="program cache bound in serialized bytes (default 1 GiB)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
+    if not args.token_file:
+        parser.error("no token: pass --token-file or set ELASTIC_JAX_TOKEN_FILE (a worker never serves without one)")
     if args.host_devices < 1:
         parser.error("--host-devices must be at least 1")
     return args
@@ -74,9 +86,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from elastic_jax.worker.program_cache import ProgramCache
     from elastic_jax.worker.server import SliceWorkerService, build_server
 
+    try:
+        token = open(args.token_file).read().strip()
+    except OSError as error:
+        log.error("cannot read the token file", extra={"path": args.token_file, "error": error.strerror})
+        return 2
+    if not token:
+        log.error("empty token file", extra={"path": args.token_file})
+        return 2
     started = time.monotonic()
     try:
-        server, port = build_server(SliceWorkerService(args.slice_index, ProgramCache()), args.host, args.port)
+        server, port = build_server(SliceWorkerService(args.slice_index, ProgramCache(max_bytes=args.cache_bytes)),
+                                    args.host, args.port, token)
     except RuntimeError as error:
         log.error("cannot bind", extra={"address": f"{args.host}:{args.port}", "error": str(error)})
         return 1

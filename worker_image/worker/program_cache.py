@@ -10,7 +10,10 @@ exported for a D-device slice runs sharded over the worker's D host devices.
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -18,6 +21,30 @@ import jax
 import numpy as np
 from jax import export
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
+
+
+# The only XLA custom-call targets a program may name. A custom call runs native
+# code inside the worker with whatever operands the program gives it, and some
+# internal targets crash the process on crafted input (issue 9, item 14): so the
+# default is what our own exported steps can contain, which is the sharding
+# annotations (the built-in trainer's step, exported sharded or not, has none at
+# all) and jax.export's own shape assertion. A user step that needs more (e.g.
+# `jnp.linalg` on CPU lowers to `lapack_*_ffi`) lists them, comma-separated, in
+# ELASTIC_JAX_ALLOWED_CUSTOM_CALLS on the workers.
+DEFAULT_ALLOWED_CUSTOM_CALLS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "shape_assertion"})
+ALLOWED_CUSTOM_CALLS_ENV = "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS"
+_CUSTOM_CALL = re.compile(r'stablehlo\.custom_call\s+@([\w.$-]+)|call_target_name\s*=\s*"([^"]*)"')
+
+
+def allowed_custom_calls() -> frozenset[str]:
+    """The default allow list plus the targets named in `$ELASTIC_JAX_ALLOWED_CUSTOM_CALLS`."""
+    extra = {t.strip() for t in os.environ.get(ALLOWED_CUSTOM_CALLS_ENV, "").split(",") if t.strip()}
+    return DEFAULT_ALLOWED_CUSTOM_CALLS | extra
+
+
+def custom_call_targets(exported: export.Exported) -> set[str]:
+    """Every custom-call target named in the program's StableHLO (all functions, not only main)."""
+    return {a or b for a, b in _CUSTOM_CALL.findall(exported.mlir_module())}
 
 
 class ProgramNotLoadedError(KeyError):
@@ -95,6 +122,14 @@ class LoadedProgram:
             exported = export.deserialize(bytearray(blob))
         except Exception as error:  # flatbuffers raises assorted types on garbage
             raise InvalidProgramError(f"cannot deserialize program {program_hash}: {error}") from error
+        try:
+            refused = custom_call_targets(exported) - allowed_custom_calls()
+        except Exception as error:  # a module that cannot be printed cannot be checked
+            raise InvalidProgramError(f"cannot inspect program {program_hash}: {error}") from error
+        if refused:
+            raise InvalidProgramError(
+                f"program {program_hash} calls custom-call target(s) {sorted(refused)} outside the allow list "
+                f"{sorted(allowed_custom_calls())} (extend it with {ALLOWED_CUSTOM_CALLS_ENV} on the workers)")
 
         def flat_call(*flat_args: jax.Array) -> list[jax.Array]:
             args, kwargs = exported.in_tree.unflatten(flat_args)
@@ -132,10 +167,20 @@ class LoadedProgram:
 
 
 class ProgramCache:
-    """Thread-safe map from program hash to `LoadedProgram` (never evicts)."""
+    """Thread-safe map from program hash to `LoadedProgram`, bounded by bytes (least recently used evicted).
 
-    def __init__(self) -> None:
-        self._programs: dict[str, LoadedProgram] = {}
+    A program's size is its serialized bytes, a proxy for the memory its
+    deserialized module and compiled executable hold. An evicted program is
+    simply reloaded: a Step naming it gets NOT_FOUND and the client sends it again.
+
+    Args:
+      max_bytes: the bound; a program larger than this alone is refused.
+    """
+
+    def __init__(self, max_bytes: int = 1 << 30) -> None:
+        self.max_bytes = max_bytes
+        self._programs: OrderedDict[str, tuple[LoadedProgram, int]] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def load(self, program_hash: str, blob: bytes) -> bool:
@@ -145,24 +190,44 @@ class ProgramCache:
           True when the program was new, False when it was already cached.
 
         Raises:
-          InvalidProgramError: see `LoadedProgram.deserialize`.
+          InvalidProgramError: see `LoadedProgram.deserialize`, or the program
+            alone is larger than `max_bytes`.
         """
+        if len(blob) > self.max_bytes:
+            raise InvalidProgramError(
+                f"program {program_hash} is {len(blob)} bytes, over the worker's cache bound of {self.max_bytes}")
         with self._lock:
             if program_hash in self._programs:
+                self._programs.move_to_end(program_hash)
                 return False
         program = LoadedProgram.deserialize(program_hash, blob)
         with self._lock:
-            return self._programs.setdefault(program_hash, program) is program
+            if program_hash in self._programs:
+                return False
+            self._programs[program_hash] = (program, len(blob))
+            self._bytes += len(blob)
+            while self._bytes > self.max_bytes:
+                _, (_, size) = self._programs.popitem(last=False)
+                self._bytes -= size
+            return True
 
     def get(self, program_hash: str) -> LoadedProgram:
-        """The cached program. Raises ProgramNotLoadedError when it was never loaded."""
+        """The cached program (now the most recently used). Raises ProgramNotLoadedError when absent."""
         with self._lock:
-            program = self._programs.get(program_hash)
-        if program is None:
+            entry = self._programs.get(program_hash)
+            if entry is not None:
+                self._programs.move_to_end(program_hash)
+        if entry is None:
             raise ProgramNotLoadedError(program_hash)
-        return program
+        return entry[0]
 
     def hashes(self) -> list[str]:
-        """Hashes of the cached programs, in load order."""
+        """Hashes of the cached programs, least recently used first."""
         with self._lock:
             return list(self._programs)
+
+    @property
+    def total_bytes(self) -> int:
+        """Serialized bytes of the cached programs."""
+        with self._lock:
+            return self._bytes

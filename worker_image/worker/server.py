@@ -7,6 +7,10 @@ Status codes are the contract with `elastic_jax.controller.slice_client`:
   match the program.
 - INTERNAL: JAX/XLA failed while compiling or running the program.
 
+- UNAUTHENTICATED: the call lacks the job's bearer token (`wire.auth_metadata`);
+  checked by an interceptor before any handler or request parsing, so an
+  unauthenticated caller learns nothing (not even Ping's program hashes).
+
 Every error the worker itself reports carries the `wire.ERROR_KIND_KEY`
 trailing metadata, so the client can tell "the worker answered with an error"
 (user code, not retried forever) from "the worker is unreachable" (slice
@@ -15,6 +19,7 @@ down, recoverable); a transport failure never carries it.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 from concurrent import futures
@@ -96,11 +101,40 @@ class SliceWorkerService:
         return wire.pack_arrays(outputs)
 
 
-def build_server(service: SliceWorkerService, host: str, port: int, max_workers: int = 4) -> tuple[grpc.Server, int]:
+class BearerTokenInterceptor(grpc.ServerInterceptor):
+    """Refuses every call whose `authorization` metadata is not `Bearer <token>` (constant-time compare).
+
+    Args:
+      token: the job's token (non-empty).
+
+    Raises:
+      ValueError: empty token (a worker never serves without one).
+    """
+
+    def __init__(self, token: str):
+        if not token:
+            raise ValueError("a slice worker needs a non-empty token")
+        self._expected = f"Bearer {token}".encode()
+
+        def refuse(request: bytes, context: grpc.ServicerContext) -> bytes:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
+
+        self._refusal = grpc.unary_unary_rpc_method_handler(refuse)
+
+    def intercept_service(self, continuation, handler_call_details):
+        given = dict(handler_call_details.invocation_metadata or ()).get(wire.AUTH_METADATA_KEY, "")
+        if hmac.compare_digest(given.encode() if isinstance(given, str) else given, self._expected):
+            return continuation(handler_call_details)
+        return self._refusal
+
+
+def build_server(service: SliceWorkerService, host: str, port: int, token: str,
+                 max_workers: int = 4) -> tuple[grpc.Server, int]:
     """Create (not start) a gRPC server for `service` listening on `host:port`.
 
     Args:
       service: the handlers.
+      token: the job's token every call must carry (see `BearerTokenInterceptor`).
       host: interface to bind, e.g. "127.0.0.1".
       port: TCP port; 0 picks a free one.
       max_workers: concurrent calls served (a slow Step does not block Ping).
@@ -119,6 +153,7 @@ def build_server(service: SliceWorkerService, host: str, port: int, max_workers:
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="slice-worker"),
         options=wire.SERVER_OPTIONS,
+        interceptors=(BearerTokenInterceptor(token),),
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(wire.SERVICE_NAME, handlers),))
     bound_port = server.add_insecure_port(f"{host}:{port}")

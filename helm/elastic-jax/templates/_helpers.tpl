@@ -47,3 +47,7 @@ app.kubernetes.io/part-of: elastic-jax
 {{- define "elastic-jax.peeringName" -}}
 {{- default (include "elastic-jax.fullname" .) .Values.peering.name -}}
 {{- end -}}
+
+{{- define "elastic-jax.operatorKeySecret" -}}
+{{- default (printf "%s-operator-key" (include "elastic-jax.fullname" .)) .Values.operatorKey.existingSecret -}}
+{{- end -}}

@@ -7,6 +7,8 @@ and in a real cluster the pod IP is the pod's only address anyway.
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any
 
 from elastic_jax.api import labels
@@ -14,6 +16,46 @@ from elastic_jax.api.job import ElasticTrainingJob, EnvVar, Resources
 from elastic_jax.k8s_operator import names
 
 _POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+
+# PodSecurity "restricted" (docs/security.md). The images run as uid/gid 65532;
+# fsGroup makes the token Secret (mode 0440) readable by that group.
+NONROOT_ID = 65532
+POD_SECURITY_CONTEXT = {
+    "runAsNonRoot": True, "runAsUser": NONROOT_ID, "runAsGroup": NONROOT_ID, "fsGroup": NONROOT_ID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# Owner and group read: the group is fsGroup, so uid 65532 reads it; nobody else.
+TOKEN_FILE_MODE = 0o440
+
+
+def container_security_context(read_only_root: bool = True) -> dict[str, Any]:
+    """A container's securityContext under PodSecurity "restricted" (readOnlyRootFilesystem beyond it)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": read_only_root, "runAsNonRoot": True}
+
+
+# Where JAX, XLA, Orbax, gRPC and Python may write: the scratch emptyDir.
+SCRATCH_ENV = [
+    {"name": "HOME", "value": names.SCRATCH_DIR},
+    {"name": "TMPDIR", "value": names.SCRATCH_DIR},
+    {"name": "XDG_CACHE_HOME", "value": f"{names.SCRATCH_DIR}/.cache"},
+]
+SCRATCH_VOLUME = {"name": "scratch", "emptyDir": {}}
+SCRATCH_MOUNT = {"name": "scratch", "mountPath": names.SCRATCH_DIR}
+
+
+def token_volume(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The job's token Secret as a volume, readable by the pod's fsGroup only."""
+    return {"name": "token", "secret": {"secretName": names.secret(job.metadata.name), "defaultMode": TOKEN_FILE_MODE}}
+
+
+TOKEN_MOUNT = {"name": "token", "mountPath": names.TOKEN_DIR, "readOnly": True}
+TOKEN_FILE = f"{names.TOKEN_DIR}/{labels.TOKEN_KEY}"
+
+
+def local_checkpoint(job: ElasticTrainingJob) -> bool:
+    """True when `spec.checkpoint.uri` is a local path (it is written in the container's own file system)."""
+    return "://" not in job.spec.checkpoint.uri
 
 
 def _env(extra: list[EnvVar]) -> list[dict[str, str]]:
@@ -51,6 +93,9 @@ class CpuRenderer:
                 "restartPolicy": "Never",
                 # SIGTERM makes the controller write a checkpoint before exiting (suspend).
                 "terminationGracePeriodSeconds": 60,
+                # The controller never calls the Kubernetes API: no ServiceAccount token.
+                "automountServiceAccountToken": False,
+                "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
                 "containers": [{
                     "name": "controller",
                     "image": c.image,
@@ -59,7 +104,8 @@ class CpuRenderer:
                         {"name": "ELASTIC_JAX_HOST", "value": "$(POD_IP)"},
                         {"name": "ELASTIC_JAX_PORT", "value": str(names.CONTROLLER_PORT)},
                         {"name": "ELASTIC_JAX_MANIFEST", "value": f"{names.MANIFEST_DIR}/{labels.MANIFEST_KEY}"},
-                        {"name": "ELASTIC_JAX_TOKEN_FILE", "value": f"{names.TOKEN_DIR}/{labels.TOKEN_KEY}"},
+                        {"name": "ELASTIC_JAX_TOKEN_FILE", "value": TOKEN_FILE},
+                        *SCRATCH_ENV,
                         *_env(c.env),
                     ],
                     "ports": [{"name": "control", "containerPort": names.CONTROLLER_PORT}],
@@ -67,14 +113,19 @@ class CpuRenderer:
                                        "periodSeconds": 1, "failureThreshold": 1},
                     "resources": _resources(c.resources),
                     "terminationMessagePolicy": "FallbackToLogsOnError",
+                    # A local checkpoint path is written in the container's own file system
+                    # (kind, the local control plane); production uses gs://.
+                    "securityContext": container_security_context(read_only_root=not local_checkpoint(job)),
                     "volumeMounts": [
                         {"name": "manifest", "mountPath": names.MANIFEST_DIR, "readOnly": True},
-                        {"name": "token", "mountPath": names.TOKEN_DIR, "readOnly": True},
+                        copy.deepcopy(TOKEN_MOUNT),
+                        copy.deepcopy(SCRATCH_MOUNT),
                     ],
                 }],
                 "volumes": [
                     {"name": "manifest", "configMap": {"name": names.configmap(name)}},
-                    {"name": "token", "secret": {"secretName": names.secret(name), "defaultMode": 0o400}},
+                    token_volume(job),
+                    copy.deepcopy(SCRATCH_VOLUME),
                 ],
             },
         }
@@ -112,6 +163,9 @@ class CpuRenderer:
                                 "spec": {
                                     "restartPolicy": "Never",
                                     "terminationGracePeriodSeconds": 5,
+                                    # Workers never call the Kubernetes API: no ServiceAccount token.
+                                    "automountServiceAccountToken": False,
+                                    "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
                                     "containers": [{
                                         "name": "worker",
                                         "image": w.image,
@@ -119,12 +173,17 @@ class CpuRenderer:
                                             "--host", "$(POD_IP)", "--port", str(names.WORKER_PORT),
                                             "--slice-index", str(index), "--host-devices", str(s.devices_per_host),
                                         ],
-                                        "env": [_POD_IP_ENV, *_env(w.env)],
+                                        # The job's token authenticates the controller's calls.
+                                        "env": [_POD_IP_ENV, {"name": "ELASTIC_JAX_TOKEN_FILE", "value": TOKEN_FILE},
+                                                *SCRATCH_ENV, *_env(w.env)],
                                         "ports": [{"name": "grpc", "containerPort": names.WORKER_PORT}],
                                         "readinessProbe": {"tcpSocket": {"port": names.WORKER_PORT},
                                                            "periodSeconds": 1, "failureThreshold": 1},
                                         "resources": _resources(w.resources),
+                                        "securityContext": container_security_context(),
+                                        "volumeMounts": [copy.deepcopy(TOKEN_MOUNT), copy.deepcopy(SCRATCH_MOUNT)],
                                     }],
+                                    "volumes": [token_volume(job), copy.deepcopy(SCRATCH_VOLUME)],
                                 },
                             },
                         },

@@ -25,6 +25,8 @@ their head and workers are one JobSet and ours are not:
 
 from __future__ import annotations
 
+import copy
+
 from typing import Any
 
 from elastic_jax.api import job as job_api
@@ -32,6 +34,7 @@ from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.k8s_operator import names
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
+from elastic_jax.k8s_operator.backends import cpu
 from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
 from elastic_jax.k8s_operator.backends.tpu_shapes import SliceShape, slice_shape
 
@@ -125,6 +128,21 @@ def proxy_image(job: ElasticTrainingJob) -> str:
     return PROXY_IMAGE
 
 
+# Google's Pathways images (resource manager, proxy, TPU workers) run as their
+# image's own user, which is root, and are untested here as any other uid or on a
+# read-only root file system; so they get what holds for any container (no
+# privilege escalation, seccomp RuntimeDefault from the pod) but not runAsNonRoot
+# or readOnlyRootFilesystem. The head's two servers need no capability at all (they
+# bind ports above 1024 and talk gRPC/GCS). TPU workers on GKE need no privileged
+# mode (GKE >= 1.28 exposes the TPU devices through its device plugin) and keep the
+# runtime's default capabilities, as both public references run them.
+_PATHWAYS_HEAD_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+_PATHWAYS_WORKER_SECURITY_CONTEXT = {"allowPrivilegeEscalation": False}
+# Pod-level: the seccomp profile and fsGroup (the controller reads the 0440 token);
+# the user settings move to the controller container, the one built from our image.
+_PATHWAYS_POD_SECURITY_CONTEXT = {"fsGroup": cpu.NONROOT_ID, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
 def _ports(*numbers: int) -> list[dict[str, Any]]:
     return [{"containerPort": n, "protocol": "TCP"} for n in numbers]
 
@@ -143,6 +161,7 @@ def _sidecars(job: ElasticTrainingJob, shape: SliceShape) -> list[dict[str, Any]
                 {"name": "TPU_SKIP_MDS_QUERY", "value": "true"}],
         "ports": _ports(RM_PORT, *_RM_EXTRA_PORTS),
         "resources": _RM_RESOURCES,
+        "securityContext": copy.deepcopy(_PATHWAYS_HEAD_SECURITY_CONTEXT),
     }
     proxy = {
         "name": "pathways-proxy",
@@ -154,6 +173,7 @@ def _sidecars(job: ElasticTrainingJob, shape: SliceShape) -> list[dict[str, Any]
                  f"--gcs_scratch_location={scratch}", f"--num_elastic_slices={count}"],
         "ports": _ports(PROXY_PORT),
         "resources": _PROXY_RESOURCES,
+        "securityContext": copy.deepcopy(_PATHWAYS_HEAD_SECURITY_CONTEXT),
     }
     return [rm, proxy]
 
@@ -183,6 +203,7 @@ def _worker_container(job: ElasticTrainingJob, shape: SliceShape, index: int) ->
             **({"requests": dict(w.resources.requests)} if w.resources.requests else {}),
             "limits": {**w.resources.limits, TPU_RESOURCE: str(shape.chips_per_host)},
         },
+        "securityContext": copy.deepcopy(_PATHWAYS_WORKER_SECURITY_CONTEXT),
     }
 
 
@@ -208,6 +229,9 @@ class PathwaysRenderer:
             *controller["env"],
         ]
         spec["initContainers"] = _sidecars(job, shape)
+        user = {k: spec["securityContext"].pop(k) for k in ("runAsNonRoot", "runAsUser", "runAsGroup")}
+        spec["securityContext"] = copy.deepcopy(_PATHWAYS_POD_SECURITY_CONTEXT)
+        controller["securityContext"] = {**controller["securityContext"], **user}
         # The CPU pool: GKE taints TPU nodes, and this says it outright for pools without the taint.
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [{"key": TPU_ACCELERATOR_LABEL, "operator": "DoesNotExist"}]}],
@@ -229,8 +253,13 @@ class PathwaysRenderer:
         job_template["metadata"]["annotations"] = dict(exclusive)
         pod = job_template["spec"]["template"]["spec"]
         pod["containers"] = [_worker_container(job, shape, index)]
+        # Pathways workers talk to the resource manager, not to our controller: no token, no scratch.
+        pod.pop("volumes", None)
+        pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
         pod["nodeSelector"] = {TPU_ACCELERATOR_LABEL: shape.accelerator, TPU_TOPOLOGY_LABEL: shape.topology}
-        # Host networking as both references ("for performance"); exclusive placement keeps one worker per node.
+        # Host networking as both references ("for performance"; DCN traffic between slices). It is
+        # the one PodSecurity "baseline" rule these pods break: a TPU node pool runs only this
+        # job's worker (exclusive placement), so the host network it shares is its own.
         pod["hostNetwork"] = True
         pod["dnsPolicy"] = "ClusterFirstWithHostNet"
         return js

@@ -1,0 +1,135 @@
+"""Job tokens: derived, never read; only a Secret the operator created is mounted; refusals are conditions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from elastic_jax.api import status as st
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.k8s_operator import handlers, tokens
+from elastic_jax.k8s_operator.kube import ChildRefused, Kube, api_message
+from elastic_jax.k8s_operator.status_builder import create_failure, with_create_failure
+from elastic_jax.k8s_operator.tracker import JobTracker
+
+KEY = b"k" * 32
+UID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+
+
+def _job():
+    return parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+                           "metadata": {"name": "victim", "namespace": "ns"},
+                           "spec": {"slices": {"count": 1}, "training": {"steps": 1, "globalBatchSize": 1},
+                                    "checkpoint": {"uri": "/tmp/ck"}}})
+
+
+def _body(uid=UID):
+    return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+            "metadata": {"name": "victim", "namespace": "ns", "uid": uid}}
+
+
+class _Patch:
+    def __init__(self):
+        self.status: dict = {}
+
+
+class _Kube:
+    """Records creates; answers 409 for names in `existing` (the API server's AlreadyExists)."""
+
+    def __init__(self, existing=()):
+        self.existing = set(existing)
+        self.created: list[dict] = []
+
+    def create(self, namespace, body):
+        if body["metadata"]["name"] in self.existing:
+            return False
+        self.existing.add(body["metadata"]["name"])
+        self.created.append(body)
+        return True
+
+
+def test_token_is_derived_from_the_key_and_the_job_uid():
+    token = tokens.derive_token(KEY, UID)
+    assert token == tokens.derive_token(KEY, UID) and len(token) == 43
+    assert token != tokens.derive_token(KEY, "another-uid") != tokens.derive_token(b"x" * 32, UID)
+    with pytest.raises(ValueError):
+        tokens.derive_token(KEY, "")
+
+
+def test_key_file_must_hold_enough_bytes(tmp_path):
+    short = tmp_path / "short"
+    short.write_bytes(b"abc")
+    with pytest.raises(tokens.OperatorKeyError, match="at least 32"):
+        tokens.load_key(str(short))
+    with pytest.raises(tokens.OperatorKeyError):
+        tokens.load_key(str(tmp_path / "missing"))
+    good = tmp_path / "key"
+    good.write_bytes(b"z" * 48 + b"\n")
+    assert tokens.load_key(str(good)) == b"z" * 48
+
+
+def test_operator_creates_the_secret_owned_by_the_job_and_records_it():
+    state = handlers.OperatorState(kube=_Kube(), key=KEY)
+    tracker, patch = JobTracker("ns", "victim", 1, 1), _Patch()
+    handlers._ensure_token_secret(state, ("ns", "victim"), _job(), tracker, _body(), {}, patch)
+    (secret,) = state.kube.created
+    assert secret["metadata"]["name"] == "victim-token"
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert owner["uid"] == UID and owner["controller"] is True
+    assert patch.status["tokenSecret"] == "victim-token"
+    assert tracker.token == tokens.derive_token(KEY, UID)
+
+
+def test_a_foreign_secret_with_the_jobs_name_is_never_used():
+    # Issue 9, item 15: a Secret `victim-token` the user cannot read already exists.
+    state = handlers.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
+    tracker, patch = JobTracker("ns", "victim", 1, 1), _Patch()
+    with pytest.raises(handlers.TokenSecretConflict):
+        handlers._ensure_token_secret(state, ("ns", "victim"), _job(), tracker, _body(), {}, patch)
+    assert tracker.token is None and "tokenSecret" not in patch.status
+
+
+def test_the_operators_own_secret_is_used_after_a_restart():
+    # After an operator restart the create is a 409, and the job's status (which
+    # tenants cannot write) says the operator created it for this job.
+    state = handlers.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
+    tracker = JobTracker("ns", "victim", 1, 1)
+    handlers._ensure_token_secret(state, ("ns", "victim"), _job(), tracker, _body(), {"tokenSecret": "victim-token"},
+                                  _Patch())
+    assert tracker.token == tokens.derive_token(KEY, UID) and state.kube.created == []
+
+
+def test_refused_creates_become_a_condition_with_the_api_servers_message_and_one_event():
+    message = ('pods "victim-controller-0" is forbidden: violates PodSecurity "restricted:latest": '
+               "allowPrivilegeEscalation != false")
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "message": message, "reason": "Forbidden", "code": 403})
+    assert api_message(error) == message
+    failure = create_failure("Pod", "victim-controller-0", 403, api_message(error))
+    assert failure[0] == "Forbidden" and message in failure[1]
+    conditions, event_due = with_create_failure([], failure, 1, "now")
+    (cond,) = conditions
+    assert (cond["type"], cond["status"], cond["reason"]) == (st.COND_CREATE_FAILED, "True", "Forbidden")
+    assert event_due
+    # The same refusal on the next pass: no second Event.
+    assert with_create_failure(conditions, failure, 1, "later")[1] is False
+    # Fixed: the condition goes False, and no Event.
+    cleared, due = with_create_failure(conditions, None, 1, "later")
+    assert cleared[0]["status"] == "False" and not due
+    assert with_create_failure([], None, 1, "now") == ([], False)
+
+
+def test_kube_create_turns_4xx_into_child_refused():
+    class _Core:
+        def create_namespaced_pod(self, namespace, body):
+            error = ApiException(status=422, reason="Unprocessable Entity")
+            error.body = json.dumps({"message": "Pod \"x\" is invalid: spec.containers: Required value"})
+            raise error
+
+    kube = Kube.__new__(Kube)
+    kube.core = _Core()
+    with pytest.raises(ChildRefused) as e:
+        kube.create("ns", {"kind": "Pod", "metadata": {"name": "x"}})
+    assert e.value.status == 422 and "Required value" in e.value.message
