@@ -19,6 +19,8 @@ ControllerPhase = Literal[
     "Recovering",  # a slice was lost; the step is being retried on the survivors
     "Succeeded",
     "Failed",
+    "Stopped",  # ended by a stop request (Ctrl-C of elastic-jax run, a suspend); the last completed step is saved
+    "Interrupted",  # ended by a signal that was not a stop request: a controller loss; a new one resumes
 ]
 
 
@@ -44,6 +46,18 @@ class SliceReport(_Msg):
         description="host:port of each worker host of the slice; required for Ready on the cpu backend.",
     )
     reason: str | None = Field(default=None, max_length=1024, description="Why (e.g. pod exit code, OOMKilled).")
+
+
+class StopRequest(_Msg):
+    """`POST /v1/stop` body: the user (through the launcher or the operator) asks the run to stop.
+
+    The controller abandons the in-flight step, checkpoints the last completed
+    one and exits `ControllerExit.STOPPED`. A bare SIGTERM instead means the
+    controller is being lost (node shutdown, preemption): it checkpoints the
+    same way but exits `ControllerExit.RESTART`.
+    """
+
+    reason: str = Field(default="stop requested", max_length=256, description="Why, for the log and summary (e.g. Ctrl-C, suspend).")
 
 
 class SliceReportResult(_Msg):
