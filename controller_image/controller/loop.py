@@ -407,8 +407,8 @@ class TrainingRun:
                 params, opt_state, finite = self._apply_update(
                     self.state["params"], self.state["opt_state"], grads, np.float32(weight))
                 finite = bool(finite)
-            except jax.errors.JaxRuntimeError as e:
-                if is_slice_down(e):
+            except Exception as e:  # noqa: BLE001 - jax raises JaxRuntimeError or (when read back) ValueError
+                if is_slice_down(e) or isinstance(e, StopRequested):
                     raise
                 # Runs on the controller: no slice can have caused it (a host callback in
                 # the optimizer that raised, a bad shape): the user's error, not retried.

@@ -184,3 +184,46 @@ def _metric_step(path: Path) -> int | None:
     except OSError:
         return None
     return None
+
+
+# -- item 2: an error no slice caused is the user's: fail at once -----------------------------------
+
+
+def test_host_callback_error_in_the_optimizer_fails_at_once_naming_the_exception(tmp_path):
+    """An optax transform whose host callback raises KeyError after 5 updates: JAX reports
+    `INTERNAL: CpuCallback error`. No slice caused it: the job fails at once, no recovery,
+    with one line naming the KeyError and the step."""
+    m = job_manifest("cberror", tmp_path, training={"steps": 60, "globalBatchSize": 8, "logEverySteps": 1},
+                     elasticity={"maxRestarts": 3, "stepDeadlineSeconds": 30, "firstStepDeadlineSeconds": 120})
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "tests.support.trainers:callback_error_trainer"
+    run = run_cli(m, tmp_path, "--no-failure")
+    assert run.returncode == 1, run.stderr[-3000:]
+    s = run.summary
+    assert not s["succeeded"] and s["steps"] == 5
+    assert s["recoveries"] == 0 and s["worker_restarts"] == 0
+    reason = s["failure_reason"]
+    assert "\n" not in reason and len(reason) < 600, reason
+    assert "host callback raised KeyError: 5" in reason and "step 6" in reason, reason
+    assert "elastic event" not in run.controller_log()
+
+
+# -- item 9: never commit non-finite state ----------------------------------------------------------
+
+
+def test_nan_state_is_never_committed_and_resume_uses_the_last_finite_step(tmp_path):
+    """The 25th update makes the parameters NaN (its loss is still finite): the run fails naming
+    step 25, step 25 is not committed, and a resume starts from step 20, the last finite one."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("nanstate", tmp_path, training={"steps": 60, "globalBatchSize": 8, "logEverySteps": 5},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 5, "maxToKeep": 20})
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "tests.support.trainers:nan_update_trainer"
+    first = run_cli(m, tmp_path, "--no-failure")
+    assert first.returncode == 1, first.stderr[-3000:]
+    s = first.summary
+    assert not s["succeeded"] and s["steps"] == 24
+    assert "step 25" in s["failure_reason"] and "non-finite" in s["failure_reason"], s["failure_reason"]
+    assert s["last_committed_checkpoint_step"] == 20
+    assert max(_committed_steps(ckpt)) == 20 and 25 not in _committed_steps(ckpt)
+    again = run_cli(m, tmp_path, "--no-failure")
+    assert again.returncode == 1
+    assert again.summary["restored_from_step"] == 20 and "step 25" in again.summary["failure_reason"]

@@ -102,7 +102,9 @@ def is_slice_down(error: BaseException) -> bool:
 def is_host_callback_error(error: BaseException) -> bool:
     """True when `error` is XLA reporting that a Python host callback raised (user code)."""
     head = str(error).lstrip()[:200]
-    return isinstance(error, jax.errors.JaxRuntimeError) and any(m in head for m in _HOST_CALLBACK_MARKERS)
+    # JaxRuntimeError when raised by the computation; jax re-raises it as ValueError when
+    # the failed result is read back (e.g. `bool(array)`): the message is what tells.
+    return isinstance(error, (jax.errors.JaxRuntimeError, ValueError)) and any(m in head for m in _HOST_CALLBACK_MARKERS)
 
 
 def one_line_reason(error: BaseException, limit: int = 500) -> str:
