@@ -141,9 +141,11 @@ def check_uri(uri: str, timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S) -> epath.Pa
 def clear_local_checkpoints(uri: str) -> list[str]:
     """Deletes the checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
 
-    Only entries Orbax writes are deleted: committed step directories (the name
-    is the step number), interrupted saves (`<step>.orbax-checkpoint-tmp-*`) and
-    Orbax's root `metadata/`.
+    Only entries Orbax itself recognises are deleted: committed step
+    directories (the name is the step number *and* the directory holds Orbax's
+    step metadata file, `_CHECKPOINT_METADATA`), interrupted saves
+    (`<step>.orbax-checkpoint-tmp-*`) and Orbax's root `metadata/`. A folder
+    whose name is only digits (a user's `2024/`) is not a step.
     The directory itself stays (a launcher may hold a lock on it). If it holds
     anything else, nothing is deleted: a `spec.checkpoint.uri` pointed at a
     project folder must never be emptied.
@@ -169,7 +171,7 @@ def clear_local_checkpoints(uri: str) -> list[str]:
     # Orbax's CheckpointManager writes step directories, `<step>.orbax-checkpoint-tmp-*` while
     # saving, and `metadata/` (its METADATA_ITEM_NAME) when given root metadata.
     orbax_root_metadata = ocp.checkpoint_manager.METADATA_ITEM_NAME
-    ours = [n for n in names if n.isdigit() or ".orbax-checkpoint-tmp" in n or n == orbax_root_metadata]
+    ours = [n for n in names if _is_orbax_step_dir(root / n) or ".orbax-checkpoint-tmp" in n or n == orbax_root_metadata]
     foreign = [n for n in names if n not in ours]
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
@@ -178,6 +180,15 @@ def clear_local_checkpoints(uri: str) -> list[str]:
     for name in ours:
         shutil.rmtree(root / name)
     return ours
+
+
+# The file Orbax's CheckpointManager writes into every step directory it saves.
+STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
+
+
+def _is_orbax_step_dir(path) -> bool:
+    """True for a directory named by a step number that holds Orbax's step metadata file."""
+    return path.name.isdigit() and path.is_dir() and (path / STEP_METADATA_FILE).is_file()
 
 
 def _with_default_sharding(target: PyTree) -> PyTree:
