@@ -350,8 +350,7 @@ class Checkpointer:
             )
         except BaseException as e:  # reported to the training thread on its next call
             logger.exception("checkpoint save of step %d failed to start", step)
-            with self._lock:
-                self._background_error = e
+            self._record_save_error(step, e)
             return
         self._watch_commit(step, started)
 
@@ -363,8 +362,7 @@ class Checkpointer:
                 raise CheckpointSaveError(f"checkpoint step {step} at {self.uri} did not commit")
         except BaseException as e:  # reported to the training thread on its next call
             logger.exception("checkpoint save of step %d failed", step)
-            with self._lock:
-                self._background_error = e
+            self._record_save_error(step, e)
             return
         with self._lock:
             self.last_save_seconds = time.perf_counter() - started
@@ -373,6 +371,14 @@ class Checkpointer:
         logger.info("checkpoint step %d committed in %.2fs", step, self.last_save_seconds)
         if self._on_commit is not None:
             self._on_commit(step)
+
+    def _record_save_error(self, step: int, error: BaseException) -> None:
+        """Keeps a failed save's reason, naming the step and the last committed one, for the next caller."""
+        wrapped = CheckpointSaveError(f"checkpoint save of step {step} failed ({_one_line(error)}); "
+                                      f"last committed step: {self.last_committed_step}")
+        wrapped.__cause__ = error
+        with self._lock:
+            self._background_error = wrapped
 
     def _join_commit_watcher(self) -> None:
         if self._commit_watcher is not None:

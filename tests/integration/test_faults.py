@@ -227,3 +227,42 @@ def test_nan_state_is_never_committed_and_resume_uses_the_last_finite_step(tmp_p
     again = run_cli(m, tmp_path, "--no-failure")
     assert again.returncode == 1
     assert again.summary["restored_from_step"] == 20 and "step 25" in again.summary["failure_reason"]
+
+
+# -- item 11: a save that fails (read-only or full storage) still reaches the summary ---------------
+
+
+def test_save_failure_reaches_the_summary_with_the_last_committed_step(tmp_path):
+    """After the first commit the checkpoint directory becomes immutable (`chattr +i`: a real
+    EPERM from the file system even for root, as a read-only mount gives): the next save fails,
+    and the summary still carries the reason and the last committed step."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("rofs", tmp_path, training={"steps": 3000, "globalBatchSize": 8, "logEverySteps": 10},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 20, "maxToKeep": 50})
+    frozen: dict = {}
+
+    def freezer():
+        try:
+            _wait_for(lambda: 20 in _committed_steps(ckpt), "step 20 committed", interval_s=0.01)
+            subprocess.run(["chattr", "+i", str(ckpt)], check=True)
+            frozen["steps"] = _committed_steps(ckpt)
+        except (AssertionError, subprocess.CalledProcessError) as e:
+            frozen["error"] = str(e)
+
+    thread = threading.Thread(target=freezer, daemon=True)
+    thread.start()
+    try:
+        run = run_cli(m, tmp_path, "--no-failure")
+    finally:
+        thread.join(timeout=10)
+        subprocess.run(["chattr", "-i", str(ckpt)], check=False)
+    assert "steps" in frozen, frozen
+    assert run.returncode == 1, run.stderr[-3000:]
+    s = run.summary
+    assert not s["succeeded"] and s["steps"] < 3000
+    reason = s["failure_reason"]
+    assert "checkpoint save of step" in reason and "Operation not permitted" in reason, reason
+    assert f"last committed step: {s['last_committed_checkpoint_step']}" in reason, reason
+    assert s["last_committed_checkpoint_step"] == max(_committed_steps(ckpt)) >= 20
+    assert f"last committed step {s['last_committed_checkpoint_step']}" in run.stderr or \
+        str(s["last_committed_checkpoint_step"]) in run.stderr
