@@ -279,6 +279,7 @@ class Checkpointer:
         self.last_save_blocking_seconds: float | None = None
         self.last_save_seconds: float | None = None
         self.last_restore_seconds: float | None = None
+        self._unreadable: set[int] = set()
         self.last_committed_step: int | None = self.latest_committed_step()
         self._last_started_step: int | None = self._manager.latest_step()
         self._commit_watcher: threading.Thread | None = None
@@ -338,6 +339,9 @@ class Checkpointer:
 
     def _save_and_watch(self, step: int, state: PyTree, data_state: dict[str, Any], started: float) -> None:
         try:
+            if step in self._unreadable:  # superseded by this good save of the same step
+                self._manager.delete(step)
+                self._unreadable.discard(step)
             self._manager.save(
                 step,
                 args=ocp.args.Composite(
@@ -409,12 +413,28 @@ class Checkpointer:
         and, on GCS, step directories without `commit_success.txt` are not
         counted.
         """
-        steps = ocp.utils.checkpoint_steps(self.directory)
+        steps = set(ocp.utils.checkpoint_steps(self.directory)) - self._unreadable
         return max(steps) if steps else None
 
     def committed_steps(self) -> list[int]:
-        """All committed steps in storage, ascending."""
-        return sorted(ocp.utils.checkpoint_steps(self.directory))
+        """All committed steps in storage, ascending, except those `set_aside` as unreadable."""
+        return sorted(set(ocp.utils.checkpoint_steps(self.directory)) - self._unreadable)
+
+    def set_aside(self, steps: list[int], restored_step: int) -> None:
+        """Marks committed `steps` unreadable after a fallback restore of the older `restored_step`.
+
+        They stay in storage (for inspection) but are no longer listed or
+        restored by this checkpointer; saving a step with one of their numbers
+        deletes the unreadable one first. Saves continue after `restored_step`.
+
+        Args:
+          steps: the committed steps that failed to restore.
+          restored_step: the step the run resumed from.
+        """
+        self._unreadable |= set(steps)
+        with self._lock:
+            self._last_started_step = restored_step
+            self.last_committed_step = restored_step
 
     def restore(self, target: PyTree, step: int | None = None) -> tuple[PyTree, dict[str, Any], int]:
         """Restores a committed checkpoint onto `target`'s structure and layout.

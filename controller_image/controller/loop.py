@@ -76,6 +76,8 @@ class RunSummary:
     """None, "requested" (a stop request: Ctrl-C, suspend) or "signal" (the process was signalled: a controller loss)."""
     exit_code: int = ControllerExit.FAILED
     """The `ControllerExit` the process ends with."""
+    resumed_from: dict[str, Any] | None = None
+    """`{"step", "fallbackReason"}` when the run resumed from a checkpoint (fallbackReason: why newer steps were skipped)."""
 
 
 class TrainingRun:
@@ -116,6 +118,7 @@ class TrainingRun:
         self.steps_lost = 0
         self.failure_reason: str | None = None
         self.restored_from_step: int | None = None
+        self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason"} once restored
         self._productive_s = 0.0
         self._train_start: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
@@ -174,6 +177,7 @@ class TrainingRun:
                 goodput=self.goodput(),
                 failure_reason=self.failure_reason,
                 pid=os.getpid(),
+                resumed_from=self.resumed_from,
             )
 
     # -- the run --------------------------------------------------------------
@@ -199,12 +203,34 @@ class TrainingRun:
                 f"{where} holds checkpoint step {latest}, beyond spec.training.steps ({self.spec.training.steps}): "
                 "another job's checkpoints? Give this job its own directory (or raise steps to continue it)")
         t0 = time.perf_counter()
-        try:
-            state, data_state, step = self.checkpointer.restore(state)
-        except (ValueError, TypeError, KeyError) as e:  # Orbax's errors for a tree or shape that does not fit
+        unreadable: list[int] = []
+        reasons: list[str] = []
+        for candidate in reversed(self.checkpointer.committed_steps()):
+            try:
+                restored, data_state, step = self.checkpointer.restore(state, candidate)
+                if not bool(all_finite(restored)):
+                    raise FloatingPointError("the state holds NaN or inf")
+            except Exception as e:  # noqa: BLE001 - a corrupt or unfit step: try the next older one
+                unreadable.append(candidate)
+                reasons.append(f"step {candidate}: {one_line_reason(e, 300)}")
+                _logger.warning("checkpoint step %d cannot be restored: %s", candidate, reasons[-1],
+                                extra={"event": "checkpoint_unreadable", "step": candidate, "reason": reasons[-1]})
+                continue
+            state = restored
+            break
+        else:
             raise CheckpointMismatchError(
                 f"{where}: checkpoint step {latest} does not fit this trainer's state (another job's checkpoints, "
-                f"or a changed model?): {' '.join(str(e).split())[:300]}") from None
+                f"or a changed model?), and no older committed step restores either; {reasons[0]}")
+        if unreadable:
+            # Keep the unreadable steps for inspection; a good save of the same number replaces one.
+            self.checkpointer.set_aside(unreadable, step)
+            self.resumed_from = {"step": step, "fallbackReason": "newer committed steps unreadable: " + "; ".join(reasons)}
+        else:
+            self.resumed_from = {"step": step, "fallbackReason": None}
+        (_logger.warning if unreadable else _logger.info)(
+            "resumed from checkpoint step %d%s", step, f" ({self.resumed_from['fallbackReason']})" if unreadable else "",
+            extra={"event": "resumed", "step": step, "fallback_reason": self.resumed_from["fallbackReason"]})
         self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
         self.step = int(data_state.get("next_batch_index", step))
         self.restored_from_step = self.step
@@ -322,6 +348,7 @@ class TrainingRun:
             pid=os.getpid(),
             stop=self._stop_kind,
             exit_code=int(exit_code),
+            resumed_from=self.resumed_from,
         )
 
     def _committed_step_for_summary(self) -> int | None:

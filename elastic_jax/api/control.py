@@ -89,6 +89,15 @@ class RecoveryRecord(_Msg):
     seconds: float | None = Field(default=None, description="From the failure to the next completed step; None while running.")
 
 
+class ResumeInfo(_Msg):
+    """Which checkpoint a run resumed from, and why not a newer one."""
+
+    step: int = Field(description="The committed step restored.")
+    fallback_reason: str | None = Field(
+        default=None, description="Set when newer committed steps could not be restored (corrupt, truncated, "
+                                  "non-finite): which, and why. The operator turns it into a Warning Event.")
+
+
 class ControllerStatus(_Msg):
     """`GET /v1/status`."""
 
@@ -110,3 +119,4 @@ class ControllerStatus(_Msg):
     goodput: float | None = Field(default=None, description="Productive step seconds / wall seconds since training started.")
     failure_reason: str | None = None
     pid: int
+    resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")

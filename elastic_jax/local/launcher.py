@@ -355,6 +355,7 @@ class LocalLauncher:
         recoveries (count), recovery_seconds (list), steps_lost,
         controller_pid_changed, controller_restarts, worker_restarts,
         injected_failure, goodput, checkpoint_uri, last_committed_checkpoint_step,
+        restored_from_step, resumed_from ({step, fallbackReason}),
         metrics_file, logs_dir, wall_seconds, failure_reason.
         """
         path = self.workdir / "summary.json"
@@ -384,6 +385,7 @@ class LocalLauncher:
             "checkpoint_uri": self.job.spec.checkpoint.uri,
             "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
             "restored_from_step": run.get("restored_from_step"),
+            "resumed_from": run.get("resumed_from"),
             "metrics_file": str(self.workdir / "metrics.prom"),
             "logs_dir": str(self.workdir),
             "wall_seconds": round(wall_seconds, 2),

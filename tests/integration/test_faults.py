@@ -266,3 +266,33 @@ def test_save_failure_reaches_the_summary_with_the_last_committed_step(tmp_path)
     assert s["last_committed_checkpoint_step"] == max(_committed_steps(ckpt)) >= 20
     assert f"last committed step {s['last_committed_checkpoint_step']}" in run.stderr or \
         str(s["last_committed_checkpoint_step"]) in run.stderr
+
+
+# -- item 10: a corrupt newest step does not block resume ------------------------------------------
+
+
+def test_corrupt_newest_steps_fall_back_to_the_newest_intact_one(tmp_path):
+    """Step 40 loses a file of its array data, step 30's array metadata is truncated: the resume
+    skips both with a warning naming them and continues from step 20, and the run succeeds."""
+    ckpt = tmp_path / "ckpt"
+    spec = {"checkpoint": {"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 10}}
+    first = run_cli(job_manifest("corrupt", tmp_path, training={"steps": 40, "globalBatchSize": 8}, **spec),
+                    tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _committed_steps(ckpt) == [10, 20, 30, 40]
+    data_files = sorted((p for p in (ckpt / "40" / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+                        key=lambda p: p.stat().st_size)
+    data_files[-1].unlink()  # the largest array data file
+    metadata = ckpt / "30" / "state" / "_METADATA"
+    metadata.write_bytes(metadata.read_bytes()[: metadata.stat().st_size // 2])
+    again = run_cli(job_manifest("corrupt", tmp_path, training={"steps": 60, "globalBatchSize": 8}, **spec),
+                    tmp_path, "--no-failure")
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = again.summary
+    assert s["succeeded"] and s["steps"] == 60 and s["restored_from_step"] == 20
+    resumed = [e for e in read_events(again.controller_log()) if e["event"] == "resumed"]
+    assert resumed and resumed[0]["step"] == 20, resumed
+    reason = resumed[0]["fallback_reason"]
+    assert "step 40:" in reason and "step 30:" in reason and "\n" not in reason
+    assert "another job" not in again.controller_log()
+    assert 40 in _committed_steps(ckpt) and 60 in _committed_steps(ckpt)  # 40 re-saved from good state
