@@ -319,7 +319,7 @@ class TrainingRun:
                                            f"{self.step}; a new controller resumes from the last committed step")
         except Exception as e:  # noqa: BLE001 - every failure ends the run with a reason
             reason = one_line_reason(e) if not _is_user_facing(e) else f"{type(e).__name__}: {e}"
-            _logger.error("training failed: %s", reason, exc_info=not _is_user_facing(e),
+            _logger.error("training failed: %s", e if _is_user_facing(e) else reason, exc_info=not _is_user_facing(e),
                           extra={"event": "training_failed", "reason": reason, "step": self.step})
             exit_code = ControllerExit.FAILED
             with self._lock:
