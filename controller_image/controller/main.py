@@ -49,6 +49,30 @@ def _fail(message: str) -> int:
     return ControllerExit.BAD_INPUT
 
 
+def _forward_signals_to(on_signal) -> None:
+    """Calls `on_signal(signum)` on a helper thread for each of `_LOSS_SIGNALS`.
+
+    The handler itself only writes the signal number to a pipe. Stopping takes
+    locks (the backend's, a queue's) that the interrupted main thread may be
+    holding at that very bytecode; taking them inside the handler deadlocked
+    the controller (seen under load: SIGTERM, then nothing, until SIGKILL).
+    """
+    import threading
+
+    read_fd, write_fd = os.pipe()
+
+    def watch() -> None:
+        while True:
+            data = os.read(read_fd, 1)
+            if not data:
+                return
+            on_signal(data[0])
+
+    threading.Thread(target=watch, name="signal-forwarder", daemon=True).start()
+    for sig in _LOSS_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: os.write(write_fd, bytes([signum])))
+
+
 def _close_quietly(what: str, close) -> str | None:
     """Calls `close()`; returns its error as one line instead of raising, so the summary is always written."""
     try:
@@ -193,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics)
         holder["run"] = run
-        for sig in _LOSS_SIGNALS:
-            signal.signal(sig, lambda signum, _frame: run.request_stop(signal.Signals(signum).name, requested=False))
+        _forward_signals_to(lambda signum: run.request_stop(signal.Signals(signum).name, requested=False))
         log.info("ready: job %s, control API on port %d", job.metadata.name, server.port,
                  extra={"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name})
         summary = run.run()
