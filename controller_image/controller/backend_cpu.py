@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from elastic_jax.controller.elastic.errors import SliceDownError, SliceExecutionError, UserCodeError
+from elastic_jax.controller.elastic.errors import SliceDownError, SliceExecutionError, StopRequested, UserCodeError
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.slice_client import SliceClient, StepProgram, export_program
 from elastic_jax.controller.trainer import Trainer
@@ -100,6 +100,8 @@ class CpuBackend:
         self._clients: dict[int, tuple[int, tuple[str, ...], SliceClient]] = {}
         self._warm: set[tuple[int, int, str]] = set()  # (slice, generation, program hash) already compiled there
         self._lock = threading.Lock()
+        self._events: queue.Queue | None = None  # the in-flight step's, for `interrupt`
+        self._interrupted = threading.Event()
         self.export_seconds = 0.0
 
     # -- slices ------------------------------------------------------------
@@ -223,7 +225,11 @@ class CpuBackend:
                 events.put(("abort", index, None, None))
 
         unsubscribe = self.slice_set.add_listener(on_report)
+        with self._lock:
+            self._events = events
         try:
+            if self._interrupted.is_set():
+                raise StopRequested("stop requested before the step was sent")
             generations: dict[int, int] = {}
             deadline_s = 0.0
             offset = 0
@@ -256,6 +262,9 @@ class CpuBackend:
                     error = SliceDownError(f"slices {missing} missed the step deadline", missing, cause="step_deadline")
                     error.failed_since = dispatched_at
                     raise error from None
+                if kind == "stop":
+                    # The run is stopping: abandon the step (a hung slice may hold it until its deadline).
+                    raise StopRequested(f"step abandoned: stop requested while waiting for slices {sorted(set(pending.values()))}")
                 if kind == "abort":
                     self.slice_set.mark_down([index], "reported Down by the operator", generations)
                     raise SliceDownError(f"slice {index} reported Down during the step", [index])
@@ -280,6 +289,8 @@ class CpuBackend:
                 self._raise_execution_errors(errors, active, generations)
         finally:
             unsubscribe()
+            with self._lock:
+                self._events = None
         return self._reduce([results[c] for c in range(len(sizes))], params_np)
 
     def _raise_execution_errors(
@@ -305,6 +316,19 @@ class CpuBackend:
         loss_sum, weight, grad_leaves = float(total[0]), float(total[1]), total[2:]
         grads = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params_np), grad_leaves)
         return loss_sum, weight, grads
+
+    def interrupt(self) -> None:
+        """Makes the in-flight `grad_step` (and every later one) raise `StopRequested` at once.
+
+        Called from a signal handler or the control API when the run stops, so
+        a step hung on a stopped worker does not hold the stop (and the final
+        checkpoint) until its deadline. Thread-safe.
+        """
+        self._interrupted.set()
+        with self._lock:
+            events = self._events
+        if events is not None:
+            events.put(("stop", None, None, None))
 
     def cleanup(self) -> None:
         """After an elastic event: nothing to clear; compiled programs stay cached (the point of elasticity)."""

@@ -141,9 +141,11 @@ def check_uri(uri: str, timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S) -> epath.Pa
 def clear_local_checkpoints(uri: str) -> list[str]:
     """Deletes the checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
 
-    Only entries Orbax writes are deleted: committed step directories (the name
-    is the step number), interrupted saves (`<step>.orbax-checkpoint-tmp-*`) and
-    Orbax's root `metadata/`.
+    Only entries Orbax itself recognises are deleted: committed step
+    directories (the name is the step number *and* the directory holds Orbax's
+    step metadata file, `_CHECKPOINT_METADATA`), interrupted saves
+    (`<step>.orbax-checkpoint-tmp-*`) and Orbax's root `metadata/`. A folder
+    whose name is only digits (a user's `2024/`) is not a step.
     The directory itself stays (a launcher may hold a lock on it). If it holds
     anything else, nothing is deleted: a `spec.checkpoint.uri` pointed at a
     project folder must never be emptied.
@@ -169,7 +171,7 @@ def clear_local_checkpoints(uri: str) -> list[str]:
     # Orbax's CheckpointManager writes step directories, `<step>.orbax-checkpoint-tmp-*` while
     # saving, and `metadata/` (its METADATA_ITEM_NAME) when given root metadata.
     orbax_root_metadata = ocp.checkpoint_manager.METADATA_ITEM_NAME
-    ours = [n for n in names if n.isdigit() or ".orbax-checkpoint-tmp" in n or n == orbax_root_metadata]
+    ours = [n for n in names if _is_orbax_step_dir(root / n) or ".orbax-checkpoint-tmp" in n or n == orbax_root_metadata]
     foreign = [n for n in names if n not in ours]
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
@@ -178,6 +180,15 @@ def clear_local_checkpoints(uri: str) -> list[str]:
     for name in ours:
         shutil.rmtree(root / name)
     return ours
+
+
+# The file Orbax's CheckpointManager writes into every step directory it saves.
+STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
+
+
+def _is_orbax_step_dir(path) -> bool:
+    """True for a directory named by a step number that holds Orbax's step metadata file."""
+    return path.name.isdigit() and path.is_dir() and (path / STEP_METADATA_FILE).is_file()
 
 
 def _with_default_sharding(target: PyTree) -> PyTree:
@@ -268,6 +279,7 @@ class Checkpointer:
         self.last_save_blocking_seconds: float | None = None
         self.last_save_seconds: float | None = None
         self.last_restore_seconds: float | None = None
+        self._unreadable: set[int] = set()
         self.last_committed_step: int | None = self.latest_committed_step()
         self._last_started_step: int | None = self._manager.latest_step()
         self._commit_watcher: threading.Thread | None = None
@@ -327,6 +339,9 @@ class Checkpointer:
 
     def _save_and_watch(self, step: int, state: PyTree, data_state: dict[str, Any], started: float) -> None:
         try:
+            if step in self._unreadable:  # superseded by this good save of the same step
+                self._manager.delete(step)
+                self._unreadable.discard(step)
             self._manager.save(
                 step,
                 args=ocp.args.Composite(
@@ -339,8 +354,7 @@ class Checkpointer:
             )
         except BaseException as e:  # reported to the training thread on its next call
             logger.exception("checkpoint save of step %d failed to start", step)
-            with self._lock:
-                self._background_error = e
+            self._record_save_error(step, e)
             return
         self._watch_commit(step, started)
 
@@ -352,8 +366,7 @@ class Checkpointer:
                 raise CheckpointSaveError(f"checkpoint step {step} at {self.uri} did not commit")
         except BaseException as e:  # reported to the training thread on its next call
             logger.exception("checkpoint save of step %d failed", step)
-            with self._lock:
-                self._background_error = e
+            self._record_save_error(step, e)
             return
         with self._lock:
             self.last_save_seconds = time.perf_counter() - started
@@ -362,6 +375,14 @@ class Checkpointer:
         logger.info("checkpoint step %d committed in %.2fs", step, self.last_save_seconds)
         if self._on_commit is not None:
             self._on_commit(step)
+
+    def _record_save_error(self, step: int, error: BaseException) -> None:
+        """Keeps a failed save's reason, naming the step and the last committed one, for the next caller."""
+        wrapped = CheckpointSaveError(f"checkpoint save of step {step} failed ({_one_line(error)}); "
+                                      f"last committed step: {self.last_committed_step}")
+        wrapped.__cause__ = error
+        with self._lock:
+            self._background_error = wrapped
 
     def _join_commit_watcher(self) -> None:
         if self._commit_watcher is not None:
@@ -392,12 +413,28 @@ class Checkpointer:
         and, on GCS, step directories without `commit_success.txt` are not
         counted.
         """
-        steps = ocp.utils.checkpoint_steps(self.directory)
+        steps = set(ocp.utils.checkpoint_steps(self.directory)) - self._unreadable
         return max(steps) if steps else None
 
     def committed_steps(self) -> list[int]:
-        """All committed steps in storage, ascending."""
-        return sorted(ocp.utils.checkpoint_steps(self.directory))
+        """All committed steps in storage, ascending, except those `set_aside` as unreadable."""
+        return sorted(set(ocp.utils.checkpoint_steps(self.directory)) - self._unreadable)
+
+    def set_aside(self, steps: list[int], restored_step: int) -> None:
+        """Marks committed `steps` unreadable after a fallback restore of the older `restored_step`.
+
+        They stay in storage (for inspection) but are no longer listed or
+        restored by this checkpointer; saving a step with one of their numbers
+        deletes the unreadable one first. Saves continue after `restored_step`.
+
+        Args:
+          steps: the committed steps that failed to restore.
+          restored_step: the step the run resumed from.
+        """
+        self._unreadable |= set(steps)
+        with self._lock:
+            self._last_started_step = restored_step
+            self.last_committed_step = restored_step
 
     def restore(self, target: PyTree, step: int | None = None) -> tuple[PyTree, dict[str, Any], int]:
         """Restores a committed checkpoint onto `target`'s structure and layout.

@@ -33,7 +33,8 @@ from fastapi import FastAPI, HTTPException, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from elastic_jax.api.control import MAX_GENERATION_AHEAD_S, ControllerStatus, SliceReport, SliceReportResult
+from elastic_jax.api.control import (MAX_GENERATION_AHEAD_S, ControllerStatus, SliceReport, SliceReportResult,
+                                      StopRequest)
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
 
@@ -113,6 +114,7 @@ def create_app(
     metrics: ControllerMetrics,
     token: str,
     ready: Callable[[], bool],
+    stop: Callable[[str], bool] | None = None,
 ) -> FastAPI:
     """Builds the FastAPI app.
 
@@ -122,6 +124,8 @@ def create_app(
       metrics: the registry served at /metrics.
       token: the bearer token required on /v1/*.
       ready: readiness predicate for /readyz.
+      stop: `stop(reason) -> accepted` for `POST /v1/stop`; False (not
+        started yet) answers 409. None: the endpoint answers 409.
 
     Raises:
       ValueError: empty token (an API without auth is never served).
@@ -167,6 +171,13 @@ def create_app(
         if applied:
             _logger.info("slice %d reported %s (generation %d)", index, report.state, report.generation)
         return SliceReportResult(applied=applied, slice_index=index, generation=generation)
+
+    @app.post("/v1/stop", status_code=202)
+    def post_stop(request: StopRequest) -> dict:
+        if stop is None or not stop(request.reason):
+            raise HTTPException(status_code=409, detail="the run has not started; stop the process instead")
+        _logger.info("stop requested: %s", request.reason, extra={"event": "stop_requested", "reason": request.reason})
+        return {"stopping": True}
 
     @app.get("/metrics")
     def get_metrics() -> Response:

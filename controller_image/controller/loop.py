@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -40,6 +41,8 @@ from elastic_jax.controller.elastic.errors import (
     SliceDownError,
     StopRequested,
     UserCodeError,
+    is_slice_down,
+    one_line_reason,
 )
 from elastic_jax.controller.elastic.manager import Manager
 from elastic_jax.controller.elastic.policy import RestartBudget
@@ -47,6 +50,7 @@ from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
 from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
+from elastic_jax.exit_codes import ControllerExit
 
 _logger = logging.getLogger(__name__)
 
@@ -68,6 +72,12 @@ class RunSummary:
     failure_reason: str | None
     wall_seconds: float
     pid: int
+    stop: str | None = None
+    """None, "requested" (a stop request: Ctrl-C, suspend) or "signal" (the process was signalled: a controller loss)."""
+    exit_code: int = ControllerExit.FAILED
+    """The `ControllerExit` the process ends with."""
+    resumed_from: dict[str, Any] | None = None
+    """`{"step", "fallbackReason"}` when the run resumed from a checkpoint (fallbackReason: why newer steps were skipped)."""
 
 
 class TrainingRun:
@@ -92,6 +102,8 @@ class TrainingRun:
         self.checkpointer = checkpointer
         self.metrics = metrics
         self._stop = threading.Event()
+        self._stop_kind: str | None = None  # "requested" | "signal"
+        self._stop_reason = ""
         self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
@@ -106,6 +118,7 @@ class TrainingRun:
         self.steps_lost = 0
         self.failure_reason: str | None = None
         self.restored_from_step: int | None = None
+        self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason"} once restored
         self._productive_s = 0.0
         self._train_start: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
@@ -119,7 +132,8 @@ class TrainingRun:
         def apply_update(params, opt_state, grads_sum, weight):
             grads = jax.tree_util.tree_map(lambda g: g / weight, grads_sum)
             updates, opt_state = trainer.optimizer.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state
+            params = optax.apply_updates(params, updates)
+            return params, opt_state, all_finite((params, opt_state))
 
         self._apply_update = apply_update
 
@@ -140,7 +154,7 @@ class TrainingRun:
                 phase = "WaitingForSlices"
             elif phase == "Running" and self._pending_recovery is not None:
                 phase = "Recovering"
-            active = sorted(self.slice_set.active) if phase not in ("Succeeded", "Failed") else []
+            active = sorted(self.slice_set.active) if phase not in ("Succeeded", "Failed", "Stopped", "Interrupted") else []
             counts: dict[str, int] = {}
             for r in self.recoveries:
                 counts[r.cause] = counts.get(r.cause, 0) + 1
@@ -163,6 +177,7 @@ class TrainingRun:
                 goodput=self.goodput(),
                 failure_reason=self.failure_reason,
                 pid=os.getpid(),
+                resumed_from=self.resumed_from,
             )
 
     # -- the run --------------------------------------------------------------
@@ -188,12 +203,34 @@ class TrainingRun:
                 f"{where} holds checkpoint step {latest}, beyond spec.training.steps ({self.spec.training.steps}): "
                 "another job's checkpoints? Give this job its own directory (or raise steps to continue it)")
         t0 = time.perf_counter()
-        try:
-            state, data_state, step = self.checkpointer.restore(state)
-        except (ValueError, TypeError, KeyError) as e:  # Orbax's errors for a tree or shape that does not fit
+        unreadable: list[int] = []
+        reasons: list[str] = []
+        for candidate in reversed(self.checkpointer.committed_steps()):
+            try:
+                restored, data_state, step = self.checkpointer.restore(state, candidate)
+                if not bool(all_finite(restored)):
+                    raise FloatingPointError("the state holds NaN or inf")
+            except Exception as e:  # noqa: BLE001 - a corrupt or unfit step: try the next older one
+                unreadable.append(candidate)
+                reasons.append(f"step {candidate}: {one_line_reason(e, 300)}")
+                _logger.warning("checkpoint step %d cannot be restored: %s", candidate, reasons[-1],
+                                extra={"event": "checkpoint_unreadable", "step": candidate, "reason": reasons[-1]})
+                continue
+            state = restored
+            break
+        else:
             raise CheckpointMismatchError(
                 f"{where}: checkpoint step {latest} does not fit this trainer's state (another job's checkpoints, "
-                f"or a changed model?): {' '.join(str(e).split())[:300]}") from None
+                f"or a changed model?), and no older committed step restores either; {reasons[0]}")
+        if unreadable:
+            # Keep the unreadable steps for inspection; a good save of the same number replaces one.
+            self.checkpointer.set_aside(unreadable, step)
+            self.resumed_from = {"step": step, "fallbackReason": "newer committed steps unreadable: " + "; ".join(reasons)}
+        else:
+            self.resumed_from = {"step": step, "fallbackReason": None}
+        (_logger.warning if unreadable else _logger.info)(
+            "resumed from checkpoint step %d%s", step, f" ({self.resumed_from['fallbackReason']})" if unreadable else "",
+            extra={"event": "resumed", "step": step, "fallback_reason": self.resumed_from["fallbackReason"]})
         self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
         self.step = int(data_state.get("next_batch_index", step))
         self.restored_from_step = self.step
@@ -211,14 +248,39 @@ class TrainingRun:
             "loss": self.loss,
         }
 
-    def request_stop(self) -> None:
-        """Asks the loop to stop at the next step boundary (SIGTERM)."""
+    def request_stop(self, reason: str, *, requested: bool) -> None:
+        """Stops the run: the in-flight step is abandoned, the last completed one checkpointed.
+
+        Safe to call from a signal handler or another thread. A stop request
+        (`requested=True`: `POST /v1/stop`, sent for Ctrl-C of `elastic-jax run`
+        or a suspend) ends the run as `STOPPED`; a bare signal
+        (`requested=False`: a node's graceful shutdown, preemption, a stray
+        kill) ends it as `RESTART`, a controller loss that its supervisor
+        recovers by starting a new controller. A request overrides an earlier
+        signal (the user's intent is known); a later signal never downgrades a
+        request.
+
+        Args:
+          reason: for the summary and the log, e.g. "SIGTERM" or "suspend".
+          requested: True for a stop request, False for a signal.
+        """
+        kind = "requested" if requested else "signal"
+        if self._stop_kind is None or (kind == "requested" and self._stop_kind == "signal"):
+            self._stop_kind, self._stop_reason = kind, reason
         self._stop.set()
+        interrupt = getattr(self.backend, "interrupt", None)
+        if interrupt is not None:
+            interrupt()  # abandon a step that may hang until its deadline
 
     @property
     def stop_requested(self) -> bool:
-        """True once `request_stop` was called (a suspend or shutdown, not a failure of the job)."""
+        """True once `request_stop` was called (a stop request or a signal, not a failure of the job)."""
         return self._stop.is_set()
+
+    @property
+    def stop_kind(self) -> str | None:
+        """None, "requested" or "signal" (see `request_stop`)."""
+        return self._stop_kind
 
     def run(self) -> RunSummary:
         """Trains to `spec.training.steps`; never raises for training failures.
@@ -240,25 +302,34 @@ class TrainingRun:
             )
             try:
                 retry(self._train)()
-            except StopRequested:
-                _logger.info("stop requested while waiting for slices at step %d", self.step)
+            except StopRequested as e:
+                _logger.info("stopping at step %d: %s", self.step, e)
             if not self._state_lost:  # never save state that went down with a slice
                 self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
             self.checkpointer.wait_until_finished()
             with self._lock:
-                self.phase = "Succeeded" if not self._stop.is_set() else "Failed"
-                if self._stop.is_set():
-                    self.failure_reason = f"stopped by signal at step {self.step}"
+                if self.step >= self.spec.training.steps:
+                    self.phase, exit_code = "Succeeded", ControllerExit.SUCCEEDED
+                elif self._stop_kind == "requested":
+                    self.phase, exit_code = "Stopped", ControllerExit.STOPPED
+                    self.failure_reason = f"stopped on request ({self._stop_reason}) at step {self.step}"
+                else:
+                    self.phase, exit_code = "Interrupted", ControllerExit.RESTART
+                    self.failure_reason = (f"controller interrupted by {self._stop_reason or 'a signal'} at step "
+                                           f"{self.step}; a new controller resumes from the last committed step")
         except Exception as e:  # noqa: BLE001 - every failure ends the run with a reason
-            _logger.error("training failed: %s", e, exc_info=not _is_user_facing(e))
+            reason = one_line_reason(e) if not _is_user_facing(e) else f"{type(e).__name__}: {e}"
+            _logger.error("training failed: %s", e if _is_user_facing(e) else reason, exc_info=not _is_user_facing(e),
+                          extra={"event": "training_failed", "reason": reason, "step": self.step})
+            exit_code = ControllerExit.FAILED
             with self._lock:
                 self.phase = "Failed"
-                self.failure_reason = f"{type(e).__name__}: {e}"
+                self.failure_reason = reason
             try:
                 self.checkpointer.wait_until_finished()
             except Exception:  # noqa: BLE001 - the failure above is the one to report
                 _logger.exception("waiting for the last checkpoint failed")
-        committed = self.checkpointer.latest_committed_step()
+        committed = self._committed_step_for_summary()
         if committed is not None:
             self.metrics.checkpoint_committed_step.set(committed)
         return RunSummary(
@@ -275,7 +346,23 @@ class TrainingRun:
             failure_reason=self.failure_reason,
             wall_seconds=time.monotonic() - started,
             pid=os.getpid(),
+            stop=self._stop_kind,
+            exit_code=int(exit_code),
+            resumed_from=self.resumed_from,
         )
+
+    def _committed_step_for_summary(self) -> int | None:
+        """The newest committed step, from storage when it answers, else the last one seen committed.
+
+        A full or read-only disk (or an unreachable bucket) can make listing
+        the steps fail too; the summary must still say what is committed.
+        """
+        try:
+            return self.checkpointer.latest_committed_step()
+        except Exception as e:  # noqa: BLE001 - any storage error; the known step is the answer
+            _logger.warning("cannot list committed checkpoints (%s); reporting the last step seen committed",
+                            one_line_reason(e))
+            return self.checkpointer.last_committed_step
 
     def _on_elastic_event(self, error: Exception) -> None:
         if isinstance(error, ScaleUpSignalError):
@@ -343,10 +430,25 @@ class TrainingRun:
             batch = self.batches[self.step]
             t0 = time.monotonic()
             loss_sum, weight, grads = self.backend.grad_step(self.state["params"], batch, active)
-            params, opt_state = self._apply_update(self.state["params"], self.state["opt_state"], grads, np.float32(weight))
+            try:
+                params, opt_state, finite = self._apply_update(
+                    self.state["params"], self.state["opt_state"], grads, np.float32(weight))
+                finite = bool(finite)
+            except Exception as e:  # noqa: BLE001 - jax raises JaxRuntimeError or (when read back) ValueError
+                if is_slice_down(e) or isinstance(e, StopRequested):
+                    raise
+                # Runs on the controller: no slice can have caused it (a host callback in
+                # the optimizer that raised, a bad shape): the user's error, not retried.
+                raise UserCodeError(f"the optimizer update of step {self.step + 1} failed: {one_line_reason(e)}") from None
             loss = loss_sum / weight
             if not np.isfinite(loss):
-                raise FloatingPointError(f"loss is {loss} at step {self.step}; stopping instead of training on garbage")
+                raise FloatingPointError(f"loss is {loss} at step {self.step + 1}; stopping instead of training on garbage "
+                                         f"(last committed step: {self.checkpointer.last_committed_step})")
+            if not finite:
+                # Never let non-finite state reach a checkpoint: every resume would start from it.
+                raise FloatingPointError(
+                    f"the update of step {self.step + 1} made the parameters or optimizer state non-finite (NaN/inf); "
+                    f"step {self.step + 1} is not saved; last committed step: {self.checkpointer.last_committed_step}")
             now = time.monotonic()
             with self._lock:
                 self.state = {"params": params, "opt_state": opt_state}
@@ -376,6 +478,13 @@ class TrainingRun:
             t_save = time.perf_counter()
             if self.checkpointer.maybe_save(self.step, self.state, self._data_state()):
                 self.metrics.checkpoint_save_seconds.observe(time.perf_counter() - t_save)
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """A scalar bool array: every floating-point leaf of `tree` is finite (integer leaves are ignored)."""
+    checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
 
 
 def _is_user_facing(error: Exception) -> bool:

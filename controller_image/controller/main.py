@@ -3,9 +3,13 @@
 Reads the job's manifest, builds the trainer and the checkpointer, serves the
 control API, and runs the elastic training loop until it succeeds or fails.
 
-Exit codes: 0 succeeded; 1 training failed (reason in the summary and the
-log); 2 bad input (manifest, trainer config, checkpoint URI), reported as one
-line on stderr starting with `error:` before anything trains.
+Exit codes: `elastic_jax.exit_codes.ControllerExit`: 0 succeeded; 1 training
+failed (reason in the summary and the log); 2 bad input (manifest, trainer
+config, checkpoint URI), reported as one line on stderr starting with `error:`
+before anything trains; 4 stopped on request (`POST /v1/stop`); 75 interrupted
+by a signal that was not a stop request (SIGTERM, SIGINT, SIGHUP: a node
+shutdown, a preemption), after checkpointing the last completed step: a
+controller loss, restart it and it resumes.
 
 Configuration, flags first, then environment (as the operator sets it in a pod):
   --manifest / ELASTIC_JAX_MANIFEST      path of the ElasticTrainingJob YAML
@@ -25,7 +29,11 @@ import signal
 import sys
 from pathlib import Path
 
+from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.logs import JsonFormatter
+
+# Signals that end the run as a controller loss (exit RESTART), after a checkpoint.
+_LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _setup_logging(fmt: str) -> None:
@@ -38,7 +46,44 @@ def _setup_logging(fmt: str) -> None:
 
 def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr, flush=True)
-    return 2
+    return ControllerExit.BAD_INPUT
+
+
+def _forward_signals_to(on_signal) -> None:
+    """Calls `on_signal(signum)` on a helper thread for each of `_LOSS_SIGNALS`.
+
+    The handler itself only writes the signal number to a pipe. Stopping takes
+    locks (the backend's, a queue's) that the interrupted main thread may be
+    holding at that very bytecode; taking them inside the handler deadlocked
+    the controller (seen under load: SIGTERM, then nothing, until SIGKILL).
+    """
+    import threading
+
+    read_fd, write_fd = os.pipe()
+
+    def watch() -> None:
+        while True:
+            data = os.read(read_fd, 1)
+            if not data:
+                return
+            on_signal(data[0])
+
+    threading.Thread(target=watch, name="signal-forwarder", daemon=True).start()
+    for sig in _LOSS_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: os.write(write_fd, bytes([signum])))
+
+
+def _close_quietly(what: str, close) -> str | None:
+    """Calls `close()`; returns its error as one line instead of raising, so the summary is always written."""
+    try:
+        close()
+    except Exception as e:  # noqa: BLE001 - any failure while closing is reported, never lost
+        from elastic_jax.controller.elastic.errors import one_line_reason
+
+        reason = one_line_reason(e)
+        logging.getLogger("elastic_jax.controller").error("closing the %s failed: %s", what, reason)
+        return reason
+    return None
 
 
 def _read_token(args: argparse.Namespace) -> str | None:
@@ -128,8 +173,16 @@ def main(argv: list[str] | None = None) -> int:
             slices=slice_set.statuses(), pid=os.getpid(),
         )
 
+    def stop(reason: str) -> bool:
+        run = holder.get("run")
+        if run is None:
+            return False
+        run.request_stop(reason, requested=True)
+        return True
+
     server = ControlApiServer(
-        create_app(slice_set, status, metrics, token, ready=lambda: "run" in holder), host=args.host, port=args.port
+        create_app(slice_set, status, metrics, token, ready=lambda: "run" in holder, stop=stop),
+        host=args.host, port=args.port,
     )
     try:
         server.start()
@@ -165,19 +218,28 @@ def main(argv: list[str] | None = None) -> int:
             )
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics)
         holder["run"] = run
-        signal.signal(signal.SIGTERM, lambda *_: run.request_stop())
+        _forward_signals_to(lambda signum: run.request_stop(signal.Signals(signum).name, requested=False))
         log.info("ready: job %s, control API on port %d", job.metadata.name, server.port,
                  extra={"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name})
         summary = run.run()
-        backend.close()
-        checkpointer.close()
+        _close_quietly("backend", backend.close)
+        close_error = _close_quietly("checkpointer", checkpointer.close)
+        if close_error and summary.succeeded:
+            # The final save did not commit: the job is not done (the summary says why).
+            summary.succeeded, summary.exit_code = False, int(ControllerExit.FAILED)
+            summary.failure_reason = f"final checkpoint failed: {close_error}"
+        try:
+            summary.last_committed_checkpoint_step = checkpointer.latest_committed_step()
+        except Exception:  # noqa: BLE001 - storage unusable: keep what the run saw committed
+            pass
         payload = json.dumps(summary.__dict__)
         if args.summary_file:
             Path(args.summary_file).write_text(payload)
-        outcome = "succeeded" if summary.succeeded else "stopped" if run.stop_requested else "failed"
+        outcome = {ControllerExit.SUCCEEDED: "succeeded", ControllerExit.STOPPED: "stopped",
+                   ControllerExit.RESTART: "interrupted"}.get(summary.exit_code, "failed")
         log.info("finished: %s after %d/%d steps", outcome, summary.steps,
                  summary.total_steps, extra={"event": "finished", **summary.__dict__})
-        return 0 if summary.succeeded else 1
+        return summary.exit_code
     finally:
         server.stop()
 

@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from elastic_jax.api.control import ControllerStatus, SliceReport, SliceReportResult, SliceState
+from elastic_jax.api.control import ControllerStatus, SliceReport, SliceReportResult, SliceState, StopRequest
 
 
 class ControlApiError(RuntimeError):
@@ -90,6 +90,15 @@ class ControlClient:
           ControlApiError: rejected or unreachable.
         """
         return ControllerStatus.model_validate(self._request("GET", "/v1/status", retries, backoff_s).json())
+
+    def stop(self, reason: str, retries: int = 0, backoff_s: float = 0.1) -> None:
+        """`POST /v1/stop`: ask the run to stop (abandon the in-flight step, checkpoint, exit STOPPED).
+
+        Raises:
+          ControlApiError: rejected (401, 409 before the run started) or unreachable.
+        """
+        self._request("POST", "/v1/stop", retries, backoff_s,
+                      json=StopRequest(reason=reason[:256]).model_dump(mode="json", by_alias=True))
 
     def ready(self) -> bool:
         """True when `GET /readyz` answers 200 (no retries)."""

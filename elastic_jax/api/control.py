@@ -26,6 +26,8 @@ ControllerPhase = Literal[
     "Recovering",  # a slice was lost; the step is being retried on the survivors
     "Succeeded",
     "Failed",
+    "Stopped",  # ended by a stop request (Ctrl-C of elastic-jax run, a suspend); the last completed step is saved
+    "Interrupted",  # ended by a signal that was not a stop request: a controller loss; a new one resumes
 ]
 
 
@@ -57,6 +59,18 @@ class SliceReport(_Msg):
     reason: str | None = Field(default=None, max_length=1024, description="Why (e.g. pod exit code, OOMKilled).")
 
 
+class StopRequest(_Msg):
+    """`POST /v1/stop` body: the user (through the launcher or the operator) asks the run to stop.
+
+    The controller abandons the in-flight step, checkpoints the last completed
+    one and exits `ControllerExit.STOPPED`. A bare SIGTERM instead means the
+    controller is being lost (node shutdown, preemption): it checkpoints the
+    same way but exits `ControllerExit.RESTART`.
+    """
+
+    reason: str = Field(default="stop requested", max_length=256, description="Why, for the log and summary (e.g. Ctrl-C, suspend).")
+
+
 class SliceReportResult(_Msg):
     """Answer to `PUT /v1/slices/{index}`."""
 
@@ -86,6 +100,15 @@ class RecoveryRecord(_Msg):
     seconds: float | None = Field(default=None, description="From the failure to the next completed step; None while running.")
 
 
+class ResumeInfo(_Msg):
+    """Which checkpoint a run resumed from, and why not a newer one."""
+
+    step: int = Field(description="The committed step restored.")
+    fallback_reason: str | None = Field(
+        default=None, description="Set when newer committed steps could not be restored (corrupt, truncated, "
+                                  "non-finite): which, and why. The operator turns it into a Warning Event.")
+
+
 class ControllerStatus(_Msg):
     """`GET /v1/status`."""
 
@@ -107,3 +130,4 @@ class ControllerStatus(_Msg):
     goodput: float | None = Field(default=None, description="Productive step seconds / wall seconds since training started.")
     failure_reason: str | None = None
     pid: int
+    resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")

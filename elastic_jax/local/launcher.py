@@ -6,9 +6,13 @@ slice worker per slice, and then supervises: a worker that dies is reported
 `Down` to the controller at once and restarted with exponential backoff; when
 its port accepts connections it is reported `Ready` with its new address —
 the same `PUT /v1/slices/{i}` calls, with increasing generations, that the
-operator makes in a cluster. A controller killed by a signal is restarted
-(it resumes from its last committed checkpoint) and told about the live
-workers again. Optionally it injects a failure: SIGKILL (or SIGSTOP) of one
+operator makes in a cluster. A controller that exits without ending the job
+(`elastic_jax.exit_codes.ends_job` is false: killed by a signal, or exit
+`RESTART` after a SIGTERM that was not the launcher's) is restarted (it
+resumes from its last committed checkpoint) and told about the live workers
+again. Only the launcher's own stop (Ctrl-C or SIGTERM to `elastic-jax run`)
+ends a running job early: it sends `POST /v1/stop` first, so the controller
+abandons its step, checkpoints and exits `STOPPED`, then stops every process. Optionally it injects a failure: SIGKILL (or SIGSTOP) of one
 worker once training passes a given step.
 """
 
@@ -28,6 +32,7 @@ from typing import Any, Callable
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
 
 _logger = logging.getLogger(__name__)
@@ -150,7 +155,7 @@ class LocalLauncher:
         if not self.controller.alive():
             code = self.controller.exit_code()
             raise LaunchError(self.controller.last_error_line().removeprefix("error: ") or f"controller exited with {code}",
-                              exit_code=2 if code == 2 else 1)
+                              exit_code=2 if code == ControllerExit.BAD_INPUT else 1)
         if not ok or not self.client.ready():
             raise LaunchError(f"controller not ready after {self.options.ready_timeout_s:.0f} s; see {self.controller.log_path}", 1)
         self._cleared = True  # ready means --fresh is done; a restart must resume, not wipe again
@@ -271,9 +276,10 @@ class LocalLauncher:
                 now = time.monotonic()
                 code = self.controller.exit_code()
                 if code is not None:
-                    if code in (0, 1) or controller_restarts >= self.options.max_controller_restarts:
+                    if ends_job(code) or controller_restarts >= self.options.max_controller_restarts:
                         break
-                    # Flow 3: the controller itself died; start a new one, it resumes from the checkpoint.
+                    # Flow 3: the controller itself was lost (killed, or signalled by someone other than
+                    # this launcher: exit RESTART); start a new one, it resumes from the checkpoint.
                     controller_restarts += 1
                     self._carry_over_from_dead_controller(code)
                     _logger.warning("controller exited with %s; restarting (%d)", code, controller_restarts)
@@ -293,8 +299,11 @@ class LocalLauncher:
             interrupted = True
         finally:
             self.stop_all()
-        if not interrupted and self.controller.exit_code() not in (0, 1):
-            raise LaunchError(f"controller failed ({self.controller.last_error_line()})", exit_code=1)
+        code = self.controller.exit_code()
+        if not interrupted and code not in (ControllerExit.SUCCEEDED, ControllerExit.FAILED):
+            raise LaunchError(f"controller lost {controller_restarts + 1} times (last exit {code}; "
+                              f"{self.options.max_controller_restarts} restarts allowed): "
+                              f"{self.controller.last_error_line()}", exit_code=1)
         summary = self.summary(time.monotonic() - started, controller_restarts)
         if interrupted:
             summary["succeeded"] = False
@@ -319,8 +328,20 @@ class LocalLauncher:
         self.last_status = None
 
     def stop_all(self) -> None:
-        """Stops the controller (it checkpoints on SIGTERM) and every worker; nothing is left running."""
+        """Stops the controller and every worker; nothing is left running.
+
+        A live controller is first asked to stop (`POST /v1/stop`): it abandons
+        the in-flight step, checkpoints the last completed one and exits
+        `STOPPED`. SIGTERM follows (the same checkpoint, for a controller that
+        could not be asked), then SIGKILL after the grace period.
+        """
         if self.controller is not None:
+            if self.controller.alive() and self.client is not None:
+                try:
+                    self.client.stop("elastic-jax run was stopped (Ctrl-C or SIGTERM)")
+                    self.controller.wait(timeout_s=30.0)
+                except ControlApiError as e:
+                    _logger.info("stop request not delivered (%s); sending SIGTERM", e)
             self.controller.stop(grace_s=30.0)
         for s in self.slices:
             s.child.stop(grace_s=5.0)
@@ -334,6 +355,7 @@ class LocalLauncher:
         recoveries (count), recovery_seconds (list), steps_lost,
         controller_pid_changed, controller_restarts, worker_restarts,
         injected_failure, goodput, checkpoint_uri, last_committed_checkpoint_step,
+        restored_from_step, resumed_from ({step, fallbackReason}),
         metrics_file, logs_dir, wall_seconds, failure_reason.
         """
         path = self.workdir / "summary.json"
@@ -363,6 +385,7 @@ class LocalLauncher:
             "checkpoint_uri": self.job.spec.checkpoint.uri,
             "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
             "restored_from_step": run.get("restored_from_step"),
+            "resumed_from": run.get("resumed_from"),
             "metrics_file": str(self.workdir / "metrics.prom"),
             "logs_dir": str(self.workdir),
             "wall_seconds": round(wall_seconds, 2),

@@ -97,6 +97,15 @@ class Child:
         if self.alive():
             os.kill(self.popen.pid, sig)
 
+    def wait(self, timeout_s: float) -> int | None:
+        """Waits up to `timeout_s` seconds for the process to exit; returns its exit code (None: still running)."""
+        if self.popen is None:
+            return None
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def stop(self, grace_s: float = 10.0) -> int | None:
         """SIGTERM to the process group, SIGKILL after `grace_s` seconds; returns the exit code."""
         if self.popen is None:

@@ -12,11 +12,9 @@ from typing import Any
 
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import FINISHED_PHASES
+from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.k8s_operator import names
 from elastic_jax.k8s_operator.slices import PodView
-
-# Controller exit codes (elastic-jax-controller): 0 succeeded, 1 training failed, 2 bad input.
-EXIT_SUCCEEDED, EXIT_TRAINING_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,17 +108,24 @@ def _teardown(observed: Observed, plan: Plan, keep_finished_controller: bool, wo
 
 
 def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) -> tuple[str, str] | None:
-    """("Succeeded"|"Failed", reason) when the controller pod's exit ends the job; None for a crash to recover."""
-    if pod.phase == "Succeeded" or pod.exit_code == EXIT_SUCCEEDED:
+    """("Succeeded"|"Failed", reason) when the controller pod's exit ends the job; None for a loss to recover.
+
+    Only `ControllerExit.SUCCEEDED`, `FAILED` and `BAD_INPUT` end the job.
+    `RESTART` (the controller was signalled by its node: graceful shutdown,
+    preemption; it checkpointed and asks to be restarted), `STOPPED` while the
+    spec still wants the job running, a signal's 128+n and any other code are
+    controller losses: recreated and counted.
+    """
+    if pod.phase == "Succeeded" or pod.exit_code == ControllerExit.SUCCEEDED:
         return "Succeeded", f"trained {job.spec.training.steps} steps"
     # FallbackToLogsOnError: the message is the log's tail; the controller's own reason is its
     # last `error: ` line (library noise may follow it), else the last line.
     lines = [ln for ln in pod.termination_message.splitlines() if ln.strip()] if pod.termination_message else []
     errors = [ln for ln in lines if ln.startswith("error: ")]
     detail = errors[-1] if errors else (lines[-1] if lines else "")
-    if pod.exit_code == EXIT_TRAINING_FAILED:
+    if pod.exit_code == ControllerExit.FAILED:
         return "Failed", f"training failed: {observed.controller_failure_reason or detail or 'see the controller log'}"
-    if pod.exit_code == EXIT_BAD_INPUT:
+    if pod.exit_code == ControllerExit.BAD_INPUT:
         return "Failed", f"the controller refused its input: {detail.removeprefix('error: ') or 'see the controller log'}"
     return None
 
@@ -135,7 +140,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     Returns:
       A `Plan`. Worker failures never touch the controller pod: a slice's
       JobSet replaces its own pods; only the controller's own death (a pod
-      that failed other than by exit 0/1/2, vanished, or is being deleted
+      that exited with a code that does not end the job (see `_controller_exit`), vanished, or is being deleted
       by someone else) recreates the controller, counted in status.
     """
     plan = Plan()

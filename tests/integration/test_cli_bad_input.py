@@ -251,6 +251,7 @@ def test_fresh_with_a_manifest_mistake_keeps_the_checkpoints(tmp_path):
 def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_path):
     ckpt = tmp_path / "ckpt"
     (ckpt / "100").mkdir(parents=True)
+    (ckpt / "100" / "_CHECKPOINT_METADATA").write_text("{}")  # what makes it an Orbax step
     (ckpt / "110.orbax-checkpoint-tmp-1234").mkdir()
     m = job_manifest("fresh", tmp_path, training={"steps": 20, "globalBatchSize": 8},
                      checkpoint={"uri": str(ckpt), "intervalSteps": 10})
@@ -285,3 +286,21 @@ def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
     assert "checkpoint step 20 does not fit this trainer's state" in changed.summary["failure_reason"]
     # The reason is one log line (Orbax's own threads may still print noise after a failed restore).
     assert "training failed: spec.checkpoint.uri" in changed.controller_log()
+
+
+def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):
+    """Issue 9 item 12: `2024/` under the checkpoint directory is a user's folder, not an Orbax
+    step (no step metadata): --fresh refuses and deletes nothing, not even the real steps."""
+    ckpt = tmp_path / "ckpt"
+    first = run_cli(job_manifest("digits", tmp_path, training={"steps": 10, "globalBatchSize": 8},
+                                 checkpoint={"uri": str(ckpt), "intervalSteps": 5}), tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (ckpt / "2024").mkdir()
+    (ckpt / "2024" / "report.csv").write_text("a,b\n")
+    m = job_manifest("digits", tmp_path, training={"steps": 10, "globalBatchSize": 8},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 5})
+    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
+                          "--fresh deletes checkpoints only", "2024")
+    assert (ckpt / "2024" / "report.csv").read_text() == "a,b\n"
+    assert (ckpt / "10").is_dir() and (ckpt / "5").is_dir()

@@ -41,3 +41,52 @@ def oom_trainer(config: dict) -> Trainer:
         return loss_sum + 0.0 * huge[-1], weight
 
     return dataclasses.replace(base, loss_fn=loss_fn, name="oom")
+
+
+CALLBACK_FAILS_AT_UPDATE = 5  # the 6th optimizer update (step 6) raises in its host callback
+NAN_AT_UPDATE = 24  # the 25th optimizer update (step 25) makes the parameters NaN
+
+
+def _with_extra_transform(config: dict, transform, name: str) -> Trainer:
+    import optax
+
+    base = make_trainer(config)
+    return dataclasses.replace(base, optimizer=optax.chain(base.optimizer, transform), name=name)
+
+
+def callback_error_trainer(config: dict) -> Trainer:
+    """The optimizer has a host callback (Python inside the jitted update) that raises
+    `KeyError` from its 6th update on, as an optax transform looking up a schedule in a
+    dict would. XLA reports it as `INTERNAL: CpuCallback error ...`: the user's bug,
+    not a lost slice."""
+    import numpy as np
+    import optax
+
+    table = {i: 1.0 for i in range(CALLBACK_FAILS_AT_UPDATE)}
+
+    def scale_for(count):
+        return np.float32(table[int(count)])  # KeyError once count reaches CALLBACK_FAILS_AT_UPDATE
+
+    def init(params):
+        return {"count": jnp.zeros((), jnp.int32)}
+
+    def update(updates, state, params=None):
+        scale = jax.pure_callback(scale_for, jax.ShapeDtypeStruct((), jnp.float32), state["count"])
+        return jax.tree_util.tree_map(lambda u: u * scale, updates), {"count": state["count"] + 1}
+
+    return _with_extra_transform(config, optax.GradientTransformation(init, update), "callback-error")
+
+
+def nan_update_trainer(config: dict) -> Trainer:
+    """The optimizer's 25th update turns every parameter into NaN (a diverging run); the loss
+    of that step was still finite, so only a check of the state itself can catch it."""
+    import optax
+
+    def init(params):
+        return {"count": jnp.zeros((), jnp.int32)}
+
+    def update(updates, state, params=None):
+        poison = jnp.where(state["count"] == NAN_AT_UPDATE, jnp.float32(jnp.nan), jnp.float32(0.0))
+        return jax.tree_util.tree_map(lambda u: u + poison, updates), {"count": state["count"] + 1}
+
+    return _with_extra_transform(config, optax.GradientTransformation(init, update), "nan-update")

@@ -143,6 +143,23 @@ def test_error_classification():
     assert is_slice_down(jax.errors.JaxRuntimeError("DATA_LOSS: slice gone"))
     assert not is_slice_down(jax.errors.JaxRuntimeError("INVALID_ARGUMENT: shapes"))
     assert not is_slice_down(ValueError("DATA_LOSS"))
+    assert is_slice_down(jax.errors.JaxRuntimeError("UNAVAILABLE: connection to slice 1 lost"))
+    assert is_slice_down(jax.errors.JaxRuntimeError("DEADLINE_EXCEEDED: slice 0 did not answer"))
+
+
+def test_host_callback_errors_are_the_users_not_a_slice_loss():
+    """Issue 9 item 2: XLA reports a raising host callback as INTERNAL; no slice caused it."""
+    import jax
+
+    from elastic_jax.controller.elastic.errors import one_line_reason
+
+    text = ("INTERNAL: CpuCallback error calling callback: Traceback (most recent call last):\n"
+            "  File \"opt.py\", line 3, in scale_for\nKeyError: 30")
+    for error in (jax.errors.JaxRuntimeError(text), ValueError(text)):
+        assert not is_slice_down(error)
+        assert one_line_reason(error).startswith("host callback raised KeyError: 30 (")
+    assert not is_slice_down(jax.errors.JaxRuntimeError("INTERNAL: something else"))
+    assert one_line_reason(RuntimeError("a\n  b")) == "RuntimeError: a b"
 
 
 def test_stop_request_ends_a_wait_for_slices():

@@ -71,6 +71,23 @@ def test_controller_exit_codes_end_the_job():
         assert plan.create_controller is None
 
 
+def test_controller_asking_to_be_restarted_is_a_loss_recreated_and_counted():
+    """Issue 9 item 1: a SIGTERM from the node (graceful shutdown, preemption) makes the controller
+    checkpoint and exit RESTART; that is a controller loss, never the end of the job."""
+    from elastic_jax.exit_codes import ControllerExit, ends_job
+
+    for code in (ControllerExit.RESTART, ControllerExit.STOPPED, 143, 137, 99):
+        pod = _ctrl(phase="Failed", exit_code=int(code), reason=f"exit code {int(code)}")
+        plan = decide(_job(), Observed({"controllerPod": "demo-controller-0", "controllerRestarts": 1},
+                                       [pod], _both_jobsets(), "controller interrupted by SIGTERM at step 7"))
+        assert plan.finish is None, code
+        assert plan.create_controller == 1 and plan.controller_restarted, code
+        assert plan.events[0][1] == "ControllerRestarted" and f"exit code {int(code)}" in plan.events[0][2]
+        assert not ends_job(int(code))
+    assert all(ends_job(int(c)) for c in (ControllerExit.SUCCEEDED, ControllerExit.FAILED, ControllerExit.BAD_INPUT))
+    assert not ends_job(None) and not ends_job(-15)
+
+
 def test_controller_restart_budget():
     dead = _ctrl(3, phase="Failed", exit_code=137, reason="exit code 137")
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-3", "controllerRestarts": 3}, [dead], _both_jobsets()))

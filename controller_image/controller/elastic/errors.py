@@ -14,10 +14,18 @@ from collections.abc import Iterable
 
 import jax
 
-# Status-code prefixes that mean "a slice went away", per pathways-utils
-# (pathwaysutils/elastic/elastic.py, _ELASTIC_DOWN_ERROR_TYPES and the
-# additional types it accepts).
-SLICE_DOWN_PREFIXES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "NOT_FOUND", "INTERNAL", "UNAVAILABLE")
+# Status-code prefixes that mean "a slice went away": what Pathways raises when
+# a slice's hosts vanish (DATA_LOSS, UNAVAILABLE) or stop answering
+# (DEADLINE_EXCEEDED). pathways-utils also accepts INTERNAL and NOT_FOUND, but
+# XLA raises INTERNAL for errors no slice caused, above all a host callback that
+# raised (`INTERNAL: CpuCallback error ...`, e.g. an optax transform calling
+# Python): treating those as slice losses retried the user's bug until the
+# restart budget ran out (issue 9, item 2).
+SLICE_DOWN_PREFIXES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "UNAVAILABLE")
+
+# Markers of an error raised by the user's own Python inside a jitted program
+# (jax.pure_callback / io_callback / debug.callback): never a slice loss.
+_HOST_CALLBACK_MARKERS = ("CpuCallback error", "CallbackError", "callback error")
 
 
 class SliceDownError(jax.errors.JaxRuntimeError):
@@ -79,10 +87,48 @@ def is_slice_down(error: BaseException) -> bool:
 
     Returns:
       True for `SliceDownError`, and for a `jax.errors.JaxRuntimeError` whose
-      message starts with one of `SLICE_DOWN_PREFIXES` (Pathways convention).
+      message starts with one of `SLICE_DOWN_PREFIXES` (Pathways convention)
+      and is not a host-callback error. False for everything else, including
+      `INTERNAL:` errors, which XLA raises for a failing host callback.
     """
     if isinstance(error, SliceDownError):
         return True
     if isinstance(error, jax.errors.JaxRuntimeError):
-        return str(error).lstrip().startswith(SLICE_DOWN_PREFIXES)
+        text = str(error).lstrip()
+        return text.startswith(SLICE_DOWN_PREFIXES) and not is_host_callback_error(error)
     return False
+
+
+def is_host_callback_error(error: BaseException) -> bool:
+    """True when `error` is XLA reporting that a Python host callback raised (user code)."""
+    head = str(error).lstrip()[:200]
+    # JaxRuntimeError when raised by the computation; jax re-raises it as ValueError when
+    # the failed result is read back (e.g. `bool(array)`): the message is what tells.
+    return isinstance(error, (jax.errors.JaxRuntimeError, ValueError)) and any(m in head for m in _HOST_CALLBACK_MARKERS)
+
+
+def one_line_reason(error: BaseException, limit: int = 500) -> str:
+    """A one-line description of `error` that names the original exception.
+
+    For a host-callback error XLA's message is the callback's whole traceback;
+    its last line (`KeyError: 'x'`) is the user's exception, so that is what
+    is shown, with where it came from: `host callback raised KeyError: 'x'
+    (JaxRuntimeError INTERNAL: CpuCallback error)`. Other errors become
+    `Type: message` with whitespace folded.
+
+    Args:
+      error: any exception.
+      limit: the longest text returned (characters).
+
+    Returns:
+      One line, at most `limit` characters.
+    """
+    text = str(error).strip()
+    if is_host_callback_error(error):
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        original = lines[-1] if lines else "?"
+        kind = text.split(":", 1)[0]
+        line = f"host callback raised {original} ({type(error).__name__} {kind}: CpuCallback error)"
+    else:
+        line = f"{type(error).__name__}: {' '.join(text.split()) or type(error).__name__}"
+    return line if len(line) <= limit else line[: limit - 3] + "..."

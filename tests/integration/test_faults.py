@@ -1,0 +1,298 @@
+"""Faults of issue 9 rebuilt with real parts: real controller and worker processes,
+real signals, real Orbax checkpoints on disk.
+
+Every test runs `elastic-jax run` as a user would and polls for conditions with
+generous deadlines (the machine is shared and loaded); none asserts a duration.
+Every process a test starts is stopped by the test, by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+from elastic_jax.local.launcher import RUN_DIR_ENV
+from elastic_jax.logs import read_events
+from tests.support.runs import CLI, ROOT, job_manifest, leftover_processes, run_cli
+
+POLL_DEADLINE_S = 300
+
+
+def _events(log: Path) -> list[dict]:
+    return read_events(log.read_text()) if log.exists() else []
+
+
+def _logged_step(log: Path) -> int:
+    return max((e["step"] for e in _events(log) if e["event"] == "step"), default=0)
+
+
+def _ready_pids(workdir: Path) -> list[int]:
+    """PIDs of every controller that logged `ready`, in order."""
+    return [int(e["pid"]) for e in _events(workdir / "controller.log") if e["event"] == "ready"]
+
+
+def _wait_for(predicate, what: str, timeout_s: float = POLL_DEADLINE_S, interval_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _worker_pid(run_dir: Path, slice_index: int) -> int | None:
+    """PID of the live worker process of one slice of the run in `run_dir`."""
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if (any(part.endswith("elastic-jax-worker") for part in cmd) and "--slice-index" in cmd
+                    and cmd[cmd.index("--slice-index") + 1] == str(slice_index)
+                    and p.environ().get(RUN_DIR_ENV) == str(run_dir.resolve())):
+                return p.pid
+        except (psutil.Error, IndexError):
+            continue
+    return None
+
+
+def _committed_steps(ckpt: Path) -> list[int]:
+    return sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.exists() else []
+
+
+def _start_cli(manifest: dict, tmp_path: Path, *flags: str) -> subprocess.Popen:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return subprocess.Popen([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), *flags],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+
+
+def _summary(stdout: str) -> dict:
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("SUMMARY "), last
+    return json.loads(last.removeprefix("SUMMARY "))
+
+
+# -- item 1: a signal to the controller is a controller loss, not the end of the job ----------------
+
+
+def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes(tmp_path):
+    """`kill -TERM <controller>` mid-run (node shutdown, preemption): checkpoint the step reached,
+    exit RESTART, the launcher starts a new controller that resumes from that very step."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("ctrlterm", tmp_path, training={"steps": 400, "globalBatchSize": 8, "logEverySteps": 10},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 1000})  # no periodic save: only the stop's
+    signalled: dict = {}
+
+    def killer():
+        try:
+            log = tmp_path / "run" / "controller.log"
+            _wait_for(lambda: _logged_step(log) >= 60, "step 60")
+            pid = _ready_pids(tmp_path / "run")[0]
+            os.kill(pid, signal.SIGTERM)
+            signalled["pid"] = pid
+        except AssertionError as e:
+            signalled["error"] = str(e)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    run = run_cli(m, tmp_path, "--no-failure")
+    thread.join(timeout=10)
+    assert "pid" in signalled, signalled
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert s["succeeded"] and s["steps"] == 400
+    assert s["controller_restarts"] == 1 and s["controller_pid_changed"]
+    log = run.controller_log()
+    events = read_events(log)
+    finished = [e for e in events if e["event"] == "finished"]
+    assert finished[0]["exit_code"] == 75 and finished[0]["stop"] == "signal", finished[0]
+    # The first controller saved the step it had reached (not a periodic step: there was none).
+    stopped_at = finished[0]["steps"]
+    assert stopped_at >= 60 and finished[0]["last_committed_checkpoint_step"] == stopped_at
+    assert s["restored_from_step"] == stopped_at
+    assert "controller interrupted by SIGTERM" in finished[0]["failure_reason"]
+
+
+# -- item 4: a stop during a hung step abandons the step and checkpoints the last completed one -----
+
+
+def test_stop_during_a_hung_step_checkpoints_the_last_completed_step(tmp_path):
+    """A worker SIGSTOPped (step deadline 600 s), then SIGTERM to `elastic-jax run`: the controller
+    abandons the stuck step at once, commits the last completed step and reports it truthfully."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("hungstop", tmp_path, slices={"count": 2, "minSlices": 2},
+                     training={"steps": 5000, "globalBatchSize": 8, "logEverySteps": 5},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 1000},
+                     elasticity={"stepDeadlineSeconds": 600, "firstStepDeadlineSeconds": 600})
+    proc = _start_cli(m, tmp_path, "--no-failure")
+    stopped_pid = None
+    try:
+        run_dir = tmp_path / "run"
+        _wait_for(lambda: _logged_step(run_dir / "controller.log") >= 20, "step 20")
+        stopped_pid = _wait_for(lambda: _worker_pid(run_dir, 1), "worker 1")
+        os.kill(stopped_pid, signal.SIGSTOP)
+        # The controller's step stops advancing: a step is now stuck on the stopped worker.
+        metrics = run_dir / "metrics.prom"
+
+        def stuck_step():
+            before = _metric_step(metrics)
+            time.sleep(3.0)
+            after = _metric_step(metrics)
+            return after if before is not None and before == after else None
+
+        hung_at = _wait_for(stuck_step, "the step to hang")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=POLL_DEADLINE_S)
+    finally:
+        if stopped_pid is not None:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(stopped_pid, sig)
+                except ProcessLookupError:
+                    pass
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        for p in leftover_processes(str(tmp_path)):
+            p.kill()
+    assert proc.returncode == 130, err[-3000:]
+    s = _summary(out)
+    assert s["steps"] == hung_at, (s, hung_at)
+    assert s["last_committed_checkpoint_step"] == hung_at
+    assert hung_at in _committed_steps(ckpt)
+    finished = [e for e in _events(tmp_path / "run" / "controller.log") if e["event"] == "finished"]
+    assert finished and finished[-1]["stop"] == "requested" and finished[-1]["exit_code"] == 4, finished
+    assert "step abandoned" in (tmp_path / "run" / "controller.log").read_text()
+    assert f"last committed step {hung_at}" in err or f"checkpoint step {hung_at}" in err or str(hung_at) in err
+
+
+def _metric_step(path: Path) -> int | None:
+    """`elastic_jax_step` from the launcher's last /metrics scrape."""
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith("elastic_jax_step "):
+                return int(float(line.split()[1]))
+    except OSError:
+        return None
+    return None
+
+
+# -- item 2: an error no slice caused is the user's: fail at once -----------------------------------
+
+
+def test_host_callback_error_in_the_optimizer_fails_at_once_naming_the_exception(tmp_path):
+    """An optax transform whose host callback raises KeyError after 5 updates: JAX reports
+    `INTERNAL: CpuCallback error`. No slice caused it: the job fails at once, no recovery,
+    with one line naming the KeyError and the step."""
+    m = job_manifest("cberror", tmp_path, training={"steps": 60, "globalBatchSize": 8, "logEverySteps": 1},
+                     elasticity={"maxRestarts": 3, "stepDeadlineSeconds": 30, "firstStepDeadlineSeconds": 120})
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "tests.support.trainers:callback_error_trainer"
+    run = run_cli(m, tmp_path, "--no-failure")
+    assert run.returncode == 1, run.stderr[-3000:]
+    s = run.summary
+    assert not s["succeeded"] and s["steps"] == 5
+    assert s["recoveries"] == 0 and s["worker_restarts"] == 0
+    reason = s["failure_reason"]
+    assert "\n" not in reason and len(reason) < 600, reason
+    assert "host callback raised KeyError: 5" in reason and "step 6" in reason, reason
+    assert "elastic event" not in run.controller_log()
+
+
+# -- item 9: never commit non-finite state ----------------------------------------------------------
+
+
+def test_nan_state_is_never_committed_and_resume_uses_the_last_finite_step(tmp_path):
+    """The 25th update makes the parameters NaN (its loss is still finite): the run fails naming
+    step 25, step 25 is not committed, and a resume starts from step 20, the last finite one."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("nanstate", tmp_path, training={"steps": 60, "globalBatchSize": 8, "logEverySteps": 5},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 5, "maxToKeep": 20})
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "tests.support.trainers:nan_update_trainer"
+    first = run_cli(m, tmp_path, "--no-failure")
+    assert first.returncode == 1, first.stderr[-3000:]
+    s = first.summary
+    assert not s["succeeded"] and s["steps"] == 24
+    assert "step 25" in s["failure_reason"] and "non-finite" in s["failure_reason"], s["failure_reason"]
+    assert s["last_committed_checkpoint_step"] == 20
+    assert max(_committed_steps(ckpt)) == 20 and 25 not in _committed_steps(ckpt)
+    again = run_cli(m, tmp_path, "--no-failure")
+    assert again.returncode == 1
+    assert again.summary["restored_from_step"] == 20 and "step 25" in again.summary["failure_reason"]
+
+
+# -- item 11: a save that fails (read-only or full storage) still reaches the summary ---------------
+
+
+def test_save_failure_reaches_the_summary_with_the_last_committed_step(tmp_path):
+    """After the first commit the checkpoint directory becomes immutable (`chattr +i`: a real
+    EPERM from the file system even for root, as a read-only mount gives): the next save fails,
+    and the summary still carries the reason and the last committed step."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("rofs", tmp_path, training={"steps": 3000, "globalBatchSize": 8, "logEverySteps": 10},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 20, "maxToKeep": 50})
+    frozen: dict = {}
+
+    def freezer():
+        try:
+            _wait_for(lambda: 20 in _committed_steps(ckpt), "step 20 committed", interval_s=0.01)
+            subprocess.run(["chattr", "+i", str(ckpt)], check=True)
+            frozen["steps"] = _committed_steps(ckpt)
+        except (AssertionError, subprocess.CalledProcessError) as e:
+            frozen["error"] = str(e)
+
+    thread = threading.Thread(target=freezer, daemon=True)
+    thread.start()
+    try:
+        run = run_cli(m, tmp_path, "--no-failure")
+    finally:
+        thread.join(timeout=10)
+        subprocess.run(["chattr", "-i", str(ckpt)], check=False)
+    assert "steps" in frozen, frozen
+    assert run.returncode == 1, run.stderr[-3000:]
+    s = run.summary
+    assert not s["succeeded"] and s["steps"] < 3000
+    reason = s["failure_reason"]
+    assert "checkpoint save of step" in reason and "Operation not permitted" in reason, reason
+    assert f"last committed step: {s['last_committed_checkpoint_step']}" in reason, reason
+    assert s["last_committed_checkpoint_step"] == max(_committed_steps(ckpt)) >= 20
+    assert f"last committed step {s['last_committed_checkpoint_step']}" in run.stderr or \
+        str(s["last_committed_checkpoint_step"]) in run.stderr
+
+
+# -- item 10: a corrupt newest step does not block resume ------------------------------------------
+
+
+def test_corrupt_newest_steps_fall_back_to_the_newest_intact_one(tmp_path):
+    """Step 40 loses a file of its array data, step 30's array metadata is truncated: the resume
+    skips both with a warning naming them and continues from step 20, and the run succeeds."""
+    ckpt = tmp_path / "ckpt"
+    spec = {"checkpoint": {"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 10}}
+    first = run_cli(job_manifest("corrupt", tmp_path, training={"steps": 40, "globalBatchSize": 8}, **spec),
+                    tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert _committed_steps(ckpt) == [10, 20, 30, 40]
+    data_files = sorted((p for p in (ckpt / "40" / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+                        key=lambda p: p.stat().st_size)
+    data_files[-1].unlink()  # the largest array data file
+    metadata = ckpt / "30" / "state" / "_METADATA"
+    metadata.write_bytes(metadata.read_bytes()[: metadata.stat().st_size // 2])
+    again = run_cli(job_manifest("corrupt", tmp_path, training={"steps": 60, "globalBatchSize": 8}, **spec),
+                    tmp_path, "--no-failure")
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = again.summary
+    assert s["succeeded"] and s["steps"] == 60 and s["restored_from_step"] == 20
+    resumed = [e for e in read_events(again.controller_log()) if e["event"] == "resumed"]
+    assert resumed and resumed[0]["step"] == 20, resumed
+    reason = resumed[0]["fallback_reason"]
+    assert "step 40:" in reason and "step 30:" in reason and "\n" not in reason
+    assert "another job" not in again.controller_log()
+    assert 40 in _committed_steps(ckpt) and 60 in _committed_steps(ckpt)  # 40 re-saved from good state
