@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# elastic-jax on kind, end to end: create a kind cluster, build the three images
-# and `kind load` them, install JobSet and the Helm chart, apply the CPU example,
-# kill a worker pod, and check that the controller pod never restarted, a
-# recovery was recorded and the job Succeeded.
+# elastic-jax on kind, end to end: a kind cluster, the three images built and
+# loaded, JobSet and the Helm chart, examples/01-cpu-job.yaml, a worker process
+# SIGKILLed inside its container, and the checks: the slice is replaced, the
+# controller pod never restarted, status shows the recovery, the job Succeeded.
 #
-#   e2e/kind/run.sh                      # needs docker (with a running engine), kind, kubectl, helm
-#   KEEP_CLUSTER=1 e2e/kind/run.sh       # leave the cluster for a look afterwards
+#   e2e/kind/run.sh --air-gapped    # no registry needed: see below (what CI runs)
+#   e2e/kind/run.sh                 # with internet: public kind node image, JobSet release URL
+#   KEEP_CLUSTER=1 e2e/kind/run.sh  # leave the cluster for a look afterwards
+#
+# --air-gapped (or AIR_GAPPED=1) pulls nothing: root on Debian; it installs
+# Docker's Debian packages if missing, starts its own Docker engine unless
+# DOCKER_HOST answers, builds a Debian/Python base with mmdebstrap, the three
+# images on it, and kind's node image from the pinned Kubernetes Go modules,
+# and installs JobSet from its pinned Go module. It is `python -m e2e.kind.demo`
+# (e2e/kind/demo.py), which the test suite also runs (e2e/kind/test_kind.py).
 #
 # Environment: KIND_CLUSTER_NAME (elastic-jax), KIND_NODE_IMAGE (kind's default),
 # JOBSET_VERSION (v0.11.1, the version the local control plane runs), PYTHON
@@ -23,6 +31,14 @@ JOB=cpu-job
 EXAMPLE="$ROOT/examples/01-cpu-job.yaml"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 [[ -x "$PYTHON" ]] || PYTHON=python3
+
+if [[ "${1:-}" == --air-gapped || "${AIR_GAPPED:-0}" == 1 ]]; then
+  [[ "${1:-}" == --air-gapped ]] && shift
+  keep=()
+  [[ "${KEEP_CLUSTER:-0}" == 1 ]] && keep=(--keep)
+  cd "$ROOT"
+  exec "$PYTHON" -m e2e.kind.demo "${keep[@]}" "$@"
+fi
 # kubectl and helm: the caller's, else the ones the local e2e build made.
 export PATH="$PATH:$ROOT/e2e/.build/bin"
 
@@ -119,12 +135,16 @@ ctrl_uid="$(kc -n "$JOB_NS" get pods -l "$ctrl_selector" -o jsonpath='{.items[0]
 ctrl_restarts="$(kc -n "$JOB_NS" get pods -l "$ctrl_selector" -o jsonpath='{.items[0].status.containerStatuses[0].restartCount}')"
 [[ -n "$ctrl_uid" ]] || die "no controller pod"
 
-# 6. Kill the worker pod of slice 0 (no grace: as a node or OOM kill would).
+# 6. SIGKILL the worker process of slice 0 inside its container, from its node
+#    (as the OOM killer or a crash would): crictl on the node gives its PID.
 worker="$(kc -n "$JOB_NS" get pods -l "elasticjax.dev/job-name=$JOB,elasticjax.dev/slice-index=0" \
   --field-selector=status.phase=Running -o jsonpath='{.items[0].metadata.name}')"
 [[ -n "$worker" ]] || die "no running worker pod for slice 0"
-log "killing worker pod $worker (controller pod $ctrl_uid, restartCount $ctrl_restarts)"
-kc -n "$JOB_NS" delete pod "$worker" --grace-period=0 --force
+node="$(kc -n "$JOB_NS" get pod "$worker" -o jsonpath='{.spec.nodeName}')"
+cid="$(kc -n "$JOB_NS" get pod "$worker" -o jsonpath='{.status.containerStatuses[0].containerID}')"
+pid="$(docker exec "$node" crictl inspect --output go-template --template '{{.info.pid}}' "${cid#*://}")"
+log "SIGKILL worker process $pid of $worker on $node (controller pod $ctrl_uid, restartCount $ctrl_restarts)"
+docker exec "$node" kill -KILL "$pid"
 
 # 7. The job finishes; the controller pod is the same one, never restarted.
 phase="$(wait_until "the job to finish" "$TIMEOUT_S" bash -c \

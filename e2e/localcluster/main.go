@@ -1,7 +1,9 @@
 // Command localcluster is one binary that holds every Kubernetes control-plane
 // part the e2e suite starts (etcd, kube-apiserver, kube-controller-manager,
-// kube-scheduler), the kubectl client, and a small "pki" tool that writes the
-// cluster's certificates and kubeconfig.
+// kube-scheduler), the kubectl client, a small "pki" tool that writes the
+// cluster's certificates and kubeconfig, and what the kind node image runs
+// (kubelet, kubeadm, kube-proxy, CoreDNS and pause; node.go, coredns.go,
+// pause.go).
 //
 // One binary instead of five because linking a k8s.io/kubernetes binary is the
 // slowest step of the build on a 2-core machine: the shared code is compiled
@@ -91,5 +93,8 @@ func main() {
 	// Parts that read os.Args themselves (etcd, kubectl plugins) must see
 	// their own name first, as if they were separate binaries.
 	os.Args = append([]string{name}, args...)
+	if name != "coredns" {
+		hideCorednsFlags()
+	}
 	os.Exit(run(args))
 }

@@ -1,0 +1,48 @@
+"""The ``kind_cluster`` fixture: one kind cluster per test session (:mod:`e2e.kind.cluster`).
+
+Built and created on first use (the node image is cached in the engine's image
+store, so later sessions only pay for ``kind create cluster``), deleted at the
+end by name: its containers, their volumes, its network and its state folder.
+``E2E_KIND_KEEP=1`` keeps it (the kubeconfig path is printed);
+``E2E_KIND_CLUSTER`` names it (default ``elastic-jax``).
+
+The Go build (``e2e/build.sh``: about half an hour on a fresh machine) runs
+once after collection when a selected test uses the cluster, so it does not
+count against the first test's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from e2e.kind import cluster as kind
+from e2e.kind import engine as engine_mod
+from e2e.kind.nodeimage import build as nodeimage
+
+
+def _say(config, message: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        reporter.write_line(message)
+
+
+def pytest_collection_finish(session):
+    uses_cluster = any("kind_cluster" in getattr(item, "fixturenames", ()) for item in session.items)
+    if session.config.option.collectonly or not uses_cluster or engine_mod.why_unavailable():
+        return
+    _say(session.config, "kind: building the node binaries (e2e/build.sh; the first build takes about 30 minutes)")
+    nodeimage.ensure_binaries(log=lambda m: _say(session.config, m))
+
+
+@pytest.fixture(scope="session")
+def kind_cluster(request, docker_engine) -> kind.KindCluster:
+    name = os.environ.get("E2E_KIND_CLUSTER", kind.DEFAULT_NAME)
+    cluster = kind.create(docker_engine, name, log=lambda m: _say(request.config, m))
+    yield cluster
+    if os.environ.get("E2E_KIND_KEEP"):
+        _say(request.config, f"kind: E2E_KIND_KEEP=1: cluster {name} left running: "
+                             f"export KUBECONFIG={cluster.kubeconfig}")
+        return
+    cluster.delete(log=lambda m: _say(request.config, m))

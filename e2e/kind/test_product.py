@@ -1,0 +1,78 @@
+"""What only a real kubelet and real containers show, on the kind cluster with the images built here.
+
+- The rendered pods are admitted where PodSecurity ``restricted`` is enforced,
+  run as uid 65532 with a read-only root file system, and the controller reads
+  its token Secret as mounted (the job trains: the operator's calls with the
+  token succeed).
+- Admission refusing a pod (a ResourceQuota here) is a condition and an Event
+  naming the reason, never a silent Pending.
+
+The worker-process SIGKILL through the whole product is ``test_kind.py``
+(``run.sh --air-gapped``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from e2e.kind import demo
+
+
+def _job_manifest(name: str, steps: int) -> str:
+    manifest = yaml.safe_load(demo.EXAMPLE.read_text())
+    manifest["metadata"]["name"] = name
+    manifest["spec"]["training"]["steps"] = steps
+    return yaml.safe_dump(manifest)
+
+
+def test_pods_run_as_65532_read_only_and_read_their_token(elastic_jax):
+    cluster = elastic_jax
+    ns = demo.restricted_namespace(cluster, "sec")
+    why = demo.explain(cluster, ns)
+    try:
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("sec", steps=100000))
+        demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "sec").get("status") or {}).get("step", 0) >= 5,
+                      600, "training reached step 5", why)
+        (controller,) = demo.pods(cluster, ns, "elasticjax.dev/job-name=sec,elasticjax.dev/role=controller")
+        worker = demo.wait_for(lambda: demo.live_worker(cluster, ns, "sec", 0), 120, "a ready worker", why)
+        for pod, container in ((controller, "controller"), (worker, "worker")):
+            name = pod["metadata"]["name"]
+            ident = cluster.kubectl("exec", "-n", ns, name, "-c", container, "--", "id", "-u").stdout.strip()
+            assert ident == "65532", (name, ident)
+            # The image's own files cannot be changed by the process.
+            proc = cluster.kubectl("exec", "-n", ns, name, "-c", container, "--", "python3", "-c",
+                                   "open('/opt/venv/pyvenv.cfg', 'a')", check=False)
+            assert proc.returncode != 0 and ("Read-only" in proc.stderr or "Permission" in proc.stderr), proc.stderr
+            assert not pod["spec"].get("automountServiceAccountToken", True), name
+        token_path = next(e["value"] for e in controller["spec"]["containers"][0]["env"]
+                          if e["name"] == "ELASTIC_JAX_TOKEN_FILE")
+        # Readable by uid 65532 through fsGroup, as mounted by the kubelet (its length only: never print it).
+        size = cluster.kubectl("exec", "-n", ns, controller["metadata"]["name"], "--", "python3", "-c",
+                               f"print(len(open({token_path!r}).read().strip()))").stdout.strip()
+        assert int(size) >= 32
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_admission_refusal_is_a_condition_and_an_event(elastic_jax):
+    cluster = elastic_jax
+    ns = demo.restricted_namespace(cluster, "quota")
+    why = demo.explain(cluster, ns)
+    try:
+        cluster.kubectl("create", "quota", "no-pods", "-n", ns, "--hard=pods=0")
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("refused", steps=100))
+
+        def refused():
+            status = demo.get(cluster, "-n", ns, "ejob", "refused").get("status") or {}
+            conds = [c for c in status.get("conditions", []) if c.get("status") == "True"
+                     and "quota" in (c.get("message") or "").lower()]
+            return conds
+        (cond,) = demo.wait_for(refused, 180, "a condition naming the quota", why)[:1]
+        assert "no-pods" in cond["message"] or "exceeded quota" in cond["message"], cond
+        events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
+                                            "involvedObject.name=refused", "-o", "json").stdout)["items"]
+        assert any("quota" in (e.get("message") or "").lower() for e in events), [e.get("message") for e in events]
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
