@@ -100,7 +100,10 @@ def test_user_code_error_fails_the_job_without_retrying(tmp_path, entry_point, m
     m = manifest("usererr", tmp_path)
     m["spec"]["controller"]["trainer"]["entryPoint"] = entry_point
     started = time.monotonic()
-    run = run_cli(m, tmp_path, "--no-failure", timeout_s=300)
+    # The oom trainer asks for 256 GiB: with an address-space limit the allocation fails at
+    # once (RESOURCE_EXHAUSTED), as on a host without overcommit, instead of paging in
+    # gigabytes until the OOM killer hits whatever else runs on the machine.
+    run = run_cli(m, tmp_path, "--no-failure", timeout_s=300, address_space_bytes=64 * 2**30)
     assert run.returncode == 1
     s = run.summary
     assert not s["succeeded"] and s["steps"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -73,11 +74,18 @@ def leftover_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
-def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s: float = 600, env: dict | None = None) -> CliRun:
+def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s: float = 600, env: dict | None = None,
+            address_space_bytes: int | None = None) -> CliRun:
     """Runs `elastic-jax run` on a manifest in a fresh process group and waits for it.
 
     The CLI stops its own children; on a timeout the whole group is killed and
     the test fails. Afterwards no process mentioning `tmp_path` may remain.
+
+    Args:
+      address_space_bytes: RLIMIT_AS of the CLI and every process it starts
+        (inherited), so an allocation beyond it fails at once instead of
+        growing until the kernel's OOM killer picks a victim (this machine
+        overcommits memory: vm.overcommit_memory=1).
     """
     if isinstance(manifest, dict):
         path = tmp_path / "job.yaml"
@@ -86,8 +94,12 @@ def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s:
         path = Path(manifest)
     workdir = tmp_path / "run"
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    def limit():
+        if address_space_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
     proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(workdir), *flags], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=tmp_path, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=tmp_path, start_new_session=True,
+                            preexec_fn=limit if address_space_bytes else None)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
