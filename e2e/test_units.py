@@ -76,3 +76,13 @@ def test_port_base_sets_the_address_block():
 def test_port_base_out_of_range_is_refused():
     with pytest.raises(ValueError, match="E2E_PORT_BASE"):
         Ports.from_base(80)
+
+
+def test_a_cluster_folder_remembers_its_port_base(tmp_path, monkeypatch):
+    # `python -m e2e.harness status` without E2E_PORT_BASE must find a cluster started with one.
+    from e2e.harness.cluster import LocalCluster
+    (tmp_path / LocalCluster.PORT_BASE_FILE).write_text("17400")
+    monkeypatch.delenv("E2E_PORT_BASE", raising=False)
+    assert LocalCluster(state=tmp_path).ports.apiserver == 17400 + 43
+    monkeypatch.setenv("E2E_PORT_BASE", "18400")
+    assert LocalCluster(state=tmp_path).ports.apiserver == 18400 + 43

@@ -50,13 +50,20 @@ class LocalCluster:
 
     Args:
         state: the cluster folder.
-        ports: loopback ports.
+        ports: loopback ports; default ``E2E_PORT_BASE``, else the base the
+            cluster in ``state`` was started with (so ``status``/``down`` find a
+            cluster started with another base), else 16400.
         nodes: the node layout.
     """
+
+    PORT_BASE_FILE = "port-base"
 
     def __init__(self, state: Path | None = None, ports: Ports | None = None,
                  nodes: list[layout.NodeSpec] | None = None):
         self.state = state or cluster_dir()
+        recorded = self.state / self.PORT_BASE_FILE
+        if ports is None and "E2E_PORT_BASE" not in os.environ and recorded.exists():
+            ports = Ports.from_base(int(recorded.read_text()))
         self.ports = ports or default_ports()
         self.nodes = nodes or layout.nodes(address_octet=self.ports.address_octet)
         self.bin = bin_dir()
@@ -199,6 +206,7 @@ class LocalCluster:
         if self.state.exists():
             shutil.rmtree(self.state)
         self.state.mkdir(parents=True)
+        (self.state / self.PORT_BASE_FILE).write_text(str(self.ports.etcd_client))
         pki = subprocess.run([str(self.bin / "localcluster"), "pki", f"--dir={self.state / 'pki'}",
                               f"--server={self.server}", f"--service-ip={controlplane.SERVICE_IP}"],
                              capture_output=True, text=True)

@@ -119,14 +119,17 @@ class KindCluster:
             raise KindError(f"helm {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
         return proc
 
-    def load_images(self, refs: list[str], timeout_s: float = 900) -> None:
-        """Copy images from the engine into every node (``kind load docker-image``).
+    def load_images(self, refs: list[str], nodes: list[str] | None = None, timeout_s: float = 1200) -> None:
+        """Copy images from the engine into ``nodes`` (default: every node) with ``kind load docker-image``.
+
+        kind skips a node that already has an image's ID, so loading again is cheap.
 
         Raises:
             KindError: kind failed.
         """
         if refs:
-            _kind(self.engine, "load", "docker-image", "--name", self.name, *refs, timeout_s=timeout_s)
+            only = ["--nodes", ",".join(nodes)] if nodes else []
+            _kind(self.engine, "load", "docker-image", "--name", self.name, *only, *refs, timeout_s=timeout_s)
 
     def nodes(self) -> list[str]:
         """Node container names, which are also the Kubernetes node names."""

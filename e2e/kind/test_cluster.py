@@ -16,6 +16,10 @@ import pytest
 from e2e.kind.cluster import WORKER_LABELS, KindCluster, corefile_without_forward
 from e2e.kind.nodeimage.build import kubernetes_version
 
+# The first test of a session also pays for what its fixtures build (images, node
+# image, cluster, chart: up to ~30 min on a fresh machine under load).
+pytestmark = pytest.mark.timeout(3600)
+
 POD_TIMEOUT_S = 180
 WGET = ("timeout", "10", "busybox", "wget", "-qO-")
 """An HTTP GET from a pod (busybox 1.35's own ``wget -T`` crashes: coreutils' timeout instead)."""

@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from e2e.kind import demo
+
+# The first test of a session also pays for what its fixtures build (images, node
+# image, cluster, chart: up to ~30 min on a fresh machine under load).
+pytestmark = pytest.mark.timeout(3600)
 
 
 def _job_manifest(name: str, steps: int) -> str:

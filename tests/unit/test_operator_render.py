@@ -174,3 +174,18 @@ def test_pod_security_checker_catches_each_kind_of_violation():
     for control in ("Host Namespaces: spec.hostNetwork", "spec.hostPID", "HostPath", "Volume Types", "Privileged",
                     "Capabilities", "Privilege Escalation", "Running as Non-root", "Seccomp"):
         assert control in found, control
+
+
+@pytest.mark.parametrize("backend", ["cpu", "pathways"])
+def test_pods_get_no_service_link_env(backend):
+    # The kubelet injects <SERVICE>_PORT=tcp://... for every Service in the namespace; a
+    # Service named elastic-jax-* would override ELASTIC_JAX_* settings (seen on kind).
+    spec = {"backend": backend}
+    if backend == "pathways":
+        spec["slices"] = {"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}
+        spec["checkpoint"] = {"uri": "gs://bucket/ck"}
+    job = _job(**spec)
+    renderer = renderer_for(backend)
+    pods = [renderer.controller_pod(job, 0)["spec"],
+            renderer.worker_jobset(job, 0)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]]
+    assert all(p["enableServiceLinks"] is False for p in pods)

@@ -95,6 +95,9 @@ class CpuRenderer:
                 "terminationGracePeriodSeconds": 60,
                 # The controller never calls the Kubernetes API: no ServiceAccount token.
                 "automountServiceAccountToken": False,
+                # No Docker-link env per Service: a Service named like ours (elastic-jax-*) would
+                # inject ELASTIC_JAX_*_PORT=tcp://... over our own settings.
+                "enableServiceLinks": False,
                 "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
                 "containers": [{
                     "name": "controller",
@@ -165,6 +168,7 @@ class CpuRenderer:
                                     "terminationGracePeriodSeconds": 5,
                                     # Workers never call the Kubernetes API: no ServiceAccount token.
                                     "automountServiceAccountToken": False,
+                                    "enableServiceLinks": False,
                                     "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
                                     "containers": [{
                                         "name": "worker",
