@@ -128,7 +128,9 @@ class JobTracker:
             now = time.monotonic()
             for i, slice_pods in group_by_slice(pods, len(self.slices)).items():
                 track = self.slices[i]
-                obs = observe_slice(slice_pods, self.hosts_per_slice)
+                # a Ready slice's pod that vanishes unseen was killed/force-deleted, not drained
+                known = track.pods if track.state == "Ready" else ()
+                obs = observe_slice(slice_pods, self.hosts_per_slice, known=known)
                 new = next_slice_state(track.state, obs)
                 changed = new != track.state or (new == "Ready" and obs.addresses != track.addresses)
                 track.pods = obs.pods
