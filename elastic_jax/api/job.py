@@ -230,6 +230,16 @@ class ElasticitySpec(_Model):
     first_step_deadline_seconds: float = Field(
         default=120.0, gt=0, description="Deadline for a slice's first step on a new program (includes its compile)."
     )
+    image_pull_timeout_seconds: int = Field(
+        default=900,
+        ge=0,
+        description=(
+            "How long a controller or worker image may stay unpullable (ErrImagePull, ImagePullBackOff, "
+            "InvalidImageName) before the job fails naming it; until then the kubelet retries with its own "
+            "back-off (up to 300 s apart) and the ImagePullFailed condition names the image. Nothing is "
+            "recreated or counted against maxRestarts meanwhile. 0: never fail (wait for the image)."
+        ),
+    )
     host_snapshot_interval_steps: int = Field(
         default=10,
         ge=0,

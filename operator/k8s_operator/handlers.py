@@ -29,6 +29,7 @@ from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
+from elastic_jax.k8s_operator.pod_faults import pod_faults
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
@@ -37,6 +38,7 @@ from elastic_jax.k8s_operator.status_builder import (
     create_failure,
     token_conflict,
     with_create_failure,
+    with_pod_faults,
 )
 from elastic_jax.k8s_operator.tracker import JobTracker
 
@@ -302,7 +304,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
 
     jobsets = {v.slice_index: v for v in job_jobsets.get(key, [])}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
-    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason))
+    worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
+    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339()))
     for js in plan.delete_jobsets:
         state.kube.delete_jobset(ns, js)
     for pod_name in plan.delete_pods:
@@ -351,6 +354,10 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
     if refusal_changed:
         post("Warning", refusal[0], refusal[1])
+    faults = {} if finished or plan.finish or job.spec.suspend else pod_faults(controller_pods + worker_pods)
+    new["conditions"], fault_events = with_pod_faults(new["conditions"], faults, generation, now_rfc3339())
+    for event in fault_events:
+        post(*event)
     if new.get("phase") != status.get("phase"):
         post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new['phase']}")
     if rejected and not any(c.get("type") == "SpecChangeRejected" and c.get("status") == "True"

@@ -41,6 +41,11 @@ class PodView:
       reason: a short why (e.g. "exit code 137", "OOMKilled", "NodeLost").
       termination_message: the container's termination message, if any.
       created: metadata.creationTimestamp (RFC 3339; sorts in time order).
+      waiting_reason, waiting_message, waiting_image: the first container (or
+        init/sidecar container) the kubelet holds in `waiting` with a reason other
+        than ContainerCreating/PodInitializing (e.g. ImagePullBackOff), its
+        message and image.
+      unschedulable: the scheduler's message while PodScheduled is False ("" otherwise).
     """
 
     name: str
@@ -58,11 +63,36 @@ class PodView:
     termination_message: str = ""
     created: str = ""
     deletion_grace_s: int | None = None
+    waiting_reason: str = ""
+    waiting_message: str = ""
+    waiting_image: str = ""
+    unschedulable: str = ""
 
     @property
     def terminal(self) -> bool:
         """The pod finished (Succeeded or Failed) and will not run again."""
         return self.phase in ("Succeeded", "Failed")
+
+
+# Waiting reasons that are only a container starting, not a fault.
+_STARTING = frozenset({"", "ContainerCreating", "PodInitializing"})
+
+
+def _waiting(status: dict[str, Any]) -> tuple[str, str, str]:
+    """(reason, message, image) of the first container held in a waiting state that is a fault."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason", "") not in _STARTING:
+                return waiting["reason"], (waiting.get("message") or "").strip()[:500], cs.get("image") or ""
+    return "", "", ""
+
+
+def _unschedulable(status: dict[str, Any]) -> str:
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason') or 'Unschedulable'}: {(c.get('message') or '').strip()[:500]}"
+    return ""
 
 
 def _int(value: Any, default: int) -> int:
@@ -80,7 +110,10 @@ def pod_view(body: dict[str, Any]) -> PodView:
     role = lab.get(labels.ROLE, "")
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     exit_code, reason, message = None, status.get("reason") or "", ""
-    for cs in status.get("containerStatuses") or []:
+    statuses = status.get("containerStatuses") or []
+    # the controller pod's own container first (the pathways sidecars are init containers)
+    statuses = sorted(statuses, key=lambda cs: cs.get("name") != labels.ROLE_CONTROLLER)
+    for cs in statuses:
         term = (cs.get("state") or {}).get("terminated")
         if term:
             exit_code = term.get("exitCode")
@@ -88,6 +121,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
             reason = reason or (f"exit code {exit_code}" + (f" ({detail})" if detail and detail != "Error" else ""))
             message = (term.get("message") or "").strip()
             break
+    waiting = _waiting(status)
     if role == labels.ROLE_CONTROLLER:
         attempt = _int(lab.get(labels.CONTROLLER_ATTEMPT), 0)
     else:
@@ -108,6 +142,10 @@ def pod_view(body: dict[str, Any]) -> PodView:
         reason=reason,
         termination_message=message[-512:],  # the tail: FallbackToLogsOnError puts the reason last
         created=meta.get("creationTimestamp") or "",
+        waiting_reason=waiting[0],
+        waiting_message=waiting[1],
+        waiting_image=waiting[2],
+        unschedulable=_unschedulable(status) if (status.get("phase") or "Pending") == "Pending" else "",
     )
 
 
@@ -182,7 +220,9 @@ def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.W
     if len(live) >= hosts_per_slice:
         addresses = tuple(f"{p.pod_ip}:{port}" for p in live[:hosts_per_slice])
         return SliceObservation("Ready", addresses=addresses, pods=pod_names)
-    return SliceObservation("NotReady", pods=pod_names, reason=f"{len(live)}/{hosts_per_slice} hosts ready")
+    stuck = next((p for p in current if p.waiting_reason), None)
+    why = f"; pod {stuck.name}: {stuck.waiting_reason} ({stuck.waiting_image})" if stuck else ""
+    return SliceObservation("NotReady", pods=pod_names, reason=f"{len(live)}/{hosts_per_slice} hosts ready{why}")
 
 
 def next_slice_state(previous: SliceState | None, observation: SliceObservation) -> SliceState:
