@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 from typing import Any
 
 from elastic_jax.api.job import ElasticTrainingJob
@@ -173,8 +174,22 @@ def _loss_reason(pod: PodView | None) -> str:
     if pod is None:
         return "pod vanished"
     why = pod.reason or ("deleted" if pod.deleting else pod.phase or "unknown")
-    lines = [ln for ln in pod.termination_message.splitlines() if ln.strip()]
-    return f"{why}: {lines[-1][:300]}" if lines else why
+    lines = [_log_text(ln) for ln in pod.termination_message.splitlines() if ln.strip()]
+    # the controller's own `error: ` line (e.g. the no-progress watchdog's) beats whatever followed it
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    detail = errors[-1] if errors else (lines[-1] if lines else "")
+    return f"{why}: {detail[:300]}" if detail else why
+
+
+def _log_text(line: str) -> str:
+    """A log line's message: the `msg` of a JSON log line (the controller's structured log), else the line."""
+    if line.startswith("{"):
+        try:
+            msg = json.loads(line).get("msg")
+        except (ValueError, AttributeError):
+            return line
+        return msg if isinstance(msg, str) else line
+    return line
 
 
 def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:

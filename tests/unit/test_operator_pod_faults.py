@@ -190,3 +190,23 @@ def test_a_slice_waiting_for_its_image_is_not_ready_naming_it_never_failed():
     obs = observe_slice([_pulling(_worker(0), "ErrImagePull", "busybox:nope")], 1)
     assert obs.kind == "NotReady" and "ErrImagePull (busybox:nope)" in obs.reason
     assert next_slice_state("Provisioning", obs) == "Provisioning"
+
+
+# -- item 3, operator side: a controller killed by its livenessProbe is replaced, counted, with why --
+
+
+def test_controller_killed_by_its_liveness_probe_is_replaced_and_the_event_says_why():
+    import json
+
+    stalled = json.dumps({"level": "ERROR", "event": "stalled", "step": 10,
+                          "msg": "error: no training step completed for 1801 s in phase Running after step 10 "
+                                 "(spec.elasticity.progressTimeoutSeconds=1800): the controller is stuck"})
+    after = json.dumps({"level": "WARNING", "msg": "SIGTERM: stopping at the next step boundary"})
+    killed = _ctrl(phase="Failed", exit_code=137, reason="exit code 137", message=f"{stalled}\n{after}")
+    plan = decide(_job(), Observed({"controllerPod": killed.name, "controllerRestarts": 1}, [killed], _jobsets()))
+    assert plan.create_controller == 1 and plan.controller_restarted
+    (event,) = plan.events
+    assert "exit code 137: error: no training step completed for 1801 s" in event[2]
+    # out of budget: the job fails with the same reason
+    plan = decide(_job(), Observed({"controllerPod": killed.name, "controllerRestarts": 3}, [killed], _jobsets()))
+    assert plan.finish[0] == "Failed" and "progressTimeoutSeconds=1800" in plan.finish[1]
