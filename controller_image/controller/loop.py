@@ -331,7 +331,12 @@ class TrainingRun:
                     self.phase, exit_code = "Interrupted", ControllerExit.RESTART
                     self.failure_reason = (f"controller interrupted by {self._stop_reason or 'a signal'} at step "
                                            f"{self.step}; a new controller resumes from the last committed step")
-        except Exception as e:  # noqa: BLE001 - every failure ends the run with a reason
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - every failure ends the run with a reason
+            if isinstance(e, SystemExit):
+                # User code called sys.exit() mid-training: exiting 0 would read as "trained every
+                # step" (the controller pod Succeeded with the job unfinished). It is a failure.
+                e = UserCodeError(f"the trainer called sys.exit({e.code!r}) at step {self.step} of "
+                                  f"{self.spec.training.steps}; training did not finish")
             reason = one_line_reason(e) if not _is_user_facing(e) else f"{type(e).__name__}: {e}"
             _logger.error("training failed: %s", e if _is_user_facing(e) else reason, exc_info=not _is_user_facing(e),
                           extra={"event": "training_failed", "reason": reason, "step": self.step})

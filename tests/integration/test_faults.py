@@ -342,3 +342,21 @@ def test_controller_whose_data_read_blocks_fails_its_liveness_check_with_the_rea
         proc.wait(timeout=30)
         for p in leftover_processes(str(tmp_path)):
             p.kill()
+
+
+# -- item 6: exit code 0 means "trained every step", never "user code quit early" -----------------
+
+
+def test_user_code_calling_sys_exit_zero_mid_training_fails_instead_of_succeeding(tmp_path):
+    """`sys.exit(0)` in the trainer's data pipeline at step 5 of 200: the controller exits FAILED
+    naming it, so on a cluster the pod is Failed with the reason, not Succeeded with the job unfinished."""
+    m = job_manifest("sysexit", tmp_path, training={"steps": 200, "globalBatchSize": 8, "logEverySteps": 1},
+                     controller={"trainer": {"entryPoint": "tests.support.trainers:sys_exit_trainer",
+                                             "config": dict(TINY_TRAINER)}})
+    run = run_cli(m, tmp_path)
+    assert run.returncode != 0, run.stdout[-2000:]
+    s = run.summary
+    assert not s["succeeded"] and s["steps"] < 200
+    assert "sys.exit(0)" in s["failure_reason"] and "training did not finish" in s["failure_reason"]
+    finished = [e for e in read_events(run.controller_log()) if e["event"] == "finished"]
+    assert finished[-1]["exit_code"] == 1

@@ -113,3 +113,25 @@ def blocking_data_trainer(config: dict) -> Trainer:
         return example
 
     return dataclasses.replace(base, dataset=base.dataset.map(read), name="blocking-data")
+
+
+# Examples the exiting trainer's dataset serves before it calls sys.exit(0).
+EXIT_AFTER_EXAMPLES = 40
+
+
+def sys_exit_trainer(config: dict) -> Trainer:
+    """The built-in LM whose data pipeline calls `sys.exit(0)` after `EXIT_AFTER_EXAMPLES`
+    examples (a library "quitting cleanly" at the end of its data): exit code 0 must not
+    pass for a finished job."""
+    import itertools
+    import sys
+
+    base = make_trainer(config)
+    served = itertools.count()
+
+    def read(example):
+        if next(served) >= EXIT_AFTER_EXAMPLES:
+            sys.exit(0)
+        return example
+
+    return dataclasses.replace(base, dataset=base.dataset.map(read), name="sys-exit")
