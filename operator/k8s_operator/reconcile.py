@@ -131,6 +131,21 @@ def _seconds_between(since: str, now: str) -> float | None:
         return None
 
 
+def _worker_failed_unpulled(observed: Observed) -> tuple[str, str] | None:
+    """("Failed", reason) when a worker pod *failed* because its image could not be pulled.
+
+    A kubelet keeps such a pod Pending and retries the pull (see `pod_faults`);
+    a runtime that fails the pod instead leaves only the JobSet's restarts to
+    retry it, each counted against the budgets and ending in "N slice
+    replacements exceed ..." without the image. Fail once, naming it.
+    """
+    pod = next((p for p in observed.worker_pods if p.terminal and image_pull_failed(p)), None)
+    if pod is None:
+        return None
+    return "Failed", (f"slice {pod.slice_index} worker pod {pod.name}: image {pod.waiting_image or '(unknown)'} cannot "
+                      f"be pulled ({pod.waiting_reason}): {pod.waiting_message}; the pod failed, so nothing retries the pull")
+
+
 def _image_pull_timed_out(job: ElasticTrainingJob, observed: Observed) -> tuple[str, str] | None:
     """("Failed", reason) once an image stayed unpullable `elasticity.imagePullTimeoutSeconds` (0: never)."""
     timeout = job.spec.elasticity.image_pull_timeout_seconds
@@ -259,7 +274,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     if plan.finish is None and total_restarts > elasticity.max_restarts:
         plan.finish = ("Failed", f"{total_restarts} slice replacements exceed elasticity.maxRestarts={elasticity.max_restarts}")
     if plan.finish is None:
-        plan.finish = _image_pull_timed_out(job, observed)
+        plan.finish = _worker_failed_unpulled(observed) or _image_pull_timed_out(job, observed)
     if plan.finish is not None:
         plan.create_controller = None
         plan.create_jobsets = []

@@ -210,3 +210,22 @@ def test_controller_killed_by_its_liveness_probe_is_replaced_and_the_event_says_
     # out of budget: the job fails with the same reason
     plan = decide(_job(), Observed({"controllerPod": killed.name, "controllerRestarts": 3}, [killed], _jobsets()))
     assert plan.finish[0] == "Failed" and "progressTimeoutSeconds=1800" in plan.finish[1]
+
+
+def test_worker_pod_that_failed_unpulled_fails_the_job_naming_the_image_not_the_budget():
+    # a runtime that fails the pod (the local e2e node agent does) instead of backing off
+    failed = dataclasses.replace(_pulling(_worker(1), "ErrImagePull", "busybox:nope"), phase="Failed", reason="ErrImagePull")
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()],
+                                   {i: JobSetView(f"demo-slice-{i}", i, restarts=1) for i in range(2)}, None, [failed]))
+    assert plan.finish[0] == "Failed"
+    assert plan.finish[1].startswith("slice 1 worker pod demo-slice-1-w-0: image busybox:nope cannot be pulled (ErrImagePull)")
+    assert KUBELET in plan.finish[1]
+
+
+def test_pod_view_of_a_pod_failed_with_err_image_pull():
+    # what the local control plane's node agent reports (e2e/test_pod_runtime.py)
+    v = pod_view(_pod_body({"phase": "Failed", "reason": "ErrImagePull", "containerStatuses": [
+        {"name": "controller", "image": BAD, "state": {"waiting": {"reason": "ErrImagePull", "message": KUBELET}}}]}))
+    assert v.terminal and v.exit_code is None and v.waiting_reason == "ErrImagePull"
+    plan = decide(_job(), Observed({"controllerPod": v.name}, [v], _jobsets()))
+    assert plan.create_controller is None and plan.finish[0] == "Failed" and BAD in plan.finish[1]
