@@ -354,10 +354,12 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
     if refusal_changed:
         post("Warning", refusal[0], refusal[1])
-    faults = {} if finished or plan.finish or job.spec.suspend else pod_faults(controller_pods + worker_pods)
-    new["conditions"], fault_events = with_pod_faults(new["conditions"], faults, generation, now_rfc3339())
-    for event in fault_events:
-        post(*event)
+    if not (finished or plan.finish or job.spec.suspend):
+        # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
+        new["conditions"], fault_events = with_pod_faults(new["conditions"], pod_faults(controller_pods + worker_pods),
+                                                          generation, now_rfc3339())
+        for event in fault_events:
+            post(*event)
     if new.get("phase") != status.get("phase"):
         post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new['phase']}")
     if rejected and not any(c.get("type") == "SpecChangeRejected" and c.get("status") == "True"
