@@ -313,14 +313,17 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         state.kube.delete_pod(ns, pod_name)
     renderer = renderer_for(job.spec.backend)
     controller_pod = current.name if current else ""
+    created_controller = False
     if plan.create_controller is not None and not blocked:
         pod = renderer.controller_pod(job, plan.create_controller)
         kopf.adopt(pod, owner=body)
         try:
             state.kube.create(ns, pod)
             controller_pod = pod["metadata"]["name"]
+            created_controller = True
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
+            controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass
     elif job.spec.suspend:
         controller_pod = ""
     elif not current:
@@ -332,10 +335,14 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             state.kube.create(ns, js)
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
+    # A replacement is counted (and announced) once it exists: a refused or blocked create is
+    # the CreateFailed condition's news, retried each pass without spending maxRestarts.
+    replaced = plan.controller_restarted and created_controller
     for event in plan.events:
-        post(*event)
-    restarts = int(status.get("controllerRestarts") or 0) + (1 if plan.controller_restarted else 0)
-    if plan.controller_restarted:
+        if replaced or event[1] != "ControllerRestarted":
+            post(*event)
+    restarts = int(status.get("controllerRestarts") or 0) + (1 if replaced else 0)
+    if replaced:
         metrics.CONTROLLER_RESTARTS.inc()
     if plan.finish:
         post("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}", plan.finish[1])

@@ -62,3 +62,47 @@ def test_unpullable_controller_image_one_condition_one_event_no_new_pod(monkeypa
     (cond,) = [c for c in status["conditions"] if c["type"] == "ImagePullFailed"]
     assert cond["status"] == "True" and "image bad:1 cannot be pulled" in cond["message"]
     assert [e[1] for e in events if e[0] == "Warning"] == ["ImagePullBackOff"]
+
+
+def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(monkeypatch):
+    from elastic_jax.k8s_operator.kube import ChildRefused
+
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+
+    class Refusing(_Kube):
+        refuse = True
+
+        def create(self, namespace, body):
+            if self.refuse and body["metadata"]["name"].startswith("j-controller-"):
+                raise ChildRefused("Pod", body["metadata"]["name"], 403, "forbidden by PodSecurity")
+            return super().create(namespace, body)
+
+    state = handlers.OperatorState(kube=Refusing(), key=b"k" * 32)
+    dead = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+        lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
+        "status": {"phase": "Failed", "containerStatuses": [{"name": "controller", "state": {
+            "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}})
+    jobset = jobset_view({"metadata": {"name": "j-slice-0"}}, 0)
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+
+    def reconcile(pods):
+        nonlocal status
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j"): pods},
+                               job_jobsets={("ns", "j"): [jobset]})
+        status = {**status, **patch.status}
+
+    for pods in ([dead], [], []):  # the dead pod is deleted after the first pass
+        reconcile(pods)
+    assert status["controllerRestarts"] == 0 and status["controllerPod"] == "j-controller-0"
+    assert not any(e[1] == "ControllerRestarted" for e in events)
+    assert any(c["type"] == "CreateFailed" and c["status"] == "True" for c in status["conditions"])
+    state.kube.refuse = False
+    reconcile([])
+    assert status["controllerRestarts"] == 1 and status["controllerPod"] == "j-controller-1"
+    assert [e[1] for e in events].count("ControllerRestarted") == 1
