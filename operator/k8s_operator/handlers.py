@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import time
 from typing import Any
 
 import kopf
@@ -305,7 +306,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     jobsets = {v.slice_index: v for v in job_jobsets.get(key, [])}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
-    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339()))
+    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
+                                tracker.expected_pod_age_s(status.get("controllerPod") or "")))
     for js in plan.delete_jobsets:
         state.kube.delete_jobset(ns, js)
     for pod_name in plan.delete_pods:
@@ -321,6 +323,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             state.kube.create(ns, pod)
             controller_pod = pod["metadata"]["name"]
             created_controller = True
+            tracker.created_controller = (controller_pod, time.monotonic())
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
             controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass

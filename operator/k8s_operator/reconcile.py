@@ -57,6 +57,10 @@ class Observed:
       controller_failure_reason: the controller's last reported failure reason, if any.
       worker_pods: the job's worker pods (for images that cannot be pulled).
       now: RFC 3339 time of this pass ("": time-based decisions are skipped).
+      expected_pod_age_s: seconds since this operator process created the pod
+        `status.controllerPod` names (None: not created by this process, e.g.
+        before an operator restart; kopf fills indexes before handlers run, so
+        such a pod missing from the index is gone).
     """
 
     status: dict[str, Any]
@@ -65,6 +69,7 @@ class Observed:
     controller_failure_reason: str | None = None
     worker_pods: list[PodView] = dataclasses.field(default_factory=list)
     now: str = ""
+    expected_pod_age_s: float | None = None
 
 
 @dataclasses.dataclass
@@ -88,6 +93,11 @@ class Plan:
     finish: tuple[str, str] | None = None
     controller_restarted: bool = False
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+
+# How long a controller pod this operator created may be missing from the pod index before
+# it counts as vanished (the watch normally delivers it within a second).
+INDEX_LAG_S = 30.0
 
 
 def attempt_of(pod_name: str) -> int | None:
@@ -234,8 +244,14 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     expected_attempt = attempt_of(expected)
     newest = max(observed.controller_pods, key=lambda p: p.attempt, default=None)
 
-    if newest is not None and expected_attempt is not None and newest.attempt < expected_attempt:
-        pass  # the pod we created last is not in the index yet: wait, do not create another
+    # status.controllerPod names a newer pod than any in the index: the watch has not delivered the
+    # pod we just created (wait), or it was deleted before the index saw it (a loss, not a silent wait).
+    lagging = newest is not None and expected_attempt is not None and newest.attempt < expected_attempt
+    in_flight = lagging and observed.expected_pod_age_s is not None and observed.expected_pod_age_s < INDEX_LAG_S
+    if lagging and not in_flight:
+        newest = None
+    if in_flight:
+        pass
     elif newest is None or dead(newest) or newest.deleting:
         ended = _controller_exit(job, newest, observed) if newest is not None and dead(newest) else None
         if ended:

@@ -79,6 +79,15 @@ class JobTracker:
         self.replacements = 0
         # The job's object reference, for Events (set by the reconcile handler).
         self.ref: dict | None = None
+        # (pod name, monotonic time) of the controller pod this process created last: how long
+        # `reconcile.decide` waits for the pod index to show it.
+        self.created_controller: tuple[str, float] | None = None
+
+    def expected_pod_age_s(self, name: str) -> float | None:
+        """Seconds since this process created controller pod `name`; None if it did not (or not last)."""
+        if self.created_controller is None or self.created_controller[0] != name:
+            return None
+        return time.monotonic() - self.created_controller[1]
 
     # -- controller --------------------------------------------------------
 

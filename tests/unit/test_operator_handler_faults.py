@@ -106,3 +106,6 @@ def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(
     reconcile([])
     assert status["controllerRestarts"] == 1 and status["controllerPod"] == "j-controller-1"
     assert [e[1] for e in events].count("ControllerRestarted") == 1
+    # the next pass, before the watch delivered j-controller-1: wait for it, do not create another
+    reconcile([dead])
+    assert status["controllerRestarts"] == 1 and "j-controller-2" not in state.kube.created
