@@ -1,6 +1,6 @@
 """The controller's control API (DESIGN.md, "Control API").
 
-    GET  /healthz              process alive                       (public)
+    GET  /healthz              alive and making progress (503: stalled, see watchdog.py) (public)
     GET  /readyz               trainer built, checkpoint reachable (public)
     GET  /v1/status            ControllerStatus                    (bearer token)
     PUT  /v1/slices/{index}    SliceReport -> SliceReportResult    (bearer token)
@@ -115,6 +115,7 @@ def create_app(
     token: str,
     ready: Callable[[], bool],
     stop: Callable[[str], bool] | None = None,
+    stalled: Callable[[], str | None] | None = None,
 ) -> FastAPI:
     """Builds the FastAPI app.
 
@@ -126,6 +127,8 @@ def create_app(
       ready: readiness predicate for /readyz.
       stop: `stop(reason) -> accepted` for `POST /v1/stop`; False (not
         started yet) answers 409. None: the endpoint answers 409.
+      stalled: `stalled() -> reason | None` (the no-progress watchdog); a
+        reason makes `/healthz` answer 503. None: always healthy.
 
     Raises:
       ValueError: empty token (an API without auth is never served).
@@ -140,8 +143,11 @@ def create_app(
         return JSONResponse({"detail": _validation_errors(error)}, status_code=422)
 
     @app.get("/healthz", response_class=PlainTextResponse)
-    def healthz() -> str:
-        return "ok"
+    def healthz() -> Response:
+        reason = stalled() if stalled is not None else None
+        if reason:  # public: the reason itself goes to the log (and the pod's termination message)
+            return PlainTextResponse("stalled", status_code=503)
+        return PlainTextResponse("ok")
 
     @app.get("/readyz", response_class=PlainTextResponse)
     def readyz() -> Response:

@@ -50,6 +50,7 @@ from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
 from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
+from elastic_jax.controller.watchdog import ProgressWatchdog
 from elastic_jax.exit_codes import ControllerExit
 
 _logger = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ class TrainingRun:
         self.keeps_state = getattr(backend, "keeps_state_on_slice_loss", True)
         self.snapshotter = HostSnapshotter(0 if self.keeps_state else self.spec.elasticity.host_snapshot_interval_steps)
         self._state_lost = False
+        self.watchdog = ProgressWatchdog(self.spec.elasticity.progress_timeout_seconds)
+        self._stall_logged = False
         metrics.desired_slices.set(slice_set.count)
 
         @jax.jit
@@ -145,6 +148,17 @@ class TrainingRun:
             return None
         wall = time.monotonic() - self._train_start
         return min(1.0, self._productive_s / wall) if wall > 0 else None
+
+    def stall_reason(self) -> str | None:
+        """None while the controller makes progress, else why it is stuck (see `watchdog`); `/healthz` serves it."""
+        status = self.status()
+        reason = self.watchdog.check(status.phase, status.step)
+        if reason and not self._stall_logged:
+            self._stall_logged = True  # once: the kubelet probes every few seconds
+            _logger.error("error: %s", reason, extra={"event": "stalled", "step": status.step})
+        elif not reason:
+            self._stall_logged = False
+        return reason
 
     def status(self) -> ControllerStatus:
         """A consistent snapshot for `GET /v1/status`."""
@@ -317,7 +331,12 @@ class TrainingRun:
                     self.phase, exit_code = "Interrupted", ControllerExit.RESTART
                     self.failure_reason = (f"controller interrupted by {self._stop_reason or 'a signal'} at step "
                                            f"{self.step}; a new controller resumes from the last committed step")
-        except Exception as e:  # noqa: BLE001 - every failure ends the run with a reason
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - every failure ends the run with a reason
+            if isinstance(e, SystemExit):
+                # User code called sys.exit() mid-training: exiting 0 would read as "trained every
+                # step" (the controller pod Succeeded with the job unfinished). It is a failure.
+                e = UserCodeError(f"the trainer called sys.exit({e.code!r}) at step {self.step} of "
+                                  f"{self.spec.training.steps}; training did not finish")
             reason = one_line_reason(e) if not _is_user_facing(e) else f"{type(e).__name__}: {e}"
             _logger.error("training failed: %s", e if _is_user_facing(e) else reason, exc_info=not _is_user_facing(e),
                           extra={"event": "training_failed", "reason": reason, "step": self.step})
@@ -371,6 +390,7 @@ class TrainingRun:
             cause = getattr(error, "cause", "slice_down")
             slices = list(getattr(error, "slice_indices", ()))
         record = RecoveryRecord(cause=cause, slices=slices, at_step=self.step)
+        self.watchdog.restart()
         # Recovery time counts from when the failure began: for a hang, when the
         # stuck step was sent (the deadline is part of the cost), else now.
         since = getattr(error, "failed_since", None) or time.monotonic()

@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         return True
 
     server = ControlApiServer(
-        create_app(slice_set, status, metrics, token, ready=lambda: "run" in holder, stop=stop),
+        create_app(slice_set, status, metrics, token, ready=lambda: "run" in holder, stop=stop,
+                   stalled=lambda: holder["run"].stall_reason() if "run" in holder else None),
         host=args.host, port=args.port,
     )
     try:

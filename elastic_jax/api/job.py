@@ -230,6 +230,27 @@ class ElasticitySpec(_Model):
     first_step_deadline_seconds: float = Field(
         default=120.0, gt=0, description="Deadline for a slice's first step on a new program (includes its compile)."
     )
+    progress_timeout_seconds: float = Field(
+        default=1800.0,
+        ge=0,
+        description=(
+            "No-progress watchdog: while the controller trains (phase Running or Recovering; not while "
+            "Starting/restoring or WaitingForSlices), no completed step for this long makes its /healthz "
+            "answer 503, so the pod's livenessProbe has it killed and the operator replaces it (counted "
+            "against maxRestarts). Must exceed firstStepDeadlineSeconds and stepDeadlineSeconds plus a "
+            "checkpoint save. 0: off."
+        ),
+    )
+    image_pull_timeout_seconds: int = Field(
+        default=900,
+        ge=0,
+        description=(
+            "How long a controller or worker image may stay unpullable (ErrImagePull, ImagePullBackOff, "
+            "InvalidImageName) before the job fails naming it; until then the kubelet retries with its own "
+            "back-off (up to 300 s apart) and the ImagePullFailed condition names the image. Nothing is "
+            "recreated or counted against maxRestarts meanwhile. 0: never fail (wait for the image)."
+        ),
+    )
     host_snapshot_interval_steps: int = Field(
         default=10,
         ge=0,
@@ -238,6 +259,16 @@ class ElasticitySpec(_Model):
             "slice restores from memory when the copy is newer than the last checkpoint (0: off)."
         ),
     )
+
+
+    @model_validator(mode="after")
+    def _progress_timeout_covers_a_step(self) -> "ElasticitySpec":
+        longest = max(self.step_deadline_seconds, self.first_step_deadline_seconds)
+        if self.progress_timeout_seconds and self.progress_timeout_seconds <= longest:
+            raise ValueError(
+                f"spec.elasticity.progressTimeoutSeconds ({self.progress_timeout_seconds:g}) must be 0 (off) or more "
+                f"than the longest step deadline ({longest:g} s): a slow step is the step deadline's to handle")
+        return self
 
 
 class ElasticTrainingJobSpec(_Model):

@@ -33,6 +33,10 @@ COND_SUSPENDED = "Suspended"
 # Invalid, ...: its message is the API server's) or the job's token Secret name is
 # taken by a Secret this operator did not create (reason TokenSecretConflict).
 COND_CREATE_FAILED = "CreateFailed"
+# A child pod's image cannot be pulled (reason: the kubelet's, e.g. ImagePullBackOff; message names the image).
+COND_IMAGE_PULL_FAILED = "ImagePullFailed"
+# A child pod cannot be scheduled, or its container cannot be created (reason: the scheduler's/kubelet's).
+COND_PODS_NOT_STARTING = "PodsNotStarting"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
 COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import time
 from typing import Any
 
 import kopf
@@ -29,6 +30,7 @@ from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
+from elastic_jax.k8s_operator.pod_faults import pod_faults
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
@@ -37,6 +39,7 @@ from elastic_jax.k8s_operator.status_builder import (
     create_failure,
     token_conflict,
     with_create_failure,
+    with_pod_faults,
 )
 from elastic_jax.k8s_operator.tracker import JobTracker
 
@@ -302,7 +305,9 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
 
     jobsets = {v.slice_index: v for v in job_jobsets.get(key, [])}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
-    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason))
+    worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
+    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
+                                tracker.expected_pod_age_s(status.get("controllerPod") or "")))
     for js in plan.delete_jobsets:
         state.kube.delete_jobset(ns, js)
     for pod_name in plan.delete_pods:
@@ -310,14 +315,18 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         state.kube.delete_pod(ns, pod_name)
     renderer = renderer_for(job.spec.backend)
     controller_pod = current.name if current else ""
+    created_controller = False
     if plan.create_controller is not None and not blocked:
         pod = renderer.controller_pod(job, plan.create_controller)
         kopf.adopt(pod, owner=body)
         try:
             state.kube.create(ns, pod)
             controller_pod = pod["metadata"]["name"]
+            created_controller = True
+            tracker.created_controller = (controller_pod, time.monotonic())
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
+            controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass
     elif job.spec.suspend:
         controller_pod = ""
     elif not current:
@@ -329,10 +338,14 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             state.kube.create(ns, js)
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
+    # A replacement is counted (and announced) once it exists: a refused or blocked create is
+    # the CreateFailed condition's news, retried each pass without spending maxRestarts.
+    replaced = plan.controller_restarted and created_controller
     for event in plan.events:
-        post(*event)
-    restarts = int(status.get("controllerRestarts") or 0) + (1 if plan.controller_restarted else 0)
-    if plan.controller_restarted:
+        if replaced or event[1] != "ControllerRestarted":
+            post(*event)
+    restarts = int(status.get("controllerRestarts") or 0) + (1 if replaced else 0)
+    if replaced:
         metrics.CONTROLLER_RESTARTS.inc()
     if plan.finish:
         post("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}", plan.finish[1])
@@ -351,6 +364,12 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
     if refusal_changed:
         post("Warning", refusal[0], refusal[1])
+    if not (finished or plan.finish or job.spec.suspend):
+        # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
+        new["conditions"], fault_events = with_pod_faults(new["conditions"], pod_faults(controller_pods + worker_pods),
+                                                          generation, now_rfc3339())
+        for event in fault_events:
+            post(*event)
     if new.get("phase") != status.get("phase"):
         post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new['phase']}")
     if rejected and not any(c.get("type") == "SpecChangeRejected" and c.get("status") == "True"

@@ -8,12 +8,15 @@ after an operator restart, converges to the same children.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
 from typing import Any
 
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.status import FINISHED_PHASES
+from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, FINISHED_PHASES
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
 from elastic_jax.k8s_operator.slices import PodView
 
 
@@ -52,12 +55,21 @@ class Observed:
       controller_pods: the job's controller pods (any incarnation).
       jobsets: worker JobSets by slice index.
       controller_failure_reason: the controller's last reported failure reason, if any.
+      worker_pods: the job's worker pods (for images that cannot be pulled).
+      now: RFC 3339 time of this pass ("": time-based decisions are skipped).
+      expected_pod_age_s: seconds since this operator process created the pod
+        `status.controllerPod` names (None: not created by this process, e.g.
+        before an operator restart; kopf fills indexes before handlers run, so
+        such a pod missing from the index is gone).
     """
 
     status: dict[str, Any]
     controller_pods: list[PodView]
     jobsets: dict[int, JobSetView]
     controller_failure_reason: str | None = None
+    worker_pods: list[PodView] = dataclasses.field(default_factory=list)
+    now: str = ""
+    expected_pod_age_s: float | None = None
 
 
 @dataclasses.dataclass
@@ -81,6 +93,11 @@ class Plan:
     finish: tuple[str, str] | None = None
     controller_restarted: bool = False
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+
+# How long a controller pod this operator created may be missing from the pod index before
+# it counts as vanished (the watch normally delivers it within a second).
+INDEX_LAG_S = 30.0
 
 
 def attempt_of(pod_name: str) -> int | None:
@@ -107,6 +124,53 @@ def _teardown(observed: Observed, plan: Plan, keep_finished_controller: bool, wo
     return plan
 
 
+def dead(pod: PodView) -> bool:
+    """The controller pod will not run again: terminal, or its container terminated (restartPolicy Never).
+
+    The kubelet may report a terminated container before the pod's phase
+    follows (or, with sidecars, the phase may lag): either way nothing restarts it.
+    """
+    return pod.terminal or pod.exit_code is not None
+
+
+def _seconds_between(since: str, now: str) -> float | None:
+    try:
+        parse = lambda t: dt.datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+        return (parse(now) - parse(since)).total_seconds()
+    except (TypeError, ValueError):
+        return None
+
+
+def _worker_failed_unpulled(observed: Observed) -> tuple[str, str] | None:
+    """("Failed", reason) when a worker pod *failed* because its image could not be pulled.
+
+    A kubelet keeps such a pod Pending and retries the pull (see `pod_faults`);
+    a runtime that fails the pod instead leaves only the JobSet's restarts to
+    retry it, each counted against the budgets and ending in "N slice
+    replacements exceed ..." without the image. Fail once, naming it.
+    """
+    pod = next((p for p in observed.worker_pods if p.terminal and image_pull_failed(p)), None)
+    if pod is None:
+        return None
+    return "Failed", (f"slice {pod.slice_index} worker pod {pod.name}: image {pod.waiting_image or '(unknown)'} cannot "
+                      f"be pulled ({pod.waiting_reason}): {pod.waiting_message}; the pod failed, so nothing retries the pull")
+
+
+def _image_pull_timed_out(job: ElasticTrainingJob, observed: Observed) -> tuple[str, str] | None:
+    """("Failed", reason) once an image stayed unpullable `elasticity.imagePullTimeoutSeconds` (0: never)."""
+    timeout = job.spec.elasticity.image_pull_timeout_seconds
+    fault = pod_faults(observed.controller_pods + observed.worker_pods).get(COND_IMAGE_PULL_FAILED)
+    if not timeout or fault is None or not observed.now:
+        return None
+    cond = next((c for c in observed.status.get("conditions") or []
+                 if c.get("type") == COND_IMAGE_PULL_FAILED and c.get("status") == "True"), None)
+    waited = _seconds_between((cond or {}).get("lastTransitionTime", ""), observed.now)
+    if waited is None or waited < timeout:
+        return None
+    return "Failed", f"{fault.message.removesuffix('; the kubelet retries with back-off')}; not pulled within " \
+                     f"elasticity.imagePullTimeoutSeconds={timeout}"
+
+
 def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) -> tuple[str, str] | None:
     """("Succeeded"|"Failed", reason) when the controller pod's exit ends the job; None for a loss to recover.
 
@@ -128,6 +192,29 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     if pod.exit_code == ControllerExit.BAD_INPUT:
         return "Failed", f"the controller refused its input: {detail.removeprefix('error: ') or 'see the controller log'}"
     return None
+
+
+def _loss_reason(pod: PodView | None) -> str:
+    """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line."""
+    if pod is None:
+        return "pod vanished"
+    why = pod.reason or ("deleted" if pod.deleting else pod.phase or "unknown")
+    lines = [_log_text(ln) for ln in pod.termination_message.splitlines() if ln.strip()]
+    # the controller's own `error: ` line (e.g. the no-progress watchdog's) beats whatever followed it
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    detail = errors[-1] if errors else (lines[-1] if lines else "")
+    return f"{why}: {detail[:300]}" if detail else why
+
+
+def _log_text(line: str) -> str:
+    """A log line's message: the `msg` of a JSON log line (the controller's structured log), else the line."""
+    if line.startswith("{"):
+        try:
+            msg = json.loads(line).get("msg")
+        except (ValueError, AttributeError):
+            return line
+        return msg if isinstance(msg, str) else line
+    return line
 
 
 def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
@@ -157,22 +244,33 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     expected_attempt = attempt_of(expected)
     newest = max(observed.controller_pods, key=lambda p: p.attempt, default=None)
 
-    if newest is not None and expected_attempt is not None and newest.attempt < expected_attempt:
-        pass  # the pod we created last is not in the index yet: wait, do not create another
-    elif newest is None or newest.terminal or newest.deleting:
-        ended = _controller_exit(job, newest, observed) if newest is not None and newest.terminal else None
+    # status.controllerPod names a newer pod than any in the index: the watch has not delivered the
+    # pod we just created (wait), or it was deleted before the index saw it (a loss, not a silent wait).
+    lagging = newest is not None and expected_attempt is not None and newest.attempt < expected_attempt
+    in_flight = lagging and observed.expected_pod_age_s is not None and observed.expected_pod_age_s < INDEX_LAG_S
+    if lagging and not in_flight:
+        newest = None
+    if in_flight:
+        pass
+    elif newest is None or dead(newest) or newest.deleting:
+        ended = _controller_exit(job, newest, observed) if newest is not None and dead(newest) else None
         if ended:
             plan.finish = ended
+        elif newest is not None and image_pull_failed(newest) and not newest.deleting:
+            # The pod ended while its image could not be pulled: a new pod would fail the same
+            # way, one per pass. Not a controller loss, not counted: the job fails naming the image.
+            plan.finish = ("Failed", f"controller pod {newest.name}: image {newest.waiting_image or '(unknown)'} "
+                                     f"cannot be pulled ({newest.waiting_reason}): {newest.waiting_message}")
         elif newest is None and expected_attempt is None:
             plan.create_controller = 0  # first start (or resume after suspend)
         elif restarts >= elasticity.max_restarts:
-            why = newest.reason if newest else "pod gone"
+            why = _loss_reason(newest)
             plan.finish = ("Failed", f"controller pod lost {restarts + 1} times (elasticity.maxRestarts={elasticity.max_restarts}); last: {why}")
         else:
             last = newest.attempt if newest is not None else expected_attempt
             plan.create_controller = max(last, expected_attempt or 0) + 1
             plan.controller_restarted = True
-            why = (newest.reason or ("deleted" if newest.deleting else newest.phase)) if newest else "pod vanished"
+            why = _loss_reason(newest)
             plan.events.append(("Warning", "ControllerRestarted",
                                 f"controller pod {newest.name if newest else expected} lost ({why}); "
                                 f"creating {names.controller_pod(name, plan.create_controller)}, which resumes from the latest checkpoint"))
@@ -191,6 +289,8 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
                                      f"(elasticity.maxRestartsPerSlice={elasticity.max_restarts_per_slice}): {js.message}")
     if plan.finish is None and total_restarts > elasticity.max_restarts:
         plan.finish = ("Failed", f"{total_restarts} slice replacements exceed elasticity.maxRestarts={elasticity.max_restarts}")
+    if plan.finish is None:
+        plan.finish = _worker_failed_unpulled(observed) or _image_pull_timed_out(job, observed)
     if plan.finish is not None:
         plan.create_controller = None
         plan.create_jobsets = []

@@ -3,9 +3,10 @@
 Pure functions over `PodView`s (the few pod fields that matter, kept in the
 operator's in-memory index). A slice goes Provisioning → Ready (every host
 Running and Ready) → Down (a pod failed, vanished or is being replaced) →
-Ready …; a Ready pod that gets a deletion timestamp (preemption, drain,
-`kubectl delete`) makes the slice Draining first, so the controller can
-checkpoint before it goes.
+Ready …; a Ready pod that gets a deletion timestamp *with a grace period*
+(preemption, drain, `kubectl delete`) makes the slice Draining first, so the
+controller can checkpoint before it goes. A force delete (grace 0) leaves no
+time to act: it is a loss (Down), like a kill.
 """
 
 from __future__ import annotations
@@ -34,10 +35,17 @@ class PodView:
       ready: the pod's Ready condition is True.
       pod_ip: status.podIP ("" until assigned).
       deleting: metadata.deletionTimestamp is set.
+      deletion_grace_s: metadata.deletionGracePeriodSeconds (None when not deleting
+        or not reported): 0 is a force delete, no time to act.
       exit_code: the first terminated container's exit code, else None.
       reason: a short why (e.g. "exit code 137", "OOMKilled", "NodeLost").
       termination_message: the container's termination message, if any.
       created: metadata.creationTimestamp (RFC 3339; sorts in time order).
+      waiting_reason, waiting_message, waiting_image: the first container (or
+        init/sidecar container) the kubelet holds in `waiting` with a reason other
+        than ContainerCreating/PodInitializing (e.g. ImagePullBackOff), its
+        message and image.
+      unschedulable: the scheduler's message while PodScheduled is False ("" otherwise).
     """
 
     name: str
@@ -54,11 +62,37 @@ class PodView:
     reason: str = ""
     termination_message: str = ""
     created: str = ""
+    deletion_grace_s: int | None = None
+    waiting_reason: str = ""
+    waiting_message: str = ""
+    waiting_image: str = ""
+    unschedulable: str = ""
 
     @property
     def terminal(self) -> bool:
         """The pod finished (Succeeded or Failed) and will not run again."""
         return self.phase in ("Succeeded", "Failed")
+
+
+# Waiting reasons that are only a container starting, not a fault.
+_STARTING = frozenset({"", "ContainerCreating", "PodInitializing"})
+
+
+def _waiting(status: dict[str, Any]) -> tuple[str, str, str]:
+    """(reason, message, image) of the first container held in a waiting state that is a fault."""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason", "") not in _STARTING:
+                return waiting["reason"], (waiting.get("message") or "").strip()[:500], cs.get("image") or ""
+    return "", "", ""
+
+
+def _unschedulable(status: dict[str, Any]) -> str:
+    for c in status.get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return f"{c.get('reason') or 'Unschedulable'}: {(c.get('message') or '').strip()[:500]}"
+    return ""
 
 
 def _int(value: Any, default: int) -> int:
@@ -76,7 +110,10 @@ def pod_view(body: dict[str, Any]) -> PodView:
     role = lab.get(labels.ROLE, "")
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     exit_code, reason, message = None, status.get("reason") or "", ""
-    for cs in status.get("containerStatuses") or []:
+    statuses = status.get("containerStatuses") or []
+    # the controller pod's own container first (the pathways sidecars are init containers)
+    statuses = sorted(statuses, key=lambda cs: cs.get("name") != labels.ROLE_CONTROLLER)
+    for cs in statuses:
         term = (cs.get("state") or {}).get("terminated")
         if term:
             exit_code = term.get("exitCode")
@@ -84,6 +121,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
             reason = reason or (f"exit code {exit_code}" + (f" ({detail})" if detail and detail != "Error" else ""))
             message = (term.get("message") or "").strip()
             break
+    waiting = _waiting(status)
     if role == labels.ROLE_CONTROLLER:
         attempt = _int(lab.get(labels.CONTROLLER_ATTEMPT), 0)
     else:
@@ -99,10 +137,15 @@ def pod_view(body: dict[str, Any]) -> PodView:
         ready=ready,
         pod_ip=status.get("podIP") or "",
         deleting=bool(meta.get("deletionTimestamp")),
+        deletion_grace_s=_int(meta["deletionGracePeriodSeconds"], 0) if meta.get("deletionGracePeriodSeconds") is not None else None,
         exit_code=exit_code,
         reason=reason,
         termination_message=message[-512:],  # the tail: FallbackToLogsOnError puts the reason last
         created=meta.get("creationTimestamp") or "",
+        waiting_reason=waiting[0],
+        waiting_message=waiting[1],
+        waiting_image=waiting[2],
+        unschedulable=_unschedulable(status) if (status.get("phase") or "Pending") == "Pending" else "",
     )
 
 
@@ -112,7 +155,8 @@ class SliceObservation:
 
     Attributes:
       kind: Ready (all hosts Running+Ready), Draining (a live pod is being
-        deleted), Failed (a pod of the current attempt failed), NotReady.
+        deleted with a grace period: time to act), Failed (a pod of the current
+        attempt failed, was force-deleted, or vanished), NotReady.
       addresses: `podIP:port` per host, by host index (only for Ready).
       pods: names of the current attempt's pods.
       reason: why, for status and the controller.
@@ -124,7 +168,17 @@ class SliceObservation:
     reason: str = ""
 
 
-def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.WORKER_PORT) -> SliceObservation:
+def drains(pod: PodView) -> bool:
+    """The pod is being deleted with a grace period and still runs: a notice with time to act.
+
+    A deletion timestamp alone is not enough: a force delete (grace 0) kills
+    the pod at once, so it is a loss, not a drain.
+    """
+    return pod.deleting and not pod.terminal and pod.exit_code is None and (pod.deletion_grace_s or 0) > 0
+
+
+def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.WORKER_PORT,
+                  known: tuple[str, ...] = ()) -> SliceObservation:
     """Classifies one slice from its worker pods.
 
     Only the newest JobSet restart attempt counts: pods of older attempts are
@@ -134,8 +188,13 @@ def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.W
       pods: the slice's worker pods (any attempts).
       hosts_per_slice: hosts a complete slice has.
       port: the workers' port, for the addresses.
+      known: the pods of the slice's last observation; one of them missing now
+        and no replacement Ready was deleted without a graceful period (or its
+        grace passed unseen): a loss, reported as Failed "deleted".
     """
     if not pods:
+        if known:
+            return SliceObservation("Failed", reason=f"pod {known[0]} deleted (killed; no graceful notice seen)")
         return SliceObservation("NotReady", reason="no worker pod")
     newest = max(p.attempt for p in pods)
     current = sorted((p for p in pods if p.attempt == newest), key=lambda p: (p.host_index, p.created))
@@ -144,14 +203,26 @@ def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.W
     if failed:
         p = failed[0]
         return SliceObservation("Failed", pods=pod_names, reason=f"pod {p.name}: {p.reason or 'failed'}")
-    deleting = [p for p in current if p.deleting and not p.terminal]
+    forced = [p for p in current if p.deleting and not drains(p)]
+    if forced:
+        p = forced[0]
+        how = "force-deleted (grace 0)" if p.deletion_grace_s == 0 else "deleted, no time left to act"
+        return SliceObservation("Failed", pods=pod_names, reason=f"pod {p.name} {how}: killed")
+    deleting = [p for p in current if drains(p)]
     if deleting:
-        return SliceObservation("Draining", pods=pod_names, reason=f"pod {deleting[0].name} is being deleted")
+        p = deleting[0]
+        return SliceObservation("Draining", pods=pod_names,
+                                reason=f"pod {p.name} is being deleted (grace {p.deletion_grace_s} s)")
+    gone = [n for n in known if n not in {p.name for p in pods}]
     live = [p for p in current if p.phase == "Running" and p.ready and p.pod_ip]
+    if gone and len(live) < hosts_per_slice:
+        return SliceObservation("Failed", pods=pod_names, reason=f"pod {gone[0]} deleted (killed; no graceful notice seen)")
     if len(live) >= hosts_per_slice:
         addresses = tuple(f"{p.pod_ip}:{port}" for p in live[:hosts_per_slice])
         return SliceObservation("Ready", addresses=addresses, pods=pod_names)
-    return SliceObservation("NotReady", pods=pod_names, reason=f"{len(live)}/{hosts_per_slice} hosts ready")
+    stuck = next((p for p in current if p.waiting_reason), None)
+    why = f"; pod {stuck.name}: {stuck.waiting_reason} ({stuck.waiting_image})" if stuck else ""
+    return SliceObservation("NotReady", pods=pod_names, reason=f"{len(live)}/{hosts_per_slice} hosts ready{why}")
 
 
 def next_slice_state(previous: SliceState | None, observation: SliceObservation) -> SliceState:

@@ -180,3 +180,38 @@ def with_create_failure(conditions: list[dict[str, Any]], failure: tuple[str, st
     reason, message = failure
     changed = previous is None or previous.get("status") != "True" or previous.get("message") != message
     return set_condition(conditions, st.COND_CREATE_FAILED, "True", reason, message, generation, now), changed
+
+
+# Condition type -> the reason it gets once no pod shows that fault any more.
+_FAULT_CLEARED = {st.COND_IMAGE_PULL_FAILED: "ImagesPulled", st.COND_PODS_NOT_STARTING: "PodsStarted"}
+
+
+def with_pod_faults(conditions: list[dict[str, Any]], faults: dict[str, Any], generation: int,
+                    now: str) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+    """`conditions` with ImagePullFailed / PodsNotStarting set from this pass, and the Events due.
+
+    Args:
+      conditions: the new status's conditions.
+      faults: condition type -> `pod_faults.PodFault` (this pass's live pods).
+      generation, now: as for `set_condition`.
+
+    Returns:
+      (conditions, events): a Warning Event when a fault appears or its reason
+      changes (not every pass, not for each kubelet back-off retry); a Normal
+      one when it clears.
+    """
+    events: list[tuple[str, str, str]] = []
+    for type_, cleared in _FAULT_CLEARED.items():
+        previous = next((c for c in conditions if c.get("type") == type_), None)
+        fault = faults.get(type_)
+        if fault is None:
+            if previous is not None and previous.get("status") == "True":
+                conditions = set_condition(conditions, type_, "False", cleared, "", generation, now)
+                events.append(("Normal", cleared, f"{type_} cleared: {previous.get('message', '')}"[:1000]))
+            continue
+        was_true = previous is not None and previous.get("status") == "True"
+        # ErrImagePull <-> ImagePullBackOff alternate with every kubelet retry: one Event, not one per retry
+        if not was_true or (type_ != st.COND_IMAGE_PULL_FAILED and previous.get("reason") != fault.reason):
+            events.append(("Warning", fault.reason, fault.message))
+        conditions = set_condition(conditions, type_, "True", fault.reason, fault.message, generation, now)
+    return conditions, events

@@ -79,6 +79,15 @@ class JobTracker:
         self.replacements = 0
         # The job's object reference, for Events (set by the reconcile handler).
         self.ref: dict | None = None
+        # (pod name, monotonic time) of the controller pod this process created last: how long
+        # `reconcile.decide` waits for the pod index to show it.
+        self.created_controller: tuple[str, float] | None = None
+
+    def expected_pod_age_s(self, name: str) -> float | None:
+        """Seconds since this process created controller pod `name`; None if it did not (or not last)."""
+        if self.created_controller is None or self.created_controller[0] != name:
+            return None
+        return time.monotonic() - self.created_controller[1]
 
     # -- controller --------------------------------------------------------
 
@@ -128,7 +137,9 @@ class JobTracker:
             now = time.monotonic()
             for i, slice_pods in group_by_slice(pods, len(self.slices)).items():
                 track = self.slices[i]
-                obs = observe_slice(slice_pods, self.hosts_per_slice)
+                # a Ready slice's pod that vanishes unseen was killed/force-deleted, not drained
+                known = track.pods if track.state == "Ready" else ()
+                obs = observe_slice(slice_pods, self.hosts_per_slice, known=known)
                 new = next_slice_state(track.state, obs)
                 changed = new != track.state or (new == "Ready" and obs.addresses != track.addresses)
                 track.pods = obs.pods

@@ -90,3 +90,48 @@ def nan_update_trainer(config: dict) -> Trainer:
         return jax.tree_util.tree_map(lambda u: u + poison, updates), {"count": state["count"] + 1}
 
     return _with_extra_transform(config, optax.GradientTransformation(init, update), "nan-update")
+
+
+# Examples the blocking trainer's dataset serves before its read blocks for good.
+BLOCK_AFTER_EXAMPLES = 80
+
+
+def blocking_data_trainer(config: dict) -> Trainer:
+    """The built-in LM whose data read blocks forever after `BLOCK_AFTER_EXAMPLES` examples
+    (a stuck network filesystem or a dead data service): the controller stops making steps
+    while every process, thread and port stays up."""
+    import itertools
+    import threading
+
+    base = make_trainer(config)
+    served = itertools.count()
+    never = threading.Event()
+
+    def read(example):
+        if next(served) >= BLOCK_AFTER_EXAMPLES:
+            never.wait()  # blocks the training thread, as a hung read() would
+        return example
+
+    return dataclasses.replace(base, dataset=base.dataset.map(read), name="blocking-data")
+
+
+# Examples the exiting trainer's dataset serves before it calls sys.exit(0).
+EXIT_AFTER_EXAMPLES = 40
+
+
+def sys_exit_trainer(config: dict) -> Trainer:
+    """The built-in LM whose data pipeline calls `sys.exit(0)` after `EXIT_AFTER_EXAMPLES`
+    examples (a library "quitting cleanly" at the end of its data): exit code 0 must not
+    pass for a finished job."""
+    import itertools
+    import sys
+
+    base = make_trainer(config)
+    served = itertools.count()
+
+    def read(example):
+        if next(served) >= EXIT_AFTER_EXAMPLES:
+            sys.exit(0)
+        return example
+
+    return dataclasses.replace(base, dataset=base.dataset.map(read), name="sys-exit")

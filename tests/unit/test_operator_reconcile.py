@@ -58,8 +58,19 @@ def test_vanished_controller_is_recreated():
 
 def test_index_lag_does_not_create_twice():
     old = _ctrl(0, phase="Failed", exit_code=137)
-    plan = decide(_job(), Observed({"controllerPod": "demo-controller-1"}, [old], _both_jobsets()))
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-1"}, [old], _both_jobsets(),
+                                   expected_pod_age_s=1.0))
     assert plan.create_controller is None
+
+
+def test_a_created_pod_never_seen_is_a_loss_not_a_silent_wait():
+    # issue 9 item 6: a dead pod in the index and the newer one gone before the index saw it
+    old = _ctrl(0, phase="Failed", exit_code=137)
+    for age in (None, 31.0):  # an operator restart (index complete), or long past any watch lag
+        plan = decide(_job(), Observed({"controllerPod": "demo-controller-1", "controllerRestarts": 1}, [old],
+                                       _both_jobsets(), expected_pod_age_s=age))
+        assert plan.create_controller == 2 and plan.controller_restarted
+        assert "demo-controller-1 lost (pod vanished)" in plan.events[0][2]
 
 
 def test_controller_exit_codes_end_the_job():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from elastic_jax.api import labels
@@ -37,7 +39,8 @@ def test_ready_when_every_host_runs_and_is_ready():
     ([_pod(phase="Pending", ip="")], "NotReady"),
     ([_pod(phase="Failed", exit_code=137)], "Failed"),
     ([_pod(phase="Running", exit_code=1)], "Failed"),  # container ended, phase not updated yet
-    ([_pod(deleting=True)], "Draining"),
+    ([dataclasses.replace(_pod(deleting=True), deletion_grace_s=30)], "Draining"),
+    ([_pod(deleting=True)], "Failed"),  # no grace period: no time to act
     # an older attempt's failed pod is a leftover; the new attempt is what counts
     ([_pod("old", attempt=0, phase="Failed", exit_code=137), _pod("new", attempt=1)], "Ready"),
     ([_pod("old", attempt=0, phase="Failed", exit_code=137), _pod("new", attempt=1, phase="Pending", ip="")], "NotReady"),
@@ -72,3 +75,73 @@ def test_group_by_slice_ignores_other_indices_and_the_controller():
     ctrl = PodView("c", "c", "controller", -1, 0, 0, "Running", True, "x", False)
     grouped = group_by_slice([_pod("a", slice_index=0), _pod("b", slice_index=1), _pod("z", slice_index=7), ctrl], 2)
     assert {i: [p.name for p in ps] for i, ps in grouped.items()} == {0: ["a"], 1: ["b"]}
+
+
+# -- issue 9 item 8: a force delete is a loss, not a drain ----------------------------------
+
+
+def _deleting(grace, **kw):
+    return dataclasses.replace(_pod("w-0", **kw), deleting=True, deletion_grace_s=grace)
+
+
+def test_pod_view_reads_the_deletion_grace_period():
+    meta = {"name": "p", "uid": "u", "deletionTimestamp": "2025-01-01T00:00:00Z", "labels": {labels.ROLE: "worker"}}
+    assert pod_view({"metadata": {**meta, "deletionGracePeriodSeconds": 0}}).deletion_grace_s == 0
+    assert pod_view({"metadata": {**meta, "deletionGracePeriodSeconds": 30}}).deletion_grace_s == 30
+    assert pod_view({"metadata": {"name": "q", "labels": {labels.ROLE: "worker"}}}).deletion_grace_s is None
+
+
+def test_graceful_delete_of_a_running_pod_is_a_drain():
+    obs = observe_slice([_deleting(30)], 1)
+    assert obs.kind == "Draining" and "grace 30 s" in obs.reason
+    assert next_slice_state("Ready", obs) == "Draining"
+
+
+@pytest.mark.parametrize("grace", [0, None])
+def test_force_delete_is_a_loss_not_a_drain(grace):
+    obs = observe_slice([_deleting(grace)], 1)
+    assert obs.kind == "Failed" and "killed" in obs.reason
+    assert next_slice_state("Ready", obs) == "Down"
+    if grace == 0:
+        assert "force-deleted (grace 0)" in obs.reason
+
+
+def test_deleting_pod_whose_container_already_exited_is_a_loss():
+    obs = observe_slice([_deleting(30, exit_code=137)], 1)
+    assert obs.kind == "Failed"
+
+
+def test_ready_pod_vanishing_without_notice_is_deleted_not_draining():
+    obs = observe_slice([], 1, known=("w-0",))
+    assert obs.kind == "Failed" and "w-0 deleted" in obs.reason
+    assert next_slice_state("Ready", obs) == "Down"
+    # the JobSet's replacement appears before the slice was seen again: still the loss of w-0
+    obs = observe_slice([_pod("w-0b", attempt=1, phase="Pending", ip="", ready=False)], 1, known=("w-0",))
+    assert obs.kind == "Failed" and "w-0 deleted" in obs.reason
+    # a replacement that is Ready is just Ready
+    assert observe_slice([_pod("w-0b", attempt=1)], 1, known=("w-0",)).kind == "Ready"
+
+
+def test_tracker_reports_a_force_deleted_worker_down_to_the_controller():
+    from elastic_jax.k8s_operator.tracker import JobTracker
+
+    sent = []
+
+    class Client:
+        def report_slice(self, index, state, generation, addresses, reason, **_):
+            sent.append((index, state, reason))
+
+        def close(self):
+            pass
+
+    t = JobTracker("ns", "j", 1, 1, client_factory=lambda url, token: Client())
+    t.token = "t"
+    controller = PodView(name="j-controller-0", uid="c", role="controller", slice_index=-1, attempt=0, host_index=0,
+                         phase="Running", ready=True, pod_ip="127.0.0.9", deleting=False)
+    t.set_controller(controller)
+    events = []
+    t.sync([_pod("w-0")], lambda *e: events.append(e))
+    t.sync([_deleting(0)], lambda *e: events.append(e))
+    assert [s for _, s, _ in sent] == ["Ready", "Down"]
+    assert not any(e[1] == "SliceDraining" for e in events)
+    assert any(e[1] == "SliceDown" and "force-deleted" in e[2] for e in events)

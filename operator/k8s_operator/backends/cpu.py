@@ -71,6 +71,23 @@ def pod_labels(job: str, role: str, extra: dict[str, str] | None = None) -> dict
     return {labels.JOB_NAME: job, labels.ROLE: role, **(extra or {})}
 
 
+# The controller's livenessProbe: /healthz turns 503 once no step completed for
+# spec.elasticity.progressTimeoutSeconds (controller watchdog.py); three misses 10 s
+# apart (and a 5 s answer budget, for a process busy compiling) before the kubelet
+# kills the container. restartPolicy Never: the pod fails and the operator replaces it.
+LIVENESS_PERIOD_S = 10
+LIVENESS_FAILURES = 3
+
+
+def _liveness(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The controller container's livenessProbe ({} when spec.elasticity.progressTimeoutSeconds is 0)."""
+    if not job.spec.elasticity.progress_timeout_seconds:
+        return {}
+    return {"livenessProbe": {"httpGet": {"path": "/healthz", "port": names.CONTROLLER_PORT},
+                              "periodSeconds": LIVENESS_PERIOD_S, "failureThreshold": LIVENESS_FAILURES,
+                              "timeoutSeconds": 5}}
+
+
 class CpuRenderer:
     """Renders the cpu backend's controller pod and worker JobSets."""
 
@@ -114,6 +131,7 @@ class CpuRenderer:
                     "ports": [{"name": "control", "containerPort": names.CONTROLLER_PORT}],
                     "readinessProbe": {"httpGet": {"path": "/readyz", "port": names.CONTROLLER_PORT},
                                        "periodSeconds": 1, "failureThreshold": 1},
+                    **_liveness(job),
                     "resources": _resources(c.resources),
                     "terminationMessagePolicy": "FallbackToLogsOnError",
                     # A local checkpoint path is written in the container's own file system

@@ -1,0 +1,111 @@
+"""The kopf shell applies the pod-fault decisions: an unpullable controller image makes one
+condition and one Event over many passes, no new pod, nothing counted (issue 9 item 7)."""
+
+from __future__ import annotations
+
+import kopf
+
+from elastic_jax.api import labels as lbl
+from elastic_jax.k8s_operator import handlers
+from elastic_jax.k8s_operator.slices import pod_view
+from elastic_jax.k8s_operator.reconcile import jobset_view
+
+
+class _Kube:
+    def __init__(self):
+        self.created, self.deleted = [], []
+
+    def create(self, namespace, body):
+        self.created.append(body["metadata"]["name"])
+        return True
+
+    def delete_pod(self, namespace, name, grace_s=None):
+        self.deleted.append(name)
+
+    def delete_jobset(self, namespace, name):
+        self.deleted.append(name)
+
+    def read_manifest(self, namespace, name):
+        return None
+
+    def delete_job(self, namespace, name):
+        pass
+
+
+class _Patch:
+    def __init__(self):
+        self.status: dict = {}
+
+
+def test_unpullable_controller_image_one_condition_one_event_no_new_pod(monkeypatch):
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    ctrl = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+        lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
+        "status": {"phase": "Pending", "containerStatuses": [{"name": "controller", "image": "bad:1", "state": {
+            "waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "bad:1"'}}}]}})
+    jobset = jobset_view({"metadata": {"name": "j-slice-0"}}, 0)
+    status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    for _ in range(5):
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j"): [ctrl]},
+                               job_jobsets={("ns", "j"): [jobset]})
+        status = {**status, **patch.status}
+    assert not any(n.startswith("j-controller-") for n in state.kube.created)
+    assert state.kube.deleted == []
+    assert status["controllerRestarts"] == 0
+    (cond,) = [c for c in status["conditions"] if c["type"] == "ImagePullFailed"]
+    assert cond["status"] == "True" and "image bad:1 cannot be pulled" in cond["message"]
+    assert [e[1] for e in events if e[0] == "Warning"] == ["ImagePullBackOff"]
+
+
+def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(monkeypatch):
+    from elastic_jax.k8s_operator.kube import ChildRefused
+
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+
+    class Refusing(_Kube):
+        refuse = True
+
+        def create(self, namespace, body):
+            if self.refuse and body["metadata"]["name"].startswith("j-controller-"):
+                raise ChildRefused("Pod", body["metadata"]["name"], 403, "forbidden by PodSecurity")
+            return super().create(namespace, body)
+
+    state = handlers.OperatorState(kube=Refusing(), key=b"k" * 32)
+    dead = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+        lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
+        "status": {"phase": "Failed", "containerStatuses": [{"name": "controller", "state": {
+            "terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]}})
+    jobset = jobset_view({"metadata": {"name": "j-slice-0"}}, 0)
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+
+    def reconcile(pods):
+        nonlocal status
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j"): pods},
+                               job_jobsets={("ns", "j"): [jobset]})
+        status = {**status, **patch.status}
+
+    for pods in ([dead], [], []):  # the dead pod is deleted after the first pass
+        reconcile(pods)
+    assert status["controllerRestarts"] == 0 and status["controllerPod"] == "j-controller-0"
+    assert not any(e[1] == "ControllerRestarted" for e in events)
+    assert any(c["type"] == "CreateFailed" and c["status"] == "True" for c in status["conditions"])
+    state.kube.refuse = False
+    reconcile([])
+    assert status["controllerRestarts"] == 1 and status["controllerPod"] == "j-controller-1"
+    assert [e[1] for e in events].count("ControllerRestarted") == 1
+    # the next pass, before the watch delivered j-controller-1: wait for it, do not create another
+    reconcile([dead])
+    assert status["controllerRestarts"] == 1 and "j-controller-2" not in state.kube.created
