@@ -72,11 +72,14 @@ def pod_labels(job: str, role: str, extra: dict[str, str] | None = None) -> dict
 
 
 # The controller's livenessProbe: /healthz turns 503 once no step completed for
-# spec.elasticity.progressTimeoutSeconds (controller watchdog.py); three misses 10 s
-# apart (and a 5 s answer budget, for a process busy compiling) before the kubelet
-# kills the container. restartPolicy Never: the pod fails and the operator replaces it.
+# spec.elasticity.progressTimeoutSeconds (controller watchdog.py); six misses 10 s
+# apart, each with a 10 s answer budget, before the kubelet kills the container: a
+# controller whose HTTP thread is starved for a minute on a loaded node (a compile,
+# a checkpoint restore) is not a stuck one. restartPolicy Never: the pod fails and
+# the operator replaces it.
 LIVENESS_PERIOD_S = 10
-LIVENESS_FAILURES = 3
+LIVENESS_FAILURES = 6
+LIVENESS_TIMEOUT_S = 10
 
 
 def _liveness(job: ElasticTrainingJob) -> dict[str, Any]:
@@ -85,7 +88,7 @@ def _liveness(job: ElasticTrainingJob) -> dict[str, Any]:
         return {}
     return {"livenessProbe": {"httpGet": {"path": "/healthz", "port": names.CONTROLLER_PORT},
                               "periodSeconds": LIVENESS_PERIOD_S, "failureThreshold": LIVENESS_FAILURES,
-                              "timeoutSeconds": 5}}
+                              "timeoutSeconds": LIVENESS_TIMEOUT_S}}
 
 
 class CpuRenderer:
