@@ -174,3 +174,11 @@ def test_pod_security_checker_catches_each_kind_of_violation():
     for control in ("Host Namespaces: spec.hostNetwork", "spec.hostPID", "HostPath", "Volume Types", "Privileged",
                     "Capabilities", "Privilege Escalation", "Running as Non-root", "Seccomp"):
         assert control in found, control
+
+
+def test_controller_pod_is_told_the_jobs_identity_for_its_checkpoints():
+    """Issue 9 item 13: the controller stores namespace/name/UID with each checkpoint step."""
+    pod = renderer_for("cpu").controller_pod(_job(), attempt=0, job_uid="5f1d-uid")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["ELASTIC_JAX_JOB_NAMESPACE"], env["ELASTIC_JAX_JOB_NAME"], env["ELASTIC_JAX_JOB_UID"]) == (
+        "ns", "demo", "5f1d-uid")
