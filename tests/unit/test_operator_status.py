@@ -155,3 +155,12 @@ def test_a_step_without_writer_identity_is_named_as_unknown():
     assert new["writerUid"] == ""
     assert resume_events(None, new)[0][2] == (
         "resumed from checkpoint step 20 written by an unknown job (no writer identity saved)")
+
+
+def test_resumed_from_crosses_the_wire_with_its_writer():
+    """The controller builds `resumedFrom` from its run's dict; the operator reads the JSON of /v1/status."""
+    run_dict = {"step": 20, "fallbackReason": None, "writer": {"namespace": "ml", "name": "demo", "uid": "u1"}}
+    served = ControllerStatus.model_validate({**_ctrl().model_dump(by_alias=True), "resumedFrom": run_dict})
+    wire = ControllerStatus.model_validate_json(served.model_dump_json(by_alias=True))
+    assert wire.resumed_from.writer == JobIdentity(namespace="ml", name="demo", uid="u1")
+    assert build_status(_inputs(controller=wire))["resumedFrom"]["writerUid"] == "u1"
