@@ -258,7 +258,7 @@ class TrainingRun:
           CheckpointForeignError: the step is not this job's and the spec does not allow that.
         """
         writer = self.checkpointer.writer_of(step)
-        me = getattr(self.checkpointer, "writer", None)
+        me = self.checkpointer.writer  # None: saving without an identity, nothing to compare
         if self.spec.checkpoint.resume_from == "Any" or me is None:
             return writer
         if writer is None:
