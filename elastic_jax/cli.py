@@ -95,7 +95,11 @@ def _print_report(s: dict) -> None:
     restored = s.get("restored_from_step")
     if restored is not None:
         done = " (already finished: nothing left to train; --fresh starts over)" if restored >= s["total_steps"] else ""
-        print(f"  resumed from checkpoint step {restored}{done}", file=out)
+        resumed = s.get("resumed_from") or {}
+        writer = resumed.get("writer")
+        by = (f" written by {writer['namespace']}/{writer['name']} (uid {writer['uid']})" if writer
+              else " written by an unknown job (no writer identity saved)" if resumed else "")
+        print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"] if x is not None) or "-"

@@ -5,6 +5,9 @@ local path or `gs://bucket/prefix`). Each checkpoint holds two items: `state`,
 the train-state pytree of arrays (params, optimizer state, step), saved with
 `StandardSave`; and `data`, the data pipeline's position as a small JSON dict,
 saved with `JsonSave`, so a resumed run neither repeats nor skips batches.
+Each step also carries its writer's identity (job namespace, name, UID;
+`elastic_jax.api.identity`) as Orbax custom metadata, written in the step's
+`_CHECKPOINT_METADATA` before the step commits, so it is atomic with the step.
 
 Arrays are written without zstd compression (Orbax's default is on): float
 weights and optimizer moments shrink by a few percent at best, while
@@ -30,6 +33,9 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
+
+from elastic_jax.api import identity
+from elastic_jax.api.identity import JobIdentity
 
 PyTree = Any
 
@@ -60,6 +66,12 @@ class CheckpointMismatchError(ValueError):
     """The checkpoints at `spec.checkpoint.uri` are not this job's: a step beyond
     `spec.training.steps`, or a state that does not fit the trainer's. The
     message is one line naming the field and the step."""
+
+
+class CheckpointForeignError(CheckpointMismatchError):
+    """The checkpoint to resume from was written by another job (or by an unknown one) and
+    `spec.checkpoint.resumeFrom` is `SameJob`. The message is one line naming the field,
+    the step and the writer."""
 
 
 class CheckpointSaveError(RuntimeError):
@@ -236,6 +248,7 @@ class Checkpointer:
         *,
         on_commit: Callable[[int], None] | None = None,
         probe_timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S,
+        writer: JobIdentity | None = None,
     ) -> None:
         """Checks the location and opens the manager.
 
@@ -247,6 +260,7 @@ class Checkpointer:
           on_commit: called as `on_commit(step)` from a background thread
             when a save has committed. Must be quick and thread-safe.
           probe_timeout_s: per-request timeout of the reachability probe.
+          writer: the job saving; stored with every step it saves (None: no identity saved).
 
         Raises:
           ValueError: `interval_steps` or `max_to_keep` is below 1.
@@ -260,6 +274,7 @@ class Checkpointer:
         self.interval_steps = interval_steps
         self.max_to_keep = max_to_keep
         self._on_commit = on_commit
+        self.writer = writer
         self.directory = check_uri(uri, probe_timeout_s)
         self._manager = ocp.CheckpointManager(
             self.directory,
@@ -351,6 +366,7 @@ class Checkpointer:
                     }
                 ),
                 force=True,  # the interval decision is ours (above)
+                custom_metadata=None if self.writer is None else identity.to_metadata(self.writer),
             )
         except BaseException as e:  # reported to the training thread on its next call
             logger.exception("checkpoint save of step %d failed to start", step)
@@ -435,6 +451,18 @@ class Checkpointer:
         with self._lock:
             self._last_started_step = restored_step
             self.last_committed_step = restored_step
+
+    def writer_of(self, step: int) -> JobIdentity | None:
+        """The job that wrote committed `step`, from its Orbax custom metadata.
+
+        Returns:
+          None when the step was saved without a writer identity (by an older elastic-jax).
+
+        Raises:
+          OSError, ValueError: the step's metadata cannot be read (a corrupt step).
+        """
+        self._manager.reload()
+        return identity.from_metadata(getattr(self._manager.metadata(step), "custom_metadata", None))
 
     def restore(self, target: PyTree, step: int | None = None) -> tuple[PyTree, dict[str, Any], int]:
         """Restores a committed checkpoint onto `target`'s structure and layout.

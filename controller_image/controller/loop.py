@@ -33,7 +33,8 @@ import optax
 
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.controller.checkpointing import CheckpointMismatchError
+from elastic_jax.api.identity import JobIdentity
+from elastic_jax.controller.checkpointing import CheckpointForeignError, CheckpointMismatchError
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
@@ -78,7 +79,8 @@ class RunSummary:
     exit_code: int = ControllerExit.FAILED
     """The `ControllerExit` the process ends with."""
     resumed_from: dict[str, Any] | None = None
-    """`{"step", "fallbackReason"}` when the run resumed from a checkpoint (fallbackReason: why newer steps were skipped)."""
+    """`{"step", "fallbackReason", "writer"}` when the run resumed from a checkpoint (fallbackReason: why newer
+    steps were skipped; writer: `{"namespace", "name", "uid"}` of the job that wrote the step, None when unknown)."""
 
 
 class TrainingRun:
@@ -119,7 +121,7 @@ class TrainingRun:
         self.steps_lost = 0
         self.failure_reason: str | None = None
         self.restored_from_step: int | None = None
-        self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason"} once restored
+        self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason", "writer"} once restored
         self._productive_s = 0.0
         self._train_start: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
@@ -219,11 +221,15 @@ class TrainingRun:
         t0 = time.perf_counter()
         unreadable: list[int] = []
         reasons: list[str] = []
+        writer = None
         for candidate in reversed(self.checkpointer.committed_steps()):
             try:
+                writer = self._check_writer(candidate, where)
                 restored, data_state, step = self.checkpointer.restore(state, candidate)
                 if not bool(all_finite(restored)):
                     raise FloatingPointError("the state holds NaN or inf")
+            except CheckpointForeignError:
+                raise  # not corrupt: another job's, and the spec does not allow taking it
             except Exception as e:  # noqa: BLE001 - a corrupt or unfit step: try the next older one
                 unreadable.append(candidate)
                 reasons.append(f"step {candidate}: {one_line_reason(e, 300)}")
@@ -242,9 +248,13 @@ class TrainingRun:
             self.resumed_from = {"step": step, "fallbackReason": "newer committed steps unreadable: " + "; ".join(reasons)}
         else:
             self.resumed_from = {"step": step, "fallbackReason": None}
+        self.resumed_from["writer"] = None if writer is None else writer.model_dump(by_alias=True)
+        written_by = "an unknown job" if writer is None else writer.describe()
         (_logger.warning if unreadable else _logger.info)(
-            "resumed from checkpoint step %d%s", step, f" ({self.resumed_from['fallbackReason']})" if unreadable else "",
-            extra={"event": "resumed", "step": step, "fallback_reason": self.resumed_from["fallbackReason"]})
+            "resumed from checkpoint step %d written by %s%s", step, written_by,
+            f" ({self.resumed_from['fallbackReason']})" if unreadable else "",
+            extra={"event": "resumed", "step": step, "fallback_reason": self.resumed_from["fallbackReason"],
+                   "writer": self.resumed_from["writer"]})
         self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
         self.step = int(data_state.get("next_batch_index", step))
         self.restored_from_step = self.step
@@ -252,6 +262,30 @@ class TrainingRun:
         self.loss = data_state.get("loss")
         _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
         return state
+
+    def _check_writer(self, step: int, where: str) -> JobIdentity | None:
+        """The writer of committed `step`; refuses another job's step unless `spec.checkpoint.resumeFrom` is Any.
+
+        A step saved without a writer identity (by an older elastic-jax) counts as another job's.
+
+        Raises:
+          CheckpointForeignError: the step is not this job's and the spec does not allow that.
+        """
+        writer = self.checkpointer.writer_of(step)
+        me = self.checkpointer.writer  # None: saving without an identity, nothing to compare
+        if self.spec.checkpoint.resume_from == "Any" or me is None:
+            return writer
+        if writer is None:
+            raise CheckpointForeignError(
+                f"{where}: checkpoint step {step} has no writer identity (saved by an older elastic-jax), so it "
+                f"cannot be shown to be this job's ({me.describe()}); set spec.checkpoint.resumeFrom: Any to "
+                "resume from it, or give this job its own directory")
+        if writer.uid != me.uid:
+            raise CheckpointForeignError(
+                f"{where}: checkpoint step {step} was written by another job, {writer.describe()}, not this job "
+                f"{me.describe()}; set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its "
+                "own directory")
+        return writer
 
     def _data_state(self) -> dict[str, Any]:
         return {

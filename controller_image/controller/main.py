@@ -17,6 +17,10 @@ Configuration, flags first, then environment (as the operator sets it in a pod):
                  ELASTIC_JAX_TOKEN       the token itself (when no file)
   --host, --port                         control API bind address (default 0.0.0.0:8080)
   --summary-file                         where to write the run summary JSON
+  ELASTIC_JAX_JOB_NAMESPACE, ELASTIC_JAX_JOB_NAME, ELASTIC_JAX_JOB_UID
+                                         the job's identity, stored with each checkpoint step
+                                         (without a UID: namespace `local` and a UID derived from
+                                         the job name and checkpoint URI; `elastic_jax.api.identity`)
 """
 
 from __future__ import annotations
@@ -155,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     from elastic_jax.controller.loop import TrainingRun
     from elastic_jax.controller.metrics import ControllerMetrics
     from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
+    from elastic_jax.api.identity import identity_from_env
 
     log = logging.getLogger("elastic_jax.controller")
     slice_set = SliceSet(job.spec.slices.count)
@@ -200,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             checkpointer = Checkpointer(
                 ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep,
                 on_commit=lambda step: metrics.checkpoint_committed_step.set(step),
+                writer=identity_from_env(os.environ, job.metadata.name, ckpt.uri),
             )
         except (TrainerConfigError, CheckpointUriError) as e:
             return _fail(str(e))

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, StrictInt
 from pydantic.alias_generators import to_camel
 
+from elastic_jax.api.identity import JobIdentity
+
 SliceState = Literal["Ready", "Down", "Draining"]
 # How far ahead of the controller's own clock a report's generation may be.
 # Generations are nanosecond timestamps of the sender (the operator or the
@@ -107,6 +109,8 @@ class ResumeInfo(_Msg):
     fallback_reason: str | None = Field(
         default=None, description="Set when newer committed steps could not be restored (corrupt, truncated, "
                                   "non-finite): which, and why. The operator turns it into a Warning Event.")
+    writer: JobIdentity | None = Field(
+        default=None, description="The job that wrote the step; None for a step saved without a writer identity.")
 
 
 class ControllerStatus(_Msg):

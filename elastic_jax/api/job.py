@@ -210,6 +210,16 @@ class CheckpointSpec(_Model):
     uri: str = Field(min_length=1, description="Checkpoint directory: a local path or gs://bucket/prefix.")
     interval_steps: int = Field(default=50, ge=1, description="Save every this many steps (async).")
     max_to_keep: int = Field(default=3, ge=1, description="Committed checkpoints kept; older ones are deleted.")
+    resume_from: Literal["SameJob", "Any"] = Field(
+        default="SameJob",
+        description=(
+            "Which committed checkpoints at uri this job may resume from. SameJob: only steps this job wrote "
+            "(same namespace, name and metadata.uid; a deleted and re-applied job is a new job); a step written "
+            "by another job, or by an elastic-jax that did not record its writer, fails the job naming the step "
+            "and the writer. Any: resume from whichever job wrote the newest step (e.g. to continue a deleted "
+            "job's run, or to warm-start from another job)."
+        ),
+    )
 
 
 class ElasticitySpec(_Model):

@@ -38,6 +38,10 @@ COND_IMAGE_PULL_FAILED = "ImagePullFailed"
 # A child pod cannot be scheduled, or its container cannot be created (reason: the scheduler's/kubelet's).
 COND_PODS_NOT_STARTING = "PodsNotStarting"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
+# Events about a resume from a checkpoint: every resume (Normal), and a resume from an older
+# step because the newer ones could not be restored (Warning).
+EVENT_RESUMED = "Resumed"
+EVENT_CHECKPOINT_FALLBACK = "CheckpointFallback"
 COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 
@@ -65,6 +69,19 @@ class SliceStatusEntry(_Model):
     last_transition_time: str = Field(default="", description="RFC 3339 time of the last state change.")
 
 
+class ResumedFrom(_Model):
+    """The checkpoint the current controller resumed from, as the controller reported it."""
+
+    step: int = Field(ge=0, description="The committed checkpoint step restored.")
+    writer_namespace: str = Field(default="", description="Namespace of the job that wrote the step (empty: unknown).")
+    writer_name: str = Field(default="", description="Name of the job that wrote the step (empty: unknown).")
+    writer_uid: str = Field(
+        default="", description="metadata.uid of the job that wrote the step (empty: saved without a writer identity).")
+    fallback_reason: str = Field(
+        default="", description="Why newer committed steps were skipped (corrupt, truncated, non-finite); empty when none were.")
+    controller_pod: str = Field(default="", description="The controller pod that resumed.")
+
+
 class ElasticTrainingJobStatus(_Model):
     """Observed state of an elastic training job."""
 
@@ -85,6 +102,9 @@ class ElasticTrainingJobStatus(_Model):
     recoveries: int = Field(default=0, ge=0, description="Recoveries the controller made (slice lost or rejoined).")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
+    resumed_from: ResumedFrom | None = Field(
+        default=None, description="The checkpoint step (and the job that wrote it) the current controller resumed from; "
+                                  "unset when it started from step 0.")
     token_secret: str = Field(
         default="", description="The token Secret the operator created for this job (by UID); only it is ever mounted.")
     start_time: str = Field(default="", description="RFC 3339 time the job was first reconciled.")

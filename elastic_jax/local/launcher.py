@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from elastic_jax.api import identity
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
@@ -131,6 +132,14 @@ class LocalLauncher:
         """Marks every child with its run directory, so a leftover process can always be traced to its run."""
         return {RUN_DIR_ENV: str(self.workdir.resolve())}
 
+    def _controller_env(self) -> dict[str, str]:
+        """`_child_env` plus the job's identity: namespace `local`, a UID stable for this job name and
+        checkpoint location (`identity.local_uid`), so a rerun of this job resumes and another job sharing
+        the directory is refused (unless `spec.checkpoint.resumeFrom: Any`)."""
+        name, uri = self.job.metadata.name, self.job.spec.checkpoint.uri
+        writer = identity.JobIdentity(namespace=identity.LOCAL_NAMESPACE, name=name, uid=identity.local_uid(name, uri))
+        return {**self._child_env(), **identity.identity_env(writer)}
+
     def _start_controller(self) -> None:
         self.controller_port = free_port()
         token_file = self.workdir / "token"
@@ -142,7 +151,7 @@ class LocalLauncher:
         if self.options.fresh and not self._cleared:
             argv.append("--fresh")
         if self.controller is None:
-            self.controller = Child("controller", argv, self.workdir / "controller.log", env=self._child_env())
+            self.controller = Child("controller", argv, self.workdir / "controller.log", env=self._controller_env())
         else:
             self.controller.argv = argv
         (self.workdir / "summary.json").unlink(missing_ok=True)
@@ -355,7 +364,7 @@ class LocalLauncher:
         recoveries (count), recovery_seconds (list), steps_lost,
         controller_pid_changed, controller_restarts, worker_restarts,
         injected_failure, goodput, checkpoint_uri, last_committed_checkpoint_step,
-        restored_from_step, resumed_from ({step, fallbackReason}),
+        restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
         metrics_file, logs_dir, wall_seconds, failure_reason.
         """
         path = self.workdir / "summary.json"

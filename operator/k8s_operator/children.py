@@ -75,8 +75,11 @@ def controller_service(job: ElasticTrainingJob) -> dict[str, Any]:
     }
 
 
-def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int = 0) -> list[dict[str, Any]]:
+def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int = 0,
+                    job_uid: str = "") -> list[dict[str, Any]]:
     """Every child of a job: Secret, ConfigMap, Service, controller Pod, one JobSet per slice.
+
+    `job_uid` (the job's metadata.uid) goes to the controller with its namespace and name.
 
     Raises:
       UnsupportedBackend: `spec.backend` has no renderer (a permanent spec error).
@@ -86,6 +89,6 @@ def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int
         token_secret(job, token),
         manifest_configmap(job),
         controller_service(job),
-        renderer.controller_pod(job, controller_attempt),
+        renderer.controller_pod(job, controller_attempt, job_uid),
         *(renderer.worker_jobset(job, i) for i in range(job.spec.slices.count)),
     ]

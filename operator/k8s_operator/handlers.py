@@ -36,6 +36,7 @@ from elastic_jax.k8s_operator.status_builder import (
     Inputs,
     build_status,
     changed_fields,
+    resume_events,
     create_failure,
     token_conflict,
     with_create_failure,
@@ -317,7 +318,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     controller_pod = current.name if current else ""
     created_controller = False
     if plan.create_controller is not None and not blocked:
-        pod = renderer.controller_pod(job, plan.create_controller)
+        pod = renderer.controller_pod(job, plan.create_controller, body["metadata"]["uid"])
         kopf.adopt(pod, owner=body)
         try:
             state.kube.create(ns, pod)
@@ -370,6 +371,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                                                           generation, now_rfc3339())
         for event in fault_events:
             post(*event)
+    for event in resume_events(status.get("resumedFrom"), new.get("resumedFrom")):
+        post(*event)
     if new.get("phase") != status.get("phase"):
         post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new['phase']}")
     if rejected and not any(c.get("type") == "SpecChangeRejected" and c.get("status") == "True"

@@ -61,6 +61,8 @@ def build_status(i: Inputs) -> dict[str, Any]:
             out["initialLoss"] = round(c.initial_loss, 5)
         if c.last_committed_checkpoint_step is not None:
             out["lastCheckpointStep"] = c.last_committed_checkpoint_step
+        if c.resumed_from is not None:
+            out["resumedFrom"] = resumed_from_status(c, i.controller_pod)
         out["recoveries"] = sum(n for cause, n in c.recoveries.items() if cause != "scale_up")
         timed = [r.seconds for r in c.recovery_history if r.seconds is not None and r.cause != "scale_up"]
         if timed:
@@ -119,6 +121,38 @@ def build_status(i: Inputs) -> dict[str, Any]:
                               reason, g, now)
     out["conditions"] = conds
     return out
+
+
+def resumed_from_status(c: ControllerStatus, controller_pod: str) -> dict[str, Any]:
+    """`status.resumedFrom` (camelCase) from the controller's `resumedFrom`; the controller must have resumed."""
+    r = c.resumed_from
+    w = r.writer
+    return st.ResumedFrom(
+        step=r.step, writer_namespace=w.namespace if w else "", writer_name=w.name if w else "",
+        writer_uid=w.uid if w else "", fallback_reason=r.fallback_reason or "", controller_pod=controller_pod,
+    ).model_dump(mode="json", by_alias=True)
+
+
+def resume_events(previous: dict[str, Any] | None, current: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(type, reason, message) Events for a resume newly reported in `status.resumedFrom`.
+
+    One `Resumed` Event per resume (a new controller pod resuming counts again, even from the
+    same step), plus a Warning `CheckpointFallback` when newer steps could not be restored.
+
+    Args:
+      previous: the job's `status.resumedFrom` before this pass (None when unset).
+      current: the one built in this pass.
+    """
+    if not current or current == previous:
+        return []
+    r = st.ResumedFrom.model_validate(current)
+    writer = (f"{r.writer_namespace}/{r.writer_name} (uid {r.writer_uid})" if r.writer_uid
+              else "an unknown job (no writer identity saved)")
+    events = [("Normal", st.EVENT_RESUMED, f"resumed from checkpoint step {r.step} written by {writer}")]
+    if r.fallback_reason:
+        events.append(("Warning", st.EVENT_CHECKPOINT_FALLBACK,
+                       f"resumed from older checkpoint step {r.step}: {r.fallback_reason}"))
+    return events
 
 
 def changed_fields(applied: dict[str, Any], current: dict[str, Any], prefix: str = "spec") -> list[str]:

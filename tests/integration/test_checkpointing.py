@@ -22,6 +22,7 @@ import optax
 import pytest
 from google.cloud import storage
 
+from elastic_jax.api.identity import JobIdentity
 from elastic_jax.controller.checkpointing import (
     CheckpointNotFoundError,
     Checkpointer,
@@ -53,7 +54,8 @@ def _assert_trees_equal(a, b) -> None:
 def _round_trip(uri: str) -> None:
     state = _train_state()
     data_state = {"next_batch_index": 120, "global_batch_size": 24, "seed": 0}
-    with Checkpointer(uri, interval_steps=10, max_to_keep=3) as ckpt:
+    writer = JobIdentity(namespace="ml", name="job-a", uid="a1b2")
+    with Checkpointer(uri, interval_steps=10, max_to_keep=3, writer=writer) as ckpt:
         assert ckpt.latest_committed_step() is None
         assert ckpt.maybe_save(10, state, data_state)
         ckpt.wait_until_finished()
@@ -69,6 +71,12 @@ def _round_trip(uri: str) -> None:
         _assert_trees_equal(restored, state)
         assert isinstance(restored["opt_state"][0], optax.ScaleByAdamState)
         assert ckpt.last_restore_seconds is not None and ckpt.last_restore_seconds > 0
+        # Issue 9 item 13: the writer committed with the step, inside Orbax's step metadata.
+        assert ckpt.writer_of(10) == writer
+        # A checkpointer without an identity (as elastic-jax before it) saves steps with none.
+        assert ckpt.maybe_save(20, state, data_state)
+        ckpt.wait_until_finished()
+        assert ckpt.writer_of(20) is None
 
 
 def test_round_trip_local(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from elastic_jax.api.identity import local_uid
 from tests.support.runs import ROOT, job_manifest, leftover_processes, run_cli
 
 CLI = str(Path(sys.executable).parent / "elastic-jax")
@@ -275,6 +276,8 @@ def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
     first = run_cli(job_manifest("owner", tmp_path, training={"steps": 20, "globalBatchSize": 8}, checkpoint=ckpt),
                     tmp_path, "--no-failure")
     assert first.returncode == 0, first.stderr[-3000:]
+    # resumeFrom Any: past the writer check, the state itself must still fit this job.
+    ckpt = {**ckpt, "resumeFrom": "Any"}
     shorter = run_cli(job_manifest("shorter", tmp_path, training={"steps": 10, "globalBatchSize": 8}, checkpoint=ckpt),
                       tmp_path, "--no-failure")
     assert shorter.returncode == 1 and not shorter.summary["succeeded"]
@@ -286,6 +289,74 @@ def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
     assert "checkpoint step 20 does not fit this trainer's state" in changed.summary["failure_reason"]
     # The reason is one log line (Orbax's own threads may still print noise after a failed restore).
     assert "training failed: spec.checkpoint.uri" in changed.controller_log()
+
+
+def test_resume_is_refused_from_another_jobs_checkpoint_unless_the_spec_allows_it(tmp_path):
+    """Issue 9 item 13: a run resumes only from steps its own job wrote, and says which job that was.
+    Another job pointed at the same directory is refused with one line naming spec.checkpoint.uri, the step
+    and the writer; `spec.checkpoint.resumeFrom: Any` takes it, and the summary names the writer."""
+    uri = str(tmp_path / "shared")
+    ckpt = {"uri": uri, "intervalSteps": 5}
+    training = {"steps": 10, "globalBatchSize": 8}
+    first = run_cli(job_manifest("writer-a", tmp_path, training=training, checkpoint=ckpt), tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.summary["resumed_from"] is None
+    uid_a = local_uid("writer-a", uri)
+
+    other = run_cli(job_manifest("writer-b", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),
+                    tmp_path, "--no-failure")
+    assert other.returncode == 1 and not other.summary["succeeded"]
+    reason = other.summary["failure_reason"]
+    message = reason.removeprefix("CheckpointForeignError: ")
+    assert message == (f"spec.checkpoint.uri {uri!r}: checkpoint step 10 was written by another job, "
+                      f"local/writer-a (uid {uid_a}), not this job local/writer-b (uid {local_uid('writer-b', uri)}); "
+                      "set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its own directory")
+    assert other.summary["resumed_from"] is None and other.summary["steps"] == 0
+    assert f"training failed: {message}" in other.controller_log()
+
+    again = run_cli(job_manifest("writer-a", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),
+                    tmp_path, "--no-failure")
+    assert again.returncode == 0, again.stderr[-3000:]
+    writer_a = {"namespace": "local", "name": "writer-a", "uid": uid_a}
+    assert again.summary["resumed_from"] == {"step": 10, "fallbackReason": None, "writer": writer_a}
+    assert f"resumed from checkpoint step 10 written by local/writer-a (uid {uid_a})" in again.stderr
+    assert '"event": "resumed"' in again.controller_log()
+
+    taken = run_cli(job_manifest("writer-b", tmp_path, training={**training, "steps": 30},
+                                 checkpoint={**ckpt, "resumeFrom": "Any"}), tmp_path, "--no-failure")
+    assert taken.returncode == 0, taken.stderr[-3000:]
+    assert taken.summary["resumed_from"] == {"step": 20, "fallbackReason": None, "writer": writer_a}
+    # Steps it saved carry its own identity: writer-b's rerun resumes without resumeFrom Any.
+    mine = run_cli(job_manifest("writer-b", tmp_path, training={**training, "steps": 35}, checkpoint=ckpt),
+                   tmp_path, "--no-failure")
+    assert mine.returncode == 0, mine.stderr[-3000:]
+    assert mine.summary["resumed_from"]["writer"] == {"namespace": "local", "name": "writer-b",
+                                                      "uid": local_uid("writer-b", uri)}
+
+
+def test_a_checkpoint_without_writer_identity_needs_resume_from_any(tmp_path):
+    """Steps saved before the writer was recorded (Orbax step metadata with empty custom metadata, as older
+    elastic-jax wrote it) cannot be shown to be this job's: refused unless resumeFrom is Any."""
+    ckpt_dir = tmp_path / "ckpt"
+    ckpt = {"uri": str(ckpt_dir), "intervalSteps": 5}
+    training = {"steps": 10, "globalBatchSize": 8}
+    first = run_cli(job_manifest("legacy", tmp_path, training=training, checkpoint=ckpt), tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    for meta in ckpt_dir.glob("*/_CHECKPOINT_METADATA"):
+        data = json.loads(meta.read_text())
+        assert data["custom_metadata"]["elasticJaxWriter"]["name"] == "legacy"
+        data["custom_metadata"] = {}
+        meta.write_text(json.dumps(data))
+    refused = run_cli(job_manifest("legacy", tmp_path, training={**training, "steps": 15}, checkpoint=ckpt),
+                      tmp_path, "--no-failure")
+    assert refused.returncode == 1
+    assert "checkpoint step 10 has no writer identity (saved by an older elastic-jax)" in refused.summary["failure_reason"]
+    assert "spec.checkpoint.resumeFrom: Any" in refused.summary["failure_reason"]
+    taken = run_cli(job_manifest("legacy", tmp_path, training={**training, "steps": 15},
+                                 checkpoint={**ckpt, "resumeFrom": "Any"}), tmp_path, "--no-failure")
+    assert taken.returncode == 0, taken.stderr[-3000:]
+    assert taken.summary["resumed_from"] == {"step": 10, "fallbackReason": None, "writer": None}
+    assert "resumed from checkpoint step 10 written by an unknown job (no writer identity saved)" in taken.stderr
 
 
 def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):

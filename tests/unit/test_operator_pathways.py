@@ -25,6 +25,7 @@ from elastic_jax.k8s_operator.backends.tpu_shapes import GENERATIONS, SliceShape
 
 GOLDEN = Path(__file__).parent / "golden" / "pathways"
 TOKEN = "golden-token"
+JOB_UID = "0b5e4c1a-golden-job-uid"
 
 
 def pathways_job(accelerator="tpu-v5-lite-podslice", topology="2x2", count=2, name="tpu-job", **spec):
@@ -61,7 +62,7 @@ def render(job) -> str:
     ConfigMap holds every spec default, which would tie these files to
     unrelated API changes) and tests/unit/test_operator_render.py covers them.
     """
-    objs = children.render_children(backends.resolve(job), token=TOKEN)
+    objs = children.render_children(backends.resolve(job), token=TOKEN, job_uid=JOB_UID)
     return yaml.safe_dump_all([o for o in objs if o["kind"] not in ("Secret", "ConfigMap")], sort_keys=False)
 
 

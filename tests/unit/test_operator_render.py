@@ -189,3 +189,11 @@ def test_pods_get_no_service_link_env(backend):
     pods = [renderer.controller_pod(job, 0)["spec"],
             renderer.worker_jobset(job, 0)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]]
     assert all(p["enableServiceLinks"] is False for p in pods)
+
+
+def test_controller_pod_is_told_the_jobs_identity_for_its_checkpoints():
+    """Issue 9 item 13: the controller stores namespace/name/UID with each checkpoint step."""
+    pod = renderer_for("cpu").controller_pod(_job(), attempt=0, job_uid="5f1d-uid")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["ELASTIC_JAX_JOB_NAMESPACE"], env["ELASTIC_JAX_JOB_NAME"], env["ELASTIC_JAX_JOB_UID"]) == (
+        "ns", "demo", "5f1d-uid")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from elastic_jax.api.control import ControllerStatus, RecoveryRecord
+from elastic_jax.api.control import ControllerStatus, RecoveryRecord, ResumeInfo
+from elastic_jax.api.identity import JobIdentity
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.api.status import ElasticTrainingJobStatus
 from elastic_jax.k8s_operator.conditions import derive_phase, get_condition, set_condition
-from elastic_jax.k8s_operator.status_builder import Inputs, build_status, changed_fields
+from elastic_jax.k8s_operator.status_builder import Inputs, build_status, changed_fields, resume_events
 
 
 def _job(**spec):
@@ -108,3 +109,58 @@ def test_changed_fields_ignores_suspend_and_ttl():
     a = _job().spec.to_manifest()
     b = _job(suspend=True, ttlSecondsAfterFinished=3, slices={"count": 3}).spec.to_manifest()
     assert changed_fields(a, b) == ["spec.slices.count", "spec.slices.minSlices"]
+
+
+# -- issue 9 item 13: every resume is visible -------------------------------------------------------
+
+_WRITER = JobIdentity(namespace="ml", name="demo", uid="1111-aaaa")
+
+
+def _resumed(step=20, fallback=None, writer=_WRITER):
+    c = _ctrl()
+    c.resumed_from = ResumeInfo(step=step, fallback_reason=fallback, writer=writer)
+    return c
+
+
+def test_the_controllers_resume_is_copied_into_status_with_its_writer():
+    out = build_status(_inputs(controller=_resumed()))
+    assert out["resumedFrom"] == {"step": 20, "writerNamespace": "ml", "writerName": "demo", "writerUid": "1111-aaaa",
+                                  "fallbackReason": "", "controllerPod": "demo-controller-0"}
+    ElasticTrainingJobStatus.model_validate(out)  # the typed status (and so the CRD) holds it
+    # A controller that has not resumed (yet) leaves the last resume in place.
+    assert build_status(_inputs(previous=out, controller=_ctrl()))["resumedFrom"] == out["resumedFrom"]
+    assert "resumedFrom" not in build_status(_inputs())
+
+
+def test_a_resume_posts_one_resumed_event_naming_step_and_writer():
+    new = build_status(_inputs(controller=_resumed()))["resumedFrom"]
+    assert resume_events(None, new) == [
+        ("Normal", "Resumed", "resumed from checkpoint step 20 written by ml/demo (uid 1111-aaaa)")]
+    assert resume_events(new, dict(new)) == []  # reported again by the same controller: no second Event
+    again = build_status(_inputs(controller=_resumed(), controller_pod="demo-controller-1"))["resumedFrom"]
+    assert [e[1] for e in resume_events(new, again)] == ["Resumed"]  # a new controller resumed: a new Event
+    assert resume_events(new, None) == []
+
+
+def test_a_fallback_to_an_older_step_is_a_warning_event():
+    new = build_status(_inputs(controller=_resumed(step=30, fallback="newer committed steps unreadable: step 40: x")))
+    events = resume_events(None, new["resumedFrom"])
+    assert events[0][:2] == ("Normal", "Resumed")
+    assert events[1] == ("Warning", "CheckpointFallback",
+                         "resumed from older checkpoint step 30: newer committed steps unreadable: step 40: x")
+
+
+def test_a_step_without_writer_identity_is_named_as_unknown():
+    new = build_status(_inputs(controller=_resumed(writer=None)))["resumedFrom"]
+    assert new["writerUid"] == ""
+    assert resume_events(None, new)[0][2] == (
+        "resumed from checkpoint step 20 written by an unknown job (no writer identity saved)")
+
+
+def test_resumed_from_crosses_the_wire_with_its_writer():
+    """The controller builds `resumedFrom` from its run's dict; the operator reads the JSON of /v1/status."""
+    run_dict = {"step": 20, "fallbackReason": None, "writer": {"namespace": "ml", "name": "demo", "uid": "u1"}}
+    served = ControllerStatus.model_validate({**_ctrl().model_dump(by_alias=True), "resumedFrom": run_dict})
+    wire = ControllerStatus.model_validate_json(served.model_dump_json(by_alias=True))
+    assert wire.resumed_from.writer == JobIdentity(namespace="ml", name="demo", uid="u1")
+    assert build_status(_inputs(controller=wire))["resumedFrom"]["writerUid"] == "u1"

@@ -18,7 +18,7 @@ class UnsupportedBackend(ValueError):
 class Renderer(Protocol):
     """Renders the backend-specific children of a job (pure: no API calls)."""
 
-    def controller_pod(self, job: ElasticTrainingJob, attempt: int) -> dict[str, Any]:
+    def controller_pod(self, job: ElasticTrainingJob, attempt: int, job_uid: str = "") -> dict[str, Any]:
         """The controller Pod of incarnation `attempt` (restartPolicy Never)."""
 
     def worker_jobset(self, job: ElasticTrainingJob, index: int) -> dict[str, Any]:

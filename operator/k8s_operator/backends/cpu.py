@@ -12,6 +12,7 @@ import copy
 from typing import Any
 
 from elastic_jax.api import labels
+from elastic_jax.api.identity import JobIdentity, identity_env
 from elastic_jax.api.job import ElasticTrainingJob, EnvVar, Resources
 from elastic_jax.k8s_operator import names
 
@@ -94,11 +95,18 @@ def _liveness(job: ElasticTrainingJob) -> dict[str, Any]:
 class CpuRenderer:
     """Renders the cpu backend's controller pod and worker JobSets."""
 
-    def controller_pod(self, job: ElasticTrainingJob, attempt: int) -> dict[str, Any]:
+    def controller_pod(self, job: ElasticTrainingJob, attempt: int, job_uid: str = "") -> dict[str, Any]:
         """The controller Pod of incarnation `attempt`.
 
         restartPolicy Never: the operator, not the kubelet, recreates it and
         counts that in status, so a restart is always visible.
+
+        Args:
+          job: the job as applied.
+          attempt: the controller incarnation (0 first).
+          job_uid: the job's metadata.uid, passed to the controller with the
+            namespace and name (`elastic_jax.api.identity`): it is stored with
+            every checkpoint step, and a step another job wrote is refused.
         """
         name = job.metadata.name
         c = job.spec.controller
@@ -128,6 +136,8 @@ class CpuRenderer:
                         {"name": "ELASTIC_JAX_PORT", "value": str(names.CONTROLLER_PORT)},
                         {"name": "ELASTIC_JAX_MANIFEST", "value": f"{names.MANIFEST_DIR}/{labels.MANIFEST_KEY}"},
                         {"name": "ELASTIC_JAX_TOKEN_FILE", "value": TOKEN_FILE},
+                        *({"name": k, "value": v} for k, v in identity_env(JobIdentity(
+                            namespace=job.metadata.namespace or "default", name=name, uid=job_uid)).items()),
                         *SCRATCH_ENV,
                         *_env(c.env),
                     ],

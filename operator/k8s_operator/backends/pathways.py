@@ -210,7 +210,7 @@ def _worker_container(job: ElasticTrainingJob, shape: SliceShape, index: int) ->
 class PathwaysRenderer:
     """Renders the pathways backend's controller pod (with the Pathways head) and TPU worker JobSets."""
 
-    def controller_pod(self, job: ElasticTrainingJob, attempt: int) -> dict[str, Any]:
+    def controller_pod(self, job: ElasticTrainingJob, attempt: int, job_uid: str = "") -> dict[str, Any]:
         """The cpu backend's controller pod, plus the Pathways head and the env pointing JAX at its proxy.
 
         Raises:
@@ -218,7 +218,7 @@ class PathwaysRenderer:
         """
         job = resolve(job)
         shape = slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
-        pod = CpuRenderer().controller_pod(job, attempt)
+        pod = CpuRenderer().controller_pod(job, attempt, job_uid)
         spec = pod["spec"]
         controller = spec["containers"][0]
         # Before the user's env (last in the list), so a user can still override these.
