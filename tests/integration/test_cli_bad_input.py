@@ -140,7 +140,8 @@ def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.summary["restored_from_step"] == 60 and second.summary["steps"] == 60
     # The report says so, not only the JSON: a finished job run again trains nothing.
-    assert "resumed from checkpoint step 60 (already finished: nothing left to train" in second.stderr
+    assert "resumed from checkpoint step 60 written by local/gcsjob (uid " in second.stderr
+    assert "(already finished: nothing left to train" in second.stderr
 
 
 def test_bad_workdir(tmp_path):
