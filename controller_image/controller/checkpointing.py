@@ -150,8 +150,8 @@ def check_uri(uri: str, timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S) -> epath.Pa
     return _probe_local(uri)
 
 
-def clear_local_checkpoints(uri: str) -> list[str]:
-    """Deletes the checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
+def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_foreign: bool = False) -> list[str]:
+    """Deletes this job's checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
 
     Only entries Orbax itself recognises are deleted: committed step
     directories (the name is the step number *and* the directory holds Orbax's
@@ -160,14 +160,23 @@ def clear_local_checkpoints(uri: str) -> list[str]:
     whose name is only digits (a user's `2024/`) is not a step.
     The directory itself stays (a launcher may hold a lock on it). If it holds
     anything else, nothing is deleted: a `spec.checkpoint.uri` pointed at a
-    project folder must never be emptied.
+    project folder must never be emptied. Nor is anything deleted when a
+    committed step was written by another job (its Orbax custom metadata names
+    a different writer, or none), unless `allow_foreign` (`spec.checkpoint.
+    resumeFrom: Any`): `--fresh` must not destroy another job's checkpoints.
+
+    Args:
+      uri: `spec.checkpoint.uri`.
+      writer: this job's identity; None skips the ownership check.
+      allow_foreign: delete steps other jobs wrote too.
 
     Returns:
       The names deleted, sorted.
 
     Raises:
-      CheckpointUriError: `uri` is not a local path, is not a directory, or
-        holds entries that are not checkpoints (the message names some).
+      CheckpointUriError: `uri` is not a local path, is not a directory,
+        holds entries that are not checkpoints, or holds another job's steps
+        (the message names some).
     """
     import shutil
     from pathlib import Path
@@ -189,9 +198,34 @@ def clear_local_checkpoints(uri: str) -> list[str]:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
         raise _uri_error(uri, f"--fresh deletes checkpoints only, and this directory also holds {shown}; "
                               "give the job a checkpoint directory of its own")
+    if writer is not None and not allow_foreign:
+        others = {}
+        for name in ours:
+            if _is_orbax_step_dir(root / name):
+                step_writer = _step_writer(root / name)
+                if step_writer is None or step_writer.uid != writer.uid:
+                    others[name] = step_writer
+        if others:
+            step, by = next(iter(sorted(others.items(), key=lambda kv: int(kv[0]))))
+            who = by.describe() if by else "a job that saved no writer identity"
+            raise _uri_error(uri, f"--fresh deletes this job's checkpoints only, and step {step} "
+                                  f"({len(others)} step(s) in all) was written by {who}, not {writer.describe()}; "
+                                  "give the job a checkpoint directory of its own, or set "
+                                  "spec.checkpoint.resumeFrom: Any to treat them as this job's")
     for name in ours:
         shutil.rmtree(root / name)
     return ours
+
+
+def _step_writer(step_dir) -> JobIdentity | None:
+    """The writer in a committed step's Orbax step metadata (`custom_metadata`); None if absent or unreadable."""
+    import json
+
+    try:
+        meta = json.loads((step_dir / STEP_METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return identity.from_metadata(meta.get("custom_metadata") if isinstance(meta, dict) else None)
 
 
 # The file Orbax's CheckpointManager writes into every step directory it saves.

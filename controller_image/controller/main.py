@@ -198,14 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             trainer = load_trainer(job.spec.controller.trainer.entry_point, job.spec.controller.trainer.config)
             ckpt = job.spec.checkpoint
+            writer = identity_from_env(os.environ, job.metadata.name, ckpt.uri)
             if args.fresh:  # only now: a manifest mistake must not cost the old checkpoints
-                deleted = clear_local_checkpoints(ckpt.uri)
+                deleted = clear_local_checkpoints(ckpt.uri, writer, allow_foreign=ckpt.resume_from == "Any")
                 log.info("--fresh: deleted %d checkpoint(s) from %s", len(deleted), ckpt.uri,
                          extra={"event": "checkpoints_cleared", "deleted": deleted})
             checkpointer = Checkpointer(
                 ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep,
                 on_commit=lambda step: metrics.checkpoint_committed_step.set(step),
-                writer=identity_from_env(os.environ, job.metadata.name, ckpt.uri),
+                writer=writer,
             )
         except (TrainerConfigError, CheckpointUriError) as e:
             return _fail(str(e))

@@ -231,3 +231,25 @@ def test_unusable_uris_fail_fast_with_one_line(gcs_emulator, monkeypatch: pytest
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", dead)
     _assert_uri_error("gs://ckpt-roundtrip/x", "GCS unreachable")
+
+
+def test_fresh_deletes_only_this_jobs_steps(tmp_path: Path) -> None:
+    """`--fresh` must not destroy another job's checkpoints (found by a new-user trial: it did)."""
+    from elastic_jax.controller.checkpointing import CheckpointUriError, clear_local_checkpoints
+
+    state = _train_state()
+    data_state = {"next_batch_index": 0, "global_batch_size": 8, "seed": 0}
+    job_a = JobIdentity(namespace="local", name="job-a", uid="uid-a")
+    job_b = JobIdentity(namespace="local", name="job-b", uid="uid-b")
+    uri = str(tmp_path / "ck")
+    with Checkpointer(uri, interval_steps=10, max_to_keep=3, writer=job_a) as ckpt:
+        assert ckpt.maybe_save(10, state, data_state)
+        ckpt.wait_until_finished()
+    with pytest.raises(CheckpointUriError, match=r"step 10 .*written by local/job-a \(uid uid-a\), not local/job-b"):
+        clear_local_checkpoints(uri, job_b)
+    assert (tmp_path / "ck" / "10").is_dir()  # untouched
+    assert clear_local_checkpoints(uri, job_b, allow_foreign=True) == ["10"]
+    with Checkpointer(uri, interval_steps=10, max_to_keep=3, writer=job_b) as ckpt:
+        assert ckpt.maybe_save(20, state, data_state)
+        ckpt.wait_until_finished()
+    assert clear_local_checkpoints(uri, job_b) == ["20"]

@@ -252,8 +252,13 @@ def test_fresh_with_a_manifest_mistake_keeps_the_checkpoints(tmp_path):
 
 def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_path):
     ckpt = tmp_path / "ckpt"
+    from elastic_jax.api import identity
+
+    # What makes it an Orbax step of this job: Orbax's step metadata naming this job as its writer.
+    this_job = identity.identity_from_env({}, "fresh", str(ckpt))
     (ckpt / "100").mkdir(parents=True)
-    (ckpt / "100" / "_CHECKPOINT_METADATA").write_text("{}")  # what makes it an Orbax step
+    (ckpt / "100" / "_CHECKPOINT_METADATA").write_text(
+        json.dumps({"custom_metadata": identity.to_metadata(this_job)}))
     (ckpt / "110.orbax-checkpoint-tmp-1234").mkdir()
     m = job_manifest("fresh", tmp_path, training={"steps": 20, "globalBatchSize": 8},
                      checkpoint={"uri": str(ckpt), "intervalSteps": 10})
