@@ -210,6 +210,19 @@ def clear_checkpoints(manifest: dict) -> None:
     shutil.rmtree(manifest["spec"]["checkpoint"]["uri"], ignore_errors=True)
 
 
+def private_checkpoints(manifest: dict, namespace: str) -> dict:
+    """Points the job at an empty checkpoint folder of its own test (namespace); returns the manifest.
+
+    Pods here are host processes, so the example's fixed path is shared by every
+    test: a previous test's controller, stopped when its namespace goes, writes a
+    last checkpoint there on SIGTERM, which the next test's job (another UID)
+    would rightly refuse as another job's.
+    """
+    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e/{namespace}/checkpoints"
+    clear_checkpoints(manifest)
+    return manifest
+
+
 def get_job(cluster, namespace: str, name: str) -> dict:
     """The ElasticTrainingJob object."""
     return cluster.api().get(f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs/{name}")

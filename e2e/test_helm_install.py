@@ -22,7 +22,7 @@ import yaml
 
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import is_ready, pods, summary, wait_for
-from e2e.operator_fixtures import clear_checkpoints, example_manifest, get_job, job_events, wait_phase
+from e2e.operator_fixtures import example_manifest, get_job, job_events, private_checkpoints, wait_phase
 
 CHART = REPO_ROOT / "helm" / "elastic-jax"
 RELEASE = "ej"
@@ -155,7 +155,7 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
 
         # 3. The CPU example trains through a SIGKILLed worker, run by the chart's operator.
         manifest = example_manifest()
-        clear_checkpoints(manifest)
+        private_checkpoints(manifest, namespace)
         # Longer than the example's 600 steps, which an idle machine can finish before the kill lands.
         manifest["spec"]["training"]["steps"] = 3000
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))

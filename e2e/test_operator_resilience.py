@@ -9,8 +9,8 @@ import yaml
 
 from e2e.helpers import is_ready, pods, summary, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    EXAMPLE, clear_checkpoints, ejob_crd, example_manifest, get_job, job_children, job_events, operator,
-    operator_kubeconfig, wait_phase,
+    ejob_crd, example_manifest, get_job, job_children, job_events, operator, operator_kubeconfig,
+    private_checkpoints, wait_phase,
 )
 
 JOB = "cpu-job"
@@ -18,14 +18,11 @@ SEL = f"elasticjax.dev/job-name={JOB}"
 
 
 def _start(cluster, namespace, operator, min_step=20, steps=None):
-    manifest = example_manifest()
-    clear_checkpoints(manifest)
-    if steps is None:
-        cluster.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
-    else:
+    manifest = private_checkpoints(example_manifest(), namespace)
+    if steps is not None:
         # Long enough that the replacement (node NotReady, eviction, pod GC) arrives before the end.
         manifest["spec"]["training"]["steps"] = steps
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     explain = lambda: summary(pods(cluster, namespace)) + "\n" + operator.log()[-3000:]  # noqa: E731
     wait_for(lambda: (get_job(cluster, namespace, JOB).get("status") or {}).get("step", 0) >= min_step,
              timeout_s=180, what="training started", explain=explain)
