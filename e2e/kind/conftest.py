@@ -10,6 +10,10 @@
 - ``elastic_jax`` (session): the chart installed in ``elastic-jax-system``
   with the operator image built here, the images loaded into every node.
 
+``E2E_KIND_SHARED_ENGINE=1`` uses the engine ``python -m e2e.kind.engine start``
+started (and leaves it running): sessions side by side share its image store,
+each with its own ``E2E_KIND_CLUSTER`` name.
+
 ``E2E_KIND_KEEP=1`` keeps the cluster and engine for a look afterwards
 (``python -m e2e.kind.engine env`` is not enough then: the engine's socket is
 printed in the test log).
@@ -40,6 +44,9 @@ def docker_engine(request):
     reason = engine_mod.why_unavailable()
     if reason:
         pytest.skip(reason)
+    if os.environ.get("E2E_KIND_SHARED_ENGINE"):
+        yield engine_mod.shared()  # started by hand; it stays
+        return
     engine = engine_mod.start(log=lambda m: _say(request, m))
     yield engine
     if os.environ.get("E2E_KIND_KEEP"):

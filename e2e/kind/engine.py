@@ -356,6 +356,23 @@ def start(data_root: Path | None = None, log=print) -> Engine:
     raise RuntimeError(f"dockerd did not come up (log {engine.log}):\n{tail}")
 
 
+def shared() -> Engine:
+    """The engine ``python -m e2e.kind.engine start`` recorded in :data:`STATE_FILE`, for sessions that share it.
+
+    Several test sessions (each with its own ``E2E_KIND_CLUSTER``) can use one
+    engine and its image store this way; none of them stops it.
+
+    Raises:
+        RuntimeError: no such engine is running.
+    """
+    if STATE_FILE.exists():
+        engine = Engine.from_json(STATE_FILE.read_text())
+        if not _reap(engine.pid) and engine.docker("version", check=False, timeout=20).returncode == 0:
+            return engine
+    raise RuntimeError(f"E2E_KIND_SHARED_ENGINE=1 but no engine answers (none recorded in {STATE_FILE}): "
+                       "start one with `python -m e2e.kind.engine start`")
+
+
 def _reap(pid: int) -> bool:
     """True when ``pid`` (our child) has exited."""
     try:
