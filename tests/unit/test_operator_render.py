@@ -161,6 +161,27 @@ def test_cpu_pods_meet_pod_security_restricted():
     # A gs:// checkpoint: nothing is written outside the scratch dir.
     gs = renderer_for("cpu").controller_pod(_job(checkpoint={"uri": "gs://b/ck"}), 0)["spec"]
     assert gs["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    assert "checkpoints" not in {v["name"] for v in gs["volumes"]}
+
+
+def test_local_checkpoint_gets_an_emptydir_and_the_root_stays_read_only():
+    spec = renderer_for("cpu").controller_pod(_job(checkpoint={"uri": "/data/run//ck/"}), 0)["spec"]
+    c = spec["containers"][0]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert "emptyDir" in {v["name"]: v for v in spec["volumes"]}[mounts["/data/run/ck"]]
+
+
+@pytest.mark.parametrize("uri, message", [
+    ("relative/ck", "must be an absolute folder"), ("/", "must be an absolute folder"),
+    ("/etc/elastic-jax/token/x", "overlaps /etc/elastic-jax/token"), ("/etc", "overlaps /etc/elastic-jax/manifest"),
+    (names.SCRATCH_DIR, f"overlaps {names.SCRATCH_DIR}"),
+])
+def test_unmountable_local_checkpoint_is_refused_naming_the_field(uri, message):
+    from elastic_jax.k8s_operator.backends import resolve
+
+    with pytest.raises(UnsupportedBackend, match=f"spec.checkpoint.uri .*{message}"):
+        resolve(_job(checkpoint={"uri": uri}))
 
 
 def test_pod_security_checker_catches_each_kind_of_violation():

@@ -48,7 +48,8 @@ def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
     """`job` as the operator will render it, with backend-derived fields filled in.
 
     pathways: hostsPerSlice and devicesPerHost come from the TPU topology, so
-    the slice tracker counts the right number of pods. cpu: `job` unchanged.
+    the slice tracker counts the right number of pods. cpu: `job` unchanged
+    (a local spec.checkpoint.uri must be a path the controller pod can mount).
 
     Raises:
       UnsupportedBackend: the operator cannot render this spec (message names the field).
@@ -58,4 +59,7 @@ def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
         from elastic_jax.k8s_operator.backends import pathways
 
         return pathways.resolve(job)
+    from elastic_jax.k8s_operator.backends import cpu
+
+    cpu.check_local_checkpoint(job)
     return job

@@ -8,6 +8,7 @@ and in a real cluster the pod IP is the pod's only address anyway.
 from __future__ import annotations
 
 import copy
+import posixpath
 
 from typing import Any
 
@@ -29,10 +30,10 @@ POD_SECURITY_CONTEXT = {
 TOKEN_FILE_MODE = 0o440
 
 
-def container_security_context(read_only_root: bool = True) -> dict[str, Any]:
+def container_security_context() -> dict[str, Any]:
     """A container's securityContext under PodSecurity "restricted" (readOnlyRootFilesystem beyond it)."""
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": read_only_root, "runAsNonRoot": True}
+            "readOnlyRootFilesystem": True, "runAsNonRoot": True}
 
 
 # Where JAX, XLA, Orbax, gRPC and Python may write: the scratch emptyDir.
@@ -55,8 +56,45 @@ TOKEN_FILE = f"{names.TOKEN_DIR}/{labels.TOKEN_KEY}"
 
 
 def local_checkpoint(job: ElasticTrainingJob) -> bool:
-    """True when `spec.checkpoint.uri` is a local path (it is written in the container's own file system)."""
+    """True when `spec.checkpoint.uri` is a local path (in the controller pod, not in object storage)."""
     return "://" not in job.spec.checkpoint.uri
+
+
+CHECKPOINT_VOLUME = "checkpoints"
+CHECKPOINT_FIELD = "spec.checkpoint.uri"
+
+
+def check_local_checkpoint(job: ElasticTrainingJob) -> None:
+    """A local `spec.checkpoint.uri` must be an absolute path the controller pod can mount an emptyDir at.
+
+    Raises:
+      UnsupportedBackend: relative, "/", or inside a folder the operator mounts itself (message names the field).
+    """
+    if not local_checkpoint(job):
+        return
+    from elastic_jax.k8s_operator.backends import UnsupportedBackend
+
+    path = posixpath.normpath(job.spec.checkpoint.uri)
+    if not path.startswith("/") or path == "/":
+        raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} must be an absolute folder "
+                                 "(not /) on the cluster, or gs://bucket/prefix")
+    for reserved in (names.MANIFEST_DIR, names.TOKEN_DIR, names.SCRATCH_DIR):
+        if path == reserved or path.startswith(reserved + "/") or reserved.startswith(path + "/"):
+            raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} overlaps {reserved}, "
+                                     "which the operator mounts in the controller pod; choose another folder")
+
+
+def checkpoint_volume(job: ElasticTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, volumeMounts) giving a local `spec.checkpoint.uri` a writable emptyDir; ([], []) for gs://.
+
+    The root file system stays read-only; a local checkpoint lives as long as
+    the controller pod (kind, a laptop). Checkpoints that outlive the pod need
+    `gs://` (docs/security.md, README "Checkpoints").
+    """
+    if not local_checkpoint(job):
+        return [], []
+    return ([{"name": CHECKPOINT_VOLUME, "emptyDir": {}}],
+            [{"name": CHECKPOINT_VOLUME, "mountPath": posixpath.normpath(job.spec.checkpoint.uri)}])
 
 
 def _env(extra: list[EnvVar]) -> list[dict[str, str]]:
@@ -147,19 +185,19 @@ class CpuRenderer:
                     **_liveness(job),
                     "resources": _resources(c.resources),
                     "terminationMessagePolicy": "FallbackToLogsOnError",
-                    # A local checkpoint path is written in the container's own file system
-                    # (kind, the local control plane); production uses gs://.
-                    "securityContext": container_security_context(read_only_root=not local_checkpoint(job)),
+                    "securityContext": container_security_context(),
                     "volumeMounts": [
                         {"name": "manifest", "mountPath": names.MANIFEST_DIR, "readOnly": True},
                         copy.deepcopy(TOKEN_MOUNT),
                         copy.deepcopy(SCRATCH_MOUNT),
+                        *checkpoint_volume(job)[1],
                     ],
                 }],
                 "volumes": [
                     {"name": "manifest", "configMap": {"name": names.configmap(name)}},
                     token_volume(job),
                     copy.deepcopy(SCRATCH_VOLUME),
+                    *checkpoint_volume(job)[0],
                 ],
             },
         }
