@@ -34,8 +34,10 @@ from e2e.harness.paths import E2E_DIR, cluster_dir
 
 
 def pytest_collection_finish(session):
-    needs_cluster = any(E2E_DIR in item.path.parents and "cluster" in getattr(item, "fixturenames", ())
-                        for item in session.items)
+    # The kind tier (e2e/kind/) has its own `cluster` fixture: a kind cluster, not this one.
+    kind_dir = E2E_DIR / "kind"
+    needs_cluster = any(E2E_DIR in item.path.parents and kind_dir not in item.path.parents
+                        and "cluster" in getattr(item, "fixturenames", ()) for item in session.items)
     if session.config.option.collectonly or not needs_cluster:
         return
     if os.geteuid() != 0:

@@ -1,7 +1,9 @@
-"""Fixtures for the operator's e2e tests: the CRD, a least-privilege identity, the operator process.
+"""Fixtures for the operator on the local control plane (TPU pools, the local demo), and job helpers.
 
-The operator runs as a local process (there is no operator image entry in the
-node agent's table yet) with a kubeconfig that holds a token of the
+The kind tier's operator tests use the chart's operator instead
+(``e2e/kind/target.py``); the helpers below (the example manifest, the job,
+its Events, waiting for a phase) serve both. Here the operator runs as a
+local process with a kubeconfig that holds a token of the
 `elastic-jax-operator` ServiceAccount, bound to a ClusterRole built from
 `helm/elastic-jax/files/operator-rbac-rules.yaml` — the same rules the chart
 ships — so every API call it makes is checked by the real RBAC authorizer.
@@ -208,19 +210,6 @@ def example_manifest(path: Path = EXAMPLE) -> dict:
 def clear_checkpoints(manifest: dict) -> None:
     """Removes the example's local checkpoint directory, so a run starts from step 0."""
     shutil.rmtree(manifest["spec"]["checkpoint"]["uri"], ignore_errors=True)
-
-
-def private_checkpoints(manifest: dict, namespace: str) -> dict:
-    """Points the job at an empty checkpoint folder of its own test (namespace); returns the manifest.
-
-    Pods here are host processes, so the example's fixed path is shared by every
-    test: a previous test's controller, stopped when its namespace goes, writes a
-    last checkpoint there on SIGTERM, which the next test's job (another UID)
-    would rightly refuse as another job's.
-    """
-    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e/{namespace}/checkpoints"
-    clear_checkpoints(manifest)
-    return manifest
 
 
 def get_job(cluster, namespace: str, name: str) -> dict:

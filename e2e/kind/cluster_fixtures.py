@@ -3,7 +3,8 @@
 Built and created on first use (the node image is cached in the engine's image
 store, so later sessions only pay for ``kind create cluster``), deleted at the
 end by name: its containers, their volumes, its network and its state folder.
-``E2E_KIND_KEEP=1`` keeps it (the kubeconfig path is printed);
+``E2E_KIND_KEEP=1`` keeps it (the kubeconfig path is printed) and reuses one
+an earlier such session kept;
 ``E2E_KIND_CLUSTER`` names it (default ``elastic-jax``).
 
 The Go build (``e2e/build.sh``: about half an hour on a fresh machine) runs
@@ -39,7 +40,12 @@ def pytest_collection_finish(session):
 @pytest.fixture(scope="session")
 def kind_cluster(request, docker_engine) -> kind.KindCluster:
     name = os.environ.get("E2E_KIND_CLUSTER", kind.DEFAULT_NAME)
-    cluster = kind.create(docker_engine, name, log=lambda m: _say(request.config, m))
+    # A cluster an earlier E2E_KIND_KEEP=1 session left is reused by the next one that keeps it.
+    cluster = kind.attach(docker_engine, name) if os.environ.get("E2E_KIND_KEEP") else None
+    if cluster is not None:
+        _say(request.config, f"kind: E2E_KIND_KEEP=1: reusing running cluster {name}")
+    else:
+        cluster = kind.create(docker_engine, name, log=lambda m: _say(request.config, m))
     yield cluster
     if os.environ.get("E2E_KIND_KEEP"):
         _say(request.config, f"kind: E2E_KIND_KEEP=1: cluster {name} left running: "

@@ -9,10 +9,21 @@
   cluster from a node image built here.
 - ``elastic_jax`` (session): the chart installed in ``elastic-jax-system``
   with the operator image built here, the images loaded into every node.
+- ``cluster`` (session): the kind cluster as the operator tests drive it
+  (:class:`e2e.kind.target.KindTarget`; overrides the local control plane's
+  fixture of the same name for the tests in this folder).
+- ``namespace`` (function): a fresh namespace enforcing PodSecurity
+  ``restricted``, deleted afterwards.
+- ``operator`` (function): the chart's operator
+  (:class:`e2e.kind.target.ChartOperator`), installed again if a test
+  uninstalled it, Ready before the test starts.
+- ``gcs`` (function): a GCS emulator in the test's namespace (:mod:`e2e.kind.gcs`).
 
 ``E2E_KIND_SHARED_ENGINE=1`` uses the engine ``python -m e2e.kind.engine start``
 started (and leaves it running): sessions side by side share its image store,
-each with its own ``E2E_KIND_CLUSTER`` name.
+each with its own ``E2E_KIND_CLUSTER`` name. They must test the same source
+tree: the product images are tagged by version (``ghcr.io/elastic-jax/*:0.1.0``),
+so the last session to build them sets what every session loads.
 
 ``E2E_KIND_KEEP=1`` keeps the cluster and engine for a look afterwards
 (``python -m e2e.kind.engine env`` is not enough then: the engine's socket is
@@ -25,8 +36,11 @@ import os
 
 import pytest
 
+from e2e.helpers import wait_for
+from e2e.kind import demo
 from e2e.kind import engine as engine_mod
-from e2e.kind import images
+from e2e.kind import gcs as gcs_mod
+from e2e.kind import images, target
 
 # Fixtures and the post-collection Go build of e2e/kind/cluster_fixtures.py (pytest
 # allows `pytest_plugins` in the root conftest only).
@@ -65,6 +79,46 @@ def product_images(request, docker_engine):
 @pytest.fixture(scope="session")
 def elastic_jax(request, kind_cluster, product_images):
     """The chart, installed with the operator image built here (never pulled: pullPolicy Never)."""
-    from e2e.kind import demo
     demo.install_chart(kind_cluster, list(product_images), log=lambda m: _say(request, m))
     return kind_cluster
+
+
+@pytest.fixture(scope="session")
+def cluster(elastic_jax) -> target.KindTarget:
+    return target.KindTarget(elastic_jax)
+
+
+@pytest.fixture
+def namespace(cluster):
+    name = demo.restricted_namespace(cluster.kind, "e2e")
+    # The ServiceAccount controller creates "default" shortly after; pods need it.
+    wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+             timeout_s=60, what=f"default ServiceAccount in {name}")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def operator(request, cluster, product_images) -> target.ChartOperator:
+    op = target.ChartOperator(cluster)
+    if not op.pods():  # a test before this one uninstalled the release
+        demo.install_chart(cluster.kind, list(product_images), log=lambda m: _say(request, m))
+    target.wait_operator_ready(op)
+    return op
+
+
+@pytest.fixture
+def ejob_crd(elastic_jax):
+    """The CRD, as the chart installed it."""
+    return demo.REPO_ROOT / "crds" / "elastictrainingjobs.yaml"
+
+
+@pytest.fixture(scope="session")
+def gcs_image(docker_engine, product_images) -> str:
+    return gcs_mod.image(docker_engine, images.python_base(docker_engine).name)
+
+
+@pytest.fixture
+def gcs(cluster, namespace, gcs_image) -> gcs_mod.InClusterGcs:
+    cluster.kind.load_images([gcs_image], nodes=cluster.kind.workers())
+    return gcs_mod.deploy(cluster, namespace, gcs_image)

@@ -1,20 +1,20 @@
-"""The Helm chart on the local control plane: dry run, install, upgrade, a job that recovers, uninstall.
+"""The Helm chart on kind: dry run, install, upgrade, a job that recovers, uninstall.
 
-The operator runs as a pod of the chart's Deployment (the node agent runs
-image ghcr.io/elastic-jax/operator as `elastic-jax-operator`, as its
-Dockerfile does), with the chart's ServiceAccount and RBAC, in a namespace
-that enforces the PodSecurity "restricted" profile. Then
-`kubectl apply -f examples/01-cpu-job.yaml` trains through a SIGKILLed worker
-exactly as in test_operator_recovery.py: the worker's pod is replaced, the
-controller pod keeps its UID and restartCount 0, the job Succeeds.
+The operator runs as a pod of the chart's Deployment from the operator image
+built here (``image.pullPolicy=Never``: it was loaded into the nodes), with
+the chart's ServiceAccount and RBAC, in a namespace that enforces the
+PodSecurity "restricted" profile. Then ``kubectl apply -f
+examples/01-cpu-job.yaml`` trains through a worker process SIGKILLed in its
+container exactly as in test_operator_recovery.py: the worker's pod is
+replaced, the controller pod keeps its UID and restartCount 0, the job
+Succeeds. The session's own release (``elastic-jax``) is uninstalled first,
+so one operator acts; the ``operator`` fixture of later tests installs it again.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import urllib.request
 import uuid
 
 import pytest
@@ -22,19 +22,25 @@ import yaml
 
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import is_ready, pods, summary, wait_for
-from e2e.operator_fixtures import example_manifest, get_job, job_events, private_checkpoints, wait_phase
+from e2e.kind import demo
+from e2e.operator_fixtures import example_manifest, get_job, job_events, wait_phase
+from elastic_jax.api.images import OPERATOR_IMAGE
+
+# The first test of a session also pays for what its fixtures build (images, node
+# image, cluster, chart: up to ~30 min on a fresh machine under load).
+pytestmark = pytest.mark.timeout(3600)
 
 CHART = REPO_ROOT / "helm" / "elastic-jax"
 RELEASE = "ej"
 FULLNAME = f"{RELEASE}-elastic-jax"
 JOB = "cpu-job"
-# No pod network namespaces here: bind the operator's endpoints to its own pod IP.
-LOCAL_VALUES = ["--set-string", "operator.listenAddress=$(POD_IP)"]
+# The operator image built here and loaded into the nodes: never pulled.
+KIND_VALUES = ["--set", "image.pullPolicy=Never"]
 OPERATOR_SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=operator"
 
 
 @pytest.fixture
-def system_namespace(cluster):
+def system_namespace(cluster, elastic_jax):
     """The release's namespace, enforcing PodSecurity "restricted" (the API server's admission checks the pod)."""
     name = f"ej-system-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", name)
@@ -42,6 +48,13 @@ def system_namespace(cluster):
                     "pod-security.kubernetes.io/enforce-version=latest")
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def only_this_release(cluster):
+    """The session's release uninstalled, so that the release under test is the one operator acting."""
+    cluster.helm("uninstall", demo.RELEASE, "-n", demo.SYSTEM_NS, "--wait", "--timeout", "120s", check=False,
+                 timeout_s=180)
 
 
 def _operator_pods(cluster, namespace) -> list[dict]:
@@ -64,10 +77,10 @@ def _operator_log(cluster, namespace) -> str:
     return "\n".join(out)
 
 
-def _metrics(pod: dict) -> str:
-    url = f"http://{pod['status']['podIP']}:9090/metrics"
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return r.read().decode()
+def _metrics(cluster, pod: dict) -> str:
+    """The pod's /metrics, through the API server's pod proxy."""
+    return cluster.raw(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods/{pod['metadata']['name']}:9090"
+                       "/proxy/metrics")
 
 
 def _peering_holders(cluster, name: str) -> set[str]:
@@ -113,26 +126,26 @@ def test_rendered_chart_passes_the_api_servers_dry_run(cluster, system_namespace
     assert refused.returncode != 0 and "allowPrivilegeEscalation" in refused.stderr, refused.stderr
 
 
-def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, namespace):
+def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, namespace, only_this_release):
     explain = lambda: (summary(pods(cluster, system_namespace)) + "\n" + summary(pods(cluster, namespace))  # noqa: E731
                        + "\n" + _operator_log(cluster, system_namespace))
     installed = False
     try:
         # 1. Install: CRDs from crds/, then the operator; --wait returns when its pod is Ready.
-        _helm(cluster, "install", RELEASE, str(CHART), "-n", system_namespace, *LOCAL_VALUES,
+        _helm(cluster, "install", RELEASE, str(CHART), "-n", system_namespace, *KIND_VALUES,
               "--wait", "--timeout", "180s", explain=explain)
         installed = True
         first = wait_for(lambda: _running_operator(cluster, system_namespace), timeout_s=60,
                          what="operator pod Ready", explain=explain)
         assert first["spec"]["serviceAccountName"] == FULLNAME
-        assert first["spec"]["containers"][0]["image"] == "ghcr.io/elastic-jax/operator:0.1.0"
+        assert first["spec"]["containers"][0]["image"] == OPERATOR_IMAGE
         wait_for(lambda: first["metadata"]["name"] in _peering_holders(cluster, FULLNAME), timeout_s=60,
                  what="operator holds the peering", explain=explain)
-        assert "elasticjax_operator" in _metrics(first)
+        assert "elasticjax_operator" in _metrics(cluster, first)
 
         # 2. Upgrade: a changed value rolls the pod (Recreate: the old one is gone
         # before the new one starts), and the new pod takes over the peering.
-        _helm(cluster, "upgrade", RELEASE, str(CHART), "-n", system_namespace, *LOCAL_VALUES,
+        _helm(cluster, "upgrade", RELEASE, str(CHART), "-n", system_namespace, *KIND_VALUES,
               "--set", "operator.workers=4", "--wait", "--timeout", "180s", explain=explain)
         releases = json.loads(cluster.helm("list", "-n", system_namespace, "-o", "json").stdout)
         assert [(r["name"], r["revision"], r["status"]) for r in releases] == [(RELEASE, "2", "deployed")]
@@ -145,17 +158,27 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
         wait_for(lambda: _peering_holders(cluster, FULLNAME) == {operator["metadata"]["name"]}, timeout_s=90,
                  what="only the new pod in the peering", explain=explain)
 
-        # The metrics Service selects exactly the operator pod. (No EndpointSlice here:
-        # the API server refuses loopback endpoint addresses, and pod IPs are loopback.)
+        # The metrics Service selects exactly the operator pod, and serves its metrics
+        # (endpoints, kube-proxy's ClusterIP path through the API server's service proxy).
         service = cluster.api().get(f"/api/v1/namespaces/{system_namespace}/services/{FULLNAME}-metrics")
         selector = ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
         selected = [p["metadata"]["uid"] for p in pods(cluster, system_namespace, selector)
                     if not p["metadata"].get("deletionTimestamp")]
         assert selected == [operator["metadata"]["uid"]], selected
 
+        def endpoints():
+            slices = cluster.api().get(f"/apis/discovery.k8s.io/v1/namespaces/{system_namespace}/endpointslices",
+                                       labelSelector=f"kubernetes.io/service-name={FULLNAME}-metrics")["items"]
+            return sorted(a for s in slices for e in s.get("endpoints") or []
+                          if (e.get("conditions") or {}).get("ready") for a in e["addresses"])
+        wait_for(lambda: endpoints() == [operator["status"]["podIP"]], timeout_s=60,
+                 what="the metrics Service's one ready endpoint is the operator pod", explain=lambda: str(endpoints()))
+        port = service["spec"]["ports"][0]["port"]
+        assert "elasticjax_operator" in cluster.raw(
+            f"/api/v1/namespaces/{system_namespace}/services/{FULLNAME}-metrics:{port}/proxy/metrics")
+
         # 3. The CPU example trains through a SIGKILLed worker, run by the chart's operator.
         manifest = example_manifest()
-        private_checkpoints(manifest, namespace)
         # Longer than the example's 600 steps, which an idle machine can finish before the kill lands.
         manifest["spec"]["training"]["steps"] = 3000
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
@@ -164,7 +187,7 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
         (ctrl,) = pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/role=controller")
         victim = wait_for(lambda: _worker(cluster, namespace, 0), timeout_s=60, what="slice 0 worker",
                           explain=explain)
-        os.kill(cluster.container_pid(namespace, victim["metadata"]["name"], "worker"), signal.SIGKILL)
+        cluster.signal_container(namespace, victim["metadata"]["name"], "worker", signal.SIGKILL)
 
         def replaced():
             new = _worker(cluster, namespace, 0)
@@ -182,13 +205,16 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
         assert after["metadata"]["uid"] == ctrl["metadata"]["uid"]
         assert after["status"]["containerStatuses"][0]["restartCount"] == 0
         messages = [(e["reason"], e["message"]) for e in job_events(cluster, namespace, JOB)]
-        assert any(r == "SliceDown" and "exit code 137" in m for r, m in messages), messages
+        # The kubelet's exit code, or the controller's report first (see test_operator_recovery.py).
+        assert any((r == "SliceDown" and "exit code 137" in m)
+                   or (r == "WorkerReplaced" and m.startswith("controller saw slice 0 fail")) for r, m in messages), \
+            messages
         # The operator that did it is the chart's pod, and it has not restarted.
         current = _running_operator(cluster, system_namespace)
         assert current["metadata"]["uid"] == operator["metadata"]["uid"]
         assert current["status"]["containerStatuses"][0]["restartCount"] == 0
-        assert "elasticjax_operator_failure_notify_seconds_count" in _metrics(current)
-        operator_pid = cluster.container_pid(system_namespace, current["metadata"]["name"], "operator")
+        assert "elasticjax_operator_failure_notify_seconds_count" in _metrics(cluster, current)
+        operator_container = (current["spec"]["nodeName"], current["status"]["containerStatuses"][0]["containerID"])
 
         # 4. Uninstall removes the operator and everything the templates made; the
         # CRDs stay (Helm never deletes crds/: that would delete every job).
@@ -204,13 +230,9 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
         wait_for(lambda: not _operator_pods(cluster, system_namespace), timeout_s=60,
                  what="operator pod gone", explain=explain)
 
-        def process_gone():
-            try:
-                os.kill(operator_pid, 0)
-            except ProcessLookupError:
-                return True
-            return False
-        wait_for(process_gone, timeout_s=60, what=f"operator process {operator_pid} ended")
+        # And its container is gone from the node, not only the pod object.
+        wait_for(lambda: not cluster.container_running(*operator_container), timeout_s=60,
+                 what=f"operator container {operator_container} stopped on its node")
         cluster.kubectl("get", "crd", "elastictrainingjobs.elasticjax.dev")
     finally:
         if installed:

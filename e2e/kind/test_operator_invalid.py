@@ -1,4 +1,7 @@
-"""Bad input: the API server refuses what the schema can say; the operator fails the rest clearly."""
+"""Bad input: the API server refuses what the schema can say; the chart's operator fails the rest clearly.
+
+On the kind cluster, in namespaces enforcing PodSecurity ``restricted``.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,11 @@ import pytest
 import yaml
 
 from e2e.helpers import wait_for
-from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig, wait_phase,
-)
+from e2e.operator_fixtures import example_manifest, get_job, job_events, wait_phase
+
+# The first test of a session also pays for what its fixtures build (images, node
+# image, cluster, chart: up to ~30 min on a fresh machine under load).
+pytestmark = pytest.mark.timeout(3600)
 
 
 def _apply(cluster, namespace, manifest) -> subprocess.CompletedProcess:

@@ -1,6 +1,8 @@
 """The job's life beyond worker failures: controller loss, suspend/resume, TTL.
 
-On the local control plane with the operator as a least-privilege process:
+On the kind cluster, with the chart's operator and checkpoints on GCS (a
+fake-gcs-server in the test's namespace, :mod:`e2e.kind.gcs`), so that they
+outlive the controller pod as on GKE:
 
 - failure flow 3: SIGKILL of the controller pod's process. The operator
   creates a new controller pod (restartPolicy Never, so a new name), counts
@@ -14,29 +16,31 @@ On the local control plane with the operator as a least-privilege process:
   checkpoint to Succeeded;
 - `ttlSecondsAfterFinished`: a finished job and all its children are deleted.
 
-Each run gets its own checkpoint folder (the example's fixed path would be
-shared with other runs on this machine) and a shortened step count, so the
-file stays within a few minutes on two shared cores.
+Each run gets its own bucket and a shortened step count, so the file stays
+within a few minutes on two shared cores.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import time
-from pathlib import Path
 
+import pytest
 import yaml
 
 from elastic_jax.logs import read_events
 
 from e2e.helpers import is_ready, pods, summary, wait_for
+from e2e.kind import gcs as gcs_mod
+from e2e.kind.target import LogFollower
 from e2e.nodeagent.kubeapi import ApiError
-from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    ejob_crd, example_manifest, get_job, job_children, job_events, operator, operator_kubeconfig, wait_phase,
-)
+from e2e.operator_fixtures import example_manifest, get_job, job_children, job_events, wait_phase
+
+# The first test of a session also pays for what its fixtures build (images, node
+# image, cluster, chart: up to ~30 min on a fresh machine under load).
+pytestmark = pytest.mark.timeout(3600)
 
 JOB = "cpu-job"
 SEL = f"elasticjax.dev/job-name={JOB}"
@@ -45,11 +49,14 @@ WORKERS = f"{SEL},elasticjax.dev/role=worker"
 RESTORED = re.compile(r"restored checkpoint step (\d+)")
 
 
-def _apply(cluster, namespace, tmp_path: Path, steps: int, **spec) -> dict:
-    """Applies examples/01-cpu-job.yaml with `steps`, a private checkpoint folder and `spec` overrides."""
+def _apply(cluster, namespace, gcs, steps: int, **spec) -> dict:
+    """Applies examples/01-cpu-job.yaml with `steps`, checkpoints in the namespace's GCS (the
+    example's local path, in the controller pod, when `gcs` is None) and `spec` overrides."""
     manifest = example_manifest()
     manifest["spec"]["training"]["steps"] = steps
-    manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / "checkpoints")
+    if gcs is not None:
+        manifest["spec"]["checkpoint"]["uri"] = f"{gcs.make_bucket('ckpt')}/{JOB}"
+        manifest["spec"]["controller"]["env"] = gcs_mod.controller_env(namespace)
     manifest["spec"].update(spec)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
     return manifest
@@ -92,19 +99,13 @@ def _restored_step(cluster, namespace, pod: dict) -> int | None:
     return int(found[-1]) if found else None
 
 
-def _committed_steps(uri: str) -> list[int]:
-    """Committed Orbax steps in a local checkpoint folder (in-progress saves are `*.orbax-checkpoint-tmp*`)."""
-    root = Path(uri)
-    return sorted(int(d.name) for d in root.iterdir() if d.is_dir() and d.name.isdigit()) if root.is_dir() else []
-
-
 def _reasons(cluster, namespace) -> list[tuple[str, str]]:
     return [(e["reason"], e["message"]) for e in job_events(cluster, namespace, JOB)]
 
 
-def test_controller_killed_is_recreated_and_resumes_from_checkpoint(cluster, namespace, operator, tmp_path):
+def test_controller_killed_is_recreated_and_resumes_from_checkpoint(cluster, namespace, operator, gcs):
     """Failure flow 3: a SIGKILLed controller is replaced and counted; workers stay; training resumes."""
-    manifest = _apply(cluster, namespace, tmp_path, steps=2000)
+    manifest = _apply(cluster, namespace, gcs, steps=2000)
     explain = _explain(cluster, namespace, operator)
     # Wait past the first committed checkpoint (intervalSteps 50), so there is one to resume from.
     wait_for(lambda: (_status(cluster, namespace).get("lastCheckpointStep") or 0) >= 50, timeout_s=180,
@@ -112,10 +113,9 @@ def test_controller_killed_is_recreated_and_resumes_from_checkpoint(cluster, nam
     old = _running_controller(cluster, namespace)
     workers = _live_workers(cluster, namespace)
     assert old is not None and len(workers) == 2, explain()
-    committed_before = max(_committed_steps(manifest["spec"]["checkpoint"]["uri"]))
+    committed_before = max(gcs.committed_steps(manifest["spec"]["checkpoint"]["uri"]))
 
-    os.kill(cluster.container_pid(namespace, old["metadata"]["name"], "controller", old["metadata"]["uid"]),
-            signal.SIGKILL)
+    cluster.signal_container(namespace, old["metadata"]["name"], "controller", signal.SIGKILL)
     new = wait_for(lambda: _running_controller(cluster, namespace, not_uid=old["metadata"]["uid"]), timeout_s=60,
                    what="a new controller pod", explain=explain)
     assert new["metadata"]["name"] == f"{JOB}-controller-1", new["metadata"]["name"]
@@ -135,7 +135,7 @@ def test_controller_killed_is_recreated_and_resumes_from_checkpoint(cluster, nam
 
     # A worker failure under the new controller is a slice replacement, never a controller restart.
     victim = sorted(workers)[0]
-    os.kill(cluster.container_pid(namespace, victim, "worker"), signal.SIGKILL)
+    cluster.signal_container(namespace, victim, "worker", signal.SIGKILL)
     wait_for(lambda: victim not in _live_workers(cluster, namespace) and len(_live_workers(cluster, namespace)) == 2,
              timeout_s=90, what="killed worker replaced", explain=explain)
 
@@ -154,11 +154,11 @@ def test_controller_killed_is_recreated_and_resumes_from_checkpoint(cluster, nam
     assert [p["metadata"]["uid"] for p in pods(cluster, namespace, CONTROLLERS)] == [new["metadata"]["uid"]]
 
 
-def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace, operator, tmp_path):
+def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace, operator, gcs, tmp_path):
     """suspend: true → checkpoint at the step reached, no pods, Suspended; false → resumes from it."""
     # minSlices = count (pause and resume): a worker gone before the controller's last step would
     # make it wait for the slice instead of checkpointing, so this also shows the teardown order.
-    manifest = _apply(cluster, namespace, tmp_path, steps=2000,
+    manifest = _apply(cluster, namespace, gcs, steps=2000,
                       slices={**example_manifest()["spec"]["slices"], "minSlices": 2})
     uri = manifest["spec"]["checkpoint"]["uri"]
     explain = _explain(cluster, namespace, operator)
@@ -166,26 +166,29 @@ def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace,
              explain=explain)
     first = _running_controller(cluster, namespace)
     first_loss = _status(cluster, namespace)["initialLoss"]
-
-    cluster.kubectl("patch", "ejob", JOB, "-n", namespace, "--type", "merge", "-p", '{"spec":{"suspend":true}}')
-    suspended_at = time.monotonic()
-    # Well under the controller's 60 s grace: it stopped by itself, it was not SIGKILLed.
-    wait_for(lambda: not pods(cluster, namespace, SEL), timeout_s=45, what="every pod gone after suspend",
-             explain=explain)
+    # The pod is deleted by the suspend before its log could be read: follow it from now.
+    follower = LogFollower(cluster, namespace, first["metadata"]["name"], "controller", tmp_path / "first.log")
+    try:
+        cluster.kubectl("patch", "ejob", JOB, "-n", namespace, "--type", "merge", "-p", '{"spec":{"suspend":true}}')
+        # Well under the controller's 60 s grace: it stopped by itself, it was not SIGKILLed.
+        wait_for(lambda: not pods(cluster, namespace, SEL), timeout_s=45, what="every pod gone after suspend",
+                 explain=explain)
+        log = follower.wait_ended(timeout_s=30)
+    finally:
+        follower.stop()
     status = wait_phase(cluster, namespace, JOB, ("Suspended",), timeout_s=30)["status"]
     cond = next(c for c in status["conditions"] if c["type"] == "Suspended")
     assert cond["status"] == "True" and cond["observedGeneration"] == 2, cond
     assert status["activeSlices"] == 0 and status["controllerPod"] == "", status
 
     # The controller stopped at a step boundary on SIGTERM and committed exactly that step.
-    log = cluster.container_log(namespace, first["metadata"]["name"], "controller", first["metadata"]["uid"])
     finished = [e for e in read_events(log) if e.get("event") == "finished"]
     assert finished, log[-3000:]
     reached = finished[-1]["steps"]
     assert 30 <= reached < manifest["spec"]["training"]["steps"], finished[-1]
     assert finished[-1]["last_committed_checkpoint_step"] == reached, finished[-1]
     assert finished[-1]["recoveries"] == [], "the workers outlived the controller's last step"
-    assert max(_committed_steps(uri)) == reached, _committed_steps(uri)
+    assert max(gcs.committed_steps(uri)) == reached, gcs.committed_steps(uri)
     # Nothing comes back while suspended.
     time.sleep(3)
     assert not pods(cluster, namespace, SEL)
@@ -210,9 +213,9 @@ def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace,
     assert any(m.endswith("-> Suspended") for m in phases) and "Suspended -> Pending" in phases, phases
 
 
-def test_ttl_deletes_finished_job_and_children(cluster, namespace, operator, tmp_path):
+def test_ttl_deletes_finished_job_and_children(cluster, namespace, operator):
     """ttlSecondsAfterFinished: 5 → the job and every child are gone within a stated bound."""
-    _apply(cluster, namespace, tmp_path, steps=20, ttlSecondsAfterFinished=5)
+    _apply(cluster, namespace, None, steps=20, ttlSecondsAfterFinished=5)
     explain = _explain(cluster, namespace, operator)
     job = wait_phase(cluster, namespace, JOB, ("Succeeded", "Failed"), timeout_s=180, explain=explain)
     assert job["status"]["phase"] == "Succeeded", job["status"]

@@ -8,16 +8,17 @@ show the recovery, and the run ends Succeeded with its loss down.
 
 from __future__ import annotations
 
-import os
 import signal
 
+import pytest
 import yaml
 
 from e2e.helpers import is_ready, pods, summary, wait_for
-from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
-    private_checkpoints, wait_phase,
-)
+from e2e.operator_fixtures import example_manifest, get_job, job_events, wait_phase
+
+# The first test of a session also pays for what its fixtures build (images, node
+# image, cluster, chart: up to ~30 min on a fresh machine under load).
+pytestmark = pytest.mark.timeout(3600)
 
 JOB = "cpu-job"
 
@@ -42,7 +43,7 @@ def _replaced(cluster, namespace, index, old_name):
 
 
 def test_job_trains_through_worker_kill_and_force_delete(cluster, namespace, operator):
-    manifest = private_checkpoints(example_manifest(), namespace)
+    manifest = example_manifest()
     # The example's 600 steps can finish within seconds on an idle machine, before both
     # failures land; the same job, longer.
     manifest["spec"]["training"]["steps"] = 3000
@@ -56,7 +57,7 @@ def test_job_trains_through_worker_kill_and_force_delete(cluster, namespace, ope
     # 1. SIGKILL the worker process of slice 0.
     victim = _worker(cluster, namespace, 0)
     other = _worker(cluster, namespace, 1)
-    os.kill(cluster.container_pid(namespace, victim["metadata"]["name"], "worker"), signal.SIGKILL)
+    cluster.signal_container(namespace, victim["metadata"]["name"], "worker", signal.SIGKILL)
     wait_for(lambda: _replaced(cluster, namespace, 0, victim["metadata"]["name"]), timeout_s=90,
              what="slice 0 worker replaced", explain=explain)
     assert _worker(cluster, namespace, 1)["metadata"]["uid"] == other["metadata"]["uid"], "slice 1 untouched"
@@ -91,7 +92,12 @@ def test_job_trains_through_worker_kill_and_force_delete(cluster, namespace, ope
         states = [m.split()[4] for m in told]
         assert "Down" in states and "Ready" in states[states.index("Down"):], (index, told)
         assert any(r == "SliceDown" and m.startswith(f"slice {index} ") for r, m in messages), messages
-    assert any(r == "SliceDown" and "exit code 137" in m for r, m in messages), messages
+    # Who sees a SIGKILLed worker first is a race on a real kubelet: the kubelet's status
+    # (exit code 137), or the controller, whose RPC fails at once; then the operator
+    # force-deletes the pod the kubelet has not yet reported dead.
+    assert any((r == "SliceDown" and "exit code 137" in m)
+               or (r == "WorkerReplaced" and m.startswith("controller saw slice 0 fail")) for r, m in messages), \
+        [(r, m) for r, m in messages if r in ("SliceDown", "WorkerReplaced")]
     # A force delete (grace 0) gives no time to act: a loss, never a drain (issue 9 item 8).
     assert not any(r == "SliceDraining" for r, _ in messages), messages
     assert "elasticjax_operator_failure_notify_seconds_count" in operator.metrics()

@@ -4,14 +4,18 @@ No TPUs or Pathways images exist here, so nothing trains. What is real: a
 server-side dry run (`kubectl apply --dry-run=server`) of every child the
 operator renders for a pathways job (Secret, ConfigMap, Service, controller
 Pod with native sidecars, one JobSet per slice), in a namespace enforcing
-PodSecurity ``restricted``: the API server's validation and admission, the
-JobSet CRD schema and its mutating and validating webhooks. Scheduling onto
+PodSecurity ``baseline`` (Google's Pathways images run as root, so the
+Pathways controller pod meets ``baseline``, not ``restricted``; TPU workers
+need ``hostNetwork``: docs/security.md): the API
+server's validation and admission, the JobSet CRD schema and its mutating and
+validating webhooks. Scheduling onto
 TPU node pools needs nodes that advertise ``google.com/tpu``:
 ``e2e/test_pathways_tpu_pools.py`` on the local control plane.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,17 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "02-tpu-v5e-pathway
 
 def _example() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())
+
+
+@pytest.fixture
+def namespace(cluster):
+    """A namespace enforcing PodSecurity ``baseline`` (what the Pathways controller pod meets), deleted afterwards."""
+    name = f"pw-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=baseline",
+                    "pod-security.kubernetes.io/enforce-version=latest")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def _children(manifest: dict, namespace: str) -> list[dict]:

@@ -81,3 +81,57 @@ def test_admission_refusal_is_a_condition_and_an_event(elastic_jax):
         assert any("quota" in (e.get("message") or "").lower() for e in events), [e.get("message") for e in events]
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_worker_reaches_the_controller_by_the_services_dns_name(elastic_jax):
+    """The job's Service, resolved by CoreDNS from a worker pod, routes to the controller (kube-proxy):
+    the path Pathways workers take to the resource manager and users take to the control API."""
+    from elastic_jax.k8s_operator import names
+    cluster = elastic_jax
+    ns = demo.restricted_namespace(cluster, "dns")
+    why = demo.explain(cluster, ns)
+    try:
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("dns", steps=100000))
+        demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "dns").get("status") or {}).get("step", 0) >= 1,
+                      600, "training started", why)
+        worker = demo.wait_for(lambda: demo.live_worker(cluster, ns, "dns", 0), 120, "a ready worker", why)
+        host = f"{names.service('dns')}.{ns}.svc.cluster.local"
+        probe = ("import socket, urllib.request; "
+                 f"print(socket.gethostbyname({host!r})); "
+                 f"print(urllib.request.urlopen('http://{host}:{names.CONTROLLER_PORT}/healthz', timeout=10).status)")
+        out = cluster.kubectl("exec", "-n", ns, worker["metadata"]["name"], "-c", "worker", "--", "python3", "-c",
+                              probe).stdout.split()
+        service_ip = demo.get(cluster, "-n", ns, "service", names.service("dns"))["spec"]["clusterIP"]
+        assert out == [service_ip, "200"], out
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_hung_controller_is_killed_by_the_kubelets_liveness_probe_and_replaced(elastic_jax):
+    """SIGSTOP freezes the controller process (a hang: no step, no HTTP answer); the kubelet's
+    livenessProbe fails, the kubelet kills the container, and the operator replaces the pod and counts it."""
+    cluster = elastic_jax
+    ns = demo.restricted_namespace(cluster, "hang")
+    why = demo.explain(cluster, ns)
+    try:
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("hang", steps=100000))
+        demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "hang").get("status") or {}).get("step", 0) >= 1,
+                      600, "training started", why)
+        (controller,) = demo.pods(cluster, ns, "elasticjax.dev/job-name=hang,elasticjax.dev/role=controller")
+        demo.kill_container_process(cluster, controller, "controller", signal="STOP")
+
+        def unhealthy():
+            events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
+                                                f"involvedObject.name={controller['metadata']['name']}",
+                                                "-o", "json").stdout)["items"]
+            return [e for e in events if e.get("reason") == "Unhealthy" and "Liveness" in (e.get("message") or "")]
+        # 6 failures 10 s apart (each with a 10 s budget): about 60-70 s.
+        demo.wait_for(unhealthy, 240, "the kubelet's liveness probe failing", why)
+
+        def replaced():
+            status = demo.get(cluster, "-n", ns, "ejob", "hang").get("status") or {}
+            return status if status.get("controllerRestarts") == 1 and status.get("controllerPod") == "hang-controller-1" \
+                and status.get("phase") == "Running" else None
+        demo.wait_for(replaced, 300, "controller replaced and training again", why)
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
