@@ -6,6 +6,15 @@
   token succeed).
 - Admission refusing a pod (a ResourceQuota here) is a condition and an Event
   naming the reason, never a silent Pending.
+- A worker pod resolves the job's Service by its DNS name (CoreDNS) and
+  reaches the controller through it (kube-proxy).
+- The kubelet runs the controller's livenessProbe: a frozen (SIGSTOPped)
+  controller is killed by it, and the operator replaces the pod and counts it.
+
+Graceful deletion (SIGTERM within the grace period) is
+``test_operator_lifecycle.py``'s suspend (the controller checkpoints the step
+it reached and exits well before its 60 s grace) and
+``test_operator_resilience.py``'s drained worker.
 
 The worker-process SIGKILL through the whole product is ``test_kind.py``
 (``run.sh --air-gapped``).
