@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from e2e import helpers
 from e2e.kind import cluster as kind
 from e2e.kind import engine as engine_mod
 from e2e.kind import images
@@ -39,19 +40,12 @@ JOB = "cpu-job"
 
 
 def wait_for(check, timeout_s: float, what: str, explain=lambda: "", interval_s: float = 1.0):
-    """Poll ``check()`` until truthy; return that.
+    """:func:`e2e.helpers.wait_for` with positional arguments and a 1 s poll (kubectl calls are slow).
 
     Raises:
         TimeoutError: not within ``timeout_s``; names ``what`` and adds ``explain()``.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s:.0f}s\n{explain()}")
-        time.sleep(interval_s)
+    return helpers.wait_for(check, timeout_s=timeout_s, what=what, explain=explain, interval_s=interval_s)
 
 
 def get(cluster: kind.KindCluster, *args: str) -> dict:
