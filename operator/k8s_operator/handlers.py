@@ -149,16 +149,25 @@ def job_jobsets(namespace, labels: dict, body, **_):
 
 
 
-@kopf.index("v1", "nodes")
 def unready_nodes(name, body, **_):
     """node name → NodeView of each node whose Ready condition is not True (cluster-scoped, read only).
 
     Ready nodes return an empty mapping, which drops the node from the index
     (None would keep its last entry), so the index stays as small as the
-    cluster's trouble.
+    cluster's trouble. Registered by `register_node_index`.
     """
     view = node_view(body)
     return {} if view.ready == "True" else {name: view}
+
+
+def register_node_index() -> None:
+    """Registers the Node index, so handlers get `unready_nodes`.
+
+    Only when node-loss handling is on (`--node-lost-seconds` > 0): watching
+    Nodes needs cluster-wide read access, which an operator that never acts on
+    nodes should not need (and an install without that rule keeps working).
+    """
+    kopf.index("v1", "nodes", id="unready_nodes")(unready_nodes)
 
 
 def _lost_nodes(state: OperatorState, unready_nodes) -> dict[str, NodeLoss]:

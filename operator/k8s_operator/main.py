@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         start_http_server(args.metrics_port, addr=args.metrics_host)
 
     from elastic_jax.k8s_operator import handlers, tokens  # noqa: F401  (registers the handlers)
+    if args.node_lost_seconds > 0:
+        handlers.register_node_index()
 
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, **_):
