@@ -56,6 +56,22 @@ cgroupDriver: cgroupfs
 failCgroupV1: false
 """
 
+NODE_MONITOR_GRACE_PERIOD = "20s"
+"""How long the node controller waits for a silent kubelet before marking its node ``Ready=Unknown``.
+
+Upstream's 50 s (k8s 1.35) would make every node-loss test wait that long before
+anything can react (``test_node_failure.py``: pause a node, the operator acts
+``--node-lost-seconds`` after the node controller's mark). 20 s is still two of
+the kubelet's 10 s lease renewals, so a node slowed by a loaded machine does not
+flap; the local control plane tier uses 8 s for the same reason."""
+
+CONTROLLER_MANAGER_PATCH = f"""\
+kind: ClusterConfiguration
+controllerManager:
+  extraArgs:
+    node-monitor-grace-period: "{NODE_MONITOR_GRACE_PERIOD}"
+"""
+
 READY_TIMEOUT_S = 300.0
 JOBSET_TIMEOUT_S = 300.0
 
@@ -160,7 +176,8 @@ def build(engine: Engine, log=print) -> NodeImage:
 
 
 def kind_config(name: str, workers: int = WORKERS) -> dict:
-    """The kind cluster configuration: one control-plane, ``workers`` labelled workers, IPv4, cgroup v1 kubelet."""
+    """The kind cluster configuration: one control-plane, ``workers`` labelled workers, IPv4, cgroup v1 kubelet,
+    node loss seen after :data:`NODE_MONITOR_GRACE_PERIOD`."""
     nodes = [{"role": "control-plane"}]
     nodes += [{"role": "worker", "labels": dict(WORKER_LABELS)} for _ in range(workers)]
     return {
@@ -169,7 +186,7 @@ def kind_config(name: str, workers: int = WORKERS) -> dict:
         "name": name,
         "networking": {"ipFamily": "ipv4", "apiServerAddress": "127.0.0.1"},
         "nodes": nodes,
-        "kubeadmConfigPatches": [KUBELET_PATCH],
+        "kubeadmConfigPatches": [KUBELET_PATCH, CONTROLLER_MANAGER_PATCH],
     }
 
 

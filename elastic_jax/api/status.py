@@ -37,6 +37,10 @@ COND_CREATE_FAILED = "CreateFailed"
 COND_IMAGE_PULL_FAILED = "ImagePullFailed"
 # A child pod cannot be scheduled, or its container cannot be created (reason: the scheduler's/kubelet's).
 COND_PODS_NOT_STARTING = "PodsNotStarting"
+# A node hosting one of the job's pods was not Ready for longer than the operator's bound
+# (--node-lost-seconds): its pods were force-deleted (reason NodeLost, message names the node);
+# False (reason NodeLossRecovered) once every slice is Ready and a controller runs again.
+COND_NODE_LOST = "NodeLost"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
 # Events about a resume from a checkpoint: every resume (Normal), and a resume from an older
 # step because the newer ones could not be restored (Warning).

@@ -1,6 +1,7 @@
 """Kopf handlers: thin shells around `reconcile.decide`, `slices` and `tracker`.
 
-- indexes of the jobs' pods and JobSets (label selectors, no full lists);
+- indexes of the jobs' pods and JobSets (label selectors, no full lists), and of
+  the nodes that are not Ready (node loss, issue 9 item 5);
 - a pod event handler that notifies the controller the moment a worker pod
   changes (the latency path);
 - one timer per job that reconciles children, polls the controller and
@@ -29,6 +30,7 @@ from elastic_jax.k8s_operator import backends, children, metrics, names, tokens
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
+from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
 from elastic_jax.k8s_operator.pod_faults import pod_faults
 from elastic_jax.k8s_operator.slices import pod_view
@@ -40,6 +42,7 @@ from elastic_jax.k8s_operator.status_builder import (
     create_failure,
     token_conflict,
     with_create_failure,
+    with_node_loss,
     with_pod_faults,
 )
 from elastic_jax.k8s_operator.tracker import JobTracker
@@ -59,13 +62,17 @@ class OperatorState:
     Args:
       kube: the API client (built on first use when None).
       key: the operator key (`tokens.derive_token`); None reads `$ELASTIC_JAX_OPERATOR_KEY_FILE`.
+      node_lost_s: seconds a node must be not Ready before the jobs' pods on it are
+        force-deleted (`--node-lost-seconds`); 0 turns that off.
 
     Raises:
       tokens.OperatorKeyError: the key file is unreadable or too short.
     """
 
-    def __init__(self, kube: Kube | None = None, key: bytes | None = None):
+    def __init__(self, kube: Kube | None = None, key: bytes | None = None,
+                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS):
         self._kube = kube
+        self.node_lost_s = node_lost_s
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.trackers: dict[tuple[str, str], JobTracker] = {}
         self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
@@ -142,18 +149,46 @@ def job_jobsets(namespace, labels: dict, body, **_):
 
 
 
+def unready_nodes(name, body, **_):
+    """node name → NodeView of each node whose Ready condition is not True (cluster-scoped, read only).
+
+    Ready nodes return an empty mapping, which drops the node from the index
+    (None would keep its last entry), so the index stays as small as the
+    cluster's trouble. Registered by `register_node_index`.
+    """
+    view = node_view(body)
+    return {} if view.ready == "True" else {name: view}
+
+
+def register_node_index() -> None:
+    """Registers the Node index, so handlers get `unready_nodes`.
+
+    Only when node-loss handling is on (`--node-lost-seconds` > 0): watching
+    Nodes needs cluster-wide read access, which an operator that never acts on
+    nodes should not need (and an install without that rule keeps working).
+    """
+    kopf.index("v1", "nodes", id="unready_nodes")(unready_nodes)
+
+
+def _lost_nodes(state: OperatorState, unready_nodes) -> dict[str, NodeLoss]:
+    """The nodes not Ready for longer than the operator's bound, by name ({} when off or none)."""
+    views = [v for store in (unready_nodes or {}).values() for v in store]
+    return lost_nodes(views, now_rfc3339(), state.node_lost_s)
+
+
 # -- the latency path: a worker pod changed ------------------------------------------------
 
 
 @kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
-def worker_pod_event(namespace, labels: dict, job_pods, memo, **_):
+def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, **_):
     """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise)."""
     state = _state(memo)
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
     if tracker is None or tracker.ref is None:
         return  # job not reconciled yet (operator starting): its timer will sync
     key = (namespace, tracker.name)
-    tracker.sync(list(job_pods.get(key, [])), _event_sink(tracker.ref), retries=3)
+    lost = {n: loss.why for n, loss in _lost_nodes(state, unready_nodes).items()}
+    tracker.sync(list(job_pods.get(key, [])), _event_sink(tracker.ref), retries=3, lost_nodes=lost)
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -254,7 +289,8 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
 
 
 @kopf.timer(*JOBS, interval=1.0)
-def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_pods, job_jobsets, **_):
+def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_pods, job_jobsets,
+                  unready_nodes=None, **_):
     """One reconcile pass: children, controller notifications, status. Idempotent."""
     key = (namespace, name)
     generation = meta.get("generation", 0)
@@ -266,14 +302,17 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
             _fail_spec(patch, status, generation, str(e))
         return
     try:
-        _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets)
+        _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
+                   _lost_nodes(state, unready_nodes))
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
         raise
 
 
-def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets) -> None:
+def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
+               lost: dict[str, NodeLoss] | None = None) -> None:
+    lost = lost or {}
     ns, name = key
     job = _applied_job(state, key, live)
     tracker = _tracker(state, key, job, body)
@@ -297,7 +336,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     tracker.finished = finished
     tracker.set_controller(None if finished or job.spec.suspend else current)
     ctrl = tracker.poll_status()
-    tracker.sync(pods, post)
+    # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
+    tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()})
     if ctrl is not None:
         for i in tracker.slices_down_by_controller(ctrl):
             for pod_name in tracker.slices[i].pods:
@@ -308,7 +348,18 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
-                                tracker.expected_pod_age_s(status.get("controllerPod") or "")))
+                                tracker.expected_pod_age_s(status.get("controllerPod") or ""), lost))
+    node_lost_messages = []
+    for stranded in plan.force_delete:
+        # grace 0, as the out-of-service taint's pod GC: only a dead kubelet could end a graceful delete
+        message = stranded.message(state.node_lost_s)
+        node_lost_messages.append(message)
+        if stranded.uid not in tracker.node_lost_pods:  # one Event per pod, not one per pass
+            tracker.node_lost_pods.add(stranded.uid)
+            post("Warning", "NodeLost", message)
+            metrics.NODE_LOST_PODS.labels("controller" if stranded.slice_index < 0 else "worker").inc()
+            _logger.warning("%s", message, extra={"job": name, "node": stranded.loss.node, "pod": stranded.pod})
+        state.kube.delete_pod(ns, stranded.pod, grace_s=0)
     for js in plan.delete_jobsets:
         state.kube.delete_jobset(ns, js)
     for pod_name in plan.delete_pods:
@@ -370,6 +421,11 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         new["conditions"], fault_events = with_pod_faults(new["conditions"], pod_faults(controller_pods + worker_pods),
                                                           generation, now_rfc3339())
         for event in fault_events:
+            post(*event)
+        whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
+        new["conditions"], node_events = with_node_loss(new["conditions"], node_lost_messages, whole,
+                                                        generation, now_rfc3339())
+        for event in node_events:
             post(*event)
     for event in resume_events(status.get("resumedFrom"), new.get("resumedFrom")):
         post(*event)

@@ -20,6 +20,22 @@ import kopf
 from prometheus_client import start_http_server
 
 from elastic_jax.api.job import GROUP
+from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
+
+
+def _non_negative(text: str) -> float:
+    """argparse type: seconds >= 0.
+
+    Raises:
+      argparse.ArgumentTypeError: not a number, or negative.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value < 0 or value != value:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0 (0 turns node-loss handling off)")
+    return value
 
 
 def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
@@ -59,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--operator-key-file", default=os.environ.get("ELASTIC_JAX_OPERATOR_KEY_FILE"),
                         help="file with the key the jobs' control-API tokens derive from (the chart mounts it); "
                              "default: a random key for this process (development only)")
+    parser.add_argument("--node-lost-seconds", type=_non_negative,
+                        default=os.environ.get("ELASTIC_JAX_NODE_LOST_SECONDS", str(DEFAULT_NODE_LOST_SECONDS)),
+                        help="seconds a node must have been not Ready (Ready=False/Unknown, counted from the node "
+                             "controller's transition) before the jobs' pods on it are force-deleted so they are "
+                             f"replaced elsewhere; 0: never (wait for the out-of-service taint); default "
+                             f"{DEFAULT_NODE_LOST_SECONDS}")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -70,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         start_http_server(args.metrics_port, addr=args.metrics_host)
 
     from elastic_jax.k8s_operator import handlers, tokens  # noqa: F401  (registers the handlers)
+    if args.node_lost_seconds > 0:
+        handlers.register_node_index()
 
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, **_):
@@ -87,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key)),
+        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds)),
     )
     return 0
 

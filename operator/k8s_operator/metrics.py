@@ -7,6 +7,9 @@ from prometheus_client import Counter, Histogram
 RECONCILES = Counter("elasticjax_operator_reconciles_total", "Reconcile passes per job.", ["result"])
 SLICE_REPLACEMENTS = Counter("elasticjax_operator_slice_replacements_total", "Slices that went Down and were replaced.")
 CONTROLLER_RESTARTS = Counter("elasticjax_operator_controller_restarts_total", "Controller pods recreated.")
+NODE_LOST_PODS = Counter(
+    "elasticjax_operator_node_lost_pods_total",
+    "Pods force-deleted (grace 0) because their node was not Ready for longer than --node-lost-seconds.", ["role"])
 NOTIFICATIONS = Counter("elasticjax_operator_notifications_total", "Slice reports sent to controllers.", ["state", "result"])
 NOTIFY_SECONDS = Histogram(
     "elasticjax_operator_failure_notify_seconds",

@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, FINISHED_PHASES
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
 from elastic_jax.k8s_operator.slices import PodView
 
@@ -61,6 +62,7 @@ class Observed:
         `status.controllerPod` names (None: not created by this process, e.g.
         before an operator restart; kopf fills indexes before handlers run, so
         such a pod missing from the index is gone).
+      lost_nodes: nodes not Ready for longer than the operator's bound (`nodes.lost_nodes`), by name.
     """
 
     status: dict[str, Any]
@@ -70,6 +72,7 @@ class Observed:
     worker_pods: list[PodView] = dataclasses.field(default_factory=list)
     now: str = ""
     expected_pod_age_s: float | None = None
+    lost_nodes: Mapping[str, NodeLoss] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -78,7 +81,9 @@ class Plan:
 
     Attributes:
       create_controller: incarnation number of a controller pod to create.
-      delete_pods: controller pods to delete.
+      delete_pods: controller pods to delete (gracefully).
+      force_delete: the job's pods on lost nodes, to delete with grace 0 (the kubelet that
+        would confirm a graceful delete is gone), workers and controller alike.
       create_jobsets: slice indices whose JobSet to create.
       delete_jobsets: JobSet names to delete.
       finish: ("Succeeded" | "Failed", reason) when the job ends now.
@@ -88,6 +93,7 @@ class Plan:
 
     create_controller: int | None = None
     delete_pods: list[str] = dataclasses.field(default_factory=list)
+    force_delete: list[NodeLostPod] = dataclasses.field(default_factory=list)
     create_jobsets: list[int] = dataclasses.field(default_factory=list)
     delete_jobsets: list[str] = dataclasses.field(default_factory=list)
     finish: tuple[str, str] | None = None
@@ -194,10 +200,13 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     return None
 
 
-def _loss_reason(pod: PodView | None) -> str:
+def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None = None) -> str:
     """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line."""
     if pod is None:
         return "pod vanished"
+    loss = (lost_nodes or {}).get(pod.node) if not dead(pod) else None
+    if loss is not None:
+        return f"node {loss.node} lost, not Ready for {loss.seconds:.0f} s: {loss.why}"
     why = pod.reason or ("deleted" if pod.deleting else pod.phase or "unknown")
     lines = [_log_text(ln) for ln in pod.termination_message.splitlines() if ln.strip()]
     # the controller's own `error: ` line (e.g. the no-progress watchdog's) beats whatever followed it
@@ -234,6 +243,9 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     status = observed.status
     if status.get("phase") in FINISHED_PHASES:
         return _teardown(observed, plan, keep_finished_controller=True)
+    # Whatever else happens, the job's pods on a lost node go now (grace 0): a suspend's graceful
+    # delete would never finish there, and a slice's JobSet replaces only a pod that has ended.
+    plan.force_delete = pods_on_lost_nodes(observed.controller_pods + observed.worker_pods, observed.lost_nodes)
     if job.spec.suspend:
         return _teardown(observed, plan, keep_finished_controller=False, workers_last=True)
 
@@ -246,13 +258,18 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
 
     # status.controllerPod names a newer pod than any in the index: the watch has not delivered the
     # pod we just created (wait), or it was deleted before the index saw it (a loss, not a silent wait).
-    lagging = newest is not None and expected_attempt is not None and newest.attempt < expected_attempt
+    # The index may hold no controller pod at all: the one replaced was force-deleted (grace 0, gone
+    # at once: a lost node) before the watch delivered its successor.
+    lagging = expected_attempt is not None and (newest is None or newest.attempt < expected_attempt)
     in_flight = lagging and observed.expected_pod_age_s is not None and observed.expected_pod_age_s < INDEX_LAG_S
     if lagging and not in_flight:
         newest = None
+    # A controller on a lost node is a loss like any other (replaced, counted, resumes from its
+    # checkpoint); its pod is in plan.force_delete.
+    stranded = newest is not None and not dead(newest) and newest.node in observed.lost_nodes
     if in_flight:
         pass
-    elif newest is None or dead(newest) or newest.deleting:
+    elif newest is None or dead(newest) or newest.deleting or stranded:
         ended = _controller_exit(job, newest, observed) if newest is not None and dead(newest) else None
         if ended:
             plan.finish = ended
@@ -264,17 +281,17 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
         elif newest is None and expected_attempt is None:
             plan.create_controller = 0  # first start (or resume after suspend)
         elif restarts >= elasticity.max_restarts:
-            why = _loss_reason(newest)
+            why = _loss_reason(newest, observed.lost_nodes)
             plan.finish = ("Failed", f"controller pod lost {restarts + 1} times (elasticity.maxRestarts={elasticity.max_restarts}); last: {why}")
         else:
             last = newest.attempt if newest is not None else expected_attempt
             plan.create_controller = max(last, expected_attempt or 0) + 1
             plan.controller_restarted = True
-            why = _loss_reason(newest)
+            why = _loss_reason(newest, observed.lost_nodes)
             plan.events.append(("Warning", "ControllerRestarted",
                                 f"controller pod {newest.name if newest else expected} lost ({why}); "
                                 f"creating {names.controller_pod(name, plan.create_controller)}, which resumes from the latest checkpoint"))
-            if newest is not None and not newest.deleting:
+            if newest is not None and not newest.deleting and not stranded:
                 plan.delete_pods.append(newest.name)
 
     total_restarts = 0

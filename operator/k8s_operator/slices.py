@@ -12,7 +12,7 @@ time to act: it is a loss (Down), like a kill.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from elastic_jax.api import labels
 from elastic_jax.api.status import SliceState
@@ -46,6 +46,7 @@ class PodView:
         than ContainerCreating/PodInitializing (e.g. ImagePullBackOff), its
         message and image.
       unschedulable: the scheduler's message while PodScheduled is False ("" otherwise).
+      node: spec.nodeName, the node the pod is bound to ("" until scheduled).
     """
 
     name: str
@@ -67,6 +68,7 @@ class PodView:
     waiting_message: str = ""
     waiting_image: str = ""
     unschedulable: str = ""
+    node: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -146,6 +148,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
         waiting_message=waiting[1],
         waiting_image=waiting[2],
         unschedulable=_unschedulable(status) if (status.get("phase") or "Pending") == "Pending" else "",
+        node=(body.get("spec") or {}).get("nodeName") or "",
     )
 
 
@@ -160,12 +163,14 @@ class SliceObservation:
       addresses: `podIP:port` per host, by host index (only for Ready).
       pods: names of the current attempt's pods.
       reason: why, for status and the controller.
+      node: the lost node that failed the slice ("" otherwise).
     """
 
     kind: Observation
     addresses: tuple[str, ...] = ()
     pods: tuple[str, ...] = ()
     reason: str = ""
+    node: str = ""
 
 
 def drains(pod: PodView) -> bool:
@@ -178,7 +183,7 @@ def drains(pod: PodView) -> bool:
 
 
 def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.WORKER_PORT,
-                  known: tuple[str, ...] = ()) -> SliceObservation:
+                  known: tuple[str, ...] = (), lost_nodes: Mapping[str, str] | None = None) -> SliceObservation:
     """Classifies one slice from its worker pods.
 
     Only the newest JobSet restart attempt counts: pods of older attempts are
@@ -191,6 +196,9 @@ def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.W
       known: the pods of the slice's last observation; one of them missing now
         and no replacement Ready was deleted without a graceful period (or its
         grace passed unseen): a loss, reported as Failed "deleted".
+      lost_nodes: node name -> why, for nodes not Ready longer than the operator's
+        bound (`nodes.lost_nodes`): a current pod bound to one is lost whatever
+        its phase says (a dead kubelet reports nothing), Failed naming the node.
     """
     if not pods:
         if known:
@@ -199,6 +207,12 @@ def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.W
     newest = max(p.attempt for p in pods)
     current = sorted((p for p in pods if p.attempt == newest), key=lambda p: (p.host_index, p.created))
     pod_names = tuple(p.name for p in current)
+    # First: a pod on a lost node looks Running (or Terminating) for as long as the node is
+    # dead; the node's loss is the truth, and it names what to look at.
+    stranded = next((p for p in current if p.node and p.node in (lost_nodes or {}) and not p.terminal), None)
+    if stranded is not None:
+        return SliceObservation("Failed", pods=pod_names, node=stranded.node,
+                                reason=f"pod {stranded.name}: node {stranded.node} lost: {lost_nodes[stranded.node]}")
     failed = [p for p in current if p.phase == "Failed" or (p.exit_code is not None and not p.deleting)]
     if failed:
         p = failed[0]

@@ -249,3 +249,34 @@ def with_pod_faults(conditions: list[dict[str, Any]], faults: dict[str, Any], ge
             events.append(("Warning", fault.reason, fault.message))
         conditions = set_condition(conditions, type_, "True", fault.reason, fault.message, generation, now)
     return conditions, events
+
+
+def with_node_loss(conditions: list[dict[str, Any]], force_deleted: list[str], recovered: bool, generation: int,
+                   now: str) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+    """`conditions` with NodeLost set from this pass, and the Events due when it clears.
+
+    Stateless on purpose (it survives an operator restart): True from the pass
+    that force-deletes pods on a lost node until the job is whole again.
+
+    Args:
+      conditions: the new status's conditions.
+      force_deleted: this pass's messages (`nodes.NodeLostPod.message`), one per pod force-deleted.
+      recovered: every slice is Ready and a controller pod runs (the losses are repaired).
+      generation, now: as for `set_condition`.
+
+    Returns:
+      (conditions, events): True with reason NodeLost and this pass's messages
+      while pods are being force-deleted; it stays True (same message) until
+      `recovered`, then False with reason NodeLossRecovered, keeping the message
+      (which node, which pods) and a Normal Event. The NodeLost Warning Events
+      themselves are posted per pod by the handler.
+    """
+    previous = next((c for c in conditions if c.get("type") == st.COND_NODE_LOST), None)
+    if force_deleted:
+        message = "; ".join(force_deleted)[:2000]
+        return set_condition(conditions, st.COND_NODE_LOST, "True", "NodeLost", message, generation, now), []
+    if previous is None or previous.get("status") != "True" or not recovered:
+        return conditions, []
+    message = f"recovered from: {previous.get('message', '')}"[:2000]
+    return (set_condition(conditions, st.COND_NODE_LOST, "False", "NodeLossRecovered", message, generation, now),
+            [("Normal", "NodeLossRecovered", message)])

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Mapping
 
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
@@ -82,6 +82,8 @@ class JobTracker:
         # (pod name, monotonic time) of the controller pod this process created last: how long
         # `reconcile.decide` waits for the pod index to show it.
         self.created_controller: tuple[str, float] | None = None
+        # UIDs of pods force-deleted for a lost node (their NodeLost Event is posted once).
+        self.node_lost_pods: set[str] = set()
 
     def expected_pod_age_s(self, name: str) -> float | None:
         """Seconds since this process created controller pod `name`; None if it did not (or not last)."""
@@ -125,13 +127,17 @@ class JobTracker:
 
     # -- slices ------------------------------------------------------------
 
-    def sync(self, pods: list[PodView], events: EventSink, retries: int = 1) -> None:
+    def sync(self, pods: list[PodView], events: EventSink, retries: int = 1,
+             lost_nodes: Mapping[str, str] | None = None) -> None:
         """Recomputes slice states from the job's worker pods and notifies the controller.
 
         Args:
           pods: the job's pods (from the index).
           events: posts a Kubernetes Event (type, reason, message).
           retries: per report, on connection errors/5xx (each then waits in the next sync).
+          lost_nodes: node name -> why, for nodes not Ready longer than the operator's bound
+            (`observe_slice`); a slice already Down for another reason ("0/1 hosts ready":
+            the node controller marked its pod not ready first) takes the node's reason.
         """
         with self.lock:
             now = time.monotonic()
@@ -139,11 +145,14 @@ class JobTracker:
                 track = self.slices[i]
                 # a Ready slice's pod that vanishes unseen was killed/force-deleted, not drained
                 known = track.pods if track.state == "Ready" else ()
-                obs = observe_slice(slice_pods, self.hosts_per_slice, known=known)
+                obs = observe_slice(slice_pods, self.hosts_per_slice, known=known, lost_nodes=lost_nodes)
                 new = next_slice_state(track.state, obs)
                 changed = new != track.state or (new == "Ready" and obs.addresses != track.addresses)
                 track.pods = obs.pods
                 if not changed:
+                    if new == "Down" and obs.node and track.reason != obs.reason:
+                        # Same state, better reason: status names the node (the controller already has Down).
+                        track.reason = obs.reason
                     continue
                 old = track.state
                 track.state, track.reason, track.since = new, obs.reason, now_rfc3339()

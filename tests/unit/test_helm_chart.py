@@ -148,7 +148,15 @@ def test_peering_and_namespaces(helm):
     # Namespaced: one KopfPeering and one RoleBinding per watched namespace, no cluster-wide binding.
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
-    assert not by_kind(docs, "ClusterRoleBinding") and not by_kind(docs, "ClusterKopfPeering")
+    assert not by_kind(docs, "ClusterKopfPeering")
+    # ... except for nodes (cluster-scoped, so a RoleBinding cannot grant them): the rules file's
+    # node rule alone, read only, through the one cluster-wide binding (issue 9 item 5).
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
+    file_rules = yaml.safe_load((CHART / "files" / "operator-rbac-rules.yaml").read_text())
+    assert roles[binding["roleRef"]["name"]]["rules"] == [r for r in file_rules if "nodes" in r["resources"]] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+    assert all(b["roleRef"]["name"] != binding["roleRef"]["name"] for b in by_kind(docs, "RoleBinding"))
     (monitor,) = by_kind(docs, "ServiceMonitor")
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
@@ -208,6 +216,22 @@ def test_chart_versions_follow_the_package():
     assert chart["appVersion"] == __version__
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert f"{values['image']['repository']}:{chart['appVersion']}" == images.OPERATOR_IMAGE
+
+
+def test_node_lost_seconds_reaches_the_operator_and_zero_is_kept(helm):
+    def args(*values):
+        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--node-lost-seconds=30" in args()
+    assert "--node-lost-seconds=0" in args("--set", "operator.nodeLostSeconds=0")  # 0 (off) is not "unset"
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "operator.nodeLostSeconds=-5", check=False)
+    assert proc.returncode != 0 and "/operator/nodeLostSeconds" in proc.stderr, proc.stderr
+
+
+def test_nodes_are_read_only(helm):
+    (role,) = by_kind(render(helm), "ClusterRole")
+    (rule,) = [r for r in role["rules"] if "nodes" in r["resources"]]
+    assert rule == {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
 
 
 def test_operator_reads_no_secret_and_mounts_its_key(helm):
