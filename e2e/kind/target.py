@@ -26,6 +26,7 @@ import json
 import os
 import signal as signals
 import subprocess
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -39,6 +40,20 @@ from e2e.kind import demo
 from e2e.nodeagent.kubeapi import KubeApi
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute"
+
+
+def docker_retrying(engine, verb: str, container: str, attempts: int = 5) -> None:
+    """``docker pause|unpause CONTAINER``, retried: freezing a busy cgroup (v1 freezer) can fail transiently.
+
+    Raises:
+        RuntimeError: every attempt failed (the engine's last message included).
+    """
+    for _ in range(attempts):
+        proc = engine.docker(verb, container, check=False, timeout=60)
+        if proc.returncode == 0:
+            return
+        time.sleep(2)
+    raise RuntimeError(f"docker {verb} {container} failed {attempts} times: {proc.stderr.decode().strip()}")
 
 
 class KindTarget:
@@ -160,9 +175,9 @@ class KindTarget:
         its pods.
 
         Raises:
-            subprocess.CalledProcessError: docker refused.
+            RuntimeError: docker refused five times.
         """
-        self.engine.docker("pause", name, timeout=60)
+        docker_retrying(self.engine, "pause", name)
         if out_of_service:
             self.kubectl("taint", "node", name, OUT_OF_SERVICE, "--overwrite")
 
@@ -172,7 +187,7 @@ class KindTarget:
         Raises:
             TimeoutError: the node did not report Ready within ``timeout_s``.
         """
-        self.engine.docker("unpause", name, check=False, timeout=60)
+        docker_retrying(self.engine, "unpause", name)
         self.kubectl("taint", "node", name, "node.kubernetes.io/out-of-service-", check=False)
         wait_for(lambda: self.node_ready(name), timeout_s=timeout_s, interval_s=1, what=f"node {name} Ready again")
 

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from e2e.kind import cluster as kind
-from e2e.kind import demo
+from e2e.kind import demo, target
 
 # The first test of a session also pays for what its fixtures build (images, node image, cluster, chart).
 pytestmark = pytest.mark.timeout(3600)
@@ -57,18 +57,8 @@ def _move_off(cluster, namespace: str, selector: str, node: str, why) -> None:
         demo.is_ready(p) for p in demo.pods(cluster, namespace, selector)), 180, f"{selector} off {node}", why)
 
 
-def _docker_retrying(cluster, verb: str, node: str, attempts: int = 5) -> None:
-    """``docker pause|unpause NODE``, retried: freezing a busy cgroup (v1 freezer) can fail transiently.
-
-    Raises:
-        RuntimeError: every attempt failed (the engine's last message included).
-    """
-    for attempt in range(attempts):
-        proc = cluster.engine.docker(verb, node, check=False, timeout=60)
-        if proc.returncode == 0:
-            return
-        time.sleep(2)
-    raise RuntimeError(f"docker {verb} {node} failed {attempts} times: {proc.stderr.decode().strip()}")
+def _docker_retrying(cluster, verb: str, node: str) -> None:
+    target.docker_retrying(cluster.engine, verb, node)
 
 
 def _events(cluster, namespace: str, reason: str) -> list[dict]:

@@ -57,6 +57,21 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
     settings.background.cancellation_polling = 2.0
 
 
+def _port(text: str) -> int:
+    """argparse type: a TCP port, 0-65535 (0: off).
+
+    Raises:
+      argparse.ArgumentTypeError: not an integer in range (e.g. a Service-link value `tcp://10.0.0.1:9090`).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535)")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the operator until SIGINT/SIGTERM; returns the exit code."""
     parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0])
@@ -65,8 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peering", default=os.environ.get("ELASTIC_JAX_PEERING"),
                         help="kopf peering name for one-active-operator; default: standalone")
     parser.add_argument("--priority", type=int, default=0, help="peering priority")
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("ELASTIC_JAX_METRICS_PORT", "9090")),
-                        help="Prometheus metrics port (0: off)")
+    # A string default goes through `type` too: a bad ELASTIC_JAX_METRICS_PORT is a usage error, not a traceback.
+    parser.add_argument("--metrics-port", type=_port, default=os.environ.get("ELASTIC_JAX_METRICS_PORT", "9090"),
+                        help="Prometheus metrics port (0: off; env ELASTIC_JAX_METRICS_PORT)")
     parser.add_argument("--metrics-host", default=os.environ.get("ELASTIC_JAX_METRICS_HOST", "0.0.0.0"))
     parser.add_argument("--liveness", default=os.environ.get("ELASTIC_JAX_LIVENESS"),
                         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")

@@ -1,0 +1,26 @@
+"""`elastic-jax-operator`'s command line: bad settings are usage errors naming the flag, never tracebacks."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXE = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
+
+
+@pytest.mark.parametrize("env, flag", [
+    # Kubernetes injects ELASTIC_JAX_METRICS_PORT=tcp://IP:PORT for a Service named elastic-jax-metrics
+    # in a pod without enableServiceLinks: false (seen on kind).
+    ({"ELASTIC_JAX_METRICS_PORT": "tcp://10.96.0.10:9090"}, "--metrics-port"),
+    ({"ELASTIC_JAX_METRICS_PORT": "70000"}, "--metrics-port"),
+    ({"ELASTIC_JAX_NODE_LOST_SECONDS": "-1"}, "--node-lost-seconds"),
+])
+def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag):
+    proc = subprocess.run([EXE], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert f"argument {flag}:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
