@@ -16,7 +16,8 @@
   ``restricted``, deleted afterwards.
 - ``operator`` (function): the chart's operator
   (:class:`e2e.kind.target.ChartOperator`), installed again if a test
-  uninstalled it, Ready before the test starts.
+  uninstalled it (``test_helm_install.py`` does), Ready before the test
+  starts. Every test that needs the session's operator asks for it.
 - ``gcs`` (function): a GCS emulator in the test's namespace (:mod:`e2e.kind.gcs`).
 
 ``E2E_KIND_SHARED_ENGINE=1`` uses the engine ``python -m e2e.kind.engine start``

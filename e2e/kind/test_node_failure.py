@@ -67,7 +67,7 @@ def _events(cluster, namespace: str, reason: str) -> list[dict]:
     return items
 
 
-def test_dead_node_without_taint_slice_replaced_elsewhere_controller_kept(elastic_jax, request):
+def test_dead_node_without_taint_slice_replaced_elsewhere_controller_kept(elastic_jax, operator, request):
     cluster = elastic_jax
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     log = reporter.write_line if reporter else print  # the measured times, shown without -s

@@ -41,7 +41,7 @@ def _job_manifest(name: str, steps: int) -> str:
     return yaml.safe_dump(manifest)
 
 
-def test_pods_run_as_65532_read_only_and_read_their_token(elastic_jax):
+def test_pods_run_as_65532_read_only_and_read_their_token(elastic_jax, operator):
     cluster = elastic_jax
     ns = demo.restricted_namespace(cluster, "sec")
     why = demo.explain(cluster, ns)
@@ -70,7 +70,7 @@ def test_pods_run_as_65532_read_only_and_read_their_token(elastic_jax):
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def test_admission_refusal_is_a_condition_and_an_event(elastic_jax):
+def test_admission_refusal_is_a_condition_and_an_event(elastic_jax, operator):
     cluster = elastic_jax
     ns = demo.restricted_namespace(cluster, "quota")
     why = demo.explain(cluster, ns)
@@ -92,7 +92,7 @@ def test_admission_refusal_is_a_condition_and_an_event(elastic_jax):
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def test_a_worker_reaches_the_controller_by_the_services_dns_name(elastic_jax):
+def test_a_worker_reaches_the_controller_by_the_services_dns_name(elastic_jax, operator):
     """The job's Service, resolved by CoreDNS from a worker pod, routes to the controller (kube-proxy):
     the path Pathways workers take to the resource manager and users take to the control API."""
     from elastic_jax.k8s_operator import names
@@ -116,7 +116,7 @@ def test_a_worker_reaches_the_controller_by_the_services_dns_name(elastic_jax):
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def test_a_hung_controller_is_killed_by_the_kubelets_liveness_probe_and_replaced(elastic_jax):
+def test_a_hung_controller_is_killed_by_the_kubelets_liveness_probe_and_replaced(elastic_jax, operator):
     """SIGSTOP freezes the controller process (a hang: no step, no HTTP answer); the kubelet's
     livenessProbe fails, the kubelet kills the container, and the operator replaces the pod and counts it."""
     cluster = elastic_jax
