@@ -62,6 +62,10 @@ def run(
             raise _error(f"{flag} and --no-failure contradict each other")
     if fresh and "://" in job.spec.checkpoint.uri:
         raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
+    # Before any process starts: a checkpoint location that is a file or not writable, another
+    # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
+    # which refuses it before any worker starts).
+    _check_checkpoint(job, fresh=fresh, check_gcs=False)
     inject = not no_failure and steps > 1
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
@@ -122,14 +126,52 @@ def validate(
         help="Also build the trainer as the controller would: import spec.controller.trainer.entryPoint, "
              "check its config, open its data (needs the controller extra)."),
 ) -> None:
-    """Validate a manifest; print it with defaults filled in."""
+    """Validate a manifest; print it with defaults filled in.
+
+    Also refuses a local checkpoint directory that exists here and holds checkpoints
+    `elastic-jax run` would not resume from (another job's, or beyond spec.training.steps).
+    With --trainer, everything `run` checks before starting: the trainer, and whether
+    checkpoints can be written at spec.checkpoint.uri (a gs:// bucket is probed).
+    """
     try:
         job = load_manifest(manifest)
     except ManifestError as e:
         raise _error(str(e))
     if trainer:
         _check_trainer(job, manifest)
+        _check_checkpoint(job, fresh=False, check_gcs=True)
+    else:
+        _check_resume(job)
     typer.echo(dump_model(job))
+
+
+def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:
+    """The checkpoint checks `run` makes before starting anything (`checkpoints.preflight`); one `error:` line.
+
+    The identity is the one `elastic-jax run` gives the job (namespace `local`).
+    """
+    from elastic_jax.api import checkpoints, identity
+
+    ckpt = job.spec.checkpoint
+    me = identity.local_identity(job.metadata.name, ckpt.uri)
+    try:
+        checkpoints.preflight(ckpt.uri, job.spec.training.steps, me, ckpt.resume_from, fresh=fresh,
+                              check_gcs=check_gcs)
+    except (checkpoints.CheckpointUriError, checkpoints.CheckpointMismatchError) as e:
+        raise _error(str(e))
+
+
+def _check_resume(job) -> None:
+    """`validate` without `--trainer`: reads (never writes) a local checkpoint directory that exists here,
+    and refuses checkpoints `elastic-jax run` would refuse to resume from."""
+    from elastic_jax.api import checkpoints, identity
+
+    ckpt = job.spec.checkpoint
+    try:
+        checkpoints.check_resume(ckpt.uri, job.spec.training.steps,
+                                 identity.local_identity(job.metadata.name, ckpt.uri), ckpt.resume_from)
+    except checkpoints.CheckpointMismatchError as e:
+        raise _error(str(e))
 
 
 def _check_trainer(job, manifest: Path) -> None:

@@ -34,7 +34,8 @@ import optax
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.identity import JobIdentity
-from elastic_jax.controller.checkpointing import CheckpointForeignError, CheckpointMismatchError
+from elastic_jax.api.checkpoints import (CheckpointForeignError, CheckpointMismatchError, beyond_steps_problem,
+                                         writer_problem)
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
@@ -213,18 +214,17 @@ class TrainingRun:
         if latest is None:
             return state
         where = f"spec.checkpoint.uri {self.spec.checkpoint.uri!r}"
-        if latest > self.spec.training.steps:
-            # Never "succeed" by restoring past the end: these are another job's checkpoints.
-            raise CheckpointMismatchError(
-                f"{where} holds checkpoint step {latest}, beyond spec.training.steps ({self.spec.training.steps}): "
-                "another job's checkpoints? Give this job its own directory (or raise steps to continue it)")
+        # Never "succeed" by restoring past the end: these are another job's checkpoints.
+        beyond = beyond_steps_problem(latest, self.spec.training.steps, self.spec.checkpoint.uri)
+        if beyond:
+            raise CheckpointMismatchError(beyond)
         t0 = time.perf_counter()
         unreadable: list[int] = []
         reasons: list[str] = []
         writer = None
         for candidate in reversed(self.checkpointer.committed_steps()):
             try:
-                writer = self._check_writer(candidate, where)
+                writer = self._check_writer(candidate)
                 restored, data_state, step = self.checkpointer.restore(state, candidate)
                 if not bool(all_finite(restored)):
                     raise FloatingPointError("the state holds NaN or inf")
@@ -263,28 +263,19 @@ class TrainingRun:
         _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
         return state
 
-    def _check_writer(self, step: int, where: str) -> JobIdentity | None:
+    def _check_writer(self, step: int) -> JobIdentity | None:
         """The writer of committed `step`; refuses another job's step unless `spec.checkpoint.resumeFrom` is Any.
 
-        A step saved without a writer identity (by an older elastic-jax) counts as another job's.
+        The rule is `elastic_jax.api.checkpoints.writer_problem`, the one the CLI applies before starting.
 
         Raises:
           CheckpointForeignError: the step is not this job's and the spec does not allow that.
         """
         writer = self.checkpointer.writer_of(step)
-        me = self.checkpointer.writer  # None: saving without an identity, nothing to compare
-        if self.spec.checkpoint.resume_from == "Any" or me is None:
-            return writer
-        if writer is None:
-            raise CheckpointForeignError(
-                f"{where}: checkpoint step {step} has no writer identity (saved by an older elastic-jax), so it "
-                f"cannot be shown to be this job's ({me.describe()}); set spec.checkpoint.resumeFrom: Any to "
-                "resume from it, or give this job its own directory")
-        if writer.uid != me.uid:
-            raise CheckpointForeignError(
-                f"{where}: checkpoint step {step} was written by another job, {writer.describe()}, not this job "
-                f"{me.describe()}; set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its "
-                "own directory")
+        problem = writer_problem(step, writer, self.checkpointer.writer, self.spec.checkpoint.resume_from,
+                                 self.spec.checkpoint.uri)
+        if problem:
+            raise CheckpointForeignError(problem)
         return writer
 
     def _data_state(self) -> dict[str, Any]:

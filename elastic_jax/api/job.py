@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from elastic_jax.api import images
+from elastic_jax.api import checkpoints, images
 
 GROUP = "elasticjax.dev"
 VERSION = "v1alpha1"
@@ -207,7 +207,15 @@ class TrainingSpec(_Model):
 class CheckpointSpec(_Model):
     """Orbax checkpointing of the training state and data position."""
 
-    uri: str = Field(min_length=1, description="Checkpoint directory: a local path or gs://bucket/prefix.")
+    # CEL rule for the CRD: the API server refuses the schemes `checkpoints.uri_problem` refuses.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!self.uri.contains('://') || self.uri.matches('^gs://[^/]+')",
+        "message": "spec.checkpoint.uri must be a local path or gs://bucket/prefix (no other scheme, not file://)",
+        "fieldPath": ".uri",
+    }]})
+
+    uri: str = Field(min_length=1, max_length=4096,  # bounds the CEL rule's cost too
+                     description="Checkpoint directory: a local path or gs://bucket/prefix (no other scheme).")
     interval_steps: int = Field(default=50, ge=1, description="Save every this many steps (async).")
     max_to_keep: int = Field(default=3, ge=1, description="Committed checkpoints kept; older ones are deleted.")
     resume_from: Literal["SameJob", "Any"] = Field(
@@ -220,6 +228,13 @@ class CheckpointSpec(_Model):
             "job's run, or to warm-start from another job)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _supported_uri(self) -> "CheckpointSpec":
+        problem = checkpoints.uri_problem(self.uri)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class ElasticitySpec(_Model):

@@ -136,8 +136,7 @@ class LocalLauncher:
         """`_child_env` plus the job's identity: namespace `local`, a UID stable for this job name and
         checkpoint location (`identity.local_uid`), so a rerun of this job resumes and another job sharing
         the directory is refused (unless `spec.checkpoint.resumeFrom: Any`)."""
-        name, uri = self.job.metadata.name, self.job.spec.checkpoint.uri
-        writer = identity.JobIdentity(namespace=identity.LOCAL_NAMESPACE, name=name, uid=identity.local_uid(name, uri))
+        writer = identity.local_identity(self.job.metadata.name, self.job.spec.checkpoint.uri)
         return {**self._child_env(), **identity.identity_env(writer)}
 
     def _start_controller(self) -> None:
@@ -417,11 +416,17 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
+        workdir = self.path.parent
+        if workdir.exists() and not workdir.is_dir():
+            raise LaunchError(f"--workdir {workdir}: is a file, not a directory")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LaunchError(f"--workdir {workdir}: cannot be created ({e.strerror})") from None
+        try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise LaunchError(f"--workdir {self.path.parent}: {e.strerror}") from None
+            raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -467,8 +472,9 @@ class CheckpointLock:
         try:
             Path(self.uri).mkdir(parents=True, exist_ok=True)
             fd = os.open(self.uri, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as e:
-            raise LaunchError(f"spec.checkpoint.uri {self.uri!r}: {e.strerror}") from None
+        except OSError as e:  # `checkpoints.preflight` ran first: this is a race (changed since), said plainly
+            raise LaunchError(f"spec.checkpoint.uri {self.uri!r}: cannot be created or opened as a directory "
+                              f"({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -177,3 +177,16 @@ def test_job_names_within_the_rule_pass(name):
     doc = _job()
     doc["metadata"]["name"] = name
     assert parse_manifest(doc).metadata.name == name
+
+
+@pytest.mark.parametrize("uri, expected", [
+    ("s3://bucket/ckpt", "spec.checkpoint.uri: 's3://bucket/ckpt': unsupported scheme (use a local path or gs://bucket/prefix)"),
+    ("file:///data/ckpt", "spec.checkpoint.uri: 'file:///data/ckpt': file:// is not supported; write the local path itself ('/data/ckpt')"),
+    ("gs://", "spec.checkpoint.uri: 'gs://': no bucket name (use gs://bucket/prefix)"),
+])
+def test_checkpoint_uri_schemes_other_than_gs_are_refused(uri, expected):
+    with pytest.raises(ManifestError) as e:
+        parse_manifest(_job(checkpoint={"uri": uri}))
+    assert str(e.value) == f"manifest: {expected}"
+    for fine in ("gs://bucket", "gs://bucket/a/b", "/abs/path", "relative/path", "~/ckpt"):
+        assert parse_manifest(_job(checkpoint={"uri": fine})).spec.checkpoint.uri == fine
