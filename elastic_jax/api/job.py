@@ -347,14 +347,32 @@ class ElasticTrainingJobSpec(_Model):
 
 
 class ObjectMeta(_Model):
-    """The part of Kubernetes metadata that a manifest sets."""
+    """Kubernetes object metadata (`metav1.ObjectMeta`).
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    A manifest sets `name` and perhaps `namespace`, `labels`, `annotations`.
+    The other fields are the ones the API server adds (`kubectl get ejob -o
+    yaml` prints them), accepted so a job read back from a cluster still
+    validates; elastic-jax does not act on them. Any other key is an unknown
+    field, refused like one in `spec` (a typo such as `lables` must not be
+    dropped silently).
+    """
 
     name: str = Field(min_length=1, description="Job name: a DNS-1035 label of at most MAX_NAME_LENGTH characters.")
     namespace: str | None = Field(default=None, description="Namespace.")
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    # Set by the API server or by controllers; typed loosely: only their presence is checked.
+    generate_name: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+    self_link: str | None = None
+    owner_references: list[dict[str, Any]] | None = None
+    finalizers: list[str] | None = None
+    managed_fields: list[dict[str, Any]] | None = None
 
     @model_validator(mode="after")
     def _dns_name(self) -> "ObjectMeta":
