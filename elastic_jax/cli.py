@@ -34,7 +34,9 @@ def run(
     manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
     workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
     fresh: bool = typer.Option(False, "--fresh", help="Start from step 0: delete the job's local checkpoints once the trainer checks out (else resume from them)."),
-    kill_at_step: Optional[int] = typer.Option(None, help="Kill a worker once this many steps are done (1..steps-1); default a third of the run."),
+    kill_at_step: Optional[int] = typer.Option(
+        None, help="Kill a worker when training passes this step (1..steps-1); default a third of the run. "
+                   "A run that resumes from a checkpoint at or past it injects nothing."),
     no_failure: bool = typer.Option(False, "--no-failure", help="Do not inject the demo worker failure."),
     kill_slice: Optional[int] = typer.Option(None, help="Slice whose worker is killed; default the last one."),
     hang: bool = typer.Option(False, "--hang", help="SIGSTOP the worker instead of SIGKILL (the step deadline catches it)."),
@@ -106,11 +108,20 @@ def _print_report(s: dict) -> None:
         print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
-    rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"] if x is not None) or "-"
-    print(f"  recoveries {s['recoveries']} ({rec}); steps lost {s['steps_lost']}; worker restarts {s['worker_restarts']}; "
-          f"controller restarted: {s['controller_pid_changed']}", file=out)
-    if s.get("goodput") is not None:
-        print(f"  goodput {s['goodput']:.1%}", file=out)
+    rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])
+    if s.get("unfinished_recoveries"):
+        rec += ("; " if rec else "") + f"{s['unfinished_recoveries']} unfinished when the run ended"
+    print(f"  recoveries {s['recoveries']} ({rec or '-'}); steps lost {s['steps_lost']}; "
+          f"worker restarts {s['worker_restarts']}; controller restarts {s['controller_restarts']}", file=out)
+    for loss in s.get("controller_losses") or []:
+        what = ("interrupted by a signal (it checkpointed the step it reached)" if loss["cause"] == "interrupted"
+                else f"lost (exit {loss['exit_code']})")
+        resumed = loss.get("resumed_from_step")
+        print(f"    controller {what} at step {loss['at_step']}"
+              + ("" if resumed is None else f"; its successor resumed from step {resumed}"), file=out)
+    if s.get("injected_failure_skipped"):
+        print(f"  injected failure: none ({s['injected_failure_skipped']})", file=out)
+    print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%')}", file=out)
     committed = s["last_committed_checkpoint_step"]
     print(f"  checkpoints {s['checkpoint_uri']} (last committed step {'none' if committed is None else committed})", file=out)
     print(f"  metrics {s['metrics_file']}; logs {s['logs_dir']}", file=out)

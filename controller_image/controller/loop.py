@@ -124,6 +124,7 @@ class TrainingRun:
         self.restored_from_step: int | None = None
         self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason", "writer"} once restored
         self._productive_s = 0.0
+        self._steps_run = 0  # steps completed by this process (not restored ones)
         self._train_start: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
@@ -146,8 +147,13 @@ class TrainingRun:
     # -- status ---------------------------------------------------------------
 
     def goodput(self) -> float | None:
-        """Productive step seconds / wall seconds since the first step began (None before)."""
-        if self._train_start is None:
+        """Productive step seconds / wall seconds since the first step began, a ratio in [0, 1].
+
+        None when it does not apply: before training began, and when this run
+        completed no step (e.g. a finished job run again: it resumed at its last
+        step and had nothing to do), rather than a misleading 0.0.
+        """
+        if self._train_start is None or self._steps_run == 0:
             return None
         wall = time.monotonic() - self._train_start
         return min(1.0, self._productive_s / wall) if wall > 0 else None
@@ -507,6 +513,7 @@ class TrainingRun:
                     self.metrics.recovery_seconds.observe(record.seconds)
                     self._pending_recovery = None
             self._productive_s += now - t0
+            self._steps_run += 1
             self.metrics.step.set(self.step)
             self.metrics.step_seconds.observe(now - t0)
             self.metrics.loss.set(self.loss)
