@@ -55,6 +55,8 @@ def run(
     count, steps = job.spec.slices.count, job.spec.training.steps
     if kill_slice is not None and not 0 <= kill_slice < count:
         raise _error(f"--kill-slice {kill_slice}: the job has slices 0..{count - 1}")
+    if kill_at_step is not None and steps == 1:
+        raise _error(f"--kill-at-step {kill_at_step}: a 1-step job (spec.training.steps: 1) has no step to fail after")
     if kill_at_step is not None and not 1 <= kill_at_step < steps:
         raise _error(f"--kill-at-step {kill_at_step}: must be in 1..{steps - 1} (a failure after that many steps)")
     if hang and no_failure:

@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                              "then start from step 0 (elastic-jax run --fresh)")
     parser.add_argument("--log-format", choices=("json", "text"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: must be 0..65535 (0 picks a free port)")
     _setup_logging(args.log_format)
 
     from elastic_jax.api.manifest import ManifestError, load_manifest

@@ -484,3 +484,30 @@ def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
                           f"--fresh cannot delete the checkpoints: {str(step / 'state')!r} is not writable; "
                           "nothing was deleted")
     assert (step / "_CHECKPOINT_METADATA").is_file() and (step / "state" / "array").read_text() == "data"
+
+
+@pytest.mark.parametrize("command, args, fragment", [
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "abc"], "'--kill-at-step'"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "0"], "--kill-at-step 0: must be in 1..59"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "-5"], "--kill-at-step -5: must be in 1..59"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "60"], "--kill-at-step 60: must be in 1..59"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-slice", "-1"], "--kill-slice -1: the job has slices 0..1"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-slice", "2"], "--kill-slice 2: the job has slices 0..1"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--port", "-1"], "--port -1: must be 0..65535"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--port", "70000"], "--port 70000: must be 0..65535"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--slice-index", "-1"], "--slice-index -1: must be 0 or more"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--cache-bytes", "0"], "--cache-bytes 0: must be at least 1"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--host-devices", "0"], "--host-devices must be at least 1"),
+    ("elastic-jax-controller", ["--manifest", "{manifest}", "--port", "-3"], "--port -3: must be 0..65535"),
+])
+def test_numeric_options_out_of_range_name_the_option(tmp_path, command, args, fragment):
+    """No numeric option lets a value through where it makes no sense (a negative port or slice index
+    reached bind() or the slice list); each refusal names the option, exit 2, nothing started."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_manifest("numeric", tmp_path)))
+    argv = [str(Path(sys.executable).parent / command), *(a.format(manifest=path) for a in args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr
+    assert fragment in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists() and not leftover_processes(str(tmp_path))
