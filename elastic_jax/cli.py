@@ -4,8 +4,10 @@
     elastic-jax validate MANIFEST check a manifest and print the normalized spec
                                   (--trainer: also build the trainer and open its data)
 
-A user mistake (bad manifest, bad trainer config, unreachable checkpoint URI)
-prints one `error: ...` line and exits 2; no traceback.
+A user mistake (bad manifest, bad trainer config, unusable checkpoint URI,
+checkpoints another job wrote) prints one `error: ...` line and exits 2; no
+traceback. What can be checked without starting a process is checked before
+one starts (`elastic_jax.api.checkpoints.preflight` for the checkpoint location).
 """
 
 from __future__ import annotations
