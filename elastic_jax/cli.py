@@ -4,8 +4,10 @@
     elastic-jax validate MANIFEST check a manifest and print the normalized spec
                                   (--trainer: also build the trainer and open its data)
 
-A user mistake (bad manifest, bad trainer config, unreachable checkpoint URI)
-prints one `error: ...` line and exits 2; no traceback.
+A user mistake (bad manifest, bad trainer config, unusable checkpoint URI,
+checkpoints another job wrote) prints one `error: ...` line and exits 2; no
+traceback. What can be checked without starting a process is checked before
+one starts (`elastic_jax.api.checkpoints.preflight` for the checkpoint location).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ def run(
     manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
     workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
     fresh: bool = typer.Option(False, "--fresh", help="Start from step 0: delete the job's local checkpoints once the trainer checks out (else resume from them)."),
-    kill_at_step: Optional[int] = typer.Option(None, help="Kill a worker once this many steps are done (1..steps-1); default a third of the run."),
+    kill_at_step: Optional[int] = typer.Option(
+        None, help="Kill a worker when training passes this step (1..steps-1); default a third of the run. "
+                   "A run that resumes from a checkpoint at or past it injects nothing."),
     no_failure: bool = typer.Option(False, "--no-failure", help="Do not inject the demo worker failure."),
     kill_slice: Optional[int] = typer.Option(None, help="Slice whose worker is killed; default the last one."),
     hang: bool = typer.Option(False, "--hang", help="SIGSTOP the worker instead of SIGKILL (the step deadline catches it)."),
@@ -53,6 +57,8 @@ def run(
     count, steps = job.spec.slices.count, job.spec.training.steps
     if kill_slice is not None and not 0 <= kill_slice < count:
         raise _error(f"--kill-slice {kill_slice}: the job has slices 0..{count - 1}")
+    if kill_at_step is not None and steps == 1:
+        raise _error(f"--kill-at-step {kill_at_step}: a 1-step job (spec.training.steps: 1) has no step to fail after")
     if kill_at_step is not None and not 1 <= kill_at_step < steps:
         raise _error(f"--kill-at-step {kill_at_step}: must be in 1..{steps - 1} (a failure after that many steps)")
     if hang and no_failure:
@@ -62,6 +68,10 @@ def run(
             raise _error(f"{flag} and --no-failure contradict each other")
     if fresh and "://" in job.spec.checkpoint.uri:
         raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
+    # Before any process starts: a checkpoint location that is a file or not writable, another
+    # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
+    # which refuses it before any worker starts).
+    _check_checkpoint(job, fresh=fresh, check_gcs=False)
     inject = not no_failure and steps > 1
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
@@ -102,11 +112,20 @@ def _print_report(s: dict) -> None:
         print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
-    rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"] if x is not None) or "-"
-    print(f"  recoveries {s['recoveries']} ({rec}); steps lost {s['steps_lost']}; worker restarts {s['worker_restarts']}; "
-          f"controller restarted: {s['controller_pid_changed']}", file=out)
-    if s.get("goodput") is not None:
-        print(f"  goodput {s['goodput']:.1%}", file=out)
+    rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])
+    if s.get("unfinished_recoveries"):
+        rec += ("; " if rec else "") + f"{s['unfinished_recoveries']} unfinished when the run ended"
+    print(f"  recoveries {s['recoveries']} ({rec or '-'}); steps lost {s['steps_lost']}; "
+          f"worker restarts {s['worker_restarts']}; controller restarts {s['controller_restarts']}", file=out)
+    for loss in s.get("controller_losses") or []:
+        what = ("interrupted by a signal (it checkpointed the step it reached)" if loss["cause"] == "interrupted"
+                else f"lost (exit {loss['exit_code']})")
+        resumed = loss.get("resumed_from_step")
+        print(f"    controller {what} at step {loss['at_step']}"
+              + ("" if resumed is None else f"; its successor resumed from step {resumed}"), file=out)
+    if s.get("injected_failure_skipped"):
+        print(f"  injected failure: none ({s['injected_failure_skipped']})", file=out)
+    print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%')}", file=out)
     committed = s["last_committed_checkpoint_step"]
     print(f"  checkpoints {s['checkpoint_uri']} (last committed step {'none' if committed is None else committed})", file=out)
     print(f"  metrics {s['metrics_file']}; logs {s['logs_dir']}", file=out)
@@ -122,14 +141,52 @@ def validate(
         help="Also build the trainer as the controller would: import spec.controller.trainer.entryPoint, "
              "check its config, open its data (needs the controller extra)."),
 ) -> None:
-    """Validate a manifest; print it with defaults filled in."""
+    """Validate a manifest; print it with defaults filled in.
+
+    Also refuses a local checkpoint directory that exists here and holds checkpoints
+    `elastic-jax run` would not resume from (another job's, or beyond spec.training.steps).
+    With --trainer, everything `run` checks before starting: the trainer, and whether
+    checkpoints can be written at spec.checkpoint.uri (a gs:// bucket is probed).
+    """
     try:
         job = load_manifest(manifest)
     except ManifestError as e:
         raise _error(str(e))
     if trainer:
         _check_trainer(job, manifest)
+        _check_checkpoint(job, fresh=False, check_gcs=True)
+    else:
+        _check_resume(job)
     typer.echo(dump_model(job))
+
+
+def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:
+    """The checkpoint checks `run` makes before starting anything (`checkpoints.preflight`); one `error:` line.
+
+    The identity is the one `elastic-jax run` gives the job (namespace `local`).
+    """
+    from elastic_jax.api import checkpoints, identity
+
+    ckpt = job.spec.checkpoint
+    me = identity.local_identity(job.metadata.name, ckpt.uri)
+    try:
+        checkpoints.preflight(ckpt.uri, job.spec.training.steps, me, ckpt.resume_from, fresh=fresh,
+                              check_gcs=check_gcs)
+    except (checkpoints.CheckpointUriError, checkpoints.CheckpointMismatchError) as e:
+        raise _error(str(e))
+
+
+def _check_resume(job) -> None:
+    """`validate` without `--trainer`: reads (never writes) a local checkpoint directory that exists here,
+    and refuses checkpoints `elastic-jax run` would refuse to resume from."""
+    from elastic_jax.api import checkpoints, identity
+
+    ckpt = job.spec.checkpoint
+    try:
+        checkpoints.check_resume(ckpt.uri, job.spec.training.steps,
+                                 identity.local_identity(job.metadata.name, ckpt.uri), ckpt.resume_from)
+    except checkpoints.CheckpointMismatchError as e:
+        raise _error(str(e))
 
 
 def _check_trainer(job, manifest: Path) -> None:

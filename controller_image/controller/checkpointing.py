@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,44 +33,32 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from elastic_jax.api import checkpoints as _locations
 from elastic_jax.api import identity
+from elastic_jax.api.checkpoints import (  # noqa: F401 - re-exported: the controller's names for them
+    STEP_METADATA_FILE,
+    URI_FIELD,
+    CheckpointForeignError,
+    CheckpointMismatchError,
+    CheckpointUriError,
+    fresh_plan,
+    is_orbax_step_dir as _is_orbax_step_dir,
+    step_writer as _step_writer,
+    uri_error as _uri_error,
+)
 from elastic_jax.api.identity import JobIdentity
 
 PyTree = Any
 
 logger = logging.getLogger(__name__)
 
-URI_FIELD = "spec.checkpoint.uri"
-
 _STATE_ITEM = "state"
 _DATA_ITEM = "data"
-# The reachability probe must answer in seconds: a wrong bucket name is a bad
-# spec, reported at start-up, not something to retry for minutes.
-_DEFAULT_PROBE_TIMEOUT_S = 10.0
-
-
-class CheckpointUriError(ValueError):
-    """The checkpoint location cannot be used.
-
-    The message is one line and names the field, e.g.
-    `spec.checkpoint.uri: 'gs://x/ckpt': bucket 'x' does not exist`.
-    """
+_DEFAULT_PROBE_TIMEOUT_S = _locations.DEFAULT_PROBE_TIMEOUT_S
 
 
 class CheckpointNotFoundError(FileNotFoundError):
     """A restore was asked for but no committed checkpoint (or not that step) exists."""
-
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoints at `spec.checkpoint.uri` are not this job's: a step beyond
-    `spec.training.steps`, or a state that does not fit the trainer's. The
-    message is one line naming the field and the step."""
-
-
-class CheckpointForeignError(CheckpointMismatchError):
-    """The checkpoint to resume from was written by another job (or by an unknown one) and
-    `spec.checkpoint.resumeFrom` is `SameJob`. The message is one line naming the field,
-    the step and the writer."""
 
 
 class CheckpointSaveError(RuntimeError):
@@ -83,87 +70,31 @@ def _one_line(error: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _uri_error(uri: str, reason: str) -> CheckpointUriError:
-    return CheckpointUriError(f"{URI_FIELD}: {uri!r}: {reason}")
-
-
-def _probe_local(uri: str) -> epath.Path:
-    """Creates the directory and writes, then removes, a probe file in it."""
-    path = epath.Path(uri.removeprefix("file://")).expanduser().absolute()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".elastic-jax-probe-{uuid.uuid4().hex}"
-        probe.write_text("probe")
-        probe.unlink()
-    except OSError as e:
-        raise _uri_error(uri, f"not a writable directory ({e.strerror or _one_line(e)})") from None
-    return path
-
-
-def _probe_gcs(uri: str, timeout_s: float) -> epath.Path:
-    """Checks that the bucket exists and that an object can be written under the prefix.
-
-    Uses google-cloud-storage with `retry=None` and a short timeout, so a
-    missing bucket or an unreachable endpoint fails in about `timeout_s`.
-    """
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as auth_exc
-    from google.cloud import storage
-
-    bucket_name, _, prefix = uri.removeprefix("gs://").partition("/")
-    if not bucket_name:
-        raise _uri_error(uri, "no bucket name")
-    try:
-        client = storage.Client()
-        bucket = client.get_bucket(bucket_name, timeout=timeout_s, retry=None)
-        blob = bucket.blob(f"{prefix.rstrip('/')}/.elastic-jax-probe-{uuid.uuid4().hex}".lstrip("/"))
-        blob.upload_from_string(b"probe", timeout=timeout_s, retry=None)
-        blob.delete(timeout=timeout_s, retry=None)
-    except gexc.NotFound:
-        raise _uri_error(uri, f"bucket {bucket_name!r} does not exist") from None
-    except gexc.Forbidden as e:
-        raise _uri_error(uri, f"no write permission on bucket {bucket_name!r} ({_one_line(e)})") from None
-    except auth_exc.DefaultCredentialsError as e:
-        raise _uri_error(uri, f"no Google Cloud credentials ({_one_line(e)})") from None
-    except Exception as e:  # connection refused, DNS, timeout, 5xx: all "unreachable"
-        raise _uri_error(uri, f"GCS unreachable ({type(e).__name__}: {_one_line(e)})") from None
-    return epath.Path(uri.rstrip("/"))
-
-
 def check_uri(uri: str, timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S) -> epath.Path:
-    """Checks that checkpoints can be written at `uri`; returns it as a path.
+    """Checks that checkpoints can be written at `uri` (creating a local directory); returns it as a path.
 
-    Local paths are created (with parents) and test-written. `gs://` URIs need
-    an existing bucket and write permission; the probe makes no retries and
-    gives up after about `timeout_s` seconds per request.
+    The same checks as `elastic-jax run` and `elastic-jax validate --trainer`
+    make before anything starts (`elastic_jax.api.checkpoints.check_location`):
+    local paths are created (with parents) and test-written; `gs://` URIs need
+    an existing bucket and write permission, probed without retries in about
+    `timeout_s` seconds per request.
 
     Raises:
       CheckpointUriError: the location is unusable (one-line message naming
-        `spec.checkpoint.uri`).
+        `spec.checkpoint.uri` and what is wrong).
     """
-    if not uri:
-        raise _uri_error(uri, "empty")
-    if uri.startswith("gs://"):
-        return _probe_gcs(uri, timeout_s)
-    if "://" in uri and not uri.startswith("file://"):
-        raise _uri_error(uri, "unsupported scheme (use a local path or gs://bucket/prefix)")
-    return _probe_local(uri)
+    return epath.Path(_locations.check_location(uri, create=True, timeout_s=timeout_s))
 
 
 def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_foreign: bool = False) -> list[str]:
     """Deletes this job's checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
 
-    Only entries Orbax itself recognises are deleted: committed step
-    directories (the name is the step number *and* the directory holds Orbax's
-    step metadata file, `_CHECKPOINT_METADATA`), interrupted saves
-    (`<step>.orbax-checkpoint-tmp-*`) and Orbax's root `metadata/`. A folder
-    whose name is only digits (a user's `2024/`) is not a step.
-    The directory itself stays (a launcher may hold a lock on it). If it holds
-    anything else, nothing is deleted: a `spec.checkpoint.uri` pointed at a
-    project folder must never be emptied. Nor is anything deleted when a
-    committed step was written by another job (its Orbax custom metadata names
-    a different writer, or none), unless `allow_foreign` (`spec.checkpoint.
-    resumeFrom: Any`): `--fresh` must not destroy another job's checkpoints.
+    What may be deleted is `elastic_jax.api.checkpoints.fresh_plan`'s answer
+    (Orbax step directories this job wrote, interrupted saves, Orbax's root
+    `metadata/`; anything else, another job's step, or a directory that is not
+    writable refuses the lot, so a read-only or immutable directory never
+    loses half a step). The directory itself stays (a launcher may hold a lock
+    on it).
 
     Args:
       uri: `spec.checkpoint.uri`.
@@ -174,67 +105,20 @@ def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_f
       The names deleted, sorted.
 
     Raises:
-      CheckpointUriError: `uri` is not a local path, is not a directory,
-        holds entries that are not checkpoints, or holds another job's steps
-        (the message names some).
+      CheckpointUriError: `uri` is not a local directory, holds entries that
+        are not this job's checkpoints, or cannot be emptied (the message
+        names `spec.checkpoint.uri` and why).
     """
     import shutil
-    from pathlib import Path
 
-    if "://" in uri:
-        raise _uri_error(uri, "--fresh clears local checkpoint directories only")
-    root = Path(uri)
-    if not root.exists():
-        return []
-    if not root.is_dir():
-        raise _uri_error(uri, "not a directory")
-    names = sorted(p.name for p in root.iterdir())
-    # Orbax's CheckpointManager writes step directories, `<step>.orbax-checkpoint-tmp-*` while
-    # saving, and `metadata/` (its METADATA_ITEM_NAME) when given root metadata.
-    orbax_root_metadata = ocp.checkpoint_manager.METADATA_ITEM_NAME
-    ours = [n for n in names if _is_orbax_step_dir(root / n) or ".orbax-checkpoint-tmp" in n or n == orbax_root_metadata]
-    foreign = [n for n in names if n not in ours]
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise _uri_error(uri, f"--fresh deletes checkpoints only, and this directory also holds {shown}; "
-                              "give the job a checkpoint directory of its own")
-    if writer is not None and not allow_foreign:
-        others = {}
-        for name in ours:
-            if _is_orbax_step_dir(root / name):
-                step_writer = _step_writer(root / name)
-                if step_writer is None or step_writer.uid != writer.uid:
-                    others[name] = step_writer
-        if others:
-            step, by = next(iter(sorted(others.items(), key=lambda kv: int(kv[0]))))
-            who = by.describe() if by else "a job that saved no writer identity"
-            raise _uri_error(uri, f"--fresh deletes this job's checkpoints only, and step {step} "
-                                  f"({len(others)} step(s) in all) was written by {who}, not {writer.describe()}; "
-                                  "give the job a checkpoint directory of its own, or set "
-                                  "spec.checkpoint.resumeFrom: Any to treat them as this job's")
+    ours = fresh_plan(uri, writer, allow_foreign)
+    root = _locations.local_path(uri)
     for name in ours:
-        shutil.rmtree(root / name)
+        try:
+            shutil.rmtree(root / name)
+        except OSError as e:
+            raise _uri_error(uri, f"--fresh could not delete {name} ({e.strerror or _one_line(e)})") from None
     return ours
-
-
-def _step_writer(step_dir) -> JobIdentity | None:
-    """The writer in a committed step's Orbax step metadata (`custom_metadata`); None if absent or unreadable."""
-    import json
-
-    try:
-        meta = json.loads((step_dir / STEP_METADATA_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return identity.from_metadata(meta.get("custom_metadata") if isinstance(meta, dict) else None)
-
-
-# The file Orbax's CheckpointManager writes into every step directory it saves.
-STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
-
-
-def _is_orbax_step_dir(path) -> bool:
-    """True for a directory named by a step number that holds Orbax's step metadata file."""
-    return path.name.isdigit() and path.is_dir() and (path / STEP_METADATA_FILE).is_file()
 
 
 def _with_default_sharding(target: PyTree) -> PyTree:
@@ -497,6 +381,35 @@ class Checkpointer:
         """
         self._manager.reload()
         return identity.from_metadata(getattr(self._manager.metadata(step), "custom_metadata", None))
+
+    def check_resume(self, total_steps: int, resume_from: str) -> None:
+        """Refuses, before anything trains, checkpoints this job may not resume from.
+
+        The controller's copy of the CLI's check (`elastic_jax.api.checkpoints.check_resume`),
+        read through Orbax so it covers `gs://` too: the newest committed step
+        must not be beyond `total_steps`, and the newest step whose metadata
+        reads must be this job's unless `resume_from` is `Any`. Unreadable
+        steps are left to the restore's fallback.
+
+        Raises:
+          CheckpointMismatchError: a committed step is beyond `total_steps`.
+          CheckpointForeignError: the step to resume from is another job's (or of no known job).
+        """
+        steps = self.committed_steps()
+        if not steps:
+            return
+        problem = _locations.beyond_steps_problem(steps[-1], total_steps, self.uri)
+        if problem:
+            raise CheckpointMismatchError(problem)
+        for step in reversed(steps):
+            try:
+                writer = self.writer_of(step)
+            except Exception:  # noqa: BLE001 - unreadable metadata: the restore skips this step too
+                continue
+            problem = _locations.writer_problem(step, writer, self.writer, resume_from, self.uri)
+            if problem:
+                raise CheckpointForeignError(problem)
+            return
 
     def restore(self, target: PyTree, step: int | None = None) -> tuple[PyTree, dict[str, Any], int]:
         """Restores a committed checkpoint onto `target`'s structure and layout.

@@ -16,22 +16,28 @@ The check runs in an ASGI middleware before the body is read, so an
 unauthenticated request gets 401 whatever its body and changes nothing. A
 body over `MAX_BODY_BYTES` gets 413 (read no further); a bad body gets 422
 naming the fields, never echoing what was sent; an index outside
-0..count-1 gets 404; a generation further ahead of this process's clock
+0..count-1 gets 404; a body that is not JSON (by Content-Type or content), not UTF-8, nests too
+deeply, repeats a key or holds an integer of more than 20 digits gets 422
+like any other invalid body (`parse_body`); a generation further ahead of this process's clock
 than `control.MAX_GENERATION_AHEAD_S` gets 422. None of them changes state.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 
 import uvicorn
-from fastapi import FastAPI, HTTPException, Response
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
+
+from pydantic import BaseModel, ValidationError
 
 from elastic_jax.api.control import (MAX_GENERATION_AHEAD_S, ControllerStatus, SliceReport, SliceReportResult,
                                       StopRequest)
@@ -108,6 +114,79 @@ def _validation_errors(error: RequestValidationError) -> list[dict[str, object]]
             for e in error.errors()[:20]]
 
 
+# The longest integer literal a body may hold: a generation is an int64 (19 digits and a sign).
+# Longer ones are refused as out of range by field (Python's own int() refuses 4300+ digits,
+# which FastAPI answered with a bare 400).
+_MAX_INT_DIGITS = 20
+
+
+class _OutOfRangeInt:
+    """Stands in for an integer literal of more than `_MAX_INT_DIGITS` digits while parsing a body."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+
+def _body_error(loc: tuple, msg: str, type_: str = "json_invalid") -> RequestValidationError:
+    return RequestValidationError([{"loc": ("body", *loc), "msg": msg, "type": type_}])
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    seen: dict[str, object] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _body_error((key,), "key appears twice in one object", "json_duplicate_key")
+        seen[key] = value
+    return seen
+
+
+def parse_body(raw: bytes, model: type[BaseModel], content_type: str | None = "application/json") -> BaseModel:
+    """Parses and validates a JSON request body; every invalid body is one `RequestValidationError` (422).
+
+    Refused, each with the field (`loc`) named where there is one: a
+    Content-Type other than application/json (a missing one too), bytes that
+    are not UTF-8, malformed JSON, nesting too deep, a key repeated in one
+    object (which value would win is parser-dependent), an integer literal of
+    more than `_MAX_INT_DIGITS` digits (out of range for every field), and
+    anything `model` refuses. Messages never echo the input.
+
+    Args:
+      raw: the request body.
+      model: the pydantic model of the body.
+      content_type: the request's Content-Type header (None: missing).
+
+    Raises:
+      RequestValidationError: the body is invalid (locs start with "body").
+    """
+    if (content_type or "").split(";")[0].strip().lower() != "application/json":
+        raise _body_error((), "Content-Type must be application/json", "content_type")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _body_error((), f"not UTF-8 (byte {e.start})") from None
+
+    def parse_int(literal: str) -> object:
+        digits = len(literal.lstrip("-"))
+        return _OutOfRangeInt(digits) if digits > _MAX_INT_DIGITS else int(literal)
+
+    try:
+        data = json.loads(text, parse_int=parse_int, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
+        raise _body_error((), f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise _body_error((), "JSON nested too deeply") from None
+    try:
+        return model.model_validate(data, strict=True)
+    except ValidationError as e:
+        errors = []
+        for err in e.errors():
+            bad = err.get("input")
+            msg = (f"integer of {bad.digits} digits is out of range" if isinstance(bad, _OutOfRangeInt)
+                   else err.get("msg", ""))
+            errors.append({"loc": ("body", *err.get("loc", ())), "msg": msg, "type": err.get("type", "")})
+        raise RequestValidationError(errors) from None
+
+
 def create_app(
     slice_set: SliceSet,
     status: Callable[[], ControllerStatus],
@@ -160,7 +239,11 @@ def create_app(
         return status()
 
     @app.put("/v1/slices/{index}", response_model=SliceReportResult, response_model_by_alias=True)
-    def put_slice(index: int, report: SliceReport) -> SliceReportResult:
+    async def put_slice(index: int, request: Request) -> SliceReportResult:
+        report = parse_body(await request.body(), SliceReport, request.headers.get("content-type"))
+        return await run_in_threadpool(_apply_slice_report, index, report)
+
+    def _apply_slice_report(index: int, report: SliceReport) -> SliceReportResult:
         ahead_s = (report.generation - time.time_ns()) / 1e9
         if ahead_s > MAX_GENERATION_AHEAD_S:
             # A generation far in the future would make every later report stale:
@@ -179,7 +262,11 @@ def create_app(
         return SliceReportResult(applied=applied, slice_index=index, generation=generation)
 
     @app.post("/v1/stop", status_code=202)
-    def post_stop(request: StopRequest) -> dict:
+    async def post_stop(http_request: Request) -> dict:
+        request = parse_body(await http_request.body(), StopRequest, http_request.headers.get("content-type"))
+        return await run_in_threadpool(_stop, request)
+
+    def _stop(request: StopRequest) -> dict:
         if stop is None or not stop(request.reason):
             raise HTTPException(status_code=409, detail="the run has not started; stop the process instead")
         _logger.info("stop requested: %s", request.reason, extra={"event": "stop_requested", "reason": request.reason})

@@ -34,7 +34,8 @@ import optax
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.identity import JobIdentity
-from elastic_jax.controller.checkpointing import CheckpointForeignError, CheckpointMismatchError
+from elastic_jax.api.checkpoints import (CheckpointForeignError, CheckpointMismatchError, beyond_steps_problem,
+                                         writer_problem)
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
@@ -123,6 +124,7 @@ class TrainingRun:
         self.restored_from_step: int | None = None
         self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason", "writer"} once restored
         self._productive_s = 0.0
+        self._steps_run = 0  # steps completed by this process (not restored ones)
         self._train_start: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
@@ -145,8 +147,13 @@ class TrainingRun:
     # -- status ---------------------------------------------------------------
 
     def goodput(self) -> float | None:
-        """Productive step seconds / wall seconds since the first step began (None before)."""
-        if self._train_start is None:
+        """Productive step seconds / wall seconds since the first step began, a ratio in [0, 1].
+
+        None when it does not apply: before training began, and when this run
+        completed no step (e.g. a finished job run again: it resumed at its last
+        step and had nothing to do), rather than a misleading 0.0.
+        """
+        if self._train_start is None or self._steps_run == 0:
             return None
         wall = time.monotonic() - self._train_start
         return min(1.0, self._productive_s / wall) if wall > 0 else None
@@ -213,18 +220,17 @@ class TrainingRun:
         if latest is None:
             return state
         where = f"spec.checkpoint.uri {self.spec.checkpoint.uri!r}"
-        if latest > self.spec.training.steps:
-            # Never "succeed" by restoring past the end: these are another job's checkpoints.
-            raise CheckpointMismatchError(
-                f"{where} holds checkpoint step {latest}, beyond spec.training.steps ({self.spec.training.steps}): "
-                "another job's checkpoints? Give this job its own directory (or raise steps to continue it)")
+        # Never "succeed" by restoring past the end: these are another job's checkpoints.
+        beyond = beyond_steps_problem(latest, self.spec.training.steps, self.spec.checkpoint.uri)
+        if beyond:
+            raise CheckpointMismatchError(beyond)
         t0 = time.perf_counter()
         unreadable: list[int] = []
         reasons: list[str] = []
         writer = None
         for candidate in reversed(self.checkpointer.committed_steps()):
             try:
-                writer = self._check_writer(candidate, where)
+                writer = self._check_writer(candidate)
                 restored, data_state, step = self.checkpointer.restore(state, candidate)
                 if not bool(all_finite(restored)):
                     raise FloatingPointError("the state holds NaN or inf")
@@ -263,28 +269,19 @@ class TrainingRun:
         _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
         return state
 
-    def _check_writer(self, step: int, where: str) -> JobIdentity | None:
+    def _check_writer(self, step: int) -> JobIdentity | None:
         """The writer of committed `step`; refuses another job's step unless `spec.checkpoint.resumeFrom` is Any.
 
-        A step saved without a writer identity (by an older elastic-jax) counts as another job's.
+        The rule is `elastic_jax.api.checkpoints.writer_problem`, the one the CLI applies before starting.
 
         Raises:
           CheckpointForeignError: the step is not this job's and the spec does not allow that.
         """
         writer = self.checkpointer.writer_of(step)
-        me = self.checkpointer.writer  # None: saving without an identity, nothing to compare
-        if self.spec.checkpoint.resume_from == "Any" or me is None:
-            return writer
-        if writer is None:
-            raise CheckpointForeignError(
-                f"{where}: checkpoint step {step} has no writer identity (saved by an older elastic-jax), so it "
-                f"cannot be shown to be this job's ({me.describe()}); set spec.checkpoint.resumeFrom: Any to "
-                "resume from it, or give this job its own directory")
-        if writer.uid != me.uid:
-            raise CheckpointForeignError(
-                f"{where}: checkpoint step {step} was written by another job, {writer.describe()}, not this job "
-                f"{me.describe()}; set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its "
-                "own directory")
+        problem = writer_problem(step, writer, self.checkpointer.writer, self.spec.checkpoint.resume_from,
+                                 self.spec.checkpoint.uri)
+        if problem:
+            raise CheckpointForeignError(problem)
         return writer
 
     def _data_state(self) -> dict[str, Any]:
@@ -516,6 +513,7 @@ class TrainingRun:
                     self.metrics.recovery_seconds.observe(record.seconds)
                     self._pending_recovery = None
             self._productive_s += now - t0
+            self._steps_run += 1
             self.metrics.step.set(self.step)
             self.metrics.step_seconds.observe(now - t0)
             self.metrics.loss.set(self.loss)

@@ -5,7 +5,7 @@ control API, and runs the elastic training loop until it succeeds or fails.
 
 Exit codes: `elastic_jax.exit_codes.ControllerExit`: 0 succeeded; 1 training
 failed (reason in the summary and the log); 2 bad input (manifest, trainer
-config, checkpoint URI), reported as one line on stderr starting with `error:`
+config, checkpoint URI, checkpoints of another job or beyond spec.training.steps), reported as one line on stderr starting with `error:`
 before anything trains; 4 stopped on request (`POST /v1/stop`); 75 interrupted
 by a signal that was not a stop request (SIGTERM, SIGINT, SIGHUP: a node
 shutdown, a preemption), after checkpointing the last completed step: a
@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                              "then start from step 0 (elastic-jax run --fresh)")
     parser.add_argument("--log-format", choices=("json", "text"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
     args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: must be 0..65535 (0 picks a free port)")
     _setup_logging(args.log_format)
 
     from elastic_jax.api.manifest import ManifestError, load_manifest
@@ -153,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
     from elastic_jax.controller.backend_cpu import CpuBackend
-    from elastic_jax.controller.checkpointing import CheckpointUriError, Checkpointer, clear_local_checkpoints
+    from elastic_jax.controller.checkpointing import (CheckpointMismatchError, CheckpointUriError, Checkpointer,
+                                                      clear_local_checkpoints)
     from elastic_jax.controller.control_api import ControlApiServer, create_app
     from elastic_jax.controller.elastic.slice_set import SliceSet
     from elastic_jax.controller.loop import TrainingRun
@@ -209,6 +212,14 @@ def main(argv: list[str] | None = None) -> int:
                 writer=writer,
             )
         except (TrainerConfigError, CheckpointUriError) as e:
+            return _fail(str(e))
+        try:
+            # Bad input, refused before ready (so before any worker starts): another job's
+            # checkpoints, or a step beyond spec.training.steps. `elastic-jax run` refuses a
+            # local directory like this before starting this process; this covers gs:// and pods.
+            checkpointer.check_resume(job.spec.training.steps, ckpt.resume_from)
+        except CheckpointMismatchError as e:
+            _close_quietly("checkpointer", checkpointer.close)
             return _fail(str(e))
         if job.spec.backend == "pathways":
             try:

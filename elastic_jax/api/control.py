@@ -99,7 +99,8 @@ class RecoveryRecord(_Msg):
     cause: str = Field(description="slice_down, step_deadline, scale_up, draining.")
     slices: list[int]
     at_step: int
-    seconds: float | None = Field(default=None, description="From the failure to the next completed step; None while running.")
+    seconds: float | None = Field(default=None, description="From the failure to the next completed step; None while "
+                                  "recovering, and for good when the run ended (stopped, failed) before that step.")
 
 
 class ResumeInfo(_Msg):
@@ -131,7 +132,8 @@ class ControllerStatus(_Msg):
     recoveries: dict[str, int] = Field(default_factory=dict, description="Count by cause.")
     recovery_history: list[RecoveryRecord] = Field(default_factory=list)
     steps_lost: int = 0
-    goodput: float | None = Field(default=None, description="Productive step seconds / wall seconds since training started.")
+    goodput: float | None = Field(default=None, description="Productive step seconds / wall seconds since training "
+                                  "started; None before the first step of this controller (not applicable).")
     failure_reason: str | None = None
     pid: int
     resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")

@@ -56,6 +56,11 @@ def local_uid(name: str, checkpoint_uri: str) -> str:
     return str(uuid.uuid5(_LOCAL_UID_NAMESPACE, f"{name}\n{where}"))
 
 
+def local_identity(name: str, checkpoint_uri: str) -> JobIdentity:
+    """The identity `elastic-jax run` gives a job: namespace `local`, UID `local_uid(name, checkpoint_uri)`."""
+    return JobIdentity(namespace=LOCAL_NAMESPACE, name=name, uid=local_uid(name, checkpoint_uri))
+
+
 def identity_env(identity: JobIdentity) -> dict[str, str]:
     """The environment that tells the controller who it is."""
     return {JOB_NAMESPACE_ENV: identity.namespace, JOB_NAME_ENV: identity.name, JOB_UID_ENV: identity.uid}
@@ -73,7 +78,7 @@ def identity_from_env(environ: Mapping[str, str], name: str, checkpoint_uri: str
     if uid:
         return JobIdentity(namespace=environ.get(JOB_NAMESPACE_ENV) or "default",
                            name=environ.get(JOB_NAME_ENV) or name, uid=uid)
-    return JobIdentity(namespace=LOCAL_NAMESPACE, name=name, uid=local_uid(name, checkpoint_uri))
+    return local_identity(name, checkpoint_uri)
 
 
 def to_metadata(identity: JobIdentity) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from elastic_jax.api import images
+from elastic_jax.api import checkpoints, images
 
 GROUP = "elasticjax.dev"
 VERSION = "v1alpha1"
@@ -207,7 +207,15 @@ class TrainingSpec(_Model):
 class CheckpointSpec(_Model):
     """Orbax checkpointing of the training state and data position."""
 
-    uri: str = Field(min_length=1, description="Checkpoint directory: a local path or gs://bucket/prefix.")
+    # CEL rule for the CRD: the API server refuses the schemes `checkpoints.uri_problem` refuses.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!self.uri.contains('://') || self.uri.matches('^gs://[^/]+')",
+        "message": "spec.checkpoint.uri must be a local path or gs://bucket/prefix (no other scheme, not file://)",
+        "fieldPath": ".uri",
+    }]})
+
+    uri: str = Field(min_length=1, max_length=4096,  # bounds the CEL rule's cost too
+                     description="Checkpoint directory: a local path or gs://bucket/prefix (no other scheme).")
     interval_steps: int = Field(default=50, ge=1, description="Save every this many steps (async).")
     max_to_keep: int = Field(default=3, ge=1, description="Committed checkpoints kept; older ones are deleted.")
     resume_from: Literal["SameJob", "Any"] = Field(
@@ -220,6 +228,13 @@ class CheckpointSpec(_Model):
             "job's run, or to warm-start from another job)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _supported_uri(self) -> "CheckpointSpec":
+        problem = checkpoints.uri_problem(self.uri)
+        if problem:
+            raise ValueError(problem)
+        return self
 
 
 class ElasticitySpec(_Model):
@@ -332,14 +347,32 @@ class ElasticTrainingJobSpec(_Model):
 
 
 class ObjectMeta(_Model):
-    """The part of Kubernetes metadata that a manifest sets."""
+    """Kubernetes object metadata (`metav1.ObjectMeta`).
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    A manifest sets `name` and perhaps `namespace`, `labels`, `annotations`.
+    The other fields are the ones the API server adds (`kubectl get ejob -o
+    yaml` prints them), accepted so a job read back from a cluster still
+    validates; elastic-jax does not act on them. Any other key is an unknown
+    field, refused like one in `spec` (a typo such as `lables` must not be
+    dropped silently).
+    """
 
     name: str = Field(min_length=1, description="Job name: a DNS-1035 label of at most MAX_NAME_LENGTH characters.")
     namespace: str | None = Field(default=None, description="Namespace.")
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    # Set by the API server or by controllers; typed loosely: only their presence is checked.
+    generate_name: str | None = None
+    uid: str | None = None
+    resource_version: str | None = None
+    generation: int | None = None
+    creation_timestamp: str | None = None
+    deletion_timestamp: str | None = None
+    deletion_grace_period_seconds: int | None = None
+    self_link: str | None = None
+    owner_references: list[dict[str, Any]] | None = None
+    finalizers: list[str] | None = None
+    managed_fields: list[dict[str, Any]] | None = None
 
     @model_validator(mode="after")
     def _dns_name(self) -> "ObjectMeta":

@@ -125,6 +125,9 @@ class LocalLauncher:
         self._cleared = False
         self._previous_recoveries: list[dict[str, Any]] = []
         self._reached_before_restart: list[int] = []
+        # One entry per controller that ended without ending the job (see `_carry_over_from_dead_controller`).
+        self.controller_losses: list[dict[str, Any]] = []
+        self.kill_skipped: str | None = None
 
     # -- setup ----------------------------------------------------------------
 
@@ -136,8 +139,7 @@ class LocalLauncher:
         """`_child_env` plus the job's identity: namespace `local`, a UID stable for this job name and
         checkpoint location (`identity.local_uid`), so a rerun of this job resumes and another job sharing
         the directory is refused (unless `spec.checkpoint.resumeFrom: Any`)."""
-        name, uri = self.job.metadata.name, self.job.spec.checkpoint.uri
-        writer = identity.JobIdentity(namespace=identity.LOCAL_NAMESPACE, name=name, uid=identity.local_uid(name, uri))
+        writer = identity.local_identity(self.job.metadata.name, self.job.spec.checkpoint.uri)
         return {**self._child_env(), **identity.identity_env(writer)}
 
     def _start_controller(self) -> None:
@@ -228,11 +230,26 @@ class LocalLauncher:
                 s.state = "Replacing"  # the next supervise pass sees the exit and restarts it
 
     def _inject_failure(self, status: ControllerStatus) -> None:
+        """Injects the demo failure once this run's training passes `kill_at_step`.
+
+        Only a step this controller trains counts: a run that resumed from a
+        checkpoint at or past `kill_at_step` never reaches it, so nothing is
+        injected (and `kill_skipped` says why), instead of killing a worker in
+        the first step after the resume.
+        """
         opts = self.options
-        if opts.kill_at_step is None or self.killed is not None or status.step < opts.kill_at_step:
+        if opts.kill_at_step is None or self.killed is not None or self.kill_skipped is not None:
             return
-        if status.step >= status.total_steps or status.phase not in ("Running", "Recovering"):
-            return  # nothing left to recover into (e.g. a finished job restored from its checkpoint)
+        if status.phase not in ("Running", "Recovering"):
+            return  # not training yet (Starting: the restore may still move the step), or finished
+        start = status.resumed_from.step if status.resumed_from is not None else 0
+        if start >= opts.kill_at_step:
+            self.kill_skipped = (f"the run resumed at step {start}, already past --kill-at-step {opts.kill_at_step}; "
+                                 "no failure injected")
+            _logger.warning("%s", self.kill_skipped)
+            return
+        if status.step < opts.kill_at_step or status.step >= status.total_steps:
+            return
         s = self.slices[opts.kill_slice]
         if not s.child.alive():
             return
@@ -300,7 +317,8 @@ class LocalLauncher:
                 self._supervise_workers(now)
                 status = self._poll_status()
                 if status is not None:
-                    self.on_status(status)
+                    self._note_resume(status)
+                    self.on_status(self._with_earlier_recoveries(status))
                     self._replace_slices_seen_down(status)
                     self._inject_failure(status)
                 time.sleep(0.1)
@@ -323,18 +341,36 @@ class LocalLauncher:
     def _carry_over_from_dead_controller(self, exit_code: int) -> None:
         """Remembers what a dead controller had done, which its successor cannot know.
 
-        The last polled status gives its recoveries and a lower bound on the
-        step it reached (polls are 0.1 s apart); the successor's restored
-        step then gives the steps lost to the restart.
+        The last polled status gives its slice recoveries and a lower bound on
+        the step it reached (polls are 0.1 s apart); the successor's restored
+        step then gives the steps lost to the restart. The controller's end is
+        recorded in `controller_losses`, not as a slice recovery: `interrupted`
+        (exit `RESTART`: signalled, it checkpointed the step it reached) or
+        `lost` (killed, crashed: it resumes from the last committed step).
         """
         status = self.last_status
         self._previous_recoveries += [r.model_dump(mode="json") for r in (status.recovery_history if status else [])]
-        self._previous_recoveries.append(
-            {"cause": "controller_restart", "slices": [], "at_step": status.step if status else 0, "seconds": None,
-             "exit_code": exit_code}
-        )
-        self._reached_before_restart.append(status.step if status else 0)
+        reached = status.step if status else 0
+        self.controller_losses.append({
+            "cause": "interrupted" if exit_code == ControllerExit.RESTART else "lost",
+            "exit_code": exit_code, "at_step": reached, "resumed_from_step": None})
+        self._reached_before_restart.append(reached)
         self.last_status = None
+
+    def _note_resume(self, status: ControllerStatus) -> None:
+        """Fills in the step a restarted controller resumed from, once it has restored (it has left `Starting`)."""
+        if self.controller_losses and self.controller_losses[-1]["resumed_from_step"] is None \
+                and status.phase != "Starting":
+            self.controller_losses[-1]["resumed_from_step"] = status.resumed_from.step if status.resumed_from else 0
+
+    def _with_earlier_recoveries(self, status: ControllerStatus) -> ControllerStatus:
+        """`status` with the slice recoveries of controllers before this one added to its counts (progress display)."""
+        if not self._previous_recoveries:
+            return status
+        counts = dict(status.recoveries)
+        for r in self._previous_recoveries:
+            counts[r["cause"]] = counts.get(r["cause"], 0) + 1
+        return status.model_copy(update={"recoveries": counts})
 
     def stop_all(self) -> None:
         """Stops the controller and every worker; nothing is left running.
@@ -361,9 +397,14 @@ class LocalLauncher:
         """The run's summary: the controller's own plus what only the launcher saw.
 
         Keys: job, succeeded, steps, total_steps, initial_loss, final_loss,
-        recoveries (count), recovery_seconds (list), steps_lost,
-        controller_pid_changed, controller_restarts, worker_restarts,
-        injected_failure, goodput, checkpoint_uri, last_committed_checkpoint_step,
+        recoveries (count of slice losses and drains, over every controller of the run),
+        recovery_seconds (the measured ones, seconds each), unfinished_recoveries (count:
+        the run ended before the next step completed, so there is no duration), steps_lost,
+        controller_pid_changed, controller_restarts, controller_losses (list of
+        {cause: interrupted|lost, exit_code, at_step, resumed_from_step}; a controller
+        restart is not a slice recovery), worker_restarts, injected_failure,
+        injected_failure_skipped (why none was injected), goodput (None: not applicable,
+        no step run), checkpoint_uri, last_committed_checkpoint_step,
         restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
         metrics_file, logs_dir, wall_seconds, failure_reason.
         """
@@ -383,13 +424,16 @@ class LocalLauncher:
             "initial_loss": run.get("initial_loss"),
             "final_loss": run.get("final_loss"),
             "recoveries": len(recoveries),
-            "recovery_seconds": [r.get("seconds") for r in recoveries],
+            "recovery_seconds": [r["seconds"] for r in recoveries if r.get("seconds") is not None],
+            "unfinished_recoveries": sum(1 for r in recoveries if r.get("seconds") is None),
             "scale_ups": len(history) - len(recoveries),
             "steps_lost": steps_lost,
             "controller_pid_changed": len(set(self.controller_pids)) > 1,
             "controller_restarts": controller_restarts,
+            "controller_losses": self.controller_losses,
             "worker_restarts": sum(max(0, s.child.starts - 1) for s in self.slices),
             "injected_failure": self.killed,
+            "injected_failure_skipped": self.kill_skipped,
             "goodput": run.get("goodput"),
             "checkpoint_uri": self.job.spec.checkpoint.uri,
             "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
@@ -417,11 +461,17 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
+        workdir = self.path.parent
+        if workdir.exists() and not workdir.is_dir():
+            raise LaunchError(f"--workdir {workdir}: is a file, not a directory")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise LaunchError(f"--workdir {workdir}: cannot be created ({e.strerror})") from None
+        try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise LaunchError(f"--workdir {self.path.parent}: {e.strerror}") from None
+            raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -467,8 +517,9 @@ class CheckpointLock:
         try:
             Path(self.uri).mkdir(parents=True, exist_ok=True)
             fd = os.open(self.uri, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as e:
-            raise LaunchError(f"spec.checkpoint.uri {self.uri!r}: {e.strerror}") from None
+        except OSError as e:  # `checkpoints.preflight` ran first: this is a race (changed since), said plainly
+            raise LaunchError(f"spec.checkpoint.uri {self.uri!r}: cannot be created or opened as a directory "
+                              f"({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

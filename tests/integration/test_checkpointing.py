@@ -221,7 +221,7 @@ def _assert_uri_error(uri: str, match: str, max_seconds: float = 15.0) -> None:
 def test_unusable_uris_fail_fast_with_one_line(gcs_emulator, monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(CheckpointUriError("x"), ValueError)
     _assert_uri_error("gs://no-such-bucket/ckpt", "bucket 'no-such-bucket' does not exist")
-    _assert_uri_error("/proc/x/ckpt", "not a writable directory")
+    _assert_uri_error("/proc/x/ckpt", "cannot be created: directory '/proc' is not writable")
     _assert_uri_error("s3://bucket/ckpt", "unsupported scheme")
     # An endpoint nobody listens on (as a GCS outage or a wrong network would look).
     import socket

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from elastic_jax.api import identity
 from elastic_jax.api.identity import local_uid
 from tests.support.runs import ROOT, job_manifest, leftover_processes, run_cli
 
@@ -149,10 +150,10 @@ def test_bad_workdir(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(m))
     (tmp_path / "afile").write_text("x")
-    for workdir in ("/proc/no/such", str(tmp_path / "afile")):
+    for workdir, what in (("/proc/no/such", "cannot be created"), (str(tmp_path / "afile"), "is a file, not a directory")):
         proc = subprocess.run([CLI, "run", str(path), "--workdir", workdir], capture_output=True, text=True, timeout=120,
                               cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "--workdir")
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "--workdir", what)
 
 
 def test_second_run_of_the_same_job_is_refused(tmp_path):
@@ -242,18 +243,16 @@ def test_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path):
 def test_fresh_with_a_manifest_mistake_keeps_the_checkpoints(tmp_path):
     """The old checkpoints go only once the trainer checks out; a typo costs nothing."""
     ckpt = tmp_path / "ckpt"
-    (ckpt / "100").mkdir(parents=True)
+    _fake_step(ckpt, 100, identity.identity_from_env({}, "typo", str(ckpt)))
     m = job_manifest("typo", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 10})
     m["spec"]["controller"]["trainer"]["config"]["seqlen"] = 32
     proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.config.seqlen")
-    assert (ckpt / "100").is_dir()
+    assert (ckpt / "100" / "_CHECKPOINT_METADATA").is_file()
 
 
 def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_path):
     ckpt = tmp_path / "ckpt"
-    from elastic_jax.api import identity
-
     # What makes it an Orbax step of this job: Orbax's step metadata naming this job as its writer.
     this_job = identity.identity_from_env({}, "fresh", str(ckpt))
     (ckpt / "100").mkdir(parents=True)
@@ -284,10 +283,11 @@ def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     # resumeFrom Any: past the writer check, the state itself must still fit this job.
     ckpt = {**ckpt, "resumeFrom": "Any"}
-    shorter = run_cli(job_manifest("shorter", tmp_path, training={"steps": 10, "globalBatchSize": 8}, checkpoint=ckpt),
-                      tmp_path, "--no-failure")
-    assert shorter.returncode == 1 and not shorter.summary["succeeded"]
-    assert "holds checkpoint step 20, beyond spec.training.steps (10)" in shorter.summary["failure_reason"]
+    shorter = _run_args(tmp_path, job_manifest("shorter", tmp_path, training={"steps": 10, "globalBatchSize": 8},
+                                               checkpoint=ckpt), "--no-failure")
+    # Refused before any process starts (it was refused by the controller, exit 1, after ~14 s).
+    assert_one_line_error(shorter.returncode, shorter.stdout, shorter.stderr, "spec.checkpoint.uri",
+                          "holds checkpoint step 20, beyond spec.training.steps (10)")
     other = job_manifest("othermodel", tmp_path, training={"steps": 40, "globalBatchSize": 8}, checkpoint=ckpt)
     other["spec"]["controller"]["trainer"]["config"]["dModel"] *= 2
     changed = run_cli(other, tmp_path, "--no-failure")
@@ -309,16 +309,16 @@ def test_resume_is_refused_from_another_jobs_checkpoint_unless_the_spec_allows_i
     assert first.summary["resumed_from"] is None
     uid_a = local_uid("writer-a", uri)
 
-    other = run_cli(job_manifest("writer-b", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),
-                    tmp_path, "--no-failure")
-    assert other.returncode == 1 and not other.summary["succeeded"]
-    reason = other.summary["failure_reason"]
-    message = reason.removeprefix("CheckpointForeignError: ")
-    assert message == (f"spec.checkpoint.uri {uri!r}: checkpoint step 10 was written by another job, "
-                      f"local/writer-a (uid {uid_a}), not this job local/writer-b (uid {local_uid('writer-b', uri)}); "
-                      "set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its own directory")
-    assert other.summary["resumed_from"] is None and other.summary["steps"] == 0
-    assert f"training failed: {message}" in other.controller_log()
+    log_before = first.controller_log()
+    other = _run_args(tmp_path, job_manifest("writer-b", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),
+                      "--no-failure")
+    message = (f"spec.checkpoint.uri {uri!r}: checkpoint step 10 was written by another job, "
+               f"local/writer-a (uid {uid_a}), not this job local/writer-b (uid {local_uid('writer-b', uri)}); "
+               "set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its own directory")
+    # Refused by `elastic-jax run` itself, before any process starts.
+    assert_one_line_error(other.returncode, other.stdout, other.stderr)
+    assert other.stderr.strip() == f"error: {message}"
+    assert first.controller_log() == log_before  # no controller ran (the launcher would have replaced its log)
 
     again = run_cli(job_manifest("writer-a", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),
                     tmp_path, "--no-failure")
@@ -353,11 +353,11 @@ def test_a_checkpoint_without_writer_identity_needs_resume_from_any(tmp_path):
         assert data["custom_metadata"]["elasticJaxWriter"]["name"] == "legacy"
         data["custom_metadata"] = {}
         meta.write_text(json.dumps(data))
-    refused = run_cli(job_manifest("legacy", tmp_path, training={**training, "steps": 15}, checkpoint=ckpt),
-                      tmp_path, "--no-failure")
-    assert refused.returncode == 1
-    assert "checkpoint step 10 has no writer identity (saved by an older elastic-jax)" in refused.summary["failure_reason"]
-    assert "spec.checkpoint.resumeFrom: Any" in refused.summary["failure_reason"]
+    refused = _run_args(tmp_path, job_manifest("legacy", tmp_path, training={**training, "steps": 15}, checkpoint=ckpt),
+                        "--no-failure")
+    assert_one_line_error(refused.returncode, refused.stdout, refused.stderr, "spec.checkpoint.uri",
+                          "checkpoint step 10 has no writer identity (saved by an older elastic-jax)",
+                          "spec.checkpoint.resumeFrom: Any")
     taken = run_cli(job_manifest("legacy", tmp_path, training={**training, "steps": 15},
                                  checkpoint={**ckpt, "resumeFrom": "Any"}), tmp_path, "--no-failure")
     assert taken.returncode == 0, taken.stderr[-3000:]
@@ -381,3 +381,133 @@ def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):
                           "--fresh deletes checkpoints only", "2024")
     assert (ckpt / "2024" / "report.csv").read_text() == "a,b\n"
     assert (ckpt / "10").is_dir() and (ckpt / "5").is_dir()
+
+
+def _fake_step(ckpt: Path, step: int, writer) -> Path:
+    """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA`
+    naming its writer in `custom_metadata` (the state itself is not needed to decide ownership)."""
+    step_dir = ckpt / str(step)
+    step_dir.mkdir(parents=True)
+    (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
+    return step_dir
+
+
+def _cli(tmp_path: Path, manifest: dict, *args: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return subprocess.run([CLI, *args, str(path)] if args[0] == "validate" else
+                          [CLI, *args[:1], str(path), "--workdir", str(tmp_path / "run"), *args[1:]],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_another_jobs_checkpoints_are_refused_before_any_process_starts(tmp_path):
+    """A new-user trial: a job pointed at a directory holding another job's checkpoints was refused only
+    after the controller and workers had started (exit 1, ~14 s). `run` refuses it up front, exit 2, and
+    `validate` (with or without --trainer) reports the same line; --fresh refuses to delete them up front."""
+    import time
+
+    ckpt = tmp_path / "shared"
+    _fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
+    m = job_manifest("writer-b", tmp_path, training={"steps": 20, "globalBatchSize": 8},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 5})
+    started = time.monotonic()
+    run = _cli(tmp_path, m, "run", "--no-failure")
+    assert_one_line_error(run.returncode, run.stdout, run.stderr, f"spec.checkpoint.uri {str(ckpt)!r}",
+                          "checkpoint step 10 was written by another job, local/writer-a",
+                          "set spec.checkpoint.resumeFrom: Any")
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "run").exists()  # nothing started: not even the run directory
+    for flags in (("validate",), ("validate", "--trainer")):
+        proc = _cli(tmp_path, m, *flags)
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
+        assert [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")] == run.stderr.strip().splitlines()
+    fresh = _cli(tmp_path, m, "run", "--fresh", "--no-failure")
+    assert_one_line_error(fresh.returncode, fresh.stdout, fresh.stderr, "spec.checkpoint.uri",
+                          "--fresh deletes this job's checkpoints only", "local/writer-a")
+    assert (ckpt / "10" / "_CHECKPOINT_METADATA").is_file() and not (tmp_path / "run").exists()
+    # A step beyond spec.training.steps is refused up front too, also with resumeFrom: Any.
+    m["spec"]["training"]["steps"] = 5
+    m["spec"]["checkpoint"]["resumeFrom"] = "Any"
+    for flags in (("run", "--no-failure"), ("validate",)):
+        proc = _cli(tmp_path, m, *flags)
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
+                              "holds checkpoint step 10, beyond spec.training.steps (5)")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("uri, fragment", [
+    ("s3://bucket/ckpt", "unsupported scheme"),
+    ("file:///tmp/elastic-jax-ckpt", "file:// is not supported; write the local path itself ('/tmp/elastic-jax-ckpt')"),
+    ("http://example.invalid/ckpt", "unsupported scheme"),
+    ("gs://", "no bucket name"),
+    ("{tmp}/afile", "is a file, not a directory"),
+    ("{tmp}/afile/sub", "cannot be created: '{tmp}/afile' is a file, not a directory"),
+    ("{tmp}/frozen", "directory is not writable (Operation not permitted)"),
+    ("{tmp}/frozen/sub", "cannot be created: directory '{tmp}/frozen' is not writable (Operation not permitted)"),
+])
+def test_run_and_validate_trainer_refuse_the_same_checkpoint_uris(tmp_path, uri, fragment):
+    """`validate --trainer` accepted checkpoint URIs `run` refused (s3://, file://), and a checkpoint path that
+    is a file or an unwritable directory gave a raw OS message ("File exists"): both now make the same check
+    (`checkpoints.preflight`), one line naming spec.checkpoint.uri and what is wrong, before anything starts."""
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "frozen").mkdir()
+    uri, fragment = uri.format(tmp=tmp_path), fragment.format(tmp=tmp_path)
+    m = job_manifest("uris", tmp_path, checkpoint={"uri": uri})
+    subprocess.run(["chattr", "+i", str(tmp_path / "frozen")], check=True)  # EPERM even for root
+    try:
+        run = _cli(tmp_path, m, "run", "--no-failure")
+        validate = _cli(tmp_path, m, "validate", "--trainer")
+    finally:
+        subprocess.run(["chattr", "-i", str(tmp_path / "frozen")], check=False)
+    assert_one_line_error(run.returncode, run.stdout, run.stderr, "spec.checkpoint.uri", fragment)
+    assert not (tmp_path / "run").exists()
+    assert_one_line_error(validate.returncode, validate.stdout, validate.stderr)
+    assert [ln for ln in validate.stderr.splitlines() if ln.startswith("error: ")][0] == run.stderr.strip()
+    assert not (tmp_path / "frozen" / "sub").exists() and (tmp_path / "afile").read_text() == "x"
+
+
+def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
+    """--fresh on a step whose folder is immutable: it deleted the step's metadata, then died with a
+    PermissionError traceback (half a step gone). Now refused up front, one line, nothing deleted."""
+    ckpt = tmp_path / "ckpt"
+    step = _fake_step(ckpt, 10, identity.local_identity("frozenfresh", str(ckpt)))
+    (step / "state").mkdir()
+    (step / "state" / "array").write_text("data")
+    m = job_manifest("frozenfresh", tmp_path, checkpoint={"uri": str(ckpt)})
+    subprocess.run(["chattr", "+i", str(step / "state")], check=True)
+    try:
+        proc = _cli(tmp_path, m, "run", "--fresh", "--no-failure")
+    finally:
+        subprocess.run(["chattr", "-i", str(step / "state")], check=False)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
+                          f"--fresh cannot delete the checkpoints: {str(step / 'state')!r} is not writable; "
+                          "nothing was deleted")
+    assert (step / "_CHECKPOINT_METADATA").is_file() and (step / "state" / "array").read_text() == "data"
+
+
+@pytest.mark.parametrize("command, args, fragment", [
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "abc"], "'--kill-at-step'"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "0"], "--kill-at-step 0: must be in 1..59"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "-5"], "--kill-at-step -5: must be in 1..59"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "60"], "--kill-at-step 60: must be in 1..59"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-slice", "-1"], "--kill-slice -1: the job has slices 0..1"),
+    ("elastic-jax", ["run", "{manifest}", "--kill-slice", "2"], "--kill-slice 2: the job has slices 0..1"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--port", "-1"], "--port -1: must be 0..65535"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--port", "70000"], "--port 70000: must be 0..65535"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--slice-index", "-1"], "--slice-index -1: must be 0 or more"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--cache-bytes", "0"], "--cache-bytes 0: must be at least 1"),
+    ("elastic-jax-worker", ["--token-file", "{manifest}", "--host-devices", "0"], "--host-devices must be at least 1"),
+    ("elastic-jax-controller", ["--manifest", "{manifest}", "--port", "-3"], "--port -3: must be 0..65535"),
+])
+def test_numeric_options_out_of_range_name_the_option(tmp_path, command, args, fragment):
+    """No numeric option lets a value through where it makes no sense (a negative port or slice index
+    reached bind() or the slice list); each refusal names the option, exit 2, nothing started."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job_manifest("numeric", tmp_path)))
+    argv = [str(Path(sys.executable).parent / command), *(a.format(manifest=path) for a in args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2, proc.stderr
+    assert fragment in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists() and not leftover_processes(str(tmp_path))

@@ -184,3 +184,30 @@ def test_the_largest_valid_report_fits_the_body_cap(api):
     body = {"state": "Ready", "generation": 1, "addresses": [("h" * 294) + ":65535"] * 256, "reason": "r" * 1024}
     assert len(json.dumps(body)) < MAX_BODY_BYTES
     assert httpx.put(f"{base}/v1/slices/0", json=body, headers=AUTH).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/v1/slices/0", "/v1/stop"])
+@pytest.mark.parametrize("body, content_type, field", [
+    (b'{"state": "Down", "generation": ' + b"9" * 5000 + b"}", "application/json", "generation"),  # int() refuses it
+    (b'{"state": "Down", "generation": -' + b"9" * 5000 + b"}", "application/json", "generation"),
+    (b'{"state": "Down", "generation": 1, "generation": 2}', "application/json", "generation"),  # which one wins?
+    (b'{"state": "Down", "generation": 1, "reason": "\xff"}', "application/json", None),  # not UTF-8
+    (b'{"state": "Down", "generation": 1, "reason": ' + b"[" * 5000 + b"]" * 5000 + b"}", "application/json", None),
+    (b"", "application/json", None),
+    (b'{"state": "Down", "generation": 1}', "text/plain", None),
+    (b'{"state": "Down", "generation": 1}', None, None),
+])
+def test_every_invalid_body_is_422_naming_the_field(api, path, body, content_type, field):
+    """A 5000-digit generation was a bare 400 ("There was an error parsing the body"), as were bodies that are
+    not UTF-8 or nest too deeply: every invalid body is 422 with the field named where there is one."""
+    base, slice_set, _ = api
+    before = snapshot(slice_set)
+    headers = {**AUTH, **({"Content-Type": content_type} if content_type else {})}
+    r = httpx.request("PUT" if "slices" in path else "POST", base + path, content=body, headers=headers)
+    assert r.status_code == 422, (r.status_code, r.text)
+    locs = [d["loc"] for d in r.json()["detail"]]
+    assert all(loc[0] == "body" for loc in locs), locs
+    if field and "slices" in path:
+        assert ["body", field] in locs, locs
+    assert len(r.content) < 1000  # never echoes the body
+    assert snapshot(slice_set) == before

@@ -121,6 +121,16 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
     assert stopped_at >= 60 and finished[0]["last_committed_checkpoint_step"] == stopped_at
     assert s["restored_from_step"] == stopped_at
     assert "controller interrupted by SIGTERM" in finished[0]["failure_reason"]
+    # A controller restart is not a slice recovery: the summary had `recovery_seconds: [null]` and counted
+    # a recovery the progress line never showed. It says what happened instead.
+    assert s["recoveries"] == 0 and s["recovery_seconds"] == [] and s["unfinished_recoveries"] == 0
+    assert s["controller_losses"] == [{"cause": "interrupted", "exit_code": 75, "at_step": s["controller_losses"][0]["at_step"],
+                                       "resumed_from_step": stopped_at}]
+    assert 60 <= s["controller_losses"][0]["at_step"] <= stopped_at
+    assert "null" not in json.dumps(s["recovery_seconds"])
+    assert (f"controller interrupted by a signal (it checkpointed the step it reached) at step "
+            f"{s['controller_losses'][0]['at_step']}; its successor resumed from step {stopped_at}") in run.stderr
+    assert "recoveries 0 (-)" in run.stderr and "controller restarts 1" in run.stderr
 
 
 # -- item 4: a stop during a hung step abandons the step and checkpoints the last completed one -----
@@ -360,3 +370,43 @@ def test_user_code_calling_sys_exit_zero_mid_training_fails_instead_of_succeedin
     assert "sys.exit(0)" in s["failure_reason"] and "training did not finish" in s["failure_reason"]
     finished = [e for e in read_events(run.controller_log()) if e["event"] == "finished"]
     assert finished[-1]["exit_code"] == 1
+
+
+# -- a rerun: nothing to train is not 0% goodput; an injected failure fires only when passed -------
+
+
+def test_reruns_report_goodput_as_not_applicable_and_inject_failures_only_when_passed(tmp_path):
+    """Found by a new-user trial: a finished job run again (resumed at its last step, nothing to do)
+    reported goodput 0.0%; and `--kill-at-step` (or its default, a third of the run) fired in the first
+    step after a resume that was already past it."""
+    ckpt = {"uri": str(tmp_path / "ckpt"), "intervalSteps": 10}
+    first = run_cli(job_manifest("rerun", tmp_path, training={"steps": 20, "globalBatchSize": 8}, checkpoint=ckpt),
+                    tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.summary["goodput"] > 0
+
+    again = run_cli(job_manifest("rerun", tmp_path, training={"steps": 20, "globalBatchSize": 8}, checkpoint=ckpt),
+                    tmp_path)  # the default failure is armed: nothing may be killed
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = again.summary
+    assert s["restored_from_step"] == 20 and s["goodput"] is None
+    assert "goodput n/a (no steps run)" in again.stderr and "goodput 0.0%" not in again.stderr
+
+    longer = run_cli(job_manifest("rerun", tmp_path, training={"steps": 40, "globalBatchSize": 8}, checkpoint=ckpt),
+                     tmp_path, "--kill-at-step", "10")
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    s = longer.summary
+    assert s["restored_from_step"] == 20 and s["steps"] == 40
+    assert s["injected_failure"] is None and s["worker_restarts"] == 0 and s["recoveries"] == 0
+    assert s["injected_failure_skipped"] == ("the run resumed at step 20, already past --kill-at-step 10; "
+                                             "no failure injected")
+    assert "injected failure: none (the run resumed at step 20" in longer.stderr
+    assert 0 < s["goodput"] <= 1
+
+    # Past the resumed step, the failure fires once training passes it.
+    later = run_cli(job_manifest("rerun", tmp_path, training={"steps": 70, "globalBatchSize": 8}, checkpoint=ckpt),
+                    tmp_path, "--kill-at-step", "50")
+    assert later.returncode == 0, later.stderr[-3000:]
+    s = later.summary
+    assert s["restored_from_step"] == 40 and s["injected_failure"]["at_step"] >= 50
+    assert s["injected_failure_skipped"] is None and s["worker_restarts"] >= 1 and s["recoveries"] >= 1

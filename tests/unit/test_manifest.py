@@ -177,3 +177,59 @@ def test_job_names_within_the_rule_pass(name):
     doc = _job()
     doc["metadata"]["name"] = name
     assert parse_manifest(doc).metadata.name == name
+
+
+@pytest.mark.parametrize("field", ["lables", "annotation", "nmae", "foo"])
+def test_unknown_metadata_fields_are_refused_like_spec_fields(field):
+    """`metadata.lables: {...}` was accepted silently (and the labels lost) while `spec` refuses unknown fields."""
+    job = _job()
+    job["metadata"][field] = {"team": "ml"}
+    with pytest.raises(ManifestError) as e:
+        parse_manifest(job)
+    assert str(e.value) == f"manifest: metadata.{field}: unknown field"
+
+
+def test_metadata_as_the_api_server_returns_it_is_accepted(tmp_path):
+    """What `kubectl get ejob -o yaml` prints (every ObjectMeta field the API server or a controller sets)
+    must still validate: the operator and `elastic-jax validate` read such objects."""
+    path = tmp_path / "job.yaml"
+    path.write_text("""\
+apiVersion: elasticjax.dev/v1alpha1
+kind: ElasticTrainingJob
+metadata:
+  name: t
+  generateName: t-
+  namespace: team-a
+  uid: 6c1f0a8e-5d0b-4a57-9a39-2b8f6f0f6d41
+  resourceVersion: "123456"
+  generation: 3
+  creationTimestamp: 2024-05-01T10:00:00Z
+  deletionTimestamp: 2024-05-02T10:00:00Z
+  deletionGracePeriodSeconds: 0
+  selfLink: /apis/elasticjax.dev/v1alpha1/namespaces/team-a/elastictrainingjobs/t
+  labels: {team: ml}
+  annotations: {kopf.zalando.org/last-handled-configuration: '{"spec": {}}'}
+  ownerReferences: [{apiVersion: v1, kind: ConfigMap, name: owner, uid: abc, controller: true}]
+  finalizers: [elasticjax.dev/operator]
+  managedFields:
+  - {manager: kubectl-client-side-apply, operation: Update, apiVersion: elasticjax.dev/v1alpha1,
+     time: 2024-05-01T10:00:00Z, fieldsType: FieldsV1, fieldsV1: {f:spec: {f:slices: {}}}}
+spec: {slices: {count: 2}, training: {steps: 10, globalBatchSize: 4}, checkpoint: {uri: /tmp/ckpt}}
+status: {phase: Running, step: 4}
+""")
+    job = load_manifest(path)
+    assert job.metadata.namespace == "team-a" and job.metadata.labels == {"team": "ml"}
+    assert job.metadata.generation == 3 and job.metadata.finalizers == ["elasticjax.dev/operator"]
+
+
+@pytest.mark.parametrize("uri, expected", [
+    ("s3://bucket/ckpt", "spec.checkpoint.uri: 's3://bucket/ckpt': unsupported scheme (use a local path or gs://bucket/prefix)"),
+    ("file:///data/ckpt", "spec.checkpoint.uri: 'file:///data/ckpt': file:// is not supported; write the local path itself ('/data/ckpt')"),
+    ("gs://", "spec.checkpoint.uri: 'gs://': no bucket name (use gs://bucket/prefix)"),
+])
+def test_checkpoint_uri_schemes_other_than_gs_are_refused(uri, expected):
+    with pytest.raises(ManifestError) as e:
+        parse_manifest(_job(checkpoint={"uri": uri}))
+    assert str(e.value) == f"manifest: {expected}"
+    for fine in ("gs://bucket", "gs://bucket/a/b", "/abs/path", "relative/path", "~/ckpt"):
+        assert parse_manifest(_job(checkpoint={"uri": fine})).spec.checkpoint.uri == fine

@@ -49,6 +49,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("no token: pass --token-file or set ELASTIC_JAX_TOKEN_FILE (a worker never serves without one)")
     if args.host_devices < 1:
         parser.error("--host-devices must be at least 1")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: must be 0..65535 (0 picks a free port)")
+    if args.slice_index < 0:
+        parser.error(f"--slice-index {args.slice_index}: must be 0 or more")
+    if args.cache_bytes < 1:
+        parser.error(f"--cache-bytes {args.cache_bytes}: must be at least 1")
     return args
 
 

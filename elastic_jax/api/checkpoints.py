@@ -1,0 +1,440 @@
+"""What a usable `spec.checkpoint.uri` is, and whether a job may resume from what it holds.
+
+One set of checks, shared by everything that looks at a checkpoint location:
+the manifest model (`uri_problem`: the URI's form), `elastic-jax run` and
+`elastic-jax validate --trainer` before any process starts (`preflight`), and
+the controller (`check_location`, `writer_problem`, `beyond_steps_problem`), so the
+CLI refuses exactly what the controller would refuse, only earlier.
+
+This module needs no JAX or Orbax: it reads Orbax's on-disk layout of a local
+checkpoint directory (a committed step is a directory named by its number; its
+`_CHECKPOINT_METADATA` JSON holds the writer identity under `custom_metadata`)
+with the standard library. `gs://` locations are probed with
+google-cloud-storage (the controller extra), imported only when needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Literal
+
+from elastic_jax.api import identity
+from elastic_jax.api.identity import JobIdentity
+
+URI_FIELD = "spec.checkpoint.uri"
+# The file Orbax's CheckpointManager writes into every step directory it saves.
+STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
+# Orbax's root metadata folder (`orbax.checkpoint.checkpoint_manager.METADATA_ITEM_NAME`;
+# tests/unit/test_checkpoints.py checks that they agree).
+ORBAX_ROOT_METADATA = "metadata"
+# The reachability probe must answer in seconds: a wrong bucket name is a bad
+# spec, reported at start-up, not something to retry for minutes.
+DEFAULT_PROBE_TIMEOUT_S = 10.0
+
+
+class CheckpointUriError(ValueError):
+    """The checkpoint location cannot be used.
+
+    The message is one line and names the field, e.g.
+    `spec.checkpoint.uri: 'gs://x/ckpt': bucket 'x' does not exist`.
+    """
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoints at `spec.checkpoint.uri` are not this job's: a step beyond
+    `spec.training.steps`, or a state that does not fit the trainer's. The
+    message is one line naming the field and the step."""
+
+
+class CheckpointForeignError(CheckpointMismatchError):
+    """The checkpoint to resume from was written by another job (or by an unknown one) and
+    `spec.checkpoint.resumeFrom` is `SameJob`. The message is one line naming the field,
+    the step and the writer."""
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return " ".join(text.split())
+
+
+def uri_error(uri: str, reason: str) -> CheckpointUriError:
+    """A `CheckpointUriError` reading `spec.checkpoint.uri: '<uri>': <reason>`."""
+    return CheckpointUriError(f"{URI_FIELD}: {uri!r}: {reason}")
+
+
+def uri_problem(uri: str) -> str | None:
+    """Why `uri` is not a checkpoint location elastic-jax supports (its form only; nothing is read), or None.
+
+    Supported: a local path (absolute, or relative to the working directory) or
+    `gs://bucket[/prefix]`. Any other scheme (`s3://`, `file://`, `http://`) is
+    refused: `file://` too, since a local path says the same and every part of
+    elastic-jax (locks, `--fresh`, the operator) treats a URI with a scheme as
+    remote.
+
+    Returns:
+      One line naming `spec.checkpoint.uri`, or None when the form is supported.
+    """
+    if not uri:
+        return f"{URI_FIELD}: must not be empty"
+    if uri.startswith("gs://"):
+        bucket = uri.removeprefix("gs://").partition("/")[0]
+        if not bucket:
+            return f"{URI_FIELD}: {uri!r}: no bucket name (use gs://bucket/prefix)"
+        return None
+    if uri.startswith("file://"):
+        return (f"{URI_FIELD}: {uri!r}: file:// is not supported; write the local path itself "
+                f"({uri.removeprefix('file://') or '/'!r})")
+    if "://" in uri:
+        return f"{URI_FIELD}: {uri!r}: unsupported scheme (use a local path or gs://bucket/prefix)"
+    return None
+
+
+def is_local(uri: str) -> bool:
+    """True for a local path (no scheme)."""
+    return "://" not in uri
+
+
+def local_path(uri: str) -> Path:
+    """The absolute local path of a local `uri` (`~` expanded)."""
+    return Path(os.path.abspath(os.path.expanduser(uri)))
+
+
+def _probe_write(directory: Path) -> None:
+    """Writes, then removes, a probe file in `directory` (what a save needs: create and delete entries)."""
+    probe = directory / f".elastic-jax-probe-{uuid.uuid4().hex}"
+    probe.write_text("probe")
+    probe.unlink()
+
+
+def _check_local(uri: str, create: bool) -> Path:
+    """See `check_location`; local paths."""
+    path = local_path(uri)
+    if path.exists() and not path.is_dir():
+        raise uri_error(uri, "is a file, not a directory (checkpoints need a directory of their own)")
+    if not path.exists():
+        # The nearest existing ancestor must be a directory in which the rest can be created.
+        ancestor = path.parent
+        while not ancestor.exists() and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            raise uri_error(uri, f"cannot be created: {str(ancestor)!r} is a file, not a directory")
+        try:
+            _probe_write(ancestor)
+        except OSError as e:
+            raise uri_error(uri, f"cannot be created: directory {str(ancestor)!r} is not writable "
+                                 f"({e.strerror or _one_line(e)})") from None
+        if not create:
+            return path
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise uri_error(uri, f"cannot be created ({e.strerror or _one_line(e)})") from None
+    try:
+        _probe_write(path)
+    except OSError as e:
+        raise uri_error(uri, f"directory is not writable ({e.strerror or _one_line(e)})") from None
+    return path
+
+
+def _check_gcs(uri: str, timeout_s: float) -> None:
+    """Checks that the bucket exists and that an object can be written under the prefix.
+
+    Uses google-cloud-storage with `retry=None` and a short timeout, so a
+    missing bucket or an unreachable endpoint fails in about `timeout_s`.
+    """
+    try:
+        from google.api_core import exceptions as gexc
+        from google.auth import exceptions as auth_exc
+        from google.cloud import storage
+    except ImportError as e:
+        raise uri_error(uri, f"checking gs:// needs the controller extra (pip install 'elastic-jax[controller]'): {e}") from None
+
+    bucket_name, _, prefix = uri.removeprefix("gs://").partition("/")
+    try:
+        client = storage.Client()
+        bucket = client.get_bucket(bucket_name, timeout=timeout_s, retry=None)
+        blob = bucket.blob(f"{prefix.rstrip('/')}/.elastic-jax-probe-{uuid.uuid4().hex}".lstrip("/"))
+        blob.upload_from_string(b"probe", timeout=timeout_s, retry=None)
+        blob.delete(timeout=timeout_s, retry=None)
+    except gexc.NotFound:
+        raise uri_error(uri, f"bucket {bucket_name!r} does not exist") from None
+    except gexc.Forbidden as e:
+        raise uri_error(uri, f"no write permission on bucket {bucket_name!r} ({_one_line(e)})") from None
+    except auth_exc.DefaultCredentialsError as e:
+        raise uri_error(uri, f"no Google Cloud credentials ({_one_line(e)})") from None
+    except Exception as e:  # connection refused, DNS, timeout, 5xx: all "unreachable"
+        raise uri_error(uri, f"GCS unreachable ({type(e).__name__}: {_one_line(e)})") from None
+
+
+def check_location(uri: str, *, create: bool, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> str:
+    """Checks that checkpoints can be written at `uri`; returns the location to open.
+
+    A local path must be a directory (or creatable: its nearest existing
+    ancestor a writable directory) in which a probe file can be written and
+    removed. A `gs://` URI needs an existing bucket and write permission (a
+    probe object is written and deleted; no retries, about `timeout_s`
+    seconds per request).
+
+    Args:
+      uri: `spec.checkpoint.uri`.
+      create: create a missing local directory (the controller); False checks
+        that it could be created and leaves the file system as it was
+        (`elastic-jax validate --trainer`, the CLI before starting processes).
+      timeout_s: per-request timeout of the `gs://` probe.
+
+    Returns:
+      The absolute local path as a string, or the `gs://` URI without a trailing slash.
+
+    Raises:
+      CheckpointUriError: the location is unusable; one line naming
+        `spec.checkpoint.uri` and what is wrong (a file, not writable, no such
+        bucket, unsupported scheme, ...).
+    """
+    problem = uri_problem(uri)
+    if problem:
+        raise CheckpointUriError(problem)
+    if uri.startswith("gs://"):
+        _check_gcs(uri, timeout_s)
+        return uri.rstrip("/")
+    return str(_check_local(uri, create))
+
+
+# -- what a local checkpoint directory holds ------------------------------------------------
+
+
+def is_orbax_step_dir(path: Path) -> bool:
+    """True for a directory named by a step number that holds Orbax's step metadata file."""
+    return path.name.isdigit() and path.is_dir() and (path / STEP_METADATA_FILE).is_file()
+
+
+def committed_local_steps(root: Path) -> list[int]:
+    """The committed steps in a local checkpoint directory, ascending, as Orbax lists them.
+
+    On local disk Orbax commits a step by renaming `<step>.orbax-checkpoint-tmp-*`
+    to `<step>`: every directory named by a number counts (the controller's
+    `Checkpointer.committed_steps` sees the same).
+    """
+    try:
+        return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())
+    except OSError:
+        return []
+
+
+def read_step_writer(step_dir: Path) -> tuple[bool, JobIdentity | None]:
+    """The writer stored in a local step's Orbax metadata.
+
+    Returns:
+      `(readable, writer)`: readable False when the metadata file is missing or
+      not JSON (a corrupt step: the controller would skip it); writer None
+      when the step was saved without an identity.
+    """
+    try:
+        meta = json.loads((step_dir / STEP_METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return False, None
+    if not isinstance(meta, dict):
+        return False, None
+    return True, identity.from_metadata(meta.get("custom_metadata"))
+
+
+def step_writer(step_dir: Path) -> JobIdentity | None:
+    """The writer in a committed step's Orbax step metadata; None if absent or unreadable."""
+    return read_step_writer(step_dir)[1]
+
+
+# -- may this job take these checkpoints? -------------------------------------------------------
+
+
+def writer_problem(step: int, writer: JobIdentity | None, me: JobIdentity | None,
+                   resume_from: Literal["SameJob", "Any"], uri: str) -> str | None:
+    """Why this job may not resume from committed `step` written by `writer`, or None when it may.
+
+    A step saved without a writer identity (by an older elastic-jax) counts as
+    another job's: it cannot be shown to be this job's.
+
+    Args:
+      step: the committed step.
+      writer: who wrote it (None: no identity saved).
+      me: this job (None: the job saves no identity; nothing to compare).
+      resume_from: `spec.checkpoint.resumeFrom`.
+      uri: `spec.checkpoint.uri`, for the message.
+
+    Returns:
+      One line naming `spec.checkpoint.uri`, the step, the writer and
+      `spec.checkpoint.resumeFrom`, or None.
+    """
+    if resume_from == "Any" or me is None:
+        return None
+    where = f"{URI_FIELD} {uri!r}"
+    if writer is None:
+        return (f"{where}: checkpoint step {step} has no writer identity (saved by an older elastic-jax), so it "
+                f"cannot be shown to be this job's ({me.describe()}); set spec.checkpoint.resumeFrom: Any to "
+                "resume from it, or give this job its own directory")
+    if writer.uid != me.uid:
+        return (f"{where}: checkpoint step {step} was written by another job, {writer.describe()}, not this job "
+                f"{me.describe()}; set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its "
+                "own directory")
+    return None
+
+
+def beyond_steps_problem(latest: int | None, total_steps: int, uri: str) -> str | None:
+    """Why a newest committed step `latest` cannot be resumed by a job of `total_steps` steps, or None.
+
+    A step beyond `spec.training.steps` is never resumed (also with
+    `resumeFrom: Any`): the run would "succeed" without training.
+    """
+    if latest is None or latest <= total_steps:
+        return None
+    return (f"{URI_FIELD} {uri!r} holds checkpoint step {latest}, beyond spec.training.steps ({total_steps}): "
+            "another job's checkpoints? Give this job its own directory (or raise steps to continue it)")
+
+
+def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
+                 resume_from: Literal["SameJob", "Any"]) -> None:
+    """Refuses what the controller would refuse before restoring from the local checkpoint directory `uri`.
+
+    Judged from the files alone: the newest committed step must not be beyond
+    `total_steps`, and the newest step whose metadata is readable (the one
+    the controller tries first; it skips unreadable ones) must have been
+    written by this job unless `resume_from` is `Any`. Whether the state fits
+    the trainer is left to the controller (that needs the trainer). A `gs://`
+    URI, or a directory that does not exist yet, passes (the controller
+    checks `gs://` through Orbax).
+
+    Args:
+      uri: `spec.checkpoint.uri`.
+      total_steps: `spec.training.steps`.
+      me: this job's identity (None: no identity to compare).
+      resume_from: `spec.checkpoint.resumeFrom`.
+
+    Raises:
+      CheckpointMismatchError: a committed step is beyond `total_steps`.
+      CheckpointForeignError: the step to resume from is another job's (or of no known job).
+    """
+    if not is_local(uri):
+        return
+    root = local_path(uri)
+    if not root.is_dir():
+        return
+    steps = committed_local_steps(root)
+    if not steps:
+        return
+    problem = beyond_steps_problem(steps[-1], total_steps, uri)
+    if problem:
+        raise CheckpointMismatchError(problem)
+    for step in reversed(steps):
+        readable, writer = read_step_writer(root / str(step))
+        if readable:
+            problem = writer_problem(step, writer, me, resume_from, uri)
+            if problem:
+                raise CheckpointForeignError(problem)
+            return
+
+
+def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> list[str]:
+    """What `--fresh` would delete from the local checkpoint directory `uri`; refuses if anything is not this job's.
+
+    Only entries Orbax itself recognises are deleted: committed step
+    directories (the name is the step number *and* the directory holds Orbax's
+    step metadata file), interrupted saves (`<step>.orbax-checkpoint-tmp-*`)
+    and Orbax's root `metadata/`. A folder whose name is only digits (a user's
+    `2024/`) is not a step. If the directory holds anything else, nothing may
+    be deleted; nor when a step was written by another job (or by no known
+    job), unless `allow_foreign` (`spec.checkpoint.resumeFrom: Any`); nor when
+    a directory to be emptied is not writable (read-only, immutable).
+
+    Args:
+      uri: `spec.checkpoint.uri`.
+      me: this job's identity; None skips the ownership check.
+      allow_foreign: steps other jobs wrote may be deleted too.
+
+    Returns:
+      The entry names to delete, sorted (empty when the directory does not exist).
+
+    Raises:
+      CheckpointUriError: `uri` is not a local path, is not a directory, holds
+        entries that are not checkpoints, holds another job's steps (the
+        message names some), or cannot be emptied.
+    """
+    if not is_local(uri):
+        raise uri_error(uri, "--fresh clears local checkpoint directories only")
+    root = local_path(uri)
+    if not root.exists():
+        return []
+    if not root.is_dir():
+        raise uri_error(uri, "is a file, not a directory (checkpoints need a directory of their own)")
+    names = sorted(p.name for p in root.iterdir())
+    ours = [n for n in names
+            if is_orbax_step_dir(root / n) or ".orbax-checkpoint-tmp" in n or n == ORBAX_ROOT_METADATA]
+    foreign = [n for n in names if n not in ours]
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise uri_error(uri, f"--fresh deletes checkpoints only, and this directory also holds {shown}; "
+                             "give the job a checkpoint directory of its own")
+    if me is not None and not allow_foreign:
+        others = {}
+        for name in ours:
+            if is_orbax_step_dir(root / name):
+                writer = step_writer(root / name)
+                if writer is None or writer.uid != me.uid:
+                    others[name] = writer
+        if others:
+            step, by = next(iter(sorted(others.items(), key=lambda kv: int(kv[0]))))
+            who = by.describe() if by else "a job that saved no writer identity"
+            raise uri_error(uri, f"--fresh deletes this job's checkpoints only, and step {step} "
+                                 f"({len(others)} step(s) in all) was written by {who}, not {me.describe()}; "
+                                 "give the job a checkpoint directory of its own, or set "
+                                 "spec.checkpoint.resumeFrom: Any to treat them as this job's")
+    # Every directory to be emptied must be writable, or a read-only/immutable one would stop the
+    # deletion half-way through a step (its metadata gone, its arrays left).
+    for directory in ([root] if ours else []) + [Path(d) for n in ours for d, _, _ in os.walk(root / n)]:
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise uri_error(uri, f"--fresh cannot delete the checkpoints: {str(directory)!r} is not writable; "
+                                 "nothing was deleted")
+    return ours
+
+
+def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal["SameJob", "Any"], *,
+              fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> None:
+    """Everything about the checkpoint location that can be refused before a process starts.
+
+    `elastic-jax run` (before the controller starts) and `elastic-jax validate
+    --trainer` call this one function, so they refuse the same things; the
+    controller applies the same checks again when it starts (the location
+    can change in between). Nothing is created or deleted (probe files aside).
+
+    Checks: the URI's form (`uri_problem`); the location (`check_location`
+    with `create=False`: a file, a directory that is not writable, a missing
+    bucket); then, for a local path, with `fresh` what `--fresh` would refuse
+    (`fresh_plan`), else what resuming would refuse (`check_resume`:
+    another job's steps, a step beyond `total_steps`).
+
+    Args:
+      uri: `spec.checkpoint.uri`.
+      total_steps: `spec.training.steps`.
+      me: the identity the run will save with (`identity.local_identity` for `elastic-jax run`).
+      resume_from: `spec.checkpoint.resumeFrom`.
+      fresh: the run starts with `--fresh`.
+      check_gcs: probe a `gs://` location (False leaves it to the controller).
+      timeout_s: per-request timeout of the `gs://` probe.
+
+    Raises:
+      CheckpointUriError: the location is unusable, or `--fresh` would refuse it.
+      CheckpointForeignError: the checkpoint to resume from is another job's.
+      CheckpointMismatchError: a committed step is beyond `total_steps`.
+    """
+    if uri.startswith("gs://") and not check_gcs:
+        problem = uri_problem(uri)
+        if problem:
+            raise CheckpointUriError(problem)
+        return
+    check_location(uri, create=False, timeout_s=timeout_s)
+    if not is_local(uri):
+        return
+    if fresh:
+        fresh_plan(uri, me, allow_foreign=resume_from == "Any")
+        return
+    check_resume(uri, total_steps, me, resume_from)

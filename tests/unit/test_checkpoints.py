@@ -1,0 +1,30 @@
+"""The shared checkpoint-location rules (elastic_jax.api.checkpoints): pure parts."""
+
+import orbax.checkpoint as ocp
+
+from elastic_jax.api import checkpoints
+from elastic_jax.api.identity import JobIdentity
+
+A = JobIdentity(namespace="local", name="a", uid="uid-a")
+B = JobIdentity(namespace="local", name="b", uid="uid-b")
+
+
+def test_the_root_metadata_name_is_orbaxs():
+    assert checkpoints.ORBAX_ROOT_METADATA == ocp.checkpoint_manager.METADATA_ITEM_NAME
+
+
+def test_writer_problem_names_the_field_the_step_and_the_way_out():
+    assert checkpoints.writer_problem(10, A, A, "SameJob", "/c") is None
+    assert checkpoints.writer_problem(10, B, A, "Any", "/c") is None
+    assert checkpoints.writer_problem(10, None, A, "Any", "/c") is None
+    foreign = checkpoints.writer_problem(10, B, A, "SameJob", "/c")
+    assert foreign.startswith("spec.checkpoint.uri '/c': checkpoint step 10 was written by another job, local/b (uid uid-b)")
+    assert "spec.checkpoint.resumeFrom: Any" in foreign
+    unknown = checkpoints.writer_problem(10, None, A, "SameJob", "/c")
+    assert "has no writer identity" in unknown and "spec.checkpoint.resumeFrom: Any" in unknown
+
+
+def test_beyond_steps_problem():
+    assert checkpoints.beyond_steps_problem(None, 10, "/c") is None
+    assert checkpoints.beyond_steps_problem(10, 10, "/c") is None
+    assert "holds checkpoint step 11, beyond spec.training.steps (10)" in checkpoints.beyond_steps_problem(11, 10, "/c")
