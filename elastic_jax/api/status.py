@@ -42,6 +42,7 @@ COND_PODS_NOT_STARTING = "PodsNotStarting"
 # False (reason NodeLossRecovered) once every slice is Ready and a controller runs again.
 COND_NODE_LOST = "NodeLost"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
+REASON_CHILD_CONFLICT = "ChildNameConflict"
 # Events about a resume from a checkpoint: every resume (Normal), and a resume from an older
 # step because the newer ones could not be restored (Warning).
 EVENT_RESUMED = "Resumed"

@@ -40,6 +40,7 @@ from elastic_jax.k8s_operator.status_builder import (
     changed_fields,
     resume_events,
     create_failure,
+    child_conflict,
     token_conflict,
     with_create_failure,
     with_node_loss,
@@ -217,11 +218,11 @@ def job_deleted(namespace, name, uid, memo, **_):
     state.applied.pop((namespace, name), None)
 
 
-def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob) -> job_api.ElasticTrainingJob:
-    """The spec the job started with (from its ConfigMap), with today's suspend and TTL."""
+def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str) -> job_api.ElasticTrainingJob:
+    """The spec the job started with (from its ConfigMap, if this job `uid` owns it), with today's suspend and TTL."""
     applied = state.applied.get(key)
     if applied is None:
-        text = state.kube.read_manifest(key[0], names.configmap(key[1]))
+        text = state.kube.read_manifest(key[0], names.configmap(key[1]), uid)
         if text:
             try:
                 applied = parse_manifest(safe_load_bounded(text), "configmap")
@@ -252,6 +253,18 @@ class TokenSecretConflict(Exception):
     """The job's token Secret name is taken by a Secret this operator did not create for this job."""
 
 
+class ChildConflict(Exception):
+    """The job's ConfigMap or Service name is taken by an object this job does not own.
+
+    Attributes:
+      kind, name: the object.
+    """
+
+    def __init__(self, kind: str, name: str):
+        super().__init__(f"{kind} {name}")
+        self.kind, self.name = kind, name
+
+
 def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, body, status, patch) -> None:
     """Creates the job's token Secret (create only: the operator cannot read Secrets) and sets `tracker.token`.
 
@@ -278,13 +291,26 @@ def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, bo
 
 
 def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) -> None:
-    """ConfigMap (manifest) and Service: created once per job UID (absent ones after an operator restart are 409s)."""
+    """ConfigMap (manifest) and Service: created once per job UID.
+
+    One that exists already (409) is used only when it is this job's (its
+    ownerReference has the job's UID: an operator restart); a ConfigMap
+    planted under that name would choose the job's code and image, a Service
+    would route its traffic.
+
+    Raises:
+      ChildConflict: the name is taken by an object this job does not own.
+      ChildRefused: the API server refused the create.
+    """
     ns, _ = key
+    uid = body["metadata"]["uid"]
     for child in (children.manifest_configmap(job), children.controller_service(job)):
-        marker = (body["metadata"]["uid"], child["kind"])
+        marker = (uid, child["kind"])
         if marker not in state.static_done:
             kopf.adopt(child, owner=body)
-            state.kube.create(ns, child)
+            name = child["metadata"]["name"]
+            if not state.kube.create(ns, child) and not state.kube.owned_by(ns, child["kind"], name, uid):
+                raise ChildConflict(child["kind"], name)
             state.static_done.add(marker)
 
 
@@ -314,7 +340,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                lost: dict[str, NodeLoss] | None = None) -> None:
     lost = lost or {}
     ns, name = key
-    job = _applied_job(state, key, live)
+    job = _applied_job(state, key, live, body["metadata"]["uid"])
     tracker = _tracker(state, key, job, body)
     post = _event_sink(tracker.ref)
     finished = status.get("phase") in FINISHED_PHASES
@@ -327,6 +353,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             _ensure_static(state, key, job, tracker, body)
         except TokenSecretConflict as e:
             refusal, blocked = token_conflict(str(e)), True
+        except ChildConflict as e:
+            refusal, blocked = child_conflict(e.kind, e.name), True
         except ChildRefused as e:
             refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
     pods = list(job_pods.get(key, []))

@@ -38,6 +38,11 @@ class ChildRefused(Exception):
         self.kind, self.name, self.status, self.message = kind, name, status, message
 
 
+def _owner_uids(metadata: Any) -> set[str]:
+    """UIDs in an object's ownerReferences (a kubernetes-client V1ObjectMeta)."""
+    return {ref.uid for ref in (getattr(metadata, "owner_references", None) or [])}
+
+
 def api_message(error: ApiException) -> str:
     """The API server's message of a failed call (the Status body's `message`, else the reason)."""
     try:
@@ -111,15 +116,37 @@ class Kube:
             if e.status != 404:
                 raise
 
-    def read_manifest(self, namespace: str, configmap: str) -> str | None:
-        """The manifest text the controller was started with, or None when the ConfigMap is absent."""
+    def read_manifest(self, namespace: str, configmap: str, owner_uid: str) -> str | None:
+        """The manifest text the controller was started with; None when the ConfigMap is absent or
+        not owned by the job `owner_uid` (a ConfigMap someone else made under that name is never read)."""
         try:
             cm = self.core.read_namespaced_config_map(configmap, namespace)
         except ApiException as e:
             if e.status == 404:
                 return None
             raise
+        if owner_uid not in _owner_uids(cm.metadata):
+            return None
         return (cm.data or {}).get(labels.MANIFEST_KEY)
+
+    def owned_by(self, namespace: str, kind: str, name: str, owner_uid: str) -> bool:
+        """Whether the existing ConfigMap or Service `name` has an ownerReference to `owner_uid` (False when absent).
+
+        Raises:
+          ValueError: another kind.
+          ApiException: the read failed (not 404).
+        """
+        read = {"ConfigMap": self.core.read_namespaced_config_map,
+                "Service": self.core.read_namespaced_service}.get(kind)
+        if read is None:
+            raise ValueError(f"unexpected kind {kind}")
+        try:
+            obj = read(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return owner_uid in _owner_uids(obj.metadata)
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Deletes the ElasticTrainingJob itself (TTL after finished)."""

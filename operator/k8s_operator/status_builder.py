@@ -193,6 +193,14 @@ def token_conflict(secret: str) -> tuple[str, str]:
         "create, deleting it is safe: it is created again with the same token)")
 
 
+def child_conflict(kind: str, name: str) -> tuple[str, str]:
+    """(reason, message) of the CreateFailed condition when the job's ConfigMap or Service name is taken."""
+    return st.REASON_CHILD_CONFLICT, (
+        f"{kind} {name} exists and is not owned by this job, so it is not used and nothing is started "
+        "(a ConfigMap of that name would choose the job's code, a Service would route its traffic); "
+        "delete or rename it")
+
+
 def with_create_failure(conditions: list[dict[str, Any]], failure: tuple[str, str] | None, generation: int,
                         now: str) -> tuple[list[dict[str, Any]], bool]:
     """`conditions` with CreateFailed set from this pass, and whether an Event is due.

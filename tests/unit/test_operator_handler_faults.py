@@ -25,8 +25,11 @@ class _Kube:
     def delete_jobset(self, namespace, name):
         self.deleted.append(name)
 
-    def read_manifest(self, namespace, name):
+    def read_manifest(self, namespace, name, owner_uid):
         return None
+
+    def owned_by(self, namespace, kind, name, owner_uid):
+        return True
 
     def delete_job(self, namespace, name):
         pass
@@ -109,3 +112,43 @@ def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(
     # the next pass, before the watch delivered j-controller-1: wait for it, do not create another
     reconcile([dead])
     assert status["controllerRestarts"] == 1 and "j-controller-2" not in state.kube.created
+
+
+def test_a_configmap_or_service_planted_under_the_jobs_names_is_a_condition_not_used(monkeypatch):
+    """Someone who may create ConfigMaps pre-creates `<job>-manifest` (or the Service): the operator
+    must not run the planted manifest (it chooses the code and image run with the job's token)."""
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    planted_manifest = "apiVersion: elasticjax.dev/v1alpha1\nkind: ElasticTrainingJob\nmetadata: {name: j}\nspec: {}\n"
+
+    for planted_kind in ("ConfigMap", "Service"):
+        class Planted(_Kube):
+            read = []
+
+            def create(self, namespace, body):
+                if body["kind"] == planted_kind:
+                    return False  # 409: the name exists
+                return super().create(namespace, body)
+
+            def read_manifest(self, namespace, name, owner_uid):
+                self.read.append(owner_uid)
+                return planted_manifest if owner_uid == "someone-else" else None
+
+            def owned_by(self, namespace, kind, name, owner_uid):
+                return False
+
+        state = handlers.OperatorState(kube=Planted(), key=b"k" * 32)
+        status = {"phase": "Pending", "tokenSecret": "j-token"}
+        for _ in range(3):
+            patch = _Patch()
+            handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j",
+                                   patch=patch, memo={"elasticjax": state}, job_pods={}, job_jobsets={})
+            status = {**status, **patch.status}
+        assert state.kube.read == ["u1"], "the manifest is read only as this job's"
+        assert not any(n.startswith(("j-controller-", "j-slice-")) for n in state.kube.created), state.kube.created
+        (cond,) = [c for c in status["conditions"] if c["type"] == "CreateFailed"]
+        assert cond["status"] == "True" and cond["reason"] == "ChildNameConflict", cond
+        assert f"{planted_kind} j-" in cond["message"] and "not owned by this job" in cond["message"], cond

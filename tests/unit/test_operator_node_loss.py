@@ -242,8 +242,11 @@ class _Kube:
     def delete_jobset(self, namespace, name):
         self.deleted.append((namespace, name, "jobset"))
 
-    def read_manifest(self, namespace, name):
+    def read_manifest(self, namespace, name, owner_uid):
         return None
+
+    def owned_by(self, namespace, kind, name, owner_uid):
+        return True
 
     def delete_job(self, namespace, name):
         pass
