@@ -176,6 +176,9 @@ def test_local_checkpoint_gets_an_emptydir_and_the_root_stays_read_only():
     ("relative/ck", "must be an absolute folder"), ("/", "must be an absolute folder"),
     ("/etc/elastic-jax/token/x", "overlaps /etc/elastic-jax/token"), ("/etc", "overlaps /etc/elastic-jax/manifest"),
     (names.SCRATCH_DIR, f"overlaps {names.SCRATCH_DIR}"),
+    # POSIX keeps a leading "//" through normpath (found on kind: the emptyDir covered the token).
+    ("//etc/elastic-jax/token", "overlaps /etc/elastic-jax/token"), ("///tmp/../etc/elastic-jax", "overlaps"),
+    ("/usr/lib", "is inside /usr, part of the controller image"), ("/opt/venv/ck", "is inside /opt"),
 ])
 def test_unmountable_local_checkpoint_is_refused_naming_the_field(uri, message):
     from elastic_jax.k8s_operator.backends import resolve

@@ -74,14 +74,30 @@ def check_local_checkpoint(job: ElasticTrainingJob) -> None:
         return
     from elastic_jax.k8s_operator.backends import UnsupportedBackend
 
-    path = posixpath.normpath(job.spec.checkpoint.uri)
-    if not path.startswith("/") or path == "/":
-        raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} must be an absolute folder "
+    uri = job.spec.checkpoint.uri
+    path = mount_path(uri)
+    if not uri.startswith("/") or path == "/":
+        raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {uri!r} must be an absolute folder "
                                  "(not /) on the cluster, or gs://bucket/prefix")
     for reserved in (names.MANIFEST_DIR, names.TOKEN_DIR, names.SCRATCH_DIR):
         if path == reserved or path.startswith(reserved + "/") or reserved.startswith(path + "/"):
-            raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} overlaps {reserved}, "
+            raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {uri!r} overlaps {reserved}, "
                                      "which the operator mounts in the controller pod; choose another folder")
+    top = "/" + path.split("/")[1]
+    if top in IMAGE_SYSTEM_DIRS:
+        raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {uri!r} is inside {top}, part of the controller image "
+                                 "(an emptyDir there would hide it); choose a folder such as /checkpoints or /data/...")
+
+
+# Top-level folders of the controller image (Debian, the venv in /opt) that an emptyDir must not cover.
+IMAGE_SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
+                               "/proc", "/run", "/sbin", "/sys", "/usr", "/var"})
+
+
+def mount_path(uri: str) -> str:
+    """The normalized absolute folder of a local `spec.checkpoint.uri` (`//a/../b/` is `/b`: POSIX keeps a
+    leading `//`, which would slip past the overlap checks)."""
+    return posixpath.normpath("/" + uri.lstrip("/"))
 
 
 def checkpoint_volume(job: ElasticTrainingJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -94,7 +110,7 @@ def checkpoint_volume(job: ElasticTrainingJob) -> tuple[list[dict[str, Any]], li
     if not local_checkpoint(job):
         return [], []
     return ([{"name": CHECKPOINT_VOLUME, "emptyDir": {}}],
-            [{"name": CHECKPOINT_VOLUME, "mountPath": posixpath.normpath(job.spec.checkpoint.uri)}])
+            [{"name": CHECKPOINT_VOLUME, "mountPath": mount_path(job.spec.checkpoint.uri)}])
 
 
 def _env(extra: list[EnvVar]) -> list[dict[str, str]]:
