@@ -134,7 +134,7 @@ class NodeLostPod:
 
     def message(self, bound_s: float) -> str:
         """The Event and condition text: which node, for how long, which pod, what follows."""
-        then = ("a new controller pod replaces it and resumes from the latest checkpoint" if self.slice_index < 0
+        then = ("a new controller pod replaces it (the ControllerRestarted Event says what it resumes from)" if self.slice_index < 0
                 else "its JobSet replaces it on a healthy node")
         return (f"node {self.loss.node} not Ready for {self.loss.seconds:.0f} s (over the operator's "
                 f"--node-lost-seconds={bound_s:g}): {self.loss.why}; force-deleting {self.role} pod {self.pod} "

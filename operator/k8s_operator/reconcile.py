@@ -200,6 +200,15 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     return None
 
 
+def resume_text(job: ElasticTrainingJob) -> str:
+    """What a new controller pod resumes from: the latest checkpoint, or nothing when spec.checkpoint.uri is local
+    (an emptyDir of the lost pod: its checkpoints went with it)."""
+    if "://" in job.spec.checkpoint.uri:
+        return "which resumes from the latest checkpoint"
+    return (f"which starts again from step 0: spec.checkpoint.uri {job.spec.checkpoint.uri} is local to the lost "
+            "pod, so its checkpoints went with it (use gs:// to keep them)")
+
+
 def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None = None) -> str:
     """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line."""
     if pod is None:
@@ -290,7 +299,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             why = _loss_reason(newest, observed.lost_nodes)
             plan.events.append(("Warning", "ControllerRestarted",
                                 f"controller pod {newest.name if newest else expected} lost ({why}); "
-                                f"creating {names.controller_pod(name, plan.create_controller)}, which resumes from the latest checkpoint"))
+                                f"creating {names.controller_pod(name, plan.create_controller)}, {resume_text(job)}"))
             if newest is not None and not newest.deleting and not stranded:
                 plan.delete_pods.append(newest.name)
 

@@ -103,7 +103,7 @@ def test_message_names_node_bound_pod_and_what_follows():
         "(NodeStatusUnknown: Kubelet stopped posting node status.); force-deleting slice 1 worker pod w-0 (grace 0), "
         "its JobSet replaces it on a healthy node")
     (c,) = pods_on_lost_nodes([_ctrl(node="n1")], {"n1": LOSS})
-    assert "controller pod demo-controller-0" in c.message(30) and "resumes from the latest checkpoint" in c.message(30)
+    assert "controller pod demo-controller-0" in c.message(30) and "a new controller pod replaces it" in c.message(30)
 
 
 def test_pod_view_reads_the_node():

@@ -51,6 +51,17 @@ def test_controller_killed_is_recreated_and_counted():
     assert plan.events[0][1] == "ControllerRestarted"
 
 
+def test_controller_restart_event_says_what_the_new_pod_resumes_from():
+    """A local checkpoint path is an emptyDir of the lost pod: the Event must not promise a resume
+    (a new-user trial on kind lost 443 steps under "resumes from the latest checkpoint")."""
+    dead = _ctrl(phase="Failed", exit_code=137, reason="exit code 137")
+    observed = Observed({"controllerPod": "demo-controller-0"}, [dead], _both_jobsets())
+    local = decide(_job(), observed).events[0][2]
+    assert "starts again from step 0" in local and "spec.checkpoint.uri /tmp/ck is local" in local, local
+    remote = decide(_job(checkpoint={"uri": "gs://b/ck"}), observed).events[0][2]
+    assert remote.endswith("which resumes from the latest checkpoint"), remote
+
+
 def test_vanished_controller_is_recreated():
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-4"}, [], _both_jobsets()))
     assert plan.create_controller == 5 and plan.controller_restarted
