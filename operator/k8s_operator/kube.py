@@ -22,10 +22,13 @@ JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jo
 
 
 class ChildRefused(Exception):
-    """The API server refused to create a child for good (4xx other than 409: admission, validation, RBAC).
+    """The API server refused to create a child: a 4xx other than 409 (admission, validation, RBAC), or a
+    5xx/429 (e.g. a JobSet webhook that is down).
 
-    Retrying the same object cannot succeed; the job gets a condition and an
-    Event naming the refusal (`status_builder.create_failure`).
+    The job gets a condition and an Event naming the refusal
+    (`status_builder.create_failure`) instead of a silent Pending; the
+    reconcile tries again on its next pass (every second), which helps only
+    for a 5xx/429.
 
     Attributes:
       kind, name: the child.
@@ -73,8 +76,8 @@ class Kube:
 
         Raises:
           ChildRefused: a 4xx other than 409 (admission said no, the object is
-            invalid, RBAC): retrying cannot help.
-          ApiException: any other API error (5xx, connection: worth retrying).
+            invalid, RBAC), or a 5xx/429 (the server or a webhook failed).
+          ApiException: no HTTP answer (connection).
         """
         kind = body["kind"]
         try:
@@ -93,7 +96,7 @@ class Kube:
         except ApiException as e:
             if e.status == 409:
                 return False
-            if e.status is not None and 400 <= e.status < 500 and e.status != 429:
+            if e.status is not None and e.status >= 400:
                 raise ChildRefused(kind, body["metadata"]["name"], e.status, api_message(e)) from None
             raise
         _logger.info("created %s %s/%s", kind, namespace, body["metadata"]["name"])

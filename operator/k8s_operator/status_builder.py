@@ -170,7 +170,8 @@ def changed_fields(applied: dict[str, Any], current: dict[str, Any], prefix: str
 
 
 # HTTP status of a refused create -> the condition's reason.
-_REFUSAL_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 422: "Invalid"}
+_REFUSAL_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 422: "Invalid", 429: "TooManyRequests",
+                     500: "ServerError", 503: "ServiceUnavailable"}
 
 
 def create_failure(kind: str, name: str, http_status: int, api_message: str) -> tuple[str, str]:

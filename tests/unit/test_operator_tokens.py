@@ -133,3 +133,21 @@ def test_kube_create_turns_4xx_into_child_refused():
     with pytest.raises(ChildRefused) as e:
         kube.create("ns", {"kind": "Pod", "metadata": {"name": "x"}})
     assert e.value.status == 422 and "Required value" in e.value.message
+
+
+@pytest.mark.parametrize("status, reason", [(500, "ServerError"), (503, "ServiceUnavailable"), (429, "TooManyRequests")])
+def test_kube_create_turns_5xx_and_429_into_a_named_refusal_not_a_silent_pending(status, reason):
+    """A JobSet webhook that is down answers 500: the job must get CreateFailed naming it (a new-user trial on
+    kind saw Pending with no condition and a raw exception in the log, retried after 60 s)."""
+    class _Custom:
+        def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+            error = ApiException(status=status, reason="x")
+            error.body = json.dumps({"message": 'Internal error occurred: failed calling webhook "mjobset.kb.io"'})
+            raise error
+
+    kube = Kube.__new__(Kube)
+    kube.custom = _Custom()
+    with pytest.raises(ChildRefused) as e:
+        kube.create("ns", {"kind": "JobSet", "metadata": {"name": "j-slice-0"}})
+    assert e.value.status == status and "mjobset.kb.io" in e.value.message
+    assert create_failure("JobSet", "j-slice-0", e.value.status, e.value.message)[0] == reason
