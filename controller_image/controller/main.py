@@ -17,6 +17,8 @@ Configuration, flags first, then environment (as the operator sets it in a pod):
                  ELASTIC_JAX_TOKEN       the token itself (when no file)
   --host, --port                         control API bind address (default 0.0.0.0:8080)
   --summary-file                         where to write the run summary JSON
+  ELASTIC_JAX_TERMINATION_MESSAGE_PATH   where to write the one-line reason of a non-zero exit
+                                         (default /dev/termination-log; only if it exists)
   ELASTIC_JAX_JOB_NAMESPACE, ELASTIC_JAX_JOB_NAME, ELASTIC_JAX_JOB_UID
                                          the job's identity, stored with each checkpoint step
                                          (without a UID: namespace `local` and a UID derived from
@@ -48,8 +50,38 @@ def _setup_logging(fmt: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+# Where the kubelet reads the container's termination message (the pod's terminationMessagePath).
+TERMINATION_MESSAGE_ENV = "ELASTIC_JAX_TERMINATION_MESSAGE_PATH"
+DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+
+def write_termination_message(line: str) -> None:
+    """Writes the one-line reason the process ends with to the container's termination message file.
+
+    The operator reads it as the pod's termination message (status.failureReason,
+    the JobFailed Event). Without it, FallbackToLogsOnError gives the last 2048
+    bytes of the log, which end in the long JSON summary line, cut. Only an
+    existing file is written (the kubelet creates it, writable even on a
+    read-only root); elsewhere (`elastic-jax run`) nothing happens, and an
+    error writing it never changes the outcome.
+    """
+    path = os.environ.get(TERMINATION_MESSAGE_ENV) or DEFAULT_TERMINATION_MESSAGE_PATH
+    data = " ".join(line.split()).encode()[:4000]  # one line; the kubelet keeps at most 4096 bytes
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # no O_CREAT: never create it
+    except OSError:
+        return
+    try:
+        os.write(fd, data + b"\n")
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr, flush=True)
+    write_termination_message(f"error: {message}")
     return ControllerExit.BAD_INPUT
 
 
@@ -258,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
                    ControllerExit.RESTART: "interrupted"}.get(summary.exit_code, "failed")
         log.info("finished: %s after %d/%d steps", outcome, summary.steps,
                  summary.total_steps, extra={"event": "finished", **summary.__dict__})
+        if summary.exit_code == ControllerExit.FAILED:
+            # last, so the kubelet reports this line rather than the tail of the JSON summary above
+            write_termination_message(f"error: {summary.failure_reason or outcome}")
         return summary.exit_code
     finally:
         server.stop()

@@ -431,15 +431,20 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         post("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}", plan.finish[1])
         tracker.finished = True
 
-    slice_entries = [{"index": t.index, "state": t.state,
-                      "restarts": jobsets[t.index].restarts if t.index in jobsets else 0,
-                      "pods": list(t.pods), "addresses": list(t.addresses), "reason": t.reason,
-                      "lastTransitionTime": t.since or now_rfc3339()} for t in tracker.slices]
+    previous_slices = list(status.get("slices") or [])
+    if finished and previous_slices:
+        # A finished job keeps its last slice states: its teardown (JobSets deleted, pods gone, or a
+        # tracker new after an operator restart) is not news, and rewriting it every pass never ends.
+        slice_entries, replacements = previous_slices, int(status.get("sliceReplacements") or 0)
+    else:
+        slice_entries = slice_status(tracker, jobsets, previous_slices, now_rfc3339())
+        replacements = (sum(v.restarts for v in jobsets.values()) if jobsets
+                        else int(status.get("sliceReplacements") or 0))
     rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
     new = build_status(Inputs(
         job=job, generation=generation, previous=dict(status), slices=slice_entries,
         controller=None if finished else ctrl, controller_pod=controller_pod, controller_restarts=restarts,
-        slice_replacements=sum(v.restarts for v in jobsets.values()) if jobsets else int(status.get("sliceReplacements") or 0),
+        slice_replacements=replacements,
         finish=plan.finish, rejected_fields=rejected, now=now_rfc3339()))
     new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
     if refusal_changed:
@@ -466,6 +471,29 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         if status.get(k) != v:
             patch.status[k] = v
     _maybe_expire(state, key, job, new)
+
+
+def slice_status(tracker: JobTracker, jobsets: dict, previous: list[dict], now: str) -> list[dict]:
+    """`status.slices` from the tracker; a slice's lastTransitionTime changes only when its state does.
+
+    A slice the tracker never saw change (still the initial Provisioning, or
+    any state after an operator restart) has no time of its own: it keeps the
+    previous status's time when the state is the same, else it takes `now`,
+    remembered so the next pass writes the same.
+    """
+    before = {s.get("index"): s for s in previous}
+    out = []
+    with tracker.lock:
+        for t in tracker.slices:
+            if not t.since:
+                prev = before.get(t.index) or {}
+                same = prev.get("state") == t.state and prev.get("lastTransitionTime")
+                t.since = prev["lastTransitionTime"] if same else now
+            out.append({"index": t.index, "state": t.state,
+                        "restarts": jobsets[t.index].restarts if t.index in jobsets else 0,
+                        "pods": list(t.pods), "addresses": list(t.addresses), "reason": t.reason,
+                        "lastTransitionTime": t.since})
+    return out
 
 
 def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import re
 from typing import Any, Mapping
 
 from elastic_jax.api.job import ElasticTrainingJob
@@ -188,15 +189,11 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     """
     if pod.phase == "Succeeded" or pod.exit_code == ControllerExit.SUCCEEDED:
         return "Succeeded", f"trained {job.spec.training.steps} steps"
-    # FallbackToLogsOnError: the message is the log's tail; the controller's own reason is its
-    # last `error: ` line (library noise may follow it), else the last line.
-    lines = [ln for ln in pod.termination_message.splitlines() if ln.strip()] if pod.termination_message else []
-    errors = [ln for ln in lines if ln.startswith("error: ")]
-    detail = errors[-1] if errors else (lines[-1] if lines else "")
+    detail = termination_reason(pod.termination_message).removeprefix("error: ")
     if pod.exit_code == ControllerExit.FAILED:
         return "Failed", f"training failed: {observed.controller_failure_reason or detail or 'see the controller log'}"
     if pod.exit_code == ControllerExit.BAD_INPUT:
-        return "Failed", f"the controller refused its input: {detail.removeprefix('error: ') or 'see the controller log'}"
+        return "Failed", f"the controller refused its input: {detail or 'see the controller log'}"
     return None
 
 
@@ -209,6 +206,45 @@ def resume_text(job: ElasticTrainingJob) -> str:
             "pod, so its checkpoints went with it (use gs:// to keep them)")
 
 
+# A JSON string field of the controller's log naming why it failed, found even in a cut line.
+_REASON_FIELD = re.compile(r'"failure_reason": ("(?:[^"\\]|\\.)*")')
+
+
+def termination_reason(message: str) -> str:
+    """The one line saying why the controller ended, from its container's termination message.
+
+    The controller writes that line (`error: <reason>`) to its termination
+    message file when it fails. Without it (an older image, a crash, a kill)
+    FallbackToLogsOnError gives the kubelet's last 2048 bytes of the log, whose
+    first (often only) line is cut mid-JSON. In order of preference: the last
+    `error: ` line (a JSON log line counts by its `msg`); the last
+    `failure_reason` field of the log (its summary), even in a cut line; the last
+    line that is not a cut JSON fragment. "" when none.
+    """
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    texts = [_log_text(ln) for ln in lines]
+    errors = [t for t in texts if t.startswith("error: ")]
+    if errors:
+        return errors[-1]
+    for line in reversed(lines):
+        for match in reversed(_REASON_FIELD.findall(line)):
+            try:
+                reason = json.loads(match)
+            except ValueError:
+                continue
+            if reason:
+                return reason
+    whole = [t for ln, t in zip(lines, texts) if not _json_fragment(ln, t)]
+    return whole[-1] if whole else ""
+
+
+def _json_fragment(line: str, text: str) -> bool:
+    """The line is a piece of a JSON log line (cut by the log tail), not a readable message."""
+    if text is not line:  # a whole JSON line, read as its msg
+        return False
+    return line.startswith("{") or line.endswith("}") or '": ' in line
+
+
 def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None = None) -> str:
     """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line."""
     if pod is None:
@@ -217,10 +253,8 @@ def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None 
     if loss is not None:
         return f"node {loss.node} lost, not Ready for {loss.seconds:.0f} s: {loss.why}"
     why = pod.reason or ("deleted" if pod.deleting else pod.phase or "unknown")
-    lines = [_log_text(ln) for ln in pod.termination_message.splitlines() if ln.strip()]
     # the controller's own `error: ` line (e.g. the no-progress watchdog's) beats whatever followed it
-    errors = [ln for ln in lines if ln.startswith("error: ")]
-    detail = errors[-1] if errors else (lines[-1] if lines else "")
+    detail = termination_reason(pod.termination_message)
     return f"{why}: {detail[:300]}" if detail else why
 
 

@@ -142,7 +142,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
         deletion_grace_s=_int(meta["deletionGracePeriodSeconds"], 0) if meta.get("deletionGracePeriodSeconds") is not None else None,
         exit_code=exit_code,
         reason=reason,
-        termination_message=message[-512:],  # the tail: FallbackToLogsOnError puts the reason last
+        termination_message=message[-4096:],  # the kubelet caps it at 4096 bytes (a log fallback: 2048)
         created=meta.get("creationTimestamp") or "",
         waiting_reason=waiting[0],
         waiting_message=waiting[1],

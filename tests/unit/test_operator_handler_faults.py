@@ -152,3 +152,76 @@ def test_a_configmap_or_service_planted_under_the_jobs_names_is_a_condition_not_
         (cond,) = [c for c in status["conditions"] if c["type"] == "CreateFailed"]
         assert cond["status"] == "True" and cond["reason"] == "ChildNameConflict", cond
         assert f"{planted_kind} j-" in cond["message"] and "not owned by this job" in cond["message"], cond
+
+
+_BUDGET = "ElasticRuntimeError: restart budget exhausted: 2 slice failures > spec.elasticity.maxRestarts=1"
+
+
+def _ticking_clock(monkeypatch):
+    """Every call is a second later, as the 1 s timer's passes are."""
+    from elastic_jax.k8s_operator import tracker as tracker_mod
+
+    ticks = iter(range(3600))
+
+    def clock() -> str:
+        t = next(ticks)
+        return f"2030-01-01T00:{t // 60:02d}:{t % 60:02d}Z"
+
+    monkeypatch.setattr(handlers, "now_rfc3339", clock)
+    monkeypatch.setattr(tracker_mod, "now_rfc3339", clock)
+
+
+def _finished_job_passes(monkeypatch, status, pods, passes=3):
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    _ticking_clock(monkeypatch)
+    spec = {"slices": {"count": 2}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    patches = []
+    for _ in range(passes):
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j"): pods},
+                               job_jobsets={("ns", "j"): []})
+        patches.append(patch.status)
+        status = {**status, **patch.status}
+    return status, patches, events
+
+
+def _failed_controller(message):
+    return pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+        lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
+        "status": {"phase": "Failed", "containerStatuses": [{"name": "controller", "state": {
+            "terminated": {"exitCode": 1, "reason": "Error", "message": message}}}]}})
+
+
+def test_the_controllers_termination_line_is_the_failure_reason_and_the_event(monkeypatch):
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    status, _, events = _finished_job_passes(monkeypatch, status, [_failed_controller(f"error: {_BUDGET}\n")], 1)
+    assert status["phase"] == "Failed"
+    assert status["failureReason"] == f"training failed: {_BUDGET}"
+    assert ("Warning", "JobFailed", f"training failed: {_BUDGET}") in events
+
+
+def test_a_finished_jobs_status_is_not_rewritten_every_pass(monkeypatch):
+    # the job ends in the first pass (its slices never Ready); every later pass writes nothing
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    status, patches, _ = _finished_job_passes(monkeypatch, status, [_failed_controller(f"error: {_BUDGET}")])
+    assert status["phase"] == "Failed"
+    assert patches[1:] == [{}, {}]
+
+
+def test_a_finished_job_keeps_its_last_slice_states_after_an_operator_restart(monkeypatch):
+    slices = [{"index": i, "state": "Down", "restarts": 2, "pods": [f"j-slice-{i}-0"], "addresses": [],
+               "reason": "pod j-slice-0-0: exit code 137", "lastTransitionTime": "2029-12-31T23:00:00Z"}
+              for i in range(2)]
+    done = {"phase": "Failed", "failureReason": f"training failed: {_BUDGET}", "completionTime": "2029-12-31T23:00:05Z",
+            "controllerPod": "j-controller-0", "tokenSecret": "j-token", "slices": slices, "sliceReplacements": 4,
+            "controllerRestarts": 0, "startTime": "2029-12-31T22:00:00Z"}
+    # a new operator process (fresh tracker: every slice "Provisioning"), the JobSets already gone
+    status, patches, events = _finished_job_passes(monkeypatch, done, [_failed_controller("")])
+    assert status["slices"] == slices and status["sliceReplacements"] == 4
+    assert patches[1:] == [{}, {}]
+    assert "slices" not in patches[0] and not any(e[1].startswith("Slice") for e in events)

@@ -168,3 +168,38 @@ def test_helpers():
     v = jobset_view({"metadata": {"name": "x"}, "status": {"restarts": 2, "conditions": [
         {"type": "Failed", "status": "True", "message": "m"}]}}, 0)
     assert v.failed and v.restarts == 2 and v.message == "m"
+
+
+_BUDGET = "ElasticRuntimeError: restart budget exhausted: 2 slice failures > spec.elasticity.maxRestarts=1"
+
+
+def _log_tail_of_a_failed_run() -> str:
+    """What FallbackToLogsOnError gives for a controller that ran out of restarts: the log's last 2048 bytes."""
+    import json
+
+    recoveries = [{"cause": "slice_down", "slices": [i % 2], "at_step": 10 * i, "seconds": 5.99} for i in range(40)]
+    failed = {"level": "ERROR", "msg": f"training failed: {_BUDGET}", "event": "training_failed", "reason": _BUDGET}
+    summary = {"level": "INFO", "msg": "finished: failed after 70/100 steps", "event": "finished",
+               "recoveries": recoveries, "steps_lost": 0, "failure_reason": _BUDGET, "wall_seconds": 80.1,
+               "exit_code": 1}
+    log = "\n".join(json.dumps(x) for x in ({"msg": "ready"}, failed, summary)) + "\n"
+    return log.encode()[-2048:].decode()
+
+
+def test_a_log_tail_ending_in_a_cut_json_summary_still_gives_the_clean_reason():
+    from elastic_jax.k8s_operator.reconcile import termination_reason
+
+    tail = _log_tail_of_a_failed_run()
+    assert not tail.startswith("{")  # the summary line is cut: the old reason was this fragment
+    assert termination_reason(tail) == _BUDGET
+    pod = _ctrl(phase="Failed", exit_code=1, message=tail)
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets()))
+    assert plan.finish == ("Failed", f"training failed: {_BUDGET}")
+    # a cut fragment with no reason in it is never the reason
+    assert termination_reason('[0], "at_step": 70, "seconds": 5.99}, {"cause": "slice_down"}]}') == ""
+
+
+def test_the_controllers_termination_line_is_the_reason_without_its_error_prefix():
+    pod = _ctrl(phase="Failed", exit_code=1, message=f"error: {_BUDGET}")
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets()))
+    assert plan.finish == ("Failed", f"training failed: {_BUDGET}")
