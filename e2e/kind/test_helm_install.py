@@ -205,10 +205,8 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
         assert after["metadata"]["uid"] == ctrl["metadata"]["uid"]
         assert after["status"]["containerStatuses"][0]["restartCount"] == 0
         messages = [(e["reason"], e["message"]) for e in job_events(cluster, namespace, JOB)]
-        # The kubelet's exit code, or the controller's report first (see test_operator_recovery.py).
-        assert any((r == "SliceDown" and "exit code 137" in m)
-                   or (r == "WorkerReplaced" and m.startswith("controller saw slice 0 fail")) for r, m in messages), \
-            messages
+        # Why it went Down depends on who saw it first on a real kubelet (see test_operator_recovery.py).
+        assert any(r == "SliceDown" and m.startswith("slice 0 ") for r, m in messages), messages
         # The operator that did it is the chart's pod, and it has not restarted.
         current = _running_operator(cluster, system_namespace)
         assert current["metadata"]["uid"] == operator["metadata"]["uid"]
