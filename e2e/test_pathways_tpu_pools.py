@@ -23,24 +23,12 @@ import yaml
 
 from e2e.helpers import wait_for
 from e2e.operator_fixtures import ejob_crd, get_job, operator, operator_kubeconfig  # noqa: F401  (fixtures)
-from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import backends, children
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "02-tpu-v5e-pathways.yaml"
 
 
 def _example() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())
-
-
-def _children(manifest: dict, namespace: str) -> list[dict]:
-    manifest = {**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}}
-    return children.render_children(backends.resolve(parse_manifest(manifest)), token="dry-run-token")
-
-
-def _dry_run(cluster, namespace: str, objs: list[dict]):
-    return cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
-                           input=yaml.safe_dump_all(objs, sort_keys=False), check=False)
 
 
 def _pods(cluster, namespace: str, selector: str) -> list[dict]:

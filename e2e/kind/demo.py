@@ -107,11 +107,11 @@ def install_chart(cluster: kind.KindCluster, built: list[str], log=print) -> Non
     log(f"demo: images loaded and chart installed in {time.monotonic() - t0:.0f}s")
 
 
-def restricted_namespace(cluster: kind.KindCluster, prefix: str = "demo") -> str:
-    """A new namespace enforcing PodSecurity ``restricted``; its name."""
+def restricted_namespace(cluster: kind.KindCluster, prefix: str = "demo", profile: str = "restricted") -> str:
+    """A new namespace enforcing PodSecurity ``profile`` (default ``restricted``); its name."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     cluster.kubectl("create", "namespace", name)
-    cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted",
+    cluster.kubectl("label", "namespace", name, f"pod-security.kubernetes.io/enforce={profile}",
                     "pod-security.kubernetes.io/enforce-version=latest")
     return name
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import signal
-import uuid
 
 import pytest
 import yaml
@@ -42,10 +41,7 @@ OPERATOR_SELECTOR = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/com
 @pytest.fixture
 def system_namespace(cluster, elastic_jax):
     """The release's namespace, enforcing PodSecurity "restricted" (the API server's admission checks the pod)."""
-    name = f"ej-system-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted",
-                    "pod-security.kubernetes.io/enforce-version=latest")
+    name = demo.restricted_namespace(cluster.kind, "ej-system")
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

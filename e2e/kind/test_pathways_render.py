@@ -15,11 +15,12 @@ TPU node pools needs nodes that advertise ``google.com/tpu``:
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+
+from e2e.kind import demo
 
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator import backends, children
@@ -38,10 +39,7 @@ def _example() -> dict:
 @pytest.fixture
 def namespace(cluster):
     """A namespace enforcing PodSecurity ``baseline`` (what the Pathways controller pod meets), deleted afterwards."""
-    name = f"pw-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    cluster.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=baseline",
-                    "pod-security.kubernetes.io/enforce-version=latest")
+    name = demo.restricted_namespace(cluster.kind, "pw", profile="baseline")
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
