@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
-from elastic_jax.api import checkpoints, images
+from elastic_jax.api import checkpoints, images, runtime_env
 
 GROUP = "elasticjax.dev"
 VERSION = "v1alpha1"
@@ -100,11 +100,110 @@ class EnvVar(_Model):
     value: str = Field(default="", description="Variable value.")
 
 
+# Kubernetes name shapes (k8s.io/apimachinery validation): a DNS-1123 subdomain names a Secret,
+# ServiceAccount or PriorityClass; a label value is at most 63 characters.
+DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
+_LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+def _object_name(value: str, what: str) -> str:
+    """`value` if it is a DNS-1123 subdomain of at most 253 characters (what Kubernetes names Secrets,
+    ServiceAccounts and PriorityClasses with).
+
+    Raises:
+      ValueError: naming `what` and the rule.
+    """
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        raise ValueError(f"{what} {value!r} must be a Kubernetes object name: lowercase letters, digits, '-' and '.', "
+                         "starting and ending with a letter or digit, at most 253 characters")
+    return value
+
+
+class LocalObjectReference(_Model):
+    """A Secret in the job's namespace, by name (as a Pod's `imagePullSecrets` names it)."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of a Secret in the job's namespace.",
+                      json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN})
+
+    @model_validator(mode="after")
+    def _name_shape(self) -> "LocalObjectReference":
+        _object_name(self.name, "secret name")
+        return self
+
+
+class Toleration(_Model):
+    """A Pod toleration (Kubernetes `core/v1.Toleration`): lets the pods schedule onto nodes with a matching taint."""
+
+    key: str | None = Field(default=None, description="Taint key to match; empty with operator Exists matches every taint.")
+    operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists (any value) or Equal (value must match).")
+    value: str | None = Field(default=None, description="Taint value to match (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect to match; empty matches all effects.")
+    toleration_seconds: int | None = Field(
+        default=None, description="NoExecute only: how long the pod stays bound after the taint appears (default forever).")
+
+    @model_validator(mode="after")
+    def _as_the_api_server_checks(self) -> "Toleration":
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key must have operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError(f"a toleration with operator Exists must not have a value (got {self.value!r})")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect NoExecute")
+        return self
+
+    def to_pod(self) -> dict[str, Any]:
+        """The toleration as it appears in a Pod spec (unset fields left out)."""
+        return self.to_manifest()
+
+
+def _node_selector(value: dict[str, str], field: str) -> dict[str, str]:
+    """Checks label keys and values of a nodeSelector as the API server does.
+
+    Raises:
+      ValueError: naming `field`, the key and the rule.
+    """
+    for k, v in value.items():
+        if not _LABEL_KEY.match(k) or len(k.rpartition("/")[0]) > 253:
+            raise ValueError(f"{field} key {k!r} is not a valid label key")
+        if not _LABEL_VALUE.match(v):
+            raise ValueError(f"{field}[{k!r}] value {v!r} is not a valid label value "
+                             "(at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)")
+    return value
+
+
+# Requests given to a container when the spec sets neither a request nor a limit for that resource
+# (`effective_resources`). Sized for the cpu backend on a small cluster (kind on a laptop): enough
+# that the scheduler does not pack a JAX process onto a node with no room, small enough that a
+# 3-node kind cluster on 2 cores runs several jobs. No limits: an OOM kill of the controller costs a
+# restart, and the Pathways controller's host snapshots need memory no default can guess.
+DEFAULT_REQUESTS = {
+    "controller": {"cpu": "250m", "memory": "512Mi"},
+    "worker": {"cpu": "250m", "memory": "512Mi"},
+}
+
+
 class Resources(_Model):
     """Kubernetes container resources (quantities as in a Pod: `cpu: 2`, `cpu: 500m`, `memory: 4Gi`)."""
 
     requests: dict[str, Quantity] = Field(default_factory=dict, description="Resource requests, e.g. {cpu: 1, memory: 2Gi}.")
     limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits, e.g. {memory: 4Gi}.")
+
+    def effective(self, role: str) -> dict[str, Any]:
+        """The container's `resources`: these, plus `DEFAULT_REQUESTS[role]` for each resource (cpu, memory)
+        the spec gives neither a request nor a limit for (a limit alone makes Kubernetes request the limit).
+
+        Raises:
+          KeyError: an unknown role.
+        """
+        requests = dict(self.requests)
+        for name, quantity in DEFAULT_REQUESTS[role].items():
+            if name not in requests and name not in self.limits:
+                requests[name] = quantity
+        return {k: v for k, v in (("requests", requests), ("limits", dict(self.limits))) if v}
 
 
 class SliceSpec(_Model):
@@ -177,16 +276,69 @@ class ControllerSpec(_Model):
 
     image: str = Field(default=DEFAULT_CONTROLLER_IMAGE, description="Controller container image.")
     trainer: TrainerSpec = Field(default_factory=TrainerSpec, description="Training program and its config.")
-    resources: Resources = Field(default_factory=Resources, description="Controller container resources.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for the controller.")
+    resources: Resources = Field(
+        default_factory=Resources,
+        description=("Controller container resources. For cpu and memory that are given neither a request nor a "
+                     "limit, the operator requests 250m CPU and 512Mi memory (no limit)."))
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        description=("Extra environment variables for the controller. Variables the operator sets (ELASTIC_JAX_* "
+                     "other than the user settings, POD_IP, HOME, TMPDIR, XDG_CACHE_HOME; pathways: JAX_PLATFORMS, "
+                     "JAX_BACKEND_TARGET, XCLOUD_ENVIRONMENT) are refused."))
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description=("Node labels the controller pod must match (Pod nodeSelector). pathways: must not name "
+                     "cloud.google.com/gke-tpu-accelerator (the controller runs off the TPU pools)."))
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the controller pod.")
+    service_account_name: str | None = Field(
+        default=None,
+        description=("ServiceAccount of the controller pod (e.g. one bound to a Google service account by GKE "
+                     "Workload Identity, to read and write gs:// checkpoints). Only ServiceAccounts the cluster "
+                     "admin allowed for this namespace in the operator's settings are accepted; any other fails "
+                     "the job naming this field. Unset: the namespace's default ServiceAccount, without a token."))
+    automount_service_account_token: bool = Field(
+        default=False,
+        description=("Mount the ServiceAccount's Kubernetes API token into the controller pod. Only for a "
+                     "serviceAccountName the admin allowed to mount its token; Workload Identity does not need it."))
+
+    @model_validator(mode="after")
+    def _names(self) -> "ControllerSpec":
+        _node_selector(self.node_selector, "spec.controller.nodeSelector")
+        if self.service_account_name is not None:
+            _object_name(self.service_account_name, "spec.controller.serviceAccountName")
+        if self.automount_service_account_token and self.service_account_name is None:
+            raise ValueError("spec.controller.automountServiceAccountToken needs spec.controller.serviceAccountName: "
+                             "the default ServiceAccount's token is never mounted")
+        return self
 
 
 class WorkerSpec(_Model):
     """The per-slice worker pods."""
 
     image: str = Field(default=DEFAULT_WORKER_IMAGE, description="Worker container image (cpu backend) or Pathways server image.")
-    resources: Resources = Field(default_factory=Resources, description="Worker container resources.")
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for workers.")
+    resources: Resources = Field(
+        default_factory=Resources,
+        description=("Worker container resources. cpu backend: for cpu and memory that are given neither a request "
+                     "nor a limit, the operator requests 250m CPU and 512Mi memory (no limit). pathways: the "
+                     "google.com/tpu limit is the operator's."))
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        description=("Extra environment variables for workers. Variables the operator sets (ELASTIC_JAX_* other "
+                     "than the user settings, POD_IP, HOME, TMPDIR, XDG_CACHE_HOME, JAX_PLATFORMS; pathways: the "
+                     "Megascale/Pathways variables) are refused."))
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description=("Node labels every worker pod must match (Pod nodeSelector). pathways: added to the TPU "
+                     "selectors the operator sets; a key naming cloud.google.com/gke-tpu-accelerator or "
+                     "cloud.google.com/gke-tpu-topology is refused (use spec.slices)."))
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description="Tolerations of the worker pods (pathways: GKE adds the google.com/tpu one itself).")
+
+    @model_validator(mode="after")
+    def _names(self) -> "WorkerSpec":
+        _node_selector(self.node_selector, "spec.worker.nodeSelector")
+        return self
 
 
 class TrainingSpec(_Model):
@@ -323,6 +475,29 @@ class ElasticTrainingJobSpec(_Model):
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, description="Delete the job this many seconds after it Succeeded or Failed."
     )
+    image_pull_secrets: list[LocalObjectReference] = Field(
+        default_factory=list,
+        description=("Secrets (kubernetes.io/dockerconfigjson, in the job's namespace) the kubelet uses to pull "
+                     "the controller and worker images, e.g. for a private Artifact Registry. Names only."))
+    priority_class_name: str | None = Field(
+        default=None,
+        description="PriorityClass of the controller and worker pods (the scheduler's preemption order).")
+
+    @model_validator(mode="after")
+    def _env_not_reserved(self) -> "ElasticTrainingJobSpec":
+        for role, env in (("controller", self.controller.env), ("worker", self.worker.env)):
+            seen: set[str] = set()
+            for i, var in enumerate(env):
+                field = f"spec.{role}.env[{i}]"
+                problem = runtime_env.reserved_problem(var.name, role, self.backend)
+                if problem:
+                    raise ValueError(f"{field}.name: {problem}")
+                if var.name in seen:
+                    raise ValueError(f"{field}.name: {var.name} is set twice (the later one would win silently)")
+                seen.add(var.name)
+        if self.priority_class_name is not None:
+            _object_name(self.priority_class_name, "spec.priorityClassName")
+        return self
 
     @model_validator(mode="after")
     def _batch_covers_slices(self) -> "ElasticTrainingJobSpec":

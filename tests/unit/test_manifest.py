@@ -233,3 +233,51 @@ def test_checkpoint_uri_schemes_other_than_gs_are_refused(uri, expected):
     assert str(e.value) == f"manifest: {expected}"
     for fine in ("gs://bucket", "gs://bucket/a/b", "/abs/path", "relative/path", "~/ckpt"):
         assert parse_manifest(_job(checkpoint={"uri": fine})).spec.checkpoint.uri == fine
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    # The runtime contract (elastic_jax/api/runtime_env.py): the operator's variables are not the user's.
+    ({"controller": {"env": [{"name": "ELASTIC_JAX_HOST", "value": "0.0.0.0"}]}},
+     "spec.controller.env[0].name: ELASTIC_JAX_HOST is set by elastic-jax itself"),
+    ({"worker": {"env": [{"name": "A", "value": "1"}, {"name": "ELASTIC_JAX_TOKEN_FILE", "value": "/x"}]}},
+     "spec.worker.env[1].name: ELASTIC_JAX_TOKEN_FILE is set by elastic-jax itself"),
+    ({"controller": {"env": [{"name": "HOME", "value": "/root"}]}},
+     "spec.controller.env[0].name: HOME is set by the operator in the cpu controller container"),
+    ({"worker": {"env": [{"name": "JAX_PLATFORMS", "value": "tpu"}]}},
+     "spec.worker.env[0].name: JAX_PLATFORMS is set by the operator in the cpu worker container"),
+    ({"backend": "pathways", "slices": {"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
+      "controller": {"env": [{"name": "JAX_PLATFORMS", "value": "cpu"}]}},
+     "spec.controller.env[0].name: JAX_PLATFORMS is set by the operator in the pathways controller container"),
+    ({"backend": "pathways", "slices": {"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
+      "worker": {"env": [{"name": "MEGASCALE_SLICE_ID", "value": "0"}]}},
+     "spec.worker.env[0].name: MEGASCALE_SLICE_ID is set by the operator in the pathways worker container"),
+    ({"controller": {"env": [{"name": "A"}, {"name": "A", "value": "2"}]}},
+     "spec.controller.env[1].name: A is set twice"),
+    # Names and selectors as the API server checks them.
+    ({"imagePullSecrets": [{"name": "Reg_Cred"}]}, "spec.imagePullSecrets.0: secret name 'Reg_Cred' must be a Kubernetes object name"),
+    ({"imagePullSecrets": ["regcred"]}, "spec.imagePullSecrets.0: Input should be an object"),
+    ({"priorityClassName": "High"}, "spec.priorityClassName 'High' must be a Kubernetes object name"),
+    ({"worker": {"nodeSelector": {"pool name": "a"}}}, "spec.worker.nodeSelector key 'pool name' is not a valid label key"),
+    ({"controller": {"nodeSelector": {"pool": "a b"}}}, "spec.controller.nodeSelector['pool'] value 'a b' is not a valid label value"),
+    ({"worker": {"tolerations": [{"value": "x"}]}}, "spec.worker.tolerations.0: a toleration without a key must have operator Exists"),
+    ({"worker": {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}},
+     "spec.worker.tolerations.0: a toleration with operator Exists must not have a value"),
+    ({"controller": {"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}]}},
+     "spec.controller.tolerations.0: tolerationSeconds needs effect NoExecute"),
+    ({"worker": {"tolerations": [{"key": "k", "effect": "Never"}]}}, "spec.worker.tolerations.0.effect: Input should be"),
+    ({"controller": {"serviceAccountName": "Trainer"}}, "spec.controller.serviceAccountName 'Trainer' must be a Kubernetes object name"),
+    ({"controller": {"automountServiceAccountToken": True}},
+     "spec.controller.automountServiceAccountToken needs spec.controller.serviceAccountName"),
+])
+def test_new_pod_fields_are_refused_naming_the_field(override, expected):
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(_job(**override), "job.yaml")
+    assert expected in str(info.value) and "\n" not in str(info.value)
+
+
+def test_user_settings_of_the_runtime_stay_open():
+    job = parse_manifest(_job(controller={"env": [{"name": "ELASTIC_JAX_MAX_MESSAGE_BYTES", "value": "1000"},
+                                                  {"name": "ELASTIC_JAX_LOG_FORMAT", "value": "text"}]},
+                              worker={"env": [{"name": "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS", "value": "lapack_sgetrf_ffi"},
+                                              {"name": "XLA_FLAGS", "value": "--xla_cpu_use_thunk_runtime=false"}]}))
+    assert [e.name for e in job.spec.worker.env] == ["ELASTIC_JAX_ALLOWED_CUSTOM_CALLS", "XLA_FLAGS"]

@@ -11,6 +11,7 @@ review the diff:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,32 @@ def test_pathways_pods_keep_only_what_pathways_needs_beyond_restricted():
     assert worker["automountServiceAccountToken"] is False
     assert baseline_violations(worker) == ["Host Namespaces: spec.hostNetwork"]  # both references use it
     assert not any("Privileged" in v or "Escalation" in v or "Seccomp" in v for v in restricted_violations(worker))
+
+
+def test_user_worker_selectors_are_added_to_the_tpu_ones_never_replace_them():
+    job = backends.resolve(pathways_job(worker={"nodeSelector": {"team": "ml"},
+                                                "tolerations": [{"key": "spot", "operator": "Exists"}]},
+                                        imagePullSecrets=[{"name": "ar"}]))
+    pod = PathwaysRenderer().worker_jobset(job, 0)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"team": "ml", "cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice",
+                                   "cloud.google.com/gke-tpu-topology": "2x2"}
+    assert pod["tolerations"] == [{"key": "spot", "operator": "Exists"}]
+    assert pod["imagePullSecrets"] == [{"name": "ar"}]
+    ctl = PathwaysRenderer().controller_pod(job, 0)["spec"]
+    assert ctl["imagePullSecrets"] == [{"name": "ar"}]
+    # The controller keeps its "off the TPU pools" affinity whatever its own selectors.
+    assert ctl["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"] == [{"key": "cloud.google.com/gke-tpu-accelerator", "operator": "DoesNotExist"}]
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"worker": {"nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}}},
+     "spec.worker.nodeSelector['cloud.google.com/gke-tpu-accelerator']: the operator sets this TPU selector"),
+    ({"worker": {"nodeSelector": {"cloud.google.com/gke-tpu-topology": "2x2"}}},
+     "spec.worker.nodeSelector['cloud.google.com/gke-tpu-topology']: the operator sets this TPU selector"),
+    ({"controller": {"nodeSelector": {"cloud.google.com/gke-tpu-accelerator": "tpu-v5-lite-podslice"}}},
+     "spec.controller.nodeSelector['cloud.google.com/gke-tpu-accelerator']: the pathways controller runs off the TPU"),
+])
+def test_a_user_selector_on_a_tpu_label_is_refused_naming_the_field(spec, message):
+    with pytest.raises(UnsupportedBackend, match=re.escape(message)):
+        backends.resolve(pathways_job(**spec))

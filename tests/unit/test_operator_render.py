@@ -81,7 +81,8 @@ def test_worker_jobset_per_slice_with_budget_and_probe():
     assert c["args"] == ["--host", "$(POD_IP)", "--port", str(names.WORKER_PORT), "--slice-index", "1", "--host-devices", "2"]
     assert c["readinessProbe"] == {"tcpSocket": {"port": names.WORKER_PORT}, "periodSeconds": 1, "failureThreshold": 1}
     assert {"name": "A", "value": "1"} in c["env"]
-    assert c["resources"] == {"limits": {"memory": "2Gi"}}
+    # The memory limit is the user's; cpu had neither request nor limit, so the default request applies.
+    assert c["resources"] == {"requests": {"cpu": "250m"}, "limits": {"memory": "2Gi"}}
     assert pod["spec"]["restartPolicy"] == "Never"
 
 
@@ -221,3 +222,49 @@ def test_controller_pod_is_told_the_jobs_identity_for_its_checkpoints():
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert (env["ELASTIC_JAX_JOB_NAMESPACE"], env["ELASTIC_JAX_JOB_NAME"], env["ELASTIC_JAX_JOB_UID"]) == (
         "ns", "demo", "5f1d-uid")
+
+
+def test_pull_secrets_scheduling_and_priority_reach_both_pods():
+    job = _job(imagePullSecrets=[{"name": "ar-pull"}], priorityClassName="training",
+               controller={"nodeSelector": {"pool": "cpu"},
+                           "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ctl", "effect": "NoSchedule"}]},
+               worker={"nodeSelector": {"pool": "workers"},
+                       "tolerations": [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]})
+    ctl = renderer_for("cpu").controller_pod(job, 0)["spec"]
+    wrk = renderer_for("cpu").worker_jobset(job, 0)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    for spec in (ctl, wrk):
+        assert spec["imagePullSecrets"] == [{"name": "ar-pull"}]
+        assert spec["priorityClassName"] == "training"
+    assert ctl["nodeSelector"] == {"pool": "cpu"}
+    assert ctl["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "ctl", "effect": "NoSchedule"}]
+    assert wrk["nodeSelector"] == {"pool": "workers"}
+    assert wrk["tolerations"] == [{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}]
+    # Nothing set: nothing rendered (a pod spec without these fields, as before).
+    plain = renderer_for("cpu").controller_pod(_job(), 0)["spec"]
+    assert not {"imagePullSecrets", "priorityClassName", "nodeSelector", "tolerations"} & set(plain)
+
+
+def test_default_requests_fill_only_what_the_spec_leaves_unset():
+    ctl = renderer_for("cpu").controller_pod(_job(), 0)["spec"]["containers"][0]
+    assert ctl["resources"] == {"requests": {"cpu": "250m", "memory": "512Mi"}}
+    job = _job(controller={"resources": {"requests": {"cpu": "2"}, "limits": {"memory": "8Gi"}}})
+    ctl = renderer_for("cpu").controller_pod(job, 0)["spec"]["containers"][0]
+    # cpu: the user's request; memory: the user's limit (Kubernetes requests the limit): no default added.
+    assert ctl["resources"] == {"requests": {"cpu": "2"}, "limits": {"memory": "8Gi"}}
+
+
+def test_every_variable_the_renderers_set_is_in_the_runtime_contract():
+    # A user env entry naming any of these is refused by the model; this keeps the list whole.
+    from elastic_jax.api import runtime_env
+    from tests.unit.test_operator_pathways import pathways_job
+
+    for backend, job in (("cpu", _job()), ("pathways", pathways_job())):
+        from elastic_jax.k8s_operator import backends
+        job = backends.resolve(job)
+        r = renderer_for(backend)
+        ctl = r.controller_pod(job, 0)["spec"]["containers"][0]["env"]
+        wrk = r.worker_jobset(job, 0)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+        user = {e.name for e in job.spec.controller.env} | {e.name for e in job.spec.worker.env}
+        for role, env in (("controller", ctl), ("worker", wrk)):
+            for name in {e["name"] for e in env} - user:
+                assert runtime_env.reserved_problem(name, role, backend), (backend, role, name)

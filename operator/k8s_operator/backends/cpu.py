@@ -14,7 +14,7 @@ from typing import Any
 
 from elastic_jax.api import labels
 from elastic_jax.api.identity import JobIdentity, identity_env
-from elastic_jax.api.job import ElasticTrainingJob, EnvVar, Resources
+from elastic_jax.api.job import ElasticTrainingJob, EnvVar
 from elastic_jax.k8s_operator import names
 
 _POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
@@ -117,8 +117,37 @@ def _env(extra: list[EnvVar]) -> list[dict[str, str]]:
     return [{"name": e.name, "value": e.value} for e in extra]
 
 
-def _resources(r: Resources) -> dict[str, Any]:
-    return {k: v for k, v in (("requests", r.requests), ("limits", r.limits)) if v}
+def scheduling(job: ElasticTrainingJob, role: str) -> dict[str, Any]:
+    """Pod-spec fields from the job's scheduling and pull settings for a `role` pod ("controller" or "worker").
+
+    imagePullSecrets and priorityClassName are the job's; nodeSelector and tolerations the role's.
+    Fields left unset in the spec are left out of the pod.
+    """
+    part = job.spec.controller if role == "controller" else job.spec.worker
+    fields: dict[str, Any] = {}
+    if job.spec.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": s.name} for s in job.spec.image_pull_secrets]
+    if job.spec.priority_class_name:
+        fields["priorityClassName"] = job.spec.priority_class_name
+    if part.node_selector:
+        fields["nodeSelector"] = dict(part.node_selector)
+    if part.tolerations:
+        fields["tolerations"] = [t.to_pod() for t in part.tolerations]
+    return fields
+
+
+def controller_identity(job: ElasticTrainingJob) -> dict[str, Any]:
+    """serviceAccountName and automountServiceAccountToken of the controller pod.
+
+    No token unless the spec asks for one (the operator has already checked that the
+    admin allowed this ServiceAccount, and its token, for the namespace: `service_accounts`).
+    """
+    c = job.spec.controller
+    fields: dict[str, Any] = {"automountServiceAccountToken": bool(c.service_account_name and
+                                                                    c.automount_service_account_token)}
+    if c.service_account_name:
+        fields["serviceAccountName"] = c.service_account_name
+    return fields
 
 
 def pod_labels(job: str, role: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -175,8 +204,10 @@ class CpuRenderer:
                 "restartPolicy": "Never",
                 # SIGTERM makes the controller write a checkpoint before exiting (suspend).
                 "terminationGracePeriodSeconds": 60,
-                # The controller never calls the Kubernetes API: no ServiceAccount token.
-                "automountServiceAccountToken": False,
+                # The controller never calls the Kubernetes API: no ServiceAccount token, unless an
+                # admin-allowed spec.controller.serviceAccountName asks for it (docs/security.md).
+                **controller_identity(job),
+                **scheduling(job, "controller"),
                 # No Docker-link env per Service: a Service named like ours (elastic-jax-*) would
                 # inject ELASTIC_JAX_*_PORT=tcp://... over our own settings.
                 "enableServiceLinks": False,
@@ -199,7 +230,7 @@ class CpuRenderer:
                     "readinessProbe": {"httpGet": {"path": "/readyz", "port": names.CONTROLLER_PORT},
                                        "periodSeconds": 1, "failureThreshold": 1},
                     **_liveness(job),
-                    "resources": _resources(c.resources),
+                    "resources": c.resources.effective("controller"),
                     "terminationMessagePolicy": "FallbackToLogsOnError",
                     "securityContext": container_security_context(),
                     "volumeMounts": [
@@ -254,6 +285,7 @@ class CpuRenderer:
                                     # Workers never call the Kubernetes API: no ServiceAccount token.
                                     "automountServiceAccountToken": False,
                                     "enableServiceLinks": False,
+                                    **scheduling(job, "worker"),
                                     "securityContext": copy.deepcopy(POD_SECURITY_CONTEXT),
                                     "containers": [{
                                         "name": "worker",
@@ -268,7 +300,7 @@ class CpuRenderer:
                                         "ports": [{"name": "grpc", "containerPort": names.WORKER_PORT}],
                                         "readinessProbe": {"tcpSocket": {"port": names.WORKER_PORT},
                                                            "periodSeconds": 1, "failureThreshold": 1},
-                                        "resources": _resources(w.resources),
+                                        "resources": w.resources.effective("worker"),
                                         "securityContext": container_security_context(),
                                         "volumeMounts": [copy.deepcopy(TOKEN_MOUNT), copy.deepcopy(SCRATCH_MOUNT)],
                                     }],

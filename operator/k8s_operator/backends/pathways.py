@@ -68,6 +68,30 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
+# Node labels the pathways renderer decides: a user selector naming one would move the slices off
+# their TPU pools (or the controller onto one). Refused, naming the field.
+_WORKER_SELECTOR_FIELD = "spec.worker.nodeSelector"
+_CONTROLLER_SELECTOR_FIELD = "spec.controller.nodeSelector"
+
+
+def check_node_selectors(job: ElasticTrainingJob) -> None:
+    """User node selectors may add labels, never replace the TPU ones the operator sets.
+
+    Raises:
+      UnsupportedBackend: spec.worker.nodeSelector names the TPU accelerator or topology label, or
+        spec.controller.nodeSelector names the TPU accelerator label (the controller must stay off TPU pools).
+    """
+    for key in (TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL):
+        if key in job.spec.worker.node_selector:
+            raise UnsupportedBackend(
+                f"{_WORKER_SELECTOR_FIELD}[{key!r}]: the operator sets this TPU selector from spec.slices "
+                "(accelerator, topology); remove it from the nodeSelector")
+    if TPU_ACCELERATOR_LABEL in job.spec.controller.node_selector:
+        raise UnsupportedBackend(
+            f"{_CONTROLLER_SELECTOR_FIELD}[{TPU_ACCELERATOR_LABEL!r}]: the pathways controller runs off the TPU "
+            "node pools (the operator requires that label to be absent); remove it")
+
+
 def _head_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     """POD_NAMESPACE and PATHWAYS_HEAD: the resource manager's DNS name through the job's Service."""
     return [_NAMESPACE_ENV,
@@ -93,6 +117,7 @@ def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
     """
     s = job.spec.slices
     shape = slice_shape(s.accelerator, s.topology)
+    check_node_selectors(job)
     for field, value, derived, what in ((HOSTS_FIELD, s.hosts_per_slice, shape.hosts, "hosts"),
                                         (DEVICES_FIELD, s.devices_per_host, shape.chips_per_host, "chips per host")):
         if value not in (1, derived):
@@ -221,7 +246,7 @@ class PathwaysRenderer:
         pod = CpuRenderer().controller_pod(job, attempt, job_uid)
         spec = pod["spec"]
         controller = spec["containers"][0]
-        # Before the user's env (last in the list), so a user can still override these.
+        # A user's env may not name these (elastic_jax.api.runtime_env.PATHWAYS_CONTROLLER).
         controller["env"] = [
             {"name": "JAX_PLATFORMS", "value": "proxy"},
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://127.0.0.1:{PROXY_PORT}"},
@@ -256,7 +281,10 @@ class PathwaysRenderer:
         # Pathways workers talk to the resource manager, not to our controller: no token, no scratch.
         pod.pop("volumes", None)
         pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
-        pod["nodeSelector"] = {TPU_ACCELERATOR_LABEL: shape.accelerator, TPU_TOPOLOGY_LABEL: shape.topology}
+        # The user's selectors (spec.worker.nodeSelector) plus the TPU ones; `check_node_selectors` refused
+        # a user key that would replace a TPU one.
+        pod["nodeSelector"] = {**job.spec.worker.node_selector,
+                               TPU_ACCELERATOR_LABEL: shape.accelerator, TPU_TOPOLOGY_LABEL: shape.topology}
         # Host networking as both references ("for performance"; DCN traffic between slices). It is
         # the one PodSecurity "baseline" rule these pods break: a TPU node pool runs only this
         # job's worker (exclusive placement), so the host network it shares is its own.

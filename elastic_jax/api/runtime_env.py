@@ -1,0 +1,85 @@
+"""The runtime contract: environment variables the operator sets in a job's pods, or the runtime reads.
+
+One list, so the renderers, the manifest model and the docs agree. A user's
+`spec.controller.env` / `spec.worker.env` entry naming one of these would
+either override the operator's value (a controller told to bind elsewhere,
+read another token file, record another job's identity) or be overridden by
+it without a word; both are refused by the model, naming the field and the
+variable (`reserved_problem`). `tests/unit/test_operator_render.py` checks that
+every variable the renderers set is listed here.
+
+User settings that the runtime reads and the operator never sets stay open
+(`USER_SETTINGS`).
+"""
+
+from __future__ import annotations
+
+from elastic_jax.api import identity
+
+PREFIX = "ELASTIC_JAX_"
+
+# Read by the runtime, set by nobody but the user (spec.*.env); docs/security.md says what each does.
+USER_SETTINGS = frozenset({
+    "ELASTIC_JAX_MAX_MESSAGE_BYTES",      # controller and workers: gRPC message cap (elastic_jax.wire)
+    "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS",   # cpu workers: custom-call targets a program may use
+    "ELASTIC_JAX_LOG_FORMAT",             # controller: json | text
+})
+
+# Set by the cpu renderer in every controller and worker container (backends/cpu.py).
+POD_IP = "POD_IP"
+SCRATCH = ("HOME", "TMPDIR", "XDG_CACHE_HOME")
+CONTROLLER_HOST = "ELASTIC_JAX_HOST"
+CONTROLLER_PORT = "ELASTIC_JAX_PORT"
+MANIFEST = "ELASTIC_JAX_MANIFEST"
+TOKEN_FILE = "ELASTIC_JAX_TOKEN_FILE"
+IDENTITY = (identity.JOB_NAMESPACE_ENV, identity.JOB_NAME_ENV, identity.JOB_UID_ENV)
+
+# Set by the pathways renderer (backends/pathways.py): JAX pointed at the Pathways proxy in the
+# controller; the Megascale/Pathways settings of each TPU worker.
+PATHWAYS_CONTROLLER = ("JAX_PLATFORMS", "JAX_BACKEND_TARGET", "XCLOUD_ENVIRONMENT")
+PATHWAYS_WORKER = ("POD_NAMESPACE", "PATHWAYS_HEAD", "TPU_MIN_LOG_LEVEL", "TF_CPP_MIN_LOG_LEVEL",
+                   "XCLOUD_ENVIRONMENT", "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "MEGASCALE_NUM_SLICES",
+                   "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS", "JOBSET_NAME", "REPLICATED_JOB_NAME")
+# The cpu worker's entry point sets JAX_PLATFORMS=cpu itself (worker_image/worker/main.py).
+CPU_WORKER = ("JAX_PLATFORMS",)
+
+
+def operator_set(role: str, backend: str) -> frozenset[str]:
+    """Names the operator (or the image's entry point) sets in a `role` container of `backend`.
+
+    Args:
+      role: "controller" or "worker".
+      backend: "cpu" or "pathways".
+
+    Raises:
+      ValueError: an unknown role.
+    """
+    if role == "controller":
+        names = {POD_IP, *SCRATCH, CONTROLLER_HOST, CONTROLLER_PORT, MANIFEST, TOKEN_FILE, *IDENTITY}
+        if backend == "pathways":
+            names |= set(PATHWAYS_CONTROLLER)
+        return frozenset(names)
+    if role == "worker":
+        if backend == "pathways":
+            return frozenset(PATHWAYS_WORKER)
+        return frozenset({POD_IP, *SCRATCH, TOKEN_FILE, *CPU_WORKER})
+    raise ValueError(f"unknown role {role!r}")
+
+
+def reserved_problem(name: str, role: str, backend: str) -> str | None:
+    """Why a user may not set `name` in a `role` container, or None when they may.
+
+    Every `ELASTIC_JAX_*` name is the runtime's except `USER_SETTINGS`; beyond that
+    prefix, the names the operator sets for `backend` (`operator_set`).
+
+    Returns:
+      A phrase for an error message (the caller names the field), or None.
+    """
+    if name in USER_SETTINGS:
+        return None
+    if name.startswith(PREFIX):
+        return (f"{name} is set by elastic-jax itself (the runtime contract, elastic_jax/api/runtime_env.py); "
+                f"user settings with that prefix: {', '.join(sorted(USER_SETTINGS))}")
+    if name in operator_set(role, backend):
+        return f"{name} is set by the operator in the {backend} {role} container and cannot be overridden"
+    return None
