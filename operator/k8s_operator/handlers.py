@@ -26,7 +26,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import backends, children, metrics, names, tokens
+from elastic_jax.k8s_operator import backends, children, metrics, names, service_accounts, tokens
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
@@ -112,14 +112,20 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
 
     Raises:
       ManifestError: the spec is invalid (message names the field).
-      UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU).
+      UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU), or
+        a spec.controller.serviceAccountName (or its token) the admin did not allow (`service_accounts`).
     """
     data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
             "metadata": {"name": body["metadata"]["name"], "namespace": body["metadata"].get("namespace")},
             "spec": dict(body.get("spec") or {})}
     # The resolved spec (pathways: hosts per slice from the topology) is what the
     # ConfigMap, the tracker and the renderers all see.
-    return backends.resolve(parse_manifest(data, "spec"))
+    job = backends.resolve(parse_manifest(data, "spec"))
+    try:
+        service_accounts.POLICY.check(job)
+    except service_accounts.ServiceAccountRefused as e:
+        raise UnsupportedBackend(str(e)) from None
+    return job
 
 
 def _fail_spec(patch: Any, status: Any, generation: int, message: str) -> None:

@@ -97,8 +97,21 @@ def main(argv: list[str] | None = None) -> int:
                              "controller's transition) before the jobs' pods on it are force-deleted so they are "
                              f"replaced elsewhere; 0: never (wait for the out-of-service taint); default "
                              f"{DEFAULT_NODE_LOST_SECONDS}")
+    parser.add_argument("--allowed-service-accounts",
+                        default=os.environ.get("ELASTIC_JAX_ALLOWED_SERVICE_ACCOUNTS", ""),
+                        help="namespace/name of ServiceAccounts jobs in that namespace may name in "
+                             "spec.controller.serviceAccountName (comma-separated); default: none")
+    parser.add_argument("--allowed-token-service-accounts",
+                        default=os.environ.get("ELASTIC_JAX_ALLOWED_TOKEN_SERVICE_ACCOUNTS", ""),
+                        help="namespace/name of ServiceAccounts whose API token a job may mount "
+                             "(spec.controller.automountServiceAccountToken); default: none")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    from elastic_jax.k8s_operator import service_accounts
+    try:
+        service_accounts.configure(args.allowed_service_accounts, args.allowed_token_service_accounts)
+    except ValueError as e:
+        parser.error(f"--allowed-service-accounts / --allowed-token-service-accounts: {e}")
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)

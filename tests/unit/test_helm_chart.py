@@ -278,3 +278,17 @@ def test_network_policies_let_only_the_operator_reach_controllers_and_controller
     assert len(by_kind(render(helm, "--set", "watchNamespaces={ns1}"), "NetworkPolicy")) == 2
     assert by_kind(render(helm, "--set", "watchNamespaces={ns1}", "--set", "networkPolicy.enabled=false"),
                    "NetworkPolicy") == []
+
+
+def test_controller_service_accounts_reach_the_operator_and_bad_entries_fail_the_schema(helm):
+    def args(*values):
+        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    # None allowed by default: no flag, the operator's empty policy.
+    assert not [a for a in args() if a.startswith("--allowed-")]
+    got = args("--set", "controllerServiceAccounts.allowed={ml/trainer,ml/reader}",
+               "--set", "controllerServiceAccounts.allowTokenMount={ml/api-user}")
+    assert "--allowed-service-accounts=ml/trainer,ml/reader" in got
+    assert "--allowed-token-service-accounts=ml/api-user" in got
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "controllerServiceAccounts.allowed={trainer}", check=False)
+    assert proc.returncode != 0 and "/controllerServiceAccounts/allowed/0" in proc.stderr, proc.stderr

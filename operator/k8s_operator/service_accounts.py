@@ -1,0 +1,90 @@
+"""Which ServiceAccounts a job's controller pod may run as: the cluster admin's allow list (pure).
+
+A tenant who may only create ElasticTrainingJobs cannot create pods, so
+cannot run code as any ServiceAccount of their namespace. Naming one in
+`spec.controller.serviceAccountName` would hand their controller image that
+account's power: its Kubernetes RBAC (through a mounted token) and, on GKE,
+the Google service account Workload Identity binds to it. So the operator
+accepts only accounts the admin listed in the operator's settings (Helm value
+`controllerServiceAccounts`, flags `--allowed-service-accounts` /
+`--allowed-token-service-accounts`), which tenants cannot edit, and mounts a
+token only for an account listed as allowed to mount one and only when the
+spec asks. Anything else fails the job naming the field (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from elastic_jax.api.job import ElasticTrainingJob
+
+FIELD = "spec.controller.serviceAccountName"
+TOKEN_FIELD = "spec.controller.automountServiceAccountToken"
+
+
+class ServiceAccountRefused(ValueError):
+    """The job names a ServiceAccount (or asks for its token) the admin did not allow; `str()` names the field."""
+
+
+def parse_list(text: str | None) -> frozenset[tuple[str, str]]:
+    """`namespace/name` entries, comma- or whitespace-separated, as (namespace, name) pairs.
+
+    Raises:
+      ValueError: an entry that is not `namespace/name` (naming it).
+    """
+    out = set()
+    for entry in (text or "").replace(",", " ").split():
+        namespace, sep, name = entry.partition("/")
+        if not sep or not namespace or not name or "/" in name:
+            raise ValueError(f"{entry!r} is not namespace/name")
+        out.add((namespace, name))
+    return frozenset(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceAccountPolicy:
+    """The admin's allow list.
+
+    Attributes:
+      allowed: (namespace, name) of ServiceAccounts jobs in that namespace may name.
+      token_allowed: the subset whose Kubernetes API token a job may mount
+        (`automountServiceAccountToken: true`).
+    """
+
+    allowed: frozenset[tuple[str, str]] = frozenset()
+    token_allowed: frozenset[tuple[str, str]] = frozenset()
+
+    def check(self, job: ElasticTrainingJob) -> None:
+        """Refuses a ServiceAccount or a token mount the admin did not allow for the job's namespace.
+
+        Raises:
+          ServiceAccountRefused: naming the field, the account and how an admin allows it.
+        """
+        c = job.spec.controller
+        if c.service_account_name is None:
+            return
+        key = (job.metadata.namespace or "default", c.service_account_name)
+        if key not in self.allowed and key not in self.token_allowed:
+            raise ServiceAccountRefused(
+                f"{FIELD} {c.service_account_name!r} is not allowed in namespace {key[0]}: a cluster admin must "
+                f"list {key[0]}/{key[1]} in the operator's controllerServiceAccounts.allowed (Helm value)")
+        if c.automount_service_account_token and key not in self.token_allowed:
+            raise ServiceAccountRefused(
+                f"{TOKEN_FIELD}: the token of ServiceAccount {key[0]}/{key[1]} may not be mounted: a cluster admin "
+                "must list it in the operator's controllerServiceAccounts.allowTokenMount (Helm value); "
+                "Workload Identity does not need the token")
+
+
+# Set once by `main` from its flags; the handlers read it. Empty: no job may name a ServiceAccount.
+POLICY = ServiceAccountPolicy()
+
+
+def configure(allowed: str | None, token_allowed: str | None) -> ServiceAccountPolicy:
+    """Sets the operator's `POLICY` from the flags' text and returns it.
+
+    Raises:
+      ValueError: an entry that is not `namespace/name`.
+    """
+    global POLICY
+    POLICY = ServiceAccountPolicy(parse_list(allowed), parse_list(token_allowed))
+    return POLICY

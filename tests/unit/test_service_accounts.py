@@ -1,0 +1,83 @@
+"""spec.controller.serviceAccountName: only accounts the cluster admin allowed (operator/k8s_operator/service_accounts.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.k8s_operator import handlers, service_accounts
+from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
+from elastic_jax.k8s_operator.service_accounts import ServiceAccountPolicy, ServiceAccountRefused, parse_list
+
+
+def _body(namespace="ml", **controller):
+    return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+            "metadata": {"name": "sa-job", "namespace": namespace},
+            "spec": {"slices": {"count": 1}, "training": {"steps": 2, "globalBatchSize": 1},
+                     "checkpoint": {"uri": "gs://b/p"}, "controller": controller}}
+
+
+def _job(namespace="ml", **controller):
+    return parse_manifest(_body(namespace, **controller))
+
+
+POLICY = ServiceAccountPolicy(allowed=parse_list("ml/trainer"), token_allowed=parse_list("ml/api-user"))
+
+
+def test_no_service_account_is_always_fine_and_gets_no_token():
+    ServiceAccountPolicy().check(_job())
+    pod = renderer_for("cpu").controller_pod(_job(), 0)
+    assert pod["spec"]["automountServiceAccountToken"] is False and "serviceAccountName" not in pod["spec"]
+
+
+def test_an_allowed_account_is_rendered_without_a_token():
+    job = _job(serviceAccountName="trainer")
+    POLICY.check(job)
+    spec = renderer_for("cpu").controller_pod(job, 0)["spec"]
+    assert spec["serviceAccountName"] == "trainer" and spec["automountServiceAccountToken"] is False
+
+
+def test_a_token_only_when_asked_and_allowed():
+    job = _job(serviceAccountName="api-user", automountServiceAccountToken=True)
+    POLICY.check(job)
+    assert renderer_for("cpu").controller_pod(job, 0)["spec"]["automountServiceAccountToken"] is True
+
+
+@pytest.mark.parametrize(("namespace", "controller", "message"), [
+    # Not listed at all.
+    ("ml", {"serviceAccountName": "default"}, "spec.controller.serviceAccountName 'default' is not allowed in namespace ml"),
+    # Listed, but for another namespace: an allow entry is per namespace.
+    ("other", {"serviceAccountName": "trainer"}, "spec.controller.serviceAccountName 'trainer' is not allowed in namespace other"),
+    # Allowed to run as, not to mount the token of.
+    ("ml", {"serviceAccountName": "trainer", "automountServiceAccountToken": True},
+     "spec.controller.automountServiceAccountToken: the token of ServiceAccount ml/trainer may not be mounted"),
+])
+def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace, controller, message):
+    with pytest.raises(ServiceAccountRefused) as info:
+        POLICY.check(_job(namespace, **controller))
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
+    monkeypatch.setattr(service_accounts, "POLICY", POLICY)
+    assert handlers.parse_job(_body(serviceAccountName="trainer")).spec.controller.service_account_name == "trainer"
+    with pytest.raises(UnsupportedBackend, match="spec.controller.serviceAccountName 'admin' is not allowed"):
+        handlers.parse_job(_body(serviceAccountName="admin"))
+    # The operator's default policy allows nothing.
+    monkeypatch.setattr(service_accounts, "POLICY", ServiceAccountPolicy())
+    with pytest.raises(UnsupportedBackend, match="not allowed in namespace ml"):
+        handlers.parse_job(_body(serviceAccountName="trainer"))
+
+
+@pytest.mark.parametrize("text", ["trainer", "ml/", "/trainer", "a/b/c"])
+def test_a_bad_allow_entry_is_an_error_naming_it(text):
+    with pytest.raises(ValueError, match="is not namespace/name"):
+        parse_list(text)
+
+
+def test_the_operator_flag_refuses_a_bad_entry_before_starting(capsys):
+    from elastic_jax.k8s_operator import main
+    with pytest.raises(SystemExit) as info:
+        main.main(["--allowed-service-accounts", "trainer", "--metrics-port", "0"])
+    assert info.value.code == 2
+    assert "--allowed-service-accounts" in capsys.readouterr().err
