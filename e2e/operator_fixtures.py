@@ -121,6 +121,8 @@ class OperatorProcess:
         if not key_file.exists():
             write_private_file(key_file, secrets.token_urlsafe(48))
         env["ELASTIC_JAX_OPERATOR_KEY_FILE"] = str(key_file)
+        # Pods here share the host's network: each controller binds its own loopback pod IP.
+        env["ELASTIC_JAX_POD_LISTEN_ADDRESS"] = "pod-ip"
         exe = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

@@ -20,6 +20,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from elastic_jax.api.job import GROUP
+from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
 
 
@@ -105,8 +106,14 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get("ELASTIC_JAX_ALLOWED_TOKEN_SERVICE_ACCOUNTS", ""),
                         help="namespace/name of ServiceAccounts whose API token a job may mount "
                              "(spec.controller.automountServiceAccountToken); default: none")
+    # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
+    parser.add_argument("--pod-listen-address", choices=sorted(cpu_listen.LISTEN_ADDRESSES),
+                        default=os.environ.get("ELASTIC_JAX_POD_LISTEN_ADDRESS", "all"),
+                        help="what the controller pods' control API binds: all (0.0.0.0, default: kubectl "
+                             "port-forward reaches it) or pod-ip (clusters whose pods share the host's network)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    cpu_listen.LISTEN_ADDRESS = cpu_listen.LISTEN_ADDRESSES[args.pod_listen_address]
     from elastic_jax.k8s_operator import service_accounts
     try:
         service_accounts.configure(args.allowed_service_accounts, args.allowed_token_service_accounts)

@@ -292,3 +292,13 @@ def test_controller_service_accounts_reach_the_operator_and_bad_entries_fail_the
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
                     "--set", "controllerServiceAccounts.allowed={trainer}", check=False)
     assert proc.returncode != 0 and "/controllerServiceAccounts/allowed/0" in proc.stderr, proc.stderr
+
+
+def test_pod_listen_address_reaches_the_operator_as_a_word(helm):
+    def args(*values):
+        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--pod-listen-address=all" in args()
+    assert "--pod-listen-address=pod-ip" in args("--set", "operator.podListenAddress=pod-ip")
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "operator.podListenAddress=$(POD_IP)", check=False)
+    assert proc.returncode != 0 and "/operator/podListenAddress" in proc.stderr, proc.stderr

@@ -47,7 +47,7 @@ def test_spec_hash_ignores_suspend_and_ttl_only():
     assert children.spec_hash(job) != children.spec_hash(_job(training={"steps": 11, "globalBatchSize": 4}))
 
 
-def test_controller_pod_never_restarts_by_itself_and_binds_its_pod_ip():
+def test_controller_pod_never_restarts_by_itself_and_binds_all_addresses():
     pod = renderer_for("cpu").controller_pod(_job(), attempt=3)
     assert pod["metadata"]["name"] == "demo-controller-3"
     assert pod["metadata"]["labels"][labels.CONTROLLER_ATTEMPT] == "3"
@@ -56,7 +56,8 @@ def test_controller_pod_never_restarts_by_itself_and_binds_its_pod_ip():
     c = spec["containers"][0]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-    assert env["ELASTIC_JAX_HOST"] == "$(POD_IP)"
+    # All addresses: kubectl port-forward connects to the pod's loopback (README "Control API and metrics").
+    assert env["ELASTIC_JAX_HOST"] == "0.0.0.0"
     assert env["ELASTIC_JAX_MANIFEST"] == f"{names.MANIFEST_DIR}/job.yaml"
     assert env["ELASTIC_JAX_TOKEN_FILE"] == f"{names.TOKEN_DIR}/token"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -268,3 +269,10 @@ def test_every_variable_the_renderers_set_is_in_the_runtime_contract():
         for role, env in (("controller", ctl), ("worker", wrk)):
             for name in {e["name"] for e in env} - user:
                 assert runtime_env.reserved_problem(name, role, backend), (backend, role, name)
+
+
+def test_pod_listen_address_pod_ip_binds_the_pod_ip(monkeypatch):
+    from elastic_jax.k8s_operator.backends import cpu
+    monkeypatch.setattr(cpu, "LISTEN_ADDRESS", cpu.LISTEN_ADDRESSES["pod-ip"])
+    env = {e["name"]: e.get("value") for e in renderer_for("cpu").controller_pod(_job(), 0)["spec"]["containers"][0]["env"]}
+    assert env["ELASTIC_JAX_HOST"] == "$(POD_IP)"

@@ -1,8 +1,11 @@
 """The cpu backend: a controller pod running `elastic-jax-controller`, one JAX CPU worker per slice.
 
-Pods here bind their servers to their own pod IP (downward API
-`status.podIP`): on the local control plane there is no network namespace,
-and in a real cluster the pod IP is the pod's only address anyway.
+The controller's control API binds `LISTEN_ADDRESS`: all addresses by default,
+so `kubectl port-forward` (which connects to the pod's loopback) reaches its
+`/metrics`; the bearer token guards it either way. The local control plane
+has no network namespaces (pods share the host's), so there the operator
+runs with `--pod-listen-address pod-ip`. Workers bind their pod IP
+(downward API `status.podIP`): only their controller calls them.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from elastic_jax.api.job import ElasticTrainingJob, EnvVar
 from elastic_jax.k8s_operator import names
 
 _POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+# Where the controller's control API listens (ELASTIC_JAX_HOST; `$(POD_IP)` is expanded by the
+# kubelet). Set once by the operator's `--pod-listen-address` (all | pod-ip).
+LISTEN_ADDRESSES = {"all": "0.0.0.0", "pod-ip": "$(POD_IP)"}
+LISTEN_ADDRESS = LISTEN_ADDRESSES["all"]
 
 # PodSecurity "restricted" (docs/security.md). The images run as uid/gid 65532;
 # fsGroup makes the token Secret (mode 0440) readable by that group.
@@ -217,7 +224,7 @@ class CpuRenderer:
                     "image": c.image,
                     "env": [
                         _POD_IP_ENV,
-                        {"name": "ELASTIC_JAX_HOST", "value": "$(POD_IP)"},
+                        {"name": "ELASTIC_JAX_HOST", "value": LISTEN_ADDRESS},
                         {"name": "ELASTIC_JAX_PORT", "value": str(names.CONTROLLER_PORT)},
                         {"name": "ELASTIC_JAX_MANIFEST", "value": f"{names.MANIFEST_DIR}/{labels.MANIFEST_KEY}"},
                         {"name": "ELASTIC_JAX_TOKEN_FILE", "value": TOKEN_FILE},
