@@ -52,8 +52,11 @@ def pod_fault(pod: PodView) -> PodFault | None:
                         "the kubelet retries with back-off")
     if pod.unschedulable:
         reason, _, message = pod.unschedulable.partition(": ")
+        # Workers are not held back or torn down for this (docs/failure-handling.md): say what they cost.
+        held = (" (the slices' workers keep their nodes meanwhile; spec.suspend: true releases them)"
+                if pod.slice_index < 0 else "")
         return PodFault(st.COND_PODS_NOT_STARTING, reason,
-                        f"{role} pod {pod.name} cannot be scheduled: {message or reason}")
+                        f"{role} pod {pod.name} cannot be scheduled: {message or reason}{held}")
     if pod.waiting_reason:  # CreateContainerConfigError, RunContainerError, ...
         return PodFault(st.COND_PODS_NOT_STARTING, pod.waiting_reason,
                         f"{role} pod {pod.name}: container cannot start ({pod.waiting_reason}): "

@@ -99,7 +99,11 @@ def test_pending_controller_is_left_to_the_scheduler_and_said_in_a_condition():
     assert plan.create_controller is None and not plan.delete_pods and plan.finish is None
     fault = pod_faults([pending])[st.COND_PODS_NOT_STARTING]
     assert fault.reason == "Unschedulable"
-    assert fault.message == f"controller pod {pending.name} cannot be scheduled: 0/3 nodes are available: 3 Insufficient memory."
+    assert fault.message == (f"controller pod {pending.name} cannot be scheduled: 0/3 nodes are available: "
+                             "3 Insufficient memory. (the slices' workers keep their nodes meanwhile; "
+                             "spec.suspend: true releases them)")
+    # Workers are neither held back nor deleted while the controller waits for a node (the slices exist here).
+    assert not plan.create_jobsets and not plan.delete_jobsets
 
 
 # -- item 7: an image that cannot be pulled ---------------------------------------------------
