@@ -511,3 +511,23 @@ def test_numeric_options_out_of_range_name_the_option(tmp_path, command, args, f
     assert proc.returncode == 2, proc.stderr
     assert fragment in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists() and not leftover_processes(str(tmp_path))
+
+
+def test_validate_refuses_operator_env_and_bad_pod_fields_naming_them(tmp_path):
+    """`elastic-jax validate` makes the model's checks of the new pod fields: one line naming the field."""
+    m = job_manifest("podfields", tmp_path)
+    m["spec"].update({"imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "training",
+                      "worker": {"nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-pool"},
+                                 "tolerations": [{"key": "spot", "operator": "Exists"}]}})
+    m["spec"]["controller"]["serviceAccountName"] = "trainer"  # its allow list is the operator's, not validate's
+    proc = _validate(tmp_path, m)
+    assert proc.returncode == 0, proc.stderr
+    m["spec"]["controller"]["env"] = [{"name": "ELASTIC_JAX_TOKEN_FILE", "value": "/tmp/mine"}]
+    proc = _validate(tmp_path, m)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.env[0].name",
+                          "ELASTIC_JAX_TOKEN_FILE is set by elastic-jax itself")
+    del m["spec"]["controller"]["env"]
+    m["spec"]["worker"]["tolerations"] = [{"key": "spot", "operator": "Exists", "value": "x"}]
+    proc = _validate(tmp_path, m)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.worker.tolerations.0",
+                          "operator Exists must not have a value")

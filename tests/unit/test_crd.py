@@ -95,3 +95,22 @@ def test_crd_enforces_the_job_name_rule_of_validate():
     cel = re.compile(job_api.NAME_PATTERN.replace("$", r"\Z"))
     for name in ("1job", "job\n", "Job", "ok-1", "a"):
         assert bool(cel.match(name)) == (job_api.name_problem(name) is None or len(name) > job_api.MAX_NAME_LENGTH)
+
+
+def test_pod_fields_are_in_the_crd_with_descriptions():
+    # kubectl explain ejob.spec.<field> shows these; the API server checks the shapes the model checks.
+    props = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    fields = {
+        "imagePullSecrets": props["imagePullSecrets"], "priorityClassName": props["priorityClassName"],
+        **{f"controller.{k}": props["controller"]["properties"][k]
+           for k in ("nodeSelector", "tolerations", "serviceAccountName", "automountServiceAccountToken", "resources")},
+        **{f"worker.{k}": props["worker"]["properties"][k] for k in ("nodeSelector", "tolerations", "resources")},
+    }
+    for name, schema in fields.items():
+        assert len(schema.get("description", "")) > 20, name
+    assert props["imagePullSecrets"]["items"]["properties"]["name"]["pattern"].startswith("^[a-z0-9]")
+    assert props["imagePullSecrets"]["items"]["required"] == ["name"]
+    tol = props["worker"]["properties"]["tolerations"]["items"]["properties"]
+    assert tol["operator"]["enum"] == ["Exists", "Equal"]
+    assert tol["effect"]["enum"] == ["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    assert props["controller"]["properties"]["nodeSelector"]["additionalProperties"] == {"type": "string"}
