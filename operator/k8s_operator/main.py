@@ -73,6 +73,17 @@ def _port(text: str) -> int:
     return value
 
 
+def _listen_word(text: str) -> str:
+    """argparse type: a key of `cpu.LISTEN_ADDRESSES` (all, pod-ip).
+
+    Raises:
+      argparse.ArgumentTypeError: any other text.
+    """
+    if text not in cpu_listen.LISTEN_ADDRESSES:
+        raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(sorted(cpu_listen.LISTEN_ADDRESSES))}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the operator until SIGINT/SIGTERM; returns the exit code."""
     parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0])
@@ -107,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="namespace/name of ServiceAccounts whose API token a job may mount "
                              "(spec.controller.automountServiceAccountToken); default: none")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
-    parser.add_argument("--pod-listen-address", choices=sorted(cpu_listen.LISTEN_ADDRESSES),
+    # A string default goes through `type` (argparse checks `choices` only for given arguments).
+    parser.add_argument("--pod-listen-address", type=_listen_word,
                         default=os.environ.get("ELASTIC_JAX_POD_LISTEN_ADDRESS", "all"),
                         help="what the controller pods' control API binds: all (0.0.0.0, default: kubectl "
                              "port-forward reaches it) or pod-ip (clusters whose pods share the host's network)")

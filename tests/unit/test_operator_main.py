@@ -19,6 +19,8 @@ EXE = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent)
     ({"ELASTIC_JAX_METRICS_PORT": "tcp://10.96.0.10:9090"}, "--metrics-port"),
     ({"ELASTIC_JAX_METRICS_PORT": "70000"}, "--metrics-port"),
     ({"ELASTIC_JAX_NODE_LOST_SECONDS": "-1"}, "--node-lost-seconds"),
+    # A literal $(POD_IP) would have been expanded by the kubelet in the operator's own pod: words only.
+    ({"ELASTIC_JAX_POD_LISTEN_ADDRESS": "$(POD_IP)"}, "--pod-listen-address"),
 ])
 def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag):
     proc = subprocess.run([EXE], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
