@@ -122,7 +122,7 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     # ConfigMap, the tracker and the renderers all see.
     job = backends.resolve(parse_manifest(data, "spec"))
     try:
-        service_accounts.POLICY.check(job)
+        service_accounts.POLICY.check(job, body["metadata"].get("namespace") or "default")
     except service_accounts.ServiceAccountRefused as e:
         raise UnsupportedBackend(str(e)) from None
     return job
@@ -232,6 +232,12 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
         if text:
             try:
                 applied = parse_manifest(safe_load_bounded(text), "configmap")
+                # Anyone who may edit ConfigMaps of the namespace could have changed this copy: it
+                # must pass the admin's ServiceAccount rule as the live spec did (docs/security.md).
+                service_accounts.POLICY.check(applied, key[0])
+            except service_accounts.ServiceAccountRefused as e:
+                _logger.warning("ignoring the manifest ConfigMap of %s/%s: %s", key[0], key[1], e)
+                applied = None
             except (ManifestError, yaml.YAMLError):
                 applied = None
         applied = applied or job

@@ -54,8 +54,13 @@ class ServiceAccountPolicy:
     allowed: frozenset[tuple[str, str]] = frozenset()
     token_allowed: frozenset[tuple[str, str]] = frozenset()
 
-    def check(self, job: ElasticTrainingJob) -> None:
-        """Refuses a ServiceAccount or a token mount the admin did not allow for the job's namespace.
+    def check(self, job: ElasticTrainingJob, namespace: str) -> None:
+        """Refuses a ServiceAccount or a token mount the admin did not allow for `namespace`.
+
+        Args:
+          job: the spec to check.
+          namespace: the job object's namespace, from the API server (never from a manifest's
+            text: the ConfigMap copy of a spec could name another one).
 
         Raises:
           ServiceAccountRefused: naming the field, the account and how an admin allows it.
@@ -63,7 +68,7 @@ class ServiceAccountPolicy:
         c = job.spec.controller
         if c.service_account_name is None:
             return
-        key = (job.metadata.namespace or "default", c.service_account_name)
+        key = (namespace, c.service_account_name)
         if key not in self.allowed and key not in self.token_allowed:
             raise ServiceAccountRefused(
                 f"{FIELD} {c.service_account_name!r} is not allowed in namespace {key[0]}: a cluster admin must "

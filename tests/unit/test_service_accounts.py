@@ -25,21 +25,21 @@ POLICY = ServiceAccountPolicy(allowed=parse_list("ml/trainer"), token_allowed=pa
 
 
 def test_no_service_account_is_always_fine_and_gets_no_token():
-    ServiceAccountPolicy().check(_job())
+    ServiceAccountPolicy().check(_job(), "ml")
     pod = renderer_for("cpu").controller_pod(_job(), 0)
     assert pod["spec"]["automountServiceAccountToken"] is False and "serviceAccountName" not in pod["spec"]
 
 
 def test_an_allowed_account_is_rendered_without_a_token():
     job = _job(serviceAccountName="trainer")
-    POLICY.check(job)
+    POLICY.check(job, "ml")
     spec = renderer_for("cpu").controller_pod(job, 0)["spec"]
     assert spec["serviceAccountName"] == "trainer" and spec["automountServiceAccountToken"] is False
 
 
 def test_a_token_only_when_asked_and_allowed():
     job = _job(serviceAccountName="api-user", automountServiceAccountToken=True)
-    POLICY.check(job)
+    POLICY.check(job, "ml")
     assert renderer_for("cpu").controller_pod(job, 0)["spec"]["automountServiceAccountToken"] is True
 
 
@@ -54,7 +54,7 @@ def test_a_token_only_when_asked_and_allowed():
 ])
 def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace, controller, message):
     with pytest.raises(ServiceAccountRefused) as info:
-        POLICY.check(_job(namespace, **controller))
+        POLICY.check(_job(namespace, **controller), namespace)
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
@@ -81,3 +81,27 @@ def test_the_operator_flag_refuses_a_bad_entry_before_starting(capsys):
         main.main(["--allowed-service-accounts", "trainer", "--metrics-port", "0"])
     assert info.value.code == 2
     assert "--allowed-service-accounts" in capsys.readouterr().err
+
+
+def test_the_namespace_is_the_objects_not_the_manifests():
+    # A manifest's text (e.g. the ConfigMap copy of a spec) naming another namespace gains nothing.
+    job = _job("ml", serviceAccountName="trainer")
+    with pytest.raises(ServiceAccountRefused, match="not allowed in namespace tenant"):
+        POLICY.check(job, "tenant")
+
+
+def test_a_tampered_manifest_configmap_cannot_bring_in_an_account(monkeypatch):
+    """The operator renders from the ConfigMap copy of the spec after a restart; a tenant who may edit
+    ConfigMaps must not slip a ServiceAccount past the admin's rule that way."""
+    import yaml
+
+    monkeypatch.setattr(service_accounts, "POLICY", POLICY)
+    live = handlers.parse_job(_body())
+    tampered = _body("ml", serviceAccountName="admin")
+
+    class Kube:
+        def read_manifest(self, namespace, configmap, owner_uid):
+            return yaml.safe_dump(tampered)
+    state = handlers.OperatorState(kube=Kube(), key=b"k" * 32)
+    applied = handlers._applied_job(state, ("ml", "sa-job"), live, "uid-1")
+    assert applied.spec.controller.service_account_name is None  # the live spec, which passed the check
