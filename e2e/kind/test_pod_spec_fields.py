@@ -43,10 +43,10 @@ def _manifest(name: str, **spec) -> str:
 
 def _allow(cluster: target.KindTarget, operator: target.ChartOperator, entries: list[str]) -> None:
     """helm upgrade of the session's release with controllerServiceAccounts.allowed = entries; operator Ready."""
-    value = "{" + ",".join(entries) + "}"
+    # --set-json: helm's --set turns {} into [""], which the values schema refuses.
     cluster.helm("upgrade", demo.RELEASE, str(demo.REPO_ROOT / "helm" / "elastic-jax"), "-n", demo.SYSTEM_NS,
-                 "--reuse-values", "--set", f"controllerServiceAccounts.allowed={value}", "--wait", "--timeout", "300s",
-                 timeout_s=420)
+                 "--reuse-values", "--set-json", f"controllerServiceAccounts.allowed={json.dumps(entries)}",
+                 "--wait", "--timeout", "300s", timeout_s=420)
     target.wait_operator_ready(operator)
 
 
@@ -89,10 +89,13 @@ def test_pull_secrets_scheduling_and_allowed_service_account_reach_the_pods(elas
         status = demo.wait_for(failed, 180, "the job refused for its ServiceAccount", why)
         (cond,) = [c for c in status["conditions"] if c["type"] == "Failed"]
         assert "spec.controller.serviceAccountName 'default' is not allowed" in cond["message"], cond
-        events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
-                                            "involvedObject.name=refused", "-o", "json").stdout)["items"]
-        assert any("spec.controller.serviceAccountName" in (e.get("message") or "") for e in events), \
-            [e.get("message") for e in events]
+
+        def event():
+            events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
+                                                "involvedObject.name=refused", "-o", "json").stdout)["items"]
+            return [e for e in events if e.get("reason") == "InvalidSpec"
+                    and "spec.controller.serviceAccountName" in (e.get("message") or "")]
+        demo.wait_for(event, 60, "a Warning Event naming spec.controller.serviceAccountName", why)
         assert not demo.pods(elastic_jax, ns, "elasticjax.dev/job-name=refused")
 
         # Allowed: everything set, admitted under PodSecurity restricted, trains.

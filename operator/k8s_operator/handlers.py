@@ -128,7 +128,11 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     return job
 
 
-def _fail_spec(patch: Any, status: Any, generation: int, message: str) -> None:
+def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None) -> None:
+    """The job Failed with condition reason InvalidSpec; with `body`, also one Warning Event `InvalidSpec`
+    naming the field (kopf's own "failed permanently" event is not reliable enough to promise)."""
+    if body is not None:
+        _event_sink(_ref(body))("Warning", "InvalidSpec", message)
     patch.status["phase"] = "Failed"
     patch.status["failureReason"] = message
     patch.status["observedGeneration"] = generation
@@ -208,7 +212,7 @@ def job_created(body, spec, status, meta, patch, **_):
         parse_job(body)
     except (ManifestError, UnsupportedBackend) as e:
         message = str(e)
-        _fail_spec(patch, status, meta.get("generation", 0), message)
+        _fail_spec(patch, status, meta.get("generation", 0), message, body)
         raise kopf.PermanentError(message)
     patch.status["phase"] = status.get("phase") or "Pending"
 
@@ -337,7 +341,7 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
         live = parse_job(body)
     except (ManifestError, UnsupportedBackend) as e:
         if status.get("phase") != "Failed":
-            _fail_spec(patch, status, generation, str(e))
+            _fail_spec(patch, status, generation, str(e), body)
         return
     try:
         _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,

@@ -105,3 +105,25 @@ def test_a_tampered_manifest_configmap_cannot_bring_in_an_account(monkeypatch):
     state = handlers.OperatorState(kube=Kube(), key=b"k" * 32)
     applied = handlers._applied_job(state, ("ml", "sa-job"), live, "uid-1")
     assert applied.spec.controller.service_account_name is None  # the live spec, which passed the check
+
+
+def test_a_refused_account_is_a_failed_condition_and_one_warning_event(monkeypatch):
+    import kopf
+
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    monkeypatch.setattr(service_accounts, "POLICY", POLICY)
+    body = _body(serviceAccountName="admin")
+    body["metadata"].update({"uid": "u1", "generation": 1})
+
+    class Patch:
+        status: dict = {}
+    patch = Patch()
+    patch.status = {}
+    with pytest.raises(kopf.PermanentError):
+        handlers.job_created(body=body, spec=body["spec"], status={}, meta=body["metadata"], patch=patch)
+    assert patch.status["phase"] == "Failed"
+    (cond,) = patch.status["conditions"]
+    assert cond["reason"] == "InvalidSpec" and "spec.controller.serviceAccountName 'admin'" in cond["message"]
+    assert [(t, r) for t, r, _ in events] == [("Warning", "InvalidSpec")]
+    assert "spec.controller.serviceAccountName 'admin' is not allowed in namespace ml" in events[0][2]
