@@ -253,7 +253,12 @@ class LocalCluster:
         manifests = jobset.write_manifests(self.state, self.ports)
         for name in ("crd.yaml", "webhooks.yaml"):
             self.kubectl("apply", "--server-side", "-f", str(manifests / name))
-        self.kubectl("wait", "--for=condition=Established", "crd/jobsets.jobset.x-k8s.io", "--timeout=60s")
+        # kubectl wait fails at once ("status.conditions accessor error") while the new CRD has no
+        # status yet, instead of waiting: retry it until the deadline.
+        controlplane.wait_until(
+            lambda: self.kubectl("wait", "--for=condition=Established", "crd/jobsets.jobset.x-k8s.io",
+                                 "--timeout=10s", check=False).returncode == 0,
+            timeout_s=60, what="JobSet CRD Established")
         self._start("jobset-controller", jobset.controller_argv(self.bin, self.state, self.ports),
                     env={**os.environ, "KUBECONFIG": str(self.kubeconfig)})
         self._wait(lambda: controlplane.http_ok(jobset.readyz_url(self.ports)),
