@@ -187,6 +187,15 @@ class WorkerSpec(_Model):
     image: str = Field(default=DEFAULT_WORKER_IMAGE, description="Worker container image (cpu backend) or Pathways server image.")
     resources: Resources = Field(default_factory=Resources, description="Worker container resources.")
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for workers.")
+    termination_grace_period_seconds: int | None = Field(
+        default=None, ge=0, le=3600,
+        description=(
+            "Seconds a worker pod has between SIGTERM (preemption, drain, delete) and SIGKILL. Default: 5 for "
+            "backend cpu (its workers hold no state), 30 for backend pathways (the Kubernetes default that "
+            "pathways-utils' JobSet builder leaves in place; the controller checkpoints while the slice drains, "
+            "so raise it when a checkpoint of your model takes longer)."
+        ),
+    )
 
 
 class TrainingSpec(_Model):
