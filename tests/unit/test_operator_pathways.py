@@ -272,5 +272,5 @@ def test_pathways_pods_keep_only_what_pathways_needs_beyond_restricted():
         "Running as Non-root: initContainers[pathways-rm]", "Running as Non-root: initContainers[pathways-proxy]"]
     worker = renderer_for("pathways").worker_jobset(job, 0)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert worker["automountServiceAccountToken"] is False
-    assert baseline_violations(worker) == ["Host Namespaces: spec.hostNetwork"]  # both references use it
+    assert baseline_violations(worker) == ["Host Namespaces: spec.hostNetwork"]  # google/pathways-job uses it
     assert not any("Privileged" in v or "Escalation" in v or "Seccomp" in v for v in restricted_violations(worker))

@@ -336,7 +336,7 @@ class PathwaysRenderer:
         pod.pop("volumes", None)
         pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
         pod["nodeSelector"] = {TPU_ACCELERATOR_LABEL: shape.accelerator, TPU_TOPOLOGY_LABEL: shape.topology}
-        # Host networking as both references ("for performance"; DCN traffic between slices). It is
+        # Host networking as google/pathways-job ("for performance"; DCN traffic between slices). It is
         # the one PodSecurity "baseline" rule these pods break: a TPU node pool runs only this
         # job's worker (exclusive placement), so the host network it shares is its own.
         pod["hostNetwork"] = True
