@@ -274,3 +274,28 @@ def test_pathways_pods_keep_only_what_pathways_needs_beyond_restricted():
     assert worker["automountServiceAccountToken"] is False
     assert baseline_violations(worker) == ["Host Namespaces: spec.hostNetwork"]  # google/pathways-job uses it
     assert not any("Privileged" in v or "Escalation" in v or "Seccomp" in v for v in restricted_violations(worker))
+
+
+@pytest.mark.parametrize("accelerator, topology", [
+    ("tpu-v5-lite-podslice", "2x2"), ("tpu-v5-lite-podslice", "4x8"), ("tpu-v5p-slice", "2x2x2"),
+    ("tpu-v6e-slice", "4x4"), ("tpu-v5-lite-podslice", "16x16"),
+])
+def test_the_longest_accepted_name_fits_every_child_of_every_shape(accelerator, topology):
+    """Issue 10 item 8: issue 9's rule (DNS-1035, at most MAX_NAME_LENGTH) is computed from the largest shape,
+    so no TPU shape makes a pod name exceed 63 (JobSet's webhook refuses that) or a Service name invalid."""
+    from elastic_jax.api.job import MAX_NAME_LENGTH
+
+    name = "a" * MAX_NAME_LENGTH
+    job = backends.resolve(pathways_job(accelerator, topology, count=64, name=name))
+    objs = children.render_children(job, TOKEN)
+    for o in objs:
+        assert len(o["metadata"]["name"]) <= 63, o["metadata"]["name"]
+    hosts = job.spec.slices.hosts_per_slice
+    last = objs[-1]
+    # JobSet's pod names: <jobset>-<replicated job>-<job index>-<pod index>-<5 random>
+    pod = f"{last['metadata']['name']}-{last['spec']['replicatedJobs'][0]['name']}-0-{hosts - 1}-abcde"
+    assert len(pod) <= 63, pod
+    with pytest.raises(Exception, match="at most"):
+        pathways_job(accelerator, topology, name="a" * (MAX_NAME_LENGTH + 1))
+    with pytest.raises(Exception, match="DNS-1035"):
+        pathways_job(accelerator, topology, name="1" + "a" * 5)
