@@ -79,7 +79,7 @@ class OperatorState:
         self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
         # (job UID, kind) of the ConfigMap and Service already created: keyed by UID, so a job
         # deleted and created again under the same name gets its children again.
-        self.static_done: set[tuple[str, str]] = set()
+        self.static_done: set[tuple[str, str, str]] = set()
 
     @property
     def kube(self) -> Kube:
