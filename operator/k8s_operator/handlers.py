@@ -77,7 +77,7 @@ class OperatorState:
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.trackers: dict[tuple[str, str], JobTracker] = {}
         self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
-        # (job UID, kind) of the ConfigMap and Service already created: keyed by UID, so a job
+        # (job UID, kind, name) of the ConfigMap and Services already created: keyed by UID, so a job
         # deleted and created again under the same name gets its children again.
         self.static_done: set[tuple[str, str, str]] = set()
 
