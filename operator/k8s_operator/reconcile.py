@@ -316,7 +316,9 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
       A `Plan`. Worker failures never touch the controller pod: a slice's
       JobSet replaces its own pods; only the controller's own death (a pod
       that exited with a code that does not end the job (see `_controller_exit`), vanished, or is being deleted
-      by someone else) recreates the controller, counted in status.
+      by someone else) recreates the controller, counted in status. Backend pathways: a slice's JobSet is
+      created only once the head's resource manager listens, and JobSets of an earlier head are restarted
+      (`_restart_detached_workers`).
     """
     plan = Plan()
     status = observed.status
