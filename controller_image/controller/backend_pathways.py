@@ -12,6 +12,14 @@ the cpu backend, device-resident state on a lost slice is gone: the loop
 restores it from the newest host snapshot or committed checkpoint
 (`keeps_state_on_slice_loss = False`).
 
+A slice whose node pool is still provisioning when the controller starts
+has no devices in `jax.devices()` yet. That is not bad input: the slice is
+simply not there, as after any later loss. The backend starts with the
+slices it sees (`visible_slices`), the manager waits for `minSlices` of them
+(pause) or trains on fewer, and the device list is read again while a slice
+is missing, so the slice joins at a step boundary once its workers have
+registered with the resource manager and the operator reported it Ready.
+
 Without TPUs this module is exercised on CPU devices with an explicit
 device → slice mapping (tests), which runs the same mesh, sharding and error
 paths; the Pathways proxy itself needs Google Cloud.
@@ -21,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +45,9 @@ from elastic_jax.controller.trainer import Trainer
 _logger = logging.getLogger(__name__)
 
 SliceOf = Callable[[Any], int]
+Devices = Sequence[Any] | Callable[[], Sequence[Any]]
+# While a slice is missing, how often to list the devices again (a step boundary asks each step).
+DEVICE_REFRESH_S = 5.0
 # pathways-utils checks devices with x + 1 on a value of 99 (elastic.py, _SIMPLE_EXECUTION_TEST_VALUE = 100).
 _PROBE_VALUE = 99.0
 
@@ -91,23 +103,64 @@ class PathwaysBackend:
       trainer: the user's trainer (same object as on the cpu backend).
       slice_set: slice states; the operator's reports still arrive here and are
         preferred over polling, health checks confirm them.
-      devices: all devices (default `jax.devices()`).
+      devices: all devices, or a function listing them now (default `jax.devices`).
       slice_of: device → slice index (default `device.slice_index`).
+
+    Raises:
+      ValueError: a device of a slice index outside 0..spec.slices.count-1 (the
+        resource manager runs `--instance_count` = spec.slices.count slices, so
+        that is a misconfigured head, not a slice to wait for).
     """
 
     keeps_state_on_slice_loss = False
 
-    def __init__(self, trainer: Trainer, slice_set: SliceSet, devices: Sequence[Any] | None = None,
+    def __init__(self, trainer: Trainer, slice_set: SliceSet, devices: Devices | None = None,
                  slice_of: SliceOf = default_slice_of):
         self.trainer = trainer
         self.slice_set = slice_set
-        self.slices = slice_to_devices(jax.devices() if devices is None else devices, slice_of)
-        if len(self.slices) != slice_set.count:
-            raise ValueError(
-                f"spec.slices.count is {slice_set.count} but the devices span {len(self.slices)} slices"
-            )
+        if devices is None:
+            self._list_devices = jax.devices
+        elif callable(devices):
+            self._list_devices = devices
+        else:
+            self._list_devices = lambda: devices
+        self._slice_of = slice_of
+        self._listed_at = 0.0
+        self.slices: dict[int, list[Any]] = {}
+        self._refresh(force=True)
+        extra = sorted(set(self.slices) - set(range(slice_set.count)))
+        if extra:
+            raise ValueError(f"spec.slices.count is {slice_set.count} but the devices include slices {extra}")
+        missing = self.missing_slices()
+        if missing:
+            _logger.warning("slices %s have no devices yet (node pool provisioning, or workers not registered); "
+                            "waiting for them as for any lost slice", missing,
+                            extra={"event": "slices_missing_at_start", "slices": missing})
         self._slice_step = make_slice_step(trainer)
         self._compiled: dict[tuple[int, ...], Any] = {}
+
+    # -- which slices exist -------------------------------------------------
+
+    def _refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._listed_at < DEVICE_REFRESH_S:
+            return
+        self._listed_at = now
+        before = set(self.slices)
+        self.slices = slice_to_devices(self._list_devices(), self._slice_of)
+        appeared = sorted(set(self.slices) - before)
+        if before and appeared:
+            _logger.info("slices %s now have devices", appeared, extra={"event": "slices_appeared", "slices": appeared})
+
+    def missing_slices(self) -> list[int]:
+        """Slice indices of 0..spec.slices.count-1 with no device in the last device list."""
+        return sorted(set(range(self.slice_set.count)) - set(self.slices))
+
+    def visible_slices(self) -> frozenset[int]:
+        """Slices with devices, listing the devices again (at most every `DEVICE_REFRESH_S`) while one is missing."""
+        if self.missing_slices():
+            self._refresh()
+        return frozenset(i for i in self.slices if i < self.slice_set.count)
 
     # -- health ------------------------------------------------------------
 
@@ -124,7 +177,7 @@ class PathwaysBackend:
           The slices whose devices computed the right answer. A slice-down
           error marks a slice unhealthy; any other error propagates.
         """
-        indices = sorted(indices)
+        indices = sorted(i for i in indices if i in self.slices)  # a slice without devices is not healthy
         pending = {}
         healthy = set()
         for i in indices:

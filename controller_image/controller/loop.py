@@ -108,7 +108,8 @@ class TrainingRun:
         self._stop = threading.Event()
         self._stop_kind: str | None = None  # "requested" | "signal"
         self._stop_reason = ""
-        self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop)
+        self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop,
+                               visible=getattr(backend, "visible_slices", None))
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()

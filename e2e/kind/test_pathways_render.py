@@ -2,8 +2,9 @@
 
 No TPUs or Pathways images exist here, so nothing trains. What is real: a
 server-side dry run (`kubectl apply --dry-run=server`) of every child the
-operator renders for a pathways job (Secret, ConfigMap, Service, controller
-Pod with native sidecars, one JobSet per slice), in a namespace enforcing
+operator renders for a pathways job (Secret, ConfigMap, the controller's
+Service and the Pathways head's headless Service, controller Pod with native
+sidecars and the resource manager's startupProbe, one JobSet per slice), in a namespace enforcing
 PodSecurity ``baseline`` (Google's Pathways images run as root, so the
 Pathways controller pod meets ``baseline``, not ``restricted``; TPU workers
 need ``hostNetwork``: docs/security.md): the API
@@ -61,7 +62,8 @@ def test_rendered_children_pass_server_side_validation(cluster, namespace, accel
     manifest = _example()
     manifest["spec"]["slices"].update(accelerator=accelerator, topology=topology)
     objs = _children(manifest, namespace)
-    assert [o["kind"] for o in objs] == ["Secret", "ConfigMap", "Service", "Pod", "JobSet", "JobSet"]
+    # the controller's Service and the Pathways head's headless one (publishNotReadyAddresses)
+    assert [o["kind"] for o in objs] == ["Secret", "ConfigMap", "Service", "Service", "Pod", "JobSet", "JobSet"]
     result = _dry_run(cluster, namespace, objs)
     assert result.returncode == 0, result.stderr
     for o in objs:

@@ -57,3 +57,32 @@ PROJECT_IMAGES: dict[str, ProjectImage] = {
         ProjectImage(OPERATOR_IMAGE, "operator/Dockerfile", "operator", ("elastic-jax-operator",)),
     )
 }
+
+
+# -- Pathways (backend pathways): Google's images, pinned to the jax the controller runs --
+
+PATHWAYS_REPOSITORY = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
+"""Google's Pathways images: ``server`` (resource manager and TPU workers) and ``proxy_server``."""
+
+PINNED_JAX = "0.10.2"
+"""The jax/jaxlib version ``constraints.txt`` pins, so the controller image's IFRT proxy client
+(``tests/unit/test_images.py`` fails when the two drift)."""
+
+PATHWAYS_RELEASES: dict[str, str] = {
+    # jax version -> the Pathways release tag built against it. Google tags each
+    # release of server and proxy_server together as ``jax-<version>``; the proxy
+    # client in jaxlib and the proxy server speak one IFRT proxy protocol version,
+    # so a release is paired with exactly one jax. Add a row when the pin moves.
+    "0.10.2": "jax-0.10.2",
+}
+
+
+def pathways_image(component: str, jax_version: str = PINNED_JAX) -> str:
+    """The Pathways image of `component` ("server" or "proxy_server") for `jax_version`.
+
+    Raises:
+      KeyError: no Pathways release is known for that jax version (add it to `PATHWAYS_RELEASES`).
+    """
+    if component not in ("server", "proxy_server"):
+        raise ValueError(f"unknown Pathways component {component!r} (server, proxy_server)")
+    return f"{PATHWAYS_REPOSITORY}/{component}:{PATHWAYS_RELEASES[jax_version]}"

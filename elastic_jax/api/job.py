@@ -334,6 +334,15 @@ class WorkerSpec(_Model):
     tolerations: list[Toleration] = Field(
         default_factory=list,
         description="Tolerations of the worker pods (pathways: GKE adds the google.com/tpu one itself).")
+    termination_grace_period_seconds: int | None = Field(
+        default=None, ge=0, le=3600,
+        description=(
+            "Seconds a worker pod has between SIGTERM (preemption, drain, delete) and SIGKILL. Default: 5 for "
+            "backend cpu (its workers hold no state), 30 for backend pathways (the Kubernetes default that "
+            "pathways-utils' JobSet builder leaves in place; the controller checkpoints while the slice drains, "
+            "so raise it when a checkpoint of your model takes longer)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _names(self) -> "WorkerSpec":

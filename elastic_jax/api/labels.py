@@ -29,6 +29,9 @@ JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 # The Job controller's per-pod completion index (indexed Jobs): host index within a slice.
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# On a pathways worker JobSet: the Pathways head incarnation (controller pod and resource
+# manager restart count) its workers registered with; another head restarts the JobSet.
+PATHWAYS_HEAD = f"{GROUP}/pathways-head"
 # JobSet annotation: one replicated job per node pool (TPU slice exclusivity).
 JOBSET_EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 

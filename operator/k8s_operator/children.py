@@ -56,14 +56,13 @@ def manifest_configmap(job: ElasticTrainingJob) -> dict[str, Any]:
 
 
 def controller_service(job: ElasticTrainingJob) -> dict[str, Any]:
-    """A Service selecting the controller pod (DNS name for users, and for Pathways workers to reach the resource manager)."""
+    """A Service selecting the controller pod (its control API, for users): routes only once the pod is Ready.
+
+    Pathways workers do not use it: they reach the resource manager through
+    `backends.pathways.head_service`, published before the pod is Ready.
+    """
     name = job.metadata.name
     ports = [{"name": "control", "port": names.CONTROLLER_PORT, "targetPort": names.CONTROLLER_PORT}]
-    if job.spec.backend == "pathways":
-        # Pathways workers register with the resource manager beside the controller.
-        from elastic_jax.k8s_operator.backends.pathways import RM_PORT
-
-        ports.append({"name": "pathways-rm", "port": RM_PORT, "targetPort": RM_PORT})
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -75,9 +74,20 @@ def controller_service(job: ElasticTrainingJob) -> dict[str, Any]:
     }
 
 
+def static_children(job: ElasticTrainingJob) -> list[dict[str, Any]]:
+    """The children created once per job: the manifest ConfigMap, the controller Service and, for
+    backend pathways, the Pathways head's headless Service."""
+    out = [manifest_configmap(job), controller_service(job)]
+    if job.spec.backend == "pathways":
+        from elastic_jax.k8s_operator.backends.pathways import head_service
+
+        out.append(head_service(job))
+    return out
+
+
 def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int = 0,
                     job_uid: str = "") -> list[dict[str, Any]]:
-    """Every child of a job: Secret, ConfigMap, Service, controller Pod, one JobSet per slice.
+    """Every child of a job: Secret, ConfigMap, Service(s), controller Pod, one JobSet per slice.
 
     `job_uid` (the job's metadata.uid) goes to the controller with its namespace and name.
 
@@ -87,8 +97,7 @@ def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int
     renderer = renderer_for(job.spec.backend)
     return [
         token_secret(job, token),
-        manifest_configmap(job),
-        controller_service(job),
+        *static_children(job),
         renderer.controller_pod(job, controller_attempt, job_uid),
         *(renderer.worker_jobset(job, i) for i in range(job.spec.slices.count)),
     ]

@@ -77,9 +77,9 @@ class OperatorState:
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.trackers: dict[tuple[str, str], JobTracker] = {}
         self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
-        # (job UID, kind) of the ConfigMap and Service already created: keyed by UID, so a job
+        # (job UID, kind, name) of the ConfigMap and Services already created: keyed by UID, so a job
         # deleted and created again under the same name gets its children again.
-        self.static_done: set[tuple[str, str]] = set()
+        self.static_done: set[tuple[str, str, str]] = set()
 
     @property
     def kube(self) -> Kube:
@@ -307,7 +307,7 @@ def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, bo
 
 
 def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) -> None:
-    """ConfigMap (manifest) and Service: created once per job UID.
+    """ConfigMap (manifest) and Services (`children.static_children`): created once per job UID.
 
     One that exists already (409) is used only when it is this job's (its
     ownerReference has the job's UID: an operator restart); a ConfigMap
@@ -320,8 +320,8 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
     """
     ns, _ = key
     uid = body["metadata"]["uid"]
-    for child in (children.manifest_configmap(job), children.controller_service(job)):
-        marker = (uid, child["kind"])
+    for child in children.static_children(job):
+        marker = (uid, child["kind"], child["metadata"]["name"])
         if marker not in state.static_done:
             kopf.adopt(child, owner=body)
             name = child["metadata"]["name"]
@@ -429,6 +429,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         controller_pod = status.get("controllerPod") or ""
     for i in [] if blocked else plan.create_jobsets:
         js = renderer.worker_jobset(job, i)
+        if plan.pathways_head:
+            js["metadata"].setdefault("annotations", {})[lbl.PATHWAYS_HEAD] = plan.pathways_head
         kopf.adopt(js, owner=body)
         try:
             state.kube.create(ns, js)

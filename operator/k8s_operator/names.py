@@ -33,6 +33,15 @@ def service(job: str) -> str:
     return f"{job}-controller"
 
 
+def pathways_head(job: str) -> str:
+    """The headless Service naming the Pathways head (the controller pod) for its TPU workers.
+
+    Published before the pod is Ready (publishNotReadyAddresses): the workers
+    must reach the resource manager for the controller to become Ready.
+    """
+    return f"{job}-pathways-head"
+
+
 def controller_pod(job: str, attempt: int) -> str:
     """The controller pod of one incarnation: a new name per recreation, so a
     replacement never waits for the old pod's deletion to finish."""

@@ -13,10 +13,12 @@ import json
 import re
 from typing import Any, Mapping
 
+from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, FINISHED_PHASES
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
 from elastic_jax.k8s_operator.slices import PodView
@@ -32,6 +34,7 @@ class JobSetView:
     failed: bool = False
     message: str = ""
     deleting: bool = False
+    head: str = ""
 
 
 def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
@@ -45,6 +48,7 @@ def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
         failed=failed is not None,
         message=(failed or {}).get("message", ""),
         deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
+        head=((body.get("metadata") or {}).get("annotations") or {}).get(labels.PATHWAYS_HEAD, ""),
     )
 
 
@@ -90,6 +94,8 @@ class Plan:
       finish: ("Succeeded" | "Failed", reason) when the job ends now.
       controller_restarted: the new controller pod replaces one that died.
       events: (type, reason, message) Kubernetes Events to post.
+      pathways_head: backend pathways: the head incarnation (`backends.pathways.head_incarnation`)
+        the JobSets created now register with; the handler records it on each.
     """
 
     create_controller: int | None = None
@@ -100,6 +106,7 @@ class Plan:
     finish: tuple[str, str] | None = None
     controller_restarted: bool = False
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    pathways_head: str = ""
 
 
 # How long a controller pod this operator created may be missing from the pod index before
@@ -269,6 +276,35 @@ def _log_text(line: str) -> str:
     return line
 
 
+def _restart_detached_workers(job: ElasticTrainingJob, observed: Observed, plan: Plan, head: PodView | None) -> None:
+    """Backend pathways: the start order and what a new head does to the worker JobSets.
+
+    Workers register with one resource manager; they are created only once the
+    current head's resource manager listens (`plan.pathways_head` set), and a
+    JobSet created for another head incarnation (the controller pod was
+    recreated, or its resource-manager sidecar restarted) is deleted, so it is
+    created again for this one. Cost: every slice's pods restart (minutes on
+    TPU: image start, TPU init, registration); the node pools stay (exclusive
+    placement keeps them), and a recreated JobSet is not a slice failure: no
+    budget is spent. A JobSet without the annotation (an older operator) is left.
+    """
+    if plan.create_controller is not None:
+        current = pathways_backend.head_incarnation(names.controller_pod(job.metadata.name, plan.create_controller), 0)
+    elif head is not None:
+        current = pathways_backend.head_incarnation(head.name, head.rm_restarts)
+        if head.rm_started:
+            plan.pathways_head = current
+    else:
+        return  # the head is on its way (just created, not yet in the index): decide next pass
+    stale = sorted(i for i, js in observed.jobsets.items() if js.head and js.head != current and not js.deleting)
+    if not stale:
+        return
+    plan.delete_jobsets.extend(observed.jobsets[i].name for i in stale)
+    plan.events.append(("Warning", "WorkersRestarted",
+                        f"slices {stale}: their workers registered with Pathways head {observed.jobsets[stale[0]].head}, "
+                        f"which is gone; restarting their JobSets to register with {current}"))
+
+
 def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     """The changes that move one job's children towards its spec.
 
@@ -280,7 +316,9 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
       A `Plan`. Worker failures never touch the controller pod: a slice's
       JobSet replaces its own pods; only the controller's own death (a pod
       that exited with a code that does not end the job (see `_controller_exit`), vanished, or is being deleted
-      by someone else) recreates the controller, counted in status.
+      by someone else) recreates the controller, counted in status. Backend pathways: a slice's JobSet is
+      created only once the head's resource manager listens, and JobSets of an earlier head are restarted
+      (`_restart_detached_workers`).
     """
     plan = Plan()
     status = observed.status
@@ -337,11 +375,17 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             if newest is not None and not newest.deleting and not stranded:
                 plan.delete_pods.append(newest.name)
 
+    pathways = job.spec.backend == "pathways"
+    if pathways:
+        live = newest if plan.create_controller is None and not in_flight and newest is not None \
+            and not dead(newest) and not newest.deleting and not stranded else None
+        _restart_detached_workers(job, observed, plan, live)
     total_restarts = 0
     for i in range(job.spec.slices.count):
         js = observed.jobsets.get(i)
         if js is None:
-            plan.create_jobsets.append(i)
+            if not pathways or plan.pathways_head:
+                plan.create_jobsets.append(i)
             continue
         total_restarts += js.restarts
         if js.failed and plan.finish is None:

@@ -18,6 +18,10 @@ from elastic_jax.api import labels
 from elastic_jax.api.status import SliceState
 from elastic_jax.k8s_operator import names
 
+# The pathways controller pod's resource-manager sidecar (backends.pathways.RM_CONTAINER;
+# not imported: that module imports the renderers, this one stays a leaf).
+RM_CONTAINER = "pathways-rm"
+
 Observation = Literal["Ready", "Draining", "Failed", "NotReady"]
 
 
@@ -47,6 +51,9 @@ class PodView:
         message and image.
       unschedulable: the scheduler's message while PodScheduled is False ("" otherwise).
       node: spec.nodeName, the node the pod is bound to ("" until scheduled).
+      rm_started: pathways controller pod: its resource-manager sidecar passed its
+        startupProbe (listens on its port) and runs.
+      rm_restarts: pathways controller pod: restarts of that sidecar in this pod.
     """
 
     name: str
@@ -69,6 +76,8 @@ class PodView:
     waiting_image: str = ""
     unschedulable: str = ""
     node: str = ""
+    rm_started: bool = False
+    rm_restarts: int = 0
 
     @property
     def terminal(self) -> bool:
@@ -124,6 +133,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
             message = (term.get("message") or "").strip()
             break
     waiting = _waiting(status)
+    rm = next((cs for cs in status.get("initContainerStatuses") or [] if cs.get("name") == RM_CONTAINER), {})
     if role == labels.ROLE_CONTROLLER:
         attempt = _int(lab.get(labels.CONTROLLER_ATTEMPT), 0)
     else:
@@ -149,6 +159,8 @@ def pod_view(body: dict[str, Any]) -> PodView:
         waiting_image=waiting[2],
         unschedulable=_unschedulable(status) if (status.get("phase") or "Pending") == "Pending" else "",
         node=(body.get("spec") or {}).get("nodeName") or "",
+        rm_started=bool(rm.get("started")) and "running" in (rm.get("state") or {}),
+        rm_restarts=_int(rm.get("restartCount"), 0),
     )
 
 

@@ -115,6 +115,42 @@ def main(tmp):
     out.update(succeeded=summary.succeeded, steps=summary.steps, steps_lost=summary.steps_lost,
                causes=[r["cause"] for r in summary.recoveries], failure=summary.failure_reason,
                loss_down=summary.final_loss < summary.initial_loss)
+
+    # Slice 1's node pool is absent when the controller starts (issue 10 item 3): jax.devices() spans
+    # slice 0 only. The backend must not refuse it (it did: exit 2, the job Failed for good); with
+    # minSlices = count the run waits, and trains on both once slice 1's devices appear and the
+    # operator reports it Ready.
+    all_devices = jax.devices()
+    shown = {"n": 2}
+    slice_set = SliceSet(2)
+    ready(slice_set, 0, 1)
+    backend = PathwaysBackend(trainer, slice_set, devices=lambda: all_devices[:shown["n"]], slice_of=slice_of)
+    out["missing_at_start"] = backend.missing_slices()
+    first_active = []
+    real_missing = backend.grad_step
+
+    def recording(params, batch, active):
+        if not first_active:
+            first_active.extend(active)
+        return real_missing(params, batch, active)
+
+    backend.grad_step = recording
+
+    def pool_appears():
+        shown["n"] = 4
+        ready(slice_set, 1, 1)
+
+    threading.Timer(1.0, pool_appears).start()
+    job = parse_manifest({
+        "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": {"name": "pw2"},
+        "spec": {"backend": "pathways", "slices": {"count": 2, "minSlices": 2, "accelerator": "cpu", "topology": "1x2"},
+                 "training": {"steps": 5, "globalBatchSize": 8, "logEverySteps": 5},
+                 "checkpoint": {"uri": f"{tmp}/ckpt2", "intervalSteps": 100}}})
+    checkpointer = Checkpointer(job.spec.checkpoint.uri, 100, 2)
+    summary = TrainingRun(job, trainer, backend, slice_set, checkpointer, ControllerMetrics()).run()
+    checkpointer.close()
+    out["missing_run"] = {"succeeded": summary.succeeded, "steps": summary.steps, "failure": summary.failure_reason,
+                          "first_active": first_active}
     print("RESULT " + json.dumps(out))
 
 

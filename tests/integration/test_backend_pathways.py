@@ -28,3 +28,7 @@ def test_pathways_backend_on_cpu_devices(tmp_path):
     # Lost at step 25 (25 steps done); the host snapshot of step 20 was newer than any checkpoint.
     assert r["steps_lost"] == 5
     assert r["causes"][0] == "slice_down" and "scale_up" in r["causes"]
+    # issue 10 item 3: a slice absent at start is waited for; the first step runs on both slices
+    assert r["missing_at_start"] == [1]
+    assert r["missing_run"]["succeeded"], r["missing_run"]["failure"]
+    assert r["missing_run"]["steps"] == 5 and r["missing_run"]["first_active"] == [0, 1]

@@ -210,3 +210,14 @@ def test_parser_reads_continuations_and_stages(tmp_path):
     assert [s.alias for s in parsed.stages] == ["builder", None]
     assert parsed.stages[0].all("RUN") == ["a  && b"]
     assert {parsed.expand(s.base) for s in parsed.stages} == {"python:3.11.14-slim"}
+
+
+def test_pathways_images_are_pinned_to_the_jax_in_constraints():
+    """Issue 10 item 9: the Pathways server/proxy release follows the jax/jaxlib the controller image installs."""
+    from elastic_jax.api import images
+
+    pins = dict(line.split("==", 1) for line in (ROOT / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert pins["jax"] == pins["jaxlib"] == images.PINNED_JAX, "move images.PINNED_JAX with the jax pin"
+    assert images.PINNED_JAX in images.PATHWAYS_RELEASES, "add the Pathways release of the new jax pin"
+    assert not images.pathways_image("server").endswith(":latest")

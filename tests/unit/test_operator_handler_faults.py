@@ -225,3 +225,42 @@ def test_a_finished_job_keeps_its_last_slice_states_after_an_operator_restart(mo
     assert status["slices"] == slices and status["sliceReplacements"] == 4
     assert patches[1:] == [{}, {}]
     assert "slices" not in patches[0] and not any(e[1].startswith("Slice") for e in events)
+
+
+def test_pathways_shell_creates_the_head_service_and_annotates_jobsets_with_the_head(monkeypatch):
+    """Issue 10 items 1, 2, 5 through the kopf shell: the headless head Service is created with the other
+    static children; JobSets only once the resource manager started, each carrying the head incarnation."""
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    bodies = []
+
+    class Recording(_Kube):
+        def create(self, namespace, body):
+            bodies.append(body)
+            return super().create(namespace, body)
+
+    spec = {"backend": "pathways", "slices": {"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
+            "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "gs://b/j"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=Recording(), key=b"k" * 32)
+
+    def head(started: bool):
+        rm = {"name": "pathways-rm", "started": started, "restartCount": 0, "state": {"running": {}}}
+        return pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+            lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
+            "status": {"phase": "Pending", "podIP": "10.0.0.9", "initContainerStatuses": [rm]}})
+
+    status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    for started in (False, True):
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j"): [head(started)]},
+                               job_jobsets={("ns", "j"): []})
+        jobsets = [b for b in bodies if b["kind"] == "JobSet"]
+        if not started:
+            assert jobsets == [], "no worker before its head's resource manager listens"
+            services = [b for b in bodies if b["kind"] == "Service"]
+            assert [s["metadata"]["name"] for s in services] == ["j-controller", "j-pathways-head"]
+        status = {**status, **patch.status}
+    assert [js["metadata"]["name"] for js in jobsets] == ["j-slice-0", "j-slice-1"]
+    assert {js["metadata"]["annotations"][lbl.PATHWAYS_HEAD] for js in jobsets} == {"j-controller-0.rm-0"}

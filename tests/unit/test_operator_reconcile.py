@@ -203,3 +203,73 @@ def test_the_controllers_termination_line_is_the_reason_without_its_error_prefix
     pod = _ctrl(phase="Failed", exit_code=1, message=f"error: {_BUDGET}")
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets()))
     assert plan.finish == ("Failed", f"training failed: {_BUDGET}")
+
+
+# -- backend pathways: start order and head restarts (issue 10 items 2 and 5) --
+
+
+def _pw_job():
+    return _job(backend="pathways", slices={"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
+                checkpoint={"uri": "gs://b/ck"})
+
+
+def _head(attempt=0, rm_started=True, rm_restarts=0, **kw):
+    return dataclasses.replace(_ctrl(attempt, **kw), rm_started=rm_started, rm_restarts=rm_restarts)
+
+
+def test_pathways_workers_wait_for_the_resource_manager_to_listen():
+    job = _pw_job()
+    first = decide(job, Observed({}, [], {}))
+    assert first.create_controller == 0 and first.create_jobsets == []
+    starting = decide(job, Observed({"controllerPod": "demo-controller-0"}, [_head(rm_started=False)], {}))
+    assert starting.create_jobsets == []
+    up = decide(job, Observed({"controllerPod": "demo-controller-0"}, [_head()], {}))
+    assert up.create_jobsets == [0, 1] and up.pathways_head == "demo-controller-0.rm-0"
+
+
+def test_pathways_workers_of_a_dead_head_are_restarted_with_the_new_one():
+    job = _pw_job()
+    dead = _head(phase="Failed", exit_code=137, reason="exit code 137")
+    attached = _both_jobsets(head="demo-controller-0.rm-0")
+    plan = decide(job, Observed({"controllerPod": "demo-controller-0"}, [dead], attached))
+    assert plan.create_controller == 1
+    assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"] and plan.create_jobsets == []
+    assert [e[1] for e in plan.events] == ["ControllerRestarted", "WorkersRestarted"]
+    # next passes: the old JobSets go away; new ones only once the new head's resource manager listens
+    deleting = _both_jobsets(head="demo-controller-0.rm-0", deleting=True)
+    new = _head(1, rm_started=False)
+    plan = decide(job, Observed({"controllerPod": "demo-controller-1"}, [dead, new], deleting))
+    assert plan.delete_jobsets == [] and plan.create_jobsets == []
+    plan = decide(job, Observed({"controllerPod": "demo-controller-1"}, [dead, _head(1)], {}))
+    assert plan.create_jobsets == [0, 1] and plan.pathways_head == "demo-controller-1.rm-0"
+
+
+def test_pathways_resource_manager_restart_in_place_restarts_the_workers():
+    job = _pw_job()
+    plan = decide(job, Observed({"controllerPod": "demo-controller-0"}, [_head(rm_restarts=1)],
+                                _both_jobsets(head="demo-controller-0.rm-0")))
+    assert plan.create_controller is None and plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
+    current = decide(job, Observed({"controllerPod": "demo-controller-0"}, [_head(rm_restarts=1)],
+                                   _both_jobsets(head="demo-controller-0.rm-1")))
+    assert current.delete_jobsets == [] and current.events == []
+
+
+def test_cpu_jobsets_do_not_wait_for_a_head():
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], {}))
+    assert plan.create_jobsets == [0, 1] and plan.pathways_head == ""
+
+
+def test_views_read_the_head_incarnation_and_the_resource_manager_state():
+    from elastic_jax.api import labels
+    from elastic_jax.k8s_operator.slices import pod_view
+
+    js = jobset_view({"metadata": {"name": "demo-slice-0", "annotations": {labels.PATHWAYS_HEAD: "demo-controller-2.rm-1"}}}, 0)
+    assert js.head == "demo-controller-2.rm-1"
+    pod = {"metadata": {"name": "demo-controller-2", "labels": {labels.ROLE: "controller"}},
+           "status": {"phase": "Pending", "initContainerStatuses": [
+               {"name": "pathways-rm", "started": True, "restartCount": 1, "state": {"running": {}}},
+               {"name": "pathways-proxy", "started": False, "restartCount": 4, "state": {"running": {}}}]}}
+    view = pod_view(pod)
+    assert view.rm_started and view.rm_restarts == 1
+    pod["status"]["initContainerStatuses"][0].update(started=False)
+    assert not pod_view(pod).rm_started

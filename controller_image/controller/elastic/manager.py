@@ -46,6 +46,11 @@ class Manager:
       poll_interval_s: seconds between re-checks while waiting for slices.
       stop_event: when set, a wait for slices ends with `StopRequested` (SIGTERM
         during a pause must not wait out the pod's grace period).
+      visible: `() -> slices the backend can place work on now` (pathways: those
+        with devices in `jax.devices()`); None: every slice. A Ready slice that
+        is not visible yet (its node pool came up after the controller started;
+        its workers are still registering) waits: neither health-checked nor
+        marked down, nor a scale-up signal.
 
     Attributes:
       attempts: attempts started by the last `elastic_retry` call.
@@ -54,8 +59,10 @@ class Manager:
     """
 
     def __init__(self, slice_set: SliceSet, health_check: HealthCheck | None = None, poll_interval_s: float = 1.0,
-                 stop_event: threading.Event | None = None):
+                 stop_event: threading.Event | None = None,
+                 visible: Callable[[], frozenset[int]] | None = None):
         self.slice_set = slice_set
+        self.visible = visible
         self.stop_event = stop_event or threading.Event()
         self.health_check = health_check or (lambda indices: frozenset(indices))
         self.poll_interval_s = poll_interval_s
@@ -75,7 +82,17 @@ class Manager:
 
     def available_inactive_slices(self) -> frozenset[int]:
         """Slices up but not yet training; non-empty means: raise `ScaleUpSignalError` at the next step boundary."""
-        return self.slice_set.available_inactive()
+        joining = self.slice_set.available_inactive()
+        if joining and self.visible is not None:
+            joining &= self.visible()
+        return joining
+
+    def _candidates(self) -> frozenset[int]:
+        """Ready slices the backend can place work on."""
+        ready = self.slice_set.ready()
+        if ready and self.visible is not None:
+            ready &= self.visible()
+        return ready
 
     def wait_for_slices(self, slice_count: int, timeout_s: float | None) -> frozenset[int]:
         """Waits until at least `slice_count` Ready slices pass the health check.
@@ -97,7 +114,7 @@ class Manager:
             while True:
                 if self.stop_event.is_set():
                     raise StopRequested("stop requested while waiting for slices")
-                ready = self.slice_set.ready()
+                ready = self._candidates()
                 healthy = self.health_check(ready) if ready else frozenset()
                 unhealthy = ready - healthy
                 if unhealthy:

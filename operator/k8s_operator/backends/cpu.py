@@ -182,6 +182,16 @@ def _liveness(job: ElasticTrainingJob) -> dict[str, Any]:
                               "timeoutSeconds": LIVENESS_TIMEOUT_S}}
 
 
+# cpu workers hold no training state (the controller does): 5 s to exit is plenty.
+CPU_WORKER_GRACE_S = 5
+
+
+def worker_grace_s(job: ElasticTrainingJob, default_s: int) -> int:
+    """The worker pods' terminationGracePeriodSeconds: spec.worker.terminationGracePeriodSeconds, else `default_s`."""
+    value = job.spec.worker.termination_grace_period_seconds
+    return default_s if value is None else value
+
+
 class CpuRenderer:
     """Renders the cpu backend's controller pod and worker JobSets."""
 
@@ -288,7 +298,7 @@ class CpuRenderer:
                                 "metadata": {"labels": dict(selector)},
                                 "spec": {
                                     "restartPolicy": "Never",
-                                    "terminationGracePeriodSeconds": 5,
+                                    "terminationGracePeriodSeconds": worker_grace_s(job, CPU_WORKER_GRACE_S),
                                     # Workers never call the Kubernetes API: no ServiceAccount token.
                                     "automountServiceAccountToken": False,
                                     "enableServiceLinks": False,

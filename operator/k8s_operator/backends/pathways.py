@@ -4,13 +4,25 @@ Pod shapes follow the public references, pathways-utils
 `pathwaysutils/experimental/gke/jobset.py` and google/pathways-job
 `internal/controller/pathwaysjob_controller.go` (images, ports, flags, worker
 env, `google.com/tpu` limits, node selectors, exclusive node-pool placement,
-host networking for workers). Where this operator differs, it is because
-their head and workers are one JobSet and ours are not:
+host networking for workers, restart in place). Where this operator differs,
+it is because their head and workers are one JobSet and ours are not
+(docs/pathways.md has the whole list, field by field):
 
 - The head is the controller Pod (recreated per attempt, new name each
-  time), so workers reach the resource manager through the job's Service
-  (`names.service`, which carries `RM_PORT`), not the JobSet coordinator
-  label; the proxy reaches it on 127.0.0.1 inside the pod.
+  time), so workers reach the resource manager through a headless Service of
+  their own (`head_service`, `publishNotReadyAddresses`), where the
+  references use the JobSet coordinator's pod DNS name (a headless Service
+  JobSet creates with the same flag). Not the controller's ClusterIP
+  Service: that routes only to a Ready pod, and the controller is Ready only
+  once `jax.devices()` returned, which needs the workers registered: a
+  deadlock. The proxy reaches the resource manager on 127.0.0.1.
+- Start order: the references' JobSet `startupPolicy: InOrder` creates the
+  workers once the head runs. Here the resource manager has a startupProbe on
+  its port, and the operator creates a slice's JobSet only once that sidecar
+  has started (`reconcile.decide`). Each JobSet carries the head incarnation
+  it registered with (`labels.PATHWAYS_HEAD`); a new head (controller pod
+  recreated, resource manager restarted) restarts every slice's JobSet, as
+  the references' `restartStrategy: Recreate` restarts the whole JobSet.
 - Each slice is its own JobSet, so `MEGASCALE_SLICE_ID` and
   `MEGASCALE_NUM_SLICES` are the slice index and `spec.slices.count`, not the
   JobSet job-index and replica labels (always 0 and 1 here).
@@ -18,9 +30,14 @@ their head and workers are one JobSet and ours are not:
   restartPolicy Always, as pathways-job injects them into a user pod): the
   pod ends when the controller container ends, which the operator reads as
   the job's outcome.
-- Restart semantics (backoffLimit 0, restartPolicy Never, JobSet
-  failurePolicy.maxRestarts) are the cpu backend's: the operator's
-  reconcile and slice tracking read them the same way for both backends.
+- Restart rule (pathways-utils): a worker container that exits is restarted
+  in place by the kubelet (restartPolicy OnFailure: same pod, node and TPU
+  chips; it re-registers with the resource manager); a worker pod that is
+  gone (deleted, evicted, node lost) is replaced by its Job; after
+  `hostsPerSlice x elasticity.maxRestartsPerSlice` such failures (the Job's
+  backoffLimit, the references' formula) the Job fails and the JobSet
+  recreates the whole slice, counted against `maxRestartsPerSlice` and
+  `maxRestarts`.
 """
 
 from __future__ import annotations
@@ -29,19 +46,22 @@ import copy
 
 from typing import Any
 
+from elastic_jax.api import images
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator import names, slices
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.backends import cpu
 from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
 from elastic_jax.k8s_operator.backends.tpu_shapes import SliceShape, slice_shape
 
-# Images and ports: pathways-utils jobset.py (DEFAULT_PATHWAYS_*_IMAGE, PATHWAYS_*_PORT).
-PATHWAYS_REPOSITORY = "us-docker.pkg.dev/cloud-tpu-v2-images/pathways"
-SERVER_IMAGE = f"{PATHWAYS_REPOSITORY}/server:latest"  # resource manager and workers
-PROXY_IMAGE = f"{PATHWAYS_REPOSITORY}/proxy_server:latest"
+# Images: pathways-utils' repositories, pinned to the release of the controller's jax
+# (`images.PATHWAYS_RELEASES`), never `latest` (the references' default): the proxy client
+# in jaxlib and the proxy server must speak one protocol version. Ports: pathways-utils.
+PATHWAYS_REPOSITORY = images.PATHWAYS_REPOSITORY
+SERVER_IMAGE = images.pathways_image("server")  # resource manager and workers
+PROXY_IMAGE = images.pathways_image("proxy_server")
 PROXY_PORT = 29000
 RM_PORT = 29001
 WORKER_PORT = 29005
@@ -50,6 +70,17 @@ _RM_EXTRA_PORTS = (29002,)
 _WORKER_EXTRA_PORTS = (29006, 8471, 8080)
 # Sized as both references size them (limits only: requests default to limits).
 _RM_RESOURCES = {"limits": {"cpu": "8", "memory": "32G"}}
+# The resource manager's startupProbe: its port accepts connections. Until then the
+# controller container does not start (native sidecar order) and the operator creates
+# no worker JobSet. Generous: an image of several GB is pulled only once, but a cold
+# node may take minutes; 600 x 1 s, then the kubelet restarts the sidecar.
+RM_STARTUP_PERIOD_S = 1
+RM_STARTUP_FAILURES = 600
+RM_CONTAINER = slices.RM_CONTAINER
+# TPU workers save nothing themselves, but the slice drains while the controller
+# checkpoints through them (Draining): the Kubernetes default, which pathways-utils
+# keeps unless told; spec.worker.terminationGracePeriodSeconds overrides it.
+WORKER_GRACE_S = 30
 _PROXY_RESOURCES = {"limits": {"cpu": "16", "memory": "100G"}}
 
 HOSTS_FIELD = "spec.slices.hostsPerSlice"
@@ -93,9 +124,45 @@ def check_node_selectors(job: ElasticTrainingJob) -> None:
 
 
 def _head_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
-    """POD_NAMESPACE and PATHWAYS_HEAD: the resource manager's DNS name through the job's Service."""
+    """POD_NAMESPACE and PATHWAYS_HEAD: the resource manager's DNS name (the head's headless Service)."""
     return [_NAMESPACE_ENV,
-            {"name": "PATHWAYS_HEAD", "value": f"{names.service(job.metadata.name)}.$(POD_NAMESPACE).svc"}]
+            {"name": "PATHWAYS_HEAD", "value": f"{names.pathways_head(job.metadata.name)}.$(POD_NAMESPACE).svc"}]
+
+
+def head_service(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The headless Service through which TPU workers reach the resource manager.
+
+    `publishNotReadyAddresses`: its DNS name resolves to the controller pod's IP
+    as soon as the pod has one, Ready or not; the pod's readiness waits for the
+    workers, so the workers' route must not wait for it. Headless (no ClusterIP,
+    no kube-proxy rule): DNS gives the pod IP itself, as the references' JobSet
+    coordinator name does, and a worker connects to the current head, not
+    through a load balancer. Only the resource manager's ports: the proxy and
+    the control API stay inside the pod and behind the controller Service.
+    """
+    name = job.metadata.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": names.pathways_head(name), "labels": labels.job_selector(name)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {labels.JOB_NAME: name, labels.ROLE: labels.ROLE_CONTROLLER},
+            "ports": [{"name": "pathways-rm", "port": RM_PORT, "targetPort": RM_PORT, "protocol": "TCP"},
+                      *({"name": f"pathways-rm-{p}", "port": p, "targetPort": p, "protocol": "TCP"}
+                        for p in _RM_EXTRA_PORTS)],
+        },
+    }
+
+
+def head_incarnation(pod_name: str, rm_restarts: int) -> str:
+    """The resource manager instance the workers register with: the controller pod and its RM restart count.
+
+    A worker JobSet created for one incarnation is attached to that resource
+    manager only; any other value means the head restarted under it.
+    """
+    return f"{pod_name}.rm-{rm_restarts}"
 
 
 def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
@@ -145,7 +212,8 @@ def server_image(job: ElasticTrainingJob) -> str:
 
 
 def proxy_image(job: ElasticTrainingJob) -> str:
-    """The proxy image, at the server image's tag when that is a Pathways release (the two must match)."""
+    """The proxy image, at the server image's tag when that is a Pathways release (the two must match),
+    else the pinned release (`images.PATHWAYS_RELEASES`)."""
     server = server_image(job)
     prefix = f"{PATHWAYS_REPOSITORY}/server:"
     if server.startswith(prefix):
@@ -177,9 +245,11 @@ def _sidecars(job: ElasticTrainingJob, shape: SliceShape) -> list[dict[str, Any]
     scratch = scratch_location(job)
     count = job.spec.slices.count
     rm = {
-        "name": "pathways-rm",
+        "name": RM_CONTAINER,
         "image": server_image(job),
         "restartPolicy": "Always",
+        "startupProbe": {"tcpSocket": {"port": RM_PORT}, "periodSeconds": RM_STARTUP_PERIOD_S,
+                         "failureThreshold": RM_STARTUP_FAILURES},
         "args": [f"--server_port={RM_PORT}", f"--gcs_scratch_location={scratch}", "--node_type=resource_manager",
                  f"--instance_count={count}", f"--instance_type={shape.instance_type}"],
         "env": [*_head_env(job), {"name": "HOST_ADDRESS", "value": "$(PATHWAYS_HEAD)"},
@@ -251,6 +321,10 @@ class PathwaysRenderer:
             {"name": "JAX_PLATFORMS", "value": "proxy"},
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://127.0.0.1:{PROXY_PORT}"},
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
+            # Orbax saves and restores arrays on the TPU workers, straight to and from GCS, instead of
+            # pulling every array through the proxy into this pod's memory (pathwaysutils registers
+            # its persistence handlers in initialize() when this is 1).
+            {"name": "ENABLE_PATHWAYS_PERSISTENCE", "value": "1"},
             *controller["env"],
         ]
         spec["initContainers"] = _sidecars(job, shape)
@@ -276,7 +350,12 @@ class PathwaysRenderer:
         js["metadata"]["annotations"] = dict(exclusive)
         job_template = js["spec"]["replicatedJobs"][0]["template"]
         job_template["metadata"]["annotations"] = dict(exclusive)
+        # Restart in place (see the module docstring): the Job replaces a lost pod up to
+        # hosts x maxRestartsPerSlice times (container restarts count too) before the slice goes.
+        job_template["spec"]["backoffLimit"] = shape.hosts * job.spec.elasticity.max_restarts_per_slice
         pod = job_template["spec"]["template"]["spec"]
+        pod["restartPolicy"] = "OnFailure"
+        pod["terminationGracePeriodSeconds"] = cpu.worker_grace_s(job, WORKER_GRACE_S)
         pod["containers"] = [_worker_container(job, shape, index)]
         # Pathways workers talk to the resource manager, not to our controller: no token, no scratch.
         pod.pop("volumes", None)
@@ -285,7 +364,7 @@ class PathwaysRenderer:
         # a user key that would replace a TPU one.
         pod["nodeSelector"] = {**job.spec.worker.node_selector,
                                TPU_ACCELERATOR_LABEL: shape.accelerator, TPU_TOPOLOGY_LABEL: shape.topology}
-        # Host networking as both references ("for performance"; DCN traffic between slices). It is
+        # Host networking as google/pathways-job ("for performance"; DCN traffic between slices). It is
         # the one PodSecurity "baseline" rule these pods break: a TPU node pool runs only this
         # job's worker (exclusive placement), so the host network it shares is its own.
         pod["hostNetwork"] = True
