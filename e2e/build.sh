@@ -19,17 +19,17 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 BIN="${E2E_BUILD_DIR:-$HERE/.build}/bin"
 
-# The pinned releases: k8s.io/kubernetes, sigs.k8s.io/jobset, helm and crictl in
-# localcluster/go.mod (the last three are `tool`s of that module), kind here.
+# The pinned releases: k8s.io/kubernetes, sigs.k8s.io/jobset and helm in
+# localcluster/go.mod (the last two are `tool`s of that module), kind and crictl here.
 # kind v0.33.0: the newest release the module proxy serves; supports Kubernetes 1.35
 # (kubeadm v1beta4). crictl v1.34.0: the newest cri-tools release served at or below
 # our Kubernetes minor (v1.35.0 is not served); CRI v1 is stable across that skew.
 KIND_VERSION=v0.33.0
+CRICTL_VERSION=v1.34.0
 module_version() { awk -v m="$1" '$1==m && $2 ~ /^v/ {print $2; exit}' "$HERE/localcluster/go.mod"; }
 JOBSET_VERSION="$(module_version sigs.k8s.io/jobset)"
 HELM_VERSION="$(module_version helm.sh/helm/v3)"
 K8S_VERSION="$(module_version k8s.io/kubernetes)"
-CRICTL_VERSION="$(module_version sigs.k8s.io/cri-tools)"
 
 # Module mode even where a vendor folder or a workspace would say otherwise;
 # two cores: keep one compile per core so concurrent tests still get CPU.
@@ -59,32 +59,37 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-# -X of a package a binary does not link is ignored, so one set serves all four.
+# -X of a package a binary does not link is ignored, so one set serves all three.
 ldflags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
-ldflags+=" -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
 
-# One `go build` for localcluster and the three `tool`s of our module (see go.mod):
+# One `go build` for localcluster and the two `tool`s of our module (see go.mod):
 # they share one module graph, so client-go, k8s.io/api and the rest compile once
-# (built each from its own go.mod, helm's and crictl's k8s libraries are other
-# versions and compiled twice more: about a third of a cold build), and one
-# build schedules all packages across both cores. cgo stays on for all four (the
-# default here; the same build configuration, so nothing compiles twice): they
-# run on the host and in the kind images, all Debian bookworm (glibc 2.36).
-echo "build.sh: building localcluster (k8s $K8S_VERSION), jobset $JOBSET_VERSION, helm $HELM_VERSION, crictl $CRICTL_VERSION"
+# (helm built from its own go.mod pins other k8s library versions: all of them
+# compiled a second time), and one build schedules all packages across both
+# cores. cgo on for all three (the default here): they run on the host and in
+# the kind images, all Debian bookworm (glibc 2.36).
+echo "build.sh: building localcluster (k8s $K8S_VERSION), jobset $JOBSET_VERSION, helm $HELM_VERSION"
 out="$(mktemp -d "$BIN/.out.XXXXXX")"
+trap 'rm -rf "$out"' EXIT
 (cd "$HERE/localcluster" && go build -trimpath -p 2 -ldflags "$ldflags" -o "$out/" \
-  . sigs.k8s.io/jobset helm.sh/helm/v3/cmd/helm sigs.k8s.io/cri-tools/cmd/crictl)
-mv -f "$out/localcluster" "$out/helm" "$out/crictl" "$BIN/"
+  . sigs.k8s.io/jobset helm.sh/helm/v3/cmd/helm)
+mv -f "$out/localcluster" "$out/helm" "$BIN/"
 mv -f "$out/jobset" "$BIN/jobset-controller"
 rmdir "$out"
 for part in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kubeadm kube-proxy coredns pause; do
   ln -sfn localcluster "$BIN/$part"
 done
 
-# kind: a small module with no k8s.io libraries; static (CGO_ENABLED=0) so it
-# runs anywhere. Its own go.mod (`go install pkg@version` needs no replace lines).
-echo "build.sh: building kind $KIND_VERSION"
+# kind and crictl: their own go.mod files (`go install pkg@version` needs no
+# replace lines); static (CGO_ENABLED=0) so kind runs anywhere and crictl in any
+# node image. crictl v1.34 does not compile against our k8s.io/kubectl v0.35
+# (term.TerminalSizeQueue changed), so it cannot be a tool of our module; it
+# compiles the few client-go packages it uses at its own versions.
+echo "build.sh: building kind $KIND_VERSION and crictl $CRICTL_VERSION"
 CGO_ENABLED=0 GOBIN="$BIN" go install -trimpath -p 2 -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
+CGO_ENABLED=0 GOBIN="$BIN" go install -trimpath -p 2 \
+  -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+  "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
 
 echo "$want" > "$STAMP"
 echo "build.sh: built in $(( $(date +%s) - start ))s into $BIN"
