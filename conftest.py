@@ -1,6 +1,8 @@
-"""Root pytest configuration: shared fixtures live in tests/support/ as plugins."""
+"""Root pytest configuration: shared fixtures live in tests/support/ as plugins; the
+background Go build for e2e/ in e2e/harness/background_build.py."""
 
 pytest_plugins = [
+    "e2e.harness.background_build",
     "tests.support.gcs_emulator",
     "tests.support.workers",
 ]

@@ -19,15 +19,17 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 BIN="${E2E_BUILD_DIR:-$HERE/.build}/bin"
 
-# The pinned releases: k8s.io/kubernetes and sigs.k8s.io/jobset in localcluster/go.mod, helm here.
-HELM_VERSION=v3.20.2
+# The pinned releases: k8s.io/kubernetes, sigs.k8s.io/jobset and helm in
+# localcluster/go.mod (the last two are `tool`s of that module), kind and crictl here.
 # kind v0.33.0: the newest release the module proxy serves; supports Kubernetes 1.35
 # (kubeadm v1beta4). crictl v1.34.0: the newest cri-tools release served at or below
 # our Kubernetes minor (v1.35.0 is not served); CRI v1 is stable across that skew.
 KIND_VERSION=v0.33.0
 CRICTL_VERSION=v1.34.0
-K8S_VERSION="$(awk '$1=="k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$HERE/localcluster/go.mod")"
-JOBSET_VERSION="$(awk '$1=="sigs.k8s.io/jobset" && $2 ~ /^v/ {print $2; exit}' "$HERE/localcluster/go.mod")"
+module_version() { awk -v m="$1" '$1==m && $2 ~ /^v/ {print $2; exit}' "$HERE/localcluster/go.mod"; }
+JOBSET_VERSION="$(module_version sigs.k8s.io/jobset)"
+HELM_VERSION="$(module_version helm.sh/helm/v3)"
+K8S_VERSION="$(module_version k8s.io/kubernetes)"
 
 # Module mode even where a vendor folder or a workspace would say otherwise;
 # two cores: keep one compile per core so concurrent tests still get CPU.
@@ -57,24 +59,32 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-echo "build.sh: building localcluster (k8s $K8S_VERSION)"
-(cd "$HERE/localcluster" && go build -trimpath -p 2 -ldflags "$ldflags" -o "$BIN/localcluster" .)
+# -X of a package a binary does not link is ignored, so one set serves all three.
+ldflags+=" -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+
+# One `go build` for localcluster and the two `tool`s of our module (see go.mod):
+# they share one module graph, so client-go, k8s.io/api and the rest compile once
+# (helm built from its own go.mod pins other k8s library versions: all of them
+# compiled a second time), and one build schedules all packages across both
+# cores. cgo on for all three (the default here): they run on the host and in
+# the kind images, all Debian bookworm (glibc 2.36).
+echo "build.sh: building localcluster (k8s $K8S_VERSION), jobset $JOBSET_VERSION, helm $HELM_VERSION"
+out="$(mktemp -d "$BIN/.out.XXXXXX")"
+trap 'rm -rf "$out"' EXIT
+(cd "$HERE/localcluster" && go build -trimpath -p 2 -ldflags "$ldflags" -o "$out/" \
+  . sigs.k8s.io/jobset helm.sh/helm/v3/cmd/helm)
+mv -f "$out/localcluster" "$out/helm" "$BIN/"
+mv -f "$out/jobset" "$BIN/jobset-controller"
+rmdir "$out"
 for part in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kubeadm kube-proxy coredns pause; do
   ln -sfn localcluster "$BIN/$part"
 done
 
-# The JobSet controller is a `tool` of our module (see go.mod), so it shares
-# the compiled k8s.io libraries with localcluster. (`go install ...@version`
-# also fails here: the module proxy refuses the jobset version list.)
-echo "build.sh: building jobset controller $JOBSET_VERSION"
-(cd "$HERE/localcluster" && go build -trimpath -p 2 -ldflags "-s -w" -o "$BIN/jobset-controller" sigs.k8s.io/jobset)
-# helm pins its own k8s libraries; `go install pkg@version` builds it with its
-# own go.mod (it has no replace lines, which that mode requires).
-echo "build.sh: building helm $HELM_VERSION"
-GOBIN="$BIN" go install -trimpath -p 2 -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-
-# kind and crictl: small, independent modules without replace lines; static
-# (CGO_ENABLED=0) so kind runs anywhere and crictl in any node image.
+# kind and crictl: their own go.mod files (`go install pkg@version` needs no
+# replace lines); static (CGO_ENABLED=0) so kind runs anywhere and crictl in any
+# node image. crictl v1.34 does not compile against our k8s.io/kubectl v0.35
+# (term.TerminalSizeQueue changed), so it cannot be a tool of our module; it
+# compiles the few client-go packages it uses at its own versions.
 echo "build.sh: building kind $KIND_VERSION and crictl $CRICTL_VERSION"
 CGO_ENABLED=0 GOBIN="$BIN" go install -trimpath -p 2 -ldflags "-s -w" "sigs.k8s.io/kind@$KIND_VERSION"
 CGO_ENABLED=0 GOBIN="$BIN" go install -trimpath -p 2 \

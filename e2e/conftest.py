@@ -14,9 +14,9 @@ to run side by side.
 
 ``E2E_KEEP_CLUSTER=1`` keeps a cluster this run started.
 
-The Go build runs once after collection, when any e2e test is selected, so
-that the first build on a fresh machine (minutes) does not count against the
-first test's timeout.
+The Go build (``e2e/build.sh``) runs in the background from the end of
+collection, beside the tests that need no binary, and the first e2e test waits
+for it outside its timeout (:mod:`e2e.harness.background_build`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import uuid
 import pytest
 
 from e2e.harness import sessionlock
-from e2e.harness.build import ensure_built
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.paths import E2E_DIR, cluster_dir
 
@@ -44,12 +43,6 @@ def pytest_collection_finish(session):
         raise pytest.UsageError("the e2e suite needs root: the node agent runs each container "
                                 "in its own mount namespace (unshare --mount)")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter:
-        reporter.write_line("e2e: building the local cluster binaries (e2e/build.sh; "
-                            "the first build takes about 20 minutes)")
-    seconds = ensure_built()
-    if reporter:
-        reporter.write_line(f"e2e: binaries ready in {seconds:.0f}s")
     # Held until this process exits; waiting here is outside any test's timeout.
     session.config._e2e_lock_fd = sessionlock.acquire(
         cluster_dir(), on_wait=reporter.write_line if reporter else None)

@@ -146,6 +146,15 @@ class KindCluster:
         if refs:
             only = ["--nodes", ",".join(nodes)] if nodes else []
             _kind(self.engine, "load", "docker-image", "--name", self.name, *only, *refs, timeout_s=timeout_s)
+            # `ctr import --digests` (what kind runs) adds an `import-<date>@sha256:...` name for
+            # every image besides its tag; when the tag moves to a rebuilt image the old one
+            # stays named and on disk (about 2.5 GB per node per rebuild of the product images:
+            # a kept cluster filled this machine's disk). The tags are what pods use.
+            for node in nodes or self.nodes():
+                self.engine.docker("exec", node, "sh", "-c",
+                                   'refs=$(ctr -n k8s.io images ls -q | grep "^import-"); '
+                                   '[ -z "$refs" ] || ctr -n k8s.io images rm $refs >/dev/null',
+                                   check=False, timeout=120)
 
     def nodes(self) -> list[str]:
         """Node container names, which are also the Kubernetes node names."""

@@ -7,9 +7,9 @@ end by name: its containers, their volumes, its network and its state folder.
 an earlier such session kept;
 ``E2E_KIND_CLUSTER`` names it (default ``elastic-jax``).
 
-The Go build (``e2e/build.sh``: about half an hour on a fresh machine) runs
-once after collection when a selected test uses the cluster, so it does not
-count against the first test's timeout.
+The Go build (``e2e/build.sh``: about half an hour on a fresh machine) runs in
+the background from the end of collection; the first test here waits for it
+outside its timeout (:mod:`e2e.harness.background_build`).
 """
 
 from __future__ import annotations
@@ -27,14 +27,6 @@ def _say(config, message: str) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line(message)
-
-
-def pytest_collection_finish(session):
-    uses_cluster = any("kind_cluster" in getattr(item, "fixturenames", ()) for item in session.items)
-    if session.config.option.collectonly or not uses_cluster or engine_mod.why_unavailable():
-        return
-    _say(session.config, "kind: building the node binaries (e2e/build.sh; the first build takes about 30 minutes)")
-    nodeimage.ensure_binaries(log=lambda m: _say(session.config, m))
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,9 @@
 """Fixtures of the kind tier: a private Docker engine, the images built here, a kind cluster, the chart.
 
 - ``docker_engine`` (session): :func:`e2e.kind.engine.start`, stopped at the
-  end by PID. Skips, saying why, only where the engine cannot run (not root,
+  end by PID; started in the background from the end of collection with the
+  Go-free image builds (:mod:`e2e.kind.prewarm`), so a fresh machine pays for
+  them beside ``tests/`` and the Go build. Skips, saying why, only where the engine cannot run (not root,
   no Debian packages): in CI (root, Debian) these tests always run.
 - ``product_images`` (session): the controller, worker and operator images,
   built from their Dockerfiles on the offline Debian base (:mod:`e2e.kind.images`).
@@ -34,6 +36,7 @@ printed in the test log).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -42,14 +45,39 @@ from e2e.kind import demo
 from e2e.kind import engine as engine_mod
 from e2e.kind import gcs as gcs_mod
 from e2e.kind import images, target
+from e2e.kind import prewarm as prewarm_mod
 
-# Fixtures and the post-collection Go build of e2e/kind/cluster_fixtures.py (pytest
-# allows `pytest_plugins` in the root conftest only).
-from e2e.kind.cluster_fixtures import kind_cluster, pytest_collection_finish  # noqa: E402,F401
+# The cluster fixture of e2e/kind/cluster_fixtures.py (pytest allows `pytest_plugins`
+# in the root conftest only).
+from e2e.kind.cluster_fixtures import kind_cluster  # noqa: E402,F401
 
 
 def _say(request, message: str) -> None:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    _say_config(request.config, message)
+
+
+_prewarm: prewarm_mod.Prewarm | None = None
+
+
+def pytest_collection_finish(session):
+    """Start the engine and the Go-free image builds in the background (:mod:`e2e.kind.prewarm`)."""
+    global _prewarm
+    kind_dir = Path(__file__).parent
+    if (session.config.option.collectonly or os.environ.get("E2E_KIND_SHARED_ENGINE")
+            or not any(kind_dir in Path(i.path).parents for i in session.items)
+            or engine_mod.why_unavailable()):
+        return
+    _prewarm = prewarm_mod.Prewarm(Path(__file__).parents[1] / ".build" / "kind" / "prewarm.log")
+    _say_config(session.config, f"kind: engine and images start in the background (log {_prewarm.log_path})")
+
+
+def pytest_sessionfinish(session):
+    if _prewarm is not None:
+        _prewarm.close()
+
+
+def _say_config(config, message: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter:
         reporter.write_line(message)
 
@@ -62,7 +90,12 @@ def docker_engine(request):
     if os.environ.get("E2E_KIND_SHARED_ENGINE"):
         yield engine_mod.shared()  # started by hand; it stays
         return
-    engine = engine_mod.start(log=lambda m: _say(request, m))
+    if _prewarm is not None:
+        engine = _prewarm.take()
+        _say(request, f"kind: engine {engine.pid} and images from the background start "
+                      f"({_prewarm.seconds:.0f}s, log {_prewarm.log_path})")
+    else:
+        engine = engine_mod.start(log=lambda m: _say(request, m))
     yield engine
     if os.environ.get("E2E_KIND_KEEP"):
         _say(request, f"kind: E2E_KIND_KEEP=1: engine left running: export DOCKER_HOST={engine.host}")

@@ -1,9 +1,10 @@
 """The Helm chart (helm/elastic-jax): lint, render, Kubernetes schemas, values schema.
 
 Uses the real `helm` the e2e build produces (e2e/build.sh, a no-op when up to
-date; CI builds it for the e2e suite anyway). Rendered objects are checked
+date; CI builds it for the e2e suite anyway): marked ``go_binaries``, so these
+tests run after the rest of tests/, while the build runs in the background. Rendered objects are checked
 field by field against the Kubernetes OpenAPI models (tests/support/kube_models);
-e2e/test_helm_install.py adds the API server's dry run and a real install.
+e2e/kind/test_helm_install.py adds the API server's dry run and a real install.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tests.support.kube_models import validate
 CHART = REPO_ROOT / "helm" / "elastic-jax"
 KUBE_VERSION = "1.35.4"  # the local control plane's version (e2e/localcluster/go.mod)
 RELEASE, NAMESPACE = "ej", "elastic-jax-system"
+
+pytestmark = pytest.mark.go_binaries
 
 # Value sets that switch every template branch on.
 VARIANTS = {

@@ -1,0 +1,63 @@
+"""The kind tier's background start (e2e/kind/prewarm.py): who owns the engine, which error surfaces.
+
+The engine and image steps are replaced here (their own tests are the kind tier's); what is
+tested is the hand-over logic.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e.kind import prewarm
+
+
+@pytest.fixture
+def steps(monkeypatch):
+    calls: list[str] = []
+    stopped: list[object] = []
+    engine = object()
+    monkeypatch.setattr(prewarm.engine_mod, "start", lambda log: calls.append("engine") or engine)
+    monkeypatch.setattr(prewarm.engine_mod, "stop", lambda e, log: stopped.append(e))
+    monkeypatch.setattr(prewarm.images, "python_base", lambda e, log: calls.append("base") or type("B", (), {"name": "b"}))
+    monkeypatch.setattr(prewarm.images, "build_project_images", lambda e, base, log: calls.append("images"))
+    monkeypatch.setattr(prewarm.nodeimage, "rootfs_image", lambda e, name, *a: calls.append(name))
+    return calls, stopped, engine
+
+
+def test_take_hands_over_the_engine_after_every_step(tmp_path, steps):
+    calls, stopped, engine = steps
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    assert p.take() is engine
+    assert calls == ["engine", "base", "images", "node", "component"]
+    p.close()
+    assert stopped == []  # the fixture that took it stops it
+    assert "prewarm done" in (tmp_path / "prewarm.log").read_text()
+
+
+def test_an_engine_nobody_took_is_stopped_at_the_end(tmp_path, steps):
+    _, stopped, engine = steps
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    p.close()
+    assert stopped == [engine]
+
+
+def test_a_failed_engine_start_is_raised_by_take(tmp_path, steps, monkeypatch):
+    def refuse(log):
+        raise prewarm.engine_mod.EngineUnavailable("no docker.io package")
+    monkeypatch.setattr(prewarm.engine_mod, "start", refuse)
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    with pytest.raises(prewarm.engine_mod.EngineUnavailable, match="no docker.io"):
+        p.take()
+    p.close()
+
+
+def test_a_failed_image_step_still_hands_over_the_engine(tmp_path, steps, monkeypatch):
+    _, stopped, engine = steps
+    def broken(e, base, log):
+        raise RuntimeError("pip: no matching distribution")
+    monkeypatch.setattr(prewarm.images, "build_project_images", broken)
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    assert p.take() is engine  # the product_images fixture runs the build again and raises its own error
+    assert "pip: no matching distribution" in (tmp_path / "prewarm.log").read_text()
+    p.close()
+    assert stopped == []
