@@ -284,7 +284,7 @@ class ControllerSpec(_Model):
         default_factory=list,
         description=("Extra environment variables for the controller. Variables the operator sets (ELASTIC_JAX_* "
                      "other than the user settings, POD_IP, HOME, TMPDIR, XDG_CACHE_HOME; pathways: JAX_PLATFORMS, "
-                     "JAX_BACKEND_TARGET, XCLOUD_ENVIRONMENT) are refused."))
+                     "JAX_BACKEND_TARGET, XCLOUD_ENVIRONMENT, ENABLE_PATHWAYS_PERSISTENCE) are refused."))
     node_selector: dict[str, str] = Field(
         default_factory=dict,
         description=("Node labels the controller pod must match (Pod nodeSelector). pathways: must not name "
