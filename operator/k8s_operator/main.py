@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 
 import kopf
@@ -44,6 +45,10 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
         prefix=GROUP, key="last-handled-configuration")
     settings.persistence.finalizer = f"{GROUP}/operator"
     settings.posting.level = logging.WARNING
+    # Events say who posted them: this operator, not the library ("From: kopf" in kubectl describe).
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.reporting_instance = os.environ.get("POD_ID") or socket.gethostname()  # the chart sets POD_ID to the pod name
+    settings.posting.event_name_prefix = "elastic-jax-"
     settings.scanning.disabled = True  # no CRD watch needed: the CRD is installed before the operator
     settings.watching.server_timeout = 300
     settings.execution.max_workers = args.workers
@@ -55,6 +60,19 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
     # as a fallback.
     settings.background.instant_exit_timeout = 10.0
     settings.background.cancellation_polling = 2.0
+
+
+# The name in the Events the operator posts (`kubectl describe`'s From column, reportingComponent).
+REPORTING_COMPONENT = "elastic-jax-operator"
+
+
+def _use_product_log_schema() -> None:
+    """Gives kopf's log handler the product's JSON formatter (`elastic_jax.logs`): the operator's lines
+    have the controller's and workers' keys (ts, level, logger, msg, namespace, job), not kopf's own."""
+    from elastic_jax.logs import JsonFormatter
+
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(JsonFormatter())
 
 
 def _port(text: str) -> int:
@@ -102,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)
+    if args.log_format == "json":
+        _use_product_log_schema()
     for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.metrics_port:
