@@ -141,7 +141,7 @@ def test_conflicting_slice_fields_are_refused_naming_the_field(slices, message):
 
 
 def test_local_checkpoint_uri_is_refused_naming_the_field():
-    with pytest.raises(UnsupportedBackend, match=r"spec.checkpoint.uri '/tmp/ck' must be gs://bucket/prefix"):
+    with pytest.raises(UnsupportedBackend, match=r"spec.checkpoint.uri must be gs://bucket/prefix for backend pathways"):
         backends.resolve(pathways_job(checkpoint={"uri": "/tmp/ck"}))
 
 
