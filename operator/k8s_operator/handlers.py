@@ -26,7 +26,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import backends, children, metrics, names, tokens
+from elastic_jax.k8s_operator import backends, children, incarnation, metrics, names, tokens
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
@@ -41,6 +41,7 @@ from elastic_jax.k8s_operator.status_builder import (
     resume_events,
     create_failure,
     child_conflict,
+    previous_job_terminating,
     token_conflict,
     with_create_failure,
     with_node_loss,
@@ -76,7 +77,8 @@ class OperatorState:
         self.node_lost_s = node_lost_s
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.trackers: dict[tuple[str, str], JobTracker] = {}
-        self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
+        # (namespace, name) -> (job UID, the spec it started with): a new job of the same name never reads it.
+        self.applied: dict[tuple[str, str], tuple[str, job_api.ElasticTrainingJob]] = {}
         # (job UID, kind) of the ConfigMap and Service already created: keyed by UID, so a job
         # deleted and created again under the same name gets its children again.
         self.static_done: set[tuple[str, str]] = set()
@@ -114,8 +116,10 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
       ManifestError: the spec is invalid (message names the field).
       UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU).
     """
+    meta = body["metadata"]
     data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
-            "metadata": {"name": body["metadata"]["name"], "namespace": body["metadata"].get("namespace")},
+            # the UID goes on every child as a label (`incarnation`)
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
             "spec": dict(body.get("spec") or {})}
     # The resolved spec (pathways: hosts per slice from the topology) is what the
     # ConfigMap, the tracker and the renderers all see.
@@ -135,18 +139,19 @@ def _fail_spec(patch: Any, status: Any, generation: int, message: str) -> None:
 
 @kopf.index("v1", "pods", labels=_HAS_JOB)
 def job_pods(namespace, labels: dict, body, **_):
-    """(namespace, job) → PodView of each of the job's pods (controller and workers)."""
-    return {(namespace, labels[lbl.JOB_NAME]): pod_view(body)}
+    """(namespace, job, job UID) → PodView of each of the job's pods (controller and workers); read with
+    `incarnation.own`."""
+    return {incarnation.index_key(namespace, labels): pod_view(body)}
 
 
 @kopf.index("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=_HAS_JOB)
 def job_jobsets(namespace, labels: dict, body, **_):
-    """(namespace, job) → JobSetView of each of the job's worker JobSets."""
+    """(namespace, job, job UID) → JobSetView of each of the job's worker JobSets; read with `incarnation.own`."""
     try:
         index = int(labels.get(lbl.SLICE_INDEX, "-1"))
     except ValueError:
         return None
-    return {(namespace, labels[lbl.JOB_NAME]): jobset_view(body, index)}
+    return {incarnation.index_key(namespace, labels): jobset_view(body, index)}
 
 
 
@@ -187,9 +192,11 @@ def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
     if tracker is None or tracker.ref is None:
         return  # job not reconciled yet (operator starting): its timer will sync
-    key = (namespace, tracker.name)
+    if not incarnation.belongs(labels, tracker.job_uid):
+        return  # a pod of an earlier job of the same name (terminating): not this job's news
     lost = {n: loss.why for n, loss in _lost_nodes(state, unready_nodes).items()}
-    tracker.sync(list(job_pods.get(key, [])), _event_sink(tracker.ref), retries=3, lost_nodes=lost)
+    pods = incarnation.own(job_pods, namespace, tracker.name, tracker.job_uid, tracker.job_created)
+    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost)
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -212,15 +219,17 @@ def job_deleted(namespace, name, uid, memo, **_):
     """Forgets the job; its children go with it through owner references."""
     state = _state(memo)
     state.static_done = {m for m in state.static_done if m[0] != uid}
-    tracker = state.trackers.pop((namespace, name), None)
-    if tracker is not None:
-        tracker.close()
-    state.applied.pop((namespace, name), None)
+    tracker = state.trackers.get((namespace, name))
+    if tracker is not None and tracker.job_uid in ("", uid):  # never a newer job's of the same name
+        state.trackers.pop((namespace, name)).close()
+    if (state.applied.get((namespace, name)) or ("",))[0] == uid:
+        state.applied.pop((namespace, name), None)
 
 
 def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str) -> job_api.ElasticTrainingJob:
     """The spec the job started with (from its ConfigMap, if this job `uid` owns it), with today's suspend and TTL."""
-    applied = state.applied.get(key)
+    remembered = state.applied.get(key)
+    applied = remembered[1] if remembered is not None and remembered[0] == uid else None
     if applied is None:
         text = state.kube.read_manifest(key[0], names.configmap(key[1]), uid)
         if text:
@@ -229,8 +238,8 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
             except (ManifestError, yaml.YAMLError):
                 applied = None
         applied = applied or job
-        state.applied[key] = applied
-    return applied.model_copy(update={"spec": applied.spec.model_copy(update={
+        state.applied[key] = (uid, applied)
+    return applied.model_copy(update={"metadata": job.metadata, "spec": applied.spec.model_copy(update={
         "suspend": job.spec.suspend, "ttl_seconds_after_finished": job.spec.ttl_seconds_after_finished})})
 
 
@@ -244,6 +253,7 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
     if tracker is None:
         tracker = JobTracker(key[0], key[1], job.spec.slices.count, job.spec.slices.hosts_per_slice)
         tracker.job_uid = uid
+        tracker.job_created = body["metadata"].get("creationTimestamp") or ""
         state.trackers[key] = tracker
     tracker.ref = _ref(body)
     return tracker
@@ -357,7 +367,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             refusal, blocked = child_conflict(e.kind, e.name), True
         except ChildRefused as e:
             refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
-    pods = list(job_pods.get(key, []))
+    created = body["metadata"].get("creationTimestamp") or ""
+    pods = incarnation.own(job_pods, ns, name, tracker.job_uid, created)
     controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
     running = [p for p in controller_pods if not p.terminal and not p.deleting]
     current = max(running, key=lambda p: p.attempt, default=None)
@@ -372,7 +383,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                 post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
                 state.kube.delete_pod(ns, pod_name, grace_s=0)
 
-    jobsets = {v.slice_index: v for v in job_jobsets.get(key, [])}
+    jobsets = {v.slice_index: v for v in incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
@@ -400,10 +411,15 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         pod = renderer.controller_pod(job, plan.create_controller, body["metadata"]["uid"])
         kopf.adopt(pod, owner=body)
         try:
-            state.kube.create(ns, pod)
-            controller_pod = pod["metadata"]["name"]
-            created_controller = True
-            tracker.created_controller = (controller_pod, time.monotonic())
+            pod_name = pod["metadata"]["name"]
+            if state.kube.create(ns, pod) or state.kube.owned_by(ns, "Pod", pod_name, body["metadata"]["uid"]):
+                controller_pod = pod_name
+                created_controller = True
+                tracker.created_controller = (controller_pod, time.monotonic())
+            else:
+                # The name is an earlier incarnation's pod, still in its grace period: wait for it, count nothing.
+                refusal = refusal or previous_job_terminating("Pod", pod_name)
+                controller_pod = status.get("controllerPod") or ""
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
             controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass

@@ -133,14 +133,15 @@ class Kube:
         return (cm.data or {}).get(labels.MANIFEST_KEY)
 
     def owned_by(self, namespace: str, kind: str, name: str, owner_uid: str) -> bool:
-        """Whether the existing ConfigMap or Service `name` has an ownerReference to `owner_uid` (False when absent).
+        """Whether the existing ConfigMap, Service or Pod `name` has an ownerReference to `owner_uid` (False when absent).
 
         Raises:
           ValueError: another kind.
           ApiException: the read failed (not 404).
         """
         read = {"ConfigMap": self.core.read_namespaced_config_map,
-                "Service": self.core.read_namespaced_service}.get(kind)
+                "Service": self.core.read_namespaced_service,
+                "Pod": self.core.read_namespaced_pod}.get(kind)
         if read is None:
             raise ValueError(f"unexpected kind {kind}")
         try:

@@ -32,6 +32,7 @@ class JobSetView:
     failed: bool = False
     message: str = ""
     deleting: bool = False
+    created: str = ""  # metadata.creationTimestamp (RFC 3339)
 
 
 def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
@@ -45,6 +46,7 @@ def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
         failed=failed is not None,
         message=(failed or {}).get("message", ""),
         deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
+        created=(body.get("metadata") or {}).get("creationTimestamp") or "",
     )
 
 

@@ -70,6 +70,7 @@ class JobTracker:
         # The operator created this job's token Secret (in this process, or recorded in status).
         self.token_secret_ours = False
         self.job_uid = ""  # the ElasticTrainingJob this tracker follows (a recreated job gets a new tracker)
+        self.job_created = ""  # its metadata.creationTimestamp (`incarnation.own`)
         self.controller_uid = ""
         self.controller_url = ""
         self.client: ControlClient | None = None

@@ -56,8 +56,8 @@ def test_unpullable_controller_image_one_condition_one_event_no_new_pod(monkeypa
     for _ in range(5):
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
-                               memo={"elasticjax": state}, job_pods={("ns", "j"): [ctrl]},
-                               job_jobsets={("ns", "j"): [jobset]})
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [ctrl]},
+                               job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
     assert not any(n.startswith("j-controller-") for n in state.kube.created)
     assert state.kube.deleted == []
@@ -96,8 +96,8 @@ def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(
         nonlocal status
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
-                               memo={"elasticjax": state}, job_pods={("ns", "j"): pods},
-                               job_jobsets={("ns", "j"): [jobset]})
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                               job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
 
     for pods in ([dead], [], []):  # the dead pod is deleted after the first pass
@@ -183,8 +183,8 @@ def _finished_job_passes(monkeypatch, status, pods, passes=3):
     for _ in range(passes):
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
-                               memo={"elasticjax": state}, job_pods={("ns", "j"): pods},
-                               job_jobsets={("ns", "j"): []})
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                               job_jobsets={("ns", "j", "u1"): []})
         patches.append(patch.status)
         status = {**status, **patch.status}
     return status, patches, events

@@ -42,7 +42,7 @@ def pathways_job(accelerator="tpu-v5-lite-podslice", topology="2x2", count=2, na
     for key, value in spec.items():
         base[key] = {**base[key], **value} if isinstance(base.get(key), dict) else value
     return parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
-                           "metadata": {"name": name, "namespace": "ml"}, "spec": base})
+                           "metadata": {"name": name, "namespace": "ml", "uid": JOB_UID}, "spec": base})
 
 
 # (golden file, job): the v5e 2x2 x 2 slices, a multi-host v5p, a multi-host v6e.

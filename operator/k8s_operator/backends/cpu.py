@@ -110,9 +110,9 @@ def _resources(r: Resources) -> dict[str, Any]:
     return {k: v for k, v in (("requests", r.requests), ("limits", r.limits)) if v}
 
 
-def pod_labels(job: str, role: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Labels of a child pod: the job, the role, and `extra`."""
-    return {labels.JOB_NAME: job, labels.ROLE: role, **(extra or {})}
+def pod_labels(job: str, role: str, extra: dict[str, str] | None = None, job_uid: str | None = None) -> dict[str, str]:
+    """Labels of a child pod: the job (and its UID when known), the role, and `extra`."""
+    return {**labels.job_selector(job, job_uid), labels.ROLE: role, **(extra or {})}
 
 
 # The controller's livenessProbe: /healthz turns 503 once no step completed for
@@ -158,7 +158,8 @@ class CpuRenderer:
             "kind": "Pod",
             "metadata": {
                 "name": names.controller_pod(name, attempt),
-                "labels": pod_labels(name, labels.ROLE_CONTROLLER, {labels.CONTROLLER_ATTEMPT: str(attempt)}),
+                "labels": pod_labels(name, labels.ROLE_CONTROLLER, {labels.CONTROLLER_ATTEMPT: str(attempt)},
+                                     job_uid or job.metadata.uid),
             },
             "spec": {
                 "restartPolicy": "Never",
@@ -218,7 +219,8 @@ class CpuRenderer:
         name = job.metadata.name
         s = job.spec.slices
         w = job.spec.worker
-        selector = pod_labels(name, labels.ROLE_WORKER, {labels.SLICE_INDEX: str(index)})
+        # (the job's UID reaches the Jobs and pods the JobSet and Job controllers create from the templates)
+        selector = pod_labels(name, labels.ROLE_WORKER, {labels.SLICE_INDEX: str(index)}, job.metadata.uid)
         return {
             "apiVersion": "jobset.x-k8s.io/v1alpha2",
             "kind": "JobSet",
