@@ -32,7 +32,7 @@ from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
-from elastic_jax.k8s_operator.pod_faults import pod_faults
+from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, pod_faults, slices_missing_pods
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
@@ -467,8 +467,11 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         post("Warning", refusal[0], refusal[1])
     if not (finished or plan.finish or job.spec.suspend):
         # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
-        new["conditions"], fault_events = with_pod_faults(new["conditions"], pod_faults(controller_pods + worker_pods),
-                                                          generation, now_rfc3339())
+        faults = pod_faults(controller_pods + worker_pods)
+        refused = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
+        if refused is not None and refused.condition not in faults:
+            faults[refused.condition] = refused
+        new["conditions"], fault_events = with_pod_faults(new["conditions"], faults, generation, now_rfc3339())
         for event in fault_events:
             post(*event)
         whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
@@ -487,6 +490,49 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         if status.get(k) != v:
             patch.status[k] = v
     _maybe_expire(state, key, job, new)
+
+
+# Seconds between two reads of the Events of a job's JobSets/Jobs while pods are missing (API load bound).
+REFUSAL_CHECK_S = 5.0
+
+
+def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, job, jobsets: dict,
+                           worker_pods: list) -> Any:
+    """Why worker pods that the JobSet and Job controllers should create are missing, from their Warning Events.
+
+    The Job controller creates worker pods, not the operator: a refusal (ResourceQuota, LimitRange,
+    PodSecurity, a webhook) is only a FailedCreate Event on the Job. Read (field selectors, at most
+    every REFUSAL_CHECK_S per job, only while a slice whose JobSet exists lacks pods) and kept on the
+    tracker, so the condition holds between reads.
+
+    Returns:
+      A `PodFault` (PodsNotStarting) naming the slice, the object and the API server's message, or None.
+    """
+    from kubernetes.client.rest import ApiException
+
+    missing = slices_missing_pods(worker_pods, {i: v.created for i, v in jobsets.items()}, job.spec.slices.hosts_per_slice)
+    if not missing:
+        tracker.creation_fault = None
+        return None
+    if time.monotonic() - tracker.refusal_checked < REFUSAL_CHECK_S:
+        return tracker.creation_fault
+    tracker.refusal_checked = time.monotonic()
+    fault = None
+    for i in missing:
+        jobset = jobsets[i]
+        found = []
+        for kind, name in (("JobSet", jobset.name), ("Job", f"{jobset.name}-{names.WORKER_REPLICATED_JOB}-0")):
+            try:
+                found += [RefusalEvent(kind, name, e["reason"], e["message"], e["last"])
+                          for e in state.kube.warning_events(ns, kind, name)]
+            except (ApiException, OSError) as e:  # no `list events` (an older chart) or the API is away: no news
+                _logger.warning("cannot read the Events of %s %s: %s", kind, name, e, extra={"job": job.metadata.name})
+                return tracker.creation_fault
+        fault = creation_fault(i, found, jobset.created)
+        if fault is not None:
+            break
+    tracker.creation_fault = fault
+    return fault
 
 
 def slice_status(tracker: JobTracker, jobsets: dict, previous: list[dict], now: str) -> list[dict]:

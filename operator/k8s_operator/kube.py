@@ -152,6 +152,24 @@ class Kube:
             raise
         return owner_uid in _owner_uids(obj.metadata)
 
+    def warning_events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Warning Events on object `kind`/`name` (core v1 Events, field selectors: no full list).
+
+        Returns:
+          [{"reason", "message", "last"}]: last is the RFC 3339 time of its last occurrence.
+
+        Raises:
+          ApiException: the list failed (e.g. 403 with an older chart's RBAC: the caller gives up quietly).
+        """
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},type=Warning"
+        items = self.core.list_namespaced_event(namespace, field_selector=selector, limit=50).items or []
+        out = []
+        for e in items:
+            when = e.last_timestamp or e.event_time or e.first_timestamp
+            out.append({"reason": e.reason or "", "message": e.message or "",
+                        "last": when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else ""})
+        return out
+
     def delete_job(self, namespace: str, name: str) -> None:
         """Deletes the ElasticTrainingJob itself (TTL after finished)."""
         try:

@@ -34,6 +34,9 @@ class _Kube:
     def delete_job(self, namespace, name):
         pass
 
+    def warning_events(self, namespace, kind, name):
+        return []
+
 
 class _Patch:
     def __init__(self):
