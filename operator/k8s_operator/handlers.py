@@ -26,7 +26,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import backends, children, incarnation, metrics, names, tokens
+from elastic_jax.k8s_operator import backends, children, claims, incarnation, metrics, names, tokens
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
@@ -54,6 +54,10 @@ JOBS = (job_api.GROUP, job_api.VERSION, job_api.PLURAL)
 _HAS_JOB = {lbl.JOB_NAME: kopf.PRESENT}
 
 
+# This operator's name in job claims (`claims`): the chart sets `<release namespace>/<release name>`.
+OPERATOR_IDENTITY_ENV = "ELASTIC_JAX_OPERATOR_IDENTITY"
+DEFAULT_IDENTITY = "elastic-jax-operator"
+
 # File holding the operator key (the chart mounts its Secret there); unset: a random key per process.
 OPERATOR_KEY_FILE_ENV = "ELASTIC_JAX_OPERATOR_KEY_FILE"
 
@@ -72,8 +76,11 @@ class OperatorState:
     """
 
     def __init__(self, kube: Kube | None = None, key: bytes | None = None,
-                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS):
+                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY):
         self._kube = kube
+        self.identity = identity
+        # UIDs of the jobs another operator claimed (reported once each, counted in the gauge).
+        self.claimed_elsewhere: set[str] = set()
         self.node_lost_s = node_lost_s
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.trackers: dict[tuple[str, str], JobTracker] = {}
@@ -218,6 +225,9 @@ def job_created(body, spec, status, meta, patch, **_):
 def job_deleted(namespace, name, uid, memo, **_):
     """Forgets the job; its children go with it through owner references."""
     state = _state(memo)
+    if uid in state.claimed_elsewhere:
+        state.claimed_elsewhere.discard(uid)
+        metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
     state.static_done = {m for m in state.static_done if m[0] != uid}
     tracker = state.trackers.get((namespace, name))
     if tracker is not None and tracker.job_uid in ("", uid):  # never a newer job's of the same name
@@ -327,10 +337,16 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
 @kopf.timer(*JOBS, interval=1.0)
 def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_pods, job_jobsets,
                   unready_nodes=None, **_):
-    """One reconcile pass: children, controller notifications, status. Idempotent."""
+    """One reconcile pass: children, controller notifications, status. Idempotent.
+
+    Only for a job this operator claimed (`claims`): an unclaimed job is claimed first; a job
+    another operator claimed is left alone, said once (Event, log, metric).
+    """
     key = (namespace, name)
     generation = meta.get("generation", 0)
     state = _state(memo)
+    if not _claimed(state, body, namespace, name):
+        return
     try:
         live = parse_job(body)
     except (ManifestError, UnsupportedBackend) as e:
@@ -344,6 +360,29 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
     except Exception:
         metrics.RECONCILES.labels("error").inc()
         raise
+
+
+def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
+    """Whether this operator reconciles the job now (claiming it if unclaimed)."""
+    meta = body["metadata"]
+    uid = meta["uid"]
+    claim = claims.decide(meta.get("annotations"), state.identity)
+    if claim.action == "other":
+        if uid not in state.claimed_elsewhere:
+            state.claimed_elsewhere.add(uid)
+            metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
+            message = claims.elsewhere_message(state.identity, claim.owner)
+            _logger.warning("%s", message, extra={"job": name, "namespace": namespace, "claimed_by": claim.owner})
+            _event_sink(_ref(body))("Warning", claims.REASON_CLAIMED_ELSEWHERE, message)
+        return False
+    if uid in state.claimed_elsewhere:  # handed over to us
+        state.claimed_elsewhere.discard(uid)
+        metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
+    if claim.action == "claim":
+        # resourceVersion as precondition: of two operators racing, one wins; the next pass reads the claim
+        return state.kube.claim(namespace, name, meta.get("resourceVersion") or "", claims.CLAIM_ANNOTATION,
+                                state.identity)
+    return True
 
 
 def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,

@@ -170,6 +170,26 @@ class Kube:
                         "last": when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else ""})
         return out
 
+    def claim(self, namespace: str, name: str, resource_version: str, annotation: str, identity: str) -> bool:
+        """Sets the job's claim annotation to `identity` if the job is still at `resource_version`.
+
+        Returns:
+          True when written; False when the job changed meanwhile (409: another operator may
+          have claimed it; the next pass reads the annotation again) or is gone (404).
+
+        Raises:
+          ApiException: any other failure.
+        """
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": {annotation: identity}}}
+        try:
+            self.custom.patch_namespaced_custom_object(job_api.GROUP, job_api.VERSION, namespace, job_api.PLURAL,
+                                                       name, body)
+        except ApiException as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        return True
+
     def delete_job(self, namespace: str, name: str) -> None:
         """Deletes the ElasticTrainingJob itself (TTL after finished)."""
         try:

@@ -115,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                              "controller's transition) before the jobs' pods on it are force-deleted so they are "
                              f"replaced elsewhere; 0: never (wait for the out-of-service taint); default "
                              f"{DEFAULT_NODE_LOST_SECONDS}")
+    parser.add_argument("--identity", default=os.environ.get("ELASTIC_JAX_OPERATOR_IDENTITY", "elastic-jax-operator"),
+                        help="this operator's name in job claims (annotation elasticjax.dev/claimed-by): a job "
+                             "another identity claimed is left alone; the chart sets <release namespace>/<release "
+                             "name> (env ELASTIC_JAX_OPERATOR_IDENTITY)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
 
@@ -147,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds)),
+        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds,
+                                                         identity=args.identity)),
     )
     return 0
 

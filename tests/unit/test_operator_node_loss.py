@@ -229,6 +229,9 @@ def test_condition_true_from_the_loss_until_the_job_is_whole_again():
 
 
 class _Kube:
+    def claim(self, namespace, name, resource_version, annotation, identity):
+        return True
+
     def warning_events(self, namespace, kind, name):
         return []
 
