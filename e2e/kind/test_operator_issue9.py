@@ -109,3 +109,56 @@ def test_worker_pod_refused_by_a_quota_is_a_condition_and_an_event_from_the_oper
     final = get_job(cluster, namespace, "cpu-job")["status"]
     cleared = next(c for c in final["conditions"] if c["type"] == "PodsNotStarting")
     assert cleared["status"] == "False", cleared
+
+
+def _second_operator(kubeconfig, folder, namespace: str, identity: str):
+    """A second `elastic-jax-operator` process on the host with another identity, watching one namespace
+    through the kind API server (as a second release would); the test stops it by PID."""
+    import socket
+
+    from e2e.operator_fixtures import OperatorProcess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return OperatorProcess(kubeconfig, folder / "second-operator.log", port,
+                           extra_args=("--identity", identity, "--namespace", namespace, "--node-lost-seconds", "0"))
+
+
+def test_a_second_operator_leaves_a_job_the_first_claimed_alone_and_says_so(cluster, namespace, operator, tmp_path):
+    why = demo.explain(cluster.kind, namespace)
+    second = _second_operator(cluster.kubeconfig, tmp_path, namespace, "host/second")
+    second.start()
+    try:
+        manifest = example_manifest()
+        manifest["spec"]["training"]["steps"] = 100000
+        # The chart's release claims it (set here so the test does not depend on which operator is faster;
+        # the race itself is tests/unit/test_operator_claims.py).
+        chart_identity = f"{demo.SYSTEM_NS}/{demo.RELEASE}"
+        manifest["metadata"]["annotations"] = {"elasticjax.dev/claimed-by": chart_identity}
+        _apply(cluster, namespace, manifest)
+        uid = get_job(cluster, namespace, "cpu-job")["metadata"]["uid"]
+        events = wait_for(lambda: [e for e in _events_of(cluster, namespace, uid)
+                                   if e["reason"] == "ClaimedByAnotherOperator"],
+                          timeout_s=120, what="the second operator's ClaimedByAnotherOperator Event", explain=why)
+        assert "operator host/second leaves this job alone" in events[0]["message"], events[0]
+        assert chart_identity in events[0]["message"], events[0]
+        wait_for(lambda: _step(cluster, namespace, "cpu-job") >= 3, timeout_s=600, what="the job trains", explain=why)
+        assert second.alive()
+        assert "elasticjax_operator_jobs_claimed_elsewhere 1.0" in second.metrics()
+        lines = [r for r in second.log_records() if r.get("claimed_by") == chart_identity]
+        assert lines and lines[0]["job"] == "cpu-job" and lines[0]["level"] == "warning", lines
+        status = get_job(cluster, namespace, "cpu-job")["status"]
+        assert int(status.get("controllerRestarts") or 0) == 0
+        assert len([e for e in _events_of(cluster, namespace, uid) if e["reason"] == "ClaimedByAnotherOperator"]) == 1
+    finally:
+        second.stop()
+
+
+def test_the_chart_refuses_an_overlapping_second_release(cluster, operator):
+    from e2e.kind.demo import REPO_ROOT
+
+    result = cluster.helm("install", "second", str(REPO_ROOT / "helm" / "elastic-jax"), "-n", "second-system",
+                          "--create-namespace", "--set", "watchNamespaces={team-a}", "--dry-run=server", check=False)
+    assert result.returncode != 0
+    assert f"overlaps release {demo.SYSTEM_NS}/{demo.RELEASE}" in result.stderr, result.stderr
