@@ -104,9 +104,11 @@ class OperatorProcess:
       kubeconfig: its identity.
       log_path: stdout+stderr (JSON lines) go here, appended across restarts.
       metrics_port: its Prometheus port on 127.0.0.1.
+      extra_args: more command-line arguments (e.g. `--identity`, `--namespace`).
     """
 
-    def __init__(self, kubeconfig: Path, log_path: Path, metrics_port: int):
+    def __init__(self, kubeconfig: Path, log_path: Path, metrics_port: int, extra_args: tuple[str, ...] = ()):
+        self.extra_args = list(extra_args)
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.metrics_port = metrics_port
@@ -126,7 +128,8 @@ class OperatorProcess:
         exe = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [exe, "--metrics-port", str(self.metrics_port), "--metrics-host", "127.0.0.1", "--log-format", "json"],
+                [exe, "--metrics-port", str(self.metrics_port), "--metrics-host", "127.0.0.1", "--log-format", "json",
+                 *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.procs.append(self.proc)
 

@@ -140,6 +140,11 @@ def validate(
         False, "--trainer",
         help="Also build the trainer as the controller would: import spec.controller.trainer.entryPoint, "
              "check its config, open its data (needs the controller extra)."),
+    cluster: bool = typer.Option(
+        False, "--cluster",
+        help="Also apply the rules of a job on a cluster, as `kubectl apply` (the CRD's CEL) and the operator do: "
+             "an absolute checkpoint folder the controller pod can mount, gs:// for pathways, a known TPU "
+             "accelerator/topology. Without it, the rules of `elastic-jax run` (a relative path is fine)."),
 ) -> None:
     """Validate a manifest; print it with defaults filled in.
 
@@ -152,12 +157,34 @@ def validate(
         job = load_manifest(manifest)
     except ManifestError as e:
         raise _error(str(e))
+    if cluster:
+        _check_cluster(job)
     if trainer:
         _check_trainer(job, manifest)
         _check_checkpoint(job, fresh=False, check_gcs=True)
-    else:
+    elif not cluster:  # (on a cluster the folder is in the controller pod, not here)
         _check_resume(job)
     typer.echo(dump_model(job))
+
+
+def _check_cluster(job) -> None:
+    """The rules `kubectl apply` (the CRD's CEL, `elastic_jax.api.cluster`) and then the operator apply to a job
+    on a cluster; each problem on its own `error:` line (exit 2)."""
+    from elastic_jax.api import cluster
+
+    found = cluster.problems(job.spec.to_manifest())
+    if not found:
+        # What the operator alone checks (the TPU table of backend pathways), with its messages.
+        from elastic_jax.k8s_operator.backends import UnsupportedBackend, resolve
+
+        try:
+            resolve(job)
+        except UnsupportedBackend as e:
+            found = [str(e)]
+    for message in found[:-1]:
+        typer.echo(f"error: {message}", err=True)
+    if found:
+        raise _error(found[-1])
 
 
 def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:

@@ -1,26 +1,72 @@
-"""Structured logs: one JSON object per line, for Kubernetes log pipelines.
+"""Structured logs: one JSON object per line, one schema for every process of the product.
 
-Every process of a job (controller, worker) logs with `JsonFormatter`. A
-record's `extra=` fields become top-level keys, so an event reads
+The operator, the controller and the workers all log with `JsonFormatter`, so
+a log query uses the same keys whichever process wrote the line:
 
     {"ts": 1764410000.123, "level": "info", "logger": "elastic_jax.controller",
-     "msg": "step 100 loss 2.1040", "event": "step", "step": 100, "loss": 2.104, ...}
+     "msg": "step 100 loss 2.1040", "namespace": "demo", "job": "cpu-job",
+     "event": "step", "step": 100, "loss": 2.104, ...}
 
-and a log query can filter on `event`/`step` without parsing `msg`.
+- `ts`: Unix seconds (float, ms precision); `level`: debug/info/warning/error/critical;
+  `logger`: the Python logger's name; `msg`: the formatted message.
+- `namespace`, `job`: the ElasticTrainingJob the line is about, when known (the
+  controller binds them once it read its manifest, `bind`; the operator's lines
+  get them from kopf's object reference, or from `extra={"job": ...}`).
+- `object`: `Kind/name` of another object kopf logged about (a Pod, a Node).
+- any `extra=` fields, top-level; `exc` holds a traceback when there is one.
+
+A query can filter on `job`/`event`/`step` without parsing `msg`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _RECORD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+# kopf's per-object logger puts these on its records (`kopf._core.actions.loggers.ObjectLogger`):
+# `k8s_ref` becomes job/namespace (or object); the others are kopf's plumbing, not log content.
+_KOPF_FIELDS = frozenset({"k8s_ref", "k8s_skip", "settings"})
+# The kind whose name is the `job` field (kopf's object reference of an ElasticTrainingJob).
+JOB_KIND = "ElasticTrainingJob"
+# The keys every line has, in this order (the schema's fixed part).
+BASE_KEYS = ("ts", "level", "logger", "msg")
+
+# Fields `bind` added to every line of this process (e.g. the controller's job).
+_BOUND: dict[str, object] = {}
+
+
+def bind(**fields: object) -> None:
+    """Adds `fields` to every line this process logs from now on (a None value removes the key).
+
+    The controller binds `namespace` and `job` once it read its manifest.
+    """
+    for key, value in fields.items():
+        if value is None:
+            _BOUND.pop(key, None)
+        else:
+            _BOUND[key] = value
+
+
+def _object_fields(ref: Any) -> dict[str, object]:
+    """kopf's object reference as schema fields: namespace + job for a job, object "Kind/name" otherwise."""
+    if not isinstance(ref, dict):
+        return {}
+    out: dict[str, object] = {}
+    if ref.get("namespace"):
+        out["namespace"] = ref["namespace"]
+    if ref.get("kind") == JOB_KIND:
+        out["job"] = ref.get("name")
+    elif ref.get("name"):
+        out["object"] = f"{ref.get('kind') or '?'}/{ref['name']}"
+    return out
 
 
 class JsonFormatter(logging.Formatter):
-    """Formats a record as one JSON line: ts (Unix seconds), level, logger, msg, the
-    `static_fields`, then any `extra=` fields; `exc` holds a traceback when there is one.
+    """Formats a record as one JSON line of the schema above: ts, level, logger, msg, the bound
+    and `static_fields`, kopf's object as namespace/job, then any `extra=` fields.
 
     Args:
       static_fields: keys added to every line (e.g. the worker's slice index and PID).
@@ -36,9 +82,12 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
+            **_BOUND,
             **self.static_fields,
         }
-        entry.update({k: v for k, v in vars(record).items() if k not in _RECORD_FIELDS})
+        extra = vars(record)
+        entry.update(_object_fields(extra.get("k8s_ref")))
+        entry.update({k: v for k, v in extra.items() if k not in _RECORD_FIELDS and k not in _KOPF_FIELDS})
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from elastic_jax.exit_codes import ControllerExit
-from elastic_jax.logs import JsonFormatter
+from elastic_jax.logs import JsonFormatter, bind
 
 # Signals that end the run as a controller loss (exit RESTART), after a checkpoint.
 _LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         token = _read_token(args)
     except (ManifestError, ValueError) as e:
         return _fail(str(e))
+    # every later line names its job as the operator's lines do (elastic_jax.logs schema)
+    bind(namespace=job.metadata.namespace, job=job.metadata.name)
     if not token:
         return _fail("no control-API token: set --token-file, ELASTIC_JAX_TOKEN_FILE or ELASTIC_JAX_TOKEN")
 

@@ -10,8 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from e2e.helpers import wait_for
-from e2e.operator_fixtures import example_manifest, get_job, job_events, wait_phase
+from e2e.operator_fixtures import example_manifest, get_job, wait_phase
 
 # The first test of a session also pays for what its fixtures build (images, node
 # image, cluster, chart: up to ~30 min on a fresh machine under load).
@@ -88,21 +87,58 @@ def test_bad_trainer_config_reaches_the_job_status(cluster, namespace, operator)
     assert "spec.controller.trainer.config.dModle" in failed["message"], failed
 
 
-def test_unappliable_spec_change_is_rejected_with_a_condition(cluster, namespace, operator):
+def test_edit_of_an_immutable_field_is_refused_at_apply_naming_it_and_suspend_stays_editable(cluster, namespace,
+                                                                                                 ejob_crd):
+    """The API server refuses what the operator cannot apply to an existing job (CEL transition rules), so the
+    printer column never shows a slice count the job does not have; suspend is still an edit it takes."""
     manifest = example_manifest()
-    manifest["spec"]["suspend"] = True
+    manifest["spec"]["suspend"] = True  # nothing needs to run for this
     assert _apply(cluster, namespace, manifest).returncode == 0
-    wait_phase(cluster, namespace, "cpu-job", ("Suspended",), timeout_s=60)
-    manifest["spec"]["slices"]["count"] = 3
-    assert _apply(cluster, namespace, manifest).returncode == 0
+    for path, edit in (("spec.slices.count", lambda s: s["slices"].update(count=3)),
+                       ("spec.training.steps", lambda s: s["training"].update(steps=7)),
+                       ("spec.checkpoint.uri", lambda s: s["checkpoint"].update(uri="/data/other")),
+                       ("spec.controller.trainer.config", lambda s: s["controller"]["trainer"]["config"].update(x=1)),
+                       ("spec.elasticity", lambda s: s.update(elasticity={"maxRestarts": 3}))):
+        changed = yaml.safe_load(yaml.safe_dump(manifest))
+        edit(changed["spec"])
+        result = _apply(cluster, namespace, changed)
+        assert result.returncode != 0 and f"{path}" in result.stderr and "is immutable" in result.stderr, \
+            (path, result.stderr)
+    stored = get_job(cluster, namespace, "cpu-job")
+    assert stored["spec"]["slices"]["count"] == 2 and stored["metadata"]["generation"] == 1
+    manifest["spec"]["suspend"] = False
+    manifest["spec"]["ttlSecondsAfterFinished"] = 600
+    result = _apply(cluster, namespace, manifest)
+    assert result.returncode == 0, result.stderr
+    stored = get_job(cluster, namespace, "cpu-job")
+    assert stored["spec"]["suspend"] is False and stored["spec"]["ttlSecondsAfterFinished"] == 600
 
-    def rejected():
-        job = get_job(cluster, namespace, "cpu-job")
-        return next((c for c in (job.get("status") or {}).get("conditions", [])
-                     if c["type"] == "SpecChangeRejected" and c["status"] == "True"), None)
-    cond = wait_for(rejected, timeout_s=60, what="SpecChangeRejected condition")
-    assert cond["message"].startswith("spec.slices.count cannot change on an existing job")
-    assert cond["observedGeneration"] == 2
-    job = get_job(cluster, namespace, "cpu-job")
-    assert job["status"]["desiredSlices"] == 2 and len(job["status"]["slices"]) == 2  # the applied spec stays
-    assert any(e["reason"] == "SpecChangeRejected" for e in job_events(cluster, namespace, "cpu-job"))
+
+@pytest.mark.parametrize("uri, message", [
+    ("runs/ck", "must be an absolute folder"),
+    ("/etc/elastic-jax/token", "must not overlap /etc/elastic-jax/token"),
+    ("/tmp/elastic-jax-scratch", "must not overlap /tmp/elastic-jax-scratch"),
+    ("/usr/ck", "must not be inside"),
+])
+def test_cluster_rules_refused_at_apply_as_validate_cluster_refuses_them(cluster, namespace, ejob_crd, tmp_path,
+                                                                        uri, message):
+    """What the operator used to refuse seconds after apply is the API server's refusal now, with the message
+    `elastic-jax validate --cluster` prints for the same manifest (one definition: elastic_jax.api.cluster)."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    manifest = example_manifest()
+    manifest["spec"]["checkpoint"]["uri"] = uri
+    result = _apply(cluster, namespace, manifest)
+    assert result.returncode != 0, result.stdout
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    cli = shutil.which("elastic-jax", path=str(Path(sys.executable).parent))
+    validate = subprocess.run([cli, "validate", "--cluster", str(path)], capture_output=True, text=True, timeout=120)
+    assert validate.returncode == 2, validate.stdout
+    lines = [ln.removeprefix("error: ") for ln in validate.stderr.splitlines()]
+    assert any(message in ln for ln in lines), lines
+    for line in lines:  # each of validate's errors is one of the API server's
+        assert line in result.stderr, (line, result.stderr)
+    assert cluster.kubectl("get", "ejob", "-n", namespace, "-o", "name").stdout.strip() == ""

@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from elastic_jax.api import cluster
 from elastic_jax.api import job as job_api
 from elastic_jax.api.status import ElasticTrainingJobStatus
 
@@ -109,6 +110,9 @@ def model_schema(model: type) -> dict[str, Any]:
 def build_crd() -> dict[str, Any]:
     """The whole CRD object, ready to `kubectl apply`."""
     spec_schema = model_schema(job_api.ElasticTrainingJobSpec)
+    # What only a cluster needs (e.g. an absolute checkpoint folder), and the fields fixed at creation.
+    spec_schema["x-kubernetes-validations"] = spec_schema.get("x-kubernetes-validations", []) + cluster.CEL_RULES
+    cluster.add_immutability_rules(spec_schema)
     status_schema = model_schema(ElasticTrainingJobStatus)
     status_schema.pop("required", None)  # the operator fills status gradually
     root = {

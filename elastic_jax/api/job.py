@@ -467,8 +467,10 @@ class ElasticTrainingJobSpec(_Model):
          "message": "backend pathways needs spec.slices.accelerator and spec.slices.topology"},
         {"rule": "self.backend != 'cpu' || !has(self.slices.hostsPerSlice) || self.slices.hostsPerSlice == 1",
          "message": "spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)"},
-        {"rule": "self.backend == oldSelf.backend", "message": "spec.backend is immutable",
-         "fieldPath": ".backend"},
+        {"rule": "self.training.globalBatchSize >= self.slices.count",
+         "message": "spec.training.globalBatchSize must be at least spec.slices.count: every slice needs one "
+                    "example per step"},
+        # (immutability: `cluster.add_immutability_rules`, put on by `elastic_jax.api.crd`)
     ]})
 
     backend: Literal["cpu", "pathways"] = Field(

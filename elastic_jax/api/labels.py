@@ -10,6 +10,10 @@ from elastic_jax.api.job import GROUP
 
 # Name of the ElasticTrainingJob that owns the object (on every child and on worker pods).
 JOB_NAME = f"{GROUP}/job-name"
+# metadata.uid of the ElasticTrainingJob that owns the object (on every child, and through the JobSet's
+# templates on its Jobs and worker pods): a job deleted and created again under the same name is a
+# new job, and the operator counts, notifies and deletes only its own incarnation's pods and JobSets.
+JOB_UID = f"{GROUP}/job-uid"
 # "controller" or "worker": which part of the job the object is.
 ROLE = f"{GROUP}/role"
 # Slice index (0-based) of a worker JobSet and its pods.
@@ -41,6 +45,6 @@ TOKEN_KEY = "token"
 MANIFEST_KEY = "job.yaml"
 
 
-def job_selector(job_name: str) -> dict[str, str]:
-    """Labels every child of `job_name` carries (for label selectors)."""
-    return {JOB_NAME: job_name}
+def job_selector(job_name: str, job_uid: str | None = None) -> dict[str, str]:
+    """Labels every child of `job_name` carries (for label selectors); with its UID when known."""
+    return {JOB_NAME: job_name, **({JOB_UID: job_uid} if job_uid else {})}

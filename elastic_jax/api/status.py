@@ -43,6 +43,8 @@ COND_PODS_NOT_STARTING = "PodsNotStarting"
 COND_NODE_LOST = "NodeLost"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
 REASON_CHILD_CONFLICT = "ChildNameConflict"
+# A child's name is still held by a pod of an earlier job of the same name (deleted, terminating).
+REASON_PREVIOUS_JOB_TERMINATING = "PreviousJobTerminating"
 # Events about a resume from a checkpoint: every resume (Normal), and a resume from an older
 # step because the newer ones could not be restored (Warning).
 EVENT_RESUMED = "Resumed"

@@ -33,7 +33,7 @@ def token_secret(job: ElasticTrainingJob, token: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
-        "metadata": {"name": names.secret(job.metadata.name), "labels": labels.job_selector(job.metadata.name)},
+        "metadata": {"name": names.secret(job.metadata.name), "labels": labels.job_selector(job.metadata.name, job.metadata.uid)},
         "data": {labels.TOKEN_KEY: base64.b64encode(token.encode()).decode()},
     }
 
@@ -49,7 +49,8 @@ def manifest_configmap(job: ElasticTrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": names.configmap(job.metadata.name), "labels": labels.job_selector(job.metadata.name),
+        "metadata": {"name": names.configmap(job.metadata.name),
+                     "labels": labels.job_selector(job.metadata.name, job.metadata.uid),
                      "annotations": {labels.SPEC_HASH: spec_hash(job)}},
         "data": {labels.MANIFEST_KEY: yaml.safe_dump(manifest, sort_keys=False)},
     }
@@ -66,9 +67,10 @@ def controller_service(job: ElasticTrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": names.service(name), "labels": labels.job_selector(name)},
+        "metadata": {"name": names.service(name), "labels": labels.job_selector(name, job.metadata.uid)},
         "spec": {
-            "selector": {labels.JOB_NAME: name, labels.ROLE: labels.ROLE_CONTROLLER},
+            # with the UID: never the controller of an earlier job of the same name that is still terminating
+            "selector": {**labels.job_selector(name, job.metadata.uid), labels.ROLE: labels.ROLE_CONTROLLER},
             "ports": ports,
         },
     }

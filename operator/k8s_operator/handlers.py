@@ -26,13 +26,13 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import backends, children, metrics, names, service_accounts, tokens
+from elastic_jax.k8s_operator import backends, children, claims, incarnation, metrics, names, service_accounts, tokens
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
-from elastic_jax.k8s_operator.pod_faults import pod_faults
+from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, pod_faults, slices_missing_pods
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
@@ -41,6 +41,7 @@ from elastic_jax.k8s_operator.status_builder import (
     resume_events,
     create_failure,
     child_conflict,
+    previous_job_terminating,
     token_conflict,
     with_create_failure,
     with_node_loss,
@@ -52,6 +53,10 @@ _logger = logging.getLogger(__name__)
 JOBS = (job_api.GROUP, job_api.VERSION, job_api.PLURAL)
 _HAS_JOB = {lbl.JOB_NAME: kopf.PRESENT}
 
+
+# This operator's name in job claims (`claims`): the chart sets `<release namespace>/<release name>`.
+OPERATOR_IDENTITY_ENV = "ELASTIC_JAX_OPERATOR_IDENTITY"
+DEFAULT_IDENTITY = "elastic-jax-operator"
 
 # File holding the operator key (the chart mounts its Secret there); unset: a random key per process.
 OPERATOR_KEY_FILE_ENV = "ELASTIC_JAX_OPERATOR_KEY_FILE"
@@ -71,12 +76,16 @@ class OperatorState:
     """
 
     def __init__(self, kube: Kube | None = None, key: bytes | None = None,
-                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS):
+                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY):
         self._kube = kube
+        self.identity = identity
+        # UIDs of the jobs another operator claimed (reported once each, counted in the gauge).
+        self.claimed_elsewhere: set[str] = set()
         self.node_lost_s = node_lost_s
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.trackers: dict[tuple[str, str], JobTracker] = {}
-        self.applied: dict[tuple[str, str], job_api.ElasticTrainingJob] = {}
+        # (namespace, name) -> (job UID, the spec it started with): a new job of the same name never reads it.
+        self.applied: dict[tuple[str, str], tuple[str, job_api.ElasticTrainingJob]] = {}
         # (job UID, kind, name) of the ConfigMap and Services already created: keyed by UID, so a job
         # deleted and created again under the same name gets its children again.
         self.static_done: set[tuple[str, str, str]] = set()
@@ -115,8 +124,10 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
       UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU), or
         a spec.controller.serviceAccountName (or its token) the admin did not allow (`service_accounts`).
     """
+    meta = body["metadata"]
     data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
-            "metadata": {"name": body["metadata"]["name"], "namespace": body["metadata"].get("namespace")},
+            # the UID goes on every child as a label (`incarnation`)
+            "metadata": {"name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")},
             "spec": dict(body.get("spec") or {})}
     # The resolved spec (pathways: hosts per slice from the topology) is what the
     # ConfigMap, the tracker and the renderers all see.
@@ -145,18 +156,19 @@ def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any
 
 @kopf.index("v1", "pods", labels=_HAS_JOB)
 def job_pods(namespace, labels: dict, body, **_):
-    """(namespace, job) → PodView of each of the job's pods (controller and workers)."""
-    return {(namespace, labels[lbl.JOB_NAME]): pod_view(body)}
+    """(namespace, job, job UID) → PodView of each of the job's pods (controller and workers); read with
+    `incarnation.own`."""
+    return {incarnation.index_key(namespace, labels): pod_view(body)}
 
 
 @kopf.index("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=_HAS_JOB)
 def job_jobsets(namespace, labels: dict, body, **_):
-    """(namespace, job) → JobSetView of each of the job's worker JobSets."""
+    """(namespace, job, job UID) → JobSetView of each of the job's worker JobSets; read with `incarnation.own`."""
     try:
         index = int(labels.get(lbl.SLICE_INDEX, "-1"))
     except ValueError:
         return None
-    return {(namespace, labels[lbl.JOB_NAME]): jobset_view(body, index)}
+    return {incarnation.index_key(namespace, labels): jobset_view(body, index)}
 
 
 
@@ -197,9 +209,11 @@ def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
     if tracker is None or tracker.ref is None:
         return  # job not reconciled yet (operator starting): its timer will sync
-    key = (namespace, tracker.name)
+    if not incarnation.belongs(labels, tracker.job_uid):
+        return  # a pod of an earlier job of the same name (terminating): not this job's news
     lost = {n: loss.why for n, loss in _lost_nodes(state, unready_nodes).items()}
-    tracker.sync(list(job_pods.get(key, [])), _event_sink(tracker.ref), retries=3, lost_nodes=lost)
+    pods = incarnation.own(job_pods, namespace, tracker.name, tracker.job_uid, tracker.job_created)
+    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost)
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -221,16 +235,21 @@ def job_created(body, spec, status, meta, patch, **_):
 def job_deleted(namespace, name, uid, memo, **_):
     """Forgets the job; its children go with it through owner references."""
     state = _state(memo)
+    if uid in state.claimed_elsewhere:
+        state.claimed_elsewhere.discard(uid)
+        metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
     state.static_done = {m for m in state.static_done if m[0] != uid}
-    tracker = state.trackers.pop((namespace, name), None)
-    if tracker is not None:
-        tracker.close()
-    state.applied.pop((namespace, name), None)
+    tracker = state.trackers.get((namespace, name))
+    if tracker is not None and tracker.job_uid in ("", uid):  # never a newer job's of the same name
+        state.trackers.pop((namespace, name)).close()
+    if (state.applied.get((namespace, name)) or ("",))[0] == uid:
+        state.applied.pop((namespace, name), None)
 
 
 def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str) -> job_api.ElasticTrainingJob:
     """The spec the job started with (from its ConfigMap, if this job `uid` owns it), with today's suspend and TTL."""
-    applied = state.applied.get(key)
+    remembered = state.applied.get(key)
+    applied = remembered[1] if remembered is not None and remembered[0] == uid else None
     if applied is None:
         text = state.kube.read_manifest(key[0], names.configmap(key[1]), uid)
         if text:
@@ -245,8 +264,8 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
             except (ManifestError, yaml.YAMLError):
                 applied = None
         applied = applied or job
-        state.applied[key] = applied
-    return applied.model_copy(update={"spec": applied.spec.model_copy(update={
+        state.applied[key] = (uid, applied)
+    return applied.model_copy(update={"metadata": job.metadata, "spec": applied.spec.model_copy(update={
         "suspend": job.spec.suspend, "ttl_seconds_after_finished": job.spec.ttl_seconds_after_finished})})
 
 
@@ -260,6 +279,7 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
     if tracker is None:
         tracker = JobTracker(key[0], key[1], job.spec.slices.count, job.spec.slices.hosts_per_slice)
         tracker.job_uid = uid
+        tracker.job_created = body["metadata"].get("creationTimestamp") or ""
         state.trackers[key] = tracker
     tracker.ref = _ref(body)
     return tracker
@@ -333,10 +353,16 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
 @kopf.timer(*JOBS, interval=1.0)
 def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_pods, job_jobsets,
                   unready_nodes=None, **_):
-    """One reconcile pass: children, controller notifications, status. Idempotent."""
+    """One reconcile pass: children, controller notifications, status. Idempotent.
+
+    Only for a job this operator claimed (`claims`): an unclaimed job is claimed first; a job
+    another operator claimed is left alone, said once (Event, log, metric).
+    """
     key = (namespace, name)
     generation = meta.get("generation", 0)
     state = _state(memo)
+    if not _claimed(state, body, namespace, name):
+        return
     try:
         live = parse_job(body)
     except (ManifestError, UnsupportedBackend) as e:
@@ -350,6 +376,29 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
     except Exception:
         metrics.RECONCILES.labels("error").inc()
         raise
+
+
+def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
+    """Whether this operator reconciles the job now (claiming it if unclaimed)."""
+    meta = body["metadata"]
+    uid = meta["uid"]
+    claim = claims.decide(meta.get("annotations"), state.identity)
+    if claim.action == "other":
+        if uid not in state.claimed_elsewhere:
+            state.claimed_elsewhere.add(uid)
+            metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
+            message = claims.elsewhere_message(state.identity, claim.owner)
+            _logger.warning("%s", message, extra={"job": name, "namespace": namespace, "claimed_by": claim.owner})
+            _event_sink(_ref(body))("Warning", claims.REASON_CLAIMED_ELSEWHERE, message)
+        return False
+    if uid in state.claimed_elsewhere:  # handed over to us
+        state.claimed_elsewhere.discard(uid)
+        metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
+    if claim.action == "claim":
+        # resourceVersion as precondition: of two operators racing, one wins; the next pass reads the claim
+        return state.kube.claim(namespace, name, meta.get("resourceVersion") or "", claims.CLAIM_ANNOTATION,
+                                state.identity)
+    return True
 
 
 def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
@@ -373,7 +422,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             refusal, blocked = child_conflict(e.kind, e.name), True
         except ChildRefused as e:
             refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
-    pods = list(job_pods.get(key, []))
+    created = body["metadata"].get("creationTimestamp") or ""
+    pods = incarnation.own(job_pods, ns, name, tracker.job_uid, created)
     controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
     running = [p for p in controller_pods if not p.terminal and not p.deleting]
     current = max(running, key=lambda p: p.attempt, default=None)
@@ -388,7 +438,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                 post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
                 state.kube.delete_pod(ns, pod_name, grace_s=0)
 
-    jobsets = {v.slice_index: v for v in job_jobsets.get(key, [])}
+    jobsets = {v.slice_index: v for v in incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
@@ -416,10 +466,15 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         pod = renderer.controller_pod(job, plan.create_controller, body["metadata"]["uid"])
         kopf.adopt(pod, owner=body)
         try:
-            state.kube.create(ns, pod)
-            controller_pod = pod["metadata"]["name"]
-            created_controller = True
-            tracker.created_controller = (controller_pod, time.monotonic())
+            pod_name = pod["metadata"]["name"]
+            if state.kube.create(ns, pod) or state.kube.owned_by(ns, "Pod", pod_name, body["metadata"]["uid"]):
+                controller_pod = pod_name
+                created_controller = True
+                tracker.created_controller = (controller_pod, time.monotonic())
+            else:
+                # The name is an earlier incarnation's pod, still in its grace period: wait for it, count nothing.
+                refusal = refusal or previous_job_terminating("Pod", pod_name)
+                controller_pod = status.get("controllerPod") or ""
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
             controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass
@@ -469,8 +524,11 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         post("Warning", refusal[0], refusal[1])
     if not (finished or plan.finish or job.spec.suspend):
         # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
-        new["conditions"], fault_events = with_pod_faults(new["conditions"], pod_faults(controller_pods + worker_pods),
-                                                          generation, now_rfc3339())
+        faults = pod_faults(controller_pods + worker_pods)
+        refused = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
+        if refused is not None and refused.condition not in faults:
+            faults[refused.condition] = refused
+        new["conditions"], fault_events = with_pod_faults(new["conditions"], faults, generation, now_rfc3339())
         for event in fault_events:
             post(*event)
         whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
@@ -489,6 +547,49 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         if status.get(k) != v:
             patch.status[k] = v
     _maybe_expire(state, key, job, new)
+
+
+# Seconds between two reads of the Events of a job's JobSets/Jobs while pods are missing (API load bound).
+REFUSAL_CHECK_S = 5.0
+
+
+def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, job, jobsets: dict,
+                           worker_pods: list) -> Any:
+    """Why worker pods that the JobSet and Job controllers should create are missing, from their Warning Events.
+
+    The Job controller creates worker pods, not the operator: a refusal (ResourceQuota, LimitRange,
+    PodSecurity, a webhook) is only a FailedCreate Event on the Job. Read (field selectors, at most
+    every REFUSAL_CHECK_S per job, only while a slice whose JobSet exists lacks pods) and kept on the
+    tracker, so the condition holds between reads.
+
+    Returns:
+      A `PodFault` (PodsNotStarting) naming the slice, the object and the API server's message, or None.
+    """
+    from kubernetes.client.rest import ApiException
+
+    missing = slices_missing_pods(worker_pods, {i: v.created for i, v in jobsets.items()}, job.spec.slices.hosts_per_slice)
+    if not missing:
+        tracker.creation_fault = None
+        return None
+    if time.monotonic() - tracker.refusal_checked < REFUSAL_CHECK_S:
+        return tracker.creation_fault
+    tracker.refusal_checked = time.monotonic()
+    fault = None
+    for i in missing:
+        jobset = jobsets[i]
+        found = []
+        for kind, name in (("JobSet", jobset.name), ("Job", f"{jobset.name}-{names.WORKER_REPLICATED_JOB}-0")):
+            try:
+                found += [RefusalEvent(kind, name, e["reason"], e["message"], e["last"])
+                          for e in state.kube.warning_events(ns, kind, name)]
+            except (ApiException, OSError) as e:  # no `list events` (an older chart) or the API is away: no news
+                _logger.warning("cannot read the Events of %s %s: %s", kind, name, e, extra={"job": job.metadata.name})
+                return tracker.creation_fault
+        fault = creation_fault(i, found, jobset.created)
+        if fault is not None:
+            break
+    tracker.creation_fault = fault
+    return fault
 
 
 def slice_status(tracker: JobTracker, jobsets: dict, previous: list[dict], now: str) -> list[dict]:

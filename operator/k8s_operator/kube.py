@@ -133,14 +133,15 @@ class Kube:
         return (cm.data or {}).get(labels.MANIFEST_KEY)
 
     def owned_by(self, namespace: str, kind: str, name: str, owner_uid: str) -> bool:
-        """Whether the existing ConfigMap or Service `name` has an ownerReference to `owner_uid` (False when absent).
+        """Whether the existing ConfigMap, Service or Pod `name` has an ownerReference to `owner_uid` (False when absent).
 
         Raises:
           ValueError: another kind.
           ApiException: the read failed (not 404).
         """
         read = {"ConfigMap": self.core.read_namespaced_config_map,
-                "Service": self.core.read_namespaced_service}.get(kind)
+                "Service": self.core.read_namespaced_service,
+                "Pod": self.core.read_namespaced_pod}.get(kind)
         if read is None:
             raise ValueError(f"unexpected kind {kind}")
         try:
@@ -150,6 +151,44 @@ class Kube:
                 return False
             raise
         return owner_uid in _owner_uids(obj.metadata)
+
+    def warning_events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Warning Events on object `kind`/`name` (core v1 Events, field selectors: no full list).
+
+        Returns:
+          [{"reason", "message", "last"}]: last is the RFC 3339 time of its last occurrence.
+
+        Raises:
+          ApiException: the list failed (e.g. 403 with an older chart's RBAC: the caller gives up quietly).
+        """
+        selector = f"involvedObject.kind={kind},involvedObject.name={name},type=Warning"
+        items = self.core.list_namespaced_event(namespace, field_selector=selector, limit=50).items or []
+        out = []
+        for e in items:
+            when = e.last_timestamp or e.event_time or e.first_timestamp
+            out.append({"reason": e.reason or "", "message": e.message or "",
+                        "last": when.strftime("%Y-%m-%dT%H:%M:%SZ") if when else ""})
+        return out
+
+    def claim(self, namespace: str, name: str, resource_version: str, annotation: str, identity: str) -> bool:
+        """Sets the job's claim annotation to `identity` if the job is still at `resource_version`.
+
+        Returns:
+          True when written; False when the job changed meanwhile (409: another operator may
+          have claimed it; the next pass reads the annotation again) or is gone (404).
+
+        Raises:
+          ApiException: any other failure.
+        """
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": {annotation: identity}}}
+        try:
+            self.custom.patch_namespaced_custom_object(job_api.GROUP, job_api.VERSION, namespace, job_api.PLURAL,
+                                                       name, body)
+        except ApiException as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        return True
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Deletes the ElasticTrainingJob itself (TTL after finished)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 
 import kopf
@@ -45,6 +46,10 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
         prefix=GROUP, key="last-handled-configuration")
     settings.persistence.finalizer = f"{GROUP}/operator"
     settings.posting.level = logging.WARNING
+    # Events say who posted them: this operator, not the library ("From: kopf" in kubectl describe).
+    settings.posting.reporting_component = REPORTING_COMPONENT
+    settings.posting.reporting_instance = os.environ.get("POD_ID") or socket.gethostname()  # the chart sets POD_ID to the pod name
+    settings.posting.event_name_prefix = "elastic-jax-"
     settings.scanning.disabled = True  # no CRD watch needed: the CRD is installed before the operator
     settings.watching.server_timeout = 300
     settings.execution.max_workers = args.workers
@@ -56,6 +61,19 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
     # as a fallback.
     settings.background.instant_exit_timeout = 10.0
     settings.background.cancellation_polling = 2.0
+
+
+# The name in the Events the operator posts (`kubectl describe`'s From column, reportingComponent).
+REPORTING_COMPONENT = "elastic-jax-operator"
+
+
+def _use_product_log_schema() -> None:
+    """Gives kopf's log handler the product's JSON formatter (`elastic_jax.logs`): the operator's lines
+    have the controller's and workers' keys (ts, level, logger, msg, namespace, job), not kopf's own."""
+    from elastic_jax.logs import JsonFormatter
+
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(JsonFormatter())
 
 
 def _port(text: str) -> int:
@@ -123,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get("ELASTIC_JAX_POD_LISTEN_ADDRESS", "all"),
                         help="what the controller pods' control API binds: all (0.0.0.0, default: kubectl "
                              "port-forward reaches it) or pod-ip (clusters whose pods share the host's network)")
+    parser.add_argument("--identity", default=os.environ.get("ELASTIC_JAX_OPERATOR_IDENTITY", "elastic-jax-operator"),
+                        help="this operator's name in job claims (annotation elasticjax.dev/claimed-by): a job "
+                             "another identity claimed is left alone; the chart sets <release namespace>/<release "
+                             "name> (env ELASTIC_JAX_OPERATOR_IDENTITY)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     cpu_listen.LISTEN_ADDRESS = cpu_listen.LISTEN_ADDRESSES[args.pod_listen_address]
@@ -134,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)
+    if args.log_format == "json":
+        _use_product_log_schema()
     for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.metrics_port:
@@ -159,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds)),
+        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds,
+                                                         identity=args.identity)),
     )
     return 0
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter("elasticjax_operator_reconciles_total", "Reconcile passes per job.", ["result"])
 SLICE_REPLACEMENTS = Counter("elasticjax_operator_slice_replacements_total", "Slices that went Down and were replaced.")
@@ -10,6 +10,9 @@ CONTROLLER_RESTARTS = Counter("elasticjax_operator_controller_restarts_total", "
 NODE_LOST_PODS = Counter(
     "elasticjax_operator_node_lost_pods_total",
     "Pods force-deleted (grace 0) because their node was not Ready for longer than --node-lost-seconds.", ["role"])
+JOBS_CLAIMED_ELSEWHERE = Gauge(
+    "elasticjax_operator_jobs_claimed_elsewhere",
+    "Jobs this operator sees but leaves alone: another operator (another release) claimed them.")
 NOTIFICATIONS = Counter("elasticjax_operator_notifications_total", "Slice reports sent to controllers.", ["state", "result"])
 NOTIFY_SECONDS = Histogram(
     "elasticjax_operator_failure_notify_seconds",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from elastic_jax.api import cluster
+
 # Port the controller's control API listens on inside its pod.
 CONTROLLER_PORT = 8080
 # gRPC port of a cpu slice worker inside its pod (each pod has its own IP).
@@ -9,13 +11,10 @@ WORKER_PORT = 8471
 # The replicated job inside each slice's JobSet.
 WORKER_REPLICATED_JOB = "worker"
 
-MANIFEST_DIR = "/etc/elastic-jax/manifest"
-TOKEN_DIR = "/etc/elastic-jax/token"
-# The one writable directory of a child pod (an emptyDir; the root file system is
-# read-only): HOME, TMPDIR and XDG_CACHE_HOME point here. A subfolder of /tmp, not
-# /tmp itself, so a runtime without per-pod root file systems (the local e2e node
-# agent) hides nothing of the host's /tmp.
-SCRATCH_DIR = "/tmp/elastic-jax-scratch"
+# Folders the operator mounts in child pods (defined with the cluster rules that keep checkpoints off them).
+MANIFEST_DIR = cluster.MANIFEST_DIR
+TOKEN_DIR = cluster.TOKEN_DIR
+SCRATCH_DIR = cluster.SCRATCH_DIR
 
 
 def secret(job: str) -> str:

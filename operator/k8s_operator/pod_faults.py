@@ -72,3 +72,51 @@ def pod_faults(pods: list[PodView]) -> dict[str, PodFault]:
         if fault is not None and fault.condition not in out:
             out[fault.condition] = fault
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RefusalEvent:
+    """A Warning Event another controller posted on one of the job's JobSets or Jobs (the fields that matter).
+
+    Attributes:
+      kind, name: the involved object (JobSet, Job).
+      reason: the controller's reason (FailedCreate: the Job controller could not create a pod).
+      message: the controller's message: the API server's refusal (quota, LimitRange, PodSecurity, webhook).
+      last: RFC 3339 time of its last occurrence ("" when unknown).
+    """
+
+    kind: str
+    name: str
+    reason: str
+    message: str
+    last: str = ""
+
+
+def slices_missing_pods(pods: list[PodView], jobset_created: dict[int, str], hosts_per_slice: int) -> list[int]:
+    """Slices whose JobSet exists (index -> its creation time) but which have fewer live pods than hosts."""
+    live: dict[int, int] = {}
+    for p in pods:
+        if p.slice_index >= 0 and not p.terminal and not p.deleting:
+            live[p.slice_index] = live.get(p.slice_index, 0) + 1
+    return sorted(i for i in jobset_created if live.get(i, 0) < hosts_per_slice)
+
+
+def creation_fault(slice_index: int, events: list[RefusalEvent], since: str) -> PodFault | None:
+    """The PodsNotStarting fault of a slice whose pods another controller could not create, or None.
+
+    Args:
+      slice_index: the slice (its pods are missing).
+      events: Warning Events on the slice's JobSet and Job.
+      since: the JobSet's creation time: older Events are an earlier incarnation's.
+
+    Returns:
+      A fault naming the object, the controller's reason and the API server's message (newest Event).
+    """
+    fresh = [e for e in events if e.reason.startswith("Failed") or e.reason.endswith("Failed")]
+    fresh = [e for e in fresh if not since or not e.last or e.last >= since]
+    if not fresh:
+        return None
+    event = max(fresh, key=lambda e: e.last)
+    return PodFault(st.COND_PODS_NOT_STARTING, event.reason,
+                    f"slice {slice_index} worker pods cannot be created: {event.kind} {event.name}: "
+                    f"{event.reason}: {event.message}")

@@ -35,6 +35,7 @@ class JobSetView:
     message: str = ""
     deleting: bool = False
     head: str = ""
+    created: str = ""  # metadata.creationTimestamp (RFC 3339)
 
 
 def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
@@ -49,6 +50,7 @@ def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
         message=(failed or {}).get("message", ""),
         deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
         head=((body.get("metadata") or {}).get("annotations") or {}).get(labels.PATHWAYS_HEAD, ""),
+        created=(body.get("metadata") or {}).get("creationTimestamp") or "",
     )
 
 

@@ -186,6 +186,13 @@ def create_failure(kind: str, name: str, http_status: int, api_message: str) -> 
     return reason, f"creating {kind} {name} was refused ({http_status}): {api_message[:900]}"
 
 
+def previous_job_terminating(kind: str, name: str) -> tuple[str, str]:
+    """(reason, message) of the CreateFailed condition while `name` is held by an earlier job's child."""
+    return st.REASON_PREVIOUS_JOB_TERMINATING, (
+        f"{kind} {name} still belongs to an earlier job of this name (deleted, still terminating); this job "
+        "creates its own once it is gone, without counting a restart")
+
+
 def token_conflict(secret: str) -> tuple[str, str]:
     """(reason, message) of the CreateFailed condition when the token Secret's name is taken."""
     return st.REASON_TOKEN_SECRET_CONFLICT, (

@@ -70,6 +70,10 @@ class JobTracker:
         # The operator created this job's token Secret (in this process, or recorded in status).
         self.token_secret_ours = False
         self.job_uid = ""  # the ElasticTrainingJob this tracker follows (a recreated job gets a new tracker)
+        self.job_created = ""  # its metadata.creationTimestamp (`incarnation.own`)
+        # Why worker pods are missing, from their Job's Events (`handlers._pod_creation_refusals`), and when read.
+        self.creation_fault = None
+        self.refusal_checked = float("-inf")
         self.controller_uid = ""
         self.controller_url = ""
         self.client: ControlClient | None = None

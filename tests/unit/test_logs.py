@@ -26,3 +26,81 @@ def test_exception_goes_to_exc_and_odd_values_are_stringified():
         import sys
         line = _format(JsonFormatter(), "failed", (), sys.exc_info(), extra={"path": __import__("pathlib").Path("/x")})
     assert "ValueError: boom" in line["exc"] and line["path"] == "/x"
+
+
+def _kopf_record(kind: str, name: str, msg: str, **extra) -> logging.LogRecord:
+    """A record as kopf's per-object logger makes it (its adapter's `extra`)."""
+    import kopf
+    from kopf._core.actions.loggers import ObjectLogger
+
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": kind,
+            "metadata": {"name": name, "namespace": "demo", "uid": "u-1"}}
+    adapter = ObjectLogger(body=body, settings=kopf.OperatorSettings())
+    captured = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            captured.append(record)
+
+    handler = Catch()
+    adapter.logger.addHandler(handler)
+    try:
+        adapter.warning(msg, extra=extra)
+    finally:
+        adapter.logger.removeHandler(handler)
+    return captured[0]
+
+
+def test_operator_and_controller_lines_share_one_schema():
+    """The same keys for the same things (time, level, message, job) from kopf's object logger and from
+    the controller after `bind`: one log query serves both processes."""
+    from elastic_jax.logs import BASE_KEYS, bind
+
+    operator_line = json.loads(JsonFormatter().format(_kopf_record("ElasticTrainingJob", "cpu-job", "slice 0 Down")))
+    bind(namespace="demo", job="cpu-job")
+    try:
+        controller_line = _format(JsonFormatter(), "step %d", (3,), None, extra={"event": "step"})
+    finally:
+        bind(namespace=None, job=None)
+    for line in (operator_line, controller_line):
+        assert list(line)[:4] == list(BASE_KEYS), line
+        assert (line["namespace"], line["job"]) == ("demo", "cpu-job"), line
+    assert operator_line["level"] == "warning" and operator_line["msg"] == "slice 0 Down"
+    # kopf's own field names and plumbing never leak in
+    for key in ("message", "severity", "timestamp", "object", "k8s_ref", "k8s_skip", "settings"):
+        assert key not in operator_line, (key, operator_line)
+    # unbound again: later lines carry no stale job
+    assert "job" not in _format(JsonFormatter(), "x", (), None)
+
+
+def test_a_kopf_line_about_another_object_names_it_without_claiming_a_job():
+    line = json.loads(JsonFormatter().format(_kopf_record("Pod", "w-0", "pod changed")))
+    assert line["object"] == "Pod/w-0" and line["namespace"] == "demo" and "job" not in line
+
+
+def test_operator_main_puts_the_product_formatter_on_kopfs_handler():
+    import kopf
+    from elastic_jax.k8s_operator import main as op_main
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        kopf.configure(log_format=kopf.LogFormat.JSON)
+        op_main._use_product_log_schema()
+        added = [h for h in root.handlers if h not in before]
+        assert added and all(isinstance(h.formatter, JsonFormatter) for h in added)
+    finally:
+        for h in list(root.handlers):
+            if h not in before:
+                root.removeHandler(h)
+
+
+def test_operator_events_name_the_operator_not_kopf():
+    import argparse
+    import kopf
+    from elastic_jax.k8s_operator import main as op_main
+
+    settings = kopf.OperatorSettings()
+    op_main._configure(settings, argparse.Namespace(workers=2))
+    assert settings.posting.reporting_component == "elastic-jax-operator"
+    assert settings.posting.reporting_instance and settings.posting.reporting_instance != "dev"

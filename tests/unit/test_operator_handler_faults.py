@@ -12,6 +12,9 @@ from elastic_jax.k8s_operator.reconcile import jobset_view
 
 
 class _Kube:
+    def claim(self, namespace, name, resource_version, annotation, identity):
+        return True
+
     def __init__(self):
         self.created, self.deleted = [], []
 
@@ -33,6 +36,9 @@ class _Kube:
 
     def delete_job(self, namespace, name):
         pass
+
+    def warning_events(self, namespace, kind, name):
+        return []
 
 
 class _Patch:
@@ -56,8 +62,8 @@ def test_unpullable_controller_image_one_condition_one_event_no_new_pod(monkeypa
     for _ in range(5):
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
-                               memo={"elasticjax": state}, job_pods={("ns", "j"): [ctrl]},
-                               job_jobsets={("ns", "j"): [jobset]})
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [ctrl]},
+                               job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
     assert not any(n.startswith("j-controller-") for n in state.kube.created)
     assert state.kube.deleted == []
@@ -96,8 +102,8 @@ def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(
         nonlocal status
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
-                               memo={"elasticjax": state}, job_pods={("ns", "j"): pods},
-                               job_jobsets={("ns", "j"): [jobset]})
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                               job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
 
     for pods in ([dead], [], []):  # the dead pod is deleted after the first pass
@@ -183,8 +189,8 @@ def _finished_job_passes(monkeypatch, status, pods, passes=3):
     for _ in range(passes):
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
-                               memo={"elasticjax": state}, job_pods={("ns", "j"): pods},
-                               job_jobsets={("ns", "j"): []})
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                               job_jobsets={("ns", "j", "u1"): []})
         patches.append(patch.status)
         status = {**status, **patch.status}
     return status, patches, events
@@ -247,15 +253,15 @@ def test_pathways_shell_creates_the_head_service_and_annotates_jobsets_with_the_
     def head(started: bool):
         rm = {"name": "pathways-rm", "started": started, "restartCount": 0, "state": {"running": {}}}
         return pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
-            lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
+            lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}},
             "status": {"phase": "Pending", "podIP": "10.0.0.9", "initContainerStatuses": [rm]}})
 
     status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     for started in (False, True):
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
-                               memo={"elasticjax": state}, job_pods={("ns", "j"): [head(started)]},
-                               job_jobsets={("ns", "j"): []})
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [head(started)]},
+                               job_jobsets={("ns", "j", "u1"): []})
         jobsets = [b for b in bodies if b["kind"] == "JobSet"]
         if not started:
             assert jobsets == [], "no worker before its head's resource manager listens"

@@ -229,6 +229,12 @@ def test_condition_true_from_the_loss_until_the_job_is_whole_again():
 
 
 class _Kube:
+    def claim(self, namespace, name, resource_version, annotation, identity):
+        return True
+
+    def warning_events(self, namespace, kind, name):
+        return []
+
     def __init__(self):
         self.created, self.deleted = [], []
 
@@ -291,8 +297,8 @@ def test_reconcile_force_deletes_this_jobs_pod_on_the_lost_node_only_and_says_so
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state},
-                               job_pods={("ns", "j"): pods, ("ns", "other"): [other]},
-                               job_jobsets={("ns", "j"): jobsets}, unready_nodes=unready)
+                               job_pods={("ns", "j", "u1"): pods, ("ns", "other", "u2"): [other]},
+                               job_jobsets={("ns", "j", "u1"): jobsets}, unready_nodes=unready)
         status = {**status, **patch.status}
 
     reconcile([ctrl, w0, w1], node_since=10)  # NotReady, within the bound: nothing

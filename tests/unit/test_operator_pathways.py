@@ -43,7 +43,7 @@ def pathways_job(accelerator="tpu-v5-lite-podslice", topology="2x2", count=2, na
     for key, value in spec.items():
         base[key] = {**base[key], **value} if isinstance(base.get(key), dict) else value
     return parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
-                           "metadata": {"name": name, "namespace": "ml"}, "spec": base})
+                           "metadata": {"name": name, "namespace": "ml", "uid": JOB_UID}, "spec": base})
 
 
 # (golden file, job): v5e 2x2 x 2 slices, the v5e 4x8 (8 hosts) x 2 of issue 10, a multi-host v5p, a
@@ -150,7 +150,7 @@ def test_conflicting_slice_fields_are_refused_naming_the_field(slices, message):
 
 
 def test_local_checkpoint_uri_is_refused_naming_the_field():
-    with pytest.raises(UnsupportedBackend, match=r"spec.checkpoint.uri '/tmp/ck' must be gs://bucket/prefix"):
+    with pytest.raises(UnsupportedBackend, match=r"spec.checkpoint.uri must be gs://bucket/prefix for backend pathways"):
         backends.resolve(pathways_job(checkpoint={"uri": "/tmp/ck"}))
 
 

@@ -167,7 +167,7 @@ def test_cpu_pods_meet_pod_security_restricted():
 
 
 def test_local_checkpoint_gets_an_emptydir_and_the_root_stays_read_only():
-    spec = renderer_for("cpu").controller_pod(_job(checkpoint={"uri": "/data/run//ck/"}), 0)["spec"]
+    spec = renderer_for("cpu").controller_pod(_job(checkpoint={"uri": "/data/run/ck/"}), 0)["spec"]
     c = spec["containers"][0]
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
@@ -176,16 +176,19 @@ def test_local_checkpoint_gets_an_emptydir_and_the_root_stays_read_only():
 
 @pytest.mark.parametrize("uri, message", [
     ("relative/ck", "must be an absolute folder"), ("/", "must be an absolute folder"),
-    ("/etc/elastic-jax/token/x", "overlaps /etc/elastic-jax/token"), ("/etc", "overlaps /etc/elastic-jax/manifest"),
-    (names.SCRATCH_DIR, f"overlaps {names.SCRATCH_DIR}"),
-    # POSIX keeps a leading "//" through normpath (found on kind: the emptyDir covered the token).
-    ("//etc/elastic-jax/token", "overlaps /etc/elastic-jax/token"), ("///tmp/../etc/elastic-jax", "overlaps"),
-    ("/usr/lib", "is inside /usr, part of the controller image"), ("/opt/venv/ck", "is inside /opt"),
+    ("/etc/elastic-jax/token/x", "must not overlap /etc/elastic-jax/token"),
+    ("/etc", "must not overlap /etc/elastic-jax/manifest"),
+    (names.SCRATCH_DIR, f"must not overlap {names.SCRATCH_DIR}"), ("/tmp/", f"must not overlap {names.SCRATCH_DIR}"),
+    # POSIX keeps a leading "//" through normpath (found on kind: the emptyDir covered the token):
+    # such paths are refused outright, as the CRD's CEL refuses them.
+    ("//etc/elastic-jax/token", "must be an absolute folder"), ("///tmp/../etc/elastic-jax", "must be an absolute folder"),
+    ("/data/./ck", "must be an absolute folder"), ("/data//ck", "must be an absolute folder"),
+    ("/usr/lib", "must not be inside /bin, .*/usr"), ("/opt/venv/ck", "must not be inside .*/opt"),
 ])
 def test_unmountable_local_checkpoint_is_refused_naming_the_field(uri, message):
     from elastic_jax.k8s_operator.backends import resolve
 
-    with pytest.raises(UnsupportedBackend, match=f"spec.checkpoint.uri .*{message}"):
+    with pytest.raises(UnsupportedBackend, match=f"spec.checkpoint.uri: .*{message}"):
         resolve(_job(checkpoint={"uri": uri}))
 
 

@@ -38,6 +38,12 @@ class _Patch:
 class _Kube:
     """Records creates; answers 409 for names in `existing` (the API server's AlreadyExists)."""
 
+    def claim(self, namespace, name, resource_version, annotation, identity):
+        return True
+
+    def warning_events(self, namespace, kind, name):
+        return []
+
     def __init__(self, existing=()):
         self.existing = set(existing)
         self.created: list[dict] = []

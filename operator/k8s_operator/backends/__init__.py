@@ -55,11 +55,11 @@ def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
       UnsupportedBackend: the operator cannot render this spec (message names the field).
     """
     renderer_for(job.spec.backend)
+    from elastic_jax.k8s_operator.backends import cpu
+
+    cpu.check_local_checkpoint(job)  # the cluster rules, for every backend (pathways: gs:// only)
     if job.spec.backend == "pathways":
         from elastic_jax.k8s_operator.backends import pathways
 
         return pathways.resolve(job)
-    from elastic_jax.k8s_operator.backends import cpu
-
-    cpu.check_local_checkpoint(job)
     return job

@@ -15,7 +15,7 @@ import posixpath
 
 from typing import Any
 
-from elastic_jax.api import labels
+from elastic_jax.api import cluster, labels
 from elastic_jax.api.identity import JobIdentity, identity_env
 from elastic_jax.api.job import ElasticTrainingJob, EnvVar
 from elastic_jax.k8s_operator import names
@@ -72,33 +72,22 @@ CHECKPOINT_FIELD = "spec.checkpoint.uri"
 
 
 def check_local_checkpoint(job: ElasticTrainingJob) -> None:
-    """A local `spec.checkpoint.uri` must be an absolute path the controller pod can mount an emptyDir at.
+    """The job meets the cluster's rules (`elastic_jax.api.cluster`: the CRD's CEL rules, so only a job
+    created under an older CRD gets here with a bad one), e.g. a local `spec.checkpoint.uri` is an absolute
+    folder the controller pod can mount an emptyDir at.
 
     Raises:
-      UnsupportedBackend: relative, "/", or inside a folder the operator mounts itself (message names the field).
+      UnsupportedBackend: the first rule broken (its message names the field).
     """
-    if not local_checkpoint(job):
-        return
     from elastic_jax.k8s_operator.backends import UnsupportedBackend
 
-    uri = job.spec.checkpoint.uri
-    path = mount_path(uri)
-    if not uri.startswith("/") or path == "/":
-        raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {uri!r} must be an absolute folder "
-                                 "(not /) on the cluster, or gs://bucket/prefix")
-    for reserved in (names.MANIFEST_DIR, names.TOKEN_DIR, names.SCRATCH_DIR):
-        if path == reserved or path.startswith(reserved + "/") or reserved.startswith(path + "/"):
-            raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {uri!r} overlaps {reserved}, "
-                                     "which the operator mounts in the controller pod; choose another folder")
-    top = "/" + path.split("/")[1]
-    if top in IMAGE_SYSTEM_DIRS:
-        raise UnsupportedBackend(f"{CHECKPOINT_FIELD} {uri!r} is inside {top}, part of the controller image "
-                                 "(an emptyDir there would hide it); choose a folder such as /checkpoints or /data/...")
+    found = cluster.problems(job.spec.to_manifest())
+    if found:
+        raise UnsupportedBackend(found[0])
 
 
-# Top-level folders of the controller image (Debian, the venv in /opt) that an emptyDir must not cover.
-IMAGE_SYSTEM_DIRS = frozenset({"/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
-                               "/proc", "/run", "/sbin", "/sys", "/usr", "/var"})
+# Top-level folders of the controller image that an emptyDir must not cover (the cluster rules' list).
+IMAGE_SYSTEM_DIRS = frozenset(cluster.IMAGE_SYSTEM_DIRS)
 
 
 def mount_path(uri: str) -> str:
@@ -157,9 +146,9 @@ def controller_identity(job: ElasticTrainingJob) -> dict[str, Any]:
     return fields
 
 
-def pod_labels(job: str, role: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Labels of a child pod: the job, the role, and `extra`."""
-    return {labels.JOB_NAME: job, labels.ROLE: role, **(extra or {})}
+def pod_labels(job: str, role: str, extra: dict[str, str] | None = None, job_uid: str | None = None) -> dict[str, str]:
+    """Labels of a child pod: the job (and its UID when known), the role, and `extra`."""
+    return {**labels.job_selector(job, job_uid), labels.ROLE: role, **(extra or {})}
 
 
 # The controller's livenessProbe: /healthz turns 503 once no step completed for
@@ -215,7 +204,8 @@ class CpuRenderer:
             "kind": "Pod",
             "metadata": {
                 "name": names.controller_pod(name, attempt),
-                "labels": pod_labels(name, labels.ROLE_CONTROLLER, {labels.CONTROLLER_ATTEMPT: str(attempt)}),
+                "labels": pod_labels(name, labels.ROLE_CONTROLLER, {labels.CONTROLLER_ATTEMPT: str(attempt)},
+                                     job_uid or job.metadata.uid),
             },
             "spec": {
                 "restartPolicy": "Never",
@@ -277,7 +267,8 @@ class CpuRenderer:
         name = job.metadata.name
         s = job.spec.slices
         w = job.spec.worker
-        selector = pod_labels(name, labels.ROLE_WORKER, {labels.SLICE_INDEX: str(index)})
+        # (the job's UID reaches the Jobs and pods the JobSet and Job controllers create from the templates)
+        selector = pod_labels(name, labels.ROLE_WORKER, {labels.SLICE_INDEX: str(index)}, job.metadata.uid)
         return {
             "apiVersion": "jobset.x-k8s.io/v1alpha2",
             "kind": "JobSet",

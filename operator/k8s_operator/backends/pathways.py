@@ -144,11 +144,13 @@ def head_service(job: ElasticTrainingJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": names.pathways_head(name), "labels": labels.job_selector(name)},
+        "metadata": {"name": names.pathways_head(name), "labels": labels.job_selector(name, job.metadata.uid)},
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {labels.JOB_NAME: name, labels.ROLE: labels.ROLE_CONTROLLER},
+            # With the UID: publishNotReadyAddresses lists terminating pods too, so without it a job
+            # re-applied under the same name would send its workers to the old job's head.
+            "selector": {**labels.job_selector(name, job.metadata.uid), labels.ROLE: labels.ROLE_CONTROLLER},
             "ports": [{"name": "pathways-rm", "port": RM_PORT, "targetPort": RM_PORT, "protocol": "TCP"},
                       *({"name": f"pathways-rm-{p}", "port": p, "targetPort": p, "protocol": "TCP"}
                         for p in _RM_EXTRA_PORTS)],

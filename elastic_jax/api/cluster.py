@@ -1,0 +1,154 @@
+"""Rules a job must meet to run on a cluster, once for the CRD (CEL) and for Python (`problems`).
+
+A manifest that `elastic-jax run` accepts may still not run on a cluster: a
+relative `spec.checkpoint.uri` (the controller pod has no working directory of
+the user's), a folder the operator mounts itself or that is part of the image,
+Pathways without `gs://`. The API server refuses these at `kubectl apply` with
+the CEL rules below (`CEL_RULES`, put into the CRD by `elastic_jax.api.crd`),
+`elastic-jax validate --cluster` and the operator refuse the same manifests
+with the same messages (`problems`): each rule is one regular expression or
+comparison written once and evaluated by both (RE2 for CEL's `matches`,
+Python's `re`: the patterns use only the syntax they share).
+
+`IMMUTABLE_EXCEPT` names the spec fields that may change on an existing job;
+`immutability_rules` makes every other field a CEL transition rule
+(`self == oldSelf`) naming it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# Folders the operator mounts in the controller pod (its manifest, its token, the writable scratch).
+MANIFEST_DIR = "/etc/elastic-jax/manifest"
+TOKEN_DIR = "/etc/elastic-jax/token"
+# The one writable directory of a child pod (an emptyDir; the root file system is
+# read-only): HOME, TMPDIR and XDG_CACHE_HOME point here. A subfolder of /tmp, not
+# /tmp itself, so a runtime without per-pod root file systems (the local e2e node
+# agent) hides nothing of the host's /tmp.
+SCRATCH_DIR = "/tmp/elastic-jax-scratch"
+RESERVED_DIRS = (MANIFEST_DIR, TOKEN_DIR, SCRATCH_DIR)
+# Top-level folders of the controller image (Debian, the venv in /opt) that an emptyDir must not cover.
+IMAGE_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
+                     "/proc", "/run", "/sbin", "/sys", "/usr", "/var")
+
+URI = "spec.checkpoint.uri"
+# A normalized absolute folder: "/" then segments, no empty, "." or ".." segment (so no
+# normalization is needed to compare it with the folders above), an optional trailing "/".
+ABSOLUTE_FOLDER = r"^(/[^/]+)+/?$"
+DOT_SEGMENT = r"(^|/)\.\.?(/|$)"
+
+
+def _under_or_equal(folder: str) -> str:
+    """Regex of a path equal to `folder` or inside it (trailing "/" allowed)."""
+    return re.escape(folder).replace("\\-", "-") + "(/.*)?$"
+
+
+def _ancestors(folder: str) -> list[str]:
+    """The proper ancestors of `folder` other than "/" (e.g. /tmp for /tmp/elastic-jax-scratch)."""
+    parts = folder.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _overlap_pattern(folder: str) -> str:
+    """Regex of a path that overlaps `folder`: equal, inside it, or one of its ancestors."""
+    options = [_under_or_equal(folder)] + [re.escape(a).replace("\\-", "-") + "/?$" for a in _ancestors(folder)]
+    return "^(" + "|".join(f"({o.removesuffix('$')})" for o in options) + ")$"
+
+
+SYSTEM_PATTERN = "^(" + "|".join(re.escape(d).replace("\\-", "-") for d in IMAGE_SYSTEM_DIRS) + ")(/.*)?$"
+
+# (CEL rule on spec, message, Python check of spec dict returning True when fine). The CEL
+# rule and the Python check read the same pattern constants.
+_REMOTE = "self.checkpoint.uri.contains('://')"
+
+
+def _cel_str(s: str) -> str:
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _local(spec: dict[str, Any]) -> bool:
+    return "://" not in str((spec.get("checkpoint") or {}).get("uri", ""))
+
+
+def _uri(spec: dict[str, Any]) -> str:
+    return str((spec.get("checkpoint") or {}).get("uri", ""))
+
+
+RULES: list[tuple[str, str, Any]] = [
+    (f"{_REMOTE} || (self.checkpoint.uri.matches({_cel_str(ABSOLUTE_FOLDER)}) && "
+     f"!self.checkpoint.uri.matches({_cel_str(DOT_SEGMENT)}))",
+     f"{URI}: a local path must be an absolute folder other than / without '.', '..' or empty segments "
+     "(the controller pod mounts an emptyDir there), or gs://bucket/prefix",
+     lambda s: not _local(s) or (bool(re.search(ABSOLUTE_FOLDER, _uri(s))) and not re.search(DOT_SEGMENT, _uri(s)))),
+    *[(f"{_REMOTE} || !self.checkpoint.uri.matches({_cel_str(_overlap_pattern(d))})",
+       f"{URI}: a local path must not overlap {d}, which the operator mounts in the controller pod; "
+       "choose another folder such as /checkpoints",
+       (lambda d: lambda s: not _local(s) or not re.search(_overlap_pattern(d), _uri(s)))(d))
+      for d in RESERVED_DIRS],
+    (f"{_REMOTE} || !self.checkpoint.uri.matches({_cel_str(SYSTEM_PATTERN)})",
+     f"{URI}: a local path must not be inside {', '.join(IMAGE_SYSTEM_DIRS)}: part of the controller image "
+     "(an emptyDir there would hide it); choose a folder such as /checkpoints or /data/...",
+     lambda s: not _local(s) or not re.search(SYSTEM_PATTERN, _uri(s))),
+    ("self.backend != 'pathways' || self.checkpoint.uri.startsWith('gs://')",
+     f"{URI} must be gs://bucket/prefix for backend pathways (pods on different nodes share it, and Pathways "
+     "keeps its GCS scratch under it)",
+     lambda s: s.get("backend", "cpu") != "pathways" or _uri(s).startswith("gs://")),
+]
+
+CEL_RULES = [{"rule": rule, "message": message} for rule, message, _ in RULES]
+
+
+def problems(spec: dict[str, Any]) -> list[str]:
+    """The messages of the cluster rules `spec` (camelCase dict, as in the manifest) breaks; [] when none.
+
+    The same rules the CRD's CEL applies at `kubectl apply` (`CEL_RULES`).
+    """
+    return [message for _, message, ok in RULES if not ok(spec)]
+
+
+# -- immutability ----------------------------------------------------------------------
+
+# Spec fields the operator applies to an existing job; every other field is fixed at creation
+# (the running controller and the children were made from it).
+IMMUTABLE_EXCEPT = ("suspend", "ttlSecondsAfterFinished")
+
+
+def _transition_rule(field: str, present_always: bool) -> str:
+    if present_always:
+        return f"self.{field} == oldSelf.{field}"
+    return (f"has(self.{field}) == has(oldSelf.{field}) && "
+            f"(!has(self.{field}) || self.{field} == oldSelf.{field})")
+
+
+def add_immutability_rules(node: dict[str, Any], path: str = "spec", skip: tuple[str, ...] = IMMUTABLE_EXCEPT) -> None:
+    """Adds CEL transition rules to a structural schema `node` (in place): each field under it is immutable.
+
+    Leaves (and free-form maps and lists) get `self.f == oldSelf.f` on their parent
+    object with a message naming `path.f`; a field that may be absent compares
+    presence too, so adding or removing it is refused like changing it. Nested
+    objects get their own rules (evaluated when the object exists before and
+    after) plus a presence rule on the parent when they are optional.
+    """
+    required = set(node.get("required") or [])
+    rules = []
+    for field, sub in (node.get("properties") or {}).items():
+        if field in skip:
+            continue
+        always = field in required or "default" in sub
+        if sub.get("type") == "object" and sub.get("properties"):
+            add_immutability_rules(sub, f"{path}.{field}", ())
+            if not always:
+                rules.append({"rule": f"has(self.{field}) == has(oldSelf.{field})",
+                              "message": f"{path}.{field} is immutable: it cannot be added or removed on an "
+                                         "existing job (delete and re-create the job)",
+                              "fieldPath": f".{field}"})
+            continue
+        rules.append({"rule": _transition_rule(field, always),
+                      "message": f"{path}.{field} is immutable: the running job was created with it "
+                                 f"(only {', '.join('spec.' + f for f in IMMUTABLE_EXCEPT)} can change; "
+                                 "delete and re-create the job to change it)",
+                      "fieldPath": f".{field}"})
+    if rules:
+        node["x-kubernetes-validations"] = list(node.get("x-kubernetes-validations") or []) + rules

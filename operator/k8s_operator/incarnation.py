@@ -1,0 +1,44 @@
+"""Which pods and JobSets belong to this incarnation of a job (pure).
+
+A job deleted and applied again under the same name is a new object (a new
+metadata.uid) while the old one's pods may still be terminating for their
+grace period. Every child the operator creates, and every Job and pod the
+JobSet and Job controllers create from its templates, carries the job's UID
+(`labels.JOB_UID`); the operator's indexes are keyed by (namespace, job name,
+job UID) and each job reads only its own key, so nothing of an old
+incarnation is counted, told to the controller or deleted as the new one's.
+
+Children without the label were made by an operator version before it
+(a job created before an upgrade): they count for a job only when created
+at or after the job itself, which an earlier incarnation's children never are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from elastic_jax.api import labels as lbl
+
+
+def index_key(namespace: str, labels: Mapping[str, str]) -> tuple[str, str, str]:
+    """The index key of a child: (namespace, job name, job UID or "" for an unlabeled child of an older operator)."""
+    return namespace, labels[lbl.JOB_NAME], labels.get(lbl.JOB_UID, "")
+
+
+def own(index: Mapping[Any, Any] | None, namespace: str, name: str, uid: str, job_created: str) -> list:
+    """The views of job (namespace, name, uid)'s children in a kopf index keyed by `index_key`.
+
+    Args:
+      index: the kopf index (key -> store of views with a `created` RFC 3339 field).
+      job_created: the job's metadata.creationTimestamp (RFC 3339; "" takes no unlabeled child).
+    """
+    index = index or {}
+    out = list(index.get((namespace, name, uid), []))
+    if job_created:
+        out += [v for v in index.get((namespace, name, ""), []) if (v.created or "") >= job_created]
+    return out
+
+
+def belongs(labels: Mapping[str, str], uid: str) -> bool:
+    """A pod's labels say it is this job incarnation's (or an unlabeled child: the index read decides)."""
+    return labels.get(lbl.JOB_UID, uid) == uid

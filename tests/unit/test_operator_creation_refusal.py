@@ -1,0 +1,124 @@
+"""A worker pod that another controller could not create (the Job controller, refused by a ResourceQuota,
+LimitRange, PodSecurity or a webhook) is a PodsNotStarting condition and an Event on the job naming the
+reason, read from the Warning Events of the job's own JobSet and Job (issue 9: the job was Degraded with
+no reason, the refusal only on the batch Job)."""
+
+from __future__ import annotations
+
+import kopf
+
+from elastic_jax.api import labels as lbl
+from elastic_jax.k8s_operator import handlers, incarnation
+from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
+from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import pod_view
+from tests.unit.test_operator_handler_faults import _Kube, _Patch
+
+QUOTA = ('pods "j-slice-1-worker-0-0-abcde" is forbidden: exceeded quota: workers, requested: pods=1, '
+         'used: pods=2, limited: pods=2')
+
+
+def test_creation_fault_names_the_slice_the_job_and_the_api_servers_message():
+    events = [RefusalEvent("Job", "j-slice-1-worker-0", "FailedCreate", "Error creating: " + QUOTA,
+                           "2026-01-01T00:00:20Z"),
+              RefusalEvent("Job", "j-slice-1-worker-0", "SuccessfulCreate", "ok", "2026-01-01T00:00:21Z")]
+    fault = creation_fault(1, events, since="2026-01-01T00:00:10Z")
+    assert fault.condition == "PodsNotStarting" and fault.reason == "FailedCreate"
+    assert fault.message.startswith("slice 1 worker pods cannot be created: Job j-slice-1-worker-0: FailedCreate")
+    assert "exceeded quota: workers" in fault.message
+
+
+def test_an_earlier_incarnations_events_are_not_this_jobsets_news():
+    events = [RefusalEvent("Job", "j-slice-1-worker-0", "FailedCreate", QUOTA, "2026-01-01T00:00:01Z")]
+    assert creation_fault(1, events, since="2026-01-01T00:00:10Z") is None
+
+
+def test_slices_missing_pods_counts_only_live_pods_of_existing_jobsets():
+    def worker(i, phase="Running"):
+        return pod_view({"metadata": {"name": f"w{i}", "uid": f"u{i}", "labels": {
+            lbl.JOB_NAME: "j", lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: str(i), lbl.JOB_COMPLETION_INDEX: "0"}},
+            "status": {"phase": phase}})
+    pods = [worker(0), worker(1, "Failed")]
+    assert slices_missing_pods(pods, {0: "t", 1: "t", 2: "t"}, 1) == [1, 2]
+    assert slices_missing_pods(pods, {0: "t"}, 1) == []  # no JobSet yet: the operator's own create says why
+
+
+class _QuotaKube(_Kube):
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+        self.refusing = True
+
+    def warning_events(self, namespace, kind, name):
+        self.reads.append((kind, name))
+        if kind == "Job" and name == "j-slice-1-worker-0" and self.refusing:
+            return [{"reason": "FailedCreate", "message": "Error creating: " + QUOTA, "last": "2026-01-01T00:00:40Z"}]
+        return []
+
+
+def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(monkeypatch):
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    clock = [1000.0]
+    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    spec = {"slices": {"count": 2}, "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "/data/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=_QuotaKube(), key=b"k" * 32)
+    labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
+    worker0 = pod_view({"metadata": {"name": "j-slice-0-worker-0-0-x", "uid": "w0", "labels": {
+        **labels, lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: "0", lbl.JOB_COMPLETION_INDEX: "0"}},
+        "status": {"phase": "Running"}})
+    jobsets = [jobset_view({"metadata": {"name": f"j-slice-{i}", "creationTimestamp": "2026-01-01T00:00:30Z",
+                                         "labels": labels}}, i) for i in (0, 1)]
+    key = incarnation.index_key("ns", labels)
+    status = {"phase": "Pending", "tokenSecret": "j-token"}
+
+    def reconcile():
+        nonlocal status
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={key: [worker0]}, job_jobsets={key: jobsets})
+        status = {**status, **patch.status}
+        clock[0] += 1.0
+
+    for _ in range(7):
+        reconcile()
+    cond = next(c for c in status["conditions"] if c["type"] == "PodsNotStarting")
+    assert cond["status"] == "True" and cond["reason"] == "FailedCreate"
+    assert "slice 1 worker pods cannot be created" in cond["message"] and "exceeded quota: workers" in cond["message"]
+    posted = [e for e in events if e[1] == "FailedCreate"]
+    assert len(posted) == 1 and "exceeded quota" in posted[0][2], events
+    # bounded reads: at most one round per REFUSAL_CHECK_S, and only for the slice without its pod
+    assert set(state.kube.reads) == {("JobSet", "j-slice-1"), ("Job", "j-slice-1-worker-0")}
+    assert len(state.kube.reads) <= 2 * (7 // int(handlers.REFUSAL_CHECK_S) + 1)
+    # the quota is raised and the pod exists: the condition clears
+    worker1 = pod_view({"metadata": {"name": "j-slice-1-worker-0-0-y", "uid": "w1", "labels": {
+        **labels, lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: "1", lbl.JOB_COMPLETION_INDEX: "0"}},
+        "status": {"phase": "Running"}})
+    patch = _Patch()
+    handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                           memo={"elasticjax": state}, job_pods={key: [worker0, worker1]}, job_jobsets={key: jobsets})
+    status = {**status, **patch.status}
+    assert next(c for c in status["conditions"] if c["type"] == "PodsNotStarting")["status"] == "False"
+
+
+def test_without_rbac_to_read_events_the_job_still_reconciles(monkeypatch):
+    from kubernetes.client.rest import ApiException
+
+    class NoEvents(_Kube):
+        def warning_events(self, namespace, kind, name):
+            raise ApiException(status=403, reason="Forbidden")
+
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/data/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=NoEvents(), key=b"k" * 32)
+    labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
+    js = jobset_view({"metadata": {"name": "j-slice-0", "labels": labels}}, 0)
+    patch = _Patch()
+    handlers.reconcile_job(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
+                           name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
+                           job_jobsets={incarnation.index_key("ns", labels): [js]})
+    assert patch.status.get("phase") == "Pending"
