@@ -37,6 +37,28 @@ BASE_KEYS = ("ts", "level", "logger", "msg")
 # Fields `bind` added to every line of this process (e.g. the controller's job).
 _BOUND: dict[str, object] = {}
 
+FORMATS = ("json", "text")
+"""`--log-format` (env ELASTIC_JAX_LOG_FORMAT) of every process: `json` (one `JsonFormatter`
+object per line, the default) or `text` (one human line per record)."""
+_ALIASES = {"plain": "text"}  # the operator's flag said `plain` before the formats were one list
+
+
+def log_format(value: str) -> str:
+    """argparse `type` of `--log-format`: one of :data:`FORMATS` (`plain` is read as `text`).
+
+    A `type` rather than `choices`: argparse applies it to a string default too,
+    so a bad ELASTIC_JAX_LOG_FORMAT is a usage error, not a silent fallback.
+
+    Raises:
+      argparse.ArgumentTypeError: any other value, naming the accepted ones.
+    """
+    import argparse
+
+    value = _ALIASES.get(value, value)
+    if value not in FORMATS:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be one of {', '.join(FORMATS)}")
+    return value
+
 
 def bind(**fields: object) -> None:
     """Adds `fields` to every line this process logs from now on (a None value removes the key).

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path
 
 from elastic_jax.exit_codes import ControllerExit
-from elastic_jax.logs import JsonFormatter, bind
+from elastic_jax.logs import FORMATS, JsonFormatter, bind, log_format
 
 # Signals that end the run as a controller loss (exit RESTART), after a checkpoint.
 _LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true",
                         help="delete the local checkpoints once the trainer and the checkpoint location check out, "
                              "then start from step 0 (elastic-jax run --fresh)")
-    parser.add_argument("--log-format", choices=("json", "text"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
+    parser.add_argument("--log-format", type=log_format, default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"),
+                        help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port {args.port}: must be 0..65535 (0 picks a free port)")

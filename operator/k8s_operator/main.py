@@ -23,6 +23,7 @@ from prometheus_client import start_http_server
 from elastic_jax.api.job import GROUP
 from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
+from elastic_jax.logs import FORMATS, log_format
 
 
 def _non_negative(text: str) -> float:
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness", default=os.environ.get("ELASTIC_JAX_LIVENESS"),
                         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--workers", type=int, default=8, help="threads for the (blocking) handlers")
-    parser.add_argument("--log-format", choices=("json", "plain"), default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"))
+    parser.add_argument("--log-format", type=log_format, default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"),
+                        help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT; `plain` is read as text)")
     parser.add_argument("--operator-key-file", default=os.environ.get("ELASTIC_JAX_OPERATOR_KEY_FILE"),
                         help="file with the key the jobs' control-API tokens derive from (the chart mounts it); "
                              "default: a random key for this process (development only)")

@@ -21,8 +21,21 @@ EXE = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent)
     ({"ELASTIC_JAX_NODE_LOST_SECONDS": "-1"}, "--node-lost-seconds"),
     # A literal $(POD_IP) would have been expanded by the kubelet in the operator's own pod: words only.
     ({"ELASTIC_JAX_POD_LISTEN_ADDRESS": "$(POD_IP)"}, "--pod-listen-address"),
+    # `choices` would not check an env default: the operator fell back to plain logs silently.
+    ({"ELASTIC_JAX_LOG_FORMAT": "yaml"}, "--log-format"),
 ])
 def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag):
     proc = subprocess.run([EXE], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert f"argument {flag}:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_operator_and_controller_take_the_same_log_formats():
+    """One list (`elastic_jax.logs.FORMATS`): the controller took json|text, the operator json|plain."""
+    controller = shutil.which("elastic-jax-controller", path=str(Path(sys.executable).parent))
+    for exe in (EXE, controller):
+        out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
+        assert "json or text" in out, (exe, out)
+        proc = subprocess.run([exe, "--log-format", "xml"], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "argument --log-format: 'xml': must be one of json, text" in proc.stderr, \
+            (exe, proc.stderr)
