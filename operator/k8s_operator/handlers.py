@@ -427,7 +427,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
     running = [p for p in controller_pods if not p.terminal and not p.deleting]
     current = max(running, key=lambda p: p.attempt, default=None)
-    tracker.finished = finished
+    tracker.finished, tracker.suspended = finished, bool(job.spec.suspend)
     tracker.set_controller(None if finished or job.spec.suspend else current)
     ctrl = tracker.poll_status()
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")

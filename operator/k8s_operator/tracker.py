@@ -80,6 +80,8 @@ class JobTracker:
         self.client_factory = client_factory
         self.last_status: ControllerStatus | None = None
         self.finished = False
+        # spec.suspend: the slices go Down because the operator removes them, not because they failed.
+        self.suspended = False
         self.replacements = 0
         # The job's object reference, for Events (set by the reconcile handler).
         self.ref: dict | None = None
@@ -163,13 +165,16 @@ class JobTracker:
                 track.addresses = obs.addresses if new == "Ready" else ()
                 if new in ("Down", "Draining") and track.down_seen_at is None:
                     track.down_seen_at = now
-                if new == "Down" and old in ("Ready", "Draining"):
+                # A finished or suspended job's teardown is neither a failure nor news: no Warning
+                # SliceDown/SliceDraining, and no replacement counted (the metric said 8 after 2 losses).
+                teardown = self.finished or self.suspended
+                if new == "Down" and old in ("Ready", "Draining") and not teardown:
                     self.replacements += 1
                     metrics.SLICE_REPLACEMENTS.inc()
                 kind = "Normal" if new in ("Ready", "Provisioning") else "Warning"
                 detail = f": {obs.reason}" if obs.reason else ""
                 where = f" at {', '.join(track.addresses)}" if new == "Ready" else ""
-                if not self.finished:  # a finished job's teardown is not news
+                if not teardown:
                     events(kind, f"Slice{new}", f"slice {i} {old} -> {new}{where}{detail}")
                 _logger.info("slice %d %s -> %s", i, old, new,
                              extra={"job": self.name, "slice": i, "from": old, "to": new, "reason": obs.reason})

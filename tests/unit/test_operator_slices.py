@@ -145,3 +145,25 @@ def test_tracker_reports_a_force_deleted_worker_down_to_the_controller():
     assert [s for _, s, _ in sent] == ["Ready", "Down"]
     assert not any(e[1] == "SliceDraining" for e in events)
     assert any(e[1] == "SliceDown" and "force-deleted" in e[2] for e in events)
+
+
+@pytest.mark.parametrize("teardown", ["finished", "suspended"])
+def test_a_finished_or_suspended_jobs_teardown_is_no_replacement_and_no_warning(teardown):
+    """Issue 11 (status truth): slice_replacements_total read 8 after 2 losses (job-end stops counted),
+    and suspend posted Warning SliceDraining/SliceDown. Only a loss while the job runs counts."""
+    from elastic_jax.k8s_operator import metrics
+    from elastic_jax.k8s_operator.tracker import JobTracker
+
+    t = JobTracker("ns", "j", 2, 1)
+    events = []
+    t.sync([_pod("w-0", slice_index=0), _pod("w-1", slice_index=1)], lambda *e: events.append(e))
+    before = metrics.SLICE_REPLACEMENTS._value.get()
+    t.sync([_pod("w-1", slice_index=1)], lambda *e: events.append(e))  # slice 0 lost while running
+    assert t.replacements == 1 and metrics.SLICE_REPLACEMENTS._value.get() == before + 1
+    assert [e[1] for e in events if e[0] == "Warning"] == ["SliceDown"]
+    setattr(t, teardown, True)
+    t.sync([_deleting(30, slice_index=1)], lambda *e: events.append(e))  # the operator removes the rest
+    t.sync([], lambda *e: events.append(e))
+    assert t.replacements == 1 and metrics.SLICE_REPLACEMENTS._value.get() == before + 1
+    assert [e[1] for e in events if e[0] == "Warning"] == ["SliceDown"]
+    assert all(s.state in ("Down", "Draining") for s in t.slices)  # status still tells where the slices are
