@@ -13,7 +13,11 @@ NODE_LOST_PODS = Counter(
 JOBS_CLAIMED_ELSEWHERE = Gauge(
     "elasticjax_operator_jobs_claimed_elsewhere",
     "Jobs this operator sees but leaves alone: another operator (another release) claimed them.")
-NOTIFICATIONS = Counter("elasticjax_operator_notifications_total", "Slice reports sent to controllers.", ["state", "result"])
+NOTIFICATIONS = Counter(
+    "elasticjax_operator_notifications_total",
+    "Slice reports sent to controllers; result ok, error, or starting (connection refused before this "
+    "controller incarnation first answered: it is still starting, retried at the next pass).",
+    ["state", "result"])
 NOTIFY_SECONDS = Histogram(
     "elasticjax_operator_failure_notify_seconds",
     "Seconds from a worker pod failure seen by the operator to the controller acknowledging Down.",

@@ -198,9 +198,14 @@ class JobTracker:
                     client.report_slice(track.index, track.state, generation, list(track.addresses),
                                         track.reason or None, retries=retries, backoff_s=0.05)
                 except ControlApiError as e:
-                    metrics.NOTIFICATIONS.labels(track.state, "error").inc()
-                    _logger.warning("could not report slice %d %s: %s", track.index, track.state, e,
-                                    extra={"job": self.name, "slice": track.index})
+                    # A new controller's pod runs before its control API listens: a refused connection
+                    # then is its start-up, not a failed report (it counted one error per job start).
+                    starting = e.status_code is None and self.last_status is None
+                    metrics.NOTIFICATIONS.labels(track.state, "starting" if starting else "error").inc()
+                    (_logger.info if starting else _logger.warning)(
+                        "could not report slice %d %s%s: %s", track.index, track.state,
+                        " (controller starting)" if starting else "", e,
+                        extra={"job": self.name, "slice": track.index})
                     if e.status_code is None:
                         return  # unreachable: the others would wait too; the next sync retries
                     continue

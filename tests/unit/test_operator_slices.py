@@ -167,3 +167,49 @@ def test_a_finished_or_suspended_jobs_teardown_is_no_replacement_and_no_warning(
     assert t.replacements == 1 and metrics.SLICE_REPLACEMENTS._value.get() == before + 1
     assert [e[1] for e in events if e[0] == "Warning"] == ["SliceDown"]
     assert all(s.state in ("Down", "Draining") for s in t.slices)  # status still tells where the slices are
+
+
+def test_a_report_refused_while_the_controller_starts_is_not_an_error():
+    """Issue 11 (status truth): notifications_total{result="error"} rose at every job start, because the
+    first Ready report reaches the controller pod before its control API listens."""
+    from elastic_jax.api.client import ControlApiError
+    from elastic_jax.k8s_operator import metrics
+    from elastic_jax.k8s_operator.tracker import JobTracker
+
+    listening = {"yes": False}
+
+    class Client:
+        def report_slice(self, *a, **k):
+            if not listening["yes"]:
+                raise ControlApiError("connection refused")
+            if listening["yes"] == "broken":
+                raise ControlApiError("connection reset")
+
+        def status(self):
+            if not listening["yes"]:
+                raise ControlApiError("connection refused")
+            return object()
+
+        def close(self):
+            pass
+
+    def count(result):
+        return metrics.NOTIFICATIONS.labels("Ready", result)._value.get()
+
+    t = JobTracker("ns", "j", 1, 1, client_factory=lambda url, token: Client())
+    t.token = "t"
+    t.set_controller(PodView(name="j-controller-0", uid="c", role="controller", slice_index=-1, attempt=0,
+                             host_index=0, phase="Running", ready=False, pod_ip="127.0.0.9", deleting=False))
+    starting, errors, ok = count("starting"), count("error"), count("ok")
+    assert t.poll_status() is None
+    t.sync([_pod("w-0")], lambda *e: None)
+    assert (count("starting"), count("error"), count("ok")) == (starting + 1, errors, ok)
+    listening["yes"] = True
+    assert t.poll_status() is not None
+    t.sync([_pod("w-0")], lambda *e: None)
+    assert count("ok") == ok + 1
+    # once the controller answered, an unreachable controller is an error again
+    t.slices[0].acked = None
+    listening["yes"] = "broken"
+    t.sync([_pod("w-0")], lambda *e: None)
+    assert count("error") == errors + 1
