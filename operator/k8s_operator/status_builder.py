@@ -53,7 +53,10 @@ def build_status(i: Inputs) -> dict[str, Any]:
         out["completionTime"] = i.now
     c = i.controller
     if c is not None:
-        out["step"] = c.step
+        # A new controller reports step 0 until its restore ends (phase Starting): keep the step the
+        # job had, or the STEP column reads 10361 -> 0 -> 10411 around a suspend or a controller loss.
+        if not (c.phase == "Starting" and c.step == 0 and "step" in prev):
+            out["step"] = c.step
         out["activeSlices"] = len(c.active_slices)
         if c.loss is not None:
             out["loss"] = round(c.loss, 5)

@@ -66,6 +66,19 @@ def test_running_status_reflects_the_controller_and_validates():
     ElasticTrainingJobStatus.model_validate(s)  # matches the CRD's status schema
 
 
+def test_a_new_controller_still_restoring_does_not_reset_the_step():
+    """Issue 11 (status truth): around a suspend or a controller loss the STEP column read
+    10361 -> 0 -> 10411: a new controller says step 0 until its restore ends."""
+    s = build_status(_inputs(previous={"step": 10361}, controller=_ctrl(phase="Starting", active=(), step=0)))
+    assert s["step"] == 10361
+    s = build_status(_inputs(previous={"step": 10361}, controller=_ctrl(step=10411)))
+    assert s["step"] == 10411
+    # a restore to an older checkpoint is the truth once the controller runs
+    assert build_status(_inputs(previous={"step": 10361}, controller=_ctrl(step=10300)))["step"] == 10300
+    # a first start has no step to keep
+    assert build_status(_inputs(controller=_ctrl(phase="Starting", active=(), step=0)))["step"] == 0
+
+
 def test_degraded_then_recovered_keeps_history_in_conditions():
     s1 = build_status(_inputs(controller=_ctrl(active=(0,)), slices=[{"index": 0, "state": "Ready"}, {"index": 1, "state": "Down"}]))
     assert s1["phase"] == "Degraded"
