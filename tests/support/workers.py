@@ -191,11 +191,12 @@ class WorkerFactory:
             worker.request_stop()
         for worker in self.workers:
             worker.stop()
-        alive = [pid for worker in self.workers for pid in worker.all_pids if _pid_alive(pid)]
+        alive = [pid for worker in self.workers for pid in worker.all_pids if pid_alive(pid)]
         assert not alive, f"worker processes still running: {alive}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` names a process (a zombie counts: reap what you started first)."""
     # Every pid here was reaped by Popen.wait, so "exists" means a live
     # process (or an unrelated reuse of the pid, which is vanishingly rare
     # within a test).

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from e2e.harness.background_build import BackgroundBuild
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from tests.support.workers import pid_alive
 
 
 def test_wait_returns_seconds_of_a_successful_build(tmp_path):
@@ -48,10 +40,10 @@ def test_stop_ends_the_build_and_its_children(tmp_path):
         assert time.monotonic() < deadline, "the build's child never started"
         time.sleep(0.05)
     child = int(pid_file.read_text())
-    assert _alive(child)
+    assert pid_alive(child)
     build.stop()
     assert build.proc.poll() is not None
     deadline = time.monotonic() + 10
-    while _alive(child):  # reaped by init once its parent is gone
+    while pid_alive(child):  # reaped by init once its parent is gone
         assert time.monotonic() < deadline, f"child {child} of the stopped build still runs"
         time.sleep(0.05)
