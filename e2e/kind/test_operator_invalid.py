@@ -67,7 +67,10 @@ def test_unsupported_backend_fails_the_job_naming_the_field(cluster, namespace, 
     manifest = example_manifest()
     manifest["spec"].update(backend="pathways")
     manifest["spec"]["slices"].update(accelerator="tpu-v9-imaginary", topology="2x2")
-    assert _apply(cluster, namespace, manifest).returncode == 0
+    # pathways needs gs:// (a CRD rule refuses a local path at apply); the job fails before any child exists
+    manifest["spec"]["checkpoint"]["uri"] = "gs://elastic-jax-e2e/never-written"
+    proc = _apply(cluster, namespace, manifest)
+    assert proc.returncode == 0, proc.stderr
     job = wait_phase(cluster, namespace, "cpu-job", ("Failed",), timeout_s=60)
     failed = next(c for c in job["status"]["conditions"] if c["type"] == "Failed")
     assert failed["status"] == "True" and "spec.slices.accelerator 'tpu-v9-imaginary'" in failed["message"]
