@@ -43,6 +43,7 @@ COND_PODS_NOT_STARTING = "PodsNotStarting"
 COND_NODE_LOST = "NodeLost"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
 REASON_CHILD_CONFLICT = "ChildNameConflict"
+REASON_TOKEN_REFUSED = "ControllerRefusesToken"  # the controller answers 401 to this operator's token
 # A child's name is still held by a pod of an earlier job of the same name (deleted, terminating).
 REASON_PREVIOUS_JOB_TERMINATING = "PreviousJobTerminating"
 # Events about a resume from a checkpoint: every resume (Normal), and a resume from an older

@@ -43,6 +43,7 @@ from elastic_jax.k8s_operator.status_builder import (
     child_conflict,
     previous_job_terminating,
     token_conflict,
+    token_refused,
     with_create_failure,
     with_node_loss,
     with_pod_faults,
@@ -432,6 +433,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     ctrl = tracker.poll_status()
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
     tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()})
+    if refusal is None and tracker.token_refused and not finished:
+        refusal = token_refused(tracker.token_refused)
     if ctrl is not None:
         for i in tracker.slices_down_by_controller(ctrl):
             for pod_name in tracker.slices[i].pods:

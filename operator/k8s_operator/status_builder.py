@@ -204,6 +204,20 @@ def token_conflict(secret: str) -> tuple[str, str]:
         "create, deleting it is safe: it is created again with the same token)")
 
 
+def token_refused(detail: str) -> tuple[str, str]:
+    """(reason, message) of the CreateFailed condition when the controller refuses this operator's token (401).
+
+    The token is HMAC(operator key, job UID): an operator with another key (another Helm release
+    took the job over) derives another token than the one in the job's Secret, which the
+    controller reads.
+    """
+    return st.REASON_TOKEN_REFUSED, (
+        f"the controller refuses this operator's token ({detail}), so slice reports do not reach it: the "
+        "job's token Secret was made with another operator key (a job handed over from another Helm "
+        "release?). Install this release with that release's key (operatorKey.existingSecret), or "
+        "delete and re-create the job")
+
+
 def child_conflict(kind: str, name: str) -> tuple[str, str]:
     """(reason, message) of the CreateFailed condition when the job's ConfigMap or Service name is taken."""
     return st.REASON_CHILD_CONFLICT, (

@@ -83,6 +83,9 @@ class JobTracker:
         # spec.suspend: the slices go Down because the operator removes them, not because they failed.
         self.suspended = False
         self.replacements = 0
+        # The controller's 401 to this operator's token (another operator key made the job's Secret),
+        # None once a report is accepted.
+        self.token_refused: str | None = None
         # The job's object reference, for Events (set by the reconcile handler).
         self.ref: dict | None = None
         # (pod name, monotonic time) of the controller pod this process created last: how long
@@ -198,6 +201,8 @@ class JobTracker:
                     client.report_slice(track.index, track.state, generation, list(track.addresses),
                                         track.reason or None, retries=retries, backoff_s=0.05)
                 except ControlApiError as e:
+                    if e.status_code == 401:
+                        self.token_refused = str(e)
                     # A new controller's pod runs before its control API listens: a refused connection
                     # then is its start-up, not a failed report (it counted one error per job start).
                     starting = e.status_code is None and self.last_status is None
@@ -210,6 +215,7 @@ class JobTracker:
                         return  # unreachable: the others would wait too; the next sync retries
                     continue
                 metrics.NOTIFICATIONS.labels(track.state, "ok").inc()
+                self.token_refused = None
                 track.acked, track.acked_generation = want, generation
                 seconds = None
                 if track.state == "Down" and track.down_seen_at is not None:

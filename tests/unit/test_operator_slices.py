@@ -213,3 +213,38 @@ def test_a_report_refused_while_the_controller_starts_is_not_an_error():
     listening["yes"] = "broken"
     t.sync([_pod("w-0")], lambda *e: None)
     assert count("error") == errors + 1
+
+
+def test_a_controller_refusing_the_operators_token_is_recorded_for_a_condition():
+    """Trial (kind): a job handed over to another Helm release got 401 on every report, silently Pending:
+    the other release's operator key derives another token than the job's Secret holds."""
+    from elastic_jax.api.client import ControlApiError
+    from elastic_jax.k8s_operator.status_builder import token_refused
+    from elastic_jax.k8s_operator.tracker import JobTracker
+
+    accept = {"yes": False}
+
+    class Client:
+        def report_slice(self, *a, **k):
+            if not accept["yes"]:
+                raise ControlApiError("PUT /v1/slices/0: 401 missing or invalid bearer token", 401)
+
+        def status(self):
+            return object()
+
+        def close(self):
+            pass
+
+    t = JobTracker("ns", "j", 1, 1, client_factory=lambda url, token: Client())
+    t.token = "t"
+    t.set_controller(PodView(name="j-controller-0", uid="c", role="controller", slice_index=-1, attempt=0,
+                             host_index=0, phase="Running", ready=True, pod_ip="127.0.0.9", deleting=False))
+    t.poll_status()
+    t.sync([_pod("w-0")], lambda *e: None)
+    assert "401" in t.token_refused
+    reason, message = token_refused(t.token_refused)
+    assert reason == "ControllerRefusesToken" and "operatorKey.existingSecret" in message and "401" in message
+    accept["yes"] = True
+    t.slices[0].acked = None
+    t.sync([_pod("w-0")], lambda *e: None)
+    assert t.token_refused is None
