@@ -475,8 +475,13 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                 created_controller = True
                 tracker.created_controller = (controller_pod, time.monotonic())
             else:
-                # The name is an earlier incarnation's pod, still in its grace period: wait for it, count nothing.
-                refusal = refusal or previous_job_terminating("Pod", pod_name)
+                # An earlier incarnation's pod still in its grace period: wait for it, count nothing. Any
+                # other pod of that name is not ours to wait for or delete: say so (a trial found a
+                # foreign pod reported as "an earlier job ... terminating").
+                earlier = any(k[:2] == (ns, name) and k[2] != tracker.job_uid and any(p.name == pod_name for p in v)
+                              for k, v in (job_pods or {}).items())
+                refusal = refusal or (previous_job_terminating("Pod", pod_name) if earlier
+                                      else child_conflict("Pod", pod_name))
                 controller_pod = status.get("controllerPod") or ""
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)

@@ -135,6 +135,19 @@ def test_reapplied_job_ignores_the_old_jobs_terminating_pods_and_waits_for_their
     assert next(c for c in status["conditions"] if c["type"] == "CreateFailed")["status"] == "False"
 
 
+def test_a_foreign_pod_holding_the_controller_name_is_a_name_conflict_not_an_earlier_job(monkeypatch):
+    """Trial (kind): an unrelated pod named <job>-controller-0 was reported as "an earlier job of this name
+    (deleted, still terminating)"; no earlier job existed."""
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    state = handlers.OperatorState(kube=_KubeWithOldPod(), key=b"k" * 32)
+    meta = {"name": "j", "namespace": "ns", "uid": "new-uid", "generation": 1, "creationTimestamp": "2026-01-01T00:00:30Z"}
+    status = _reconcile(state, meta, {}, {})  # the pod is in no index of this operator's jobs
+    cond = next(c for c in status["conditions"] if c["type"] == "CreateFailed")
+    assert cond["status"] == "True" and cond["reason"] == "ChildNameConflict", cond
+    assert "Pod j-controller-0 exists and is not owned by this job" in cond["message"]
+    assert "j-controller-0" not in state.kube.deleted
+
+
 def test_the_worker_pod_event_of_an_old_incarnation_is_not_this_jobs_news(monkeypatch):
     calls = []
     state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
