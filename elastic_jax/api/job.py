@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from elastic_jax.api import checkpoints, images, runtime_env
@@ -93,11 +93,26 @@ class _Model(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+# What the API server takes as an env var name (Kubernetes >= 1.34: printable ASCII but `=`); the same
+# pattern goes into the CRD, so `kubectl apply` refuses what a pod create would refuse later.
+ENV_NAME_PATTERN = r"^[ -<>-~]+$"
+_ENV_NAME = re.compile(ENV_NAME_PATTERN)
+
+
 class EnvVar(_Model):
     """One environment variable for a container (a plain value only)."""
 
-    name: str = Field(min_length=1, description="Variable name.")
+    name: str = Field(min_length=1, description="Variable name: printable ASCII characters other than '='.",
+                      json_schema_extra={"pattern": ENV_NAME_PATTERN})
     value: str = Field(default="", description="Variable value.")
+
+    @field_validator("name")
+    @classmethod
+    def _printable_without_equals(cls, name: str) -> str:
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"{name!r}: an environment variable name is printable ASCII characters other than '=' "
+                             "(the API server refuses the pod otherwise)")
+        return name
 
 
 # Kubernetes name shapes (k8s.io/apimachinery validation): a DNS-1123 subdomain names a Secret,

@@ -281,3 +281,16 @@ def test_user_settings_of_the_runtime_stay_open():
                               worker={"env": [{"name": "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS", "value": "lapack_sgetrf_ffi"},
                                               {"name": "XLA_FLAGS", "value": "--xla_cpu_use_thunk_runtime=false"}]}))
     assert [e.name for e in job.spec.worker.env] == ["ELASTIC_JAX_ALLOWED_CUSTOM_CALLS", "XLA_FLAGS"]
+
+
+@pytest.mark.parametrize("name", ["1=A", "A=", "TAB\tNAME", "é"])
+def test_an_env_name_the_api_server_refuses_is_refused_naming_the_field(name):
+    """Trial (kind): an env name with '=' passed validate and the CRD, then every controller pod create got 422
+    while the worker pods ran."""
+    with pytest.raises(ManifestError, match=r"spec\.controller\.env\.0\.name: .*printable ASCII characters other than '='"):
+        parse_manifest(_job(controller={"env": [{"name": name, "value": "x"}]}), "job.yaml")
+
+
+def test_env_names_kubernetes_takes_are_accepted():
+    job = parse_manifest(_job(worker={"env": [{"name": "my.setting-1", "value": "x"}, {"name": "A B", "value": ""}]}))
+    assert [e.name for e in job.spec.worker.env] == ["my.setting-1", "A B"]
