@@ -40,7 +40,7 @@ def run(
         None, help="Kill a worker when training passes this step (1..steps-1); default a third of the run. "
                    "A run that resumes from a checkpoint at or past it injects nothing."),
     no_failure: bool = typer.Option(False, "--no-failure", help="Do not inject the demo worker failure."),
-    kill_slice: Optional[int] = typer.Option(None, help="Slice whose worker is killed; default the last one."),
+    kill_slice: Optional[int] = typer.Option(None, help="Slice whose worker is killed; default the highest-indexed slice training at that step."),
     hang: bool = typer.Option(False, "--hang", help="SIGSTOP the worker instead of SIGKILL (the step deadline catches it)."),
 ) -> None:
     """Train locally through a worker failure and print a SUMMARY JSON line last."""
@@ -54,9 +54,10 @@ def run(
         raise _error(str(e))
     if job.spec.backend != "cpu":
         raise _error(f"spec.backend: {job.spec.backend!r} runs on GKE; `elastic-jax run` runs the cpu backend only")
-    count, steps = job.spec.slices.count, job.spec.training.steps
-    if kill_slice is not None and not 0 <= kill_slice < count:
-        raise _error(f"--kill-slice {kill_slice}: the job has slices 0..{count - 1}")
+    steps = job.spec.training.steps
+    total = job.spec.slices.total  # spares have indices count..total-1
+    if kill_slice is not None and not 0 <= kill_slice < total:
+        raise _error(f"--kill-slice {kill_slice}: the job has slices 0..{total - 1}")
     if kill_at_step is not None and steps == 1:
         raise _error(f"--kill-at-step {kill_at_step}: a 1-step job (spec.training.steps: 1) has no step to fail after")
     if kill_at_step is not None and not 1 <= kill_at_step < steps:
@@ -76,7 +77,7 @@ def run(
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
         kill_at_step=None if not inject else (kill_at_step if kill_at_step is not None else max(1, steps // 3)),
-        kill_slice=count - 1 if kill_slice is None else kill_slice,
+        kill_slice=kill_slice,
         kill_signal=signal.SIGSTOP if hang else signal.SIGKILL,
         fresh=fresh,
     )

@@ -16,7 +16,7 @@ The check runs in an ASGI middleware before the body is read, so an
 unauthenticated request gets 401 whatever its body and changes nothing. A
 body over `MAX_BODY_BYTES` gets 413 (read no further); a bad body gets 422
 naming the fields, never echoing what was sent; an index outside
-0..count-1 gets 404; a body that is not JSON (by Content-Type or content), not UTF-8, nests too
+0..count+spares-1 gets 404; a body that is not JSON (by Content-Type or content), not UTF-8, nests too
 deeply, repeats a key or holds an integer of more than 20 digits gets 422
 like any other invalid body (`parse_body`); a generation further ahead of this process's clock
 than `control.MAX_GENERATION_AHEAD_S` gets 422. None of them changes state.

@@ -189,7 +189,7 @@ class TrainingRun:
                 desired_slices=self.slice_set.count,
                 min_slices=self.spec.slices.minimum,
                 active_slices=active,
-                inactive_slices=sorted(set(range(self.slice_set.count)) - set(active)),
+                inactive_slices=sorted(set(range(self.slice_set.total)) - set(active)),
                 slices=self.slice_set.statuses(),
                 loss=self.loss,
                 initial_loss=self.initial_loss,

@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     from elastic_jax.api.identity import identity_from_env
 
     log = logging.getLogger("elastic_jax.controller")
-    slice_set = SliceSet(job.spec.slices.count)
+    slice_set = SliceSet(job.spec.slices.count, job.spec.slices.spares)
     metrics = ControllerMetrics()
     holder: dict = {}
 
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return ControllerStatus(
             phase="Starting", step=0, total_steps=job.spec.training.steps, desired_slices=slice_set.count,
-            min_slices=job.spec.slices.minimum, active_slices=[], inactive_slices=list(range(slice_set.count)),
+            min_slices=job.spec.slices.minimum, active_slices=[], inactive_slices=list(range(slice_set.total)),
             slices=slice_set.statuses(), pid=os.getpid(),
         )
 

@@ -85,8 +85,9 @@ class SliceStatus(_Msg):
     """The controller's view of one slice."""
 
     index: int
-    state: Literal["Active", "Ready", "Down", "Draining", "Unknown"] = Field(
-        description="Active: in the training mesh. Ready: up, joins at the next step boundary."
+    state: Literal["Active", "Ready", "Spare", "Down", "Draining", "Unknown"] = Field(
+        description="Active: in the training mesh. Ready: up, joins at the next step boundary. Spare: up, kept "
+                    "out of a full mesh (spec.slices.spares), swapped in when an active slice is lost."
     )
     generation: int
     addresses: list[str] = Field(default_factory=list)

@@ -229,6 +229,10 @@ class SliceSpec(_Model):
         "rule": "!has(self.minSlices) || self.minSlices <= self.count",
         "message": "spec.slices.minSlices must not exceed spec.slices.count",
         "fieldPath": ".minSlices",
+    }, {
+        "rule": "!has(self.spares) || self.count + self.spares <= 64",
+        "message": "spec.slices.count + spec.slices.spares must be at most 64",
+        "fieldPath": ".spares",
     }]})
 
     count: int = Field(ge=1, le=64, description="Desired number of slices (data-parallel replicas across DCN).")
@@ -239,6 +243,18 @@ class SliceSpec(_Model):
             "Fewest active slices training may continue on. Equal to `count` (the default): pause and "
             "resume, training waits for a lost slice to come back. Lower: replica resize, training "
             "continues on the remaining slices and scales back up when the slice rejoins."
+        ),
+    )
+    spares: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description=(
+            "Hot spare slices: started and health-checked like the others but kept out of the training mesh. "
+            "When an active slice is lost, a Ready spare takes its place at the next step boundary (no wait "
+            "for a pod to be scheduled or a process to start) and the lost slice, once replaced, becomes a "
+            "spare. Slice indices are 0..count+spares-1; any `count` Ready ones train. Costs `spares` more "
+            "slices of hardware for the whole run. cpu backend only for now."
         ),
     )
     hosts_per_slice: int = Field(default=1, ge=1, le=256, description="Worker hosts (pods) per slice. The cpu backend supports 1.")
@@ -259,7 +275,16 @@ class SliceSpec(_Model):
             raise ValueError(
                 f"spec.slices.minSlices ({self.min_slices}) must not exceed spec.slices.count ({self.count})"
             )
+        if self.count + self.spares > 64:
+            raise ValueError(
+                f"spec.slices.spares: count + spares ({self.count} + {self.spares}) must be at most 64"
+            )
         return self
+
+    @property
+    def total(self) -> int:
+        """Slices started: `count` that train plus `spares` kept ready (indices 0..total-1)."""
+        return self.count + self.spares
 
     @property
     def minimum(self) -> int:
@@ -482,6 +507,8 @@ class ElasticTrainingJobSpec(_Model):
          "message": "backend pathways needs spec.slices.accelerator and spec.slices.topology"},
         {"rule": "self.backend != 'cpu' || !has(self.slices.hostsPerSlice) || self.slices.hostsPerSlice == 1",
          "message": "spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)"},
+        {"rule": "self.backend != 'pathways' || !has(self.slices.spares) || self.slices.spares == 0",
+         "message": "spec.slices.spares: hot spare slices are supported by backend cpu only (pathways: not built yet)"},
         {"rule": "self.training.globalBatchSize >= self.slices.count",
          "message": "spec.training.globalBatchSize must be at least spec.slices.count: every slice needs one "
                     "example per step"},
@@ -544,6 +571,8 @@ class ElasticTrainingJobSpec(_Model):
                 )
         if self.backend == "cpu" and self.slices.hosts_per_slice != 1:
             raise ValueError("spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)")
+        if self.backend == "pathways" and self.slices.spares:
+            raise ValueError("spec.slices.spares: hot spare slices are supported by backend cpu only (pathways: not built yet)")
         return self
 
 

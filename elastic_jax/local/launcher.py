@@ -60,7 +60,8 @@ class LaunchOptions:
     Attributes:
       workdir: logs, token, summary and the final metrics scrape go here.
       kill_at_step: inject a worker failure once this many steps are done (None: no failure).
-      kill_slice: which slice's worker to kill.
+      kill_slice: which slice's worker to kill; None: the highest-indexed active slice at the kill step
+        (with hot spares, never a spare).
       kill_signal: SIGKILL (process death) or SIGSTOP (hang, caught by the step deadline).
       restart_backoff_s: first restart delay of a dead worker; doubles per consecutive failure (cap 30 s).
       ready_timeout_s: seconds to wait for the controller's /readyz.
@@ -71,7 +72,7 @@ class LaunchOptions:
 
     workdir: Path
     kill_at_step: int | None = None
-    kill_slice: int = 0
+    kill_slice: int | None = None
     kill_signal: int = signal.SIGKILL
     restart_backoff_s: float = 1.0
     ready_timeout_s: float = 300.0
@@ -250,7 +251,10 @@ class LocalLauncher:
             return
         if status.step < opts.kill_at_step or status.step >= status.total_steps:
             return
-        s = self.slices[opts.kill_slice]
+        index = opts.kill_slice if opts.kill_slice is not None else max(status.active_slices, default=None)
+        if index is None:
+            return
+        s = self.slices[index]
         if not s.child.alive():
             return
         pid = s.child.pid
@@ -295,7 +299,7 @@ class LocalLauncher:
         try:
             self._start_controller()
             self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=self._child_env()))
-                           for i in range(self.job.spec.slices.count)]
+                           for i in range(self.job.spec.slices.total)]
             for s in self.slices:
                 self._start_worker(s)
             while True:

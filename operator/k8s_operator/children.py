@@ -101,5 +101,5 @@ def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int
         token_secret(job, token),
         *static_children(job),
         renderer.controller_pod(job, controller_attempt, job_uid),
-        *(renderer.worker_jobset(job, i) for i in range(job.spec.slices.count)),
+        *(renderer.worker_jobset(job, i) for i in range(job.spec.slices.total)),
     ]

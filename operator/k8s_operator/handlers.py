@@ -278,7 +278,7 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
         state.applied.pop(key, None)
         tracker = None
     if tracker is None:
-        tracker = JobTracker(key[0], key[1], job.spec.slices.count, job.spec.slices.hosts_per_slice)
+        tracker = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice)
         tracker.job_uid = uid
         tracker.job_created = body["metadata"].get("creationTimestamp") or ""
         state.trackers[key] = tracker

@@ -383,7 +383,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             and not dead(newest) and not newest.deleting and not stranded else None
         _restart_detached_workers(job, observed, plan, live)
     total_restarts = 0
-    for i in range(job.spec.slices.count):
+    for i in range(job.spec.slices.total):  # spares are JobSets like the others
         js = observed.jobsets.get(i)
         if js is None:
             if not pathways or plan.pathways_head:

@@ -55,7 +55,7 @@ class JobTracker:
 
     Args:
       namespace, name: the job.
-      slice_count, hosts_per_slice: from the spec.
+      slice_count, hosts_per_slice: from the spec (slice_count: spec.slices.total, spares included).
       client_factory: builds a `ControlClient` for (base_url, token); tests pass their own.
     """
 

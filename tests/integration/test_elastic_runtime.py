@@ -77,6 +77,25 @@ def test_sigkill_worker_pause_and_resume(tmp_path, baseline):
     assert s["recovery_seconds"][0] >= 1.0
 
 
+def test_sigkill_worker_hot_spare_swapped_in(tmp_path, baseline):
+    """spec.slices.spares: 1 in pause-and-resume mode: the spare takes the lost slice's place at once."""
+    m = job_manifest("spare", tmp_path, slices={"count": 2, "spares": 1},
+                     training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 50})
+    run = run_cli(m, tmp_path, "--kill-at-step", "20")  # the default victim: an active slice, never the spare
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert_same_training(s, baseline)  # same batches per step on any 2 slices: the loss of the run never killed
+    assert s["controller_pid_changed"] is False and s["recoveries"] == 1
+    log = run.controller_log()
+    first = [int(x) for x in re.search(r"elastic attempt 1 on slices \[([0-9, ]+)\]", log).group(1).split(", ")]
+    assert len(first) == 2  # one of the three kept out of the mesh: the spare
+    killed = s["injected_failure"]["slice"]
+    spare = ({0, 1, 2} - set(first)).pop()
+    # No pause for the replacement worker (minSlices = count would wait for it): the spare joined.
+    assert f"elastic attempt 2 on slices {sorted((set(first) - {killed}) | {spare})}" in log
+    assert "elastic attempt 3" not in log  # the replaced slice came back as a spare, not as a scale-up
+
+
 def test_sigstop_worker_hits_step_deadline(tmp_path, baseline):
     m = manifest("hang", tmp_path, elasticity={"stepDeadlineSeconds": 3, "firstStepDeadlineSeconds": 120})
     run = run_cli(m, tmp_path, "--kill-at-step", "20", "--kill-slice", "1", "--hang")

@@ -169,3 +169,26 @@ def test_stop_request_ends_a_wait_for_slices():
     threading.Timer(0.2, m.stop_event.set).start()
     with pytest.raises(StopRequested):
         m.wait_for_slices(2, timeout_s=30)
+
+
+def test_hot_spare_replaces_a_lost_slice_on_the_next_attempt():
+    s = SliceSet(2, spares=1)
+    for i in range(3):
+        s.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"h:{i}"]))
+    m = Manager(s, poll_interval_s=0.05)
+    seen = []
+
+    @m.elastic_retry(minimum_slice_count=None, timeout_s=1)  # pause and resume: no wait with a spare
+    def train():
+        seen.append(sorted(s.active))
+        if len(seen) == 1:
+            s.mark_down([0], "killed")
+            raise SliceDownError("slice 0 lost", [0])
+        # the lost slice comes back: a spare now, not a scale-up signal
+        s.apply_report(0, SliceReport(state="Ready", generation=2, addresses=["h:9"]))
+        assert m.available_inactive_slices() == frozenset()
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1], [1, 2]]
+    assert s.spare_indices() == {0}

@@ -32,6 +32,11 @@ def test_fresh_job_creates_controller_zero_and_every_jobset():
     assert not plan.controller_restarted and plan.finish is None
 
 
+def test_hot_spares_are_jobsets_like_the_others():
+    plan = decide(_job(slices={"count": 2, "spares": 1}), Observed({}, [], {}))
+    assert plan.create_jobsets == [0, 1, 2]
+
+
 def test_steady_state_does_nothing():
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets(restarts=1)))
     assert plan.create_controller is None and not plan.create_jobsets and not plan.delete_pods

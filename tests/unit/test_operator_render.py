@@ -29,6 +29,9 @@ def test_every_child_is_rendered_with_job_labels():
     assert kinds == ["Secret", "ConfigMap", "Service", "Pod", "JobSet", "JobSet"]
     for o in objs:
         assert o["metadata"]["labels"][labels.JOB_NAME] == "demo"
+    spares = children.render_children(_job(slices={"count": 2, "spares": 1}), token="t")
+    assert [o["metadata"]["name"] for o in spares if o["kind"] == "JobSet"] == [
+        "demo-slice-0", "demo-slice-1", "demo-slice-2"]
 
 
 def test_secret_holds_the_token_and_configmap_the_manifest():

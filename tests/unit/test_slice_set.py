@@ -71,3 +71,29 @@ def test_wait_for_wakes_on_report_and_listener_fires():
     s.apply_report(1, SliceReport(state="Down", generation=2))
     assert seen == [(1, "Ready")]
     assert not s.wait_for(lambda: 0 in s.ready(), timeout_s=0.05)
+
+
+def test_spares_are_not_a_scale_up_signal_while_the_mesh_is_full():
+    s = SliceSet(2, spares=1)
+    assert s.total == 3
+    for i in range(3):
+        s.apply_report(i, ready(1))
+    s.set_active(s.choose_active(s.ready()))
+    assert s.active == {0, 1}
+    assert s.available_inactive() == frozenset() and s.spare_indices() == {2}
+    assert [x.state for x in s.statuses()] == ["Active", "Active", "Spare"]
+    # an active slice lost: the mesh is below count, the spare is now the scale-up candidate
+    s.apply_report(1, SliceReport(state="Down", generation=2))
+    assert s.available_inactive() == {2} and s.spare_indices() == frozenset()
+    assert s.choose_active(s.ready()) == {0, 2}  # the survivor kept, the spare swapped in
+    with pytest.raises(IndexError):
+        s.apply_report(3, ready(1))
+
+
+def test_choose_active_keeps_the_current_mesh():
+    s = SliceSet(2, spares=2)
+    s.set_active({1, 3})
+    assert s.choose_active({0, 1, 2, 3}) == {1, 3}  # no reshuffle when a lower index comes back
+    assert s.choose_active({0, 2, 3}) == {0, 3}
+    with pytest.raises(ValueError):
+        SliceSet(2, spares=-1)

@@ -72,7 +72,7 @@ class Manager:
 
     @property
     def total_slice_count(self) -> int:
-        """Desired number of slices."""
+        """Desired number of active slices (spares not counted)."""
         return self.slice_set.count
 
     @property
@@ -179,7 +179,9 @@ class Manager:
                 while True:
                     attempt += 1
                     self.attempts = attempt
-                    self.slice_set.set_active(self._wait(target, timeout_s, startup_grace_s if attempt == 1 else 0.0))
+                    healthy = self._wait(target, timeout_s, startup_grace_s if attempt == 1 else 0.0)
+                    # Hot spares: at most `count` train; a spare replaces a lost slice here, at once.
+                    self.slice_set.set_active(self.slice_set.choose_active(healthy))
                     _logger.info("elastic attempt %d on slices %s", attempt, sorted(self.slice_set.active))
                     if pre_callback is not None:
                         pre_callback()

@@ -11,6 +11,12 @@ States per slice (`SliceRecord.state`):
   Ready    the operator says all hosts are up (addresses valid)
   Down     lost (reported by the operator, or seen by a failed step)
   Draining about to go away (preemption); leaves at the next step boundary
+
+Hot spares (`spec.slices.spares`): the set holds `count + spares` slices, of
+which at most `count` are active. A Ready slice outside the active set is a
+scale-up signal only while fewer than `count` slices train; otherwise it is a
+spare (`Spare` in status), swapped in by the manager's next attempt when an
+active slice is lost.
 """
 
 from __future__ import annotations
@@ -50,14 +56,23 @@ class SliceSet:
     """Thread-safe set of slices with an active subset.
 
     Args:
-      count: desired number of slices; indices are 0..count-1.
+      count: desired number of active slices (the training mesh at full size).
+      spares: hot spare slices kept Ready outside the mesh; indices are
+        0..count+spares-1 (`total`).
+
+    Raises:
+      ValueError: `count` < 1 or `spares` < 0.
     """
 
-    def __init__(self, count: int):
+    def __init__(self, count: int, spares: int = 0):
         if count < 1:
             raise ValueError(f"slice count must be >= 1, got {count}")
+        if spares < 0:
+            raise ValueError(f"spares must be >= 0, got {spares}")
         self.count = count
-        self._records = [SliceRecord(i) for i in range(count)]
+        self.spares = spares
+        self.total = count + spares
+        self._records = [SliceRecord(i) for i in range(self.total)]
         self._active: frozenset[int] = frozenset()
         self._cond = threading.Condition()
         self._listeners: list[Listener] = []
@@ -76,7 +91,7 @@ class SliceSet:
           (applied, generation now in force).
 
         Raises:
-          IndexError: `index` is not in 0..count-1.
+          IndexError: `index` is not in 0..total-1.
           ValueError: a Ready report without addresses.
         """
         self._check_index(index)
@@ -142,9 +157,30 @@ class SliceSet:
             return frozenset(r.index for r in self._records if r.state == "Ready")
 
     def available_inactive(self) -> frozenset[int]:
-        """Ready slices not yet in the active set: the scale-up signal."""
+        """Ready slices not in the active set while it is below `count`: the scale-up signal.
+
+        Empty while `count` slices train: the Ready ones outside are spares.
+        """
         with self._cond:
+            if len(self._active) >= self.count:
+                return frozenset()
             return frozenset(r.index for r in self._records if r.state == "Ready" and r.index not in self._active)
+
+    def spare_indices(self) -> frozenset[int]:
+        """Ready slices kept out of a full mesh (hot spares)."""
+        with self._cond:
+            if len(self._active) < self.count:
+                return frozenset()
+            return frozenset(r.index for r in self._records if r.state == "Ready" and r.index not in self._active)
+
+    def choose_active(self, healthy: Iterable[int]) -> frozenset[int]:
+        """At most `count` of `healthy` to train on: the active ones first (no needless reshuffle), then the
+        lowest indices."""
+        healthy = set(healthy)
+        with self._cond:
+            keep = sorted(healthy & self._active)
+        rest = sorted(healthy - set(keep))
+        return frozenset((keep + rest)[: self.count])
 
     def draining_active(self) -> frozenset[int]:
         """Active slices the operator announced are going away."""
@@ -200,6 +236,8 @@ class SliceSet:
             out = []
             for r in self._records:
                 state = "Active" if r.index in self._active and r.state == "Ready" else r.state
+                if state == "Ready" and len(self._active) >= self.count:
+                    state = "Spare"
                 out.append(
                     SliceStatus(
                         index=r.index, state=state, generation=r.generation, addresses=list(r.addresses), failures=r.failures
@@ -208,5 +246,5 @@ class SliceSet:
             return out
 
     def _check_index(self, index: int) -> None:
-        if not 0 <= index < self.count:
-            raise IndexError(f"slice index {index} out of range 0..{self.count - 1}")
+        if not 0 <= index < self.total:
+            raise IndexError(f"slice index {index} out of range 0..{self.total - 1}")

@@ -1,0 +1,281 @@
+"""Chaos benchmark: goodput when a worker dies every 15 s (issue 12, item 1, local arms).
+
+Side by side in one run, same job (the built-in LM, 2 slices, checkpoint
+every `--ckpt-interval` steps), alternating arms, repeated `--repeats` times:
+
+* (a) ``none``: no failure; the reference time to N steps and final loss.
+* (b) ``elastic``: ``elastic-jax run`` with replica resize (minSlices 1); every
+  `--period` seconds after the job's start a worker process of a slice drawn
+  at random (``random.Random(--seed)``; among slices whose worker is alive) is
+  SIGKILLed by this script, as a hardware loss would. The launcher replaces
+  the worker, the controller carries on with one slice and scales back up.
+* (c) ``restart``: what a synchronous job does. On the same schedule the
+  launcher, controller and workers are all SIGKILLed (a crash, not a stop:
+  the launcher is frozen first so the controller gets no SIGTERM and cannot
+  checkpoint on the way out) and the job is started again, restoring its
+  latest committed Orbax checkpoint.
+
+Per arm: wall seconds to N steps (from starting ``elastic-jax run`` to its
+exit), goodput, steps lost, failures injected, recovery seconds (median /
+p95 / max; elastic: from the SIGKILL to the first step completed after the
+controller logged the slice loss; restart: from the SIGKILL to the restarted
+job's first step), final loss, and the ratios (b)/(a), (c)/(a).
+
+Goodput here = N x (arm (a)'s median seconds per step) / the arm's wall
+seconds: the fraction of the time spent on steps a failure-free run would
+also have spent. Steps at reduced capacity count as productive (on this
+machine both slices share 2 cores, so a step on one slice is not slower).
+
+Targets (issue 12): elastic time-to-N within 1.05x of no failures, 0 steps
+lost, final loss identical to (a). Only the local arms are built; the
+cluster arms (operator path) are not.
+
+Usage:
+  .venv/bin/python benchmarks/bench_chaos.py [--steps 600] [--period 15] [--repeats 1] [--seed 0]
+
+Prints a table, then one ``BENCH {...}`` JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from bench_recovery import CLI, EVENT_RE, RESTORE_RE, _pids_under, step_times
+
+SUMMARY_PREFIX = "SUMMARY "
+# A full-restart arm that makes no progress (restart slower than the failure period) must still end.
+MAX_ARM_SECONDS = 1800.0
+
+
+def manifest(workdir: Path, steps: int, ckpt_interval: int) -> Path:
+    """The benchmark job: 2 slices, replica resize down to 1, checkpoint every `ckpt_interval` steps."""
+    job = {
+        "apiVersion": "elasticjax.dev/v1alpha1",
+        "kind": "ElasticTrainingJob",
+        "metadata": {"name": "bench-chaos"},
+        "spec": {
+            "slices": {"count": 2, "minSlices": 1},
+            "training": {"steps": steps, "globalBatchSize": 24, "logEverySteps": 1},
+            "checkpoint": {"uri": str(workdir / "ckpt"), "intervalSteps": ckpt_interval, "maxToKeep": 2},
+            "elasticity": {"stepDeadlineSeconds": 30, "maxRestarts": 1000},
+        },
+    }
+    path = workdir / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def _summary(stdout: str) -> dict | None:
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(SUMMARY_PREFIX)]
+    return json.loads(lines[-1].removeprefix(SUMMARY_PREFIX)) if lines else None
+
+
+def _start(path: Path, run_dir: Path, out: Path) -> subprocess.Popen:
+    # Own session: the restart arm freezes and kills the whole group.
+    with open(out, "wb") as f:
+        return subprocess.Popen([CLI, "run", str(path), "--workdir", str(run_dir), "--no-failure"], stdout=f,
+                                stderr=subprocess.STDOUT, cwd=path.parent, start_new_session=True)
+
+
+def _worker_pids(run_dir: Path) -> dict[int, int]:
+    """{slice index: pid} of the live worker processes of one run."""
+    import psutil
+
+    found = {}
+    for pid in _pids_under(run_dir):
+        try:
+            argv = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        if any(a.endswith("elastic-jax-worker") for a in argv) and "--slice-index" in argv:
+            found[int(argv[argv.index("--slice-index") + 1])] = pid
+    return found
+
+
+def _recoveries_elastic(log: Path, kills: list[float]) -> list[float]:
+    """Seconds from each kill to the first step completed after the controller logged the loss."""
+    text = log.read_text()
+    events = sorted(float(ts) for ts, _ in EVENT_RE.findall(text))
+    steps = step_times(log)
+    out = []
+    for t in kills:
+        handled = next((e for e in events if e >= t), None)
+        after = next((ts for ts, _ in steps if handled is not None and ts > handled), None)
+        if after is not None:
+            out.append(after - t)
+    return out
+
+
+def run_none(workdir: Path, args) -> dict:
+    """Arm (a): no failure."""
+    path = manifest(workdir, args.steps, args.ckpt_interval)
+    t0 = time.time()
+    out = subprocess.run([CLI, "run", str(path), "--workdir", str(workdir / "run"), "--no-failure"],
+                         capture_output=True, text=True, cwd=workdir, timeout=MAX_ARM_SECONDS)
+    wall = time.time() - t0
+    s = _summary(out.stdout) or {}
+    steps = step_times(workdir / "run" / "controller.log")
+    per_step = statistics.median(b[0] - a[0] for a, b in zip(steps, steps[1:])) if len(steps) > 1 else float("nan")
+    return {"wall_s": wall, "succeeded": s.get("succeeded", False), "final_loss": s.get("final_loss"),
+            "steps_lost": s.get("steps_lost", 0), "failures": 0, "recoveries_s": [], "step_s": per_step}
+
+
+def run_elastic(workdir: Path, args, rng: random.Random) -> dict:
+    """Arm (b): a random slice's worker SIGKILLed every `period` seconds."""
+    path = manifest(workdir, args.steps, args.ckpt_interval)
+    run_dir = workdir / "run"
+    t0 = time.time()
+    proc = _start(path, run_dir, workdir / "stdout")
+    kills: list[float] = []
+    next_kill = t0 + args.period
+    try:
+        while proc.poll() is None:
+            if time.time() - t0 > MAX_ARM_SECONDS:
+                raise RuntimeError("elastic arm did not finish")
+            if time.time() >= next_kill:
+                alive = _worker_pids(run_dir)
+                if alive:
+                    victim = rng.choice(sorted(alive))
+                    try:
+                        os.kill(alive[victim], signal.SIGKILL)
+                        kills.append(time.time())
+                    except ProcessLookupError:
+                        pass
+                next_kill += args.period
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(60)
+    wall = time.time() - t0
+    s = _summary((workdir / "stdout").read_text()) or {}
+    return {"wall_s": wall, "succeeded": s.get("succeeded", False), "final_loss": s.get("final_loss"),
+            "steps_lost": s.get("steps_lost", 0), "failures": len(kills),
+            "recoveries_s": _recoveries_elastic(run_dir / "controller.log", kills)}
+
+
+def _crash(proc: subprocess.Popen, run_dir: Path) -> None:
+    """SIGKILL a run as a machine loss would: freeze the launcher so nobody checkpoints on the way out."""
+    os.killpg(proc.pid, signal.SIGSTOP)
+    for pid in _pids_under(run_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def run_restart(workdir: Path, args) -> dict:
+    """Arm (c): everything SIGKILLed every `period` seconds and started again from the latest checkpoint."""
+    path = manifest(workdir, args.steps, args.ckpt_interval)
+    t0 = time.time()
+    kills: list[float] = []
+    recoveries: list[float] = []
+    lost = 0
+    attempt = 0  # run-<attempt> is the attempt now running
+    next_kill = t0 + args.period
+    summary: dict | None = None
+    while summary is None:
+        if time.time() - t0 > MAX_ARM_SECONDS:
+            raise RuntimeError("full-restart arm did not finish")
+        run_dir = workdir / f"run-{attempt}"
+        proc = _start(path, run_dir, workdir / f"stdout-{attempt}")
+        while proc.poll() is None and time.time() < next_kill:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            kills.append(time.time())
+            _crash(proc, run_dir)
+            next_kill += args.period
+            attempt += 1
+        else:
+            summary = _summary((workdir / f"stdout-{attempt}").read_text()) or {}
+    # Cost of each crash, read from the run after it: steps re-done and seconds to the first step.
+    for k, t_kill in enumerate(kills):
+        before = workdir / f"run-{k}" / "controller.log"
+        after = workdir / f"run-{k + 1}" / "controller.log"
+        reached = step_times(before)[-1][1] if before.exists() and step_times(before) else 0
+        steps_after = step_times(after) if after.exists() else []
+        restored = RESTORE_RE.search(after.read_text()) if after.exists() else None
+        restored_step = int(restored.group(1)) if restored else 0
+        lost += max(0, reached - restored_step)
+        if steps_after:
+            recoveries.append(steps_after[0][0] - t_kill)
+    wall = time.time() - t0
+    return {"wall_s": wall, "succeeded": bool(summary and summary.get("succeeded")),
+            "final_loss": summary.get("final_loss") if summary else None, "steps_lost": lost,
+            "failures": len(kills), "recoveries_s": recoveries}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, math.ceil(q * len(xs)) - 1)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=600, help="N: steps of the job")
+    parser.add_argument("--period", type=float, default=15.0, help="seconds between injected failures")
+    parser.add_argument("--ckpt-interval", type=int, default=50, help="checkpoint every this many steps")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    results: dict[str, list[dict]] = {"none": [], "elastic": [], "restart": []}
+    with tempfile.TemporaryDirectory(prefix="bench-chaos-") as tmp:
+        for r in range(args.repeats):
+            for arm in ("none", "elastic", "restart"):
+                wd = Path(tmp) / f"{arm}-{r}"
+                wd.mkdir()
+                res = (run_none(wd, args) if arm == "none" else run_elastic(wd, args, rng) if arm == "elastic"
+                       else run_restart(wd, args))
+                results[arm].append(res)
+                print(f"  {arm:8s} run {r}: {res['wall_s']:7.1f} s, {res['failures']} failures, "
+                      f"{res['steps_lost']} steps lost, final loss {res['final_loss']}", flush=True)
+    base_wall = statistics.median(x["wall_s"] for x in results["none"])
+    step_s = statistics.median(x["step_s"] for x in results["none"])
+    base_loss = results["none"][0]["final_loss"]
+    rows = {}
+    for arm, runs in results.items():
+        wall = statistics.median(x["wall_s"] for x in runs)
+        rec = [s for x in runs for s in x["recoveries_s"]]
+        rows[arm] = {
+            "wall_s": wall, "ratio": wall / base_wall, "goodput": args.steps * step_s / wall,
+            "steps_lost": max(x["steps_lost"] for x in runs), "failures": sum(x["failures"] for x in runs),
+            "recovery_median_s": statistics.median(rec) if rec else float("nan"),
+            "recovery_p95_s": _pct(rec, 0.95), "recovery_max_s": max(rec) if rec else float("nan"),
+            "final_loss": runs[-1]["final_loss"],
+            "loss_matches_none": all(x["final_loss"] is not None and base_loss is not None
+                                     and math.isclose(x["final_loss"], base_loss, rel_tol=1e-5) for x in runs),
+            "succeeded": all(x["succeeded"] for x in runs),
+        }
+    print()
+    print(f"{'arm':10s}{'time to N s':>12s}{'x (a)':>7s}{'goodput':>9s}{'lost':>6s}{'fails':>6s}"
+          f"{'rec med':>8s}{'p95':>7s}{'max':>7s}  final loss (= a?)")
+    for arm, row in rows.items():
+        print(f"{arm:10s}{row['wall_s']:12.1f}{row['ratio']:7.2f}{row['goodput']:9.2f}{row['steps_lost']:6d}"
+              f"{row['failures']:6d}{row['recovery_median_s']:8.2f}{row['recovery_p95_s']:7.2f}"
+              f"{row['recovery_max_s']:7.2f}  {row['final_loss']} ({row['loss_matches_none']})")
+    print(f"elastic/none {rows['elastic']['ratio']:.3f} (target <= 1.05, 0 steps lost, same loss); "
+          f"restart/none {rows['restart']['ratio']:.3f}")
+    print("BENCH " + json.dumps({"args": vars(args), "arms": rows, "runs": results}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
