@@ -5,10 +5,13 @@ every `--ckpt-interval` steps), alternating arms, repeated `--repeats` times:
 
 * (a) ``none``: no failure; the reference time to N steps and final loss.
 * (b) ``elastic``: ``elastic-jax run`` with replica resize (minSlices 1); every
-  `--period` seconds after the job's start a worker process of a slice drawn
+  `--period` seconds from the job's first completed step a worker process of a slice drawn
   at random (``random.Random(--seed)``; among slices whose worker is alive) is
   SIGKILLed by this script, as a hardware loss would. The launcher replaces
   the worker, the controller carries on with one slice and scales back up.
+* (d) ``spare``: as (b) with one hot spare slice (``spec.slices.spares: 1``);
+  the victim is drawn among the slices training at that moment (killing
+  the idle spare would cost nothing).
 * (c) ``restart``: what a synchronous job does. On the same schedule the
   launcher, controller and workers are all SIGKILLed (a crash, not a stop:
   the launcher is frozen first so the controller gets no SIGTERM and cannot
@@ -26,8 +29,12 @@ seconds: the fraction of the time spent on steps a failure-free run would
 also have spent. Steps at reduced capacity count as productive (on this
 machine both slices share 2 cores, so a step on one slice is not slower).
 
+Also per arm: steps that ran on fewer than 2 slices (from the controller's
+per-step log line).
+
 Targets (issue 12): elastic time-to-N within 1.05x of no failures, 0 steps
-lost, final loss identical to (a). Only the local arms are built; the
+lost, final loss identical to (a); with one spare, at most one step per
+failure below the desired slice count. Only the local arms are built; the
 cluster arms (operator path) are not.
 
 Usage:
@@ -61,17 +68,17 @@ SUMMARY_PREFIX = "SUMMARY "
 MAX_ARM_SECONDS = 1800.0
 
 
-def manifest(workdir: Path, steps: int, ckpt_interval: int) -> Path:
-    """The benchmark job: 2 slices, replica resize down to 1, checkpoint every `ckpt_interval` steps."""
+def manifest(workdir: Path, steps: int, ckpt_interval: int, spares: int = 0) -> Path:
+    """The benchmark job: 2 slices (+ `spares`), replica resize down to 1, checkpoint every `ckpt_interval` steps."""
     job = {
         "apiVersion": "elasticjax.dev/v1alpha1",
         "kind": "ElasticTrainingJob",
         "metadata": {"name": "bench-chaos"},
         "spec": {
-            "slices": {"count": 2, "minSlices": 1},
+            "slices": {"count": 2, "minSlices": 1, "spares": spares},
             "training": {"steps": steps, "globalBatchSize": 24, "logEverySteps": 1},
             "checkpoint": {"uri": str(workdir / "ckpt"), "intervalSteps": ckpt_interval, "maxToKeep": 2},
-            "elasticity": {"stepDeadlineSeconds": 30, "maxRestarts": 1000},
+            "elasticity": {"stepDeadlineSeconds": 30, "maxRestarts": 1000, "maxRestartsPerSlice": 1000},
         },
     }
     path = workdir / "job.yaml"
@@ -106,14 +113,32 @@ def _worker_pids(run_dir: Path) -> dict[int, int]:
     return found
 
 
+def _step_events(log: Path) -> list[dict]:
+    """The controller's per-step log events (logEverySteps 1: one per step)."""
+    from elastic_jax.logs import read_events
+
+    return [e for e in read_events(log.read_text()) if e.get("event") == "step"] if log.exists() else []
+
+
+def _reduced_steps(log: Path, count: int = 2) -> int:
+    """Steps completed on fewer than `count` slices."""
+    return sum(1 for e in _step_events(log) if len(e.get("active_slices", [])) < count)
+
+
 def _recoveries_elastic(log: Path, kills: list[float]) -> list[float]:
-    """Seconds from each kill to the first step completed after the controller logged the loss."""
+    """Seconds from each kill to the first step completed after the controller logged the loss.
+
+    A kill the controller logged no loss for before the next kill (a worker
+    killed between attempts, while the controller was already recovering)
+    has no recovery of its own and is left out.
+    """
     text = log.read_text()
     events = sorted(float(ts) for ts, _ in EVENT_RE.findall(text))
     steps = step_times(log)
     out = []
-    for t in kills:
-        handled = next((e for e in events if e >= t), None)
+    for k, t in enumerate(kills):
+        until = kills[k + 1] if k + 1 < len(kills) else float("inf")
+        handled = next((e for e in events if t <= e < until), None)
         after = next((ts for ts, _ in steps if handled is not None and ts > handled), None)
         if after is not None:
             out.append(after - t)
@@ -131,23 +156,31 @@ def run_none(workdir: Path, args) -> dict:
     steps = step_times(workdir / "run" / "controller.log")
     per_step = statistics.median(b[0] - a[0] for a, b in zip(steps, steps[1:])) if len(steps) > 1 else float("nan")
     return {"wall_s": wall, "succeeded": s.get("succeeded", False), "final_loss": s.get("final_loss"),
-            "steps_lost": s.get("steps_lost", 0), "failures": 0, "recoveries_s": [], "step_s": per_step}
+            "steps_lost": s.get("steps_lost", 0), "failures": 0, "recoveries_s": [], "step_s": per_step,
+            "reduced_steps": _reduced_steps(workdir / "run" / "controller.log")}
 
 
-def run_elastic(workdir: Path, args, rng: random.Random) -> dict:
-    """Arm (b): a random slice's worker SIGKILLed every `period` seconds."""
-    path = manifest(workdir, args.steps, args.ckpt_interval)
+def run_elastic(workdir: Path, args, rng: random.Random, spares: int = 0) -> dict:
+    """Arm (b) (`spares` 0) or (d): a random training slice's worker SIGKILLed every `period` seconds."""
+    path = manifest(workdir, args.steps, args.ckpt_interval, spares)
     run_dir = workdir / "run"
     t0 = time.time()
     proc = _start(path, run_dir, workdir / "stdout")
     kills: list[float] = []
-    next_kill = t0 + args.period
+    next_kill = None  # the schedule starts at the first completed step: start-up is the same in every arm
     try:
         while proc.poll() is None:
+            if next_kill is None:
+                first = step_times(run_dir / "controller.log") if (run_dir / "controller.log").exists() else []
+                next_kill = first[0][0] + args.period if first else None
             if time.time() - t0 > MAX_ARM_SECONDS:
                 raise RuntimeError("elastic arm did not finish")
-            if time.time() >= next_kill:
+            if next_kill is not None and time.time() >= next_kill:
                 alive = _worker_pids(run_dir)
+                steps = _step_events(run_dir / "controller.log")
+                training = set(steps[-1].get("active_slices", [])) if steps else set()
+                if training & set(alive):
+                    alive = {i: p for i, p in alive.items() if i in training}
                 if alive:
                     victim = rng.choice(sorted(alive))
                     try:
@@ -163,9 +196,10 @@ def run_elastic(workdir: Path, args, rng: random.Random) -> dict:
             proc.wait(60)
     wall = time.time() - t0
     s = _summary((workdir / "stdout").read_text()) or {}
-    return {"wall_s": wall, "succeeded": s.get("succeeded", False), "final_loss": s.get("final_loss"),
-            "steps_lost": s.get("steps_lost", 0), "failures": len(kills),
-            "recoveries_s": _recoveries_elastic(run_dir / "controller.log", kills)}
+    return {"wall_s": wall, "succeeded": s.get("succeeded", False), "failure_reason": s.get("failure_reason"),
+            "final_loss": s.get("final_loss"), "steps_lost": s.get("steps_lost", 0), "failures": len(kills),
+            "recoveries_s": _recoveries_elastic(run_dir / "controller.log", kills),
+            "reduced_steps": _reduced_steps(run_dir / "controller.log")}
 
 
 def _crash(proc: subprocess.Popen, run_dir: Path) -> None:
@@ -188,7 +222,7 @@ def run_restart(workdir: Path, args) -> dict:
     recoveries: list[float] = []
     lost = 0
     attempt = 0  # run-<attempt> is the attempt now running
-    next_kill = t0 + args.period
+    next_kill = float("inf")  # set at the first completed step, as in the elastic arms
     summary: dict | None = None
     while summary is None:
         if time.time() - t0 > MAX_ARM_SECONDS:
@@ -196,6 +230,10 @@ def run_restart(workdir: Path, args) -> dict:
         run_dir = workdir / f"run-{attempt}"
         proc = _start(path, run_dir, workdir / f"stdout-{attempt}")
         while proc.poll() is None and time.time() < next_kill:
+            if next_kill == float("inf") and (run_dir / "controller.log").exists():
+                first = step_times(run_dir / "controller.log")
+                if first:
+                    next_kill = first[0][0] + args.period
             time.sleep(0.05)
         if proc.poll() is None:
             kills.append(time.time())
@@ -218,7 +256,7 @@ def run_restart(workdir: Path, args) -> dict:
     wall = time.time() - t0
     return {"wall_s": wall, "succeeded": bool(summary and summary.get("succeeded")),
             "final_loss": summary.get("final_loss") if summary else None, "steps_lost": lost,
-            "failures": len(kills), "recoveries_s": recoveries}
+            "failures": len(kills), "recoveries_s": recoveries, "reduced_steps": 0}
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -235,19 +273,24 @@ def main() -> None:
     parser.add_argument("--ckpt-interval", type=int, default=50, help="checkpoint every this many steps")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--arms", default="none,elastic,spare,restart", help="comma-separated subset (none always runs)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    results: dict[str, list[dict]] = {"none": [], "elastic": [], "restart": []}
+    arms = {"none": lambda wd: run_none(wd, args), "elastic": lambda wd: run_elastic(wd, args, rng),
+            "spare": lambda wd: run_elastic(wd, args, rng, spares=1), "restart": lambda wd: run_restart(wd, args)}
+    chosen = {"none", *args.arms.split(",")}
+    arms = {k: v for k, v in arms.items() if k in chosen}
+    results: dict[str, list[dict]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="bench-chaos-") as tmp:
         for r in range(args.repeats):
-            for arm in ("none", "elastic", "restart"):
+            for arm, run in arms.items():
                 wd = Path(tmp) / f"{arm}-{r}"
                 wd.mkdir()
-                res = (run_none(wd, args) if arm == "none" else run_elastic(wd, args, rng) if arm == "elastic"
-                       else run_restart(wd, args))
+                res = run(wd)
                 results[arm].append(res)
                 print(f"  {arm:8s} run {r}: {res['wall_s']:7.1f} s, {res['failures']} failures, "
-                      f"{res['steps_lost']} steps lost, final loss {res['final_loss']}", flush=True)
+                      f"{res['steps_lost']} steps lost, final loss {res['final_loss']}"
+                      + ("" if res["succeeded"] else f", FAILED: {res.get('failure_reason')}"), flush=True)
     base_wall = statistics.median(x["wall_s"] for x in results["none"])
     step_s = statistics.median(x["step_s"] for x in results["none"])
     base_loss = results["none"][0]["final_loss"]
@@ -264,16 +307,22 @@ def main() -> None:
             "loss_matches_none": all(x["final_loss"] is not None and base_loss is not None
                                      and math.isclose(x["final_loss"], base_loss, rel_tol=1e-5) for x in runs),
             "succeeded": all(x["succeeded"] for x in runs),
+            "reduced_steps": max(x["reduced_steps"] for x in runs),
         }
     print()
     print(f"{'arm':10s}{'time to N s':>12s}{'x (a)':>7s}{'goodput':>9s}{'lost':>6s}{'fails':>6s}"
-          f"{'rec med':>8s}{'p95':>7s}{'max':>7s}  final loss (= a?)")
+          f"{'rec med':>8s}{'p95':>7s}{'max':>7s}{'<2 sl':>6s}  final loss (= a?)")
     for arm, row in rows.items():
         print(f"{arm:10s}{row['wall_s']:12.1f}{row['ratio']:7.2f}{row['goodput']:9.2f}{row['steps_lost']:6d}"
               f"{row['failures']:6d}{row['recovery_median_s']:8.2f}{row['recovery_p95_s']:7.2f}"
-              f"{row['recovery_max_s']:7.2f}  {row['final_loss']} ({row['loss_matches_none']})")
-    print(f"elastic/none {rows['elastic']['ratio']:.3f} (target <= 1.05, 0 steps lost, same loss); "
-          f"restart/none {rows['restart']['ratio']:.3f}")
+              f"{row['recovery_max_s']:7.2f}{row['reduced_steps']:6d}  {row['final_loss']} ({row['loss_matches_none']})")
+    if "elastic" in rows:
+        print(f"elastic/none {rows['elastic']['ratio']:.3f} (target <= 1.05, 0 steps lost, same loss)")
+    if "spare" in rows:
+        print(f"spare/none {rows['spare']['ratio']:.3f} ({rows['spare']['reduced_steps']} steps on 1 slice for "
+              f"{rows['spare']['failures']} failures; target <= 1 per failure)")
+    if "restart" in rows:
+        print(f"restart/none {rows['restart']['ratio']:.3f}")
     print("BENCH " + json.dumps({"args": vars(args), "arms": rows, "runs": results}))
 
 
