@@ -127,6 +127,9 @@ def _print_report(s: dict) -> None:
     if s.get("injected_failure_skipped"):
         print(f"  injected failure: none ({s['injected_failure_skipped']})", file=out)
     print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%')}", file=out)
+    booked = {k: v for k, v in (s.get("goodput_seconds") or {}).items() if v >= 0.05}
+    if booked:
+        print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in booked.items()), file=out)
     committed = s["last_committed_checkpoint_step"]
     print(f"  checkpoints {s['checkpoint_uri']} (last committed step {'none' if committed is None else committed})", file=out)
     print(f"  metrics {s['metrics_file']}; logs {s['logs_dir']}", file=out)

@@ -19,6 +19,7 @@ same as with all slices, and so is the loss curve.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -49,6 +50,7 @@ from elastic_jax.controller.elastic.errors import (
 from elastic_jax.controller.elastic.manager import Manager
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
+from elastic_jax.controller.goodput import GoodputLedger
 from elastic_jax.controller.metrics import ControllerMetrics
 from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
@@ -70,6 +72,8 @@ class RunSummary:
     recoveries: list[dict[str, Any]]
     steps_lost: int
     goodput: float | None
+    goodput_seconds: dict[str, float]
+    """Wall seconds of this controller per `goodput.CATEGORIES` category."""
     restored_from_step: int | None
     last_committed_checkpoint_step: int | None
     failure_reason: str | None
@@ -95,9 +99,12 @@ class TrainingRun:
       slice_set: the slices (fed by the control API).
       checkpointer: a `checkpointing.Checkpointer`.
       metrics: the Prometheus metrics.
+      started_at: `time.monotonic()` when the controller process started (the
+        goodput ledger's "starting" begins there); None: now.
     """
 
-    def __init__(self, job: ElasticTrainingJob, trainer: Trainer, backend: Any, slice_set: SliceSet, checkpointer: Any, metrics: ControllerMetrics):
+    def __init__(self, job: ElasticTrainingJob, trainer: Trainer, backend: Any, slice_set: SliceSet, checkpointer: Any,
+                 metrics: ControllerMetrics, started_at: float | None = None):
         self.job = job
         self.spec = job.spec
         self.trainer = trainer
@@ -108,8 +115,10 @@ class TrainingRun:
         self._stop = threading.Event()
         self._stop_kind: str | None = None  # "requested" | "signal"
         self._stop_reason = ""
+        self.ledger = GoodputLedger(start=started_at)
+        self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop,
-                               visible=getattr(backend, "visible_slices", None))
+                               visible=getattr(backend, "visible_slices", None), on_wait=self._on_wait)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
@@ -124,9 +133,7 @@ class TrainingRun:
         self.failure_reason: str | None = None
         self.restored_from_step: int | None = None
         self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason", "writer"} once restored
-        self._productive_s = 0.0
         self._steps_run = 0  # steps completed by this process (not restored ones)
-        self._train_start: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
         self.keeps_state = getattr(backend, "keeps_state_on_slice_loss", True)
@@ -135,6 +142,7 @@ class TrainingRun:
         self.watchdog = ProgressWatchdog(self.spec.elasticity.progress_timeout_seconds)
         self._stall_logged = False
         metrics.desired_slices.set(slice_set.count)
+        metrics.bind_ledger(self.ledger)
 
         @jax.jit
         def apply_update(params, opt_state, grads_sum, weight):
@@ -148,16 +156,22 @@ class TrainingRun:
     # -- status ---------------------------------------------------------------
 
     def goodput(self) -> float | None:
-        """Productive step seconds / wall seconds since the first step began, a ratio in [0, 1].
+        """The goodput ledger's ratio for this controller, in [0, 1] (`goodput.GoodputLedger.goodput`).
 
         None when it does not apply: before training began, and when this run
         completed no step (e.g. a finished job run again: it resumed at its last
         step and had nothing to do), rather than a misleading 0.0.
         """
-        if self._train_start is None or self._steps_run == 0:
+        if self._steps_run == 0:
             return None
-        wall = time.monotonic() - self._train_start
-        return min(1.0, self._productive_s / wall) if wall > 0 else None
+        return self.ledger.goodput()
+
+    def _on_wait(self, blocked: bool) -> None:
+        """The manager blocks for lack of slices (True) or stopped blocking (False)."""
+        if blocked and self._steps_run > 0:  # before the first step, waiting for slices is start-up
+            self.ledger.switch("waiting")
+        elif not blocked and self.ledger.current == "waiting":
+            self.ledger.switch("recovering")
 
     def stall_reason(self) -> str | None:
         """None while the controller makes progress, else why it is stuck (see `watchdog`); `/healthz` serves it."""
@@ -199,6 +213,7 @@ class TrainingRun:
                 recovery_history=list(self.recoveries),
                 steps_lost=self.steps_lost,
                 goodput=self.goodput(),
+                goodput_seconds=self.ledger.seconds(),
                 failure_reason=self.failure_reason,
                 pid=os.getpid(),
                 resumed_from=self.resumed_from,
@@ -225,6 +240,7 @@ class TrainingRun:
         beyond = beyond_steps_problem(latest, self.spec.training.steps, self.spec.checkpoint.uri)
         if beyond:
             raise CheckpointMismatchError(beyond)
+        self.ledger.switch("restoring")
         t0 = time.perf_counter()
         unreadable: list[int] = []
         reasons: list[str] = []
@@ -268,6 +284,7 @@ class TrainingRun:
         self.initial_loss = data_state.get("initial_loss")
         self.loss = data_state.get("loss")
         _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
+        self.ledger.switch("starting")  # what follows until the first step: slices, placement, compile
         return state
 
     def _check_writer(self, step: int) -> JobIdentity | None:
@@ -350,9 +367,11 @@ class TrainingRun:
                 retry(self._train)()
             except StopRequested as e:
                 _logger.info("stopping at step %d: %s", self.step, e)
+            self.ledger.switch("checkpointing")
             if not self._state_lost:  # never save state that went down with a slice
                 self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
             self.checkpointer.wait_until_finished()
+            self.ledger.stop()
             with self._lock:
                 if self.step >= self.spec.training.steps:
                     self.phase, exit_code = "Succeeded", ControllerExit.SUCCEEDED
@@ -380,6 +399,7 @@ class TrainingRun:
                 self.checkpointer.wait_until_finished()
             except Exception:  # noqa: BLE001 - the failure above is the one to report
                 _logger.exception("waiting for the last checkpoint failed")
+        self.ledger.stop()
         committed = self._committed_step_for_summary()
         if committed is not None:
             self.metrics.checkpoint_committed_step.set(committed)
@@ -392,6 +412,7 @@ class TrainingRun:
             recoveries=[r.model_dump(mode="json") for r in self.recoveries],
             steps_lost=self.steps_lost,
             goodput=self.goodput(),
+            goodput_seconds=self.ledger.seconds(),
             restored_from_step=self.restored_from_step,
             last_committed_checkpoint_step=committed,
             failure_reason=self.failure_reason,
@@ -428,6 +449,8 @@ class TrainingRun:
         since = getattr(error, "failed_since", None) or time.monotonic()
         if not self.keeps_state and cause in ("slice_down", "step_deadline"):
             self._state_lost = True
+        if self._steps_run > 0:  # (before any step, all of it is start-up)
+            self.ledger.switch("recovering", at=since)
         with self._lock:
             self.recoveries.append(record)
             if self._pending_recovery is None:
@@ -437,6 +460,7 @@ class TrainingRun:
 
     def _recover_lost_state(self) -> None:
         """Restores state lost with a slice: the newer of the host snapshot and the last committed checkpoint."""
+        self.ledger.switch("restoring")
         snap = self.snapshotter.latest
         committed = self.checkpointer.last_committed_step
         source = choose_restore_source(None if snap is None else snap.step, committed)
@@ -450,6 +474,12 @@ class TrainingRun:
         else:
             state, step = self._initial_state(), 0
         lost = self.step - step
+        # Steps done but lost: their seconds were progress that did not last.
+        for done_step, seconds, category in self._step_seconds:
+            if done_step > step:
+                self.ledger.move(seconds, category, "recovering")
+        self._step_seconds = collections.deque((x for x in self._step_seconds if x[0] <= step), maxlen=100_000)
+        self.ledger.switch("recovering")
         with self._lock:
             self.state, self.step = state, step
             self.steps_lost += lost
@@ -467,8 +497,6 @@ class TrainingRun:
         self.metrics.active_slices.set(len(active))
         tokens_per_step = spec.training.global_batch_size * self.trainer.tokens_per_example
         window_start, window_steps = time.monotonic(), 0
-        if self._train_start is None:
-            self._train_start = time.monotonic()
         while self.step < spec.training.steps and not self._stop.is_set():
             joining = self.manager.available_inactive_slices()
             if joining:
@@ -476,11 +504,15 @@ class TrainingRun:
             draining = self.slice_set.draining_active()
             if draining:
                 # Flow 4: save while every slice still exists, then let the slice go.
+                self.ledger.switch("checkpointing")
                 self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
                 self.checkpointer.wait_until_finished()
                 raise SliceDownError(f"slices {sorted(draining)} are draining", draining, cause="draining")
             batch = self.batches[self.step]
             t0 = time.monotonic()
+            category = "productive" if len(active) >= self.slice_set.count else "reduced"
+            capacity = min(1.0, len(active) / self.slice_set.count)
+            self.ledger.switch(category, at=t0, capacity=capacity)
             loss_sum, weight, grads = self.backend.grad_step(self.state["params"], batch, active)
             try:
                 params, opt_state, finite = self._apply_update(
@@ -513,7 +545,7 @@ class TrainingRun:
                     record.seconds = now - since
                     self.metrics.recovery_seconds.observe(record.seconds)
                     self._pending_recovery = None
-            self._productive_s += now - t0
+            self._step_seconds.append((self.step, now - t0, category))
             self._steps_run += 1
             self.metrics.step.set(self.step)
             self.metrics.step_seconds.observe(now - t0)
@@ -528,9 +560,11 @@ class TrainingRun:
                     "tokens_per_s": round(self.tokens_per_second, 1), "active_slices": active})
                 window_start, window_steps = now, 0
             self.snapshotter.maybe_take(self.step, self.state, self._data_state())
-            t_save = time.perf_counter()
+            t_save, t_save_mono = time.perf_counter(), time.monotonic()
             if self.checkpointer.maybe_save(self.step, self.state, self._data_state()):
                 self.metrics.checkpoint_save_seconds.observe(time.perf_counter() - t_save)
+                self.ledger.switch("checkpointing", at=t_save_mono)
+                self.ledger.switch(category, capacity=capacity)
 
 
 def all_finite(tree: Any) -> jax.Array:

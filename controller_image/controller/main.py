@@ -33,7 +33,11 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
+
+# Before JAX and the trainer are imported: the goodput ledger's "starting" begins here.
+_STARTED_AT = time.monotonic()
 
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.logs import FORMATS, JsonFormatter, bind, log_format
@@ -285,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
                 first_step_deadline_s=job.spec.elasticity.first_step_deadline_seconds,
                 token=token,  # the job's one secret: the workers require it on every call
             )
-        run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics)
+        run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics, started_at=_STARTED_AT)
         holder["run"] = run
         _forward_signals_to(lambda signum: run.request_stop(signal.Signals(signum).name, requested=False))
         log.info("ready: job %s, control API on port %d", job.metadata.name, server.port,

@@ -7,6 +7,7 @@ for counters. One registry per controller, so tests can run several.
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 PREFIX = "elastic_jax"
 
@@ -25,7 +26,10 @@ class ControllerMetrics:
       steps_lost: steps redone or lost to recoveries [elastic_jax_steps_lost_total].
       checkpoint_save_seconds / checkpoint_restore_seconds: Orbax timings.
       checkpoint_committed_step: last committed checkpoint step.
-      goodput: productive step seconds / wall seconds since training began [elastic_jax_goodput_ratio].
+      goodput: the goodput ledger's ratio [elastic_jax_goodput_ratio] (controller/goodput.py).
+      goodput seconds per category [elastic_jax_goodput_seconds{category}], read from the ledger at
+        scrape time once `bind_ledger` was called. A gauge, not a counter: seconds of steps later lost
+        move from productive to recovering, so a category can shrink.
     """
 
     def __init__(self) -> None:
@@ -59,7 +63,22 @@ class ControllerMetrics:
         self.checkpoint_committed_step = Gauge(
             f"{PREFIX}_checkpoint_committed_step", "Step of the newest committed checkpoint.", registry=r
         )
-        self.goodput = Gauge(f"{PREFIX}_goodput_ratio", "Productive step seconds / wall seconds since training began.", registry=r)
+        self.goodput = Gauge(f"{PREFIX}_goodput_ratio", "(productive + reduced x active/desired) seconds / wall "
+                             "seconds of this controller (goodput ledger).", registry=r)
+
+    def bind_ledger(self, ledger) -> None:
+        """Exposes `ledger.seconds()` as `elastic_jax_goodput_seconds{category}` (a `goodput.GoodputLedger`)."""
+
+        class _LedgerCollector:
+            def collect(self):
+                family = GaugeMetricFamily(f"{PREFIX}_goodput_seconds", "Wall seconds of this controller by goodput "
+                                           "category (starting, restoring, productive, reduced, recovering, "
+                                           "waiting, checkpointing).", labels=["category"])
+                for category, seconds in ledger.seconds().items():
+                    family.add_metric([category], seconds)
+                yield family
+
+        self.registry.register(_LedgerCollector())
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

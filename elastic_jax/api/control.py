@@ -133,8 +133,12 @@ class ControllerStatus(_Msg):
     recoveries: dict[str, int] = Field(default_factory=dict, description="Count by cause.")
     recovery_history: list[RecoveryRecord] = Field(default_factory=list)
     steps_lost: int = 0
-    goodput: float | None = Field(default=None, description="Productive step seconds / wall seconds since training "
-                                  "started; None before the first step of this controller (not applicable).")
+    goodput: float | None = Field(default=None, description="(productive + reduced x active/desired) seconds / wall "
+                                  "seconds of this controller (the goodput ledger); None before its first step "
+                                  "(not applicable).")
+    goodput_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Wall seconds of this controller by goodput category: starting, restoring, "
+                                          "productive, reduced, recovering, waiting, checkpointing.")
     failure_reason: str | None = None
     pid: int
     resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")

@@ -125,6 +125,7 @@ class LocalLauncher:
         self._last_metrics_scrape = 0.0
         self._cleared = False
         self._previous_recoveries: list[dict[str, Any]] = []
+        self._previous_ledgers: list[tuple[dict[str, float], float | None]] = []  # (seconds, goodput) of dead controllers
         self._reached_before_restart: list[int] = []
         # One entry per controller that ended without ending the job (see `_carry_over_from_dead_controller`).
         self.controller_losses: list[dict[str, Any]] = []
@@ -354,6 +355,8 @@ class LocalLauncher:
         """
         status = self.last_status
         self._previous_recoveries += [r.model_dump(mode="json") for r in (status.recovery_history if status else [])]
+        if status is not None:  # its goodput ledger as last polled (up to 0.1 s short)
+            self._previous_ledgers.append((dict(status.goodput_seconds), status.goodput))
         reached = status.step if status else 0
         self.controller_losses.append({
             "cause": "interrupted" if exit_code == ControllerExit.RESTART else "lost",
@@ -408,7 +411,8 @@ class LocalLauncher:
         {cause: interrupted|lost, exit_code, at_step, resumed_from_step}; a controller
         restart is not a slice recovery), worker_restarts, injected_failure,
         injected_failure_skipped (why none was injected), goodput (None: not applicable,
-        no step run), checkpoint_uri, last_committed_checkpoint_step,
+        no step run; over every controller of the run, each weighted by its wall seconds),
+        goodput_seconds (seconds per goodput category summed over the controllers), checkpoint_uri, last_committed_checkpoint_step,
         restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
         metrics_file, logs_dir, wall_seconds, failure_reason.
         """
@@ -438,7 +442,8 @@ class LocalLauncher:
             "worker_restarts": sum(max(0, s.child.starts - 1) for s in self.slices),
             "injected_failure": self.killed,
             "injected_failure_skipped": self.kill_skipped,
-            "goodput": run.get("goodput"),
+            "goodput": _overall_goodput(self._previous_ledgers + [(run.get("goodput_seconds") or {}, run.get("goodput"))]),
+            "goodput_seconds": _sum_seconds([led for led, _ in self._previous_ledgers] + [run.get("goodput_seconds") or {}]),
             "checkpoint_uri": self.job.spec.checkpoint.uri,
             "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
             "restored_from_step": run.get("restored_from_step"),
@@ -448,6 +453,24 @@ class LocalLauncher:
             "wall_seconds": round(wall_seconds, 2),
             "failure_reason": run.get("failure_reason"),
         }
+
+
+def _sum_seconds(ledgers: list[dict[str, float]]) -> dict[str, float]:
+    """Seconds per goodput category, summed over controllers (rounded to ms)."""
+    total: dict[str, float] = {}
+    for ledger in ledgers:
+        for category, seconds in ledger.items():
+            total[category] = total.get(category, 0.0) + seconds
+    return {k: round(v, 3) for k, v in total.items()}
+
+
+def _overall_goodput(ledgers: list[tuple[dict[str, float], float | None]]) -> float | None:
+    """Goodput of the whole run: each controller's ratio weighted by its wall seconds (one that ran no step
+    adds wall and no progress); None when no controller ran a step."""
+    if all(g is None for _, g in ledgers):
+        return None
+    wall = sum(sum(seconds.values()) for seconds, _ in ledgers)
+    return sum((g or 0.0) * sum(seconds.values()) for seconds, g in ledgers) / wall if wall > 0 else None
 
 
 class RunLock:

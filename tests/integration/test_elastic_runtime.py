@@ -31,6 +31,11 @@ def baseline(tmp_path_factory):
     run = run_cli(job_manifest("baseline", tmp, training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 50}),
                   tmp, "--no-failure")
     assert run.returncode == 0, run.stderr[-3000:]
+    booked = run.summary["goodput_seconds"]
+    # No failure: nothing booked as recovery, pause or reduced capacity.
+    assert booked["recovering"] == booked["waiting"] == booked["reduced"] == 0, booked
+    assert booked["starting"] > 0 and booked["productive"] > 0 and booked["checkpointing"] > 0, booked
+    assert sum(booked.values()) <= run.summary["wall_seconds"]  # a controller's ledger fits in the run
     return run.summary
 
 
@@ -62,6 +67,10 @@ def test_sigkill_worker_replica_resize_then_scale_up(tmp_path, baseline):
     metrics = (run.workdir / "metrics.prom").read_text()
     assert 'elastic_jax_recoveries_total{cause="slice_down"} 1.0' in metrics
     assert "elastic_jax_recovery_seconds_count 2.0" in metrics  # the loss and the scale-up
+    booked = s["goodput_seconds"]
+    # Replica resize: steps ran on one slice (reduced), never paused; the loss and the scale-up were recoveries.
+    assert booked["reduced"] > 0 and booked["recovering"] > 0 and booked["waiting"] == 0, booked
+    assert 'elastic_jax_goodput_seconds{category="reduced"}' in metrics
 
 
 def test_sigkill_worker_pause_and_resume(tmp_path, baseline):
@@ -75,6 +84,11 @@ def test_sigkill_worker_pause_and_resume(tmp_path, baseline):
     assert "on slices [1]" not in log
     # The pause lasted at least the launcher's 1 s restart backoff.
     assert s["recovery_seconds"][0] >= 1.0
+    booked = s["goodput_seconds"]
+    # Pause and resume: blocked for the slice (waiting), never on fewer slices (reduced).
+    assert booked["waiting"] > 0 and booked["reduced"] == 0, booked
+    # the recovery (failed step to the next completed one) is booked as waiting + recovering, less the next step
+    assert booked["waiting"] + booked["recovering"] >= 0.5 * s["recovery_seconds"][0], booked
 
 
 def test_sigkill_worker_hot_spare_swapped_in(tmp_path, baseline):

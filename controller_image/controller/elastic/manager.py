@@ -51,6 +51,9 @@ class Manager:
         is not visible yet (its node pool came up after the controller started;
         its workers are still registering) waits: neither health-checked nor
         marked down, nor a scale-up signal.
+      on_wait: called with True when a wait for slices has to block (too few
+        at the first look) and with False when that wait ends (the goodput
+        ledger's "waiting").
 
     Attributes:
       attempts: attempts started by the last `elastic_retry` call.
@@ -60,8 +63,10 @@ class Manager:
 
     def __init__(self, slice_set: SliceSet, health_check: HealthCheck | None = None, poll_interval_s: float = 1.0,
                  stop_event: threading.Event | None = None,
-                 visible: Callable[[], frozenset[int]] | None = None):
+                 visible: Callable[[], frozenset[int]] | None = None,
+                 on_wait: Callable[[bool], Any] | None = None):
         self.slice_set = slice_set
+        self.on_wait = on_wait
         self.visible = visible
         self.stop_event = stop_event or threading.Event()
         self.health_check = health_check or (lambda indices: frozenset(indices))
@@ -110,6 +115,7 @@ class Manager:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.waiting = True
+        blocked = False
         try:
             while True:
                 if self.stop_event.is_set():
@@ -127,12 +133,17 @@ class Manager:
                     raise TimeoutError(
                         f"only {len(healthy)} of the {slice_count} slices needed were ready after {timeout_s:.0f} s"
                     )
+                if not blocked and self.on_wait is not None:
+                    blocked = True
+                    self.on_wait(True)
                 # Wake on any report, or re-check after the poll interval.
                 wait_s = self.poll_interval_s if remaining is None else min(self.poll_interval_s, remaining)
                 seen = self.slice_set.ready()
                 self.slice_set.wait_for(lambda: self.slice_set.ready() != seen or self.stop_event.is_set(), wait_s)
         finally:
             self.waiting = False
+            if blocked and self.on_wait is not None:
+                self.on_wait(False)
 
     def elastic_retry(
         self,
