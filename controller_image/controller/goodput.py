@@ -13,10 +13,11 @@ Categories (`CATEGORIES`):
   reduced        training steps on fewer slices than `spec.slices.count`
                  (replica resize).
   recovering     from a failure (the failed step's dispatch, or for a hang
-                 that step's dispatch, so the deadline counts) to the
-                 dispatch of the next step, except time paused; also the
-                 seconds of steps that were done but lost (re-done after a
-                 restore).
+                 that step's dispatch, so the deadline counts) to the end of
+                 the next completed step (as `RecoveryRecord.seconds`
+                 counts it: on a replaced slice that step includes the first
+                 compile), except time paused; also the seconds of steps
+                 that were done but lost (re-done after a restore).
   waiting        paused: blocked for lack of slices after training began.
   checkpointing  the training thread blocked on a checkpoint save.
 

@@ -510,7 +510,10 @@ class TrainingRun:
                 raise SliceDownError(f"slices {sorted(draining)} are draining", draining, cause="draining")
             batch = self.batches[self.step]
             t0 = time.monotonic()
-            category = "productive" if len(active) >= self.slice_set.count else "reduced"
+            # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
+            # on a replaced slice it includes the first compile.
+            category = ("recovering" if self._pending_recovery is not None
+                        else "productive" if len(active) >= self.slice_set.count else "reduced")
             capacity = min(1.0, len(active) / self.slice_set.count)
             self.ledger.switch(category, at=t0, capacity=capacity)
             loss_sum, weight, grads = self.backend.grad_step(self.state["params"], batch, active)

@@ -87,8 +87,8 @@ def test_sigkill_worker_pause_and_resume(tmp_path, baseline):
     booked = s["goodput_seconds"]
     # Pause and resume: blocked for the slice (waiting), never on fewer slices (reduced).
     assert booked["waiting"] > 0 and booked["reduced"] == 0, booked
-    # the recovery (failed step to the next completed one) is booked as waiting + recovering, less the next step
-    assert booked["waiting"] + booked["recovering"] >= 0.5 * s["recovery_seconds"][0], booked
+    # the recovery (failed step to the next completed one) is booked as waiting + recovering
+    assert booked["waiting"] + booked["recovering"] >= 0.9 * s["recovery_seconds"][0], booked
 
 
 def test_sigkill_worker_hot_spare_swapped_in(tmp_path, baseline):
