@@ -330,6 +330,17 @@ class CpuBackend:
         if events is not None:
             events.put(("stop", None, None, None))
 
+    keeps_state_on_slice_loss = True  # the state never leaves the controller
+
+    def visible_slices(self) -> frozenset[int] | None:
+        """None: any Ready slice can take work (its worker answers on its own address)."""
+        return None
+
+    def place_state(self, state: Any, active: Sequence[int]) -> Any:
+        """The state stays on the controller: returned unchanged."""
+        del active
+        return state
+
     def cleanup(self) -> None:
         """After an elastic event: nothing to clear; compiled programs stay cached (the point of elasticity)."""
 

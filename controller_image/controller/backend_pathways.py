@@ -241,6 +241,10 @@ class PathwaysBackend:
             self.slice_set.mark_down(lost, str(e).splitlines()[0], gens)
             raise SliceDownError(f"slices {lost} lost: {str(e).splitlines()[0]}", lost) from e
 
+    def interrupt(self) -> None:
+        """Nothing to do: one Pathways program cannot be cut short from here; a stop waits for the step to end
+        (or for the slice loss that ends it)."""
+
     def cleanup(self) -> None:
         """After an elastic event: drop compiled programs for the old mesh (pathways-utils does the same)."""
         self._compiled.clear()

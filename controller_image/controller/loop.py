@@ -37,6 +37,7 @@ from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.identity import JobIdentity
 from elastic_jax.api.checkpoints import (CheckpointForeignError, CheckpointMismatchError, beyond_steps_problem,
                                          writer_problem)
+from elastic_jax.controller.backend import Backend
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
@@ -103,7 +104,7 @@ class TrainingRun:
         goodput ledger's "starting" begins there); None: now.
     """
 
-    def __init__(self, job: ElasticTrainingJob, trainer: Trainer, backend: Any, slice_set: SliceSet, checkpointer: Any,
+    def __init__(self, job: ElasticTrainingJob, trainer: Trainer, backend: Backend, slice_set: SliceSet, checkpointer: Any,
                  metrics: ControllerMetrics, started_at: float | None = None):
         self.job = job
         self.spec = job.spec
@@ -118,7 +119,7 @@ class TrainingRun:
         self.ledger = GoodputLedger(start=started_at)
         self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop,
-                               visible=getattr(backend, "visible_slices", None), on_wait=self._on_wait)
+                               visible=backend.visible_slices, on_wait=self._on_wait)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
@@ -136,7 +137,7 @@ class TrainingRun:
         self._steps_run = 0  # steps completed by this process (not restored ones)
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
-        self.keeps_state = getattr(backend, "keeps_state_on_slice_loss", True)
+        self.keeps_state = backend.keeps_state_on_slice_loss
         self.snapshotter = HostSnapshotter(0 if self.keeps_state else self.spec.elasticity.host_snapshot_interval_steps)
         self._state_lost = False
         self.watchdog = ProgressWatchdog(self.spec.elasticity.progress_timeout_seconds)
@@ -331,9 +332,7 @@ class TrainingRun:
         if self._stop_kind is None or (kind == "requested" and self._stop_kind == "signal"):
             self._stop_kind, self._stop_reason = kind, reason
         self._stop.set()
-        interrupt = getattr(self.backend, "interrupt", None)
-        if interrupt is not None:
-            interrupt()  # abandon a step that may hang until its deadline
+        self.backend.interrupt()  # abandon a step that may hang until its deadline
 
     @property
     def stop_requested(self) -> bool:

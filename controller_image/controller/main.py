@@ -136,38 +136,6 @@ def _read_token(args: argparse.Namespace) -> str | None:
     return os.environ.get("ELASTIC_JAX_TOKEN")
 
 
-# Pathways persistence: Orbax saves and restores arrays on the TPU workers, straight to and from
-# GCS, instead of pulling every array through the proxy into this process (a 135 GB checkpoint
-# exhausted the proxy's memory without it). pathwaysutils.initialize() registers its Orbax
-# handlers only when this is "1" at that moment.
-PERSISTENCE_ENV = "ENABLE_PATHWAYS_PERSISTENCE"
-
-
-def _pathways_backend(trainer, slice_set):
-    """Connects to the Pathways proxy beside this container and builds the backend.
-
-    Turns Pathways persistence on (`PERSISTENCE_ENV`, unless the environment
-    sets it) before `pathwaysutils.initialize()`, so every checkpoint this
-    controller writes or restores goes from the workers to GCS directly.
-
-    Raises:
-      ImportError: pathwaysutils is not installed (`pip install 'elastic-jax[tpu]'`).
-      ValueError: devices of a slice index beyond `spec.slices.count`, or devices without a slice index.
-    """
-    try:
-        import pathwaysutils
-    except ImportError:
-        raise ImportError("pathwaysutils is not installed; use the controller image or pip install 'elastic-jax[tpu]'") from None
-    if os.environ.setdefault(PERSISTENCE_ENV, "1") != "1":
-        logging.getLogger("elastic_jax.controller").warning(
-            "%s=%r: checkpoints pass through the Pathways proxy and this pod's memory", PERSISTENCE_ENV,
-            os.environ[PERSISTENCE_ENV], extra={"event": "pathways_persistence_off"})
-    pathwaysutils.initialize()
-    from elastic_jax.controller.backend_pathways import PathwaysBackend
-
-    return PathwaysBackend(trainer, slice_set)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs the controller; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="elastic-jax-controller", description=__doc__.splitlines()[0])
@@ -208,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         flag = f"--xla_force_host_platform_device_count={job.spec.slices.devices_per_host}"
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
-    from elastic_jax.controller.backend_cpu import CpuBackend
+    from elastic_jax.controller.backend import BackendContext, build
     from elastic_jax.controller.checkpointing import (CheckpointMismatchError, CheckpointUriError, Checkpointer,
                                                       clear_local_checkpoints)
     from elastic_jax.controller.control_api import ControlApiServer, create_app
@@ -275,20 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         except CheckpointMismatchError as e:
             _close_quietly("checkpointer", checkpointer.close)
             return _fail(str(e))
-        if job.spec.backend == "pathways":
-            try:
-                backend = _pathways_backend(trainer, slice_set)
-            except (ImportError, ValueError) as e:
-                return _fail(f"spec.backend pathways: {e}")
-        else:
-            backend = CpuBackend(
-                trainer,
-                slice_set,
-                devices_per_host=job.spec.slices.devices_per_host,
-                step_deadline_s=job.spec.elasticity.step_deadline_seconds,
-                first_step_deadline_s=job.spec.elasticity.first_step_deadline_seconds,
-                token=token,  # the job's one secret: the workers require it on every call
-            )
+        try:
+            backend = build(BackendContext(job, trainer, slice_set, token))
+        except (ImportError, ValueError) as e:
+            return _fail(f"spec.backend {job.spec.backend}: {e}")
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics, started_at=_STARTED_AT)
         holder["run"] = run
         _forward_signals_to(lambda signum: run.request_stop(signal.Signals(signum).name, requested=False))

@@ -14,7 +14,7 @@ import types
 import numpy as np
 import pytest
 
-from elastic_jax.controller import main as controller_main
+from elastic_jax.controller import pathways_connect
 from elastic_jax.controller.backend_pathways import PathwaysBackend
 from elastic_jax.controller.elastic.manager import Manager
 from elastic_jax.controller.elastic.slice_set import SliceSet
@@ -29,11 +29,11 @@ class FakeDevice:
 def test_persistence_is_enabled_before_pathways_initializes(monkeypatch):
     seen = {}
     fake = types.ModuleType("pathwaysutils")
-    fake.initialize = lambda: seen.setdefault("env", controller_main.os.environ.get("ENABLE_PATHWAYS_PERSISTENCE"))
+    fake.initialize = lambda: seen.setdefault("env", pathways_connect.os.environ.get("ENABLE_PATHWAYS_PERSISTENCE"))
     monkeypatch.setitem(sys.modules, "pathwaysutils", fake)
     monkeypatch.delenv("ENABLE_PATHWAYS_PERSISTENCE", raising=False)
     with pytest.raises(ValueError, match="no slice_index"):  # CPU devices here: past initialize, as wanted
-        controller_main._pathways_backend(trainer=None, slice_set=SliceSet(1))
+        pathways_connect.connect(trainer=None, slice_set=SliceSet(1))
     assert seen["env"] == "1"
 
 
@@ -43,7 +43,7 @@ def test_a_user_can_still_turn_persistence_off(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "pathwaysutils", fake)
     monkeypatch.setenv("ENABLE_PATHWAYS_PERSISTENCE", "0")
     with pytest.raises(ValueError):
-        controller_main._pathways_backend(trainer=None, slice_set=SliceSet(1))
+        pathways_connect.connect(trainer=None, slice_set=SliceSet(1))
     assert "checkpoints pass through the Pathways proxy" in caplog.text
 
 

@@ -47,7 +47,7 @@ class Manager:
       stop_event: when set, a wait for slices ends with `StopRequested` (SIGTERM
         during a pause must not wait out the pod's grace period).
       visible: `() -> slices the backend can place work on now` (pathways: those
-        with devices in `jax.devices()`); None: every slice. A Ready slice that
+        with devices in `jax.devices()`; a None result: every slice); None: every slice. A Ready slice that
         is not visible yet (its node pool came up after the controller started;
         its workers are still registering) waits: neither health-checked nor
         marked down, nor a scale-up signal.
@@ -88,16 +88,14 @@ class Manager:
     def available_inactive_slices(self) -> frozenset[int]:
         """Slices up but not yet training; non-empty means: raise `ScaleUpSignalError` at the next step boundary."""
         joining = self.slice_set.available_inactive()
-        if joining and self.visible is not None:
-            joining &= self.visible()
-        return joining
+        visible = self.visible() if joining and self.visible is not None else None
+        return joining if visible is None else joining & visible
 
     def _candidates(self) -> frozenset[int]:
         """Ready slices the backend can place work on."""
         ready = self.slice_set.ready()
-        if ready and self.visible is not None:
-            ready &= self.visible()
-        return ready
+        visible = self.visible() if ready and self.visible is not None else None
+        return ready if visible is None else ready & visible
 
     def wait_for_slices(self, slice_count: int, timeout_s: float | None) -> frozenset[int]:
         """Waits until at least `slice_count` Ready slices pass the health check.
