@@ -61,7 +61,7 @@ from pathlib import Path
 
 import yaml
 
-from bench_recovery import CLI, EVENT_RE, RESTORE_RE, _pids_under, step_times
+from bench_recovery import CLI, EVENT_RE, RESTORE_RE, _pids_under, crash, step_times
 
 SUMMARY_PREFIX = "SUMMARY "
 # A full-restart arm that makes no progress (restart slower than the failure period) must still end.
@@ -202,18 +202,6 @@ def run_elastic(workdir: Path, args, rng: random.Random, spares: int = 0) -> dic
             "reduced_steps": _reduced_steps(run_dir / "controller.log")}
 
 
-def _crash(proc: subprocess.Popen, run_dir: Path) -> None:
-    """SIGKILL a run as a machine loss would: freeze the launcher so nobody checkpoints on the way out."""
-    os.killpg(proc.pid, signal.SIGSTOP)
-    for pid in _pids_under(run_dir):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
 def run_restart(workdir: Path, args) -> dict:
     """Arm (c): everything SIGKILLed every `period` seconds and started again from the latest checkpoint."""
     path = manifest(workdir, args.steps, args.ckpt_interval)
@@ -237,7 +225,7 @@ def run_restart(workdir: Path, args) -> dict:
             time.sleep(0.05)
         if proc.poll() is None:
             kills.append(time.time())
-            _crash(proc, run_dir)
+            crash(proc, run_dir)
             next_kill += args.period
             attempt += 1
         else:

@@ -100,6 +100,23 @@ def _pids_under(workdir: Path) -> list[int]:
     return pids
 
 
+def crash(proc: subprocess.Popen, workdir: Path) -> None:
+    """SIGKILLs a run started in its own session, as a machine loss would.
+
+    A crash, not a stop: the launcher's death would SIGTERM its children (PDEATHSIG) and the
+    controller would checkpoint on the way out, losing nothing. So freeze the launcher,
+    SIGKILL the controller and workers (their own sessions), then the launcher.
+    """
+    os.killpg(proc.pid, signal.SIGSTOP)
+    for pid in _pids_under(workdir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def run_full_restart(workdir: Path, kill_at: int, steps: int) -> dict:
     """Run to `kill_at`, SIGKILL everything, start again, time to the first step after restore."""
     path = manifest(workdir, steps)
@@ -116,17 +133,7 @@ def run_full_restart(workdir: Path, kill_at: int, steps: int) -> dict:
         time.sleep(0.01)
     killed_step = step_times(log)[-1][1]
     t_kill = time.time()
-    # A crash, not a stop: the launcher's death would SIGTERM its children (PDEATHSIG) and the
-    # controller would checkpoint on the way out, losing nothing. So freeze the launcher,
-    # SIGKILL the controller and workers (their own sessions), then the launcher.
-    os.killpg(proc.pid, signal.SIGSTOP)
-    for pid in _pids_under(workdir):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    crash(proc, workdir)
     run2 = workdir / "run2"
     out = subprocess.run([CLI, "run", str(path), "--workdir", str(run2), "--no-failure"], capture_output=True, text=True,
                          cwd=workdir, timeout=900)
