@@ -32,7 +32,9 @@ from e2e.kind import demo, target
 pytestmark = pytest.mark.timeout(3600)
 
 JOB = "node-loss"
-STEPS = 3000  # 2.5-10 steps/s on the 2 shared cores: the pause comes near step 250, the end 4-20 min later
+# Never reached here: the job must outlive the test whatever the machine's speed (a fixed 3000 steps
+# ended before the replacement was seen when the cores were idle, 26 steps/s); the namespace goes at the end.
+STEPS = 1_000_000
 NODE_LOST_S = 30  # the chart's operator.nodeLostSeconds default
 GRACE_S = int(kind.NODE_MONITOR_GRACE_PERIOD.rstrip("s"))
 MARGIN_S = 45  # the JobSet's restart, the scheduler, the container's start and the readiness probe, on 2 loaded cores
@@ -111,7 +113,6 @@ def test_dead_node_without_taint_slice_replaced_elsewhere_controller_kept(elasti
         ctrl_uid = controller["metadata"]["uid"]
         ctrl_restarts = controller["status"]["containerStatuses"][0]["restartCount"]
         step_at_pause = step()
-        assert step_at_pause < STEPS * 0.6, f"the job is too close to its end ({step_at_pause}/{STEPS}) to test"
 
         # -- the node dies: no taint, no drain -----------------------------------------------
         paused = True  # (set first: a pause that fails half-way is undone in finally)
@@ -153,20 +154,22 @@ def test_dead_node_without_taint_slice_replaced_elsewhere_controller_kept(elasti
         assert victim in cond["message"], cond
         assert status["controllerRestarts"] == 0, status
 
-        # -- the node comes back; the job ends well, with the same controller ---------------
+        # -- the node comes back; training goes on on both slices, with the same controller ---
         _docker_retrying(cluster, "unpause", victim)
         paused = False
-        done = demo.wait_for(lambda: (j := job()).get("status", {}).get("phase") in ("Succeeded", "Failed") and j,
-                             1800, "the job to finish", why)
-        status = done["status"]
-        assert status["phase"] == "Succeeded", f"{status.get('failureReason')}\n{why()}"
+        demo.wait_for(lambda: _node_ready(cluster, victim) == "True", GRACE_S + 120, f"{victim} Ready again", why)
+        demo.wait_for(lambda: (job().get("status") or {}).get("activeSlices") == 2, 300, "both slices active", why)
+        back_at = step()
+        demo.wait_for(lambda: step() >= back_at + 20, 600, "training going on after the node came back", why)
+        status = job()["status"]
+        assert status["phase"] == "Running", f"{status.get('failureReason')}\n{why()}"
         (cond,) = [c for c in status["conditions"] if c["type"] == "NodeLost"]
         assert victim in cond["message"], cond  # (False once whole again, still naming the node)
         (after,) = demo.pods(cluster, ns, f"elasticjax.dev/job-name={JOB},elasticjax.dev/role=controller")
         assert after["metadata"]["uid"] == ctrl_uid, "the controller pod was replaced"
         assert after["status"]["containerStatuses"][0]["restartCount"] == ctrl_restarts
         assert status["controllerRestarts"] == 0
-        log(f"node-loss: OK: Succeeded at {status.get('step')}, recoveries {status.get('recoveries')}, "
+        log(f"node-loss: OK: Running at step {status.get('step')}, recoveries {status.get('recoveries')}, "
             f"slice replacements {status.get('sliceReplacements')}, NodeLost condition {cond['status']} "
             f"({cond['reason']}): {cond['message'][:200]}")
     finally:

@@ -209,9 +209,12 @@ def test_ctrl_c_stops_everything(tmp_path):
 
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest("ctrlc", tmp_path)))
+    # As a terminal's foreground job gets it: SIGINT at its default. (A suite started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and Python then keeps ignoring it: no KeyboardInterrupt.)
     proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), "--no-failure"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         log = tmp_path / "run" / "controller.log"
         deadline = time.monotonic() + 300
