@@ -15,11 +15,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 from pathlib import Path
-
 
 from e2e.harness import sessionlock
 from e2e.harness.cluster import LocalCluster
@@ -28,6 +26,7 @@ from e2e.helpers import is_ready, pods, wait_for
 from e2e.operator_fixtures import (
     CRD, EXAMPLE, OperatorProcess, clear_checkpoints, example_manifest, get_job, write_operator_kubeconfig,
 )
+from elastic_jax.local.processes import free_port
 
 NS, JOB = "default", "cpu-job"
 
@@ -41,12 +40,6 @@ def _show(cluster: LocalCluster, *args: str) -> None:
 def _operator_kubeconfig(cluster: LocalCluster, folder: Path) -> Path:
     """As the e2e fixture does: a token of the operator's ServiceAccount, bound to the chart's rules."""
     return write_operator_kubeconfig(cluster, folder, duration="1h")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _status(cluster: LocalCluster) -> dict:
@@ -64,7 +57,7 @@ def main() -> int:
     try:
         cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
         cluster.kubectl("wait", "--for=condition=Established", "crd/elastictrainingjobs.elasticjax.dev")
-        op = OperatorProcess(_operator_kubeconfig(cluster, folder), folder / "operator.log", _free_port())
+        op = OperatorProcess(_operator_kubeconfig(cluster, folder), folder / "operator.log", free_port())
         op.start()
         clear_checkpoints(example_manifest())
         os.chdir(REPO_ROOT)  # so the transcript shows the path as a user types it

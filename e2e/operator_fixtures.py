@@ -27,7 +27,7 @@ import yaml
 
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import wait_for
-from elastic_jax.local.processes import write_private_file
+from elastic_jax.local.processes import free_port, write_private_file
 
 RULES = REPO_ROOT / "helm" / "elastic-jax" / "files" / "operator-rbac-rules.yaml"
 CRD = REPO_ROOT / "crds" / "elastictrainingjobs.yaml"
@@ -172,18 +172,10 @@ class OperatorProcess:
             return r.read().decode()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def operator(operator_kubeconfig, tmp_path):
     """A running operator (least-privilege identity); stopped by PID afterwards."""
-    op = OperatorProcess(operator_kubeconfig, tmp_path / "operator.log", _free_port())
+    op = OperatorProcess(operator_kubeconfig, tmp_path / "operator.log", free_port())
     op.start()
     def up():
         if not op.alive():

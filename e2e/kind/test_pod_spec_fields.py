@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -26,6 +25,7 @@ import yaml
 
 from e2e.harness.paths import bin_dir
 from e2e.kind import demo, target
+from elastic_jax.local.processes import free_port
 
 pytestmark = pytest.mark.timeout(3600)
 
@@ -48,12 +48,6 @@ def _allow(cluster: target.KindTarget, operator: target.ChartOperator, entries: 
                  "--reuse-values", "--set-json", f"controllerServiceAccounts.allowed={json.dumps(entries)}",
                  "--wait", "--timeout", "300s", timeout_s=420)
     target.wait_operator_ready(operator)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str, token: str | None) -> tuple[int, str]:
@@ -122,7 +116,7 @@ def test_pull_secrets_scheduling_and_allowed_service_account_reach_the_pods(elas
         # kubectl port-forward to the controller pod, then /metrics with and without the token.
         secret = json.loads(cluster.kubectl("get", "secret", "fields-token", "-n", ns, "-o", "json").stdout)
         token = base64.b64decode(secret["data"]["token"]).decode()
-        port = _free_port()
+        port = free_port()
         port_forward = subprocess.Popen(
             [str(bin_dir() / "kubectl"), "port-forward", "-n", ns, f"pod/{controller['metadata']['name']}",
              f"{port}:8080", "--address", "127.0.0.1"],

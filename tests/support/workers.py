@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import pytest
 
 from elastic_jax.controller.elastic.errors import SliceDownError
 from elastic_jax.controller.slice_client import SliceClient
+from elastic_jax.local.processes import free_port
 
 # A worker imports jax before it serves: about 2 s alone, more when the
 # 2 cores are busy with other test processes.
@@ -37,13 +37,6 @@ _SCRIPT = Path(sys.executable).with_name("elastic-jax-worker")
 WORKER_COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "elastic_jax.worker.main"]
 # The job token every test worker requires (written to a file beside its log).
 TOKEN = "test-worker-token"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class WorkerProcess:
