@@ -225,6 +225,16 @@ def _pod_fields(image: str, resources: "Resources", role: str) -> None:
         raise ValueError("; ".join(found))
 
 
+# The CRD's rules of a nodeSelector (as `_node_selector` checks): label keys, label values.
+NODE_SELECTOR_SCHEMA = {
+    "additionalProperties": {"type": "string", "maxLength": 63, "pattern": pod_rules.LABEL_VALUE_PATTERN},
+    "x-kubernetes-validations": [{
+        "rule": f"self.all(k, size(k) <= 317 && k.matches({pod_rules.cel_string(pod_rules.QUALIFIED_NAME_PATTERN)}))",
+        "message": "a nodeSelector key must be a label key (an optional DNS prefix and '/', then at most 63 "
+                   "letters, digits, '-', '_', '.')"}],
+}
+
+
 # Requests given to a container when the spec sets neither a request nor a limit for that resource
 # (`effective_resources`). Sized for the cpu backend on a small cluster (kind on a laptop): enough
 # that the scheduler does not pack a JAX process onto a node with no room, small enough that a
@@ -349,7 +359,7 @@ class ControllerSpec(_Model):
                      "other than the user settings, POD_IP, HOME, TMPDIR, XDG_CACHE_HOME; pathways: JAX_PLATFORMS, "
                      "JAX_BACKEND_TARGET, XCLOUD_ENVIRONMENT, ENABLE_PATHWAYS_PERSISTENCE) are refused."))
     node_selector: dict[str, str] = Field(
-        default_factory=dict,
+        default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_SCHEMA,
         description=("Node labels the controller pod must match (Pod nodeSelector). pathways: must not name "
                      "cloud.google.com/gke-tpu-accelerator (the controller runs off the TPU pools)."))
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the controller pod.")
@@ -393,7 +403,7 @@ class WorkerSpec(_Model):
                      "than the user settings, POD_IP, HOME, TMPDIR, XDG_CACHE_HOME, JAX_PLATFORMS; pathways: the "
                      "Megascale/Pathways variables) are refused."))
     node_selector: dict[str, str] = Field(
-        default_factory=dict,
+        default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_SCHEMA,
         description=("Node labels every worker pod must match (Pod nodeSelector). pathways: added to the TPU "
                      "selectors the operator sets; a key naming cloud.google.com/gke-tpu-accelerator or "
                      "cloud.google.com/gke-tpu-topology is refused (use spec.slices)."))

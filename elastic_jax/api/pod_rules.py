@@ -129,18 +129,19 @@ _CEL_EXTENDED = "(k.contains('/') && !k.contains('kubernetes.io/'))"
 _CEL_NON_OVERCOMMIT = f"({_CEL_EXTENDED} || k.startsWith('{HUGEPAGES_PREFIX}'))"
 
 
-def _cel_str(s: str) -> str:
+def cel_string(s: str) -> str:
+    """`s` as a CEL string literal (single quotes, backslashes and quotes escaped)."""
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _cel_name_rule(part: str) -> dict[str, str]:
-    standard = ", ".join(_cel_str(n) for n in STANDARD_CONTAINER_RESOURCES)
-    ok = (f"k.matches({_cel_str(QUALIFIED_NAME_PATTERN)}) && "
+    standard = ", ".join(cel_string(n) for n in STANDARD_CONTAINER_RESOURCES)
+    ok = (f"k.matches({cel_string(QUALIFIED_NAME_PATTERN)}) && "
           f"(k in [{standard}] || "
           f"(k.startsWith('{HUGEPAGES_PREFIX}') && isQuantity(k.substring({len(HUGEPAGES_PREFIX)})) && "
           f"quantity(k.substring({len(HUGEPAGES_PREFIX)})).sign() > 0) || "
           f"(k.contains('/') && (k.contains('kubernetes.io/') || (!k.startsWith('requests.') && "
-          f"('requests.' + k).matches({_cel_str(QUALIFIED_NAME_PATTERN)})))))")
+          f"('requests.' + k).matches({cel_string(QUALIFIED_NAME_PATTERN)})))))")
     return {"rule": f"!has(self.{part}) || self.{part}.all(k, {ok})",
             "message": ("a container resource is cpu, memory, ephemeral-storage, hugepages-<size>, or an "
                         "extended resource with a domain (e.g. google.com/tpu)"),
