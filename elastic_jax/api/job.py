@@ -112,7 +112,8 @@ ENV_LIST_SCHEMA = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys"
 class EnvVar(_Model):
     """One environment variable for a container (a plain value only)."""
 
-    name: str = Field(min_length=1, description="Variable name: printable ASCII characters other than '='.",
+    name: str = Field(min_length=1, max_length=1024,
+                      description="Variable name: printable ASCII characters other than '='.",
                       json_schema_extra={"pattern": ENV_NAME_PATTERN})
     value: str = Field(default="", description="Variable value.")
 
@@ -306,9 +307,9 @@ class SliceSpec(_Model):
         description="Devices per host. cpu backend: host devices the worker JAX process fakes (--xla_force_host_platform_device_count).",
     )
     accelerator: str | None = Field(
-        default=None, description="pathways backend: GKE TPU accelerator label, e.g. tpu-v5-lite-podslice."
+        default=None, max_length=63, description="pathways backend: GKE TPU accelerator label, e.g. tpu-v5-lite-podslice."
     )
-    topology: str | None = Field(default=None, description="pathways backend: TPU topology of one slice, e.g. 2x2.")
+    topology: str | None = Field(default=None, max_length=63, description="pathways backend: TPU topology of one slice, e.g. 2x2.")
 
     @model_validator(mode="after")
     def _min_not_above_count(self) -> "SliceSpec":

@@ -117,7 +117,8 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     """
     parts = []
     for item in error.errors():
-        loc = ".".join(str(p) for p in item["loc"])
+        # Kubernetes' spelling of a path: list indexes in brackets (spec.worker.tolerations[0].key).
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in item["loc"]).lstrip(".")
         msg = item["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]

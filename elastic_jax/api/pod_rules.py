@@ -164,6 +164,10 @@ RESOURCES_CEL_RULES: list[dict[str, str]] = [
      "message": ("a request must be less than or equal to the limit of the same resource (equal for an "
                  "extended resource or hugepages)"),
      "fieldPath": ".requests"},
+    *[{"rule": (f"!has(self.{part}) || self.{part}.all(k, !isQuantity(string(self.{part}[k])) || "
+                f"{_cel_q(f'self.{part}[k]')}.sign() >= 0)"),
+       "message": "a quantity must not be negative",
+       "fieldPath": f".{part}"} for part in ("requests", "limits")],
     *[{"rule": (f"!has(self.{part}) || self.{part}.all(k, !{_CEL_EXTENDED} || "
                 f"!isQuantity(string(self.{part}[k])) || {_cel_q(f'self.{part}[k]')}.isInteger())"),
        "message": "an extended resource (domain/name) must be a whole number",
