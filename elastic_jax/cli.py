@@ -159,6 +159,8 @@ def validate(
         raise _error(str(e))
     if cluster:
         _check_cluster(job)
+    else:
+        _check_tpu(job)
     if trainer:
         _check_trainer(job, manifest)
         _check_checkpoint(job, fresh=False, check_gcs=True)
@@ -174,7 +176,7 @@ def _check_cluster(job) -> None:
 
     found = cluster.problems(job.spec.to_manifest())
     if not found:
-        # What the operator alone checks (the TPU table of backend pathways), with its messages.
+        # What the operator checks when rendering (the TPU table of backend pathways), with its messages.
         from elastic_jax.k8s_operator.backends import UnsupportedBackend, resolve
 
         try:
@@ -185,6 +187,19 @@ def _check_cluster(job) -> None:
         typer.echo(f"error: {message}", err=True)
     if found:
         raise _error(found[-1])
+
+
+def _check_tpu(job) -> None:
+    """The TPU accelerator/topology table (backend pathways): the CRD's CEL applies it to every job, so
+    `validate` does too, with or without --cluster (exit 2 naming spec.slices.*)."""
+    if job.spec.backend != "pathways":
+        return
+    from elastic_jax.k8s_operator.backends.tpu_shapes import SliceShapeError, slice_shape
+
+    try:
+        slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
+    except SliceShapeError as e:
+        raise _error(str(e))
 
 
 def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:

@@ -203,3 +203,12 @@ def test_worker_pods_refused_as_invalid_fail_the_job(monkeypatch):
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec" and "is invalid" in failed["message"]
     assert {"j-slice-0", "j-controller-0"} <= set(kube.deleted)
+
+
+def test_plain_validate_applies_the_tpu_table_as_the_crd_does(tmp_path):
+    job = pathways_job()
+    job["spec"]["slices"]["accelerator"] = "tpu-v9-slice"
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "spec.slices.accelerator 'tpu-v9-slice'" in result.output, result.output
