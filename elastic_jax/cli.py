@@ -190,15 +190,18 @@ def _check_cluster(job) -> None:
 
 
 def _check_tpu(job) -> None:
-    """The TPU accelerator/topology table (backend pathways): the CRD's CEL applies it to every job, so
-    `validate` does too, with or without --cluster (exit 2 naming spec.slices.*)."""
+    """The TPU accelerator/topology table and the TPU node selectors (backend pathways): the CRD's CEL applies
+    them to every job, so `validate` does too, with or without --cluster (exit 2 naming the field)."""
     if job.spec.backend != "pathways":
         return
-    from elastic_jax.k8s_operator.backends.tpu_shapes import SliceShapeError, slice_shape
+    from elastic_jax.k8s_operator.backends import UnsupportedBackend
+    from elastic_jax.k8s_operator.backends.pathways import check_node_selectors
+    from elastic_jax.k8s_operator.backends.tpu_shapes import slice_shape
 
     try:
         slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
-    except SliceShapeError as e:
+        check_node_selectors(job)  # (also a CEL rule of the CRD)
+    except UnsupportedBackend as e:
         raise _error(str(e))
 
 

@@ -87,6 +87,11 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("unknown-tpu-accelerator", _set(pathways_job, "spec.slices.accelerator", "tpu-v9-slice"), "spec.slices.accelerator"),
     ("tpu-topology-dimensions", _set(pathways_job, "spec.slices.topology", "2x2x2"), "spec.slices.topology"),
     ("tpu-topology-partial-host", _set(pathways_job, "spec.slices.topology", "1x2"), "spec.slices.topology"),
+    ("pathways-worker-selects-the-tpu-label",
+     _set(pathways_job, "spec.worker.nodeSelector", {"cloud.google.com/gke-tpu-topology": "4x4"}),
+     "spec.worker.nodeSelector"),
+    ("node-selector-key", _set(cpu_job, "spec.controller.nodeSelector", {"bad key": "v"}),
+     "spec.controller.nodeSelector"),
     ("node-selector-value", _set(cpu_job, "spec.worker.nodeSelector", {"pool": "a b"}), "spec.worker.nodeSelector"),
 ]
 
