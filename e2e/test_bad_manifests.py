@@ -8,9 +8,6 @@ A manifest the API server refused only when the operator created a pod from it u
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -21,7 +18,7 @@ from elastic_jax.cli import app
 from tests.support.bad_manifests import BAD_NAMESPACE, CASES, cpu_job, pathways_job
 
 
-def _validate(tmp_path, manifest: dict) -> subprocess.CompletedProcess | object:
+def _validate(tmp_path, manifest: dict):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
     return CliRunner().invoke(app, ["validate", "--cluster", str(path)])
@@ -33,8 +30,8 @@ def _dry_run_create(cluster, namespace: str, manifest: dict) -> dict:
     Raises:
       ApiError: the API server refused it.
     """
-    path = f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs?dryRun=All"
-    return cluster.api().create(path, json.loads(json.dumps(manifest)))
+    path = f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs"
+    return cluster.api().request("POST", path, manifest, query={"dryRun": "All"})
 
 
 @pytest.mark.parametrize("make", [cpu_job, pathways_job], ids=["cpu", "pathways"])
