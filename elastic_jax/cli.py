@@ -174,7 +174,12 @@ def _check_cluster(job) -> None:
     on a cluster; each problem on its own `error:` line (exit 2)."""
     from elastic_jax.api import cluster
 
+    from elastic_jax.k8s_operator.children import manifest_size_problem
+
     found = cluster.problems(job.spec.to_manifest())
+    too_large = manifest_size_problem(job)
+    if too_large:  # (the API server refuses it only when the operator creates the ConfigMap)
+        found.append(too_large)
     if not found:
         # What the operator checks when rendering (the TPU table of backend pathways), with its messages.
         from elastic_jax.k8s_operator.backends import UnsupportedBackend, resolve

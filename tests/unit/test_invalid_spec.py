@@ -212,3 +212,12 @@ def test_plain_validate_applies_the_tpu_table_as_the_crd_does(tmp_path):
     path.write_text(yaml.safe_dump(job))
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 2 and "spec.slices.accelerator 'tpu-v9-slice'" in result.output, result.output
+
+
+def test_validate_cluster_refuses_a_manifest_too_large_for_its_configmap(tmp_path):
+    job = cpu_job()
+    job["spec"]["controller"] = {"trainer": {"config": {"vocab": ["w" * 1000] * 1100}}}
+    code, out = _validate(tmp_path, job)
+    assert code == 2 and "spec.controller.trainer.config" in out and "1048576" in out, out
+    job["spec"]["controller"]["trainer"]["config"]["vocab"] = ["w" * 1000] * 900
+    assert _validate(tmp_path, job)[0] == 0
