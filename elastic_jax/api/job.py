@@ -57,7 +57,9 @@ QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numk
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 # Integers in the API server are int64: a larger number in a manifest is refused there
 # (the CRD's `maximum`), so `elastic-jax validate` refuses it too (issue 9: steps: 2**70).
-INT64_MAX = 2**63 - 1
+# The bound is the largest float64 below 2**63: the API server reads a schema's `maximum` as
+# a float64 (2**63 - 1 rounds up to 2**63 and overflows), and both sides must agree exactly.
+INT64_MAX = 2**63 - 1024
 
 
 def _quantity(value: Any) -> str:
@@ -173,7 +175,7 @@ class Toleration(_Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects.")
     toleration_seconds: int | None = Field(
-        default=None, ge=-INT64_MAX - 1, le=INT64_MAX, description="NoExecute only: how long the pod stays bound after the taint appears (default forever).")
+        default=None, ge=-INT64_MAX, le=INT64_MAX, description="NoExecute only: how long the pod stays bound after the taint appears (default forever).")
 
     @model_validator(mode="after")
     def _as_the_api_server_checks(self) -> "Toleration":

@@ -139,7 +139,7 @@ def _cel_name_rule(part: str) -> dict[str, str]:
     ok = (f"k.matches({cel_string(QUALIFIED_NAME_PATTERN)}) && "
           f"(k in [{standard}] || "
           f"(k.startsWith('{HUGEPAGES_PREFIX}') && isQuantity(k.substring({len(HUGEPAGES_PREFIX)})) && "
-          f"quantity(k.substring({len(HUGEPAGES_PREFIX)})).sign() > 0) || "
+          f"quantity(k.substring({len(HUGEPAGES_PREFIX)})).compareTo(quantity('0')) > 0) || "
           f"(k.contains('/') && (k.contains('kubernetes.io/') || (!k.startsWith('requests.') && "
           f"('requests.' + k).matches({cel_string(QUALIFIED_NAME_PATTERN)})))))")
     return {"rule": f"!has(self.{part}) || self.{part}.all(k, {ok})",
@@ -165,7 +165,7 @@ RESOURCES_CEL_RULES: list[dict[str, str]] = [
                  "extended resource or hugepages)"),
      "fieldPath": ".requests"},
     *[{"rule": (f"!has(self.{part}) || self.{part}.all(k, !isQuantity(string(self.{part}[k])) || "
-                f"{_cel_q(f'self.{part}[k]')}.sign() >= 0)"),
+                f"{_cel_q(f'self.{part}[k]')}.compareTo(quantity('0')) >= 0)"),
        "message": "a quantity must not be negative",
        "fieldPath": f".{part}"} for part in ("requests", "limits")],
     *[{"rule": (f"!has(self.{part}) || self.{part}.all(k, !{_CEL_EXTENDED} || "
