@@ -163,6 +163,8 @@ def validate(
         raise _error(str(e))
     if cluster:
         _check_cluster(job)
+    else:
+        _check_tpu(job)
     if trainer:
         _check_trainer(job, manifest)
         _check_checkpoint(job, fresh=False, check_gcs=True)
@@ -176,9 +178,14 @@ def _check_cluster(job) -> None:
     on a cluster; each problem on its own `error:` line (exit 2)."""
     from elastic_jax.api import cluster
 
+    from elastic_jax.k8s_operator.children import manifest_size_problem
+
     found = cluster.problems(job.spec.to_manifest())
+    too_large = manifest_size_problem(job)
+    if too_large:  # (the API server refuses it only when the operator creates the ConfigMap)
+        found.append(too_large)
     if not found:
-        # What the operator alone checks (the TPU table of backend pathways), with its messages.
+        # What the operator checks when rendering (the TPU table of backend pathways), with its messages.
         from elastic_jax.k8s_operator.backends import UnsupportedBackend, resolve
 
         try:
@@ -189,6 +196,22 @@ def _check_cluster(job) -> None:
         typer.echo(f"error: {message}", err=True)
     if found:
         raise _error(found[-1])
+
+
+def _check_tpu(job) -> None:
+    """The TPU accelerator/topology table and the TPU node selectors (backend pathways): the CRD's CEL applies
+    them to every job, so `validate` does too, with or without --cluster (exit 2 naming the field)."""
+    if job.spec.backend != "pathways":
+        return
+    from elastic_jax.k8s_operator.backends import UnsupportedBackend
+    from elastic_jax.k8s_operator.backends.pathways import check_node_selectors
+    from elastic_jax.k8s_operator.backends.tpu_shapes import slice_shape
+
+    try:
+        slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
+        check_node_selectors(job)  # (also a CEL rule of the CRD)
+    except UnsupportedBackend as e:
+        raise _error(str(e))
 
 
 def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from elastic_jax.api import checkpoints, images, runtime_env
+from elastic_jax.api import checkpoints, images, pod_rules, runtime_env
 
 GROUP = "elasticjax.dev"
 VERSION = "v1alpha1"
@@ -55,6 +55,11 @@ _ENTRY_POINT = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
                     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 _QUANTITY = re.compile(QUANTITY_PATTERN)
+# Integers in the API server are int64: a larger number in a manifest is refused there
+# (the CRD's `maximum`), so `elastic-jax validate` refuses it too (issue 9: steps: 2**70).
+# The bound is the largest float64 below 2**63: the API server reads a schema's `maximum` as
+# a float64 (2**63 - 1 rounds up to 2**63 and overflows), and both sides must agree exactly.
+INT64_MAX = 2**63 - 1024
 
 
 def _quantity(value: Any) -> str:
@@ -75,7 +80,8 @@ def _quantity(value: Any) -> str:
 
 
 Quantity = Annotated[str, PlainValidator(_quantity),
-                     WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN})]
+                     WithJsonSchema({"x-kubernetes-int-or-string": True, "pattern": QUANTITY_PATTERN,
+                                     "maxLength": 64})]
 
 
 class _Model(BaseModel):
@@ -99,10 +105,17 @@ ENV_NAME_PATTERN = r"^[ -<>-~]+$"
 _ENV_NAME = re.compile(ENV_NAME_PATTERN)
 
 
+# A list of env vars is a map keyed by name in the CRD, so the API server refuses a name set twice
+# (as `_env_not_reserved` does); the bound keeps the CEL rules over it cheap.
+MAX_ENV = 128
+ENV_LIST_SCHEMA = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+
+
 class EnvVar(_Model):
     """One environment variable for a container (a plain value only)."""
 
-    name: str = Field(min_length=1, description="Variable name: printable ASCII characters other than '='.",
+    name: str = Field(min_length=1, max_length=1024,
+                      description="Variable name: printable ASCII characters other than '='.",
                       json_schema_extra={"pattern": ENV_NAME_PATTERN})
     value: str = Field(default="", description="Variable value.")
 
@@ -119,6 +132,7 @@ class EnvVar(_Model):
 # ServiceAccount or PriorityClass; a label value is at most 63 characters.
 DNS1123_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                         r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
@@ -152,13 +166,16 @@ class LocalObjectReference(_Model):
 class Toleration(_Model):
     """A Pod toleration (Kubernetes `core/v1.Toleration`): lets the pods schedule onto nodes with a matching taint."""
 
-    key: str | None = Field(default=None, description="Taint key to match; empty with operator Exists matches every taint.")
+    key: str | None = Field(default=None, max_length=317,
+                            description="Taint key to match (a label key); empty with operator Exists matches every taint.",
+                            json_schema_extra={"pattern": pod_rules.QUALIFIED_NAME_PATTERN})
     operator: Literal["Exists", "Equal"] = Field(default="Equal", description="Exists (any value) or Equal (value must match).")
-    value: str | None = Field(default=None, description="Taint value to match (operator Equal).")
+    value: str | None = Field(default=None, max_length=63, description="Taint value to match (operator Equal; a label value).",
+                              json_schema_extra={"pattern": pod_rules.LABEL_VALUE_PATTERN})
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all effects.")
     toleration_seconds: int | None = Field(
-        default=None, description="NoExecute only: how long the pod stays bound after the taint appears (default forever).")
+        default=None, ge=-INT64_MAX, le=INT64_MAX, description="NoExecute only: how long the pod stays bound after the taint appears (default forever).")
 
     @model_validator(mode="after")
     def _as_the_api_server_checks(self) -> "Toleration":
@@ -168,6 +185,9 @@ class Toleration(_Model):
             raise ValueError(f"a toleration with operator Exists must not have a value (got {self.value!r})")
         if self.toleration_seconds is not None and self.effect != "NoExecute":
             raise ValueError("tolerationSeconds needs effect NoExecute")
+        found = pod_rules.toleration_problems(self.key, self.value)
+        if found:
+            raise ValueError("; ".join(found))
         return self
 
     def to_pod(self) -> dict[str, Any]:
@@ -190,6 +210,34 @@ def _node_selector(value: dict[str, str], field: str) -> dict[str, str]:
     return value
 
 
+# A container image as a Pod takes it: not empty, no leading or trailing whitespace.
+IMAGE_PATTERN = r"^\S(.*\S)?$"
+
+
+def _pod_fields(image: str, resources: "Resources", role: str) -> None:
+    """Checks the fields of a `role` ("spec.controller" / "spec.worker") that the API server checks in a Pod.
+
+    Raises:
+      ValueError: every problem found, each naming its field.
+    """
+    found = []
+    if image != image.strip():
+        found.append(f"{role}.image {image!r} must not have leading or trailing whitespace")
+    found += resources.problems(f"{role}.resources")
+    if found:
+        raise ValueError("; ".join(found))
+
+
+# The CRD's rules of a nodeSelector (as `_node_selector` checks): label keys, label values.
+NODE_SELECTOR_SCHEMA = {
+    "additionalProperties": {"type": "string", "maxLength": 63, "pattern": pod_rules.LABEL_VALUE_PATTERN},
+    "x-kubernetes-validations": [{
+        "rule": f"self.all(k, size(k) <= 317 && k.matches({pod_rules.cel_string(pod_rules.QUALIFIED_NAME_PATTERN)}))",
+        "message": "a nodeSelector key must be a label key (an optional DNS prefix and '/', then at most 63 "
+                   "letters, digits, '-', '_', '.')"}],
+}
+
+
 # Requests given to a container when the spec sets neither a request nor a limit for that resource
 # (`effective_resources`). Sized for the cpu backend on a small cluster (kind on a laptop): enough
 # that the scheduler does not pack a JAX process onto a node with no room, small enough that a
@@ -204,8 +252,20 @@ DEFAULT_REQUESTS = {
 class Resources(_Model):
     """Kubernetes container resources (quantities as in a Pod: `cpu: 2`, `cpu: 500m`, `memory: 4Gi`)."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict, description="Resource requests, e.g. {cpu: 1, memory: 2Gi}.")
-    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits, e.g. {memory: 4Gi}.")
+    # CEL rules for the CRD: the API server's pod rules (`pod_rules.resources_problems`) at `kubectl apply`.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": pod_rules.RESOURCES_CEL_RULES})
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, max_length=pod_rules.MAX_RESOURCES,
+        description=("Resource requests, e.g. {cpu: 1, memory: 2Gi}; each at most its limit (equal to it for an "
+                     "extended resource such as example.com/gpu, or hugepages)."))
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=pod_rules.MAX_RESOURCES,
+                                        description="Resource limits, e.g. {memory: 4Gi}.")
+
+    def problems(self, field: str) -> list[str]:
+        """What the API server would refuse in these resources when creating the pod, each naming `field`
+        (e.g. "spec.worker.resources"); [] when nothing."""
+        return pod_rules.resources_problems(self.requests, self.limits, field)
 
     def effective(self, role: str) -> dict[str, Any]:
         """The container's `resources`: these, plus `DEFAULT_REQUESTS[role]` for each resource (cpu, memory)
@@ -265,9 +325,9 @@ class SliceSpec(_Model):
         description="Devices per host. cpu backend: host devices the worker JAX process fakes (--xla_force_host_platform_device_count).",
     )
     accelerator: str | None = Field(
-        default=None, description="pathways backend: GKE TPU accelerator label, e.g. tpu-v5-lite-podslice."
+        default=None, max_length=63, description="pathways backend: GKE TPU accelerator label, e.g. tpu-v5-lite-podslice."
     )
-    topology: str | None = Field(default=None, description="pathways backend: TPU topology of one slice, e.g. 2x2.")
+    topology: str | None = Field(default=None, max_length=63, description="pathways backend: TPU topology of one slice, e.g. 2x2.")
 
     @model_validator(mode="after")
     def _min_not_above_count(self) -> "SliceSpec":
@@ -314,24 +374,25 @@ class TrainerSpec(_Model):
 class ControllerSpec(_Model):
     """The long-lived controller pod that runs the training loop."""
 
-    image: str = Field(default=DEFAULT_CONTROLLER_IMAGE, description="Controller container image.")
+    image: str = Field(default=DEFAULT_CONTROLLER_IMAGE, min_length=1, description="Controller container image.",
+                       json_schema_extra={"pattern": IMAGE_PATTERN})
     trainer: TrainerSpec = Field(default_factory=TrainerSpec, description="Training program and its config.")
     resources: Resources = Field(
         default_factory=Resources,
         description=("Controller container resources. For cpu and memory that are given neither a request nor a "
                      "limit, the operator requests 250m CPU and 512Mi memory (no limit)."))
     env: list[EnvVar] = Field(
-        default_factory=list,
+        default_factory=list, max_length=MAX_ENV, json_schema_extra=ENV_LIST_SCHEMA,
         description=("Extra environment variables for the controller. Variables the operator sets (ELASTIC_JAX_* "
                      "other than the user settings, POD_IP, HOME, TMPDIR, XDG_CACHE_HOME; pathways: JAX_PLATFORMS, "
                      "JAX_BACKEND_TARGET, XCLOUD_ENVIRONMENT, ENABLE_PATHWAYS_PERSISTENCE) are refused."))
     node_selector: dict[str, str] = Field(
-        default_factory=dict,
+        default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_SCHEMA,
         description=("Node labels the controller pod must match (Pod nodeSelector). pathways: must not name "
                      "cloud.google.com/gke-tpu-accelerator (the controller runs off the TPU pools)."))
     tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the controller pod.")
     service_account_name: str | None = Field(
-        default=None,
+        default=None, max_length=253, json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN},
         description=("ServiceAccount of the controller pod (e.g. one bound to a Google service account by GKE "
                      "Workload Identity, to read and write gs:// checkpoints). Only ServiceAccounts the cluster "
                      "admin allowed for this namespace in the operator's settings are accepted; any other fails "
@@ -344,6 +405,7 @@ class ControllerSpec(_Model):
     @model_validator(mode="after")
     def _names(self) -> "ControllerSpec":
         _node_selector(self.node_selector, "spec.controller.nodeSelector")
+        _pod_fields(self.image, self.resources, "spec.controller")
         if self.service_account_name is not None:
             _object_name(self.service_account_name, "spec.controller.serviceAccountName")
         if self.automount_service_account_token and self.service_account_name is None:
@@ -355,19 +417,21 @@ class ControllerSpec(_Model):
 class WorkerSpec(_Model):
     """The per-slice worker pods."""
 
-    image: str = Field(default=DEFAULT_WORKER_IMAGE, description="Worker container image (cpu backend) or Pathways server image.")
+    image: str = Field(default=DEFAULT_WORKER_IMAGE, min_length=1,
+                       description="Worker container image (cpu backend) or Pathways server image.",
+                       json_schema_extra={"pattern": IMAGE_PATTERN})
     resources: Resources = Field(
         default_factory=Resources,
         description=("Worker container resources. cpu backend: for cpu and memory that are given neither a request "
                      "nor a limit, the operator requests 250m CPU and 512Mi memory (no limit). pathways: the "
                      "google.com/tpu limit is the operator's."))
     env: list[EnvVar] = Field(
-        default_factory=list,
+        default_factory=list, max_length=MAX_ENV, json_schema_extra=ENV_LIST_SCHEMA,
         description=("Extra environment variables for workers. Variables the operator sets (ELASTIC_JAX_* other "
                      "than the user settings, POD_IP, HOME, TMPDIR, XDG_CACHE_HOME, JAX_PLATFORMS; pathways: the "
                      "Megascale/Pathways variables) are refused."))
     node_selector: dict[str, str] = Field(
-        default_factory=dict,
+        default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_SCHEMA,
         description=("Node labels every worker pod must match (Pod nodeSelector). pathways: added to the TPU "
                      "selectors the operator sets; a key naming cloud.google.com/gke-tpu-accelerator or "
                      "cloud.google.com/gke-tpu-topology is refused (use spec.slices)."))
@@ -387,22 +451,23 @@ class WorkerSpec(_Model):
     @model_validator(mode="after")
     def _names(self) -> "WorkerSpec":
         _node_selector(self.node_selector, "spec.worker.nodeSelector")
+        _pod_fields(self.image, self.resources, "spec.worker")
         return self
 
 
 class TrainingSpec(_Model):
     """Length and batch of the run."""
 
-    steps: int = Field(ge=1, description="Total optimizer steps to run.")
+    steps: int = Field(ge=1, le=INT64_MAX, description="Total optimizer steps to run.")
     global_batch_size: int = Field(
-        ge=1,
+        ge=1, le=INT64_MAX,
         description=(
             "Examples per step across all active slices. Kept constant when slices leave or join: "
             "the per-slice batch is rescaled (global batch / active slices, remainder to the lowest indices)."
         ),
     )
-    seed: int = Field(default=0, ge=0, description="Seed for parameter init and data order.")
-    log_every_steps: int = Field(default=10, ge=1, description="Steps between progress log lines.")
+    seed: int = Field(default=0, ge=0, le=INT64_MAX, description="Seed for parameter init and data order.")
+    log_every_steps: int = Field(default=10, ge=1, le=INT64_MAX, description="Steps between progress log lines.")
 
 
 class CheckpointSpec(_Model):
@@ -417,8 +482,8 @@ class CheckpointSpec(_Model):
 
     uri: str = Field(min_length=1, max_length=4096,  # bounds the CEL rule's cost too
                      description="Checkpoint directory: a local path or gs://bucket/prefix (no other scheme).")
-    interval_steps: int = Field(default=50, ge=1, description="Save every this many steps (async).")
-    max_to_keep: int = Field(default=3, ge=1, description="Committed checkpoints kept; older ones are deleted.")
+    interval_steps: int = Field(default=50, ge=1, le=INT64_MAX, description="Save every this many steps (async).")
+    max_to_keep: int = Field(default=3, ge=1, le=INT64_MAX, description="Committed checkpoints kept; older ones are deleted.")
     resume_from: Literal["SameJob", "Any"] = Field(
         default="SameJob",
         description=(
@@ -442,10 +507,10 @@ class ElasticitySpec(_Model):
     """Recovery policy."""
 
     max_restarts: int = Field(
-        default=20, ge=0, description="Job-wide budget of slice recoveries; one more fails the job."
+        default=20, ge=0, le=INT64_MAX, description="Job-wide budget of slice recoveries; one more fails the job."
     )
     max_restarts_per_slice: int = Field(
-        default=10, ge=0, description="Budget of replacements of any one slice; one more fails the job."
+        default=10, ge=0, le=INT64_MAX, description="Budget of replacements of any one slice; one more fails the job."
     )
     step_deadline_seconds: float = Field(
         default=60.0, gt=0, description="A step not finished within this time marks the slow slices down (hang detection)."
@@ -469,7 +534,7 @@ class ElasticitySpec(_Model):
     )
     image_pull_timeout_seconds: int = Field(
         default=900,
-        ge=0,
+        ge=0, le=INT64_MAX,
         description=(
             "How long a controller or worker image may stay unpullable (ErrImagePull, ImagePullBackOff, "
             "InvalidImageName) before the job fails naming it; until then the kubelet retries with its own "
@@ -479,7 +544,7 @@ class ElasticitySpec(_Model):
     )
     host_snapshot_interval_steps: int = Field(
         default=10,
-        ge=0,
+        ge=0, le=INT64_MAX,
         description=(
             "pathways backend: copy the training state to controller RAM every this many steps, so a lost "
             "slice restores from memory when the copy is newer than the last checkpoint (0: off)."
@@ -512,6 +577,8 @@ class ElasticTrainingJobSpec(_Model):
         {"rule": "self.training.globalBatchSize >= self.slices.count",
          "message": "spec.training.globalBatchSize must be at least spec.slices.count: every slice needs one "
                     "example per step"},
+        # `_env_not_reserved`, generated from the runtime contract's lists
+        *runtime_env.cel_rules(),
         # (immutability: `cluster.add_immutability_rules`, put on by `elastic_jax.api.crd`)
     ]})
 
@@ -526,14 +593,14 @@ class ElasticTrainingJobSpec(_Model):
     elasticity: ElasticitySpec = Field(default_factory=ElasticitySpec, description="Recovery policy and budgets.")
     suspend: bool = Field(default=False, description="True: checkpoint, then stop the controller and workers; false resumes.")
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, description="Delete the job this many seconds after it Succeeded or Failed."
+        default=None, ge=0, le=INT64_MAX, description="Delete the job this many seconds after it Succeeded or Failed."
     )
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list,
         description=("Secrets (kubernetes.io/dockerconfigjson, in the job's namespace) the kubelet uses to pull "
                      "the controller and worker images, e.g. for a private Artifact Registry. Names only."))
     priority_class_name: str | None = Field(
-        default=None,
+        default=None, max_length=253, json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN},
         description="PriorityClass of the controller and worker pods (the scheduler's preemption order).")
 
     @model_validator(mode="after")
@@ -609,6 +676,10 @@ class ObjectMeta(_Model):
         problem = name_problem(self.name)
         if problem:
             raise ValueError(problem)
+        if self.namespace is not None and (len(self.namespace) > 63 or not _DNS1123_LABEL.fullmatch(self.namespace)):
+            # The API server refuses such a namespace before any CRD rule runs.
+            raise ValueError(f"metadata.namespace {self.namespace!r} must be a DNS-1123 label: at most 63 lowercase "
+                             "letters, digits and '-', starting and ending with a letter or digit")
         return self
 
 

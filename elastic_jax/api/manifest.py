@@ -117,7 +117,8 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     """
     parts = []
     for item in error.errors():
-        loc = ".".join(str(p) for p in item["loc"])
+        # Kubernetes' spelling of a path: list indexes in brackets (spec.worker.tolerations[0].key).
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in item["loc"]).lstrip(".")
         msg = item["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
@@ -137,15 +138,21 @@ def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
     as the CRD's `type: integer` / `type: boolean` refuses it there, never
     coerced.
 
+    Args:
+      data: the parsed manifest.
+      source: where it came from (a file name), the first word of an error; "" for none (the
+        operator: its messages go on the job itself, and every field path already starts with spec.).
+
     Raises:
       ManifestError: not a mapping, or invalid; the message names the field.
     """
+    where = f"{source}: " if source else ""
     if not isinstance(data, dict):
-        raise ManifestError(f"{source}: expected a YAML mapping with apiVersion, kind, metadata, spec")
+        raise ManifestError(f"{where}expected a YAML mapping with apiVersion, kind, metadata, spec")
     try:
         return ElasticTrainingJob.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as e:
-        raise ManifestError(f"{source}: {format_validation_error(e)}") from None
+        raise ManifestError(f"{where}{format_validation_error(e)}") from None
 
 
 def load_manifest(path: str | Path) -> ElasticTrainingJob:

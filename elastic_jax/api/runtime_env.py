@@ -83,3 +83,30 @@ def reserved_problem(name: str, role: str, backend: str) -> str | None:
     if name in operator_set(role, backend):
         return f"{name} is set by the operator in the {backend} {role} container and cannot be overridden"
     return None
+
+
+def _cel_list(names) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in sorted(names)) + "]"
+
+
+def cel_rules() -> list[dict[str, str]]:
+    """CEL rules for the CRD's spec: the API server refuses what `reserved_problem` refuses, naming the field.
+
+    One rule per role; the operator-set names depend on `spec.backend`, so each rule picks
+    the list of its backend. Generated from the lists above, never written by hand.
+    """
+    rules = []
+    for role in ("controller", "worker"):
+        by_backend = {b: operator_set(role, b) for b in ("cpu", "pathways")}
+        ok = (f"e.name in {_cel_list(USER_SETTINGS)} || (!e.name.startsWith('{PREFIX}') && "
+              f"(self.backend == 'pathways' ? !(e.name in {_cel_list(by_backend['pathways'])}) "
+              f": !(e.name in {_cel_list(by_backend['cpu'])})))")
+        rules.append({
+            "rule": f"!has(self.{role}) || !has(self.{role}.env) || self.{role}.env.all(e, {ok})",
+            "message": (f"spec.{role}.env names a variable the operator sets (or {PREFIX}* other than "
+                        f"{', '.join(sorted(USER_SETTINGS))}), which cannot be overridden; backend cpu: "
+                        f"{', '.join(sorted(n for n in by_backend['cpu'] if not n.startswith(PREFIX)))}; backend "
+                        f"pathways: {', '.join(sorted(n for n in by_backend['pathways'] if not n.startswith(PREFIX)))}"),
+            "fieldPath": f".{role}.env",
+        })
+    return rules

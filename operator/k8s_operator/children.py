@@ -38,6 +38,21 @@ def token_secret(job: ElasticTrainingJob, token: str) -> dict[str, Any]:
     }
 
 
+# The API server refuses a ConfigMap whose data is larger (core validation, `MaxSecretSize`/ConfigMap
+# `validateConfigMapData`); the job's manifest, with spec.controller.trainer.config, must fit.
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+
+
+def manifest_size_problem(job: ElasticTrainingJob) -> str | None:
+    """Why the job's manifest ConfigMap would be refused as too large (naming the free-form field), or None."""
+    size = sum(len(v.encode()) for v in manifest_configmap(job)["data"].values())
+    if size <= CONFIGMAP_MAX_BYTES:
+        return None
+    return (f"spec.controller.trainer.config: the manifest is {size} bytes in the ConfigMap the operator makes "
+            f"for the controller; a ConfigMap holds at most {CONFIGMAP_MAX_BYTES} bytes (put large data in files "
+            "the trainer reads, not in its config)")
+
+
 def manifest_configmap(job: ElasticTrainingJob) -> dict[str, Any]:
     """The ConfigMap with the manifest the controller reads (status and server fields dropped)."""
     manifest = {

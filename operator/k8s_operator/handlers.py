@@ -32,7 +32,8 @@ from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
-from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, pod_faults, slices_missing_pods
+from elastic_jax.k8s_operator.pod_faults import (RefusalEvent, creation_fault, invalid_refusal, pod_faults,
+                                                 slices_missing_pods)
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
@@ -44,6 +45,8 @@ from elastic_jax.k8s_operator.status_builder import (
     previous_job_terminating,
     token_conflict,
     token_refused,
+    REASON_INVALID_SPEC,
+    invalid_child,
     with_create_failure,
     with_node_loss,
     with_pod_faults,
@@ -132,7 +135,8 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
             "spec": dict(body.get("spec") or {})}
     # The resolved spec (pathways: hosts per slice from the topology) is what the
     # ConfigMap, the tracker and the renderers all see.
-    job = backends.resolve(parse_manifest(data, "spec"))
+    # (no source prefix: every message already names its field, spec.… or metadata.…)
+    job = backends.resolve(parse_manifest(data, ""))
     try:
         service_accounts.POLICY.check(job, body["metadata"].get("namespace") or "default")
     except service_accounts.ServiceAccountRefused as e:
@@ -144,12 +148,12 @@ def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any
     """The job Failed with condition reason InvalidSpec; with `body`, also one Warning Event `InvalidSpec`
     naming the field (kopf's own "failed permanently" event is not reliable enough to promise)."""
     if body is not None:
-        _event_sink(_ref(body))("Warning", "InvalidSpec", message)
+        _event_sink(_ref(body))("Warning", REASON_INVALID_SPEC, message)
     patch.status["phase"] = "Failed"
     patch.status["failureReason"] = message
     patch.status["observedGeneration"] = generation
     patch.status["conditions"] = set_condition(list(status.get("conditions") or []), COND_FAILED, "True",
-                                               "InvalidSpec", message, generation, now_rfc3339())
+                                               REASON_INVALID_SPEC, message, generation, now_rfc3339())
 
 
 # -- indexes ------------------------------------------------------------------------------
@@ -412,6 +416,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     finished = status.get("phase") in FINISHED_PHASES
 
     refusal: tuple[str, str] | None = None  # the first child the API server refused in this pass
+    invalid: str | None = None  # a child the API server refused as invalid (422): the job fails
     blocked = False  # no token Secret of ours: start nothing
     if not finished and not job.spec.suspend:
         try:
@@ -423,6 +428,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             refusal, blocked = child_conflict(e.kind, e.name), True
         except ChildRefused as e:
             refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
+            invalid = invalid or _invalid(e)
     created = body["metadata"].get("creationTimestamp") or ""
     pods = incarnation.own(job_pods, ns, name, tracker.job_uid, created)
     controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
@@ -485,6 +491,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                 controller_pod = status.get("controllerPod") or ""
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
+            invalid = invalid or _invalid(e)
             controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass
     elif job.spec.suspend:
         controller_pod = ""
@@ -499,6 +506,11 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             state.kube.create(ns, js)
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
+            invalid = invalid or _invalid(e)
+    if invalid is not None:
+        _fail_invalid_child(state, ns, invalid, controller_pods, jobsets, body, status, generation, patch, post)
+        tracker.finished = True
+        return
     # A replacement is counted (and announced) once it exists: a refused or blocked create is
     # the CreateFailed condition's news, retried each pass without spending maxRestarts.
     replaced = plan.controller_restarted and created_controller
@@ -534,6 +546,11 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
         faults = pod_faults(controller_pods + worker_pods)
         refused = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
+        if invalid_refusal(refused):
+            _fail_invalid_child(state, ns, f"worker pods cannot be created: {refused.message}", controller_pods,
+                                jobsets, body, status, generation, patch, post)
+            tracker.finished = True
+            return
         if refused is not None and refused.condition not in faults:
             faults[refused.condition] = refused
         new["conditions"], fault_events = with_pod_faults(new["conditions"], faults, generation, now_rfc3339())
@@ -555,6 +572,27 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         if status.get(k) != v:
             patch.status[k] = v
     _maybe_expire(state, key, job, new)
+
+
+def _invalid(e: ChildRefused) -> str | None:
+    """The failure reason when the API server refused a child as invalid (422), else None (a refusal that
+    may pass later: quota, admission, a webhook that is down)."""
+    return invalid_child(e.kind, e.name, e.message) if e.status == 422 else None
+
+
+def _fail_invalid_child(state: OperatorState, ns: str, message: str, controller_pods: list, jobsets: dict, body,
+                        status, generation: int, patch, post) -> None:
+    """Ends the job Failed (InvalidSpec, with an Event) and stops what runs: every pass would be refused the
+    same way, so retrying would only leave the workers running under a job that cannot start."""
+    _fail_spec(patch, status, generation, message, body)
+    patch.status["completionTime"] = now_rfc3339()
+    for js in jobsets.values():
+        if not js.deleting:
+            state.kube.delete_jobset(ns, js.name)
+    for pod in controller_pods:
+        if not pod.terminal and not pod.deleting:
+            state.kube.delete_pod(ns, pod.name)
+    post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> Failed")
 
 
 # Seconds between two reads of the Events of a job's JobSets/Jobs while pods are missing (API load bound).

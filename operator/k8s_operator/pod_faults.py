@@ -120,3 +120,14 @@ def creation_fault(slice_index: int, events: list[RefusalEvent], since: str) -> 
     return PodFault(st.COND_PODS_NOT_STARTING, event.reason,
                     f"slice {slice_index} worker pods cannot be created: {event.kind} {event.name}: "
                     f"{event.reason}: {event.message}")
+
+
+# How the API server words a 422 (apimachinery `errors.NewInvalid`: `<Kind> "<name>" is invalid: <field>: ...`),
+# as the Job controller passes it on in its FailedCreate Event.
+INVALID_MARK = " is invalid: "
+
+
+def invalid_refusal(fault: PodFault | None) -> bool:
+    """Whether a PodsNotStarting fault is the API server finding the pod template invalid (a 422): the spec
+    copied into it is wrong, so no retry can create the pods (unlike a quota or an admission webhook)."""
+    return fault is not None and fault.condition == st.COND_PODS_NOT_STARTING and INVALID_MARK in fault.message

@@ -118,7 +118,12 @@ def build_status(i: Inputs) -> dict[str, Any]:
                               g, now)
     elif any(x.get("type") == st.COND_SPEC_REJECTED for x in conds):
         conds = set_condition(conds, st.COND_SPEC_REJECTED, "False", "SpecApplied", "", g, now)
-    if finished:
+    # A job failed for its spec (the operator's parse, or a child the API server found invalid) keeps
+    # its InvalidSpec condition: that reason is what the user must act on.
+    invalid_spec = finished == "Failed" and any(
+        x.get("type") == st.COND_FAILED and x.get("status") == "True" and x.get("reason") == REASON_INVALID_SPEC
+        for x in conds)
+    if finished and not invalid_spec:
         reason = out.get("failureReason") or "" if finished == "Failed" else f"trained {i.job.spec.training.steps} steps"
         conds = set_condition(conds, finished, "True", "JobFailed" if finished == "Failed" else "JobSucceeded",
                               reason, g, now)
@@ -170,6 +175,22 @@ def changed_fields(applied: dict[str, Any], current: dict[str, Any], prefix: str
         elif a != b:
             out.append(f"{prefix}.{key}")
     return out
+
+
+# The Failed condition's reason when the spec is what is wrong (an Event of the same reason goes with it).
+REASON_INVALID_SPEC = "InvalidSpec"
+
+
+def invalid_child(kind: str, name: str, api_message: str) -> str:
+    """The failure reason of a job whose child the API server refused as invalid (422): the spec copied into
+    it breaks a rule `elastic-jax validate` and the CRD did not catch; retrying cannot help.
+
+    Args:
+      kind, name: the child.
+      api_message: the API server's message, which names the field of the child (up to 900 characters).
+    """
+    return (f"the API server refused {kind} {name} as invalid, a spec field copied into it breaks the API "
+            f"server's rules (fix the field it names and re-create the job): {api_message[:900]}")
 
 
 # HTTP status of a refused create -> the condition's reason.

@@ -529,5 +529,5 @@ def test_validate_refuses_operator_env_and_bad_pod_fields_naming_them(tmp_path):
     del m["spec"]["controller"]["env"]
     m["spec"]["worker"]["tolerations"] = [{"key": "spot", "operator": "Exists", "value": "x"}]
     proc = _validate(tmp_path, m)
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.worker.tolerations.0",
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.worker.tolerations[0]",
                           "operator Exists must not have a value")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from elastic_jax.api import crd
+from elastic_jax.api import crd, pod_rules
 from elastic_jax.api.job import ElasticTrainingJobSpec
 
 
@@ -113,4 +113,7 @@ def test_pod_fields_are_in_the_crd_with_descriptions():
     tol = props["worker"]["properties"]["tolerations"]["items"]["properties"]
     assert tol["operator"]["enum"] == ["Exists", "Equal"]
     assert tol["effect"]["enum"] == ["NoSchedule", "PreferNoSchedule", "NoExecute"]
-    assert props["controller"]["properties"]["nodeSelector"]["additionalProperties"] == {"type": "string"}
+    # label values as the API server checks them in a Pod; keys by CEL (a CRD cannot pattern map keys)
+    assert props["controller"]["properties"]["nodeSelector"]["additionalProperties"]["pattern"] == \
+        pod_rules.LABEL_VALUE_PATTERN
+    assert tol["key"]["pattern"] == pod_rules.QUALIFIED_NAME_PATTERN

@@ -71,9 +71,9 @@ def test_invalid_spec_names_field(override, expected):
 def test_quantities_as_in_a_pod_spec():
     """`cpu: 2` (an int) is what users write in Pod specs; it is kept as the string "2"."""
     job = parse_manifest(_job(worker={"resources": {"requests": {"cpu": 2, "memory": "1.5Gi"},
-                                                     "limits": {"cpu": "500m", "google.com/tpu": 4}}}))
+                                                     "limits": {"cpu": "2500m", "google.com/tpu": 4}}}))
     assert job.spec.worker.resources.requests == {"cpu": "2", "memory": "1.5Gi"}
-    assert job.spec.worker.resources.limits == {"cpu": "500m", "google.com/tpu": "4"}
+    assert job.spec.worker.resources.limits == {"cpu": "2500m", "google.com/tpu": "4"}
 
 
 def test_yaml_timestamp_is_a_string_as_kubectl_sends_it():
@@ -260,17 +260,17 @@ def test_checkpoint_uri_schemes_other_than_gs_are_refused(uri, expected):
     ({"controller": {"env": [{"name": "A"}, {"name": "A", "value": "2"}]}},
      "spec.controller.env[1].name: A is set twice"),
     # Names and selectors as the API server checks them.
-    ({"imagePullSecrets": [{"name": "Reg_Cred"}]}, "spec.imagePullSecrets.0: secret name 'Reg_Cred' must be a Kubernetes object name"),
-    ({"imagePullSecrets": ["regcred"]}, "spec.imagePullSecrets.0: Input should be an object"),
+    ({"imagePullSecrets": [{"name": "Reg_Cred"}]}, "spec.imagePullSecrets[0]: secret name 'Reg_Cred' must be a Kubernetes object name"),
+    ({"imagePullSecrets": ["regcred"]}, "spec.imagePullSecrets[0]: Input should be an object"),
     ({"priorityClassName": "High"}, "spec.priorityClassName 'High' must be a Kubernetes object name"),
     ({"worker": {"nodeSelector": {"pool name": "a"}}}, "spec.worker.nodeSelector key 'pool name' is not a valid label key"),
     ({"controller": {"nodeSelector": {"pool": "a b"}}}, "spec.controller.nodeSelector['pool'] value 'a b' is not a valid label value"),
-    ({"worker": {"tolerations": [{"value": "x"}]}}, "spec.worker.tolerations.0: a toleration without a key must have operator Exists"),
+    ({"worker": {"tolerations": [{"value": "x"}]}}, "spec.worker.tolerations[0]: a toleration without a key must have operator Exists"),
     ({"worker": {"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}},
-     "spec.worker.tolerations.0: a toleration with operator Exists must not have a value"),
+     "spec.worker.tolerations[0]: a toleration with operator Exists must not have a value"),
     ({"controller": {"tolerations": [{"key": "k", "effect": "NoSchedule", "tolerationSeconds": 5}]}},
-     "spec.controller.tolerations.0: tolerationSeconds needs effect NoExecute"),
-    ({"worker": {"tolerations": [{"key": "k", "effect": "Never"}]}}, "spec.worker.tolerations.0.effect: Input should be"),
+     "spec.controller.tolerations[0]: tolerationSeconds needs effect NoExecute"),
+    ({"worker": {"tolerations": [{"key": "k", "effect": "Never"}]}}, "spec.worker.tolerations[0].effect: Input should be"),
     ({"controller": {"serviceAccountName": "Trainer"}}, "spec.controller.serviceAccountName 'Trainer' must be a Kubernetes object name"),
     ({"controller": {"automountServiceAccountToken": True}},
      "spec.controller.automountServiceAccountToken needs spec.controller.serviceAccountName"),
@@ -293,7 +293,7 @@ def test_user_settings_of_the_runtime_stay_open():
 def test_an_env_name_the_api_server_refuses_is_refused_naming_the_field(name):
     """Trial (kind): an env name with '=' passed validate and the CRD, then every controller pod create got 422
     while the worker pods ran."""
-    with pytest.raises(ManifestError, match=r"spec\.controller\.env\.0\.name: .*printable ASCII characters other than '='"):
+    with pytest.raises(ManifestError, match=r"spec\.controller\.env\[0\]\.name: .*printable ASCII characters other than '='"):
         parse_manifest(_job(controller={"env": [{"name": name, "value": "x"}]}), "job.yaml")
 
 

@@ -123,6 +123,22 @@ def check_node_selectors(job: ElasticTrainingJob) -> None:
             "node pools (the operator requires that label to be absent); remove it")
 
 
+def node_selector_cel_rules() -> list[dict[str, str]]:
+    """CEL rules for the CRD's spec: the API server refuses what `check_node_selectors` refuses (backend pathways)."""
+    rules = [{"rule": (f"self.backend != 'pathways' || !has(self.worker) || !has(self.worker.nodeSelector) || "
+                       f"!('{key}' in self.worker.nodeSelector)"),
+              "message": (f"{_WORKER_SELECTOR_FIELD}[{key!r}]: the operator sets this TPU selector from spec.slices "
+                          "(accelerator, topology); remove it from the nodeSelector"),
+              "fieldPath": ".worker.nodeSelector"} for key in (TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL)]
+    rules.append({"rule": (f"self.backend != 'pathways' || !has(self.controller) || "
+                           f"!has(self.controller.nodeSelector) || !('{TPU_ACCELERATOR_LABEL}' in "
+                           "self.controller.nodeSelector)"),
+                  "message": (f"{_CONTROLLER_SELECTOR_FIELD}[{TPU_ACCELERATOR_LABEL!r}]: the pathways controller runs "
+                              "off the TPU node pools (the operator requires that label to be absent); remove it"),
+                  "fieldPath": ".controller.nodeSelector"})
+    return rules
+
+
 def _head_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
     """POD_NAMESPACE and PATHWAYS_HEAD: the resource manager's DNS name (the head's headless Service)."""
     return [_NAMESPACE_ENV,

@@ -113,3 +113,35 @@ def slice_shape(accelerator: str | None, topology: str | None) -> SliceShape:
         )
     return SliceShape(accelerator=gen.accelerator, topology=topology, hosts=chips // gen.chips_per_host,
                       chips_per_host=gen.chips_per_host)
+
+
+def cel_rules() -> list[dict[str, str]]:
+    """CEL rules for the CRD's spec: the API server refuses what `slice_shape` refuses for backend pathways.
+
+    Generated from `GENERATIONS` (the one table), so `kubectl apply`, `elastic-jax validate --cluster` and
+    the operator agree: a known accelerator, a topology of its number of dimensions, whole hosts.
+    """
+    known = ", ".join(f"'{a}'" for a in sorted(GENERATIONS))
+    pathways = "self.backend != 'pathways' || !has(self.slices.accelerator) || !has(self.slices.topology)"
+    rules = [
+        {"rule": f"self.backend != 'pathways' || !has(self.slices.accelerator) || self.slices.accelerator in [{known}]",
+         "message": f"{ACCELERATOR_FIELD} is not a TPU accelerator this operator knows (known: "
+                    f"{', '.join(sorted(GENERATIONS))})",
+         "fieldPath": ".slices.accelerator"},
+        {"rule": (f"self.backend != 'pathways' || !has(self.slices.topology) || "
+                  f"self.slices.topology.matches('{_TOPOLOGY.pattern}')"),
+         "message": f"{TOPOLOGY_FIELD} must look like AxB or AxBxC (chips per axis)",
+         "fieldPath": ".slices.topology"},
+    ]
+    for gen in sorted(GENERATIONS.values(), key=lambda g: g.accelerator):
+        dims = " * ".join(f"int(self.slices.topology.split('x')[{i}])" for i in range(gen.topology_dims))
+        example = "x".join(["2"] * gen.topology_dims)
+        rules.append({
+            "rule": (f"{pathways} || self.slices.accelerator != '{gen.accelerator}' || "
+                     f"!self.slices.topology.matches('{_TOPOLOGY.pattern}') || "
+                     f"(size(self.slices.topology.split('x')) == {gen.topology_dims} && "
+                     f"({dims}) % {gen.chips_per_host} == 0)"),
+            "message": (f"{TOPOLOGY_FIELD} for {gen.accelerator} must have {gen.topology_dims} dimensions "
+                        f"(e.g. {example}) and a multiple of its {gen.chips_per_host} chips per host"),
+            "fieldPath": ".slices.topology"})
+    return rules

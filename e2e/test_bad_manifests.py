@@ -1,0 +1,72 @@
+"""One rule for bad input (issue 9): every manifest of `tests/support/bad_manifests.py` is refused both by
+`elastic-jax validate --cluster` and by a real API server with the generated CRD (server-side dry run, so
+nothing is created), each refusal naming the same field; the base manifests pass both.
+
+A manifest the API server refused only when the operator created a pod from it used to leave the job
+`CreateFailed` forever while its workers ran.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from e2e.nodeagent.kubeapi import ApiError
+from e2e.operator_fixtures import ejob_crd  # noqa: F401  (fixture)
+from elastic_jax.cli import app
+from tests.support.bad_manifests import BAD_NAMESPACE, CASES, cpu_job, pathways_job
+
+
+def _validate(tmp_path, manifest: dict):
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return CliRunner().invoke(app, ["validate", "--cluster", str(path)])
+
+
+def _dry_run_create(cluster, namespace: str, manifest: dict) -> dict:
+    """POSTs the manifest as JSON (exact integers, as kubectl sends it) with dryRun=All.
+
+    Raises:
+      ApiError: the API server refused it.
+    """
+    path = f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs"
+    return cluster.api().request("POST", path, manifest, query={"dryRun": "All"})
+
+
+@pytest.mark.parametrize("make", [cpu_job, pathways_job], ids=["cpu", "pathways"])
+def test_the_base_manifests_pass_both(cluster, namespace, ejob_crd, tmp_path, make):  # noqa: F811
+    assert _validate(tmp_path, make()).exit_code == 0
+    created = _dry_run_create(cluster, namespace, make())
+    assert created["metadata"]["name"] == "bad"
+
+
+@pytest.mark.parametrize("case_id,make,field", CASES, ids=[c[0] for c in CASES])
+def test_validate_and_the_api_server_refuse_naming_the_same_field(cluster, namespace, ejob_crd, tmp_path,  # noqa: F811
+                                                                   case_id, make, field):
+    result = _validate(tmp_path, make())
+    assert result.exit_code == 2 and field in result.output, result.output
+    with pytest.raises(ApiError) as refused:
+        _dry_run_create(cluster, namespace, make())
+    assert refused.value.status == 422, refused.value.body
+    assert field in refused.value.body["message"], refused.value.body["message"]
+
+
+def test_kubectl_apply_refuses_a_request_above_its_limit(cluster, namespace, ejob_crd):  # noqa: F811
+    """What a user sees: `kubectl apply` of a worker request above its limit fails, naming the field."""
+    manifest = cpu_job("over")
+    manifest["spec"]["worker"] = {"resources": {"requests": {"cpu": 2}, "limits": {"cpu": "1"}}}
+    proc = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest),
+                           check=False)
+    assert proc.returncode != 0
+    assert "spec.worker.resources.requests" in proc.stderr, proc.stderr
+
+
+def test_a_bad_namespace_is_refused_by_both(cluster, ejob_crd, tmp_path):  # noqa: F811
+    manifest = cpu_job()
+    manifest["metadata"]["namespace"] = BAD_NAMESPACE
+    result = _validate(tmp_path, manifest)
+    assert result.exit_code == 2 and "metadata.namespace" in result.output, result.output
+    with pytest.raises(ApiError) as refused:
+        _dry_run_create(cluster, BAD_NAMESPACE.replace(" ", "%20"), manifest)
+    assert refused.value.status >= 400, refused.value.body

@@ -1,0 +1,99 @@
+"""Manifests that the API server refuses (at `kubectl apply`, or later when the operator creates a pod from
+them), each with the field both `elastic-jax validate` and the API server must name (issue 9: one rule for
+bad input).
+
+Read by `tests/unit/test_invalid_spec.py` (validate, the operator's parse) and by
+`e2e/test_bad_manifests.py` (the same list through a real API server with the generated CRD).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+
+def cpu_job(name: str = "bad") -> dict[str, Any]:
+    """A valid cpu job (absolute checkpoint folder, so it passes `validate --cluster`)."""
+    return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+            "metadata": {"name": name},
+            "spec": {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1},
+                     "checkpoint": {"uri": "/data/ck"}}}
+
+
+def pathways_job(name: str = "bad") -> dict[str, Any]:
+    """A valid pathways job (v5e 2x2)."""
+    job = cpu_job(name)
+    job["spec"].update(backend="pathways", checkpoint={"uri": "gs://bucket/ck"},
+                       slices={"count": 1, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"})
+    return job
+
+
+def _set(base: Callable[[], dict], path: str, value: Any) -> Callable[[], dict]:
+    def make() -> dict:
+        job = copy.deepcopy(base())
+        node = job
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+        return job
+    return make
+
+
+# (id, manifest factory, the field both refusals must name)
+CASES: list[tuple[str, Callable[[], dict], str]] = [
+    ("worker-cpu-request-above-limit",
+     _set(cpu_job, "spec.worker.resources", {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}),
+     "spec.worker.resources"),
+    ("controller-memory-request-above-limit",
+     _set(cpu_job, "spec.controller.resources", {"requests": {"memory": "2Gi"}, "limits": {"memory": 1073741824}}),
+     "spec.controller.resources"),
+    ("worker-ephemeral-storage-request-above-limit",
+     _set(cpu_job, "spec.worker.resources", {"requests": {"ephemeral-storage": "2G"},
+                                             "limits": {"ephemeral-storage": "1Gi"}}),
+     "spec.worker.resources"),
+    ("resource-name-without-domain",
+     _set(cpu_job, "spec.worker.resources", {"limits": {"gpu": 1}}), "spec.worker.resources"),
+    ("extended-resource-request-without-limit",
+     _set(cpu_job, "spec.worker.resources", {"requests": {"example.com/gpu": 1}}), "spec.worker.resources"),
+    ("extended-resource-request-not-limit",
+     _set(cpu_job, "spec.worker.resources", {"requests": {"example.com/gpu": 1}, "limits": {"example.com/gpu": 2}}),
+     "spec.worker.resources"),
+    ("extended-resource-fraction",
+     _set(cpu_job, "spec.controller.resources", {"limits": {"example.com/gpu": "1500m"}}),
+     "spec.controller.resources"),
+    ("negative-quantity",
+     _set(cpu_job, "spec.worker.resources", {"limits": {"cpu": "-1"}}), "spec.worker.resources"),
+    ("hugepages-request-without-limit",
+     _set(cpu_job, "spec.worker.resources", {"requests": {"hugepages-2Mi": "4Mi"}}), "spec.worker.resources"),
+    ("toleration-key-not-a-label-key",
+     _set(cpu_job, "spec.worker.tolerations", [{"key": "bad key!", "operator": "Exists"}]), "spec.worker.tolerations"),
+    ("toleration-value-not-a-label-value",
+     _set(cpu_job, "spec.controller.tolerations", [{"key": "k", "value": "a b"}]), "spec.controller.tolerations"),
+    ("image-with-whitespace", _set(cpu_job, "spec.worker.image", " elastic-jax-worker:1"), "spec.worker.image"),
+    ("steps-beyond-int64", _set(cpu_job, "spec.training.steps", 2**70), "spec.training.steps"),
+    ("service-account-with-slash",
+     _set(cpu_job, "spec.controller.serviceAccountName", "f/trainer"), "spec.controller.serviceAccountName"),
+    ("priority-class-uppercase", _set(cpu_job, "spec.priorityClassName", "High_Priority"), "spec.priorityClassName"),
+    ("controller-env-operator-sets",
+     _set(cpu_job, "spec.controller.env", [{"name": "POD_IP", "value": "1.2.3.4"}]), "spec.controller.env"),
+    ("worker-env-runtime-prefix",
+     _set(cpu_job, "spec.worker.env", [{"name": "ELASTIC_JAX_TOKEN_FILE", "value": "/x"}]), "spec.worker.env"),
+    ("pathways-controller-env",
+     _set(pathways_job, "spec.controller.env", [{"name": "JAX_BACKEND_TARGET", "value": "grpc://evil:1"}]),
+     "spec.controller.env"),
+    ("env-name-twice",
+     _set(cpu_job, "spec.worker.env", [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]), "spec.worker.env"),
+    ("unknown-tpu-accelerator", _set(pathways_job, "spec.slices.accelerator", "tpu-v9-slice"), "spec.slices.accelerator"),
+    ("tpu-topology-dimensions", _set(pathways_job, "spec.slices.topology", "2x2x2"), "spec.slices.topology"),
+    ("tpu-topology-partial-host", _set(pathways_job, "spec.slices.topology", "1x2"), "spec.slices.topology"),
+    ("pathways-worker-selects-the-tpu-label",
+     _set(pathways_job, "spec.worker.nodeSelector", {"cloud.google.com/gke-tpu-topology": "4x4"}),
+     "spec.worker.nodeSelector"),
+    ("node-selector-key", _set(cpu_job, "spec.controller.nodeSelector", {"bad key": "v"}),
+     "spec.controller.nodeSelector"),
+    ("node-selector-value", _set(cpu_job, "spec.worker.nodeSelector", {"pool": "a b"}), "spec.worker.nodeSelector"),
+]
+
+# Namespaced: the API server refuses the namespace itself (the CRD cannot constrain it).
+BAD_NAMESPACE = "Bad NS"

@@ -1,0 +1,223 @@
+"""One rule for bad input (issue 9): what the API server refuses in a pod is refused by `elastic-jax validate`
+naming the field, by the CRD (CEL generated from the same constants; `e2e/test_bad_manifests.py` runs it
+through a real API server), and, as a backstop, a child the API server finds invalid (422) fails the job
+InvalidSpec and stops it instead of a CreateFailed retried forever."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import kopf
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from elastic_jax.api import crd, pod_rules, runtime_env
+from elastic_jax.api.manifest import ManifestError, parse_manifest
+from elastic_jax.cli import app
+from elastic_jax.k8s_operator import handlers, incarnation
+from elastic_jax.k8s_operator.backends import tpu_shapes
+from elastic_jax.k8s_operator.kube import ChildRefused
+from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import pod_view
+from elastic_jax.api import labels as lbl
+from tests.support.bad_manifests import BAD_NAMESPACE, CASES, cpu_job, pathways_job
+from tests.unit.test_operator_handler_faults import _Kube, _Patch
+
+
+def _validate(tmp_path, manifest: dict) -> tuple[int, str]:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = CliRunner().invoke(app, ["validate", "--cluster", str(path)])
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("make", [cpu_job, pathways_job])
+def test_the_base_manifests_pass(tmp_path, make):
+    code, out = _validate(tmp_path, make())
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("case_id,make,field", CASES, ids=[c[0] for c in CASES])
+def test_validate_refuses_naming_the_field(tmp_path, case_id, make, field):
+    code, out = _validate(tmp_path, make())
+    assert code == 2, out
+    assert field in out, out
+    assert "Traceback" not in out
+
+
+def test_validate_refuses_a_namespace_the_api_server_refuses(tmp_path):
+    job = cpu_job()
+    job["metadata"]["namespace"] = BAD_NAMESPACE
+    code, out = _validate(tmp_path, job)
+    assert code == 2 and "metadata.namespace" in out, out
+
+
+def test_quantities_compare_by_value():
+    assert pod_rules.quantity_value("500m") == Fraction(1, 2)
+    assert pod_rules.quantity_value("1Ki") == 1024
+    assert pod_rules.quantity_value("1e3") == 1000
+    assert pod_rules.quantity_value("1.5Gi") == 3 * 2**29
+    # a request equal in value to its limit, written differently, is fine
+    assert pod_rules.resources_problems({"cpu": "1000m", "memory": "1Gi"}, {"cpu": "1", "memory": "1073741824"},
+                                        "spec.worker.resources") == []
+    assert pod_rules.resources_problems({"example.com/gpu": "2"}, {"example.com/gpu": "2"}, "f") == []
+    # hugepages with a size, kubernetes.io-prefixed names are native (no extended rules)
+    assert pod_rules.resource_name_problem("hugepages-2Mi") is None
+    assert pod_rules.resource_name_problem("hugepages-x") is not None
+
+
+def test_every_reserved_env_name_is_in_the_crds_rule():
+    rules = {r["fieldPath"]: r["rule"] for r in runtime_env.cel_rules()}
+    for role in ("controller", "worker"):
+        for backend in ("cpu", "pathways"):
+            for name in runtime_env.operator_set(role, backend) - {n for n in runtime_env.operator_set(role, backend)
+                                                                    if n.startswith(runtime_env.PREFIX)}:
+                assert f"'{name}'" in rules[f".{role}.env"], (role, backend, name)
+        for name in runtime_env.USER_SETTINGS:
+            assert f"'{name}'" in rules[f".{role}.env"]
+
+
+def test_the_crd_carries_the_tpu_table():
+    spec = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    text = yaml.safe_dump(spec["x-kubernetes-validations"])
+    for accelerator, gen in tpu_shapes.GENERATIONS.items():
+        assert f"self.slices.accelerator != '{accelerator}'" in text
+    # env lists are maps keyed by name: the API server refuses a name given twice
+    env = spec["properties"]["worker"]["properties"]["env"]
+    assert env["x-kubernetes-list-type"] == "map" and env["x-kubernetes-list-map-keys"] == ["name"]
+    assert spec["properties"]["training"]["properties"]["steps"]["maximum"] == 2**63 - 1024
+
+
+def test_the_operators_refusal_says_spec_once():
+    body = cpu_job("j")
+    body["metadata"].update(namespace="ns", uid="u1")
+    body["spec"]["controller"] = {"env": [{"name": "POD_IP", "value": "x"}]}
+    with pytest.raises(ManifestError) as e:
+        handlers.parse_job(body)
+    assert str(e.value).startswith("spec.controller.env[0].name: POD_IP is set by the operator"), str(e.value)
+    # the CLI keeps its file name as the first word
+    with pytest.raises(ManifestError) as e:
+        parse_manifest({**body, "metadata": {"name": "j"}}, "job.yaml")
+    assert str(e.value).startswith("job.yaml: spec.controller.env[0].name:")
+
+
+# -- the backstop: a child the API server finds invalid ---------------------------------------
+
+
+INVALID = ('Pod "j-controller-0" is invalid: spec.containers[0].resources.requests: Invalid value: "2": '
+           'must be less than or equal to cpu limit of 1')
+
+
+class _RefusingKube(_Kube):
+    """Refuses the controller pod as invalid (422), as the API server does for a spec it should not have taken."""
+
+    def create(self, namespace, body):
+        if body["kind"] == "Pod":
+            raise ChildRefused("Pod", body["metadata"]["name"], 422, INVALID)
+        return super().create(namespace, body)
+
+
+def _body():
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/data/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+
+
+def test_a_child_refused_as_invalid_fails_the_job_and_stops_its_workers(monkeypatch):
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    body = _body()
+    kube = _RefusingKube()
+    state = handlers.OperatorState(kube=kube, key=b"k" * 32)
+    labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
+    key = incarnation.index_key("ns", labels)
+    jobsets = [jobset_view({"metadata": {"name": "j-slice-0", "labels": labels}}, 0)]
+    status = {"phase": "Pending", "tokenSecret": "j-token"}
+    for _ in range(3):
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
+                               name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
+                               job_jobsets={key: jobsets})
+        status = {**status, **patch.status}
+    assert status["phase"] == "Failed"
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "InvalidSpec", failed
+    assert "spec.containers[0].resources.requests" in failed["message"]
+    assert "spec.containers[0].resources.requests" in status["failureReason"]
+    assert "j-slice-0" in kube.deleted  # the workers are stopped
+    invalid_events = [e for e in events if e[1] == "InvalidSpec"]
+    assert len(invalid_events) == 1, events  # refused once, then the job is finished: no retry loop
+
+
+def test_a_refusal_that_may_pass_later_is_not_terminal(monkeypatch):
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+
+    class Forbidden(_Kube):
+        def create(self, namespace, body):
+            if body["kind"] == "Pod":
+                raise ChildRefused("Pod", body["metadata"]["name"], 403, "exceeded quota")
+            return super().create(namespace, body)
+
+    body = _body()
+    state = handlers.OperatorState(kube=Forbidden(), key=b"k" * 32)
+    patch = _Patch()
+    handlers.reconcile_job(body=body, spec=body["spec"], status={"tokenSecret": "j-token"}, meta=body["metadata"],
+                           namespace="ns", name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
+                           job_jobsets={})
+    assert patch.status.get("phase") != "Failed"
+    assert any(c["type"] == "CreateFailed" and c["status"] == "True" for c in patch.status["conditions"])
+
+
+class _InvalidTemplateKube(_Kube):
+    """The Job controller's FailedCreate Event for a pod template the API server finds invalid."""
+
+    def warning_events(self, namespace, kind, name):
+        if kind == "Job":
+            return [{"reason": "FailedCreate", "last": "2026-01-01T00:00:40Z",
+                     "message": 'Error creating: Pod "j-slice-0-worker-0-0-x" is invalid: '
+                                'spec.containers[0].resources.requests: Invalid value: "2": must be less than or '
+                                'equal to cpu limit of 1'}]
+        return []
+
+
+def test_worker_pods_refused_as_invalid_fail_the_job(monkeypatch):
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    body = _body()
+    kube = _InvalidTemplateKube()
+    state = handlers.OperatorState(kube=kube, key=b"k" * 32)
+    labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
+    key = incarnation.index_key("ns", labels)
+    ctrl = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+        **labels, lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.CONTROLLER_ATTEMPT: "0"}}, "status": {"phase": "Running"}})
+    jobsets = [jobset_view({"metadata": {"name": "j-slice-0", "creationTimestamp": "2026-01-01T00:00:30Z",
+                                         "labels": labels}}, 0)]
+    status = {"phase": "Pending", "tokenSecret": "j-token", "controllerPod": "j-controller-0"}
+    patch = _Patch()
+    handlers.reconcile_job(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
+                           name="j", patch=patch, memo={"elasticjax": state}, job_pods={key: [ctrl]},
+                           job_jobsets={key: jobsets})
+    status = {**status, **patch.status}
+    assert status["phase"] == "Failed"
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec" and "is invalid" in failed["message"]
+    assert {"j-slice-0", "j-controller-0"} <= set(kube.deleted)
+
+
+def test_plain_validate_applies_the_tpu_table_as_the_crd_does(tmp_path):
+    job = pathways_job()
+    job["spec"]["slices"]["accelerator"] = "tpu-v9-slice"
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "spec.slices.accelerator 'tpu-v9-slice'" in result.output, result.output
+
+
+def test_validate_cluster_refuses_a_manifest_too_large_for_its_configmap(tmp_path):
+    job = cpu_job()
+    job["spec"]["controller"] = {"trainer": {"config": {"vocab": ["w" * 1000] * 1100}}}
+    code, out = _validate(tmp_path, job)
+    assert code == 2 and "spec.controller.trainer.config" in out and "1048576" in out, out
+    job["spec"]["controller"]["trainer"]["config"]["vocab"] = ["w" * 1000] * 900
+    assert _validate(tmp_path, job)[0] == 0
