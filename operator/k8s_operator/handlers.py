@@ -26,7 +26,8 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import backends, children, claims, incarnation, metrics, names, service_accounts, tokens
+from elastic_jax.k8s_operator import (backends, children, claims, incarnation, metrics, names, pod_fields,
+                                      service_accounts, tokens)
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
@@ -123,7 +124,8 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     Raises:
       ManifestError: the spec is invalid (message names the field).
       UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU), or
-        a spec.controller.serviceAccountName (or its token) the admin did not allow (`service_accounts`).
+        a spec.controller.serviceAccountName (or its token), priority class, toleration or image pull
+        Secret the admin did not allow (`service_accounts`, `pod_fields`).
     """
     meta = body["metadata"]
     data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
@@ -134,10 +136,20 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     # ConfigMap, the tracker and the renderers all see.
     job = backends.resolve(parse_manifest(data, "spec"))
     try:
-        service_accounts.POLICY.check(job, body["metadata"].get("namespace") or "default")
-    except service_accounts.ServiceAccountRefused as e:
+        admin_check(job, body["metadata"].get("namespace") or "default")
+    except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused) as e:
         raise UnsupportedBackend(str(e)) from None
     return job
+
+
+def admin_check(job: job_api.ElasticTrainingJob, namespace: str) -> None:
+    """The cluster admin's allow lists: ServiceAccount, priority class, tolerations, image pull Secrets.
+
+    Raises:
+      service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused: naming the field.
+    """
+    service_accounts.POLICY.check(job, namespace)
+    pod_fields.POLICY.check(job, namespace)
 
 
 def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None) -> None:
@@ -257,9 +269,9 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
             try:
                 applied = parse_manifest(safe_load_bounded(text), "configmap")
                 # Anyone who may edit ConfigMaps of the namespace could have changed this copy: it
-                # must pass the admin's ServiceAccount rule as the live spec did (docs/security.md).
-                service_accounts.POLICY.check(applied, key[0])
-            except service_accounts.ServiceAccountRefused as e:
+                # must pass the admin's allow lists as the live spec did (docs/security.md).
+                admin_check(applied, key[0])
+            except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused) as e:
                 _logger.warning("ignoring the manifest ConfigMap of %s/%s: %s", key[0], key[1], e)
                 applied = None
             except (ManifestError, yaml.YAMLError):
