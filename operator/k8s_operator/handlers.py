@@ -25,6 +25,7 @@ import yaml
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
+from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
 from elastic_jax.k8s_operator import (backends, children, claims, incarnation, metrics, names, pod_fields,
                                       service_accounts, tokens)
@@ -259,8 +260,15 @@ def job_deleted(namespace, name, uid, memo, **_):
         state.applied.pop((namespace, name), None)
 
 
-def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str) -> job_api.ElasticTrainingJob:
-    """The spec the job started with (from its ConfigMap, if this job `uid` owns it), with today's suspend and TTL."""
+def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str,
+                 recorded_digest: str = "") -> job_api.ElasticTrainingJob:
+    """The spec the job started with (from its ConfigMap, if this job `uid` owns it), with today's suspend and TTL.
+
+    Anyone who may edit ConfigMaps of the namespace could have changed that copy, so it is used only
+    when its digest is `recorded_digest` (the job's `status.manifestSha256`, written by the operator
+    when it created the ConfigMap) and it passes the admin's allow lists; otherwise the live spec is
+    used, and the controller, finding the mounted copy changed, refuses it (`manifest_digest`).
+    """
     remembered = state.applied.get(key)
     applied = remembered[1] if remembered is not None and remembered[0] == uid else None
     if applied is None:
@@ -268,10 +276,11 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
         if text:
             try:
                 applied = parse_manifest(safe_load_bounded(text), "configmap")
-                # Anyone who may edit ConfigMaps of the namespace could have changed this copy: it
-                # must pass the admin's allow lists as the live spec did (docs/security.md).
+                if recorded_digest and manifest_digest(applied) != recorded_digest:
+                    raise ManifestDigestMismatch(f"its digest is not status.manifestSha256 {recorded_digest[:16]}...: "
+                                                 "it was changed after the job was created")
                 admin_check(applied, key[0])
-            except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused) as e:
+            except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused, ManifestDigestMismatch) as e:
                 _logger.warning("ignoring the manifest ConfigMap of %s/%s: %s", key[0], key[1], e)
                 applied = None
             except (ManifestError, yaml.YAMLError):
@@ -418,7 +427,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                lost: dict[str, NodeLoss] | None = None) -> None:
     lost = lost or {}
     ns, name = key
-    job = _applied_job(state, key, live, body["metadata"]["uid"])
+    job = _applied_job(state, key, live, body["metadata"]["uid"], status.get("manifestSha256") or "")
     tracker = _tracker(state, key, job, body)
     post = _event_sink(tracker.ref)
     finished = status.get("phase") in FINISHED_PHASES
@@ -429,6 +438,10 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         try:
             _ensure_token_secret(state, key, job, tracker, body, status, patch)
             _ensure_static(state, key, job, tracker, body)
+            if not status.get("manifestSha256"):
+                # What the ConfigMap holds (written now, or by an operator before this field): from here
+                # on, the only copy the operator reads back and the controller accepts.
+                patch.status["manifestSha256"] = manifest_digest(job)
         except TokenSecretConflict as e:
             refusal, blocked = token_conflict(str(e)), True
         except ChildConflict as e:
