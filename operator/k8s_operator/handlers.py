@@ -611,10 +611,16 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
     for i in missing:
         jobset = jobsets[i]
         found = []
-        for kind, name in (("JobSet", jobset.name), ("Job", f"{jobset.name}-{names.WORKER_REPLICATED_JOB}-0")):
+        job_name = f"{jobset.name}-{names.WORKER_REPLICATED_JOB}-0"
+        for kind, name in (("JobSet", jobset.name), ("Job", job_name)):
             try:
+                # By UID: only Events of the job's own JobSet and of the Job that JobSet owns, never of a
+                # foreign object holding the name (its Events would tell the tenant about its pods).
+                uid = jobset.uid if kind == "JobSet" else state.kube.job_uid_if_owned(ns, job_name, jobset.uid)
+                if not uid:
+                    continue
                 found += [RefusalEvent(kind, name, e["reason"], e["message"], e["last"])
-                          for e in state.kube.warning_events(ns, kind, name)]
+                          for e in state.kube.warning_events(ns, kind, name, uid)]
             except (ApiException, OSError) as e:  # no `list events` (an older chart) or the API is away: no news
                 _logger.warning("cannot read the Events of %s %s: %s", kind, name, e, extra={"job": job.metadata.name})
                 return tracker.creation_fault
