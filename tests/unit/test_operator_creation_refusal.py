@@ -165,3 +165,28 @@ def test_a_foreign_job_holding_the_slices_job_name_is_not_read_about(monkeypatch
     assert state.kube.reads == [("JobSet", "j-slice-0", "js-0")], state.kube.reads
     assert not any("ops/deployer" in (c.get("message") or "") for c in patch.status.get("conditions") or [])
     assert not any("ops/deployer" in e[2] for e in events)
+
+
+def test_the_kube_client_reads_a_jobs_events_only_by_the_uid_of_a_job_the_jobset_owns():
+    from types import SimpleNamespace as NS
+
+    from kubernetes.client.rest import ApiException
+
+    from elastic_jax.k8s_operator.kube import Kube
+
+    kube = Kube.__new__(Kube)  # no API connection: the two calls below are the only ones made
+    jobs = {"ours": NS(metadata=NS(uid="job-1", owner_references=[NS(uid="js-1")])),
+            "foreign": NS(metadata=NS(uid="job-2", owner_references=[NS(uid="someone-else")]))}
+
+    def read_job(name, namespace):
+        if name not in jobs:
+            raise ApiException(status=404)
+        return jobs[name]
+    kube.batch = NS(read_namespaced_job=read_job)
+    assert kube.job_uid_if_owned("ns", "ours", "js-1") == "job-1"
+    assert kube.job_uid_if_owned("ns", "foreign", "js-1") is None
+    assert kube.job_uid_if_owned("ns", "absent", "js-1") is None
+    selectors = []
+    kube.core = NS(list_namespaced_event=lambda ns, field_selector, limit: selectors.append(field_selector) or NS(items=[]))
+    kube.warning_events("ns", "Job", "ours", "job-1")
+    assert selectors == ["involvedObject.kind=Job,involvedObject.name=ours,type=Warning,involvedObject.uid=job-1"]
