@@ -19,6 +19,9 @@ Configuration, flags first, then environment (as the operator sets it in a pod):
   --summary-file                         where to write the run summary JSON
   ELASTIC_JAX_TERMINATION_MESSAGE_PATH   where to write the one-line reason of a non-zero exit
                                          (default /dev/termination-log; only if it exists)
+  ELASTIC_JAX_MANIFEST_SHA256            the digest the manifest must have (the operator sets it; a
+                                         manifest ConfigMap edited after the job was created is refused
+                                         with exit 2; `elastic_jax.api.manifest_digest`)
   ELASTIC_JAX_JOB_NAMESPACE, ELASTIC_JAX_JOB_NAME, ELASTIC_JAX_JOB_UID
                                          the job's identity, stored with each checkpoint step
                                          (without a UID: namespace `local` and a UID derived from
@@ -155,11 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.log_format)
 
     from elastic_jax.api.manifest import ManifestError, load_manifest
+    from elastic_jax.api.manifest_digest import DIGEST_ENV, check_digest
 
     if not args.manifest:
         return _fail("--manifest (or ELASTIC_JAX_MANIFEST) is required")
     try:
         job = load_manifest(args.manifest)
+        check_digest(job, os.environ.get(DIGEST_ENV), args.manifest)
         token = _read_token(args)
     except (ManifestError, ValueError) as e:
         return _fail(str(e))

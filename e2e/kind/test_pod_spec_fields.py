@@ -7,6 +7,8 @@
   (no ServiceAccount token mounted; the default requests set).
 - A ServiceAccount the admin did not allow fails the job with a condition and
   an Event naming ``spec.controller.serviceAccountName``; no pod is created.
+  So does a PriorityClass the admin did not list (Helm ``podFields``), which
+  also lists the test's toleration key and pull Secret.
 - ``kubectl port-forward`` to the controller pod reaches ``/metrics``: 200 with
   our metric names with the job's token, 401 without.
 """
@@ -41,11 +43,15 @@ def _manifest(name: str, **spec) -> str:
     return yaml.safe_dump(manifest)
 
 
-def _allow(cluster: target.KindTarget, operator: target.ChartOperator, entries: list[str]) -> None:
-    """helm upgrade of the session's release with controllerServiceAccounts.allowed = entries; operator Ready."""
+def _allow(cluster: target.KindTarget, operator: target.ChartOperator, entries: list[str],
+           pod_fields: dict | None = None) -> None:
+    """helm upgrade of the session's release with controllerServiceAccounts.allowed = entries and the
+    podFields allow lists; operator Ready."""
+    pod_fields = pod_fields or {"priorityClassNames": [], "tolerationKeys": [], "imagePullSecrets": []}
     # --set-json: helm's --set turns {} into [""], which the values schema refuses.
     cluster.helm("upgrade", demo.RELEASE, str(demo.REPO_ROOT / "helm" / "elastic-jax"), "-n", demo.SYSTEM_NS,
                  "--reuse-values", "--set-json", f"controllerServiceAccounts.allowed={json.dumps(entries)}",
+                 "--set-json", f"podFields={json.dumps(pod_fields)}",
                  "--wait", "--timeout", "300s", timeout_s=420)
     target.wait_operator_ready(operator)
 
@@ -70,7 +76,8 @@ def test_pull_secrets_scheduling_and_allowed_service_account_reach_the_pods(elas
     cluster.kubectl("create", "priorityclass", priority, "--value=1000", "--description=elastic-jax e2e")
     scheduling = {"nodeSelector": {POOL_LABEL: "cpu-pool"},
                   "tolerations": [{"key": "elasticjax.dev/e2e", "operator": "Exists", "effect": "NoSchedule"}]}
-    _allow(cluster, operator, [f"{ns}/{SA}"])
+    _allow(cluster, operator, [f"{ns}/{SA}"], {"priorityClassNames": [priority], "tolerationKeys": ["elasticjax.dev/e2e"],
+                                              "imagePullSecrets": [f"{ns}/regcred"]})
     port_forward = None
     try:
         # Refused: an account the admin did not list (the namespace's own default one).
@@ -91,6 +98,16 @@ def test_pull_secrets_scheduling_and_allowed_service_account_reach_the_pods(elas
                     and "spec.controller.serviceAccountName" in (e.get("message") or "")]
         demo.wait_for(event, 60, "a Warning Event naming spec.controller.serviceAccountName", why)
         assert not demo.pods(elastic_jax, ns, "elasticjax.dev/job-name=refused")
+
+        # Refused: a PriorityClass the admin did not list (podFields.priorityClassNames).
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_manifest(
+            "refused-priority", priorityClassName="system-node-critical"))
+        status = demo.wait_for(lambda: (lambda s: s if s.get("phase") == "Failed" else None)(
+            demo.get(elastic_jax, "-n", ns, "ejob", "refused-priority").get("status") or {}),
+            180, "the job refused for its priority class", why)
+        (cond,) = [c for c in status["conditions"] if c["type"] == "Failed"]
+        assert "spec.priorityClassName 'system-node-critical' is not allowed" in cond["message"], cond
+        assert not demo.pods(elastic_jax, ns, "elasticjax.dev/job-name=refused-priority")
 
         # Allowed: everything set, admitted under PodSecurity restricted, trains.
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=_manifest(

@@ -390,7 +390,10 @@ class ControllerSpec(_Model):
         default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_SCHEMA,
         description=("Node labels the controller pod must match (Pod nodeSelector). pathways: must not name "
                      "cloud.google.com/gke-tpu-accelerator (the controller runs off the TPU pools)."))
-    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the controller pod.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        description=("Tolerations of the controller pod. Only taint keys the cluster admin allowed (operator's "
+                     "podFields.tolerationKeys) and google.com/tpu are accepted."))
     service_account_name: str | None = Field(
         default=None, max_length=253, json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN},
         description=("ServiceAccount of the controller pod (e.g. one bound to a Google service account by GKE "
@@ -437,7 +440,9 @@ class WorkerSpec(_Model):
                      "cloud.google.com/gke-tpu-topology is refused (use spec.slices)."))
     tolerations: list[Toleration] = Field(
         default_factory=list,
-        description="Tolerations of the worker pods (pathways: GKE adds the google.com/tpu one itself).")
+        description=("Tolerations of the worker pods (pathways: GKE adds the google.com/tpu one itself). Only taint "
+                     "keys the cluster admin allowed (operator's podFields.tolerationKeys) and google.com/tpu are "
+                     "accepted."))
     termination_grace_period_seconds: int | None = Field(
         default=None, ge=0, le=3600,
         description=(
@@ -598,10 +603,12 @@ class ElasticTrainingJobSpec(_Model):
     image_pull_secrets: list[LocalObjectReference] = Field(
         default_factory=list,
         description=("Secrets (kubernetes.io/dockerconfigjson, in the job's namespace) the kubelet uses to pull "
-                     "the controller and worker images, e.g. for a private Artifact Registry. Names only."))
+                     "the controller and worker images, e.g. for a private Artifact Registry. Names only. Only Secrets the "
+                     "cluster admin allowed (operator's podFields.imagePullSecrets) are accepted."))
     priority_class_name: str | None = Field(
         default=None, max_length=253, json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN},
-        description="PriorityClass of the controller and worker pods (the scheduler's preemption order).")
+        description=("PriorityClass of the controller and worker pods (the scheduler's preemption order). Only "
+                     "classes the cluster admin allowed (operator's podFields.priorityClassNames) are accepted."))
 
     @model_validator(mode="after")
     def _env_not_reserved(self) -> "ElasticTrainingJobSpec":

@@ -31,6 +31,7 @@ SCRATCH = ("HOME", "TMPDIR", "XDG_CACHE_HOME")
 CONTROLLER_HOST = "ELASTIC_JAX_HOST"
 CONTROLLER_PORT = "ELASTIC_JAX_PORT"
 MANIFEST = "ELASTIC_JAX_MANIFEST"
+MANIFEST_DIGEST = "ELASTIC_JAX_MANIFEST_SHA256"  # elastic_jax.api.manifest_digest.DIGEST_ENV
 TOKEN_FILE = "ELASTIC_JAX_TOKEN_FILE"
 IDENTITY = (identity.JOB_NAMESPACE_ENV, identity.JOB_NAME_ENV, identity.JOB_UID_ENV)
 
@@ -55,7 +56,8 @@ def operator_set(role: str, backend: str) -> frozenset[str]:
       ValueError: an unknown role.
     """
     if role == "controller":
-        names = {POD_IP, *SCRATCH, CONTROLLER_HOST, CONTROLLER_PORT, MANIFEST, TOKEN_FILE, *IDENTITY}
+        names = {POD_IP, *SCRATCH, CONTROLLER_HOST, CONTROLLER_PORT, MANIFEST, MANIFEST_DIGEST, TOKEN_FILE,
+                 *IDENTITY}
         if backend == "pathways":
             names |= set(PATHWAYS_CONTROLLER)
         return frozenset(names)

@@ -115,5 +115,9 @@ class ElasticTrainingJobStatus(_Model):
                                   "unset when it started from step 0.")
     token_secret: str = Field(
         default="", description="The token Secret the operator created for this job (by UID); only it is ever mounted.")
+    manifest_sha256: str = Field(
+        default="", description=("Digest of the spec the operator wrote to the manifest ConfigMap; the controller "
+                                 "refuses a manifest with another, and the operator reads the ConfigMap back only "
+                                 "with this one."))
     start_time: str = Field(default="", description="RFC 3339 time the job was first reconciled.")
     completion_time: str = Field(default="", description="RFC 3339 time it Succeeded or Failed.")

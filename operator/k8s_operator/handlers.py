@@ -25,8 +25,10 @@ import yaml
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
+from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import backends, children, claims, incarnation, metrics, names, service_accounts, tokens
+from elastic_jax.k8s_operator import (backends, children, claims, incarnation, metrics, names, pod_fields,
+                                      service_accounts, tokens)
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
@@ -126,7 +128,8 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     Raises:
       ManifestError: the spec is invalid (message names the field).
       UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU), or
-        a spec.controller.serviceAccountName (or its token) the admin did not allow (`service_accounts`).
+        a spec.controller.serviceAccountName (or its token), priority class, toleration or image pull
+        Secret the admin did not allow (`service_accounts`, `pod_fields`).
     """
     meta = body["metadata"]
     data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
@@ -138,10 +141,20 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     # (no source prefix: every message already names its field, spec.… or metadata.…)
     job = backends.resolve(parse_manifest(data, ""))
     try:
-        service_accounts.POLICY.check(job, body["metadata"].get("namespace") or "default")
-    except service_accounts.ServiceAccountRefused as e:
+        admin_check(job, body["metadata"].get("namespace") or "default")
+    except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused) as e:
         raise UnsupportedBackend(str(e)) from None
     return job
+
+
+def admin_check(job: job_api.ElasticTrainingJob, namespace: str) -> None:
+    """The cluster admin's allow lists: ServiceAccount, priority class, tolerations, image pull Secrets.
+
+    Raises:
+      service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused: naming the field.
+    """
+    service_accounts.POLICY.check(job, namespace)
+    pod_fields.POLICY.check(job, namespace)
 
 
 def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None) -> None:
@@ -251,8 +264,15 @@ def job_deleted(namespace, name, uid, memo, **_):
         state.applied.pop((namespace, name), None)
 
 
-def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str) -> job_api.ElasticTrainingJob:
-    """The spec the job started with (from its ConfigMap, if this job `uid` owns it), with today's suspend and TTL."""
+def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str,
+                 recorded_digest: str = "") -> job_api.ElasticTrainingJob:
+    """The spec the job started with (from its ConfigMap, if this job `uid` owns it), with today's suspend and TTL.
+
+    Anyone who may edit ConfigMaps of the namespace could have changed that copy, so it is used only
+    when its digest is `recorded_digest` (the job's `status.manifestSha256`, written by the operator
+    when it created the ConfigMap) and it passes the admin's allow lists; otherwise the live spec is
+    used, and the controller, finding the mounted copy changed, refuses it (`manifest_digest`).
+    """
     remembered = state.applied.get(key)
     applied = remembered[1] if remembered is not None and remembered[0] == uid else None
     if applied is None:
@@ -260,10 +280,11 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
         if text:
             try:
                 applied = parse_manifest(safe_load_bounded(text), "configmap")
-                # Anyone who may edit ConfigMaps of the namespace could have changed this copy: it
-                # must pass the admin's ServiceAccount rule as the live spec did (docs/security.md).
-                service_accounts.POLICY.check(applied, key[0])
-            except service_accounts.ServiceAccountRefused as e:
+                if recorded_digest and manifest_digest(applied) != recorded_digest:
+                    raise ManifestDigestMismatch(f"its digest is not status.manifestSha256 {recorded_digest[:16]}...: "
+                                                 "it was changed after the job was created")
+                admin_check(applied, key[0])
+            except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused, ManifestDigestMismatch) as e:
                 _logger.warning("ignoring the manifest ConfigMap of %s/%s: %s", key[0], key[1], e)
                 applied = None
             except (ManifestError, yaml.YAMLError):
@@ -410,7 +431,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                lost: dict[str, NodeLoss] | None = None) -> None:
     lost = lost or {}
     ns, name = key
-    job = _applied_job(state, key, live, body["metadata"]["uid"])
+    job = _applied_job(state, key, live, body["metadata"]["uid"], status.get("manifestSha256") or "")
     tracker = _tracker(state, key, job, body)
     post = _event_sink(tracker.ref)
     finished = status.get("phase") in FINISHED_PHASES
@@ -422,6 +443,10 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         try:
             _ensure_token_secret(state, key, job, tracker, body, status, patch)
             _ensure_static(state, key, job, tracker, body)
+            if not status.get("manifestSha256"):
+                # What the ConfigMap holds (written now, or by an operator before this field): from here
+                # on, the only copy the operator reads back and the controller accepts.
+                patch.status["manifestSha256"] = manifest_digest(job)
         except TokenSecretConflict as e:
             refusal, blocked = token_conflict(str(e)), True
         except ChildConflict as e:
@@ -624,10 +649,16 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
     for i in missing:
         jobset = jobsets[i]
         found = []
-        for kind, name in (("JobSet", jobset.name), ("Job", f"{jobset.name}-{names.WORKER_REPLICATED_JOB}-0")):
+        job_name = f"{jobset.name}-{names.WORKER_REPLICATED_JOB}-0"
+        for kind, name in (("JobSet", jobset.name), ("Job", job_name)):
             try:
+                # By UID: only Events of the job's own JobSet and of the Job that JobSet owns, never of a
+                # foreign object holding the name (its Events would tell the tenant about its pods).
+                uid = jobset.uid if kind == "JobSet" else state.kube.job_uid_if_owned(ns, job_name, jobset.uid)
+                if not uid:
+                    continue
                 found += [RefusalEvent(kind, name, e["reason"], e["message"], e["last"])
-                          for e in state.kube.warning_events(ns, kind, name)]
+                          for e in state.kube.warning_events(ns, kind, name, uid)]
             except (ApiException, OSError) as e:  # no `list events` (an older chart) or the API is away: no news
                 _logger.warning("cannot read the Events of %s %s: %s", kind, name, e, extra={"job": job.metadata.name})
                 return tracker.creation_fault

@@ -70,6 +70,7 @@ class Kube:
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.batch = client.BatchV1Api(api_client)
 
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Creates a child; returns False when it already exists.
@@ -152,8 +153,29 @@ class Kube:
             raise
         return owner_uid in _owner_uids(obj.metadata)
 
-    def warning_events(self, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
+    def job_uid_if_owned(self, namespace: str, name: str, jobset_uid: str) -> str | None:
+        """The UID of batch Job `name` when its ownerReferences hold `jobset_uid` (a JobSet's own Job); else None.
+
+        A Job of that name that is not the JobSet's (planted, or left by someone else) is not the
+        job's news: its Events could tell a tenant about another user's pods.
+
+        Raises:
+          ApiException: the read failed (not 404), e.g. 403 with an older chart's RBAC.
+        """
+        try:
+            job = self.batch.read_namespaced_job(name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return job.metadata.uid if jobset_uid and jobset_uid in _owner_uids(job.metadata) else None
+
+    def warning_events(self, namespace: str, kind: str, name: str, uid: str = "") -> list[dict[str, Any]]:
         """The Warning Events on object `kind`/`name` (core v1 Events, field selectors: no full list).
+
+        Args:
+          uid: the object's UID; when given, only its Events (not those of another object that had
+            the name, or has it in a foreign JobSet's place).
 
         Returns:
           [{"reason", "message", "last"}]: last is the RFC 3339 time of its last occurrence.
@@ -162,6 +184,8 @@ class Kube:
           ApiException: the list failed (e.g. 403 with an older chart's RBAC: the caller gives up quietly).
         """
         selector = f"involvedObject.kind={kind},involvedObject.name={name},type=Warning"
+        if uid:
+            selector += f",involvedObject.uid={uid}"
         items = self.core.list_namespaced_event(namespace, field_selector=selector, limit=50).items or []
         out = []
         for e in items:

@@ -137,6 +137,19 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get("ELASTIC_JAX_ALLOWED_TOKEN_SERVICE_ACCOUNTS", ""),
                         help="namespace/name of ServiceAccounts whose API token a job may mount "
                              "(spec.controller.automountServiceAccountToken); default: none")
+    parser.add_argument("--allowed-priority-classes",
+                        default=os.environ.get("ELASTIC_JAX_ALLOWED_PRIORITY_CLASSES", ""),
+                        help="PriorityClass names jobs may set in spec.priorityClassName (comma-separated; '*': "
+                             "any); default: none")
+    parser.add_argument("--allowed-toleration-keys",
+                        default=os.environ.get("ELASTIC_JAX_ALLOWED_TOLERATION_KEYS", ""),
+                        help="taint keys jobs may tolerate in spec.controller/worker.tolerations besides "
+                             "google.com/tpu (comma-separated; '*': any, also a toleration without a key); "
+                             "default: google.com/tpu only")
+    parser.add_argument("--allowed-image-pull-secrets",
+                        default=os.environ.get("ELASTIC_JAX_ALLOWED_IMAGE_PULL_SECRETS", ""),
+                        help="namespace/name (or namespace/*) of Secrets jobs in that namespace may name in "
+                             "spec.imagePullSecrets (comma-separated); default: none")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
     # A string default goes through `type` (argparse checks `choices` only for given arguments).
     parser.add_argument("--pod-listen-address", type=_listen_word,
@@ -155,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         service_accounts.configure(args.allowed_service_accounts, args.allowed_token_service_accounts)
     except ValueError as e:
         parser.error(f"--allowed-service-accounts / --allowed-token-service-accounts: {e}")
+    from elastic_jax.k8s_operator import pod_fields
+    try:
+        pod_fields.configure(args.allowed_priority_classes, args.allowed_toleration_keys,
+                             args.allowed_image_pull_secrets)
+    except ValueError as e:
+        parser.error(f"--allowed-image-pull-secrets: {e}")
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)

@@ -297,6 +297,22 @@ def test_controller_service_accounts_reach_the_operator_and_bad_entries_fail_the
     assert proc.returncode != 0 and "/controllerServiceAccounts/allowed/0" in proc.stderr, proc.stderr
 
 
+def test_pod_field_allow_lists_reach_the_operator_and_bad_entries_fail_the_schema(helm):
+    def args(*values):
+        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    # Nothing allowed by default: no flag, the operator's safe defaults (docs/security.md).
+    assert not [a for a in args() if a.startswith("--allowed-")]
+    got = args("--set", "podFields.priorityClassNames={training-low,training-high}",
+               "--set", "podFields.tolerationKeys={ml-pool}",
+               "--set", "podFields.imagePullSecrets={ml/registry,ml2/*}")
+    assert "--allowed-priority-classes=training-low,training-high" in got
+    assert "--allowed-toleration-keys=ml-pool" in got
+    assert "--allowed-image-pull-secrets=ml/registry,ml2/*" in got
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "podFields.imagePullSecrets={registry}", check=False)
+    assert proc.returncode != 0 and "/podFields/imagePullSecrets/0" in proc.stderr, proc.stderr
+
+
 def test_pod_listen_address_reaches_the_operator_as_a_word(helm):
     def args(*values):
         return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -172,8 +172,11 @@ def test_a_refusal_that_may_pass_later_is_not_terminal(monkeypatch):
 class _InvalidTemplateKube(_Kube):
     """The Job controller's FailedCreate Event for a pod template the API server finds invalid."""
 
-    def warning_events(self, namespace, kind, name):
-        if kind == "Job":
+    def job_uid_if_owned(self, namespace, name, jobset_uid):
+        return "job-uid" if jobset_uid == "js-uid" else None  # the JobSet's own Job
+
+    def warning_events(self, namespace, kind, name, uid=""):
+        if kind == "Job" and uid == "job-uid":
             return [{"reason": "FailedCreate", "last": "2026-01-01T00:00:40Z",
                      "message": 'Error creating: Pod "j-slice-0-worker-0-0-x" is invalid: '
                                 'spec.containers[0].resources.requests: Invalid value: "2": must be less than or '
@@ -191,7 +194,7 @@ def test_worker_pods_refused_as_invalid_fail_the_job(monkeypatch):
     key = incarnation.index_key("ns", labels)
     ctrl = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
         **labels, lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.CONTROLLER_ATTEMPT: "0"}}, "status": {"phase": "Running"}})
-    jobsets = [jobset_view({"metadata": {"name": "j-slice-0", "creationTimestamp": "2026-01-01T00:00:30Z",
+    jobsets = [jobset_view({"metadata": {"name": "j-slice-0", "uid": "js-uid", "creationTimestamp": "2026-01-01T00:00:30Z",
                                          "labels": labels}}, 0)]
     status = {"phase": "Pending", "tokenSecret": "j-token", "controllerPod": "j-controller-0"}
     patch = _Patch()

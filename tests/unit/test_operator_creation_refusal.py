@@ -49,8 +49,12 @@ class _QuotaKube(_Kube):
         self.reads = []
         self.refusing = True
 
-    def warning_events(self, namespace, kind, name):
+    def job_uid_if_owned(self, namespace, name, jobset_uid):
+        return f"job-of-{jobset_uid}"
+
+    def warning_events(self, namespace, kind, name, uid=""):
         self.reads.append((kind, name))
+        assert uid == {"JobSet": "js-1", "Job": "job-of-js-1"}[kind], (kind, uid)
         if kind == "Job" and name == "j-slice-1-worker-0" and self.refusing:
             return [{"reason": "FailedCreate", "message": "Error creating: " + QUOTA, "last": "2026-01-01T00:00:40Z"}]
         return []
@@ -70,7 +74,7 @@ def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(mo
         **labels, lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: "0", lbl.JOB_COMPLETION_INDEX: "0"}},
         "status": {"phase": "Running"}})
     jobsets = [jobset_view({"metadata": {"name": f"j-slice-{i}", "creationTimestamp": "2026-01-01T00:00:30Z",
-                                         "labels": labels}}, i) for i in (0, 1)]
+                                         "uid": f"js-{i}", "labels": labels}}, i) for i in (0, 1)]
     key = incarnation.index_key("ns", labels)
     status = {"phase": "Pending", "tokenSecret": "j-token"}
 
@@ -107,7 +111,10 @@ def test_without_rbac_to_read_events_the_job_still_reconciles(monkeypatch):
     from kubernetes.client.rest import ApiException
 
     class NoEvents(_Kube):
-        def warning_events(self, namespace, kind, name):
+        def job_uid_if_owned(self, namespace, name, jobset_uid):
+            raise ApiException(status=403, reason="Forbidden")
+
+        def warning_events(self, namespace, kind, name, uid=""):
             raise ApiException(status=403, reason="Forbidden")
 
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
@@ -116,9 +123,70 @@ def test_without_rbac_to_read_events_the_job_still_reconciles(monkeypatch):
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
     state = handlers.OperatorState(kube=NoEvents(), key=b"k" * 32)
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
-    js = jobset_view({"metadata": {"name": "j-slice-0", "labels": labels}}, 0)
+    js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js-0", "labels": labels}}, 0)
     patch = _Patch()
     handlers.reconcile_job(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
                            name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                            job_jobsets={incarnation.index_key("ns", labels): [js]})
     assert patch.status.get("phase") == "Pending"
+
+
+def test_a_foreign_job_holding_the_slices_job_name_is_not_read_about(monkeypatch):
+    """Issue 9 (tenancy): a tenant names their job so that `<job>-slice-0-worker-0` is someone else's
+    batch Job; that Job's Warning Events (about its own pods) must not become the tenant's condition."""
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    foreign = "Error creating: pods \"j-slice-0-worker-0-0-z\" is forbidden: error looking up service account ops/deployer"
+
+    class Planted(_Kube):
+        reads: list = []
+
+        def job_uid_if_owned(self, namespace, name, jobset_uid):
+            return None  # the Job of that name is not owned by the job's JobSet
+
+        def warning_events(self, namespace, kind, name, uid=""):
+            self.reads.append((kind, name, uid))
+            # The API server applies the UID selector; a read by name alone would return the foreign Event.
+            if kind == "Job" and not uid:
+                return [{"reason": "FailedCreate", "message": foreign, "last": "2026-01-01T00:00:40Z"}]
+            return []
+
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/data/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=Planted(), key=b"k" * 32)
+    labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
+    js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js-0", "creationTimestamp": "2026-01-01T00:00:30Z",
+                                   "labels": labels}}, 0)
+    patch = _Patch()
+    handlers.reconcile_job(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
+                           name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
+                           job_jobsets={incarnation.index_key("ns", labels): [js]})
+    assert state.kube.reads == [("JobSet", "j-slice-0", "js-0")], state.kube.reads
+    assert not any("ops/deployer" in (c.get("message") or "") for c in patch.status.get("conditions") or [])
+    assert not any("ops/deployer" in e[2] for e in events)
+
+
+def test_the_kube_client_reads_a_jobs_events_only_by_the_uid_of_a_job_the_jobset_owns():
+    from types import SimpleNamespace as NS
+
+    from kubernetes.client.rest import ApiException
+
+    from elastic_jax.k8s_operator.kube import Kube
+
+    kube = Kube.__new__(Kube)  # no API connection: the two calls below are the only ones made
+    jobs = {"ours": NS(metadata=NS(uid="job-1", owner_references=[NS(uid="js-1")])),
+            "foreign": NS(metadata=NS(uid="job-2", owner_references=[NS(uid="someone-else")]))}
+
+    def read_job(name, namespace):
+        if name not in jobs:
+            raise ApiException(status=404)
+        return jobs[name]
+    kube.batch = NS(read_namespaced_job=read_job)
+    assert kube.job_uid_if_owned("ns", "ours", "js-1") == "job-1"
+    assert kube.job_uid_if_owned("ns", "foreign", "js-1") is None
+    assert kube.job_uid_if_owned("ns", "absent", "js-1") is None
+    selectors = []
+    kube.core = NS(list_namespaced_event=lambda ns, field_selector, limit: selectors.append(field_selector) or NS(items=[]))
+    kube.warning_events("ns", "Job", "ours", "job-1")
+    assert selectors == ["involvedObject.kind=Job,involvedObject.name=ours,type=Warning,involvedObject.uid=job-1"]

@@ -37,7 +37,10 @@ class _Kube:
     def delete_job(self, namespace, name):
         pass
 
-    def warning_events(self, namespace, kind, name):
+    def job_uid_if_owned(self, namespace, name, jobset_uid):
+        return None
+
+    def warning_events(self, namespace, kind, name, uid=""):
         return []
 
 

@@ -41,7 +41,10 @@ class _Kube:
     def claim(self, namespace, name, resource_version, annotation, identity):
         return True
 
-    def warning_events(self, namespace, kind, name):
+    def job_uid_if_owned(self, namespace, name, jobset_uid):
+        return None
+
+    def warning_events(self, namespace, kind, name, uid=""):
         return []
 
     def __init__(self, existing=()):

@@ -18,6 +18,7 @@ from typing import Any
 from elastic_jax.api import cluster, labels
 from elastic_jax.api.identity import JobIdentity, identity_env
 from elastic_jax.api.job import ElasticTrainingJob, EnvVar
+from elastic_jax.api.manifest_digest import DIGEST_ENV, manifest_digest
 from elastic_jax.k8s_operator import names
 
 _POD_IP_ENV = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
@@ -227,6 +228,8 @@ class CpuRenderer:
                         {"name": "ELASTIC_JAX_HOST", "value": LISTEN_ADDRESS},
                         {"name": "ELASTIC_JAX_PORT", "value": str(names.CONTROLLER_PORT)},
                         {"name": "ELASTIC_JAX_MANIFEST", "value": f"{names.MANIFEST_DIR}/{labels.MANIFEST_KEY}"},
+                        # The spec this pod is for: the controller refuses a manifest ConfigMap edited since.
+                        {"name": DIGEST_ENV, "value": manifest_digest(job)},
                         {"name": "ELASTIC_JAX_TOKEN_FILE", "value": TOKEN_FILE},
                         *({"name": k, "value": v} for k, v in identity_env(JobIdentity(
                             namespace=job.metadata.namespace or "default", name=name, uid=job_uid)).items()),

@@ -1,0 +1,159 @@
+"""Issue 9, what a tenant who may only create ElasticTrainingJobs can reach: on the local control plane, with
+the operator as a least-privilege process and real controller and worker processes.
+
+- A priority class, toleration or pull Secret the admin did not allow fails the job with a condition and
+  an Event naming the field, and nothing is created.
+- Two operators (two releases) watching one namespace: the job carries one operator finalizer, and once the
+  claiming operator is gone (uninstalled), deleting the job still ends (the other operator releases it).
+- The manifest ConfigMap edited after the job started (by someone who may edit ConfigMaps, not the job):
+  the next controller incarnation refuses it and the job fails with the reason, not the edited spec.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import yaml
+
+from e2e.helpers import wait_for
+from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
+    OperatorProcess, ejob_crd, example_manifest, get_job, job_children, job_events, operator, operator_kubeconfig,
+    wait_phase,
+)
+
+FINALIZER = "elasticjax.dev/operator"
+CLAIM = "elasticjax.dev/claimed-by"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _apply(cluster, namespace: str, manifest: dict) -> None:
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def _gone(cluster, namespace: str, name: str) -> bool:
+    return cluster.kubectl("get", "ejob", name, "-n", namespace, check=False).returncode != 0
+
+
+def test_a_job_stays_deletable_after_its_claiming_operator_is_uninstalled(cluster, namespace, operator,
+                                                                          operator_kubeconfig, tmp_path):
+    second = OperatorProcess(operator_kubeconfig, tmp_path / "second-operator.log", _free_port(),
+                             extra_args=("--identity", "host/second", "--namespace", namespace,
+                                         "--node-lost-seconds", "0"))
+    second.start()
+    try:
+        manifest = example_manifest()
+        manifest["metadata"]["name"] = "claimed"
+        # Suspended: claimed and finalized like any job, without starting pods on a shared machine.
+        manifest["spec"]["suspend"] = True
+        manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt")
+        # The second operator claims it (set here so the test does not depend on which one is faster).
+        manifest["metadata"]["annotations"] = {CLAIM: "host/second"}
+        _apply(cluster, namespace, manifest)
+        explain = lambda: json.dumps(get_job(cluster, namespace, "claimed")["metadata"], indent=1)[:3000]  # noqa: E731
+        # Both operators have seen it: the first says it leaves the job alone.
+        wait_for(lambda: [e for e in job_events(cluster, namespace, "claimed")
+                          if e["reason"] == "ClaimedByAnotherOperator"],
+                 timeout_s=120, what="the first operator's ClaimedByAnotherOperator Event", explain=explain)
+        wait_phase(cluster, namespace, "claimed", ("Suspended",), timeout_s=120)
+        meta = get_job(cluster, namespace, "claimed")["metadata"]
+        assert meta["annotations"][CLAIM] == "host/second"
+        assert [f for f in meta.get("finalizers") or [] if "elasticjax" in f] == [FINALIZER], meta.get("finalizers")
+
+        second.stop()  # the claiming release is uninstalled: its operator is gone for good
+        cluster.kubectl("delete", "ejob", "claimed", "-n", namespace, "--wait=false")
+        wait_for(lambda: _gone(cluster, namespace, "claimed"), timeout_s=120,
+                 what="the job deleted although its claiming operator is gone", explain=explain)
+        assert operator.alive(), operator.log()[-3000:]
+    finally:
+        second.stop()
+
+
+def test_an_edited_manifest_configmap_fails_the_job_at_the_next_controller_instead_of_running(
+        cluster, namespace, operator, tmp_path):
+    manifest = example_manifest()
+    manifest["metadata"]["name"] = "digest"
+    manifest["spec"]["training"]["steps"] = 100000
+    manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt")
+    manifest["spec"]["slices"] = {"count": 1}
+    _apply(cluster, namespace, manifest)
+    status = lambda: get_job(cluster, namespace, "digest").get("status") or {}  # noqa: E731
+    explain = lambda: json.dumps(status(), indent=1)[:3000] + "\n" + operator.log()[-2000:]  # noqa: E731
+    wait_for(lambda: status().get("step", 0) >= 1, timeout_s=300, what="training started", explain=explain)
+    recorded = status()["manifestSha256"]
+    assert len(recorded) == 64, recorded
+
+    # Someone who may edit ConfigMaps in the namespace (but not the job) changes what trains.
+    cm = json.loads(cluster.kubectl("get", "configmap", "digest-manifest", "-n", namespace, "-o", "json").stdout)
+    text = yaml.safe_load(cm["data"]["job.yaml"])
+    text["spec"]["training"]["steps"] = 77
+    cm["data"]["job.yaml"] = yaml.safe_dump(text)
+    cluster.kubectl("replace", "-f", "-", input=json.dumps(cm))
+    # A controller loss: the operator starts the next incarnation, which mounts the edited copy.
+    cluster.kubectl("delete", "pod", status()["controllerPod"], "-n", namespace, "--wait=false")
+
+    job = wait_phase(cluster, namespace, "digest", ("Failed", "Succeeded"), timeout_s=300, explain=explain)
+    st = job["status"]
+    assert st["phase"] == "Failed", st
+    assert "the controller refused its input" in st["failureReason"], st
+    assert "manifest ConfigMap was changed after the job was created" in st["failureReason"], st
+    assert st["manifestSha256"] == recorded
+    (cond,) = [c for c in st["conditions"] if c["type"] == "Failed" and c["status"] == "True"]
+    assert "manifest ConfigMap was changed" in cond["message"], cond
+    assert [e for e in job_events(cluster, namespace, "digest")
+            if e["reason"] == "JobFailed" and "manifest ConfigMap was changed" in e["message"]]
+
+
+def test_pod_fields_the_admin_did_not_allow_fail_the_job_naming_the_field_and_create_nothing(
+        cluster, namespace, operator, tmp_path):
+    # The operator runs with the defaults: no priority class, no pull Secret, tolerations of google.com/tpu only.
+    cases = {
+        "pc": ({"priorityClassName": "system-node-critical"}, "spec.priorityClassName 'system-node-critical'"),
+        "tol": ({"controller": {**example_manifest()["spec"]["controller"], "tolerations": [
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]}},
+            "spec.controller.tolerations[0].key 'node-role.kubernetes.io/control-plane'"),
+        "pull": ({"imagePullSecrets": [{"name": "regcred"}]},
+                 f"spec.imagePullSecrets[0].name 'regcred' is not allowed in namespace {namespace}"),
+    }
+    for name, (spec, _) in cases.items():
+        manifest = example_manifest()
+        manifest["metadata"]["name"] = name
+        manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / name)
+        manifest["spec"].update(spec)
+        _apply(cluster, namespace, manifest)
+    for name, (_, fragment) in cases.items():
+        st = wait_phase(cluster, namespace, name, ("Failed",), timeout_s=120)["status"]
+        (cond,) = [c for c in st["conditions"] if c["type"] == "Failed"]
+        assert cond["reason"] == "InvalidSpec" and fragment in cond["message"], cond
+        assert "podFields" in cond["message"], cond
+        wait_for(lambda: [e for e in job_events(cluster, namespace, name)
+                          if e["reason"] == "InvalidSpec" and fragment in e["message"]],
+                 timeout_s=60, what=f"the InvalidSpec Event of {name}")
+        assert job_children(cluster.api(), namespace, f"{name}-") == [], name
+
+
+def test_a_quota_refusing_worker_pods_is_read_from_the_jobs_own_job_by_uid(cluster, namespace, operator, tmp_path):
+    """PodsNotStarting comes from the Warning Events of the slice's own Job, which the operator reads by UID
+    after checking the JobSet owns it (RBAC: get on batch jobs, list events), on a real API server."""
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}}
+    _apply(cluster, namespace, quota)
+    manifest = example_manifest()
+    manifest["metadata"]["name"] = "quota"
+    manifest["spec"]["slices"] = {"count": 1}
+    manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt")
+    _apply(cluster, namespace, manifest)
+    explain = lambda: json.dumps(get_job(cluster, namespace, "quota").get("status"), indent=1)[:3000]  # noqa: E731
+
+    def refused():
+        conds = (get_job(cluster, namespace, "quota").get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "PodsNotStarting" and c["status"] == "True"
+                     and c["reason"] == "FailedCreate"), None)
+    cond = wait_for(refused, timeout_s=180, what="PodsNotStarting FailedCreate from the quota", explain=explain)
+    assert "quota-slice-0-worker-0" in cond["message"] and "exceeded quota: one-pod" in cond["message"], cond
+    cluster.kubectl("delete", "ejob", "quota", "-n", namespace, "--wait=false")

@@ -1,0 +1,127 @@
+"""Which priority classes, tolerations and image pull Secrets a job may give its pods: the admin's allow lists (pure).
+
+A tenant who may only create ElasticTrainingJobs cannot create pods. The
+operator can, so every Pod field a job passes through is a power the tenant
+gains through the operator unless the admin limits it (the confused-deputy
+shape of `service_accounts`):
+
+- `spec.priorityClassName`: any existing PriorityClass, `system-node-critical`
+  included, lets the job's pods preempt others;
+- `spec.controller.tolerations` / `spec.worker.tolerations`: tolerating the
+  control plane's or a reserved pool's taints puts the pods there;
+- `spec.imagePullSecrets`: the kubelet pulls with any Secret of the namespace,
+  so the job may run images the tenant could not otherwise pull.
+
+Each is accepted only when a cluster admin listed it in the operator's
+settings (Helm value `podFields`, flags `--allowed-priority-classes`,
+`--allowed-toleration-keys`, `--allowed-image-pull-secrets`), which tenants
+cannot edit. Defaults: no priority class, no pull Secret, and only the
+`google.com/tpu` toleration (what GKE itself adds to TPU pods). `*` allows
+any value of a list (pull Secrets: `namespace/*`). Anything else fails the
+job naming the field (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from elastic_jax.api.job import ElasticTrainingJob
+
+PRIORITY_FIELD = "spec.priorityClassName"
+PULL_SECRETS_FIELD = "spec.imagePullSecrets"
+ANY = "*"
+
+# Tolerations any job may set: GKE adds this one to every pod requesting TPUs, so tolerating it
+# gives nothing a TPU job does not already have.
+ALWAYS_ALLOWED_TOLERATION_KEYS = frozenset({"google.com/tpu"})
+
+
+class PodFieldRefused(ValueError):
+    """The job sets a priority class, toleration or pull Secret the admin did not allow; `str()` names the field."""
+
+
+def parse_names(text: str | None) -> frozenset[str]:
+    """Comma- or whitespace-separated names (priority classes, toleration keys) as a set; `*` means any."""
+    return frozenset((text or "").replace(",", " ").split())
+
+
+def parse_secrets(text: str | None) -> frozenset[tuple[str, str]]:
+    """`namespace/name` (or `namespace/*`) entries, comma- or whitespace-separated, as (namespace, name) pairs.
+
+    Raises:
+      ValueError: an entry that is not `namespace/name` (naming it).
+    """
+    out = set()
+    for entry in (text or "").replace(",", " ").split():
+        namespace, sep, name = entry.partition("/")
+        if not sep or not namespace or not name or "/" in name or namespace == ANY:
+            raise ValueError(f"{entry!r} is not namespace/name (or namespace/*)")
+        out.add((namespace, name))
+    return frozenset(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodFieldsPolicy:
+    """The admin's allow lists for Pod fields a job passes to its pods.
+
+    Attributes:
+      priority_classes: PriorityClass names jobs may set (cluster-scoped); `*`: any.
+      toleration_keys: taint keys jobs may tolerate, besides `ALWAYS_ALLOWED_TOLERATION_KEYS`; `*`: any,
+        including a toleration without a key (which tolerates every taint).
+      pull_secrets: (namespace, name) of Secrets jobs in that namespace may name; name `*`: any of it.
+    """
+
+    priority_classes: frozenset[str] = frozenset()
+    toleration_keys: frozenset[str] = frozenset()
+    pull_secrets: frozenset[tuple[str, str]] = frozenset()
+
+    def check(self, job: ElasticTrainingJob, namespace: str) -> None:
+        """Refuses the first priority class, toleration or pull Secret of `job` the admin did not allow.
+
+        Args:
+          job: the spec to check.
+          namespace: the job object's namespace, from the API server (never from a manifest's text).
+
+        Raises:
+          PodFieldRefused: naming the field, the value and the Helm value that would allow it.
+        """
+        spec = job.spec
+        pc = spec.priority_class_name
+        if pc is not None and pc not in self.priority_classes and ANY not in self.priority_classes:
+            raise PodFieldRefused(
+                f"{PRIORITY_FIELD} {pc!r} is not allowed: a cluster admin must list it in the operator's "
+                "podFields.priorityClassNames (Helm value)")
+        for role, part in (("controller", spec.controller), ("worker", spec.worker)):
+            for i, t in enumerate(part.tolerations):
+                key = t.key or ""
+                if key in ALWAYS_ALLOWED_TOLERATION_KEYS or ANY in self.toleration_keys:
+                    continue
+                if not key:
+                    raise PodFieldRefused(
+                        f"spec.{role}.tolerations[{i}]: a toleration without a key tolerates every taint and is "
+                        "not allowed: name the taint's key (a cluster admin may allow any with "
+                        "podFields.tolerationKeys: ['*'])")
+                if key not in self.toleration_keys:
+                    raise PodFieldRefused(
+                        f"spec.{role}.tolerations[{i}].key {key!r} is not allowed: a cluster admin must list it "
+                        "in the operator's podFields.tolerationKeys (Helm value)")
+        for i, ref in enumerate(spec.image_pull_secrets):
+            if (namespace, ref.name) not in self.pull_secrets and (namespace, ANY) not in self.pull_secrets:
+                raise PodFieldRefused(
+                    f"{PULL_SECRETS_FIELD}[{i}].name {ref.name!r} is not allowed in namespace {namespace}: a cluster "
+                    f"admin must list {namespace}/{ref.name} in the operator's podFields.imagePullSecrets (Helm value)")
+
+
+# Set once by `main` from its flags; the handlers read it. Default: the safe lists above.
+POLICY = PodFieldsPolicy()
+
+
+def configure(priority_classes: str | None, toleration_keys: str | None, pull_secrets: str | None) -> PodFieldsPolicy:
+    """Sets the operator's `POLICY` from the flags' text and returns it.
+
+    Raises:
+      ValueError: a pull Secret entry that is not `namespace/name`.
+    """
+    global POLICY
+    POLICY = PodFieldsPolicy(parse_names(priority_classes), parse_names(toleration_keys), parse_secrets(pull_secrets))
+    return POLICY

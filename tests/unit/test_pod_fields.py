@@ -1,0 +1,138 @@
+"""spec.priorityClassName, tolerations, imagePullSecrets: only what the cluster admin allowed (operator/k8s_operator/pod_fields.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from elastic_jax.api import labels as lbl
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.k8s_operator import children, handlers, pod_fields
+from elastic_jax.k8s_operator.backends import UnsupportedBackend
+from elastic_jax.k8s_operator.pod_fields import PodFieldRefused, PodFieldsPolicy, parse_names, parse_secrets
+
+
+def _body(namespace="ml", **spec):
+    base = {"slices": {"count": 1}, "training": {"steps": 2, "globalBatchSize": 1},
+            "checkpoint": {"uri": "gs://b/p"}}
+    return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+            "metadata": {"name": "pf-job", "namespace": namespace}, "spec": {**base, **spec}}
+
+
+def _job(namespace="ml", **spec):
+    return parse_manifest(_body(namespace, **spec))
+
+
+POLICY = PodFieldsPolicy(priority_classes=parse_names("training-low"), toleration_keys=parse_names("ml-pool"),
+                         pull_secrets=parse_secrets("ml/registry"))
+
+CP_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_a_job_without_these_fields_passes_the_default_policy():
+    PodFieldsPolicy().check(_job(), "ml")
+
+
+def test_the_tpu_toleration_is_always_fine():
+    tpu = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
+    PodFieldsPolicy().check(_job(worker={"tolerations": [tpu]}, controller={"tolerations": [tpu]}), "ml")
+
+
+def test_listed_values_are_accepted():
+    POLICY.check(_job(priorityClassName="training-low",
+                      worker={"tolerations": [{"key": "ml-pool", "operator": "Equal", "value": "a"}]},
+                      imagePullSecrets=[{"name": "registry"}]), "ml")
+
+
+@pytest.mark.parametrize(("namespace", "spec", "message"), [
+    # What a new-user trial on kind could do before: preempt anything, run on the control-plane node.
+    ("ml", {"priorityClassName": "system-node-critical"},
+     "spec.priorityClassName 'system-node-critical' is not allowed: a cluster admin must list it in the "
+     "operator's podFields.priorityClassNames"),
+    ("ml", {"controller": {"tolerations": [CP_TOLERATION]}},
+     "spec.controller.tolerations[0].key 'node-role.kubernetes.io/control-plane' is not allowed"),
+    ("ml", {"worker": {"tolerations": [{"key": "ml-pool", "operator": "Exists"}, CP_TOLERATION]}},
+     "spec.worker.tolerations[1].key 'node-role.kubernetes.io/control-plane' is not allowed"),
+    # A toleration without a key tolerates every taint.
+    ("ml", {"worker": {"tolerations": [{"operator": "Exists"}]}},
+     "spec.worker.tolerations[0]: a toleration without a key tolerates every taint"),
+    ("ml", {"imagePullSecrets": [{"name": "registry"}, {"name": "prod-registry"}]},
+     "spec.imagePullSecrets[1].name 'prod-registry' is not allowed in namespace ml: a cluster admin must list "
+     "ml/prod-registry"),
+    # A pull Secret entry is per namespace.
+    ("other", {"imagePullSecrets": [{"name": "registry"}]},
+     "spec.imagePullSecrets[0].name 'registry' is not allowed in namespace other"),
+])
+def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace, spec, message):
+    with pytest.raises(PodFieldRefused) as info:
+        POLICY.check(_job(namespace, **spec), namespace)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_star_allows_any_value():
+    anything = PodFieldsPolicy(parse_names("*"), parse_names("*"), parse_secrets("ml/*"))
+    anything.check(_job(priorityClassName="system-node-critical",
+                        controller={"tolerations": [CP_TOLERATION, {"operator": "Exists"}]},
+                        imagePullSecrets=[{"name": "any"}]), "ml")
+    with pytest.raises(PodFieldRefused, match="not allowed in namespace other"):
+        anything.check(_job("other", imagePullSecrets=[{"name": "any"}]), "other")
+
+
+def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
+    monkeypatch.setattr(pod_fields, "POLICY", POLICY)
+    assert handlers.parse_job(_body(priorityClassName="training-low")).spec.priority_class_name == "training-low"
+    # The operator's default allows none of them.
+    monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
+    for spec in ({"priorityClassName": "training-low"}, {"imagePullSecrets": [{"name": "registry"}]},
+                 {"worker": {"tolerations": [{"key": "ml-pool", "operator": "Exists"}]}}):
+        with pytest.raises(UnsupportedBackend, match="is not allowed"):
+            handlers.parse_job(_body(**spec))
+
+
+def test_a_refused_job_is_failed_with_a_condition_and_an_event_and_nothing_is_created(monkeypatch):
+    monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
+    events = []
+    monkeypatch.setattr(handlers.kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+
+    class Patch:
+        status: dict = {}
+    patch = Patch()
+    patch.status = {}
+    body = _body(priorityClassName="system-node-critical")
+    body["metadata"]["uid"] = "u1"
+    with pytest.raises(handlers.kopf.PermanentError, match="spec.priorityClassName"):
+        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch)
+    assert patch.status["phase"] == "Failed"
+    cond = [c for c in patch.status["conditions"] if c["type"] == "Failed"][0]
+    assert cond["reason"] == "InvalidSpec" and "spec.priorityClassName 'system-node-critical'" in cond["message"]
+    assert events == [("Warning", "InvalidSpec", cond["message"])]
+
+
+def test_a_tampered_manifest_configmap_cannot_bring_in_a_priority_class(monkeypatch):
+    monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
+    live = _job()
+    tampered = _job(priorityClassName="system-node-critical")
+
+    class Kube:  # the ConfigMap as someone who may edit ConfigMaps of the namespace left it
+        def read_manifest(self, ns, name, uid):
+            return children.manifest_configmap(tampered)["data"][lbl.MANIFEST_KEY]
+    state = handlers.OperatorState(kube=Kube(), key=b"k" * 32)
+    applied = handlers._applied_job(state, ("ml", "pf-job"), live, "u1")
+    assert applied.spec.priority_class_name is None
+
+
+@pytest.mark.parametrize("text", ["registry", "ml/", "/registry", "a/b/c", "*/registry"])
+def test_a_bad_pull_secret_entry_is_an_error_naming_it(text):
+    with pytest.raises(ValueError, match="is not namespace/name"):
+        parse_secrets(text)
+
+
+def test_the_operator_flags_reach_the_policy_and_a_bad_entry_stops_it(monkeypatch, capsys):
+    from elastic_jax.k8s_operator import main
+    with pytest.raises(SystemExit) as info:
+        main.main(["--allowed-image-pull-secrets", "registry", "--metrics-port", "0"])
+    assert info.value.code == 2 and "--allowed-image-pull-secrets" in capsys.readouterr().err
+    policy = pod_fields.configure("a,b", "ml-pool", "ml/registry")
+    try:
+        assert policy == PodFieldsPolicy(frozenset({"a", "b"}), frozenset({"ml-pool"}), frozenset({("ml", "registry")}))
+    finally:
+        pod_fields.configure("", "", "")
