@@ -36,6 +36,7 @@ class JobSetView:
     deleting: bool = False
     head: str = ""
     created: str = ""  # metadata.creationTimestamp (RFC 3339)
+    uid: str = ""  # metadata.uid: a JobSet created again under the same name restarts its count (`counters`)
 
 
 def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
@@ -51,6 +52,7 @@ def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
         deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
         head=((body.get("metadata") or {}).get("annotations") or {}).get(labels.PATHWAYS_HEAD, ""),
         created=(body.get("metadata") or {}).get("creationTimestamp") or "",
+        uid=(body.get("metadata") or {}).get("uid") or "",
     )
 
 
