@@ -17,11 +17,13 @@ Counts the old source made after the operator's last pass and before it went
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import CounterBase, SliceCounterBase
-from elastic_jax.k8s_operator.reconcile import JobSetView
+
+if TYPE_CHECKING:  # (reconcile reads the carried restarts for the budgets)
+    from elastic_jax.k8s_operator.reconcile import JobSetView
 
 
 @dataclasses.dataclass(frozen=True)
