@@ -604,6 +604,10 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
     return fault
 
 
+# `status.slices[i].reason` of a slice whose workers a suspend stopped.
+SUSPENDED_SLICE_REASON = "workers stopped: the job is suspended (spec.suspend)"
+
+
 def slice_status(tracker: JobTracker, restarts: list[int], previous: list[dict], now: str) -> list[dict]:
     """`status.slices` from the tracker; a slice's lastTransitionTime changes only when its state does.
 
@@ -622,9 +626,13 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[dict],
                 prev = before.get(t.index) or {}
                 same = prev.get("state") == t.state and prev.get("lastTransitionTime")
                 t.since = prev["lastTransitionTime"] if same else now
+            reason = t.reason
+            if tracker.suspended and t.state in ("Down", "Draining"):
+                # the operator stopped these workers: "exit code 143" would read as a failure
+                reason = SUSPENDED_SLICE_REASON
             out.append({"index": t.index, "state": t.state,
                         "restarts": restarts[t.index] if t.index < len(restarts) else 0,
-                        "pods": list(t.pods), "addresses": list(t.addresses), "reason": t.reason,
+                        "pods": list(t.pods), "addresses": list(t.addresses), "reason": reason,
                         "lastTransitionTime": t.since})
     return out
 
