@@ -131,9 +131,9 @@ class ElasticTrainingJobStatus(_Model):
     controller_restarts: int = Field(default=0, ge=0, description="Times the controller pod was recreated (never for a worker failure).")
     slice_replacements: int = Field(default=0, ge=0, description="Worker slices replaced in total (the slices' "
                                                                  "restarts added up), across suspend/resume.")
-    recoveries: int = Field(default=0, ge=0, description="Slice losses the job's controllers recovered from, over every "
-                                                         "controller pod of the job (a new one after a loss or a resume "
-                                                         "adds to it).")
+    recoveries: int = Field(default=0, ge=0, description="Recoveries (a slice lost, hung or drained) the job's "
+                                                         "controllers made, over every controller pod of the job (a new "
+                                                         "one after a loss or a resume adds to it).")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
     resumed_from: ResumedFrom | None = Field(
