@@ -22,6 +22,7 @@ from typing import Any
 import kopf
 import yaml
 
+from elastic_jax import contract
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
@@ -56,11 +57,11 @@ _HAS_JOB = {lbl.JOB_NAME: kopf.PRESENT}
 
 
 # This operator's name in job claims (`claims`): the chart sets `<release namespace>/<release name>`.
-OPERATOR_IDENTITY_ENV = "ELASTIC_JAX_OPERATOR_IDENTITY"
+OPERATOR_IDENTITY_ENV = contract.ENV_OPERATOR_IDENTITY
 DEFAULT_IDENTITY = "elastic-jax-operator"
 
 # File holding the operator key (the chart mounts its Secret there); unset: a random key per process.
-OPERATOR_KEY_FILE_ENV = "ELASTIC_JAX_OPERATOR_KEY_FILE"
+OPERATOR_KEY_FILE_ENV = contract.ENV_OPERATOR_KEY_FILE
 
 
 class OperatorState:
@@ -162,7 +163,7 @@ def job_pods(namespace, labels: dict, body, **_):
     return {incarnation.index_key(namespace, labels): pod_view(body)}
 
 
-@kopf.index("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=_HAS_JOB)
+@kopf.index(contract.JOBSET_GROUP, contract.JOBSET_VERSION, contract.JOBSET_PLURAL, labels=_HAS_JOB)
 def job_jobsets(namespace, labels: dict, body, **_):
     """(namespace, job, job UID) → JobSetView of each of the job's worker JobSets; read with `incarnation.own`."""
     try:
