@@ -21,6 +21,15 @@ from e2e.helpers import is_ready, pods, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
     ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
 )
+from elastic_jax.k8s_operator.handlers import SUSPENDED_SLICE_REASON
+
+
+def _reconciles(operator) -> float:
+    """Reconcile passes the operator made so far (its `elasticjax_operator_reconciles_total{result="ok"}`)."""
+    for line in operator.metrics().splitlines():
+        if line.startswith('elasticjax_operator_reconciles_total{result="ok"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def _counts(status: dict) -> tuple[int, int, int]:
@@ -81,6 +90,15 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
         return not pods(cluster, namespace, f"elasticjax.dev/job-name={name}")
     wait_for(torn_down, timeout_s=180, what="the job's pods gone", explain=explain)
     assert _counts(status()) == after_first_loss, status()
+    # nothing changes while suspended, so no pass rewrites the object (`kubectl get ejob -w` printed an
+    # identical line every second): five more operator passes leave its resourceVersion as it was
+    version = get_job(cluster, namespace, name)["metadata"]["resourceVersion"]
+    passes = _reconciles(operator)
+    wait_for(lambda: _reconciles(operator) >= passes + 5, timeout_s=120, what="five more operator passes",
+             explain=explain)
+    job = get_job(cluster, namespace, name)
+    assert job["metadata"]["resourceVersion"] == version, json.dumps(job.get("status"), indent=1)[:3000]
+    assert all(sl["reason"] == SUSPENDED_SLICE_REASON for sl in job["status"]["slices"]), job["status"]["slices"]
     # resume: a new controller pod and new JobSets, each counting from 0; the job's counts do not
     cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
     s = training()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from elastic_jax import contract
 from elastic_jax.exit_codes import ControllerExit
-from elastic_jax.logs import FORMATS, JsonFormatter, bind, log_format
+from elastic_jax.logs import FORMATS, JsonFormatter, TextFormatter, bind, log_format
 
 # Signals that end the run as a controller loss (exit RESTART), after a checkpoint.
 _LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -45,7 +45,7 @@ _LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 def _setup_logging(fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     for noisy in ("absl", "jax._src", "orbax", "grain", "httpx", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -69,13 +69,17 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
 REPORTING_COMPONENT = "elastic-jax-operator"
 
 
-def _use_product_log_schema() -> None:
-    """Gives kopf's log handler the product's JSON formatter (`elastic_jax.logs`): the operator's lines
-    have the controller's and workers' keys (ts, level, logger, msg, namespace, job), not kopf's own."""
-    from elastic_jax.logs import JsonFormatter
+def _use_product_log_schema(log_format: str, quiet_timers: bool = True) -> None:
+    """Gives kopf's log handler the product's formatter (`elastic_jax.logs`): JSON lines with the
+    controller's and workers' keys (ts, level, logger, msg, namespace, job), or text lines with the
+    time and the job (kopf's plain format had neither). With `quiet_timers`, kopf's per-second
+    "Timer 'reconcile_job' succeeded." lines are dropped (`--verbose` keeps them)."""
+    from elastic_jax.logs import JsonFormatter, TextFormatter, TimerSuccessFilter
 
     for handler in logging.getLogger().handlers:
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+        if quiet_timers:
+            handler.addFilter(TimerSuccessFilter())
 
 
 def _port(text: str) -> int:
@@ -159,8 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)
-    if args.log_format == "json":
-        _use_product_log_schema()
+    _use_product_log_schema(args.log_format, quiet_timers=not args.verbose)
     for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.metrics_port:
