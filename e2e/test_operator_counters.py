@@ -53,13 +53,16 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     def explain() -> str:
         return json.dumps(status(), indent=1)[:3000] + "\n" + operator.log()[-3000:]
 
-    def training(controller_other_than: str = "") -> dict:
+    def training(after_controller_uid: str = "") -> dict:
+        """Status once a controller other than `after_controller_uid` answers, trains on both slices."""
         def check():
             s = status()
-            ok = (s.get("phase") == "Running" and s.get("activeSlices") == 2 and s.get("step", 0) >= 5
-                  and s.get("controllerPod") and s.get("controllerPod") != controller_other_than)
+            uid = (s.get("counterBase") or {}).get("controllerUid") or ""
+            ok = (uid and uid != after_controller_uid and s.get("phase") == "Running" and s.get("activeSlices") == 2
+                  and s.get("step", 0) >= 5)
             return s if ok else None
-        return wait_for(check, timeout_s=300, what="job training on both slices", interval_s=0.5, explain=explain)
+        return wait_for(check, timeout_s=300, what="a new controller training on both slices", interval_s=0.5,
+                        explain=explain)
 
     def kill_slice0_worker() -> None:
         victim = next(p for p in pods(cluster, namespace, f"elasticjax.dev/job-name={name},elasticjax.dev/slice-index=0")
@@ -76,7 +79,7 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
                         explain=explain)
 
     s = training()
-    first = s["controllerPod"]
+    first_uid = s["counterBase"]["controllerUid"]
     before = _counts(s)
     assert before == (0, 0, 0), s
     kill_slice0_worker()
@@ -101,7 +104,7 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     assert all(sl["reason"] == SUSPENDED_SLICE_REASON for sl in job["status"]["slices"]), job["status"]["slices"]
     # resume: a new controller pod and new JobSets, each counting from 0; the job's counts do not
     cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
-    s = training()
+    s = training(after_controller_uid=first_uid)
     assert all(n >= b for n, b in zip(_counts(s), after_first_loss)), (s, after_first_loss)
     resumed = _counts(s)
     kill_slice0_worker()
@@ -109,14 +112,14 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
 
     # the controller pod deleted (a controller loss): its successor counts from 0; the job's counts do not
     s = status()
-    old_controller = s["controllerPod"]
+    old_controller, old_uid = s["controllerPod"], s["counterBase"]["controllerUid"]
     cluster.kubectl("delete", "pod", old_controller, "-n", namespace, "--wait=false")
-    s = training(controller_other_than=old_controller)
+    s = training(after_controller_uid=old_uid)
     assert s["controllerRestarts"] >= 1, s
     assert all(n >= b for n, b in zip(_counts(s), after_resume_loss)), (s, after_resume_loss)
     replaced = _counts(s)
     kill_slice0_worker()
     final = grown_past(replaced)
-    assert final[0] >= 3 and final[1] >= 3, (final, first)
+    assert final[0] >= 3 and final[1] >= 3, final
     base = status()["counterBase"]
     assert base["controllerUid"] and base["recoveries"] >= 2, base
