@@ -189,3 +189,32 @@ def test_counters_keep_growing_through_suspend_resume_and_a_new_controller_pod(m
     s = run([_controller_pod(1, "c2")], [_jobset("js-b", 1)])
     assert s["recoveries"] == 4  # (c2 says 1 as well: 3 before it + 1)
     ElasticTrainingJobStatus.model_validate(s)
+
+
+def test_a_pass_that_sees_nothing_new_writes_nothing(monkeypatch):
+    """Issue 11 (status truth): `kubectl get ejob -w` printed an identical line every second, i.e. a
+    status patch with no change. Running (the controller answering the same), then suspended: the
+    second pass of each patches nothing."""
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    worker = pod_view({"metadata": {"name": "j-slice-0-w", "uid": "w0", "labels": {
+        lbl.ROLE: lbl.ROLE_WORKER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.SLICE_INDEX: "0"}},
+        "status": {"phase": "Running", "podIP": "127.0.0.2",
+                   "containerStatuses": [{"name": "worker", "ready": True, "state": {"running": {}}}]}})
+    _Controller.recoveries[0] = 1
+    patches = []
+    for suspend, pods in ((False, [_controller_pod(0, "c0"), worker]),) * 3 + ((True, []),) * 3:
+        s = {**spec, "suspend": suspend}
+        body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": s}
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                               job_jobsets={("ns", "j", "u1"): [] if suspend else [jobset_view(_jobset("js", 0), 0)]})
+        patches.append(patch.status)
+        status = {**status, **patch.status}
+    assert patches[0] and patches[3], patches  # the first pass of each writes the news
+    assert patches[1:3] == [{}, {}] and patches[4:] == [{}, {}], patches
