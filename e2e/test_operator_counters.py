@@ -107,7 +107,8 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     def settled():  # the teardown's last news written: every slice stopped by the suspend, no controller
         s = status()
         return s if (s.get("controllerPod") == "" and s.get("slices")
-                     and all(sl["reason"] == SUSPENDED_SLICE_REASON for sl in s["slices"])) else None
+                     and all(sl["reason"] == SUSPENDED_SLICE_REASON and sl["state"] == "Down" and not sl["pods"]
+                             for sl in s["slices"])) else None
     wait_for(settled, timeout_s=60, what="the suspend's teardown in status", explain=explain)
     before_passes = get_job(cluster, namespace, name)
     passes = _reconciles(operator)
