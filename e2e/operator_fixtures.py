@@ -27,6 +27,7 @@ import yaml
 
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import wait_for
+from elastic_jax import contract
 from elastic_jax.local.processes import free_port, write_private_file
 
 RULES = REPO_ROOT / "helm" / "elastic-jax" / "files" / "operator-rbac-rules.yaml"
@@ -90,7 +91,7 @@ def job_children(api, namespace: str, prefix: str) -> list[str]:
     found = []
     for path in (f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/secrets",
                  f"/api/v1/namespaces/{namespace}/configmaps", f"/api/v1/namespaces/{namespace}/services",
-                 f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets",
+                 contract.jobsets_path(namespace),
                  f"/apis/batch/v1/namespaces/{namespace}/jobs"):
         found += [f"{path.rsplit('/', 1)[-1]}/{o['metadata']['name']}" for o in api.get(path)["items"]
                   if o["metadata"]["name"].startswith(prefix)]
@@ -122,9 +123,9 @@ class OperatorProcess:
         key_file = self.log_path.with_name("operator-key")
         if not key_file.exists():
             write_private_file(key_file, secrets.token_urlsafe(48))
-        env["ELASTIC_JAX_OPERATOR_KEY_FILE"] = str(key_file)
+        env[contract.ENV_OPERATOR_KEY_FILE] = str(key_file)
         # Pods here share the host's network: each controller binds its own loopback pod IP.
-        env["ELASTIC_JAX_POD_LISTEN_ADDRESS"] = "pod-ip"
+        env[contract.ENV_POD_LISTEN_ADDRESS] = "pod-ip"
         exe = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(

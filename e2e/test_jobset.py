@@ -6,6 +6,7 @@ import os
 import signal
 
 from e2e.helpers import apply, pods, summary, wait_for
+from elastic_jax import contract
 
 RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
 
@@ -50,7 +51,7 @@ spec:
 
 
 def _jobset(cluster, namespace, name):
-    return cluster.api().get(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets/{name}")
+    return cluster.api().get(f"{contract.jobsets_path(namespace)}/{name}")
 
 
 def _condition(cluster, namespace, name, ctype):

@@ -32,6 +32,7 @@ import yaml
 from e2e.helpers import wait_for
 from e2e.operator_fixtures import ejob_crd, get_job, operator, operator_kubeconfig  # noqa: F401  (fixtures)
 
+from elastic_jax import contract
 from elastic_jax.api import labels
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator import backends
@@ -61,7 +62,7 @@ def test_operator_creates_tpu_slices_on_tpu_pools(cluster, namespace, operator):
     cond = wait_for(head_not_starting, timeout_s=60, what="PodsNotStarting for the Pathways head", explain=explain)
     assert "controller-0" in cond["message"], cond
     # The start order: no worker before its head's resource manager listens.
-    jobsets = cluster.api().get(f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets")["items"]
+    jobsets = cluster.api().get(contract.jobsets_path(namespace))["items"]
     assert jobsets == [], [j["metadata"]["name"] for j in jobsets]
 
     # What the operator creates next, once the resource manager listens (rendered by its renderer).

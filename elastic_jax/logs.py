@@ -115,6 +115,37 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """Formats a record as one human line: UTC time, level, logger, `[namespace/job]` when known, message.
+
+    `--log-format text` of every process; the same fields as `JsonFormatter`, fewer of them
+    (`extra=` fields other than the job's are left out).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(fmt="%(asctime)s.%(msecs)03dZ %(levelname)-7s %(name)s%(job_ref)s: %(message)s",
+                         datefmt="%Y-%m-%dT%H:%M:%S")
+        self.converter = __import__("time").gmtime
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {**_BOUND, **_object_fields(getattr(record, "k8s_ref", None))}
+        job = fields.get("job") or getattr(record, "job", None)
+        namespace = fields.get("namespace") or getattr(record, "namespace", None)
+        other = fields.get("object")
+        record.job_ref = (f" [{namespace}/{job}]" if namespace and job else f" [{job}]" if job
+                          else f" [{other}]" if other else "")
+        return super().format(record)
+
+
+class TimerSuccessFilter(logging.Filter):
+    """Drops kopf's "Timer '...' succeeded." line: the operator's 1 s reconcile timer wrote one per job
+    per second, half of its log. Failures and every other handler's lines pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Timer '") and message.endswith("' succeeded."))
+
+
 def read_events(text: str) -> list[dict]:
     """The lines of a JSON log (as `JsonFormatter` writes it) that carry an `event` field, in order.
 

@@ -22,6 +22,8 @@ import ml_dtypes
 import msgpack
 import numpy as np
 
+from elastic_jax import contract
+
 SERVICE_NAME = "elastic_jax.SliceWorker"
 PING = "Ping"
 LOAD = "Load"
@@ -55,7 +57,7 @@ def auth_metadata(token: str) -> tuple[tuple[str, str], ...]:
 # the whole parameter tree, and returns the gradients (about 2x the parameters'
 # bytes each way). The cap bounds what a peer can make either side buffer;
 # raise it for a model whose parameters exceed ~120 MiB (both ends read it).
-MAX_MESSAGE_BYTES_ENV = "ELASTIC_JAX_MAX_MESSAGE_BYTES"
+MAX_MESSAGE_BYTES_ENV = contract.ENV_MAX_MESSAGE_BYTES
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 2**20
 
 

@@ -42,8 +42,9 @@ from pathlib import Path
 # Before JAX and the trainer are imported: the goodput ledger's "starting" begins here.
 _STARTED_AT = time.monotonic()
 
+from elastic_jax import contract
 from elastic_jax.exit_codes import ControllerExit
-from elastic_jax.logs import FORMATS, JsonFormatter, bind, log_format
+from elastic_jax.logs import FORMATS, JsonFormatter, TextFormatter, bind, log_format
 
 # Signals that end the run as a controller loss (exit RESTART), after a checkpoint.
 _LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -51,15 +52,15 @@ _LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 def _setup_logging(fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     for noisy in ("absl", "jax._src", "orbax", "grain", "httpx", "uvicorn"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 # Where the kubelet reads the container's termination message (the pod's terminationMessagePath).
-TERMINATION_MESSAGE_ENV = "ELASTIC_JAX_TERMINATION_MESSAGE_PATH"
-DEFAULT_TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TERMINATION_MESSAGE_ENV = contract.ENV_TERMINATION_MESSAGE_PATH
+DEFAULT_TERMINATION_MESSAGE_PATH = contract.TERMINATION_MESSAGE_PATH
 
 
 def write_termination_message(line: str) -> None:
@@ -130,27 +131,27 @@ def _close_quietly(what: str, close) -> str | None:
 
 
 def _read_token(args: argparse.Namespace) -> str | None:
-    path = args.token_file or os.environ.get("ELASTIC_JAX_TOKEN_FILE")
+    path = args.token_file or os.environ.get(contract.ENV_TOKEN_FILE)
     if path:
         try:
             return Path(path).read_text().strip()
         except OSError as e:
             raise ValueError(f"--token-file {path}: {e.strerror}") from None
-    return os.environ.get("ELASTIC_JAX_TOKEN")
+    return os.environ.get(contract.ENV_TOKEN)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the controller; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="elastic-jax-controller", description=__doc__.splitlines()[0])
-    parser.add_argument("--manifest", default=os.environ.get("ELASTIC_JAX_MANIFEST"))
+    parser.add_argument("--manifest", default=os.environ.get(contract.ENV_MANIFEST))
     parser.add_argument("--token-file", default=None)
-    parser.add_argument("--host", default=os.environ.get("ELASTIC_JAX_HOST", "0.0.0.0"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("ELASTIC_JAX_PORT", "8080")))
-    parser.add_argument("--summary-file", default=os.environ.get("ELASTIC_JAX_SUMMARY_FILE"))
+    parser.add_argument("--host", default=os.environ.get(contract.ENV_HOST, "0.0.0.0"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get(contract.ENV_PORT, str(contract.CONTROLLER_PORT))))
+    parser.add_argument("--summary-file", default=os.environ.get(contract.ENV_SUMMARY_FILE))
     parser.add_argument("--fresh", action="store_true",
                         help="delete the local checkpoints once the trainer and the checkpoint location check out, "
                              "then start from step 0 (elastic-jax run --fresh)")
-    parser.add_argument("--log-format", type=log_format, default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"),
+    parser.add_argument("--log-format", type=log_format, default=os.environ.get(contract.ENV_LOG_FORMAT, "json"),
                         help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT)")
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:

@@ -38,6 +38,7 @@ from e2e.harness.paths import bin_dir, build_dir
 from e2e.kind.engine import Engine
 from e2e.kind.nodeimage import build as nodeimage
 from e2e.kind.nodeimage.build import NodeImage
+from elastic_jax import contract
 
 DEFAULT_NAME = "elastic-jax"
 
@@ -408,7 +409,7 @@ def install_jobset(cluster: KindCluster, timeout_s: float = JOBSET_TIMEOUT_S) ->
     cluster.kubectl("-n", "jobset-system", "rollout", "status", "deployment/jobset-controller-manager",
                     f"--timeout={timeout_s:.0f}s", timeout_s=timeout_s + 30)
     probe = json.dumps({
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "apiVersion": contract.JOBSET_API_VERSION, "kind": contract.JOBSET_KIND,
         "metadata": {"name": "webhook-probe", "namespace": "default"},
         "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {"template": {"spec": {
             "restartPolicy": "Never",

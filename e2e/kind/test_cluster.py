@@ -15,6 +15,7 @@ import pytest
 
 from e2e.kind.cluster import WORKER_LABELS, KindCluster, corefile_without_forward
 from e2e.kind.nodeimage.build import kubernetes_version
+from elastic_jax import contract
 
 # The first test of a session also pays for what its fixtures build (images, node
 # image, cluster, chart: up to ~30 min on a fresh machine under load).
@@ -164,7 +165,7 @@ def test_cluster_dns_has_no_upstream(kind_cluster, kind_namespace):
 
 def test_jobset_runs_to_completion(kind_cluster, kind_namespace):
     jobset = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "hello"},
+        "apiVersion": contract.JOBSET_API_VERSION, "kind": contract.JOBSET_KIND, "metadata": {"name": "hello"},
         "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {
             "parallelism": 1, "completions": 1, "backoffLimit": 0,
             "template": {"spec": {"restartPolicy": "Never", "nodeSelector": dict(WORKER_LABELS),

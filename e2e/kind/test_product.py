@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from e2e.kind import demo
+from elastic_jax import contract
 
 # The first test of a session also pays for what its fixtures build (images, node
 # image, cluster, chart: up to ~30 min on a fresh machine under load).
@@ -61,7 +62,7 @@ def test_pods_run_as_65532_read_only_and_read_their_token(elastic_jax, operator)
             assert proc.returncode != 0 and ("Read-only" in proc.stderr or "Permission" in proc.stderr), proc.stderr
             assert not pod["spec"].get("automountServiceAccountToken", True), name
         token_path = next(e["value"] for e in controller["spec"]["containers"][0]["env"]
-                          if e["name"] == "ELASTIC_JAX_TOKEN_FILE")
+                          if e["name"] == contract.ENV_TOKEN_FILE)
         # Readable by uid 65532 through fsGroup, as mounted by the kubelet (its length only: never print it).
         size = cluster.kubectl("exec", "-n", ns, controller["metadata"]["name"], "--", "python3", "-c",
                                f"print(len(open({token_path!r}).read().strip()))").stdout.strip()

@@ -20,14 +20,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from elastic_jax import contract
+
 # Folders the operator mounts in the controller pod (its manifest, its token, the writable scratch).
-MANIFEST_DIR = "/etc/elastic-jax/manifest"
-TOKEN_DIR = "/etc/elastic-jax/token"
+MANIFEST_DIR = contract.MANIFEST_DIR
+TOKEN_DIR = contract.TOKEN_DIR
 # The one writable directory of a child pod (an emptyDir; the root file system is
 # read-only): HOME, TMPDIR and XDG_CACHE_HOME point here. A subfolder of /tmp, not
 # /tmp itself, so a runtime without per-pod root file systems (the local e2e node
 # agent) hides nothing of the host's /tmp.
-SCRATCH_DIR = "/tmp/elastic-jax-scratch"
+SCRATCH_DIR = contract.SCRATCH_DIR
 RESERVED_DIRS = (MANIFEST_DIR, TOKEN_DIR, SCRATCH_DIR)
 # Top-level folders of the controller image (Debian, the venv in /opt) that an emptyDir must not cover.
 IMAGE_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt",

@@ -20,9 +20,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-JOB_NAMESPACE_ENV = "ELASTIC_JAX_JOB_NAMESPACE"
-JOB_NAME_ENV = "ELASTIC_JAX_JOB_NAME"
-JOB_UID_ENV = "ELASTIC_JAX_JOB_UID"
+from elastic_jax import contract
+
+JOB_NAMESPACE_ENV = contract.ENV_JOB_NAMESPACE
+JOB_NAME_ENV = contract.ENV_JOB_NAME
+JOB_UID_ENV = contract.ENV_JOB_UID
 LOCAL_NAMESPACE = "local"
 """The namespace of jobs that `elastic-jax run` starts."""
 # Key of the identity in each step's Orbax custom metadata.

@@ -19,10 +19,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from elastic_jax import contract
 from elastic_jax.api import checkpoints, images, pod_rules, runtime_env
 
-GROUP = "elasticjax.dev"
-VERSION = "v1alpha1"
+GROUP = contract.GROUP
+VERSION = contract.VERSION
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "ElasticTrainingJob"
 PLURAL = "elastictrainingjobs"

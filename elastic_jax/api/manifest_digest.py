@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import json
 
+from elastic_jax import contract
 from elastic_jax.api.job import ElasticTrainingJob
 
 # Set by the operator in the controller container: the hex sha256 the manifest must have.
-DIGEST_ENV = "ELASTIC_JAX_MANIFEST_SHA256"
+DIGEST_ENV = contract.ENV_MANIFEST_SHA256
 
 # Spec fields a running job may change (the CRD's transition rules allow only these).
 MUTABLE_SPEC_FIELDS = ("suspend", "ttlSecondsAfterFinished")

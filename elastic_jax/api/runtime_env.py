@@ -14,25 +14,26 @@ User settings that the runtime reads and the operator never sets stay open
 
 from __future__ import annotations
 
+from elastic_jax import contract
 from elastic_jax.api import identity
 
-PREFIX = "ELASTIC_JAX_"
+PREFIX = contract.ENV_PREFIX
 
 # Read by the runtime, set by nobody but the user (spec.*.env); docs/security.md says what each does.
 USER_SETTINGS = frozenset({
-    "ELASTIC_JAX_MAX_MESSAGE_BYTES",      # controller and workers: gRPC message cap (elastic_jax.wire)
-    "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS",   # cpu workers: custom-call targets a program may use
-    "ELASTIC_JAX_LOG_FORMAT",             # controller: json | text
+    contract.ENV_MAX_MESSAGE_BYTES,      # controller and workers: gRPC message cap (elastic_jax.wire)
+    contract.ENV_ALLOWED_CUSTOM_CALLS,   # cpu workers: custom-call targets a program may use
+    contract.ENV_LOG_FORMAT,             # controller: json | text
 })
 
 # Set by the cpu renderer in every controller and worker container (backends/cpu.py).
 POD_IP = "POD_IP"
 SCRATCH = ("HOME", "TMPDIR", "XDG_CACHE_HOME")
-CONTROLLER_HOST = "ELASTIC_JAX_HOST"
-CONTROLLER_PORT = "ELASTIC_JAX_PORT"
-MANIFEST = "ELASTIC_JAX_MANIFEST"
-MANIFEST_DIGEST = "ELASTIC_JAX_MANIFEST_SHA256"  # elastic_jax.api.manifest_digest.DIGEST_ENV
-TOKEN_FILE = "ELASTIC_JAX_TOKEN_FILE"
+CONTROLLER_HOST = contract.ENV_HOST
+CONTROLLER_PORT = contract.ENV_PORT
+MANIFEST = contract.ENV_MANIFEST
+MANIFEST_DIGEST = contract.ENV_MANIFEST_SHA256  # elastic_jax.api.manifest_digest.DIGEST_ENV
+TOKEN_FILE = contract.ENV_TOKEN_FILE
 IDENTITY = (identity.JOB_NAMESPACE_ENV, identity.JOB_NAME_ENV, identity.JOB_UID_ENV)
 
 # Set by the pathways renderer (backends/pathways.py): JAX pointed at the Pathways proxy in the

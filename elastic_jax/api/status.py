@@ -70,7 +70,8 @@ class SliceStatusEntry(_Model):
 
     index: int = Field(ge=0, description="Slice index.")
     state: SliceState = Field(description="Provisioning, Ready, Down or Draining.")
-    restarts: int = Field(default=0, ge=0, description="Times the slice's JobSet was restarted (a pod replaced).")
+    restarts: int = Field(default=0, ge=0, description="Times the slice's workers were replaced (its JobSet restarted), "
+                                                       "over every JobSet the slice had (suspend/resume keeps it).")
     pods: list[str] = Field(default_factory=list, description="Names of the slice's current worker pods.")
     addresses: list[str] = Field(default_factory=list, description="host:port of each worker (when Ready).")
     reason: str = Field(default="", description="Why the slice is in this state (e.g. exit code 137).")
@@ -90,6 +91,28 @@ class ResumedFrom(_Model):
     controller_pod: str = Field(default="", description="The controller pod that resumed.")
 
 
+class SliceCounterBase(_Model):
+    """Restarts of one slice's earlier JobSets (`CounterBase`)."""
+
+    index: int = Field(ge=0, description="Slice index.")
+    jobset_uid: str = Field(default="", description="metadata.uid of the JobSet whose restarts are added to `restarts`.")
+    restarts: int = Field(default=0, ge=0, description="Restarts of the slice's JobSets before that one (deleted on "
+                                                        "suspend, or for a new Pathways head).")
+
+
+class CounterBase(_Model):
+    """What earlier controller pods and JobSets of the job counted.
+
+    The live sources restart at 0 (a new controller pod after a loss or a resume; a
+    JobSet created again), so each total in status is this base plus the live count.
+    """
+
+    controller_uid: str = Field(default="", description="metadata.uid of the controller pod whose recoveries are "
+                                                        "added to `recoveries`.")
+    recoveries: int = Field(default=0, ge=0, description="Recoveries the job's earlier controller pods made.")
+    slices: list[SliceCounterBase] = Field(default_factory=list, description="Per slice: restarts of its earlier JobSets.")
+
+
 class ElasticTrainingJobStatus(_Model):
     """Observed state of an elastic training job."""
 
@@ -106,8 +129,11 @@ class ElasticTrainingJobStatus(_Model):
     last_checkpoint_step: int | None = Field(default=None, description="Newest committed checkpoint step.")
     controller_pod: str = Field(default="", description="Name of the current controller pod.")
     controller_restarts: int = Field(default=0, ge=0, description="Times the controller pod was recreated (never for a worker failure).")
-    slice_replacements: int = Field(default=0, ge=0, description="Worker slices replaced in total.")
-    recoveries: int = Field(default=0, ge=0, description="Recoveries the controller made (slice lost or rejoined).")
+    slice_replacements: int = Field(default=0, ge=0, description="Worker slices replaced in total (the slices' "
+                                                                 "restarts added up), across suspend/resume.")
+    recoveries: int = Field(default=0, ge=0, description="Recoveries (a slice lost, hung or drained) the job's "
+                                                         "controllers made, over every controller pod of the job (a new "
+                                                         "one after a loss or a resume adds to it).")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
     resumed_from: ResumedFrom | None = Field(
@@ -119,5 +145,8 @@ class ElasticTrainingJobStatus(_Model):
         default="", description=("Digest of the spec the operator wrote to the manifest ConfigMap; the controller "
                                  "refuses a manifest with another, and the operator reads the ConfigMap back only "
                                  "with this one."))
+    counter_base: CounterBase | None = Field(
+        default=None, description="Counts of the job's earlier controller pods and JobSets that `recoveries`, "
+                                  "`sliceReplacements` and the slices' `restarts` include (kept by the operator).")
     start_time: str = Field(default="", description="RFC 3339 time the job was first reconciled.")
     completion_time: str = Field(default="", description="RFC 3339 time it Succeeded or Failed.")

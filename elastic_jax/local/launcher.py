@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from elastic_jax import contract
 from elastic_jax.api import identity
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
@@ -39,7 +40,7 @@ from elastic_jax.local.processes import Child, free_port, port_open, venv_script
 _logger = logging.getLogger(__name__)
 
 # Set in the environment of every process the launcher starts (see `_child_env`).
-RUN_DIR_ENV = "ELASTIC_JAX_RUN_DIR"
+RUN_DIR_ENV = contract.ENV_RUN_DIR
 
 
 class LaunchError(RuntimeError):

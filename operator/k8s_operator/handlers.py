@@ -22,13 +22,15 @@ from typing import Any
 import kopf
 import yaml
 
+from elastic_jax import contract
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
 from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
-from elastic_jax.k8s_operator import (backends, children, claims, incarnation, metrics, names, pod_fields,
-                                      service_accounts, tokens)
+from elastic_jax.k8s_operator import (
+    backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
+)
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
@@ -61,11 +63,11 @@ _HAS_JOB = {lbl.JOB_NAME: kopf.PRESENT}
 
 
 # This operator's name in job claims (`claims`): the chart sets `<release namespace>/<release name>`.
-OPERATOR_IDENTITY_ENV = "ELASTIC_JAX_OPERATOR_IDENTITY"
+OPERATOR_IDENTITY_ENV = contract.ENV_OPERATOR_IDENTITY
 DEFAULT_IDENTITY = "elastic-jax-operator"
 
 # File holding the operator key (the chart mounts its Secret there); unset: a random key per process.
-OPERATOR_KEY_FILE_ENV = "ELASTIC_JAX_OPERATOR_KEY_FILE"
+OPERATOR_KEY_FILE_ENV = contract.ENV_OPERATOR_KEY_FILE
 
 
 class OperatorState:
@@ -179,7 +181,7 @@ def job_pods(namespace, labels: dict, body, **_):
     return {incarnation.index_key(namespace, labels): pod_view(body)}
 
 
-@kopf.index("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=_HAS_JOB)
+@kopf.index(contract.JOBSET_GROUP, contract.JOBSET_VERSION, contract.JOBSET_PLURAL, labels=_HAS_JOB)
 def job_jobsets(namespace, labels: dict, body, **_):
     """(namespace, job, job UID) → JobSetView of each of the job's worker JobSets; read with `incarnation.own`."""
     try:
@@ -554,15 +556,19 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         # A finished job keeps its last slice states: its teardown (JobSets deleted, pods gone, or a
         # tracker new after an operator restart) is not news, and rewriting it every pass never ends.
         slice_entries, replacements = previous_slices, int(status.get("sliceReplacements") or 0)
+        recoveries, counter_base = int(status.get("recoveries") or 0), None
     else:
-        slice_entries = slice_status(tracker, jobsets, previous_slices, now_rfc3339())
-        replacements = (sum(v.restarts for v in jobsets.values()) if jobsets
-                        else int(status.get("sliceReplacements") or 0))
+        # (totals over every controller pod and JobSet the job had: suspend/resume or a new controller
+        # pod start their own counts at 0)
+        counts = counters.carry(status, job.spec.slices.total, tracker.controller_uid if ctrl is not None else "",
+                                None if finished else counters.controller_recoveries(ctrl), jobsets)
+        slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
+        replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
     rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
     new = build_status(Inputs(
         job=job, generation=generation, previous=dict(status), slices=slice_entries,
         controller=None if finished else ctrl, controller_pod=controller_pod, controller_restarts=restarts,
-        slice_replacements=replacements,
+        slice_replacements=replacements, recoveries=recoveries, counter_base=counter_base,
         finish=plan.finish, rejected_fields=rejected, now=now_rfc3339()))
     new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
     if refusal_changed:
@@ -669,8 +675,14 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
     return fault
 
 
-def slice_status(tracker: JobTracker, jobsets: dict, previous: list[dict], now: str) -> list[dict]:
+# `status.slices[i].reason` of a slice whose workers a suspend stopped.
+SUSPENDED_SLICE_REASON = "workers stopped: the job is suspended (spec.suspend)"
+
+
+def slice_status(tracker: JobTracker, restarts: list[int], previous: list[dict], now: str) -> list[dict]:
     """`status.slices` from the tracker; a slice's lastTransitionTime changes only when its state does.
+
+    `restarts` are the slices' restarts by index, over all their JobSets (`counters.carry`).
 
     A slice the tracker never saw change (still the initial Provisioning, or
     any state after an operator restart) has no time of its own: it keeps the
@@ -685,9 +697,13 @@ def slice_status(tracker: JobTracker, jobsets: dict, previous: list[dict], now: 
                 prev = before.get(t.index) or {}
                 same = prev.get("state") == t.state and prev.get("lastTransitionTime")
                 t.since = prev["lastTransitionTime"] if same else now
+            reason = t.reason
+            if tracker.suspended and t.state in ("Down", "Draining"):
+                # the operator stopped these workers: "exit code 143" would read as a failure
+                reason = SUSPENDED_SLICE_REASON
             out.append({"index": t.index, "state": t.state,
-                        "restarts": jobsets[t.index].restarts if t.index in jobsets else 0,
-                        "pods": list(t.pods), "addresses": list(t.addresses), "reason": t.reason,
+                        "restarts": restarts[t.index] if t.index < len(restarts) else 0,
+                        "pods": list(t.pods), "addresses": list(t.addresses), "reason": reason,
                         "lastTransitionTime": t.since})
     return out
 

@@ -13,12 +13,13 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from elastic_jax import contract
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels
 
 _logger = logging.getLogger(__name__)
 
-JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = contract.JOBSET_GROUP, contract.JOBSET_VERSION, contract.JOBSET_PLURAL
 
 
 class ChildRefused(Exception):

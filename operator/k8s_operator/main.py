@@ -20,6 +20,7 @@ import sys
 import kopf
 from prometheus_client import start_http_server
 
+from elastic_jax import contract
 from elastic_jax.api.job import GROUP
 from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
@@ -68,13 +69,17 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
 REPORTING_COMPONENT = "elastic-jax-operator"
 
 
-def _use_product_log_schema() -> None:
-    """Gives kopf's log handler the product's JSON formatter (`elastic_jax.logs`): the operator's lines
-    have the controller's and workers' keys (ts, level, logger, msg, namespace, job), not kopf's own."""
-    from elastic_jax.logs import JsonFormatter
+def _use_product_log_schema(log_format: str, quiet_timers: bool = True) -> None:
+    """Gives kopf's log handler the product's formatter (`elastic_jax.logs`): JSON lines with the
+    controller's and workers' keys (ts, level, logger, msg, namespace, job), or text lines with the
+    time and the job (kopf's plain format had neither). With `quiet_timers`, kopf's per-second
+    "Timer 'reconcile_job' succeeded." lines are dropped (`--verbose` keeps them)."""
+    from elastic_jax.logs import JsonFormatter, TextFormatter, TimerSuccessFilter
 
     for handler in logging.getLogger().handlers:
-        handler.setFormatter(JsonFormatter())
+        handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+        if quiet_timers:
+            handler.addFilter(TimerSuccessFilter())
 
 
 def _port(text: str) -> int:
@@ -108,33 +113,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0])
     parser.add_argument("--namespace", "-n", action="append", default=[],
                         help="watch only this namespace (repeatable); default: all namespaces")
-    parser.add_argument("--peering", default=os.environ.get("ELASTIC_JAX_PEERING"),
+    parser.add_argument("--peering", default=os.environ.get(contract.ENV_PEERING),
                         help="kopf peering name for one-active-operator; default: standalone")
     parser.add_argument("--priority", type=int, default=0, help="peering priority")
     # A string default goes through `type` too: a bad ELASTIC_JAX_METRICS_PORT is a usage error, not a traceback.
-    parser.add_argument("--metrics-port", type=_port, default=os.environ.get("ELASTIC_JAX_METRICS_PORT", "9090"),
+    parser.add_argument("--metrics-port", type=_port, default=os.environ.get(contract.ENV_METRICS_PORT, str(contract.OPERATOR_METRICS_PORT)),
                         help="Prometheus metrics port (0: off; env ELASTIC_JAX_METRICS_PORT)")
-    parser.add_argument("--metrics-host", default=os.environ.get("ELASTIC_JAX_METRICS_HOST", "0.0.0.0"))
-    parser.add_argument("--liveness", default=os.environ.get("ELASTIC_JAX_LIVENESS"),
+    parser.add_argument("--metrics-host", default=os.environ.get(contract.ENV_METRICS_HOST, "0.0.0.0"))
+    parser.add_argument("--liveness", default=os.environ.get(contract.ENV_LIVENESS),
                         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
     parser.add_argument("--workers", type=int, default=8, help="threads for the (blocking) handlers")
-    parser.add_argument("--log-format", type=log_format, default=os.environ.get("ELASTIC_JAX_LOG_FORMAT", "json"),
+    parser.add_argument("--log-format", type=log_format, default=os.environ.get(contract.ENV_LOG_FORMAT, "json"),
                         help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT; `plain` is read as text)")
-    parser.add_argument("--operator-key-file", default=os.environ.get("ELASTIC_JAX_OPERATOR_KEY_FILE"),
+    parser.add_argument("--operator-key-file", default=os.environ.get(contract.ENV_OPERATOR_KEY_FILE),
                         help="file with the key the jobs' control-API tokens derive from (the chart mounts it); "
                              "default: a random key for this process (development only)")
     parser.add_argument("--node-lost-seconds", type=_non_negative,
-                        default=os.environ.get("ELASTIC_JAX_NODE_LOST_SECONDS", str(DEFAULT_NODE_LOST_SECONDS)),
+                        default=os.environ.get(contract.ENV_NODE_LOST_SECONDS, str(DEFAULT_NODE_LOST_SECONDS)),
                         help="seconds a node must have been not Ready (Ready=False/Unknown, counted from the node "
                              "controller's transition) before the jobs' pods on it are force-deleted so they are "
                              f"replaced elsewhere; 0: never (wait for the out-of-service taint); default "
                              f"{DEFAULT_NODE_LOST_SECONDS}")
     parser.add_argument("--allowed-service-accounts",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_SERVICE_ACCOUNTS", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_SERVICE_ACCOUNTS, ""),
                         help="namespace/name of ServiceAccounts jobs in that namespace may name in "
                              "spec.controller.serviceAccountName (comma-separated); default: none")
     parser.add_argument("--allowed-token-service-accounts",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_TOKEN_SERVICE_ACCOUNTS", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_TOKEN_SERVICE_ACCOUNTS, ""),
                         help="namespace/name of ServiceAccounts whose API token a job may mount "
                              "(spec.controller.automountServiceAccountToken); default: none")
     parser.add_argument("--allowed-priority-classes",
@@ -153,10 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
     # A string default goes through `type` (argparse checks `choices` only for given arguments).
     parser.add_argument("--pod-listen-address", type=_listen_word,
-                        default=os.environ.get("ELASTIC_JAX_POD_LISTEN_ADDRESS", "all"),
+                        default=os.environ.get(contract.ENV_POD_LISTEN_ADDRESS, "all"),
                         help="what the controller pods' control API binds: all (0.0.0.0, default: kubectl "
                              "port-forward reaches it) or pod-ip (clusters whose pods share the host's network)")
-    parser.add_argument("--identity", default=os.environ.get("ELASTIC_JAX_OPERATOR_IDENTITY", "elastic-jax-operator"),
+    parser.add_argument("--identity", default=os.environ.get(contract.ENV_OPERATOR_IDENTITY, "elastic-jax-operator"),
                         help="this operator's name in job claims (annotation elasticjax.dev/claimed-by): a job "
                              "another identity claimed is left alone; the chart sets <release namespace>/<release "
                              "name> (env ELASTIC_JAX_OPERATOR_IDENTITY)")
@@ -177,8 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)
-    if args.log_format == "json":
-        _use_product_log_schema()
+    _use_product_log_schema(args.log_format, quiet_timers=not args.verbose)
     for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.metrics_port:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from elastic_jax import contract
 from elastic_jax.api import cluster
 
 # Port the controller's control API listens on inside its pod.
-CONTROLLER_PORT = 8080
+CONTROLLER_PORT = contract.CONTROLLER_PORT
 # gRPC port of a cpu slice worker inside its pod (each pod has its own IP).
-WORKER_PORT = 8471
+WORKER_PORT = contract.WORKER_PORT
 # The replicated job inside each slice's JobSet.
 WORKER_REPLICATED_JOB = "worker"
 

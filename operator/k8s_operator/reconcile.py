@@ -17,7 +17,7 @@ from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, FINISHED_PHASES
 from elastic_jax.exit_codes import ControllerExit
-from elastic_jax.k8s_operator import names
+from elastic_jax.k8s_operator import counters, names
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
@@ -36,7 +36,7 @@ class JobSetView:
     deleting: bool = False
     head: str = ""
     created: str = ""  # metadata.creationTimestamp (RFC 3339)
-    uid: str = ""  # metadata.uid: its Events are read by it, never by name alone
+    uid: str = ""  # metadata.uid: its Events are read by it, never by name alone; a JobSet created again under the same name restarts its count (`counters`)
 
 
 def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
@@ -384,17 +384,22 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
         live = newest if plan.create_controller is None and not in_flight and newest is not None \
             and not dead(newest) and not newest.deleting and not stranded else None
         _restart_detached_workers(job, observed, plan, live)
-    total_restarts = 0
+    # The budgets are the job's: restarts of JobSets deleted earlier (suspend, a new Pathways head) count.
+    carried, _ = counters.carry_slices(status, job.spec.slices.total, observed.jobsets)
+    total_restarts = sum(carried)
     for i in range(job.spec.slices.total):  # spares are JobSets like the others
         js = observed.jobsets.get(i)
         if js is None:
             if not pathways or plan.pathways_head:
                 plan.create_jobsets.append(i)
             continue
-        total_restarts += js.restarts
         if js.failed and plan.finish is None:
             plan.finish = ("Failed", f"slice {i} exhausted its restart budget "
                                      f"(elasticity.maxRestartsPerSlice={elasticity.max_restarts_per_slice}): {js.message}")
+        elif carried[i] > elasticity.max_restarts_per_slice and plan.finish is None:
+            # (a JobSet created again after a resume has its own full budget: the job's is spent)
+            plan.finish = ("Failed", f"slice {i} replaced {carried[i]} times over its JobSets, more than "
+                                     f"elasticity.maxRestartsPerSlice={elasticity.max_restarts_per_slice}")
     if plan.finish is None and total_restarts > elasticity.max_restarts:
         plan.finish = ("Failed", f"{total_restarts} slice replacements exceed elasticity.maxRestarts={elasticity.max_restarts}")
     if plan.finish is None:

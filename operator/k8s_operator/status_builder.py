@@ -23,7 +23,9 @@ class Inputs:
       controller: the controller's last status, None when unreachable.
       controller_pod: name of the current controller pod ("" when none).
       controller_restarts: after this pass.
-      slice_replacements: JobSet restarts summed over slices.
+      slice_replacements: slice replacements over every JobSet of the job (`counters.Counts`).
+      recoveries: recoveries over every controller pod of the job (`counters.Counts`).
+      counter_base: `status.counterBase` (camelCase) to write; None keeps the previous one.
       finish: ("Succeeded"|"Failed", reason) when the job ends in this pass.
       rejected_fields: spec fields edited that the operator refuses to apply.
       now: RFC 3339 time.
@@ -37,6 +39,8 @@ class Inputs:
     controller_pod: str
     controller_restarts: int
     slice_replacements: int
+    recoveries: int
+    counter_base: dict[str, Any] | None
     finish: tuple[str, str] | None
     rejected_fields: list[str]
     now: str
@@ -66,14 +70,15 @@ def build_status(i: Inputs) -> dict[str, Any]:
             out["lastCheckpointStep"] = c.last_committed_checkpoint_step
         if c.resumed_from is not None:
             out["resumedFrom"] = resumed_from_status(c, i.controller_pod)
-        out["recoveries"] = sum(n for cause, n in c.recoveries.items() if cause != "scale_up")
         timed = [r.seconds for r in c.recovery_history if r.seconds is not None and r.cause != "scale_up"]
         if timed:
             out["lastRecoverySeconds"] = round(timed[-1], 3)
     elif finished or i.job.spec.suspend or not i.controller_pod:
         out["activeSlices"] = 0
     if finished == "Succeeded":
-        out["step"] = i.job.spec.training.steps
+        # Exit 0 means the final step's checkpoint committed (`ControllerExit.SUCCEEDED`); the last
+        # poll, before that save, said an older step (550 while 600 was committed).
+        out["step"] = out["lastCheckpointStep"] = i.job.spec.training.steps
     out.update({
         "observedGeneration": i.generation,
         "desiredSlices": i.job.spec.slices.count,
@@ -82,8 +87,11 @@ def build_status(i: Inputs) -> dict[str, Any]:
         "controllerPod": i.controller_pod,
         "controllerRestarts": i.controller_restarts,
         "sliceReplacements": i.slice_replacements,
+        "recoveries": i.recoveries,
         "startTime": prev.get("startTime") or i.now,
     })
+    if i.counter_base is not None:
+        out["counterBase"] = i.counter_base
     phase = derive_phase(
         finished=finished,
         suspended=i.job.spec.suspend,

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from elastic_jax import contract
 from elastic_jax.api import identity
 from elastic_jax.api.identity import local_uid
 from tests.support.runs import ROOT, job_manifest, leftover_processes, run_cli
@@ -522,7 +523,7 @@ def test_validate_refuses_operator_env_and_bad_pod_fields_naming_them(tmp_path):
     m["spec"]["controller"]["serviceAccountName"] = "trainer"  # its allow list is the operator's, not validate's
     proc = _validate(tmp_path, m)
     assert proc.returncode == 0, proc.stderr
-    m["spec"]["controller"]["env"] = [{"name": "ELASTIC_JAX_TOKEN_FILE", "value": "/tmp/mine"}]
+    m["spec"]["controller"]["env"] = [{"name": contract.ENV_TOKEN_FILE, "value": "/tmp/mine"}]
     proc = _validate(tmp_path, m)
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.env[0].name",
                           "ELASTIC_JAX_TOKEN_FILE is set by elastic-jax itself")

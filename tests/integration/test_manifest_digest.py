@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from elastic_jax import contract
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.api.manifest_digest import DIGEST_ENV, manifest_digest
 from elastic_jax.exit_codes import ControllerExit
@@ -29,8 +30,8 @@ def _run_controller(tmp_path: Path, manifest_text: str, digest: str) -> tuple[su
     path.write_text(manifest_text)
     termination = tmp_path / "termination-log"
     termination.write_text("")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), DIGEST_ENV: digest, "ELASTIC_JAX_TOKEN": "t" * 32,
-           "ELASTIC_JAX_TERMINATION_MESSAGE_PATH": str(termination), "ELASTIC_JAX_LOG_FORMAT": "text"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), DIGEST_ENV: digest, contract.ENV_TOKEN: "t" * 32,
+           contract.ENV_TERMINATION_MESSAGE_PATH: str(termination), contract.ENV_LOG_FORMAT: "text"}
     proc = subprocess.run([CONTROLLER, "--manifest", str(path), "--host", "127.0.0.1", "--port", "0"],
                           capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
     return proc, termination.read_text()

@@ -17,6 +17,7 @@ import pytest
 from jax.sharding import AbstractMesh, AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from elastic_jax import contract
 from elastic_jax.controller.elastic.errors import SliceDownError, SliceExecutionError, is_slice_down
 from elastic_jax.controller.slice_client import SliceClient, StepProgram, export_program, program_from_exported
 from tests.support.workers import TOKEN, free_port
@@ -259,7 +260,7 @@ def test_a_worker_without_a_token_does_not_start(tmp_path):
 
     from tests.support.workers import WORKER_COMMAND
 
-    env = {k: v for k, v in __import__("os").environ.items() if k != "ELASTIC_JAX_TOKEN_FILE"}
+    env = {k: v for k, v in __import__("os").environ.items() if k != contract.ENV_TOKEN_FILE}
     proc = subprocess.run([*WORKER_COMMAND, "--port", "0"], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2 and "no token" in proc.stderr
 
@@ -273,7 +274,7 @@ def test_a_program_calling_a_custom_call_outside_the_allow_list_is_refused(worke
             client.load_program(program)
         assert client.ping()["program_hashes"] == []
     # A job that needs them says so on its workers.
-    allowed = worker_factory(slice_index=1, env={"ELASTIC_JAX_ALLOWED_CUSTOM_CALLS": "lapack_sgetrf_ffi,lapack_strsm_ffi"})
+    allowed = worker_factory(slice_index=1, env={contract.ENV_ALLOWED_CUSTOM_CALLS: "lapack_sgetrf_ffi,lapack_strsm_ffi"})
     with SliceClient(allowed.slice_index, allowed.address, TOKEN) as client:
         client.load_program(program)
         (inverse,) = client.step_async(program, [2 * np.eye(3, dtype=np.float32)], STEP_TIMEOUT_S).result()
@@ -317,5 +318,5 @@ def test_messages_over_the_cap_fail_with_a_clear_error(worker_factory, grad_step
     worker = worker_factory()
     monkeypatch.setenv(wire.MAX_MESSAGE_BYTES_ENV, "1024")
     with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
-        with pytest.raises(wire.MessageTooLargeError, match="ELASTIC_JAX_MAX_MESSAGE_BYTES"):
+        with pytest.raises(wire.MessageTooLargeError, match=contract.ENV_MAX_MESSAGE_BYTES):
             client.step_async(program, flat(make_params(), make_batch(0)), STEP_TIMEOUT_S)

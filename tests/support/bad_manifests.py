@@ -11,6 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable
 
+from elastic_jax import contract
+
 
 def cpu_job(name: str = "bad") -> dict[str, Any]:
     """A valid cpu job (absolute checkpoint folder, so it passes `validate --cluster`)."""
@@ -78,7 +80,7 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("controller-env-operator-sets",
      _set(cpu_job, "spec.controller.env", [{"name": "POD_IP", "value": "1.2.3.4"}]), "spec.controller.env"),
     ("worker-env-runtime-prefix",
-     _set(cpu_job, "spec.worker.env", [{"name": "ELASTIC_JAX_TOKEN_FILE", "value": "/x"}]), "spec.worker.env"),
+     _set(cpu_job, "spec.worker.env", [{"name": contract.ENV_TOKEN_FILE, "value": "/x"}]), "spec.worker.env"),
     ("pathways-controller-env",
      _set(pathways_job, "spec.controller.env", [{"name": "JAX_BACKEND_TARGET", "value": "grpc://evil:1"}]),
      "spec.controller.env"),

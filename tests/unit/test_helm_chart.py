@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from elastic_jax import __version__
+from elastic_jax import contract
 from elastic_jax.api import images
 from e2e.harness.paths import REPO_ROOT, bin_dir
 from tests.support.kube_models import validate
@@ -251,7 +252,7 @@ def test_operator_reads_no_secret_and_mounts_its_key(helm):
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    assert env["ELASTIC_JAX_OPERATOR_KEY_FILE"] == mounts["operator-key"] + "/key"
+    assert env[contract.ENV_OPERATOR_KEY_FILE] == mounts["operator-key"] + "/key"
     assert volumes["operator-key"]["secret"]["secretName"] == key["metadata"]["name"]
     # Bring your own key: the chart creates none and mounts that one.
     docs = render(helm, "--set", "operatorKey.existingSecret=my-key")

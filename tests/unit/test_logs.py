@@ -2,6 +2,7 @@
 
 import json
 import logging
+import re
 
 from elastic_jax.logs import JsonFormatter
 
@@ -86,9 +87,35 @@ def test_operator_main_puts_the_product_formatter_on_kopfs_handler():
     before = list(root.handlers)
     try:
         kopf.configure(log_format=kopf.LogFormat.JSON)
-        op_main._use_product_log_schema()
+        op_main._use_product_log_schema("json")
         added = [h for h in root.handlers if h not in before]
         assert added and all(isinstance(h.formatter, JsonFormatter) for h in added)
+    finally:
+        for h in list(root.handlers):
+            if h not in before:
+                root.removeHandler(h)
+
+
+def test_operator_text_lines_have_the_time_and_the_job_and_no_timer_successes():
+    """Issue 11 (status truth): the plain operator log had no timestamps or job names, and half of it
+    was kopf's "Timer 'reconcile_job' succeeded." every second per job."""
+    import kopf
+    from elastic_jax.k8s_operator import main as op_main
+    from elastic_jax.logs import TextFormatter
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        kopf.configure(log_format=kopf.LogFormat.PLAIN)
+        op_main._use_product_log_schema("text")
+        [handler] = [h for h in root.handlers if h not in before]
+        assert isinstance(handler.formatter, TextFormatter)
+        line = handler.format(_kopf_record("ElasticTrainingJob", "cpu-job", "slice 0 Ready -> Down"))
+        assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z WARNING kopf", line), line
+        assert "[demo/cpu-job]" in line and line.endswith("slice 0 Ready -> Down"), line
+        assert not handler.filter(_kopf_record("ElasticTrainingJob", "cpu-job", "Timer 'reconcile_job' succeeded."))
+        assert handler.filter(_kopf_record("ElasticTrainingJob", "cpu-job", "Timer 'reconcile_job' failed: boom"))
+        assert handler.filter(_kopf_record("ElasticTrainingJob", "cpu-job", "Handler 'job_created' succeeded."))
     finally:
         for h in list(root.handlers):
             if h not in before:

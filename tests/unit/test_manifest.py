@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from elastic_jax import contract
 from elastic_jax.api.manifest import ManifestError, load_manifest, parse_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,9 +244,9 @@ def test_checkpoint_uri_schemes_other_than_gs_are_refused(uri, expected):
 
 @pytest.mark.parametrize(("override", "expected"), [
     # The runtime contract (elastic_jax/api/runtime_env.py): the operator's variables are not the user's.
-    ({"controller": {"env": [{"name": "ELASTIC_JAX_HOST", "value": "0.0.0.0"}]}},
+    ({"controller": {"env": [{"name": contract.ENV_HOST, "value": "0.0.0.0"}]}},
      "spec.controller.env[0].name: ELASTIC_JAX_HOST is set by elastic-jax itself"),
-    ({"worker": {"env": [{"name": "A", "value": "1"}, {"name": "ELASTIC_JAX_TOKEN_FILE", "value": "/x"}]}},
+    ({"worker": {"env": [{"name": "A", "value": "1"}, {"name": contract.ENV_TOKEN_FILE, "value": "/x"}]}},
      "spec.worker.env[1].name: ELASTIC_JAX_TOKEN_FILE is set by elastic-jax itself"),
     ({"controller": {"env": [{"name": "HOME", "value": "/root"}]}},
      "spec.controller.env[0].name: HOME is set by the operator in the cpu controller container"),
@@ -282,11 +283,11 @@ def test_new_pod_fields_are_refused_naming_the_field(override, expected):
 
 
 def test_user_settings_of_the_runtime_stay_open():
-    job = parse_manifest(_job(controller={"env": [{"name": "ELASTIC_JAX_MAX_MESSAGE_BYTES", "value": "1000"},
-                                                  {"name": "ELASTIC_JAX_LOG_FORMAT", "value": "text"}]},
-                              worker={"env": [{"name": "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS", "value": "lapack_sgetrf_ffi"},
+    job = parse_manifest(_job(controller={"env": [{"name": contract.ENV_MAX_MESSAGE_BYTES, "value": "1000"},
+                                                  {"name": contract.ENV_LOG_FORMAT, "value": "text"}]},
+                              worker={"env": [{"name": contract.ENV_ALLOWED_CUSTOM_CALLS, "value": "lapack_sgetrf_ffi"},
                                               {"name": "XLA_FLAGS", "value": "--xla_cpu_use_thunk_runtime=false"}]}))
-    assert [e.name for e in job.spec.worker.env] == ["ELASTIC_JAX_ALLOWED_CUSTOM_CALLS", "XLA_FLAGS"]
+    assert [e.name for e in job.spec.worker.env] == [contract.ENV_ALLOWED_CUSTOM_CALLS, "XLA_FLAGS"]
 
 
 @pytest.mark.parametrize("name", ["1=A", "A=", "TAB\tNAME", "é"])

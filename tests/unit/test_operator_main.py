@@ -10,19 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from elastic_jax import contract
+
 EXE = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
 
 
 @pytest.mark.parametrize("env, flag", [
     # Kubernetes injects ELASTIC_JAX_METRICS_PORT=tcp://IP:PORT for a Service named elastic-jax-metrics
     # in a pod without enableServiceLinks: false (seen on kind).
-    ({"ELASTIC_JAX_METRICS_PORT": "tcp://10.96.0.10:9090"}, "--metrics-port"),
-    ({"ELASTIC_JAX_METRICS_PORT": "70000"}, "--metrics-port"),
-    ({"ELASTIC_JAX_NODE_LOST_SECONDS": "-1"}, "--node-lost-seconds"),
+    ({contract.ENV_METRICS_PORT: "tcp://10.96.0.10:9090"}, "--metrics-port"),
+    ({contract.ENV_METRICS_PORT: "70000"}, "--metrics-port"),
+    ({contract.ENV_NODE_LOST_SECONDS: "-1"}, "--node-lost-seconds"),
     # A literal $(POD_IP) would have been expanded by the kubelet in the operator's own pod: words only.
-    ({"ELASTIC_JAX_POD_LISTEN_ADDRESS": "$(POD_IP)"}, "--pod-listen-address"),
+    ({contract.ENV_POD_LISTEN_ADDRESS: "$(POD_IP)"}, "--pod-listen-address"),
     # `choices` would not check an env default: the operator fell back to plain logs silently.
-    ({"ELASTIC_JAX_LOG_FORMAT": "yaml"}, "--log-format"),
+    ({contract.ENV_LOG_FORMAT: "yaml"}, "--log-format"),
 ])
 def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag):
     proc = subprocess.run([EXE], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)

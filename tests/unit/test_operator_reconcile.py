@@ -129,6 +129,28 @@ def test_slice_budget_exhausted_fails_with_the_reason():
     assert "slice 1 exhausted its restart budget (elasticity.maxRestartsPerSlice=2)" in plan.finish[1]
 
 
+def _resumed_status(restarts: list[int]) -> dict:
+    """The status a job had before a suspend: its slices' restarts from the JobSets deleted then."""
+    return {"controllerPod": "demo-controller-0", "slices": [{"index": i, "restarts": r} for i, r in enumerate(restarts)],
+            "counterBase": {"controllerUid": "uid0", "recoveries": 0,
+                            "slices": [{"index": i, "jobsetUid": f"old-{i}", "restarts": 0} for i in range(2)]}}
+
+
+def test_the_budgets_count_the_jobsets_deleted_before_a_resume():
+    """Issue 11: suspend/resume created new JobSets (restarts 0) and with them a whole new budget."""
+    status = _resumed_status([1, 1])
+    fresh = {i: JobSetView(f"demo-slice-{i}", i, restarts=0, uid=f"new-{i}") for i in range(2)}
+    assert decide(_job(), Observed(status, [_ctrl()], fresh)).finish is None
+    again = {i: JobSetView(f"demo-slice-{i}", i, restarts=1, uid=f"new-{i}") for i in range(2)}  # 2 + 2 > 3
+    plan = decide(_job(), Observed(status, [_ctrl()], again))
+    assert plan.finish[0] == "Failed" and "4 slice replacements exceed elasticity.maxRestarts=3" in plan.finish[1]
+    status = _resumed_status([2, 0])
+    one_more = {**fresh, 0: JobSetView("demo-slice-0", 0, restarts=1, uid="new-0")}  # 2 + 1 > maxRestartsPerSlice=2
+    plan = decide(_job(), Observed(status, [_ctrl()], one_more))
+    assert plan.finish[0] == "Failed" and "slice 0 replaced 3 times" in plan.finish[1]
+    assert "maxRestartsPerSlice=2" in plan.finish[1]
+
+
 def test_job_wide_budget():
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets(restarts=2)))
     assert plan.finish[0] == "Failed" and "maxRestarts=3" in plan.finish[1]

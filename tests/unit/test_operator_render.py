@@ -7,6 +7,7 @@ import base64
 import pytest
 import yaml
 
+from elastic_jax import contract
 from elastic_jax.api import labels
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator import children, names
@@ -60,9 +61,9 @@ def test_controller_pod_never_restarts_by_itself_and_binds_all_addresses():
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     # All addresses: kubectl port-forward connects to the pod's loopback (README "Control API and metrics").
-    assert env["ELASTIC_JAX_HOST"] == "0.0.0.0"
-    assert env["ELASTIC_JAX_MANIFEST"] == f"{names.MANIFEST_DIR}/job.yaml"
-    assert env["ELASTIC_JAX_TOKEN_FILE"] == f"{names.TOKEN_DIR}/token"
+    assert env[contract.ENV_HOST] == "0.0.0.0"
+    assert env[contract.ENV_MANIFEST] == f"{names.MANIFEST_DIR}/job.yaml"
+    assert env[contract.ENV_TOKEN_FILE] == f"{names.TOKEN_DIR}/token"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["token"]["secret"]["secretName"] == "demo-token"
@@ -71,7 +72,7 @@ def test_controller_pod_never_restarts_by_itself_and_binds_all_addresses():
 
 def test_worker_jobset_per_slice_with_budget_and_probe():
     js = renderer_for("cpu").worker_jobset(_job(), 1)
-    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+    assert js["apiVersion"] == contract.JOBSET_API_VERSION
     assert js["metadata"]["name"] == "demo-slice-1"
     assert js["metadata"]["labels"][labels.SLICE_INDEX] == "1"
     assert js["spec"]["failurePolicy"] == {"maxRestarts": 7}
@@ -227,7 +228,7 @@ def test_controller_pod_is_told_the_jobs_identity_for_its_checkpoints():
     """Issue 9 item 13: the controller stores namespace/name/UID with each checkpoint step."""
     pod = renderer_for("cpu").controller_pod(_job(), attempt=0, job_uid="5f1d-uid")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
-    assert (env["ELASTIC_JAX_JOB_NAMESPACE"], env["ELASTIC_JAX_JOB_NAME"], env["ELASTIC_JAX_JOB_UID"]) == (
+    assert (env[contract.ENV_JOB_NAMESPACE], env[contract.ENV_JOB_NAME], env[contract.ENV_JOB_UID]) == (
         "ns", "demo", "5f1d-uid")
 
 
@@ -281,4 +282,4 @@ def test_pod_listen_address_pod_ip_binds_the_pod_ip(monkeypatch):
     from elastic_jax.k8s_operator.backends import cpu
     monkeypatch.setattr(cpu, "LISTEN_ADDRESS", cpu.LISTEN_ADDRESSES["pod-ip"])
     env = {e["name"]: e.get("value") for e in renderer_for("cpu").controller_pod(_job(), 0)["spec"]["containers"][0]["env"]}
-    assert env["ELASTIC_JAX_HOST"] == "$(POD_IP)"
+    assert env[contract.ENV_HOST] == "$(POD_IP)"

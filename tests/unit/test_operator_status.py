@@ -30,6 +30,7 @@ def _ctrl(phase="Running", active=(0, 1), step=5):
 def _inputs(**kw):
     base = dict(job=_job(), generation=2, previous={}, slices=[{"index": 0, "state": "Ready"}, {"index": 1, "state": "Ready"}],
                 controller=_ctrl(), controller_pod="demo-controller-0", controller_restarts=0, slice_replacements=0,
+                recoveries=1, counter_base=None,
                 finish=None, rejected_fields=[], now="2025-01-01T00:00:00Z")
     base.update(kw)
     return Inputs(**base)
@@ -95,6 +96,16 @@ def test_finish_sets_reason_time_and_condition_once():
     assert get_condition(s["conditions"], "Failed")["message"] == "slice 1 exhausted its restart budget"
     again = build_status(_inputs(previous=s, controller=None, finish=("Succeeded", "x"), now="later"))
     assert again["phase"] == "Failed" and again["completionTime"] == s["completionTime"]
+
+
+def test_a_succeeded_job_shows_its_final_checkpoint_step():
+    """Issue 11 (status truth): the last poll saw step 4 committed; exit 0 means step 10's save committed."""
+    running = build_status(_inputs())
+    assert running["lastCheckpointStep"] == 4
+    done = build_status(_inputs(previous=running, controller=None, finish=("Succeeded", "trained 10 steps")))
+    assert done["step"] == done["lastCheckpointStep"] == 10
+    failed = build_status(_inputs(previous=running, controller=None, finish=("Failed", "x")))
+    assert failed["lastCheckpointStep"] == 4
 
 
 def test_degraded_condition_after_the_end_does_not_contradict_itself():

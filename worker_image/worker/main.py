@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from elastic_jax import contract
 from elastic_jax.logs import JsonFormatter
 
 # Seconds in-flight calls get to finish after SIGTERM; Kubernetes' default
@@ -39,7 +40,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--host-devices", type=int, default=1, help="JAX CPU devices in this process (a slice's chips)"
     )
-    parser.add_argument("--token-file", default=os.environ.get("ELASTIC_JAX_TOKEN_FILE"),
+    parser.add_argument("--token-file", default=os.environ.get(contract.ENV_TOKEN_FILE),
                         help="file holding the job's token (default: $ELASTIC_JAX_TOKEN_FILE)")
     parser.add_argument("--cache-bytes", type=int, default=1 << 30,
                         help="program cache bound in serialized bytes (default 1 GiB)")

@@ -22,6 +22,8 @@ import numpy as np
 from jax import export
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding
 
+from elastic_jax import contract
+
 
 # The only XLA custom-call targets a program may name. A custom call runs native
 # code inside the worker with whatever operands the program gives it, and some
@@ -32,7 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding, SingleDev
 # `jnp.linalg` on CPU lowers to `lapack_*_ffi`) lists them, comma-separated, in
 # ELASTIC_JAX_ALLOWED_CUSTOM_CALLS on the workers.
 DEFAULT_ALLOWED_CUSTOM_CALLS = frozenset({"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "shape_assertion"})
-ALLOWED_CUSTOM_CALLS_ENV = "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS"
+ALLOWED_CUSTOM_CALLS_ENV = contract.ENV_ALLOWED_CUSTOM_CALLS
 _CUSTOM_CALL = re.compile(r'stablehlo\.custom_call\s+@([\w.$-]+)|call_target_name\s*=\s*"([^"]*)"')
 
 

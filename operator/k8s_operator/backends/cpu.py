@@ -15,6 +15,7 @@ import posixpath
 
 from typing import Any
 
+from elastic_jax import contract
 from elastic_jax.api import cluster, labels
 from elastic_jax.api.identity import JobIdentity, identity_env
 from elastic_jax.api.job import ElasticTrainingJob, EnvVar
@@ -225,12 +226,12 @@ class CpuRenderer:
                     "image": c.image,
                     "env": [
                         _POD_IP_ENV,
-                        {"name": "ELASTIC_JAX_HOST", "value": LISTEN_ADDRESS},
-                        {"name": "ELASTIC_JAX_PORT", "value": str(names.CONTROLLER_PORT)},
-                        {"name": "ELASTIC_JAX_MANIFEST", "value": f"{names.MANIFEST_DIR}/{labels.MANIFEST_KEY}"},
+                        {"name": contract.ENV_HOST, "value": LISTEN_ADDRESS},
+                        {"name": contract.ENV_PORT, "value": str(names.CONTROLLER_PORT)},
+                        {"name": contract.ENV_MANIFEST, "value": f"{names.MANIFEST_DIR}/{labels.MANIFEST_KEY}"},
                         # The spec this pod is for: the controller refuses a manifest ConfigMap edited since.
                         {"name": DIGEST_ENV, "value": manifest_digest(job)},
-                        {"name": "ELASTIC_JAX_TOKEN_FILE", "value": TOKEN_FILE},
+                        {"name": contract.ENV_TOKEN_FILE, "value": TOKEN_FILE},
                         *({"name": k, "value": v} for k, v in identity_env(JobIdentity(
                             namespace=job.metadata.namespace or "default", name=name, uid=job_uid)).items()),
                         *SCRATCH_ENV,
@@ -273,7 +274,7 @@ class CpuRenderer:
         # (the job's UID reaches the Jobs and pods the JobSet and Job controllers create from the templates)
         selector = pod_labels(name, labels.ROLE_WORKER, {labels.SLICE_INDEX: str(index)}, job.metadata.uid)
         return {
-            "apiVersion": "jobset.x-k8s.io/v1alpha2",
+            "apiVersion": contract.JOBSET_API_VERSION,
             "kind": "JobSet",
             "metadata": {"name": names.slice_jobset(name, index), "labels": dict(selector)},
             "spec": {
@@ -306,7 +307,7 @@ class CpuRenderer:
                                             "--slice-index", str(index), "--host-devices", str(s.devices_per_host),
                                         ],
                                         # The job's token authenticates the controller's calls.
-                                        "env": [_POD_IP_ENV, {"name": "ELASTIC_JAX_TOKEN_FILE", "value": TOKEN_FILE},
+                                        "env": [_POD_IP_ENV, {"name": contract.ENV_TOKEN_FILE, "value": TOKEN_FILE},
                                                 *SCRATCH_ENV, *_env(w.env)],
                                         "ports": [{"name": "grpc", "containerPort": names.WORKER_PORT}],
                                         "readinessProbe": {"tcpSocket": {"port": names.WORKER_PORT},

@@ -1,0 +1,140 @@
+"""Issue 11 (status truth): the job's counters keep growing across its incarnations.
+
+On the local control plane with the operator as a least-privilege process
+and the CPU example's images run by the node agent: a worker process
+SIGKILLed, then the job suspended and resumed (a new controller pod and new
+JobSets, each counting from 0), a worker killed again, then the controller
+pod deleted (a new one, counting from 0) and a worker killed again. After
+each step `status.recoveries`, `status.sliceReplacements` and slice 0's
+`restarts` are never lower than before, and each kill raises them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import yaml
+
+from e2e.helpers import is_ready, pods, wait_for
+from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
+    ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
+)
+from elastic_jax.k8s_operator.handlers import SUSPENDED_SLICE_REASON
+
+
+def _reconciles(operator) -> float:
+    """Reconcile passes the operator made so far (its `elasticjax_operator_reconciles_total{result="ok"}`)."""
+    for line in operator.metrics().splitlines():
+        if line.startswith('elasticjax_operator_reconciles_total{result="ok"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _differences(a: object, b: object, path: str = "") -> str:
+    """Where two objects differ, one `path: a -> b` line each."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return "".join(_differences(a.get(k), b.get(k), f"{path}.{k}") for k in sorted(set(a) | set(b)))
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return "".join(_differences(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
+    return "" if a == b else f"{path}: {json.dumps(a)[:300]} -> {json.dumps(b)[:300]}\n"
+
+
+def _counts(status: dict) -> tuple[int, int, int]:
+    slice0 = next((s for s in status.get("slices") or [] if s.get("index") == 0), {})
+    return int(status.get("recoveries") or 0), int(status.get("sliceReplacements") or 0), int(slice0.get("restarts") or 0)
+
+
+def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cluster, namespace, operator):
+    manifest = example_manifest()
+    name = manifest["metadata"]["name"]
+    # Long enough never to finish during the test (the namespace goes with it); its own checkpoint folder.
+    manifest["spec"]["training"]["steps"] = 200000
+    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-counters/{namespace}/checkpoints"
+    manifest["spec"]["elasticity"].update({"maxRestarts": 30, "maxRestartsPerSlice": 25})
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
+    assert result.returncode == 0, result.stderr
+
+    def status() -> dict:
+        return get_job(cluster, namespace, name).get("status") or {}
+
+    def explain() -> str:
+        return json.dumps(status(), indent=1)[:3000] + "\n" + operator.log()[-3000:]
+
+    def training(after_controller_uid: str = "") -> dict:
+        """Status once a controller other than `after_controller_uid` answers, trains on both slices."""
+        def check():
+            s = status()
+            uid = (s.get("counterBase") or {}).get("controllerUid") or ""
+            ok = (uid and uid != after_controller_uid and s.get("phase") == "Running" and s.get("activeSlices") == 2
+                  and s.get("step", 0) >= 5)
+            return s if ok else None
+        return wait_for(check, timeout_s=300, what="a new controller training on both slices", interval_s=0.5,
+                        explain=explain)
+
+    def kill_slice0_worker() -> None:
+        victim = next(p for p in pods(cluster, namespace, f"elasticjax.dev/job-name={name},elasticjax.dev/slice-index=0")
+                      if p["status"].get("phase") == "Running" and is_ready(p) and not p["metadata"].get("deletionTimestamp"))
+        os.kill(cluster.container_pid(namespace, victim["metadata"]["name"], "worker", victim["metadata"]["uid"]),
+                signal.SIGKILL)
+
+    def grown_past(before: tuple[int, int, int]) -> tuple[int, int, int]:
+        def check():
+            s = status()
+            now = _counts(s)
+            return now if all(n > b for n, b in zip(now, before)) and s.get("activeSlices") == 2 else None
+        return wait_for(check, timeout_s=300, what=f"counters above {before}, both slices back", interval_s=0.5,
+                        explain=explain)
+
+    s = training()
+    first_uid = s["counterBase"]["controllerUid"]
+    before = _counts(s)
+    assert before == (0, 0, 0), s
+    kill_slice0_worker()
+    after_first_loss = grown_past(before)
+
+    # suspend: the controller pod and the JobSets go; the counts stay
+    cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    s = wait_phase(cluster, namespace, name, ("Suspended",), timeout_s=180, explain=explain)
+
+    def torn_down():
+        return not pods(cluster, namespace, f"elasticjax.dev/job-name={name}")
+    wait_for(torn_down, timeout_s=180, what="the job's pods gone", explain=explain)
+    assert _counts(status()) == after_first_loss, status()
+    # nothing changes while suspended, so no pass rewrites the object (`kubectl get ejob -w` printed an
+    # identical line every second): five more operator passes leave its resourceVersion as it was
+    def settled():  # the teardown's last news written: every slice stopped by the suspend, no controller
+        s = status()
+        return s if (s.get("controllerPod") == "" and s.get("slices")
+                     and all(sl["reason"] == SUSPENDED_SLICE_REASON and sl["state"] == "Down" and not sl["pods"]
+                             for sl in s["slices"])) else None
+    wait_for(settled, timeout_s=60, what="the suspend's teardown in status", explain=explain)
+    before_passes = get_job(cluster, namespace, name)
+    passes = _reconciles(operator)
+    wait_for(lambda: _reconciles(operator) >= passes + 5, timeout_s=120, what="five more operator passes",
+             explain=explain)
+    job = get_job(cluster, namespace, name)
+    assert job["metadata"]["resourceVersion"] == before_passes["metadata"]["resourceVersion"], \
+        _differences(before_passes, job)
+    # resume: a new controller pod and new JobSets, each counting from 0; the job's counts do not
+    cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    s = training(after_controller_uid=first_uid)
+    assert all(n >= b for n, b in zip(_counts(s), after_first_loss)), (s, after_first_loss)
+    resumed = _counts(s)
+    kill_slice0_worker()
+    after_resume_loss = grown_past(resumed)
+
+    # the controller pod deleted (a controller loss): its successor counts from 0; the job's counts do not
+    s = status()
+    old_controller, old_uid = s["controllerPod"], s["counterBase"]["controllerUid"]
+    cluster.kubectl("delete", "pod", old_controller, "-n", namespace, "--wait=false")
+    s = training(after_controller_uid=old_uid)
+    assert s["controllerRestarts"] >= 1, s
+    assert all(n >= b for n, b in zip(_counts(s), after_resume_loss)), (s, after_resume_loss)
+    replaced = _counts(s)
+    kill_slice0_worker()
+    final = grown_past(replaced)
+    assert final[0] >= 3 and final[1] >= 3, final
+    base = status()["counterBase"]
+    assert base["controllerUid"] and base["recoveries"] >= 2, base

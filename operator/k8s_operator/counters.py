@@ -1,0 +1,130 @@
+"""Status counters that survive the job's incarnations (pure).
+
+The sources of `status.recoveries` and the slices' `restarts` start again at 0
+whenever they are replaced: a new controller pod (a controller loss, a resume
+after `spec.suspend`) reports only its own recoveries, and a worker JobSet
+created again (resume after suspend; pathways: a new head) has
+`status.restarts` 0. `status.counterBase` keeps, per source, what its
+predecessors counted and which source the live count comes from (the
+controller pod's UID, each slice's JobSet UID); the totals in status are that
+base plus the live count. A source whose identity differs from the one
+recorded is new: the last total written becomes its base.
+
+Counts the old source made after the operator's last pass and before it went
+(at most one 1 s pass of recoveries or JobSet restarts) are not seen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Mapping
+
+from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.status import CounterBase, SliceCounterBase
+
+if TYPE_CHECKING:  # (reconcile reads the carried restarts for the budgets)
+    from elastic_jax.k8s_operator.reconcile import JobSetView
+
+
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """The counters of one pass.
+
+    Attributes:
+      recoveries: `status.recoveries`, over every controller pod of the job.
+      slice_restarts: `status.slices[i].restarts` by slice index, over every JobSet of slice i.
+      base: `status.counterBase` (camelCase) to write with them.
+    """
+
+    recoveries: int
+    slice_restarts: list[int]
+    base: dict[str, Any]
+
+    @property
+    def slice_replacements(self) -> int:
+        """`status.sliceReplacements`: every slice's restarts added up."""
+        return sum(self.slice_restarts)
+
+
+def controller_recoveries(status: ControllerStatus | None) -> int | None:
+    """The recoveries one controller process reports, scale-ups excluded (a slice rejoining is no
+    recovery); None when it did not answer."""
+    if status is None:
+        return None
+    return sum(n for cause, n in status.recoveries.items() if cause != "scale_up")
+
+
+def _previous_restarts(previous: Mapping[str, Any]) -> dict[int, int]:
+    return {int(s.get("index", -1)): int(s.get("restarts") or 0) for s in previous.get("slices") or []}
+
+
+def carry_slices(previous: Mapping[str, Any], slice_count: int,
+                 jobsets: Mapping[int, JobSetView]) -> tuple[list[int], list[SliceCounterBase]]:
+    """Each slice's restarts over all its JobSets, and the per-slice bases to record.
+
+    Args:
+      previous: the job's `.status` before this pass (camelCase; may be empty).
+      slice_count: spec.slices.total (spares included: each is a JobSet).
+      jobsets: the job's worker JobSets by slice index (this pass).
+
+    Returns:
+      (restarts by slice index, the bases). A slice without a JobSet keeps the
+      last total written; a JobSet whose UID is not the recorded one is new,
+      so the last total becomes its base. A status written before bases
+      existed (an operator upgrade) is read as all from the current JobSet.
+    """
+    had_base = "counterBase" in previous
+    base = CounterBase.model_validate(previous.get("counterBase") or {})
+    recorded = {b.index: b for b in base.slices}
+    last = _previous_restarts(previous)
+    totals, bases = [], []
+    for i in range(slice_count):
+        total_before = last.get(i, 0)
+        b = recorded.get(i)
+        js = jobsets.get(i)
+        if js is None:
+            totals.append(total_before)
+            if b is not None:
+                bases.append(b)
+            continue
+        if b is None or b.jobset_uid != js.uid:
+            # (before bases existed, the total written was this JobSet's own count)
+            carried = max(0, total_before - js.restarts) if not had_base else total_before
+            b = SliceCounterBase(index=i, jobset_uid=js.uid, restarts=carried)
+        bases.append(b)
+        totals.append(b.restarts + js.restarts)
+    return totals, bases
+
+
+def carry(previous: Mapping[str, Any], slice_count: int, controller_uid: str, controller_recoveries: int | None,
+          jobsets: Mapping[int, JobSetView]) -> Counts:
+    """This pass's counters, carried over every controller pod and JobSet the job had.
+
+    Args:
+      previous: the job's `.status` before this pass (camelCase; may be empty).
+      slice_count: spec.slices.total (spares included: each is a JobSet).
+      controller_uid: UID of the controller pod `controller_recoveries` comes from ("" when none).
+      controller_recoveries: that controller's recoveries (scale-ups excluded), None when it did
+        not answer this pass (the total written stays).
+      jobsets: the job's worker JobSets by slice index (this pass).
+
+    Returns:
+      The `Counts`; never lower than the totals written before.
+    """
+    had_base = "counterBase" in previous
+    base = CounterBase.model_validate(previous.get("counterBase") or {})
+    total_before = int(previous.get("recoveries") or 0)
+    recoveries = total_before
+    controller = base.controller_uid
+    carried = base.recoveries
+    if controller_recoveries is not None and controller_uid:
+        if controller_uid != base.controller_uid:
+            # a new controller process: what the job counted so far is its base
+            # (before bases existed, the total written was this controller's own count)
+            carried = max(0, total_before - controller_recoveries) if not had_base else total_before
+            controller = controller_uid
+        recoveries = carried + controller_recoveries
+    restarts, slice_bases = carry_slices(previous, slice_count, jobsets)
+    out = CounterBase(controller_uid=controller, recoveries=carried, slices=slice_bases)
+    return Counts(recoveries=recoveries, slice_restarts=restarts,
+                  base=out.model_dump(mode="json", by_alias=True))

@@ -1,0 +1,223 @@
+"""Issue 11 (status truth): `status.recoveries`, `sliceReplacements` and the slices' `restarts` keep
+counting across suspend/resume and a new controller pod (`k8s_operator.counters`), also through
+the kopf shell."""
+
+from __future__ import annotations
+
+import functools
+
+import kopf
+
+from elastic_jax.api import labels as lbl
+from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.status import ElasticTrainingJobStatus
+from elastic_jax.k8s_operator import counters, handlers
+from elastic_jax.k8s_operator.reconcile import JobSetView, jobset_view
+from elastic_jax.k8s_operator.slices import pod_view
+from elastic_jax.k8s_operator.tracker import JobTracker
+
+
+def _js(i: int, uid: str, restarts: int) -> JobSetView:
+    return JobSetView(name=f"j-slice-{i}", slice_index=i, restarts=restarts, uid=uid)
+
+
+def _written(previous: dict, c: counters.Counts) -> dict:
+    """The status after the pass wrote `c` (what the next pass reads)."""
+    return {**previous, "recoveries": c.recoveries, "sliceReplacements": c.slice_replacements,
+            "counterBase": c.base,
+            "slices": [{"index": i, "state": "Ready", "restarts": r} for i, r in enumerate(c.slice_restarts)]}
+
+
+def test_a_new_controller_pods_recoveries_add_to_the_jobs():
+    s: dict = {}
+    c = counters.carry(s, 2, "pod-a", 2, {})
+    assert c.recoveries == 2
+    s = _written(s, c)
+    # pod-a gone (controller lost): nothing answers, the total stays
+    c = counters.carry(s, 2, "", None, {})
+    assert c.recoveries == 2
+    s = _written(s, c)
+    # pod-b, a new process, counts from 0 again: the job's total keeps growing from 2
+    c = counters.carry(s, 2, "pod-b", 0, {})
+    assert c.recoveries == 2 and c.base["controllerUid"] == "pod-b" and c.base["recoveries"] == 2
+    s = _written(s, c)
+    c = counters.carry(s, 2, "pod-b", 3, {})
+    assert c.recoveries == 5
+
+
+def test_jobsets_created_again_after_a_resume_add_to_each_slices_restarts():
+    s: dict = {}
+    c = counters.carry(s, 2, "", None, {0: _js(0, "a0", 1), 1: _js(1, "a1", 2)})
+    assert c.slice_restarts == [1, 2] and c.slice_replacements == 3
+    s = _written(s, c)
+    # suspended: JobSets deleted; every slice keeps its count
+    c = counters.carry(s, 2, "", None, {})
+    assert c.slice_restarts == [1, 2] and c.slice_replacements == 3
+    s = _written(s, c)
+    # resumed: new JobSets (new UIDs, restarts 0), then slice 0 loses a worker again
+    c = counters.carry(s, 2, "", None, {0: _js(0, "b0", 0), 1: _js(1, "b1", 0)})
+    assert c.slice_restarts == [1, 2]
+    s = _written(s, c)
+    c = counters.carry(s, 2, "", None, {0: _js(0, "b0", 1), 1: _js(1, "b1", 0)})
+    assert c.slice_restarts == [2, 2] and c.slice_replacements == 4
+
+
+def test_the_same_pass_twice_gives_the_same_counts():
+    """A pass that reads a status without its last patch (stale watch) must not count twice."""
+    s = _written({}, counters.carry({}, 1, "pod-a", 2, {0: _js(0, "a0", 1)}))
+    once = counters.carry(s, 1, "pod-b", 1, {0: _js(0, "b0", 1)})
+    twice = counters.carry(s, 1, "pod-b", 1, {0: _js(0, "b0", 1)})
+    assert once == twice and once.recoveries == 3 and once.slice_restarts == [2]
+
+
+def test_a_status_written_before_bases_existed_is_not_counted_twice():
+    """An operator upgrade: the old status holds the live sources' own counts, no counterBase."""
+    old = {"recoveries": 2, "sliceReplacements": 3, "slices": [{"index": 0, "restarts": 3}]}
+    c = counters.carry(old, 1, "pod-a", 2, {0: _js(0, "a0", 3)})
+    assert c.recoveries == 2 and c.slice_restarts == [3]
+    c = counters.carry(_written(old, c), 1, "pod-a", 3, {0: _js(0, "a0", 4)})
+    assert c.recoveries == 3 and c.slice_restarts == [4]
+
+
+def test_the_base_is_valid_status():
+    c = counters.carry({}, 2, "pod-a", 1, {0: _js(0, "a0", 1)})
+    ElasticTrainingJobStatus.model_validate(_written({}, c))
+
+
+def test_jobset_view_reads_the_uid():
+    assert jobset_view({"metadata": {"name": "j-slice-0", "uid": "u-7"}, "status": {"restarts": 2}}, 0).uid == "u-7"
+
+
+# -- through the kopf shell -------------------------------------------------------------------
+
+
+class _Kube:
+    def claim(self, *a):
+        return True
+
+    def create(self, namespace, body):
+        return True
+
+    def owned_by(self, *a):
+        return True
+
+    def delete_pod(self, *a, **k):
+        pass
+
+    def delete_jobset(self, *a):
+        pass
+
+    def read_manifest(self, *a):
+        return None
+
+    def delete_job(self, *a):
+        pass
+
+    def warning_events(self, *a):
+        return []
+
+    def job_uid_if_owned(self, *a):
+        return None
+
+
+class _Patch:
+    def __init__(self):
+        self.status: dict = {}
+
+
+class _Controller:
+    """The control API of one controller process: its recoveries so far (`recoveries[0]`)."""
+
+    recoveries = [0]
+
+    def __init__(self, url, token):
+        pass
+
+    def status(self, retries=0, backoff_s=0.1):
+        return ControllerStatus(phase="Running", step=7, total_steps=100, desired_slices=1, min_slices=1,
+                                active_slices=[0], inactive_slices=[], slices=[], pid=1,
+                                recoveries={"slice_down": self.recoveries[0], "scale_up": 5})
+
+    def report_slice(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+
+def _controller_pod(attempt: int, uid: str):
+    return pod_view({"metadata": {"name": f"j-controller-{attempt}", "uid": uid, "labels": {
+        lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: str(attempt)}},
+        "status": {"phase": "Running", "podIP": "127.0.0.1",
+                   "containerStatuses": [{"name": "controller", "ready": True, "state": {"running": {}}}]}})
+
+
+def _jobset(uid: str, restarts: int) -> dict:
+    return {"metadata": {"name": "j-slice-0", "uid": uid, "labels": {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1",
+                                                                      lbl.SLICE_INDEX: "0"}},
+            "status": {"restarts": restarts}}
+
+
+def test_counters_keep_growing_through_suspend_resume_and_a_new_controller_pod(monkeypatch):
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+
+    def run(pods, jobsets, suspend=False):
+        nonlocal status
+        s = {**spec, "suspend": suspend}
+        body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": s}
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                               job_jobsets={("ns", "j", "u1"): [jobset_view(js, 0) for js in jobsets]})
+        status = {**status, **patch.status}
+        return status
+
+    _Controller.recoveries[0] = 2
+    s = run([_controller_pod(0, "c0")], [_jobset("js-a", 2)])
+    assert (s["recoveries"], s["sliceReplacements"], s["slices"][0]["restarts"]) == (2, 2, 2)
+    s = run([], [], suspend=True)  # suspended: controller and JobSets gone
+    assert (s["recoveries"], s["sliceReplacements"], s["slices"][0]["restarts"]) == (2, 2, 2)
+    _Controller.recoveries[0] = 0  # resumed: a new controller pod and JobSet, each counting from 0
+    s = run([_controller_pod(0, "c1")], [_jobset("js-b", 0)])
+    assert (s["recoveries"], s["sliceReplacements"], s["slices"][0]["restarts"]) == (2, 2, 2)
+    _Controller.recoveries[0] = 1
+    s = run([_controller_pod(0, "c1")], [_jobset("js-b", 1)])
+    assert (s["recoveries"], s["sliceReplacements"], s["slices"][0]["restarts"]) == (3, 3, 3)
+    _Controller.recoveries[0] = 1  # the controller pod replaced (attempt 1): its own count restarts
+    s = run([_controller_pod(1, "c2")], [_jobset("js-b", 1)])
+    assert s["recoveries"] == 4  # (c2 says 1 as well: 3 before it + 1)
+    ElasticTrainingJobStatus.model_validate(s)
+
+
+def test_a_pass_that_sees_nothing_new_writes_nothing(monkeypatch):
+    """Issue 11 (status truth): `kubectl get ejob -w` printed an identical line every second, i.e. a
+    status patch with no change. Running (the controller answering the same), then suspended: the
+    second pass of each patches nothing."""
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    worker = pod_view({"metadata": {"name": "j-slice-0-w", "uid": "w0", "labels": {
+        lbl.ROLE: lbl.ROLE_WORKER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.SLICE_INDEX: "0"}},
+        "status": {"phase": "Running", "podIP": "127.0.0.2",
+                   "containerStatuses": [{"name": "worker", "ready": True, "state": {"running": {}}}]}})
+    _Controller.recoveries[0] = 1
+    patches = []
+    for suspend, pods in ((False, [_controller_pod(0, "c0"), worker]),) * 3 + ((True, []),) * 3:
+        s = {**spec, "suspend": suspend}
+        body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": s}
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                               job_jobsets={("ns", "j", "u1"): [] if suspend else [jobset_view(_jobset("js", 0), 0)]})
+        patches.append(patch.status)
+        status = {**status, **patch.status}
+    assert patches[0] and patches[3], patches  # the first pass of each writes the news
+    assert patches[1:3] == [{}, {}] and patches[4:] == [{}, {}], patches
