@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import kopf
 import yaml
@@ -245,7 +245,9 @@ def job_deleted(namespace, name, uid, memo, **_):
         state.claimed_elsewhere.discard(uid)
         metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
     state.static_done = {m for m in state.static_done if m[0] != uid}
-    state.earlier_jobs[(namespace, name)] = (uid, time.monotonic())
+    now = time.monotonic()
+    state.earlier_jobs = {k: v for k, v in state.earlier_jobs.items() if now - v[1] < EARLIER_SECRET_WAIT_S}
+    state.earlier_jobs[(namespace, name)] = (uid, now)
     tracker = state.trackers.get((namespace, name))
     if tracker is not None and tracker.job_uid in ("", uid):  # never a newer job's of the same name
         tracker.deleting = True  # a pod event handler holding it already: the pods' end is no news
@@ -328,9 +330,11 @@ def _earlier_job_evidence(state: OperatorState, key, uid: str, job_pods=None, jo
     for index in (job_pods, job_jobsets):
         if any(k[:2] == (ns, name) and k[2] not in ("", uid) and views for k, views in (index or {}).items()):
             return True
+    from kubernetes.client.rest import ApiException
+
     try:
         owners = state.kube.owners(ns, "ConfigMap", names.configmap(name))
-    except Exception:  # noqa: BLE001 - no evidence; the conflict stands (and is said)
+    except (ApiException, OSError):  # no evidence: the conflict stands (and is said)
         return False
     return owners is not None and incarnation.holder(owners, name, uid) == "earlier"
 
@@ -439,8 +443,10 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
             _fail_spec(patch, status, generation, str(e), body)
         return
     try:
+        # a function, not a value: read after the controller poll, like the pods (a node Ready again
+        # meanwhile must not have its pods force-deleted)
         _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-                   _lost_nodes(state, unready_nodes))
+                   lambda: _lost_nodes(state, unready_nodes))
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
@@ -471,8 +477,9 @@ def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
 
 
 def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-               lost: dict[str, NodeLoss] | None = None) -> None:
-    lost = lost or {}
+               lost: dict[str, NodeLoss] | Callable[[], dict[str, NodeLoss]] | None = None) -> None:
+    given = lost
+    read_lost = given if callable(given) else (lambda: given or {})
     ns, name = key
     job = _applied_job(state, key, live, body["metadata"]["uid"])
     tracker = _tracker(state, key, job, body)
@@ -518,6 +525,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     # decisions below act on the pods as they were before the poll.
     mark = tracker.observation()
     pods, controller_pods, current = read_pods()
+    lost = read_lost()
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
     tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark)
     if refusal is None and tracker.token_refused and not finished:

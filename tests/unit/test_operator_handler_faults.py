@@ -32,9 +32,7 @@ class _Kube:
         return None
 
     def owners(self, namespace, kind, name):
-
         return []
-
 
     def owned_by(self, namespace, kind, name, owner_uid):
         return True
@@ -149,9 +147,7 @@ def test_a_configmap_or_service_planted_under_the_jobs_names_is_a_condition_not_
                 return planted_manifest if owner_uid == "someone-else" else None
 
             def owners(self, namespace, kind, name):
-
                 return []
-
 
             def owned_by(self, namespace, kind, name, owner_uid):
                 return False

@@ -102,9 +102,7 @@ class _KubeWithOldPod(_Kube):
         return super().create(namespace, body)
 
     def owners(self, namespace, kind, name):
-
         return []
-
 
     def owned_by(self, namespace, kind, name, owner_uid):
         return not (kind == "Pod" and name == "j-controller-0" and not self.old_pod_gone)

@@ -252,9 +252,7 @@ class _Kube:
         return None
 
     def owners(self, namespace, kind, name):
-
         return []
-
 
     def owned_by(self, namespace, kind, name, owner_uid):
         return True

@@ -142,6 +142,7 @@ class _Job:
         self.pods: dict = {}
         self.jobsets: dict = {}
         self.pending: dict = {}
+        self.unready_nodes: dict = {}
 
     def meta(self):
         meta = {"name": "j", "namespace": "ns", "uid": UID, "generation": 1, "resourceVersion": str(self.rv),
@@ -158,7 +159,7 @@ class _Job:
         patch = _Patch()
         handlers.reconcile_job(body=body, spec=self.spec, status=dict(self.status), meta=meta, namespace="ns",
                                name="j", patch=patch, memo={"elasticjax": self.state}, job_pods=self.pods,
-                               job_jobsets=self.jobsets)
+                               job_jobsets=self.jobsets, unready_nodes=self.unready_nodes)
         self.pending.update(patch.status)
         if land:
             self.land()
@@ -248,6 +249,31 @@ def test_a_pass_on_the_job_object_its_last_pass_patched_waits_for_the_watch(monk
     job.reconcile()
     assert [n for n in job.state.kube.created if "controller-" in n] == ["j-controller-1"]
     assert job.status["controllerRestarts"] == 1
+
+
+def test_a_node_ready_again_during_the_controller_poll_has_no_pod_force_deleted(monkeypatch):
+    """The lost-node view is read after the poll too: a node back before the pass acts keeps its pods."""
+    import dataclasses
+    import datetime as dt
+
+    from elastic_jax.k8s_operator.nodes import node_view
+
+    job = _Job(monkeypatch)
+    job.state.node_lost_s = 30
+    worker = dataclasses.replace(_worker(10, ready=False), node="n1")
+    job.pods = _pods(_controller(), worker)
+    job.reconcile()
+    since = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=45)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    job.unready_nodes = {"n1": [node_view({"metadata": {"name": "n1"}, "status": {"conditions": [
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": since, "reason": "NodeStatusUnknown"}]}})]}
+
+    def node_back():  # the kubelet posts Ready again: kopf drops the node from the index
+        job.unready_nodes.clear()
+        job.pods[("ns", "j", UID)] = [_controller(), dataclasses.replace(_worker(11, ready=True), node="n1")]
+
+    job.controllers[-1].during_status = node_back
+    job.reconcile()
+    assert job.state.kube.deleted == [] and not [e for e in job.events if e[1] == "NodeLost"], job.events
 
 
 # -- 2. a teardown the operator started is never a loss -------------------------------------
