@@ -208,7 +208,12 @@ def _lost_nodes(state: OperatorState, unready_nodes) -> dict[str, NodeLoss]:
 
 
 @kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
-def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, **_):
+def _alive(jobsets) -> set[int]:
+    """Slice indices whose JobSet exists and is not being deleted."""
+    return {v.slice_index for v in jobsets if not v.deleting}
+
+
+def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
     """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise)."""
     state = _state(memo)
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
@@ -219,7 +224,10 @@ def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None
     lost = {n: loss.why for n, loss in _lost_nodes(state, unready_nodes).items()}
     mark = tracker.observation()  # before the read: a slower sync of an older read never wins
     pods = incarnation.own(job_pods, namespace, tracker.name, tracker.job_uid, tracker.job_created)
-    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark)
+    alive = None
+    if job_jobsets is not None:
+        alive = _alive(incarnation.own(job_jobsets, namespace, tracker.name, tracker.job_uid, tracker.job_created))
+    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive)
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -526,8 +534,10 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     mark = tracker.observation()
     pods, controller_pods, current = read_pods()
     lost = read_lost()
+    jobset_list = incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
-    tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark)
+    tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark,
+                 jobsets_alive=_alive(jobset_list))
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
     if ctrl is not None:
@@ -536,7 +546,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                 post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
                 state.kube.delete_pod(ns, pod_name, grace_s=0)
 
-    jobsets = {v.slice_index: v for v in incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)}
+    jobsets = {v.slice_index: v for v in jobset_list}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
@@ -654,7 +664,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         if status.get(k) != v:
             patch.status[k] = v
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
-    _maybe_expire(state, key, job, new)
+    _maybe_expire(state, key, job, new, tracker)
 
 
 # Seconds between two reads of the Events of a job's JobSets/Jobs while pods are missing (API load bound).
@@ -723,7 +733,8 @@ def slice_status(tracker: JobTracker, jobsets: dict, previous: list[dict], now: 
     return out
 
 
-def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict) -> None:
+def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict,
+                  tracker: JobTracker | None = None) -> None:
     """Deletes a finished job once `ttlSecondsAfterFinished` passed."""
     ttl = job.spec.ttl_seconds_after_finished
     done = status.get("completionTime")
@@ -733,3 +744,5 @@ def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, st
     if (dt.datetime.now(dt.timezone.utc) - finished_at).total_seconds() >= ttl:
         _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", key[0], key[1], ttl)
         state.kube.delete_job(*key)
+        if tracker is not None:
+            tracker.deleting = True  # its children's end, until the delete event, is no news

@@ -221,7 +221,8 @@ class JobTracker:
     # -- slices ------------------------------------------------------------
 
     def sync(self, pods: list[PodView], events: EventSink, retries: int = 1,
-             lost_nodes: Mapping[str, str] | None = None, observed_at: int | None = None) -> None:
+             lost_nodes: Mapping[str, str] | None = None, observed_at: int | None = None,
+             jobsets_alive: set[int] | None = None) -> None:
         """Recomputes slice states from the job's worker pods and notifies the controller.
 
         A snapshot older than one already applied (by `observed_at`, or a pod's
@@ -237,18 +238,23 @@ class JobTracker:
             the node controller marked its pod not ready first) takes the node's reason.
           observed_at: `observation()` taken before `pods` was read (None: order unknown,
             only resourceVersions are compared).
+          jobsets_alive: slice indices whose JobSet exists and is not being deleted (None: not
+            known). A slice whose JobSet is gone or going loses its pods on purpose (the job's
+            deletion, the garbage collector, a Pathways head restart): the controller is told,
+            but it is no replacement and no Warning.
         """
         with self.lock:
             stale = self._stale(pods, observed_at)
             if stale:
                 _logger.debug("pod snapshot not applied: %s", stale, extra={"job": self.name})
             else:
-                self._apply(pods, events, lost_nodes)
+                self._apply(pods, events, lost_nodes, jobsets_alive)
                 self._applied(pods, observed_at)
             if not (self.finished or self.deleting):
                 self.notify(events, retries)
 
-    def _apply(self, pods: list[PodView], events: EventSink, lost_nodes: Mapping[str, str] | None) -> None:
+    def _apply(self, pods: list[PodView], events: EventSink, lost_nodes: Mapping[str, str] | None,
+               jobsets_alive: set[int] | None = None) -> None:
         """Slice transitions from one pod snapshot: states, Events, the replacement count."""
         with self.lock:
             now = time.monotonic()
@@ -272,7 +278,7 @@ class JobTracker:
                     track.down_seen_at = now
                 # A finished or suspended job's teardown is neither a failure nor news: no Warning
                 # SliceDown/SliceDraining, and no replacement counted (the metric said 8 after 2 losses).
-                teardown = self.teardown
+                teardown = self.teardown or (jobsets_alive is not None and i not in jobsets_alive)
                 if new == "Down" and old in ("Ready", "Draining") and not teardown:
                     self.replacements += 1
                     metrics.SLICE_REPLACEMENTS.inc()

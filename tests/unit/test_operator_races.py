@@ -7,6 +7,7 @@ JobSet objects (as the API returns them, read through `pod_view`/`jobset_view`),
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import kopf
@@ -140,7 +141,8 @@ class _Job:
                            if status is None else status)
         self.deletion = ""
         self.pods: dict = {}
-        self.jobsets: dict = {}
+        # slice 0's JobSet lives (its pods' losses are news) unless a test says otherwise
+        self.jobsets: dict = {("ns", "j", UID): [jobset_view({"metadata": {"name": "j-slice-0"}}, 0)]}
         self.pending: dict = {}
         self.unready_nodes: dict = {}
 
@@ -173,7 +175,7 @@ class _Job:
 
     def pod_event(self):
         handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: UID}, job_pods=self.pods,
-                                  memo={"elasticjax": self.state})
+                                  memo={"elasticjax": self.state}, job_jobsets=self.jobsets)
 
     @property
     def tracker(self) -> JobTracker:
@@ -253,7 +255,6 @@ def test_a_pass_on_the_job_object_its_last_pass_patched_waits_for_the_watch(monk
 
 def test_a_node_ready_again_during_the_controller_poll_has_no_pod_force_deleted(monkeypatch):
     """The lost-node view is read after the poll too: a node back before the pass acts keeps its pods."""
-    import dataclasses
     import datetime as dt
 
     from elastic_jax.k8s_operator.nodes import node_view
@@ -340,6 +341,38 @@ def test_a_job_being_deleted_neither_replaces_nor_reports_its_children(monkeypat
     job.pod_event()
 
 
+def test_workers_whose_jobset_is_gone_or_going_are_torn_down_not_lost(monkeypatch):
+    """Background deletion: the job is gone at once and the garbage collector deletes its JobSets, then
+    their pods (grace period: they would read as drains), possibly before the job's delete event is
+    handled. A slice whose JobSet is gone loses its pods on purpose: no Warning, nothing counted."""
+    job = _Job(monkeypatch)
+    jobset = jobset_view({"metadata": {"name": "j-slice-0", "labels": {}}}, 0)
+    job.jobsets = {("ns", "j", UID): [jobset]}
+    job.pods = _pods(_controller(), _worker(10, ready=True))
+    job.reconcile()
+    assert job.tracker.slices[0].state == "Ready"
+    going = dataclasses.replace(_worker(11, ready=True), deleting=True, deletion_grace_s=5)
+    job.jobsets = {}  # the garbage collector deleted the JobSet first
+    job.pods = _pods(_controller(), going)
+    job.pod_event()
+    assert job.tracker.slices[0].state == "Draining"  # the controller is still told
+    job.pods = _pods(_controller())
+    job.pod_event()
+    assert job.tracker.replacements == 0
+    assert not [e for e in job.events if e[0] == "Warning"], job.events
+    # while its JobSet lives, the same drain and loss are news and count
+    job2 = _Job(monkeypatch)
+    job2.jobsets = {("ns", "j", UID): [jobset]}
+    job2.pods = _pods(_controller(), _worker(10, ready=True))
+    job2.reconcile()
+    job2.pods = _pods(_controller(), going)
+    job2.pod_event()
+    job2.pods = _pods(_controller())
+    job2.pod_event()
+    assert job2.tracker.replacements == 1
+    assert [e[1] for e in job2.events if e[0] == "Warning"] == ["SliceDraining", "SliceDown"]
+
+
 def test_a_finished_job_stays_finished_on_a_pass_over_an_older_object(monkeypatch):
     job = _Job(monkeypatch)
     job.pods = _pods(_controller(exit_code=0), _worker(10, ready=True))
@@ -367,6 +400,7 @@ def _foreign_jobset_kube():
 
 def test_a_foreign_jobset_holding_a_slice_name_is_a_child_name_conflict(monkeypatch):
     job = _Job(monkeypatch, kube=_foreign_jobset_kube())
+    job.jobsets = {}
     job.pods = _pods(_controller())
     job.reconcile()
     job.reconcile()
@@ -385,6 +419,7 @@ def test_a_foreign_jobset_holding_a_slice_name_is_a_child_name_conflict(monkeypa
 def test_a_jobset_of_this_job_or_of_an_earlier_job_of_this_name_is_no_conflict(monkeypatch):
     earlier = [{"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "name": "j", "uid": "u-old"}]
     job = _Job(monkeypatch, kube=_Kube(taken={"j-slice-0": earlier}))
+    job.jobsets = {}
     job.pods = _pods(_controller())
     job.reconcile()
     cond = next(c for c in job.status["conditions"] if c["type"] == "CreateFailed")
@@ -392,6 +427,7 @@ def test_a_jobset_of_this_job_or_of_an_earlier_job_of_this_name_is_no_conflict(m
     assert not [e for e in job.events if e[0] == "Warning"], job.events
     # ours (the index is only behind): nothing to say
     job2 = _Job(monkeypatch, kube=_Kube(taken={"j-slice-0": [{"uid": UID}]}))
+    job2.jobsets = {}
     job2.pods = _pods(_controller())
     job2.reconcile()
     assert not any(c["type"] == "CreateFailed" and c["status"] == "True" for c in job2.status.get("conditions", []))
