@@ -14,6 +14,8 @@ Every job runs in a fresh namespace enforcing PodSecurity ``restricted``.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -116,7 +118,7 @@ def test_a_foreign_jobset_on_a_slice_name_is_said_and_a_quick_suspend_toggle_cou
     # suspend, and resume as soon as the operator has let go of the controller (it is checkpointing)
     def patch_suspend(value: bool):
         cluster.kubectl("patch", "ejob", "cpu-job", "-n", namespace, "--type=merge",
-                        "-p", yaml.safe_dump({"spec": {"suspend": value}}, default_flow_style=True))
+                        "-p", json.dumps({"spec": {"suspend": value}}))
 
     patch_suspend(True)
 
