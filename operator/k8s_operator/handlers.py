@@ -17,7 +17,7 @@ import datetime as dt
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import kopf
 import yaml
@@ -27,7 +27,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
-from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES
+from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES, REASON_PREVIOUS_JOB_TERMINATING
 from elastic_jax.k8s_operator import (
     backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
@@ -46,6 +46,7 @@ from elastic_jax.k8s_operator.status_builder import (
     resume_events,
     create_failure,
     child_conflict,
+    earlier_token_secret,
     previous_job_terminating,
     token_conflict,
     token_refused,
@@ -97,6 +98,9 @@ class OperatorState:
         # (job UID, kind, name) of the ConfigMap and Services already created: keyed by UID, so a job
         # deleted and created again under the same name gets its children again.
         self.static_done: set[tuple[str, str, str]] = set()
+        # (namespace, name) -> (UID, monotonic time) of the last job of that name seen deleted or
+        # replaced by a new UID: its token Secret may still be going (`_earlier_job_evidence`).
+        self.earlier_jobs: dict[tuple[str, str], tuple[str, float]] = {}
 
     @property
     def kube(self) -> Kube:
@@ -223,7 +227,12 @@ def _lost_nodes(state: OperatorState, unready_nodes) -> dict[str, NodeLoss]:
 
 
 @kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
-def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, **_):
+def _alive(jobsets) -> set[int]:
+    """Slice indices whose JobSet exists and is not being deleted."""
+    return {v.slice_index for v in jobsets if not v.deleting}
+
+
+def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
     """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise)."""
     state = _state(memo)
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
@@ -232,8 +241,12 @@ def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None
     if not incarnation.belongs(labels, tracker.job_uid):
         return  # a pod of an earlier job of the same name (terminating): not this job's news
     lost = {n: loss.why for n, loss in _lost_nodes(state, unready_nodes).items()}
+    mark = tracker.observation()  # before the read: a slower sync of an older read never wins
     pods = incarnation.own(job_pods, namespace, tracker.name, tracker.job_uid, tracker.job_created)
-    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost)
+    alive = None
+    if job_jobsets is not None:
+        alive = _alive(incarnation.own(job_jobsets, namespace, tracker.name, tracker.job_uid, tracker.job_created))
+    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive)
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -259,8 +272,12 @@ def job_deleted(namespace, name, uid, memo, **_):
         state.claimed_elsewhere.discard(uid)
         metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
     state.static_done = {m for m in state.static_done if m[0] != uid}
+    now = time.monotonic()
+    state.earlier_jobs = {k: v for k, v in state.earlier_jobs.items() if now - v[1] < EARLIER_SECRET_WAIT_S}
+    state.earlier_jobs[(namespace, name)] = (uid, now)
     tracker = state.trackers.get((namespace, name))
     if tracker is not None and tracker.job_uid in ("", uid):  # never a newer job's of the same name
+        tracker.deleting = True  # a pod event handler holding it already: the pods' end is no news
         state.trackers.pop((namespace, name)).close()
     if (state.applied.get((namespace, name)) or ("",))[0] == uid:
         state.applied.pop((namespace, name), None)
@@ -301,6 +318,7 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
     tracker = state.trackers.get(key)
     uid = body["metadata"]["uid"]
     if tracker is not None and tracker.job_uid != uid:  # the same name, a new job: nothing carries over
+        state.earlier_jobs[key] = (tracker.job_uid, time.monotonic())
         tracker.close()
         state.applied.pop(key, None)
         tracker = None
@@ -314,22 +332,83 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
 
 
 class TokenSecretConflict(Exception):
-    """The job's token Secret name is taken by a Secret this operator did not create for this job."""
+    """The job's token Secret name is taken by a Secret this operator did not create for this job.
+
+    Attributes:
+      earlier: an earlier job of this name was deleted moments ago (`_earlier_job_evidence`): the
+        Secret is most likely its own, being garbage-collected; a wait, not a conflict.
+    """
+
+    def __init__(self, secret: str, earlier: bool = False):
+        super().__init__(secret)
+        self.secret, self.earlier = secret, earlier
+
+
+# Seconds after an earlier job of the same name was seen deleted during which a taken token Secret
+# name is read as that job's Secret being garbage-collected (normally gone within a second or two).
+EARLIER_SECRET_WAIT_S = 60.0
+
+
+def _earlier_job_evidence(state: OperatorState, key, uid: str, job_pods=None, job_jobsets=None) -> bool:
+    """Whether an earlier job of this name was deleted so recently that its children are still going.
+
+    The operator may not read Secrets (docs/security.md), so a token Secret that
+    exists is judged by what it can see: the earlier job's deletion seen by this
+    process within EARLIER_SECRET_WAIT_S, its pods or JobSets still in the
+    indexes, or the job's ConfigMap still owned by an earlier job of this name.
+    A Secret planted by someone else while none of these holds is a conflict.
+    """
+    ns, name = key
+    earlier = state.earlier_jobs.get(key)
+    if earlier is not None and earlier[0] != uid and time.monotonic() - earlier[1] < EARLIER_SECRET_WAIT_S:
+        return True
+    for index in (job_pods, job_jobsets):
+        if any(k[:2] == (ns, name) and k[2] not in ("", uid) and views for k, views in (index or {}).items()):
+            return True
+    from kubernetes.client.rest import ApiException
+
+    try:
+        owners = state.kube.owners(ns, "ConfigMap", names.configmap(name))
+    except (ApiException, OSError):  # no evidence: the conflict stands (and is said)
+        return False
+    return owners is not None and incarnation.holder(owners, name, uid) == "earlier"
 
 
 class ChildConflict(Exception):
-    """The job's ConfigMap or Service name is taken by an object this job does not own.
+    """The name of one of the job's children is taken by an object this job does not own.
 
     Attributes:
       kind, name: the object.
+      earlier: it belongs to an earlier job of this name, being garbage-collected: a wait, not a conflict.
     """
 
-    def __init__(self, kind: str, name: str):
+    def __init__(self, kind: str, name: str, earlier: bool = False):
         super().__init__(f"{kind} {name}")
-        self.kind, self.name = kind, name
+        self.kind, self.name, self.earlier = kind, name, earlier
+
+    def refusal(self) -> tuple[str, str]:
+        """(reason, message) of the CreateFailed condition."""
+        return previous_job_terminating(self.kind, self.name) if self.earlier else child_conflict(self.kind, self.name)
 
 
-def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, body, status, patch) -> None:
+def _check_taken(state: OperatorState, ns: str, kind: str, child: str, job: str, uid: str, index=None) -> None:
+    """After a create answered 409: returns when the object `child` is this job's own.
+
+    Raises:
+      ChildConflict: it is an earlier job's of this name (`earlier`: in our index, or owned by a
+        deleted ElasticTrainingJob of this name) or anyone else's.
+    """
+    if incarnation.held_by_earlier(index, ns, job, uid, child):
+        raise ChildConflict(kind, child, earlier=True)
+    if state.kube.owned_by(ns, kind, child, uid):
+        return
+    who = incarnation.holder(state.kube.owners(ns, kind, child), job, uid)
+    if who != "ours":
+        raise ChildConflict(kind, child, earlier=who == "earlier")
+
+
+def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, body, status, patch,
+                         job_pods=None, job_jobsets=None) -> None:
     """Creates the job's token Secret (create only: the operator cannot read Secrets) and sets `tracker.token`.
 
     The token is derived from the operator key and the job's UID, so it is never
@@ -338,7 +417,8 @@ def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, bo
     it; otherwise it may be anyone's, and mounting it would hand it to the job.
 
     Raises:
-      TokenSecretConflict: the name is taken by a Secret not recorded as ours.
+      TokenSecretConflict: the name is taken by a Secret not recorded as ours (`earlier` when an
+        earlier job of this name was just deleted: `_earlier_job_evidence`).
       ChildRefused: the API server refused the create.
     """
     ns, name = key
@@ -348,7 +428,8 @@ def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, bo
         secret = children.token_secret(job, token)
         kopf.adopt(secret, owner=body)  # ownerReference: this job's UID, controller=true
         if not state.kube.create(ns, secret):
-            raise TokenSecretConflict(secret_name)
+            uid = body["metadata"]["uid"]
+            raise TokenSecretConflict(secret_name, _earlier_job_evidence(state, key, uid, job_pods, job_jobsets))
         patch.status["tokenSecret"] = secret_name
     tracker.token_secret_ours = True
     tracker.token = token
@@ -363,7 +444,7 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
     would route its traffic.
 
     Raises:
-      ChildConflict: the name is taken by an object this job does not own.
+      ChildConflict: the name is taken by an object this job does not own (an earlier job's: `earlier`).
       ChildRefused: the API server refused the create.
     """
     ns, _ = key
@@ -372,9 +453,8 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
         marker = (uid, child["kind"], child["metadata"]["name"])
         if marker not in state.static_done:
             kopf.adopt(child, owner=body)
-            name = child["metadata"]["name"]
-            if not state.kube.create(ns, child) and not state.kube.owned_by(ns, child["kind"], name, uid):
-                raise ChildConflict(child["kind"], name)
+            if not state.kube.create(ns, child):
+                _check_taken(state, ns, child["kind"], child["metadata"]["name"], key[1], uid)
             state.static_done.add(marker)
 
 
@@ -398,8 +478,10 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
             _fail_spec(patch, status, generation, str(e), body)
         return
     try:
+        # a function, not a value: read after the controller poll, like the pods (a node Ready again
+        # meanwhile must not have its pods force-deleted)
         _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-                   _lost_nodes(state, unready_nodes))
+                   lambda: _lost_nodes(state, unready_nodes))
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
@@ -430,11 +512,20 @@ def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
 
 
 def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-               lost: dict[str, NodeLoss] | None = None) -> None:
-    lost = lost or {}
+               lost: dict[str, NodeLoss] | Callable[[], dict[str, NodeLoss]] | None = None) -> None:
+    given = lost
+    read_lost = given if callable(given) else (lambda: given or {})
     ns, name = key
     job = _applied_job(state, key, live, body["metadata"]["uid"], status.get("manifestSha256") or "")
     tracker = _tracker(state, key, job, body)
+    resource_version = body["metadata"].get("resourceVersion") or ""
+    if tracker.body_behind(resource_version, time.monotonic()):
+        return  # our last status write is not back from the watch yet: this status is older than it
+    if body["metadata"].get("deletionTimestamp"):
+        # Being deleted (foreground, or a finalizer of someone else's): the children go with it.
+        # Not a loss to recover, not news: no replacement, no Warning, nothing told to the controller.
+        tracker.deleting = True
+        return
     post = _event_sink(tracker.ref)
     finished = status.get("phase") in FINISHED_PHASES
 
@@ -443,29 +534,43 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     blocked = False  # no token Secret of ours: start nothing
     if not finished and not job.spec.suspend:
         try:
-            _ensure_token_secret(state, key, job, tracker, body, status, patch)
+            _ensure_token_secret(state, key, job, tracker, body, status, patch, job_pods, job_jobsets)
             _ensure_static(state, key, job, tracker, body)
             if not status.get("manifestSha256"):
                 # What the ConfigMap holds (written now, or by an operator before this field): from here
                 # on, the only copy the operator reads back and the controller accepts.
                 patch.status["manifestSha256"] = manifest_digest(job)
         except TokenSecretConflict as e:
-            refusal, blocked = token_conflict(str(e)), True
+            refusal, blocked = (earlier_token_secret(e.secret) if e.earlier else token_conflict(e.secret)), True
         except ChildConflict as e:
-            refusal, blocked = child_conflict(e.kind, e.name), True
+            refusal, blocked = e.refusal(), True
         except ChildRefused as e:
             refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
             invalid = invalid or _invalid(e)
     created = body["metadata"].get("creationTimestamp") or ""
-    pods = incarnation.own(job_pods, ns, name, tracker.job_uid, created)
-    controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
-    running = [p for p in controller_pods if not p.terminal and not p.deleting]
-    current = max(running, key=lambda p: p.attempt, default=None)
-    tracker.finished, tracker.suspended = finished, bool(job.spec.suspend)
+
+    def read_pods():
+        pods = incarnation.own(job_pods, ns, name, tracker.job_uid, created)
+        controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
+        running = [p for p in controller_pods if not p.terminal and not p.deleting]
+        return pods, controller_pods, max(running, key=lambda p: p.attempt, default=None)
+
+    pods, controller_pods, current = read_pods()
+    # A job never un-finishes: a pass whose body predates the finish must not count its teardown.
+    tracker.finished = tracker.finished or finished
+    tracker.suspended = bool(job.spec.suspend)
     tracker.set_controller(None if finished or job.spec.suspend else current)
     ctrl = tracker.poll_status()
+    # The poll is HTTP (up to its timeout): the pod-event handler may have applied newer pods
+    # meanwhile. Read the index again after it, marked, so neither the slice states nor the
+    # decisions below act on the pods as they were before the poll.
+    mark = tracker.observation()
+    pods, controller_pods, current = read_pods()
+    lost = read_lost()
+    jobset_list = incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
-    tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()})
+    tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark,
+                 jobsets_alive=_alive(jobset_list))
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
     if ctrl is not None:
@@ -474,7 +579,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                 post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
                 state.kube.delete_pod(ns, pod_name, grace_s=0)
 
-    jobsets = {v.slice_index: v for v in incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)}
+    jobsets = {v.slice_index: v for v in jobset_list}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
@@ -503,19 +608,17 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         kopf.adopt(pod, owner=body)
         try:
             pod_name = pod["metadata"]["name"]
-            if state.kube.create(ns, pod) or state.kube.owned_by(ns, "Pod", pod_name, body["metadata"]["uid"]):
-                controller_pod = pod_name
-                created_controller = True
-                tracker.created_controller = (controller_pod, time.monotonic())
-            else:
+            if not state.kube.create(ns, pod):
                 # An earlier incarnation's pod still in its grace period: wait for it, count nothing. Any
                 # other pod of that name is not ours to wait for or delete: say so (a trial found a
                 # foreign pod reported as "an earlier job ... terminating").
-                earlier = any(k[:2] == (ns, name) and k[2] != tracker.job_uid and any(p.name == pod_name for p in v)
-                              for k, v in (job_pods or {}).items())
-                refusal = refusal or (previous_job_terminating("Pod", pod_name) if earlier
-                                      else child_conflict("Pod", pod_name))
-                controller_pod = status.get("controllerPod") or ""
+                _check_taken(state, ns, "Pod", pod_name, name, body["metadata"]["uid"], job_pods)
+            controller_pod = pod_name
+            created_controller = True
+            tracker.created_controller = (controller_pod, time.monotonic())
+        except ChildConflict as e:
+            refusal = refusal or e.refusal()
+            controller_pod = status.get("controllerPod") or ""
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
             invalid = invalid or _invalid(e)
@@ -530,7 +633,12 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             js["metadata"].setdefault("annotations", {})[lbl.PATHWAYS_HEAD] = plan.pathways_head
         kopf.adopt(js, owner=body)
         try:
-            state.kube.create(ns, js)
+            if not state.kube.create(ns, js):
+                # Ours (the index is behind) is fine. An earlier job's is waited for; anyone else's would
+                # leave the slice Provisioning with no word (a trial): its pods are not this slice's.
+                _check_taken(state, ns, "JobSet", js["metadata"]["name"], name, body["metadata"]["uid"], job_jobsets)
+        except ChildConflict as e:
+            refusal = refusal or e.refusal()
         except ChildRefused as e:
             refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
             invalid = invalid or _invalid(e)
@@ -572,7 +680,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         finish=plan.finish, rejected_fields=rejected, now=now_rfc3339()))
     new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
     if refusal_changed:
-        post("Warning", refusal[0], refusal[1])
+        # An earlier job's child still being garbage-collected is a wait, not a fault: no Warning.
+        post("Normal" if refusal[0] == REASON_PREVIOUS_JOB_TERMINATING else "Warning", refusal[0], refusal[1])
     if not (finished or plan.finish or job.spec.suspend):
         # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
         faults = pod_faults(controller_pods + worker_pods)
@@ -602,7 +711,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     for k, v in new.items():
         if status.get(k) != v:
             patch.status[k] = v
-    _maybe_expire(state, key, job, new)
+    tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
+    _maybe_expire(state, key, job, new, tracker)
 
 
 def _invalid(e: ChildRefused) -> str | None:
@@ -708,7 +818,8 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[dict],
     return out
 
 
-def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict) -> None:
+def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict,
+                  tracker: JobTracker | None = None) -> None:
     """Deletes a finished job once `ttlSecondsAfterFinished` passed."""
     ttl = job.spec.ttl_seconds_after_finished
     done = status.get("completionTime")
@@ -718,3 +829,5 @@ def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, st
     if (dt.datetime.now(dt.timezone.utc) - finished_at).total_seconds() >= ttl:
         _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", key[0], key[1], ttl)
         state.kube.delete_job(*key)
+        if tracker is not None:
+            tracker.deleting = True  # its children's end, until the delete event, is no news

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 
 
@@ -42,3 +43,32 @@ def own(index: Mapping[Any, Any] | None, namespace: str, name: str, uid: str, jo
 def belongs(labels: Mapping[str, str], uid: str) -> bool:
     """A pod's labels say it is this job incarnation's (or an unlabeled child: the index read decides)."""
     return labels.get(lbl.JOB_UID, uid) == uid
+
+
+def holder(owner_refs: list[Mapping[str, Any]] | None, name: str, uid: str) -> str:
+    """Who holds a child name that job (name, uid) found taken (its create answered 409).
+
+    Args:
+      owner_refs: the existing object's ownerReferences (apiVersion, kind, name, uid); None: it is gone.
+      name, uid: the job.
+
+    Returns:
+      "ours": owned by this job (an operator restart, or our own create whose answer was lost).
+      "earlier": owned by an earlier ElasticTrainingJob of this name (deleted: one name is one
+        object, so the garbage collector is removing it), or gone since the 409: wait, no conflict.
+      "foreign": anything else (no owner, another job, another kind): not ours to use or delete.
+    """
+    if owner_refs is None:
+        return "earlier"
+    if any(ref.get("uid") == uid for ref in owner_refs):
+        return "ours"
+    if any(ref.get("kind") == job_api.KIND and ref.get("name") == name
+           and str(ref.get("apiVersion") or "").split("/")[0] == job_api.GROUP for ref in owner_refs):
+        return "earlier"
+    return "foreign"
+
+
+def held_by_earlier(index: Mapping[Any, Any] | None, namespace: str, name: str, uid: str, child: str) -> bool:
+    """An index (`index_key`) holds a child named `child` of an earlier job (namespace, name, another UID)."""
+    return any(k[:2] == (namespace, name) and k[2] not in ("", uid) and any(v.name == child for v in views)
+               for k, views in (index or {}).items())

@@ -134,25 +134,40 @@ class Kube:
             return None
         return (cm.data or {}).get(labels.MANIFEST_KEY)
 
-    def owned_by(self, namespace: str, kind: str, name: str, owner_uid: str) -> bool:
-        """Whether the existing ConfigMap, Service or Pod `name` has an ownerReference to `owner_uid` (False when absent).
+    def owners(self, namespace: str, kind: str, name: str) -> list[dict[str, str]] | None:
+        """The ownerReferences ({apiVersion, kind, name, uid}) of the existing ConfigMap, Service, Pod or
+        JobSet `name`; None when it is absent. Secrets are never read (the operator may only create them).
 
         Raises:
           ValueError: another kind.
           ApiException: the read failed (not 404).
         """
-        read = {"ConfigMap": self.core.read_namespaced_config_map,
-                "Service": self.core.read_namespaced_service,
-                "Pod": self.core.read_namespaced_pod}.get(kind)
-        if read is None:
-            raise ValueError(f"unexpected kind {kind}")
         try:
-            obj = read(name, namespace)
+            if kind == "JobSet":
+                obj = self.custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name)
+                refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+                return [{k: str(r.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")} for r in refs]
+            method = {"ConfigMap": "read_namespaced_config_map", "Service": "read_namespaced_service",
+                      "Pod": "read_namespaced_pod"}.get(kind)
+            if method is None:
+                raise ValueError(f"unexpected kind {kind}")
+            obj = getattr(self.core, method)(name, namespace)
         except ApiException as e:
             if e.status == 404:
-                return False
+                return None
             raise
-        return owner_uid in _owner_uids(obj.metadata)
+        return [{"apiVersion": r.api_version or "", "kind": r.kind or "", "name": r.name or "", "uid": r.uid or ""}
+                for r in (getattr(obj.metadata, "owner_references", None) or [])]
+
+    def owned_by(self, namespace: str, kind: str, name: str, owner_uid: str) -> bool:
+        """Whether the existing ConfigMap, Service, Pod or JobSet `name` has an ownerReference to `owner_uid`
+        (False when absent).
+
+        Raises:
+          ValueError: another kind.
+          ApiException: the read failed (not 404).
+        """
+        return any(r["uid"] == owner_uid for r in self.owners(namespace, kind, name) or [])
 
     def job_uid_if_owned(self, namespace: str, name: str, jobset_uid: str) -> str | None:
         """The UID of batch Job `name` when its ownerReferences hold `jobset_uid` (a JobSet's own Job); else None.

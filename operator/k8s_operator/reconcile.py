@@ -332,6 +332,13 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     # delete would never finish there, and a slice's JobSet replaces only a pod that has ended.
     plan.force_delete = pods_on_lost_nodes(observed.controller_pods + observed.worker_pods, observed.lost_nodes)
     if job.spec.suspend:
+        if status.get("controllerPod"):
+            # Release first, delete next pass: this pass writes status.controllerPod "" and the
+            # pod is deleted only once that write is back. So whatever the timing (a resume a
+            # second later, a pass on an older object, an operator restart in between), a
+            # controller pod the suspend deleted is never in status as the job's controller,
+            # and its end is never read as a loss (`released` below).
+            return plan
         return _teardown(observed, plan, keep_finished_controller=False, workers_last=True)
 
     name = job.metadata.name
@@ -352,6 +359,10 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     # A controller on a lost node is a loss like any other (replaced, counted, resumes from its
     # checkpoint); its pod is in plan.force_delete.
     stranded = newest is not None and not dead(newest) and newest.node in observed.lost_nodes
+    # Status names no controller while one exists: the suspend released it (it is being deleted
+    # and checkpoints on SIGTERM, or has stopped). Its end is no loss: wait for it to stop (two
+    # controllers must not train at once), then start the next incarnation, uncounted.
+    released = expected_attempt is None and newest is not None
     if in_flight:
         pass
     elif newest is None or dead(newest) or newest.deleting or stranded:
@@ -365,6 +376,9 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
                                      f"cannot be pulled ({newest.waiting_reason}): {newest.waiting_message}")
         elif newest is None and expected_attempt is None:
             plan.create_controller = 0  # first start (or resume after suspend)
+        elif released:
+            if not (newest.deleting and not dead(newest) and not stranded):
+                plan.create_controller = newest.attempt + 1  # resume after suspend: not a restart
         elif restarts >= elasticity.max_restarts:
             why = _loss_reason(newest, observed.lost_nodes)
             plan.finish = ("Failed", f"controller pod lost {restarts + 1} times (elasticity.maxRestarts={elasticity.max_restarts}); last: {why}")

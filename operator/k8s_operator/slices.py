@@ -54,6 +54,8 @@ class PodView:
       rm_started: pathways controller pod: its resource-manager sidecar passed its
         startupProbe (listens on its port) and runs.
       rm_restarts: pathways controller pod: restarts of that sidecar in this pod.
+      resource_version: metadata.resourceVersion of the object this view was read from
+        ("" unknown): the tracker never applies an older view of a pod over a newer one.
     """
 
     name: str
@@ -78,6 +80,7 @@ class PodView:
     node: str = ""
     rm_started: bool = False
     rm_restarts: int = 0
+    resource_version: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -161,6 +164,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
         node=(body.get("spec") or {}).get("nodeName") or "",
         rm_started=bool(rm.get("started")) and "running" in (rm.get("state") or {}),
         rm_restarts=_int(rm.get("restartCount"), 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

@@ -233,6 +233,16 @@ def token_conflict(secret: str) -> tuple[str, str]:
         "create, deleting it is safe: it is created again with the same token)")
 
 
+def earlier_token_secret(secret: str) -> tuple[str, str]:
+    """(reason, message) of the CreateFailed condition while the token Secret's name is most likely held by
+    the Secret of an earlier job of this name, deleted moments ago (garbage collection removes it)."""
+    return st.REASON_PREVIOUS_JOB_TERMINATING, (
+        f"waiting for the earlier job's Secret {secret} to go: a job of this name was just deleted and the "
+        "garbage collector removes its token Secret; this job creates its own then (the operator never reads "
+        "Secrets, so this is judged from the earlier job's other children; if it is still there a minute after "
+        "they are gone, it is reported as a conflict)")
+
+
 def token_refused(detail: str) -> tuple[str, str]:
     """(reason, message) of the CreateFailed condition when the controller refuses this operator's token (401).
 
@@ -248,10 +258,13 @@ def token_refused(detail: str) -> tuple[str, str]:
 
 
 def child_conflict(kind: str, name: str) -> tuple[str, str]:
-    """(reason, message) of the CreateFailed condition when the job's ConfigMap or Service name is taken."""
+    """(reason, message) of the CreateFailed condition when the name of one of the job's children is taken."""
+    why = {"JobSet": "its pods are not this slice's workers, so the slice cannot start",
+           "Pod": "it is not this job's controller"}.get(
+        kind, "a ConfigMap of that name would choose the job's code, a Service would route its traffic")
+    what = "that slice is not started" if kind == "JobSet" else "nothing is started"
     return st.REASON_CHILD_CONFLICT, (
-        f"{kind} {name} exists and is not owned by this job, so it is not used and nothing is started "
-        "(a ConfigMap of that name would choose the job's code, a Service would route its traffic); "
+        f"{kind} {name} exists and is not owned by this job, so it is not used and {what} ({why}); "
         "delete or rename it")
 
 

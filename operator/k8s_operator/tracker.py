@@ -6,6 +6,12 @@ state the current controller has not acknowledged yet → `PUT /v1/slices/{i}`.
 Generations are nanosecond timestamps, so they keep increasing across
 operator restarts without any stored counter. A new controller process (new
 pod UID) knows nothing, so every slice is re-sent to it.
+
+Two paths read the pod index and call `sync()`: the pod-event handler and the
+1 s timer, which does HTTP to the controller between its read and its sync. A
+snapshot is applied only if it is not older than the last one applied
+(`observation()` marks, and each pod's resourceVersion), so a slow timer pass
+never turns a slice that just became Ready back into "0/1 hosts ready".
 """
 
 from __future__ import annotations
@@ -43,6 +49,16 @@ class SliceTrack:
     acked_generation: int = 0
     # monotonic time the current Down was first seen (for the notify-latency metric).
     down_seen_at: float | None = None
+
+
+# Seconds a pass waits for the watch to bring back the job this operator just patched (as kopf's
+# settings.persistence.consistency_timeout does for its change handlers); then it acts on what it has.
+CONSISTENCY_TIMEOUT_S = 5.0
+
+
+def _version(resource_version: str) -> int | None:
+    """A resourceVersion as a number to order two reads of one object (None when it is not one)."""
+    return int(resource_version) if resource_version.isdigit() else None
 
 
 def new_generation() -> int:
@@ -93,6 +109,74 @@ class JobTracker:
         self.created_controller: tuple[str, float] | None = None
         # UIDs of pods force-deleted for a lost node (their NodeLost Event is posted once).
         self.node_lost_pods: set[str] = set()
+        # Observation order of the pod snapshots given to `sync` (see `observation`).
+        self._marks_issued = 0
+        self._mark_applied = 0
+        # pod UID -> the newest resourceVersion of it that `sync` applied (only the last snapshot's pods).
+        self._pod_versions: dict[str, int] = {}
+        # The job is being deleted (deletionTimestamp, or its delete event): its children's end is no news.
+        self.deleting = False
+        # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
+        self._patched_from: tuple[str, float] | None = None
+
+    def body_behind(self, resource_version: str, now: float) -> bool:
+        """Whether the job object of this pass is the one the last pass read *and patched*.
+
+        kopf hands a timer the object from its watch, not from its own PATCH: until
+        the watch brings the patched version back, status (controllerPod,
+        controllerRestarts, phase) is older than what this operator wrote, and a
+        pass acting on it would undo or repeat the last one (a second replacement
+        controller, a counter reset). Such a pass waits, up to CONSISTENCY_TIMEOUT_S.
+
+        Args:
+          resource_version: metadata.resourceVersion of this pass's object ("" never waits).
+          now: time.monotonic().
+        """
+        last = self._patched_from
+        return bool(resource_version) and last is not None and last[0] == resource_version \
+            and now - last[1] < CONSISTENCY_TIMEOUT_S
+
+    def patched(self, resource_version: str, wrote: bool, now: float) -> None:
+        """Records that the pass that read `resource_version` wrote status (`wrote`) or not."""
+        self._patched_from = (resource_version, now) if wrote and resource_version else None
+
+    @property
+    def teardown(self) -> bool:
+        """The job's children go away on purpose (finished, suspended, deleted): no loss, no Warning, nothing counted."""
+        return self.finished or self.suspended or self.deleting
+
+    def observation(self) -> int:
+        """A mark of observation order: take it *before* reading the pod index, pass it to `sync`.
+
+        Returns:
+          An increasing number; `sync` ignores the slice states of a snapshot whose
+          mark is older than one it already applied (that snapshot was read first,
+          so it cannot be newer).
+        """
+        with self.lock:
+            self._marks_issued += 1
+            return self._marks_issued
+
+    def _stale(self, pods: list[PodView], mark: int | None) -> str:
+        """Why this pod snapshot is older than what was applied ("" when it is not)."""
+        if mark is not None and mark < self._mark_applied:
+            return f"read before snapshot {self._mark_applied} already applied (this one is {mark})"
+        for p in pods:
+            seen = self._pod_versions.get(p.uid)
+            version = _version(p.resource_version)
+            if seen is not None and version is not None and version < seen:
+                return f"pod {p.name} at resourceVersion {version}, {seen} already applied"
+        return ""
+
+    def _applied(self, pods: list[PodView], mark: int | None) -> None:
+        if mark is not None:
+            self._mark_applied = max(self._mark_applied, mark)
+        versions = {}
+        for p in pods:
+            version = _version(p.resource_version)
+            if version is not None:
+                versions[p.uid] = max(version, self._pod_versions.get(p.uid, version))
+        self._pod_versions = versions
 
     def expected_pod_age_s(self, name: str) -> float | None:
         """Seconds since this process created controller pod `name`; None if it did not (or not last)."""
@@ -137,8 +221,13 @@ class JobTracker:
     # -- slices ------------------------------------------------------------
 
     def sync(self, pods: list[PodView], events: EventSink, retries: int = 1,
-             lost_nodes: Mapping[str, str] | None = None) -> None:
+             lost_nodes: Mapping[str, str] | None = None, observed_at: int | None = None,
+             jobsets_alive: set[int] | None = None) -> None:
         """Recomputes slice states from the job's worker pods and notifies the controller.
+
+        A snapshot older than one already applied (by `observed_at`, or a pod's
+        resourceVersion below the one applied) changes no slice state: the
+        controller is only sent what it has not acknowledged yet.
 
         Args:
           pods: the job's pods (from the index).
@@ -147,7 +236,26 @@ class JobTracker:
           lost_nodes: node name -> why, for nodes not Ready longer than the operator's bound
             (`observe_slice`); a slice already Down for another reason ("0/1 hosts ready":
             the node controller marked its pod not ready first) takes the node's reason.
+          observed_at: `observation()` taken before `pods` was read (None: order unknown,
+            only resourceVersions are compared).
+          jobsets_alive: slice indices whose JobSet exists and is not being deleted (None: not
+            known). A slice whose JobSet is gone or going loses its pods on purpose (the job's
+            deletion, the garbage collector, a Pathways head restart): the controller is told,
+            but it is no replacement and no Warning.
         """
+        with self.lock:
+            stale = self._stale(pods, observed_at)
+            if stale:
+                _logger.debug("pod snapshot not applied: %s", stale, extra={"job": self.name})
+            else:
+                self._apply(pods, events, lost_nodes, jobsets_alive)
+                self._applied(pods, observed_at)
+            if not (self.finished or self.deleting):
+                self.notify(events, retries)
+
+    def _apply(self, pods: list[PodView], events: EventSink, lost_nodes: Mapping[str, str] | None,
+               jobsets_alive: set[int] | None = None) -> None:
+        """Slice transitions from one pod snapshot: states, Events, the replacement count."""
         with self.lock:
             now = time.monotonic()
             for i, slice_pods in group_by_slice(pods, len(self.slices)).items():
@@ -170,7 +278,7 @@ class JobTracker:
                     track.down_seen_at = now
                 # A finished or suspended job's teardown is neither a failure nor news: no Warning
                 # SliceDown/SliceDraining, and no replacement counted (the metric said 8 after 2 losses).
-                teardown = self.finished or self.suspended
+                teardown = self.teardown or (jobsets_alive is not None and i not in jobsets_alive)
                 if new == "Down" and old in ("Ready", "Draining") and not teardown:
                     self.replacements += 1
                     metrics.SLICE_REPLACEMENTS.inc()
@@ -181,8 +289,6 @@ class JobTracker:
                     events(kind, f"Slice{new}", f"slice {i} {old} -> {new}{where}{detail}")
                 _logger.info("slice %d %s -> %s", i, old, new,
                              extra={"job": self.name, "slice": i, "from": old, "to": new, "reason": obs.reason})
-            if not self.finished:
-                self.notify(events, retries)
 
     def notify(self, events: EventSink, retries: int = 1) -> None:
         """Sends every slice state the current controller has not acknowledged."""

@@ -31,6 +31,9 @@ class _Kube:
     def read_manifest(self, namespace, name, owner_uid):
         return None
 
+    def owners(self, namespace, kind, name):
+        return []
+
     def owned_by(self, namespace, kind, name, owner_uid):
         return True
 
@@ -145,6 +148,9 @@ def test_a_configmap_or_service_planted_under_the_jobs_names_is_a_condition_not_
             def read_manifest(self, namespace, name, owner_uid):
                 self.read.append(owner_uid)
                 return planted_manifest if owner_uid == "someone-else" else None
+
+            def owners(self, namespace, kind, name):
+                return []
 
             def owned_by(self, namespace, kind, name, owner_uid):
                 return False

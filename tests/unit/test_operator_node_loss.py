@@ -254,6 +254,9 @@ class _Kube:
     def read_manifest(self, namespace, name, owner_uid):
         return None
 
+    def owners(self, namespace, kind, name):
+        return []
+
     def owned_by(self, namespace, kind, name, owner_uid):
         return True
 

@@ -163,9 +163,34 @@ def test_finished_job_tears_down_workers_keeps_finished_controller():
 
 
 def test_suspend_tears_everything_down_without_counting():
+    # First the status lets go of the controller (the handler writes controllerPod ""), nothing deleted yet ...
     plan = decide(_job(suspend=True), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets()))
+    assert plan.delete_pods == [] and plan.delete_jobsets == []
+    assert plan.create_controller is None and not plan.controller_restarted
+    # ... then, once that status is back, the pod goes.
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [_ctrl()], _both_jobsets()))
     assert plan.delete_pods == ["demo-controller-0"]
     assert plan.create_controller is None and not plan.controller_restarted
+
+
+def test_a_controller_released_by_suspend_is_never_a_loss_when_the_job_resumes():
+    """Trial: suspend true -> false within a second counted a controller loss (restart, Warning)."""
+    # Resumed while the released controller still checkpoints (deleting, SIGTERM): wait for it, no second one.
+    stopping = _ctrl(deleting=True)
+    plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [stopping], _both_jobsets()))
+    assert plan.create_controller is None and not plan.controller_restarted and plan.events == []
+    assert plan.delete_pods == [] and plan.finish is None
+    # It stopped (exit 75: it checkpointed): the next incarnation starts, not counted, no Warning.
+    for gone in (_ctrl(phase="Failed", exit_code=75, deleting=True), _ctrl(phase="Failed", exit_code=143)):
+        plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [gone], _both_jobsets()))
+        assert plan.create_controller == 1 and not plan.controller_restarted and plan.events == []
+    # Resumed before the pod was deleted at all: it is the job's controller again; nothing created.
+    plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [_ctrl()], _both_jobsets()))
+    assert plan.create_controller is None and plan.delete_pods == [] and plan.events == []
+    # The same pod deleted by someone else while the status names it is still a loss.
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0", "controllerRestarts": 0}, [stopping],
+                                   _both_jobsets()))
+    assert plan.create_controller == 1 and plan.controller_restarted
 
 
 def test_suspend_keeps_workers_until_the_controller_checkpointed_and_exited():
