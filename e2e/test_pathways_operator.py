@@ -178,8 +178,8 @@ def test_operator_drives_a_pathways_job_through_a_missing_pool_and_a_head_restar
                  timeout_s=TIMEOUT_S, what=f"{first} Ready", explain=explain)
         rm_log = _log(cluster, namespace, first, pathways.RM_CONTAINER)
         assert "registered slice 0" in rm_log and "registered slice 1" not in rm_log, rm_log
-        status = get_job(cluster, namespace, JOB)["status"]
-        assert status.get("step", 0) == 0 and status.get("activeSlices", 0) == 0, status
+        # the controller lists slice 0 and pauses for minSlices=2: no step is made
+        assert get_job(cluster, namespace, JOB)["status"].get("step", 0) == 0, get_job(cluster, namespace, JOB)["status"]
 
         # 3. The second pool appears: slice 1 registers and the job trains on both slices.
         pools(*_nodes(cluster, _tpu_pool("pw-v6e-b"), first=2))
