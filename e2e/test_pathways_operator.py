@@ -143,7 +143,8 @@ def test_operator_drives_a_pathways_job_through_a_missing_pool_and_a_head_restar
                         and c["status"] == "True" and "does not listen on port 29001 yet" in c["message"] and c,
                         timeout_s=TIMEOUT_S, what="WaitingForResourceManager True", explain=explain)
         assert cond["reason"] == "ResourceManagerStarting" and first in cond["message"], cond
-        assert any(e["reason"] == "ResourceManagerStarting" for e in job_events(cluster, namespace, JOB))
+        wait_for(lambda: any(e["reason"] == "ResourceManagerStarting" for e in job_events(cluster, namespace, JOB)),
+                 timeout_s=60, what="Event ResourceManagerStarting", explain=explain)
         assert _jobsets(cluster, namespace) == []
         head = cluster.api().get(f"/api/v1/namespaces/{namespace}/pods/{first}")
         assert not is_ready(head)
@@ -171,8 +172,9 @@ def test_operator_drives_a_pathways_job_through_a_missing_pool_and_a_head_restar
                            and c["status"] == "True" and c["message"].endswith("[slices waiting: 1]") and c,
                            timeout_s=TIMEOUT_S, what="PodsNotStarting naming slice 1", explain=explain)
         assert "slice 1 worker pod" in waiting["message"] and "cannot be scheduled" in waiting["message"], waiting
-        assert any(e["reason"] == waiting["reason"] and "slice 1 worker pod" in e["message"]
-                   for e in job_events(cluster, namespace, JOB)), "no Event for the waiting slice"
+        wait_for(lambda: any(e["reason"] == waiting["reason"] and "slice 1 worker pod" in e["message"]
+                             for e in job_events(cluster, namespace, JOB)),
+                 timeout_s=60, what="an Event naming the waiting slice", explain=explain)
         # the head is Ready only because slice 0 registered with it; the job pauses (minSlices 2)
         wait_for(lambda: is_ready(cluster.api().get(f"/api/v1/namespaces/{namespace}/pods/{first}")),
                  timeout_s=TIMEOUT_S, what=f"{first} Ready", explain=explain)
@@ -195,7 +197,8 @@ def test_operator_drives_a_pathways_job_through_a_missing_pool_and_a_head_restar
         wait_for(lambda: {i for i, w in _workers(cluster, namespace, head_1).items()
                           if _registered(cluster, namespace, w, second)} == {0, 1},
                  timeout_s=TIMEOUT_S, what="both slices registered with the second head", explain=explain)
-        restarted = [e for e in job_events(cluster, namespace, JOB) if e["reason"] == "WorkersRestarted"]
+        restarted = wait_for(lambda: [e for e in job_events(cluster, namespace, JOB) if e["reason"] == "WorkersRestarted"],
+                             timeout_s=60, what="Event WorkersRestarted", explain=explain)
         assert restarted and head_0 in restarted[0]["message"] and head_1 in restarted[0]["message"], restarted
         assert {js["metadata"]["annotations"][labels.PATHWAYS_HEAD] for js in _jobsets(cluster, namespace)
                 if not js["metadata"].get("deletionTimestamp")} == {head_1}

@@ -139,6 +139,7 @@ class PodWorker:
         self.conditions: dict[str, dict] = {}
         self.images: dict[str, images.Image] = {}
         self.hosts_text: str | None = None
+        self.initialized = False  # every init container completed, every sidecar started, once
 
     # ---- helpers -----------------------------------------------------------------
 
@@ -362,9 +363,11 @@ class PodWorker:
                 continue
             if run.proc is None and now >= run.next_start_mono and self.kill_deadline is None:
                 self._start(run)
-            if sidecar and run.started_ok:
+            # Once initialized, a sidecar that restarts holds nothing back (as the kubelet).
+            if self.initialized or (sidecar and run.started_ok):
                 continue
             return  # wait for this init container (a sidecar: until its startupProbe passed, as the kubelet)
+        self.initialized = True
         for run in self.runs:
             self._reap(run, now)
             if run.proc is None and not run.done and now >= run.next_start_mono and self.kill_deadline is None:
