@@ -3,11 +3,14 @@
 There is no CoreDNS here (and no Service routing at all), but a pod may
 reach another pod through a headless Service's name, as the Pathways workers
 reach the resource manager (``<job>-pathways-head.<ns>.svc``). CoreDNS answers
-such a name with the addresses of the Service's EndpointSlices (with
-``publishNotReadyAddresses`` the endpoint controller marks not-ready pods
-ready for that purpose); so does this, through the pod's hosts file, which the
-pod worker rewrites in place while the pod runs (a name resolves anew at each
-lookup, as a DNS answer would).
+such a name with the addresses of the Service's EndpointSlices; here the
+EndpointSlices stay empty (the API server refuses loopback endpoint addresses,
+and every pod IP here is one), so the agent applies the EndpointSlice
+controller's rule itself: the pods the Service selects that have an IP, are
+not finished, and are Ready (any such pod with ``publishNotReadyAddresses``).
+The pod worker writes the names into the pod's hosts file and rewrites it in
+place while the pod runs (a name resolves anew at each lookup, as a DNS
+answer would).
 """
 
 from __future__ import annotations
@@ -17,12 +20,20 @@ import time
 from e2e.nodeagent.kubeapi import ApiError, KubeApi
 
 REFRESH_S = 2.0  # how stale a namespace's names may be (a DNS TTL)
-HEADLESS_LABEL = "service.kubernetes.io/headless"  # the EndpointSlice controller sets it
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def _ready(pod: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _selects(selector: dict[str, str], pod: dict) -> bool:
+    labels = pod["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 class HeadlessNames:
-    """Headless Service names of a namespace and their ready addresses, cached for `REFRESH_S`.
+    """Headless Service names of a namespace and their pods' addresses, cached for `REFRESH_S`.
 
     Args:
       api: the node's API client.
@@ -33,7 +44,7 @@ class HeadlessNames:
         self.cache: dict[str, tuple[float, dict[str, list[str]]]] = {}
 
     def records(self, namespace: str) -> dict[str, list[str]]:
-        """`<service>.<namespace>.svc` -> addresses (sorted), for every headless Service with endpoints.
+        """`<service>.<namespace>.svc` -> addresses (sorted), for every headless Service with a selector.
 
         An API error keeps the last answer (a DNS server keeps serving what it has).
         """
@@ -42,20 +53,22 @@ class HeadlessNames:
         if cached is not None and now - cached[0] < REFRESH_S:
             return cached[1]
         try:
-            slices = self.api.get(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
-                                  labelSelector=HEADLESS_LABEL)["items"]
+            services = [s for s in self.api.get(f"/api/v1/namespaces/{namespace}/services")["items"]
+                        if (s.get("spec") or {}).get("clusterIP") == "None" and (s.get("spec") or {}).get("selector")]
+            pods = self.api.get(f"/api/v1/namespaces/{namespace}/pods")["items"] if services else []
         except (ApiError, OSError):
             return cached[1] if cached else {}
-        out: dict[str, set[str]] = {}
-        for s in slices:
-            service = (s["metadata"].get("labels") or {}).get(SERVICE_NAME_LABEL)
-            if not service:
-                continue
-            for endpoint in s.get("endpoints") or []:
-                if (endpoint.get("conditions") or {}).get("ready") is False:
-                    continue
-                out.setdefault(f"{service}.{namespace}.svc", set()).update(endpoint.get("addresses") or [])
-        records = {name: sorted(addresses) for name, addresses in out.items()}
+        records: dict[str, list[str]] = {}
+        for svc in services:
+            spec = svc["spec"]
+            addresses = sorted({
+                p["status"]["podIP"] for p in pods
+                if _selects(spec["selector"], p) and (p.get("status") or {}).get("podIP")
+                and p["status"].get("phase") not in ("Succeeded", "Failed")
+                and (spec.get("publishNotReadyAddresses") or (_ready(p) and not p["metadata"].get("deletionTimestamp")))
+            })
+            if addresses:
+                records[f"{svc['metadata']['name']}.{namespace}.svc"] = addresses
         self.cache[namespace] = (now, records)
         return records
 
