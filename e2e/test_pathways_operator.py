@@ -2,14 +2,14 @@
 
 What is real: the operator (least-privilege identity, as the chart runs it),
 the API server, scheduler, Job/JobSet controllers (with the JobSet webhook's
-exclusive placement), the EndpointSlice controller and garbage collector,
+exclusive placement) and garbage collector,
 simulated GKE node pools with TPU labels, taints and ``google.com/tpu``
 capacity. Every child is the operator's, rendered and created by it, unchanged:
 the pinned Pathways images are played by stand-ins (the node agent's image
 table, ``e2e/nodeagent/images.py``, runs ``e2e/kind/pathways_standin.py`` for
 them): the resource manager and proxy listen on the rendered ports, workers
 connect to ``--resource_manager_address`` as rendered (the head's headless
-Service name, resolved from its EndpointSlice as CoreDNS would); the
+Service name, resolved to the pods it selects as CoreDNS would; e2e/nodeagent/dns.py); the
 controller image is a stand-in too (``spec.controller.image``), serving the
 control API the operator drives, Ready once ``jax.devices()`` would return.
 

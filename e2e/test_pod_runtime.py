@@ -334,7 +334,7 @@ def _log_or_empty(cluster, namespace, name, container):
 
 def test_a_headless_service_name_resolves_to_a_not_ready_pod_published_later(cluster, namespace):
     """CoreDNS's part for headless Services: a client started before its server resolves
-    `<service>.<ns>.svc` once the server's EndpointSlice lists it (publishNotReadyAddresses: the
+    `<service>.<ns>.svc` once the Service selects the server (publishNotReadyAddresses: the
     server is never Ready), and connects to it."""
     apply(cluster, """
 apiVersion: v1
