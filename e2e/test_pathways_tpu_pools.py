@@ -18,7 +18,9 @@ simulates four such pools. (The server-side dry run of every rendered child is
   pool (node selectors, the `google.com/tpu` limit and its toleration), with
   the JobSet webhook's exclusive-placement rules per node pool, while the
   controller pod stays off TPU nodes. (The head's networking on a real
-  kubelet, with stand-ins: ``e2e/kind/test_pathways_standin.py``.) (An accelerator the operator does not
+  kubelet, with stand-ins: ``e2e/kind/test_pathways_standin.py``; the whole
+  job driven by the operator, with stand-ins on simulated pools:
+  ``e2e/test_pathways_operator.py``.) (An accelerator the operator does not
   know fails the job with a condition naming `spec.slices.accelerator`:
   test_operator_invalid.py.)
 """
@@ -83,9 +85,8 @@ def test_operator_creates_tpu_slices_on_tpu_pools(cluster, namespace, operator):
         assert p["spec"]["nodeName"].startswith("tpu-pool-"), p["spec"]["nodeName"]
         assert p["spec"]["containers"][0]["resources"]["limits"]["google.com/tpu"] == "4"
         # Exclusive placement, as injected by the JobSet webhook. Which pools the two
-        # slices get is not asserted: the Pathways image is absent here, so a worker
-        # fails at once and a terminal pod holds no pool (test_jobset.py shows the
-        # exclusivity with pods that run).
+        # slices get is not asserted here (test_jobset.py shows the exclusivity with pods
+        # that run; the workers here are stand-ins whose head never starts).
         (term,) = p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert term["topologyKey"] == "cloud.google.com/gke-nodepool"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import datetime, timezone
 
@@ -278,3 +279,119 @@ spec:
                       explain=lambda: summary([pod(cluster, namespace, "wedged")]))[0]
     assert status["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM from the kill
     assert pod(cluster, namespace, "wedged")["status"]["phase"] == "Running"
+
+
+def test_a_sidecar_holds_the_next_containers_until_its_startup_probe_passes(cluster, namespace):
+    """As the kubelet: a restartable init container (native sidecar) with a startupProbe lets the next
+    containers start only once the probe passed, and reports `started` then (the Pathways head's order)."""
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: sidecar}
+spec:
+  restartPolicy: Never
+  initContainers:
+  - name: server
+    image: python:3.11
+    restartPolicy: Always
+    command: ["python", "-c"]
+    args:
+    - |
+      import os, socket, time
+      while not os.path.exists(f"/tmp/e2e-go-{os.environ['POD_UID']}"):
+          time.sleep(0.2)
+      s = socket.create_server((socket.gethostbyname(os.environ["HOSTNAME"]), 29401))
+      while True:
+          s.accept()[0].close()
+    env: [{name: POD_UID, valueFrom: {fieldRef: {fieldPath: metadata.uid}}}]
+    startupProbe: {tcpSocket: {port: 29401}, periodSeconds: 1, failureThreshold: 600}
+  containers:
+  - {name: main, image: busybox, command: ["sh", "-c", "echo main started; sleep 300"]}
+""", namespace)
+    p = wait_for(lambda: (p := pod(cluster, namespace, "sidecar")) and "running" in
+                 ((p["status"].get("initContainerStatuses") or [{}])[0].get("state") or {}) and p,
+                 timeout_s=30, what="sidecar running")
+    gate = f"/tmp/e2e-go-{p['metadata']['uid']}"
+    try:
+        p = pod(cluster, namespace, "sidecar")
+        (server,), (main,) = p["status"]["initContainerStatuses"], p["status"]["containerStatuses"]
+        assert not server["started"] and "running" not in main["state"], p["status"]
+        open(gate, "w").close()
+        wait_for(lambda: "main started" in _log_or_empty(cluster, namespace, "sidecar", "main"), timeout_s=30,
+                 what="main container started after the startupProbe", explain=lambda: summary([pod(cluster, namespace, "sidecar")]))
+        assert pod(cluster, namespace, "sidecar")["status"]["initContainerStatuses"][0]["started"] is True
+    finally:
+        if os.path.exists(gate):
+            os.unlink(gate)
+
+
+def _log_or_empty(cluster, namespace, name, container):
+    try:
+        return cluster.container_log(namespace, name, container)
+    except FileNotFoundError:
+        return ""
+
+
+def test_a_headless_service_name_resolves_to_a_not_ready_pod_published_later(cluster, namespace):
+    """CoreDNS's part for headless Services: a client started before its server resolves
+    `<service>.<ns>.svc` once the Service selects the server (publishNotReadyAddresses: the
+    server is never Ready), and connects to it."""
+    apply(cluster, """
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: python:3.11
+    command: ["python", "-c"]
+    args:
+    - |
+      import os, socket, time
+      name = f"head.{os.environ['NS']}.svc"
+      while True:
+          try:
+              socket.create_connection((name, 29402), timeout=2).close()
+              break
+          except OSError as e:
+              print("not yet:", e, flush=True)
+              time.sleep(0.5)
+      print("connected", socket.gethostbyname(name), flush=True)
+    env: [{name: NS, valueFrom: {fieldRef: {fieldPath: metadata.namespace}}}]
+""", namespace)
+    wait_for(lambda: "not yet" in _log_or_empty(cluster, namespace, "client", "main"), timeout_s=30,
+             what="client running before its server exists")
+    apply(cluster, """
+apiVersion: v1
+kind: Service
+metadata: {name: head}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {app: head}
+  ports: [{port: 29402}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: head, labels: {app: head}}
+spec:
+  containers:
+  - name: main
+    image: python:3.11
+    command: ["python", "-c"]
+    args:
+    - |
+      import os, socket
+      s = socket.create_server((socket.gethostbyname(os.environ["HOSTNAME"]), 29402))
+      while True:
+          s.accept()[0].close()
+    readinessProbe: {exec: {command: ["false"]}, periodSeconds: 1}
+""", namespace)
+    done = wait_for(lambda: pod(cluster, namespace, "client")["status"].get("phase") == "Succeeded", timeout_s=60,
+                    what="client connected through the headless name",
+                    explain=lambda: _log_or_empty(cluster, namespace, "client", "main")[-1500:])
+    assert done
+    head = pod(cluster, namespace, "head")
+    assert not is_ready(head)
+    assert f"connected {head['status']['podIP']}" in cluster.container_log(namespace, "client", "main")

@@ -363,6 +363,31 @@ class LocalCluster:
         self.start_node(name)
         self.wait_nodes_ready([name], timeout_s)
 
+    def add_node(self, spec: layout.NodeSpec, timeout_s: float = 60) -> None:
+        """Start a node that is not in the layout (a node pool that appears, as GKE adds one) and wait until Ready.
+
+        Its agent is recorded like the others (``stop`` ends it); ``remove_node`` ends it earlier.
+
+        Raises:
+            ValueError: a node of that name is already in the layout.
+            ClusterError: the node did not become Ready.
+        """
+        if any(n.name == spec.name for n in self.nodes):
+            raise ValueError(f"node {spec.name!r} is already in the layout")
+        self.nodes.append(spec)
+        self.start_node(spec.name)
+        self.wait_nodes_ready([spec.name], timeout_s)
+
+    def remove_node(self, name: str) -> None:
+        """Stop a node ``add_node`` started (its agent and containers, by PID) and delete its Node object.
+
+        Raises:
+            KeyError: unknown node.
+        """
+        self.fail_node(name, out_of_service=False)
+        self.kubectl("delete", "node", name, "--wait=false", check=False)
+        self.nodes = [n for n in self.nodes if n.name != name]
+
     def node_processes(self, name: str) -> list[tuple[int, str]]:
         """Live container processes started by node ``name``'s agent."""
         pids = set()

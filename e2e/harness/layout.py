@@ -57,13 +57,19 @@ DEFAULT_POOLS = (
 )
 
 
-def nodes(pools: tuple[PoolSpec, ...] = DEFAULT_POOLS, *, address_octet: int = 0) -> list[NodeSpec]:
-    """The nodes of ``pools``; node k (0-based overall) gets InternalIP 127.A.(10+k).1.
+# Nodes a test adds while the cluster runs (a node pool that appears) number from here, clear of the layout's.
+EXTRA_NODE_INDEX = 100
+
+
+def nodes(pools: tuple[PoolSpec, ...] = DEFAULT_POOLS, *, address_octet: int = 0,
+          first_index: int = 0) -> list[NodeSpec]:
+    """The nodes of ``pools``; node k (0-based overall) gets InternalIP 127.A.(10+first_index+k).1.
 
     Args:
         pools: the node pools.
         address_octet: A, the second octet; clusters running side by side on one
             machine need different values, or their pods' addresses collide.
+        first_index: the first node's k (`EXTRA_NODE_INDEX` for nodes added to a running cluster).
 
     Raises:
         ValueError: more nodes than the address plan allows, a pool with no
@@ -76,7 +82,7 @@ def nodes(pools: tuple[PoolSpec, ...] = DEFAULT_POOLS, *, address_octet: int = 0
         if pool.nodes < 1:
             raise ValueError(f"pool {pool.name} has no nodes")
         for i in range(pool.nodes):
-            k = len(out)
+            k = first_index + len(out)
             if k > 200:
                 raise ValueError("at most 201 nodes (one 127.A.X.0/24 each)")
             labels = {

@@ -15,6 +15,7 @@ Modules, one job each:
 - ``containers``: one container's process: start in a mount namespace, signal, reap.
 - ``mountexec``: runs inside the new mount namespace: mounts, then execs the container.
 - ``probes``: readiness probes (exec, httpGet, tcpSocket).
+- ``dns``: headless Service names for the pods' /etc/hosts (CoreDNS's part).
 - ``podworker``: one pod's lifecycle and its status.
 - ``agent``: the watch and the loop that drives all pod workers.
 """

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from e2e.nodeagent.agent import Agent, marker_env, pods_dir
+from e2e.nodeagent.dns import HeadlessNames
 from e2e.nodeagent.kubeapi import KubeApi
 from e2e.nodeagent.node import NodeHeartbeat
 from e2e.nodeagent.podworker import NodeContext
@@ -43,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = NodeContext(api=api, node_name=args.name, host_ip=args.host_ip, api_host=args.api_host,
                       api_port=args.api_port, pods_dir=pods_dir(args.state_dir),
                       path_prefix=str(Path(sys.executable).parent),
-                      created_mountpoints=args.created_mountpoints, marker_env=marker_env())
+                      created_mountpoints=args.created_mountpoints, marker_env=marker_env(),
+                      dns=HeadlessNames(api))
     heartbeat = NodeHeartbeat(api, args.name, args.labels, args.taints, args.capacity, args.host_ip)
     Agent(heartbeat, ctx).run()
     return 0

@@ -15,6 +15,9 @@ Anything else fails the pod with reason ``ErrImagePull``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from elastic_jax.api import images as project_images
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,14 @@ class Image:
     env: dict[str, str] = field(default_factory=dict)
 
 
+PATHWAYS_STANDIN = Path(__file__).resolve().parents[1] / "kind" / "pathways_standin.py"
+PATHWAYS_STANDIN_CONTROLLER = "e2e.local/pathways-standin-controller:1"
+"""A controller image for pathways jobs here: the stand-in's ``controller`` role (the control API the operator
+drives), as ``spec.controller.image``; the real controller needs a Pathways proxy."""
+RM_HOLD_DIR = "/tmp/elastic-jax-e2e-rm-holds"
+"""A file ``<namespace>.<pod>`` here keeps that pod's stand-in resource manager from listening (a slow start)."""
+_STANDIN_ENV = {"PYTHONUNBUFFERED": "1"}
+
 IMAGES: dict[str, Image] = {
     # The project's images (controller_image/Dockerfile, worker_image/Dockerfile).
     "ghcr.io/elastic-jax/controller:0.1.0": Image(entrypoint=("elastic-jax-controller",)),
@@ -34,6 +45,15 @@ IMAGES: dict[str, Image] = {
     # Generic images for the e2e suite's own pods: the command runs as given.
     "python:*": Image(cmd=("python3",), env={"PYTHONUNBUFFERED": "1"}),
     "busybox:*": Image(cmd=("sh",)),
+    # Backend pathways: Google's pinned images (elastic_jax.api.images.PATHWAYS_RELEASES) are played by
+    # stand-ins that listen on the rendered ports and make the rendered connections (no Pathways runs
+    # off Google Cloud); a test's controller image plays the user's program against them. Nothing
+    # else may run them: the operator renders them unchanged (e2e/test_pathways_operator.py).
+    project_images.pathways_image("server"): Image(
+        entrypoint=("python", str(PATHWAYS_STANDIN), "server"), env={**_STANDIN_ENV, "STANDIN_RM_HOLD_DIR": RM_HOLD_DIR}),
+    project_images.pathways_image("proxy_server"): Image(
+        entrypoint=("python", str(PATHWAYS_STANDIN), "proxy"), env=_STANDIN_ENV),
+    PATHWAYS_STANDIN_CONTROLLER: Image(entrypoint=("python", str(PATHWAYS_STANDIN), "controller"), env=_STANDIN_ENV),
 }
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from e2e.nodeagent import containers, envvars, images, probes, volumes
+from e2e.nodeagent import containers, dns, envvars, images, probes, volumes
 from e2e.nodeagent.kubeapi import ApiError, KubeApi
 
 BACKOFF_START_S = 1.0
@@ -50,6 +50,7 @@ class NodeContext:
     path_prefix: str  # PATH entries put first in every container (the venv's bin)
     created_mountpoints: Path
     marker_env: dict[str, str]
+    dns: "dns.HeadlessNames | None" = None  # headless Service names for pods' /etc/hosts (None: none)
 
 
 class ContainerRun:
@@ -137,6 +138,8 @@ class PodWorker:
         self.deleted = False
         self.conditions: dict[str, dict] = {}
         self.images: dict[str, images.Image] = {}
+        self.hosts_text: str | None = None
+        self.initialized = False  # every init container completed, every sidecar started, once
 
     # ---- helpers -----------------------------------------------------------------
 
@@ -183,15 +186,23 @@ class PodWorker:
         return env
 
     def _hosts_file(self) -> Path:
-        """The pod's /etc/hosts: localhost and its own name, like the kubelet writes."""
+        """The pod's /etc/hosts: localhost and its own name, like the kubelet writes, then the namespace's
+        headless Service names (`dns`: CoreDNS's part). Rewritten in place (the same inode, which every
+        container has bind-mounted) when those names change."""
         spec = self.pod["spec"]
         host = spec.get("hostname") or self.name
         names = [host]
         if spec.get("subdomain"):
             names.insert(0, f"{host}.{spec['subdomain']}.{self.ns}.svc.cluster.local")
+        text = ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                f"{self.pod_ip}\t{' '.join(names)}\n")
+        if self.ctx.dns is not None:
+            text += dns.hosts_lines(self.ctx.dns.records(self.ns))
         path = self.dir / "etc-hosts"
-        path.write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-                        f"{self.pod_ip}\t{' '.join(names)}\n")
+        if self.hosts_text != text:
+            with open(path, "w") as f:  # truncate, not replace: the bind mounts keep the inode
+                f.write(text)
+            self.hosts_text = text
         return path
 
     def _mounts(self, spec: dict) -> list[containers.Mount]:
@@ -352,9 +363,11 @@ class PodWorker:
                 continue
             if run.proc is None and now >= run.next_start_mono and self.kill_deadline is None:
                 self._start(run)
-            if sidecar and run.running:
+            # Once initialized, a sidecar that restarts holds nothing back (as the kubelet).
+            if self.initialized or (sidecar and run.started_ok):
                 continue
-            return  # wait for this init container
+            return  # wait for this init container (a sidecar: until its startupProbe passed, as the kubelet)
+        self.initialized = True
         for run in self.runs:
             self._reap(run, now)
             if run.proc is None and not run.done and now >= run.next_start_mono and self.kill_deadline is None:
@@ -493,6 +506,8 @@ class PodWorker:
         if self._setup():
             self._step_containers(now)
             self._step_probes(now)
+            if self.ctx.dns is not None and self._any_alive():
+                self._hosts_file()  # headless Service names as they are now
         self._compute_phase()
         if self.terminal:
             self._begin_kill(0)  # e.g. a sidecar still running after the main containers ended

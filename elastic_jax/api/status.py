@@ -41,6 +41,12 @@ COND_PODS_NOT_STARTING = "PodsNotStarting"
 # (--node-lost-seconds): its pods were force-deleted (reason NodeLost, message names the node);
 # False (reason NodeLossRecovered) once every slice is Ready and a controller runs again.
 COND_NODE_LOST = "NodeLost"
+# Backend pathways: True while the live controller pod's Pathways resource manager (the
+# pathways-rm sidecar) has not passed its startupProbe, i.e. does not listen yet: no slice
+# JobSet is created and the controller container does not start until it does (reason
+# ResourceManagerStarting, or ResourceManagerRestarting after a restart of that sidecar);
+# False (reason ResourceManagerListening) once it listens.
+COND_WAITING_FOR_RESOURCE_MANAGER = "WaitingForResourceManager"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
 REASON_CHILD_CONFLICT = "ChildNameConflict"
 REASON_TOKEN_REFUSED = "ControllerRefusesToken"  # the controller answers 401 to this operator's token

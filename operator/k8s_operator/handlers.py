@@ -32,10 +32,12 @@ from elastic_jax.k8s_operator import (
     backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
+from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
-from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
+from elastic_jax.k8s_operator.head_status import with_resource_manager
+from elastic_jax.k8s_operator.reconcile import Observed, dead, decide, jobset_view
 from elastic_jax.k8s_operator.pod_faults import (RefusalEvent, creation_fault, invalid_refusal, pod_faults,
                                                  slices_missing_pods)
 from elastic_jax.k8s_operator.slices import pod_view
@@ -701,6 +703,13 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                                                         generation, now_rfc3339())
         for event in node_events:
             post(*event)
+        if job.spec.backend == "pathways":
+            head = current if current is not None and not dead(current) and plan.create_controller is None else None
+            new["conditions"], head_events = with_resource_manager(
+                new["conditions"], head, pathways_backend.RM_PORT,
+                pathways_backend.RM_STARTUP_PERIOD_S * pathways_backend.RM_STARTUP_FAILURES, generation, now_rfc3339())
+            for event in head_events:
+                post(*event)
     for event in resume_events(status.get("resumedFrom"), new.get("resumedFrom")):
         post(*event)
     if new.get("phase") != status.get("phase"):

@@ -64,13 +64,37 @@ def pod_fault(pod: PodView) -> PodFault | None:
     return None
 
 
+# At most this many pods are quoted in one condition message (the rest are counted).
+_MAX_QUOTED = 4
+
+
 def pod_faults(pods: list[PodView]) -> dict[str, PodFault]:
-    """The first fault of each condition type over the job's live pods, controller first."""
+    """One fault per condition type over the job's live pods, controller first.
+
+    ImagePullFailed names the first pod (one image is the usual cause). PodsNotStarting names
+    every slice that waits (a TPU node pool still provisioning holds back its slice only), each
+    with the first waiting pod's scheduler/kubelet message, and ends with `[slices waiting: ...]`;
+    its reason is the first pod's.
+    """
     out: dict[str, PodFault] = {}
+    waiting: dict[int, PodFault] = {}  # slice index (-1: the controller) -> its first PodsNotStarting fault
     for pod in sorted(pods, key=lambda p: (p.slice_index >= 0, p.slice_index, p.host_index, p.name)):
         fault = pod_fault(pod)
-        if fault is not None and fault.condition not in out:
+        if fault is None:
+            continue
+        if fault.condition == st.COND_PODS_NOT_STARTING:
+            waiting.setdefault(pod.slice_index, fault)
+        elif fault.condition not in out:
             out[fault.condition] = fault
+    if waiting:
+        first = next(iter(waiting.values()))
+        quoted = [f.message for f in list(waiting.values())[:_MAX_QUOTED]]
+        if len(waiting) > _MAX_QUOTED:
+            quoted.append(f"and {len(waiting) - _MAX_QUOTED} more")
+        slices = [i for i in waiting if i >= 0]
+        suffix = f" [slices waiting: {', '.join(map(str, slices))}]" if slices else ""
+        out[st.COND_PODS_NOT_STARTING] = PodFault(st.COND_PODS_NOT_STARTING, first.reason,
+                                                  "; ".join(quoted) + suffix)
     return out
 
 

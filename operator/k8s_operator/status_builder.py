@@ -291,6 +291,12 @@ def with_create_failure(conditions: list[dict[str, Any]], failure: tuple[str, st
     return set_condition(conditions, st.COND_CREATE_FAILED, "True", reason, message, generation, now), changed
 
 
+def _waiting_slices(message: str) -> str:
+    """The `[slices waiting: ...]` tail of a PodsNotStarting message (`pod_faults.pod_faults`), "" if none."""
+    head, sep, tail = message.rpartition(" [slices waiting: ")
+    return tail if sep else ""
+
+
 # Condition type -> the reason it gets once no pod shows that fault any more.
 _FAULT_CLEARED = {st.COND_IMAGE_PULL_FAILED: "ImagesPulled", st.COND_PODS_NOT_STARTING: "PodsStarted"}
 
@@ -320,7 +326,10 @@ def with_pod_faults(conditions: list[dict[str, Any]], faults: dict[str, Any], ge
             continue
         was_true = previous is not None and previous.get("status") == "True"
         # ErrImagePull <-> ImagePullBackOff alternate with every kubelet retry: one Event, not one per retry
-        if not was_true or (type_ != st.COND_IMAGE_PULL_FAILED and previous.get("reason") != fault.reason):
+        # ... and PodsNotStarting once more when the set of waiting slices changes (a second pool missing)
+        if not was_true or (type_ != st.COND_IMAGE_PULL_FAILED and (
+                previous.get("reason") != fault.reason
+                or _waiting_slices(previous.get("message", "")) != _waiting_slices(fault.message))):
             events.append(("Warning", fault.reason, fault.message))
         conditions = set_condition(conditions, type_, "True", fault.reason, fault.message, generation, now)
     return conditions, events

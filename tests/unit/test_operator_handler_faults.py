@@ -279,3 +279,52 @@ def test_pathways_shell_creates_the_head_service_and_annotates_jobsets_with_the_
         status = {**status, **patch.status}
     assert [js["metadata"]["name"] for js in jobsets] == ["j-slice-0", "j-slice-1"]
     assert {js["metadata"]["annotations"][lbl.PATHWAYS_HEAD] for js in jobsets} == {"j-controller-0.rm-0"}
+
+
+def test_pathways_shell_says_the_job_waits_for_its_resource_manager(monkeypatch):
+    """Issue 10: while the head's resource manager has not passed its startupProbe the job has the
+    WaitingForResourceManager condition and one Event (not a silent Pending); it clears when it listens."""
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"backend": "pathways", "slices": {"count": 1, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
+            "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "gs://b/j"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+
+    def head(started: bool):
+        rm = {"name": "pathways-rm", "started": started, "restartCount": 0, "state": {"running": {}}}
+        return pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+            lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}},
+            "spec": {"nodeName": "cpu-0"},
+            "status": {"phase": "Pending", "podIP": "10.0.0.9", "initContainerStatuses": [rm]}})
+
+    status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    seen = []
+    for started in (False, False, True):
+        patch = _Patch()
+        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [head(started)]},
+                               job_jobsets={("ns", "j", "u1"): []})
+        status = {**status, **patch.status}
+        (cond,) = [c for c in status["conditions"] if c["type"] == "WaitingForResourceManager"]
+        seen.append((cond["status"], cond["reason"]))
+    assert seen == [("True", "ResourceManagerStarting")] * 2 + [("False", "ResourceManagerListening")]
+    assert [e[1] for e in events if e[1].startswith("ResourceManager")] == ["ResourceManagerStarting",
+                                                                          "ResourceManagerListening"]
+
+
+def test_cpu_jobs_have_no_resource_manager_condition(monkeypatch):
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    ctrl = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
+        lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}},
+        "status": {"phase": "Pending"}})
+    patch = _Patch()
+    handlers.reconcile_job(body=body, spec=spec, status={"controllerPod": "j-controller-0", "tokenSecret": "j-token"},
+                           meta=meta, namespace="ns", name="j", patch=patch, memo={"elasticjax": state},
+                           job_pods={("ns", "j", "u1"): [ctrl]}, job_jobsets={("ns", "j", "u1"): []})
+    assert not any(c["type"] == "WaitingForResourceManager" for c in patch.status["conditions"])
