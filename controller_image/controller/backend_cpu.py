@@ -8,7 +8,7 @@ slices some run two chunks), and gets back `(loss_sum, weight, grads_sum)` (the
 as DCN does across TPU slices. The per-slice step is lowered once per
 per-slice batch shape with `jax.export`; workers cache it by hash.
 
-Failure classification (DESIGN.md, failure flows 1, 5, 6):
+Failure classification (docs/failure-handling.md, flows 1, 5, 6):
 * a refused/lost connection or a Down report for a slice in flight:
   `SliceDownError(cause="slice_down")` right away, without waiting for the
   other slices;

@@ -1,4 +1,4 @@
-"""The controller's control API (DESIGN.md, "Control API").
+"""The controller's control API (docs/control-api.md).
 
     GET  /healthz              alive and making progress (503: stalled, see watchdog.py) (public)
     GET  /readyz               trainer built, checkpoint reachable (public)
