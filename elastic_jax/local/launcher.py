@@ -3,7 +3,9 @@
 It starts the controller, waits until it is ready (so a bad trainer config or
 checkpoint URI stops everything before any worker starts), starts one CPU
 slice worker per slice, and then supervises: a worker that dies is reported
-`Down` to the controller at once and restarted with exponential backoff; when
+`Down` to the controller at once and restarted (after 1 s; with exponential
+backoff only while it keeps dying before it is Ready: a crash loop, not a
+lost worker, which under a failure every few seconds must not wait 30 s); when
 its port accepts connections it is reported `Ready` with its new address —
 the same `PUT /v1/slices/{i}` calls, with increasing generations, that the
 operator makes in a cluster. A controller that exits without ending the job
@@ -64,7 +66,8 @@ class LaunchOptions:
       kill_slice: which slice's worker to kill; None: the highest-indexed active slice at the kill step
         (with hot spares, never a spare).
       kill_signal: SIGKILL (process death) or SIGSTOP (hang, caught by the step deadline).
-      restart_backoff_s: first restart delay of a dead worker; doubles per consecutive failure (cap 30 s).
+      restart_backoff_s: restart delay of a dead worker; doubles per consecutive death before Ready (a crash
+        loop; cap 30 s). A worker that was Ready when it died is restarted after this delay again.
       ready_timeout_s: seconds to wait for the controller's /readyz.
       max_controller_restarts: controller restarts allowed (flow 3) before giving up.
       fresh: the first controller deletes the local checkpoints once its trainer and
@@ -88,9 +91,8 @@ class _Slice:
     port: int = 0
     generation: int = 0
     state: str = "Starting"  # Starting, Ready, Down
-    consecutive_failures: int = 0
+    consecutive_failures: int = 0  # deaths since it was last Ready (the crash-loop backoff)
     restart_at: float | None = None
-    ready_since: float | None = None
 
 
 class LocalLauncher:
@@ -202,8 +204,10 @@ class LocalLauncher:
         for s in self.slices:
             if s.state in ("Starting", "Ready", "Replacing") and not s.child.alive():
                 code = s.child.exit_code()
+                # Lost after it was up (killed, OOM, a hung step replaced): a fresh failure. Only deaths
+                # before Ready (it cannot start) back off further.
+                s.consecutive_failures = 1 if s.state in ("Ready", "Replacing") else s.consecutive_failures + 1
                 s.state = "Down"
-                s.consecutive_failures += 1
                 delay = min(30.0, self.options.restart_backoff_s * 2 ** (s.consecutive_failures - 1))
                 s.restart_at = now + delay
                 self._report(s, "Down", f"worker process exited with {code}")
@@ -212,10 +216,7 @@ class LocalLauncher:
                 self._start_worker(s)
             elif s.state == "Starting" and port_open("127.0.0.1", s.port):
                 s.state = "Ready"
-                s.ready_since = now
                 self._report(s, "Ready")
-            elif s.state == "Ready" and s.consecutive_failures and now - s.ready_since > 60:
-                s.consecutive_failures = 0  # up for a minute: the next failure starts the backoff afresh
 
     def _replace_slices_seen_down(self, status: ControllerStatus) -> None:
         """Kills a worker the controller saw fail (e.g. hung past the step deadline) while its process lives on.
