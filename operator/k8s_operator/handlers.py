@@ -228,12 +228,12 @@ def _lost_nodes(state: OperatorState, unready_nodes) -> dict[str, NodeLoss]:
 # -- the latency path: a worker pod changed ------------------------------------------------
 
 
-@kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
 def _alive(jobsets) -> set[int]:
     """Slice indices whose JobSet exists and is not being deleted."""
     return {v.slice_index for v in jobsets if not v.deleting}
 
 
+@kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
 def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
     """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise)."""
     state = _state(memo)
