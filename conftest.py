@@ -4,5 +4,6 @@ background Go build for e2e/ in e2e/harness/background_build.py."""
 pytest_plugins = [
     "e2e.harness.background_build",
     "tests.support.gcs_emulator",
+    "tests.support.sigterm",
     "tests.support.workers",
 ]

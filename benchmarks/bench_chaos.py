@@ -30,7 +30,9 @@ also have spent. Steps at reduced capacity count as productive (on this
 machine both slices share 2 cores, so a step on one slice is not slower).
 
 Also per arm: steps that ran on fewer than 2 slices (from the controller's
-per-step log line).
+per-step log line), and per failure (from one kill to the next; median/max
+printed for the elastic and spare arms), and the load average at the arm's end.
+`--keep DIR` keeps every arm's logs (controller, workers) under DIR.
 
 Targets (issue 12): elastic time-to-N within 1.05x of no failures, 0 steps
 lost, final loss identical to (a); with one spare, at most one step per
@@ -38,7 +40,7 @@ failure below the desired slice count. Only the local arms are built; the
 cluster arms (operator path) are not.
 
 Usage:
-  .venv/bin/python benchmarks/bench_chaos.py [--steps 600] [--period 15] [--repeats 1] [--seed 0]
+  .venv/bin/python benchmarks/bench_chaos.py [--steps 600] [--period 15] [--repeats 1] [--seed 0] [--keep DIR]
 
 Prints a table, then one ``BENCH {...}`` JSON line.
 """
@@ -46,6 +48,7 @@ Prints a table, then one ``BENCH {...}`` JSON line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -125,6 +128,20 @@ def _reduced_steps(log: Path, count: int = 2) -> int:
     return sum(1 for e in _step_events(log) if len(e.get("active_slices", [])) < count)
 
 
+def _reduced_per_failure(log: Path, kills: list[float], count: int = 2) -> list[int]:
+    """Per injected failure: steps completed on fewer than `count` slices from that kill to the next one.
+
+    The warm-spare target (issue 12 item 2): with one spare, at most 1 each.
+    """
+    events = _step_events(log)
+    out = []
+    for k, t in enumerate(kills):
+        until = kills[k + 1] if k + 1 < len(kills) else float("inf")
+        out.append(sum(1 for e in events if t <= float(e.get("ts", 0)) < until
+                       and len(e.get("active_slices", [])) < count))
+    return out
+
+
 def _recoveries_elastic(log: Path, kills: list[float]) -> list[float]:
     """Seconds from each kill to the first step completed after the controller logged the loss.
 
@@ -157,7 +174,7 @@ def run_none(workdir: Path, args) -> dict:
     per_step = statistics.median(b[0] - a[0] for a, b in zip(steps, steps[1:])) if len(steps) > 1 else float("nan")
     return {"wall_s": wall, "succeeded": s.get("succeeded", False), "final_loss": s.get("final_loss"),
             "steps_lost": s.get("steps_lost", 0), "failures": 0, "recoveries_s": [], "step_s": per_step,
-            "reduced_steps": _reduced_steps(workdir / "run" / "controller.log")}
+            "reduced_steps": _reduced_steps(workdir / "run" / "controller.log"), "load_avg": os.getloadavg()}
 
 
 def run_elastic(workdir: Path, args, rng: random.Random, spares: int = 0) -> dict:
@@ -199,7 +216,9 @@ def run_elastic(workdir: Path, args, rng: random.Random, spares: int = 0) -> dic
     return {"wall_s": wall, "succeeded": s.get("succeeded", False), "failure_reason": s.get("failure_reason"),
             "final_loss": s.get("final_loss"), "steps_lost": s.get("steps_lost", 0), "failures": len(kills),
             "recoveries_s": _recoveries_elastic(run_dir / "controller.log", kills),
-            "reduced_steps": _reduced_steps(run_dir / "controller.log")}
+            "reduced_steps": _reduced_steps(run_dir / "controller.log"),
+            "reduced_per_failure": _reduced_per_failure(run_dir / "controller.log", kills),
+            "load_avg": os.getloadavg()}
 
 
 def run_restart(workdir: Path, args) -> dict:
@@ -244,7 +263,7 @@ def run_restart(workdir: Path, args) -> dict:
     wall = time.time() - t0
     return {"wall_s": wall, "succeeded": bool(summary and summary.get("succeeded")),
             "final_loss": summary.get("final_loss") if summary else None, "steps_lost": lost,
-            "failures": len(kills), "recoveries_s": recoveries, "reduced_steps": 0}
+            "failures": len(kills), "recoveries_s": recoveries, "reduced_steps": 0, "load_avg": os.getloadavg()}
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -262,6 +281,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--arms", default="none,elastic,spare,restart", help="comma-separated subset (none always runs)")
+    parser.add_argument("--keep", type=Path, help="write the arms' logs under this directory (kept) instead of a temporary one")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     arms = {"none": lambda wd: run_none(wd, args), "elastic": lambda wd: run_elastic(wd, args, rng),
@@ -269,7 +289,9 @@ def main() -> None:
     chosen = {"none", *args.arms.split(",")}
     arms = {k: v for k, v in arms.items() if k in chosen}
     results: dict[str, list[dict]] = {arm: [] for arm in arms}
-    with tempfile.TemporaryDirectory(prefix="bench-chaos-") as tmp:
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with (tempfile.TemporaryDirectory(prefix="bench-chaos-") if args.keep is None else contextlib.nullcontext(args.keep)) as tmp:
         for r in range(args.repeats):
             for arm, run in arms.items():
                 wd = Path(tmp) / f"{arm}-{r}"
@@ -277,7 +299,8 @@ def main() -> None:
                 res = run(wd)
                 results[arm].append(res)
                 print(f"  {arm:8s} run {r}: {res['wall_s']:7.1f} s, {res['failures']} failures, "
-                      f"{res['steps_lost']} steps lost, final loss {res['final_loss']}"
+                      f"{res['steps_lost']} steps lost, final loss {res['final_loss']}, "
+                      f"load average {' '.join(f'{x:.1f}' for x in res['load_avg'])}"
                       + ("" if res["succeeded"] else f", FAILED: {res.get('failure_reason')}"), flush=True)
     base_wall = statistics.median(x["wall_s"] for x in results["none"])
     step_s = statistics.median(x["step_s"] for x in results["none"])
@@ -296,6 +319,7 @@ def main() -> None:
                                      and math.isclose(x["final_loss"], base_loss, rel_tol=1e-5) for x in runs),
             "succeeded": all(x["succeeded"] for x in runs),
             "reduced_steps": max(x["reduced_steps"] for x in runs),
+            "reduced_per_failure": [n for x in runs for n in x.get("reduced_per_failure", [])],
         }
     print()
     print(f"{'arm':10s}{'time to N s':>12s}{'x (a)':>7s}{'goodput':>9s}{'lost':>6s}{'fails':>6s}"
@@ -306,12 +330,16 @@ def main() -> None:
               f"{row['recovery_max_s']:7.2f}{row['reduced_steps']:6d}  {row['final_loss']} ({row['loss_matches_none']})")
     if "elastic" in rows:
         print(f"elastic/none {rows['elastic']['ratio']:.3f} (target <= 1.05, 0 steps lost, same loss)")
+    for arm in ("elastic", "spare"):
+        per = rows.get(arm, {}).get("reduced_per_failure")
+        if per:
+            print(f"{arm}: steps below 2 slices per failure: median {statistics.median(per):g}, max {max(per)} ({per})")
     if "spare" in rows:
         print(f"spare/none {rows['spare']['ratio']:.3f} ({rows['spare']['reduced_steps']} steps on 1 slice for "
               f"{rows['spare']['failures']} failures; target <= 1 per failure)")
     if "restart" in rows:
         print(f"restart/none {rows['restart']['ratio']:.3f}")
-    print("BENCH " + json.dumps({"args": vars(args), "arms": rows, "runs": results}))
+    print("BENCH " + json.dumps({"args": vars(args), "arms": rows, "runs": results}, default=str))
 
 
 if __name__ == "__main__":

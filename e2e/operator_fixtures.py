@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from e2e.harness import processes
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import wait_for
 from elastic_jax import contract
@@ -144,15 +145,10 @@ class OperatorProcess:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL after 10 s."""
-        if not self.alive():
-            return
-        os.kill(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        """SIGTERM by PID, SIGKILL after 10 s."""
+        if self.alive():
+            processes.stop(self.proc.pid, grace_s=10, group=False)
+            self.proc.poll()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -8,6 +8,8 @@ A manifest the API server refused only when the operator created a pod from it u
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -15,7 +17,7 @@ from typer.testing import CliRunner
 from e2e.nodeagent.kubeapi import ApiError
 from e2e.operator_fixtures import ejob_crd  # noqa: F401  (fixture)
 from elastic_jax.cli import app
-from tests.support.bad_manifests import BAD_NAMESPACE, CASES, cpu_job, pathways_job
+from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, cpu_job, pathways_job
 
 
 def _validate(tmp_path, manifest: dict):
@@ -39,6 +41,26 @@ def test_the_base_manifests_pass_both(cluster, namespace, ejob_crd, tmp_path, ma
     assert _validate(tmp_path, make()).exit_code == 0
     created = _dry_run_create(cluster, namespace, make())
     assert created["metadata"]["name"] == "bad"
+
+
+@pytest.mark.parametrize("case_id,make", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_validate_and_the_api_server_accept_the_same_edge_cases(cluster, namespace, ejob_crd, tmp_path,  # noqa: F811
+                                                                 case_id, make):
+    """Through kubectl, as a user applies them: its YAML-to-JSON writes a whole-number float as an integer."""
+    result = _validate(tmp_path, make())
+    assert result.exit_code == 0, result.output
+    proc = cluster.kubectl("apply", "--dry-run=server", "-o", "json", "-n", namespace, "-f", "-",
+                           input=yaml.safe_dump(make()), check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_kubectl_apply_takes_steps_10_0_as_10(cluster, namespace, ejob_crd):  # noqa: F811
+    """YAML's `10.0`, through kubectl: stored as the integer, as `validate` reads it."""
+    text = yaml.safe_dump(cpu_job("whole")).replace("steps: 10", "steps: 10.0")
+    assert "steps: 10.0" in text
+    proc = cluster.kubectl("apply", "--dry-run=server", "-o", "json", "-n", namespace, "-f", "-", input=text)
+    steps = json.loads(proc.stdout)["spec"]["training"]["steps"]
+    assert steps == 10 and isinstance(steps, int), proc.stdout
 
 
 @pytest.mark.parametrize("case_id,make,field", CASES, ids=[c[0] for c in CASES])

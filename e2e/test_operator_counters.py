@@ -7,6 +7,12 @@ JobSets, each counting from 0), a worker killed again, then the controller
 pod deleted (a new one, counting from 0) and a worker killed again. After
 each step `status.recoveries`, `status.sliceReplacements` and slice 0's
 `restarts` are never lower than before, and each kill raises them.
+
+The same for the goodput ledger (issue 12 item 3): `status.goodput` books
+the recovery of each kill and never goes down across the suspend/resume and
+the new controller pod. And the suspended status has the step the stop
+checkpointed (not the last one polled before it), the step the resume
+starts from.
 """
 
 from __future__ import annotations
@@ -44,6 +50,22 @@ def _differences(a: object, b: object, path: str = "") -> str:
 def _counts(status: dict) -> tuple[int, int, int]:
     slice0 = next((s for s in status.get("slices") or [] if s.get("index") == 0), {})
     return int(status.get("recoveries") or 0), int(status.get("sliceReplacements") or 0), int(slice0.get("restarts") or 0)
+
+
+def _finished_event(log: str) -> dict:
+    """The controller's `finished` log record (JSON lines): its last step and last committed checkpoint step."""
+    records = [json.loads(line) for line in log.splitlines() if line.startswith("{") and '"finished"' in line]
+    (finished,) = [r for r in records if r.get("event") == "finished"]
+    return finished
+
+
+def _goodput_seconds(status: dict) -> dict[str, float]:
+    return dict((status.get("goodput") or {}).get("seconds") or {})
+
+
+def _not_lower(now: dict[str, float], before: dict[str, float]) -> str:
+    """The goodput categories that went down (`name: before -> now`), "" when none did."""
+    return ", ".join(f"{k}: {v} -> {now.get(k, 0.0)}" for k, v in before.items() if now.get(k, 0.0) < v)
 
 
 def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cluster, namespace, operator):
@@ -93,6 +115,12 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     assert before == (0, 0, 0), s
     kill_slice0_worker()
     after_first_loss = grown_past(before)
+    s = status()
+    g = s["goodput"]
+    assert g["seconds"]["productive"] > 0 and g["seconds"]["recovering"] > 0 and g["seconds"]["starting"] > 0, g
+    assert 0 < g["fraction"] < 1 and g["percent"].endswith("%"), g
+    goodput_before_suspend = _goodput_seconds(s)
+    suspended_controller = (s["controllerPod"], s["counterBase"]["controllerUid"])
 
     # suspend: the controller pod and the JobSets go; the counts stay
     cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
@@ -110,6 +138,17 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
                      and all(sl["reason"] == SUSPENDED_SLICE_REASON and sl["state"] == "Down" and not sl["pods"]
                              for sl in s["slices"])) else None
     wait_for(settled, timeout_s=60, what="the suspend's teardown in status", explain=explain)
+    suspended = status()
+    # the step the stop checkpointed, read from the stopping controller (it had gone on past the last poll):
+    # what its own log's last word says
+    finished = _finished_event(cluster.container_log(namespace, *suspended_controller[:1], "controller",
+                                                     suspended_controller[1]))
+    assert finished["stop"] == "signal" and finished["last_committed_checkpoint_step"] == finished["steps"], finished
+    assert (suspended["step"], suspended["lastCheckpointStep"]) == (finished["steps"], finished["steps"]), \
+        (suspended, finished)
+    assert suspended["activeSlices"] == 0 and suspended["spareSlices"] == [], suspended
+    assert not _not_lower(_goodput_seconds(suspended), goodput_before_suspend), \
+        _not_lower(_goodput_seconds(suspended), goodput_before_suspend)
     before_passes = get_job(cluster, namespace, name)
     passes = _reconciles(operator)
     wait_for(lambda: _reconciles(operator) >= passes + 5, timeout_s=120, what="five more operator passes",
@@ -121,6 +160,11 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
     s = training(after_controller_uid=first_uid)
     assert all(n >= b for n, b in zip(_counts(s), after_first_loss)), (s, after_first_loss)
+    # the new controller's ledger adds to the job's (the resume itself starts at step 0 here: a local
+    # checkpoint folder is the pod's emptyDir, gone with it)
+    assert s["counterBase"]["goodput"]["seconds"] == suspended["goodput"]["seconds"], s["counterBase"]
+    assert not _not_lower(_goodput_seconds(s), _goodput_seconds(suspended)), \
+        _not_lower(_goodput_seconds(s), _goodput_seconds(suspended))
     resumed = _counts(s)
     kill_slice0_worker()
     after_resume_loss = grown_past(resumed)
@@ -129,12 +173,19 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     s = status()
     old_controller, old_uid = s["controllerPod"], s["counterBase"]["controllerUid"]
     cluster.kubectl("delete", "pod", old_controller, "-n", namespace, "--wait=false")
+    goodput_before_loss = _goodput_seconds(s)
     s = training(after_controller_uid=old_uid)
     assert s["controllerRestarts"] >= 1, s
+    assert not _not_lower(_goodput_seconds(s), goodput_before_loss), _not_lower(_goodput_seconds(s), goodput_before_loss)
     assert all(n >= b for n, b in zip(_counts(s), after_resume_loss)), (s, after_resume_loss)
     replaced = _counts(s)
     kill_slice0_worker()
     final = grown_past(replaced)
     assert final[0] >= 3 and final[1] >= 3, final
-    base = status()["counterBase"]
+    s = status()
+    base = s["counterBase"]
     assert base["controllerUid"] and base["recoveries"] >= 2, base
+    # three controller pods' ledgers: the base holds the first two, the total keeps growing past it
+    assert base["goodput"]["seconds"]["productive"] > goodput_before_suspend["productive"], base
+    assert s["goodput"]["seconds"]["productive"] > base["goodput"]["seconds"]["productive"], s["goodput"]
+    assert s["goodput"]["seconds"]["recovering"] > goodput_before_suspend["recovering"], s["goodput"]

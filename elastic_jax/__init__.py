@@ -5,6 +5,26 @@ Subpackages (each lives in its design-card folder):
   elastic_jax.controller    controller_image/controller: the training loop and elastic manager
   elastic_jax.worker        worker_image/worker: the CPU slice worker
   elastic_jax.k8s_operator  operator/k8s_operator: the kopf operator
+  elastic_jax.runtime       library mode: `elastic_jax.connect()` in the user's own training program
 """
 
 __version__ = "0.1.0"
+
+# Library mode (docs/bring-your-own-loop.md): `elastic_jax.connect()` in the user's own program.
+# Loaded on first use, so `import elastic_jax` (the CLI, the operator) does not load JAX.
+_LIBRARY = {"connect": "elastic_jax.runtime", "Runtime": "elastic_jax.runtime",
+            "RuntimeConfigError": "elastic_jax.runtime",
+            "ScaleUpSignalError": "elastic_jax.controller.elastic.errors",
+            "SliceDownError": "elastic_jax.controller.elastic.errors",
+            "UserCodeError": "elastic_jax.controller.elastic.errors",
+            "ElasticRuntimeError": "elastic_jax.controller.elastic.errors",
+            "StopRequested": "elastic_jax.controller.elastic.errors"}
+__all__ = ["__version__", *_LIBRARY]
+
+
+def __getattr__(name: str):
+    if name in _LIBRARY:
+        import importlib
+
+        return getattr(importlib.import_module(_LIBRARY[name]), name)
+    raise AttributeError(f"module 'elastic_jax' has no attribute {name!r}")

@@ -67,6 +67,9 @@ def run(
     for flag, value in (("--kill-at-step", kill_at_step), ("--kill-slice", kill_slice)):
         if no_failure and value is not None:
             raise _error(f"{flag} and --no-failure contradict each other")
+    if fresh and job.spec.controller.library_mode:
+        raise _error("--fresh: spec.controller.command runs your own program, which owns its checkpoints; "
+                     "delete them yourself")
     if fresh and "://" in job.spec.checkpoint.uri:
         raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
     # Before any process starts: a checkpoint location that is a file or not writable, another
@@ -165,6 +168,8 @@ def validate(
         _check_cluster(job)
     else:
         _check_tpu(job)
+    if trainer and job.spec.controller.library_mode:
+        raise _error("--trainer: spec.controller.command runs your own program; there is no trainer to build")
     if trainer:
         _check_trainer(job, manifest)
         _check_checkpoint(job, fresh=False, check_gcs=True)

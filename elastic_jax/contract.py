@@ -74,6 +74,10 @@ ENV_LOG_FORMAT = "ELASTIC_JAX_LOG_FORMAT"  # controller and operator: json | tex
 ENV_TOKEN = "ELASTIC_JAX_TOKEN"  # the token itself, when there is no token file
 ENV_SUMMARY_FILE = "ELASTIC_JAX_SUMMARY_FILE"  # where the controller writes its JSON summary
 ENV_RUN_DIR = "ELASTIC_JAX_RUN_DIR"  # the launcher's run folder, for the controllers it starts
+# JAX's own variables (not ours: no ELASTIC_JAX_ prefix) the local launcher gives its cpu workers: one persistent compilation cache per run, so a
+# restarted worker reads its step program's executable instead of compiling it again (every compile cached).
+JAX_ENV_COMPILATION_CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"
+JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 
 # The operator's own settings (the chart sets them; each is also a command-line flag).
 ENV_OPERATOR_KEY_FILE = "ELASTIC_JAX_OPERATOR_KEY_FILE"

@@ -226,15 +226,26 @@ def unpack_arrays(data: bytes) -> list[np.ndarray]:
     return [_decode_array(item) for item in items]
 
 
-def pack_load_request(program_hash: str, blob: bytes) -> bytes:
-    """The `Load` request: a program's hash and its serialized `jax.export.Exported`."""
-    return msgpack.packb({"hash": program_hash, "blob": blob})
+def pack_load_request(program_hash: str, blob: bytes, compile: bool = False) -> bytes:
+    """The `Load` request: a program's hash and its serialized `jax.export.Exported`.
+
+    `compile`: the worker also compiles it before answering (warming a slice
+    that does not train yet); without it, the first step compiles.
+    """
+    message: dict[str, Any] = {"hash": program_hash, "blob": blob}
+    if compile:
+        message["compile"] = True
+    return msgpack.packb(message)
 
 
-def unpack_load_request(data: bytes) -> tuple[str, bytes]:
-    """Inverse of `pack_load_request`: `(program_hash, blob)`. Raises WireFormatError."""
-    program_hash, blob = _fields(data, "Load", hash=str, blob=bytes)
-    return program_hash, blob
+def unpack_load_request(data: bytes) -> tuple[str, bytes, bool]:
+    """Inverse of `pack_load_request`: `(program_hash, blob, compile)`. Raises WireFormatError."""
+    message = _unpack(data)
+    program_hash, blob = _fields(message, "Load", hash=str, blob=bytes)
+    compile_flag = message.get("compile", False)  # a map: `_fields` checked
+    if not isinstance(compile_flag, bool):
+        raise WireFormatError("malformed Load request: 'compile' must be bool")
+    return program_hash, blob, compile_flag
 
 
 def pack_step_request(program_hash: str, arrays: Sequence[Any]) -> bytes:
@@ -248,9 +259,10 @@ def unpack_step_request(data: bytes) -> tuple[str, list[np.ndarray]]:
     return program_hash, [_decode_array(item) for item in items]
 
 
-def _fields(data: bytes, request: str, **types: type) -> tuple[Any, ...]:
-    """The values of a msgpack map's keys, in `types` order, each checked against its type."""
-    message = _unpack(data)
+def _fields(data: Any, request: str, **types: type) -> tuple[Any, ...]:
+    """The values of a msgpack map's keys (`data` packed, or already unpacked), in `types` order, each checked
+    against its type."""
+    message = _unpack(data) if isinstance(data, (bytes, bytearray, memoryview)) else data
     if not isinstance(message, dict):
         raise WireFormatError(f"malformed {request} request: not a map")
     values = []

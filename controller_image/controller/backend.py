@@ -43,6 +43,10 @@ class Backend(Protocol):
     def visible_slices(self) -> frozenset[int] | None:
         """Slices this backend can place work on now; None: every Ready slice (no restriction)."""
 
+    def prepare(self, indices: Iterable[int]) -> frozenset[int]:
+        """The subset of `indices` (Ready slices outside the mesh) that can join without compiling first; starts
+        readying the others in the background (the cpu backend compiles the step programs there: warm spares)."""
+
     def place_state(self, state: Any, active: Sequence[int]) -> Any:
         """`state` (a pytree) laid out for a mesh of the `active` slices; the cpu backend returns it as is."""
 

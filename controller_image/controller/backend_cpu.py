@@ -3,9 +3,11 @@
 The controller keeps the authoritative training state. Each step it cuts the
 global batch into one fixed-size chunk per desired slice, sends each chunk
 and the current parameters to an active slice (round robin, so with fewer
-slices some run two chunks), and gets back `(loss_sum, weight, grads_sum)` (the
-`Trainer.loss_fn` contract), which it adds up: data parallelism over slices,
-as DCN does across TPU slices. The per-slice step is lowered once per
+slices some run two chunks), and adds up what each chunk returns: data
+parallelism over slices, as DCN does across TPU slices. `map_sum` is that
+primitive for any per-slice function (the library's, `elastic_jax.runtime`);
+`grad_step` is `map_sum` of the `Trainer.loss_fn` step, returning
+`(loss_sum, weight, grads_sum)`. A per-slice function is lowered once per
 per-slice batch shape with `jax.export`; workers cache it by hash.
 
 Failure classification (docs/failure-handling.md, flows 1, 5, 6):
@@ -70,7 +72,8 @@ class CpuBackend:
     """Runs the per-slice step on CPU slice workers over gRPC.
 
     Args:
-      trainer: the user's trainer.
+      trainer: the user's trainer; None in library mode (only `map_sum` is
+        used; `grad_step` raises ValueError).
       slice_set: slice addresses and states (fed by the control API).
       devices_per_host: host devices per worker (`--xla_force_host_platform_device_count`);
         the per-slice batch is sharded across them when it divides evenly.
@@ -82,7 +85,7 @@ class CpuBackend:
 
     def __init__(
         self,
-        trainer: Trainer,
+        trainer: Trainer | None,
         slice_set: SliceSet,
         devices_per_host: int = 1,
         step_deadline_s: float = 60.0,
@@ -95,10 +98,16 @@ class CpuBackend:
         self.devices_per_host = devices_per_host
         self.step_deadline_s = step_deadline_s
         self.first_step_deadline_s = first_step_deadline_s
-        self._slice_step = make_slice_step(trainer)
-        self._programs: dict[Any, StepProgram] = {}
+        self._slice_step = make_slice_step(trainer) if trainer is not None else None
+        # (function, shapes) -> (program, the function's output tree: how the summed leaves are rebuilt)
+        self._programs: dict[Any, tuple[StepProgram, Any]] = {}
         self._clients: dict[int, tuple[int, tuple[str, ...], SliceClient]] = {}
         self._warm: set[tuple[int, int, str]] = set()  # (slice, generation, program hash) already compiled there
+        # Warming idle slices (`prepare`): (slice, generation) -> the warm-up in flight, and when a failed one
+        # may be tried again (monotonic seconds).
+        self._warming: dict[tuple[int, int], concurrent.futures.Future] = {}
+        self._warm_retry_at: dict[tuple[int, int], float] = {}
+        self._warmer = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="warm-slice")
         self._lock = threading.Lock()
         self._events: queue.Queue | None = None  # the in-flight step's, for `interrupt`
         self._interrupted = threading.Event()
@@ -142,6 +151,69 @@ class CpuBackend:
             _logger.info("slice %d failed health check: %s", index, e)
             return False
 
+    # -- warming idle slices -------------------------------------------------
+
+    WARM_RETRY_S = 2.0
+    """Seconds before a failed warm-up of the same worker is tried again (it is probably going Down)."""
+
+    def prepare(self, indices: Iterable[int]) -> frozenset[int]:
+        """The slices of `indices` that can join the mesh without compiling; warms the others in the background.
+
+        A slice that does not train (a hot spare, or a replaced slice back
+        Ready) is sent every step program this controller has exported, and
+        compiles them there (`SliceClient.load_program(compile=True)`), while
+        the active slices keep training. The manager swaps in or scales up
+        only onto prepared slices, so a join costs no step a compile long.
+        Before the first step there is no program yet: every slice is prepared.
+        A failed warm-up (worker gone, compile error) is logged and tried
+        again after `WARM_RETRY_S` seconds; a slice whose worker is lost is
+        marked down by its health check or its first step, as before.
+
+        Args:
+          indices: Ready slices outside the active set.
+
+        Returns:
+          Those whose current worker (generation) has compiled every program.
+        """
+        with self._lock:
+            programs = [program for program, _ in self._programs.values()]
+        prepared = set()
+        now = time.monotonic()
+        for index in sorted(set(indices)):
+            _, generation = self.slice_set.addresses(index)
+            missing = [p for p in programs if (index, generation, p.hash) not in self._warm]
+            if not missing:
+                prepared.add(index)
+                continue
+            key = (index, generation)
+            with self._lock:
+                if key in self._warming or now < self._warm_retry_at.get(key, 0.0):
+                    continue
+                self._warming[key] = self._warmer.submit(self._warm_slice, index, generation, missing)
+        return frozenset(prepared)
+
+    def _warm_slice(self, index: int, generation: int, programs: Sequence[StepProgram]) -> None:
+        """Loads and compiles `programs` on one slice's worker (runs on the warming thread)."""
+        key = (index, generation)
+        t0 = time.monotonic()
+        try:
+            client, current = self._client(index)
+            if current != generation:
+                return  # replaced meanwhile; the next `prepare` warms the new worker
+            for program in programs:
+                client.load_program(program, timeout_s=self.first_step_deadline_s, compile=True)
+                self._warm.add((index, generation, program.hash))
+            _logger.info("slice %d warmed: %d program(s) compiled there in %.2f s", index, len(programs),
+                         time.monotonic() - t0, extra={"event": "slice_warmed", "slice": index,
+                                                        "seconds": round(time.monotonic() - t0, 3)})
+        except Exception as e:  # noqa: BLE001 - a warm-up is an optimization; the step path handles the failure
+            _logger.info("warming slice %d failed: %s", index, e)
+            with self._lock:
+                self._warm_retry_at[key] = time.monotonic() + self.WARM_RETRY_S
+        finally:
+            with self._lock:
+                self._warming.pop(key, None)
+
     # -- programs ----------------------------------------------------------
 
     def _sharding_for(self, per_slice_batch: int):
@@ -154,35 +226,41 @@ class CpuBackend:
         batch_sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
         return replicated, batch_sharded
 
-    def program_for(self, params: Any, batch: Mapping[str, np.ndarray]) -> StepProgram:
-        """The exported per-slice step for these parameter and batch shapes (cached)."""
+    def program_for(self, params: Any, batch: Mapping[str, np.ndarray], fn: Any = None) -> StepProgram:
+        """The exported per-slice `fn` (default: the trainer's step) for these parameter and batch shapes (cached)."""
+        return self._program_and_tree(fn or self._slice_step, params, batch)[0]
+
+    def _program_and_tree(self, fn: Any, params: Any, batch: Mapping[str, np.ndarray]) -> tuple[StepProgram, Any]:
         key = (
+            fn,
             jax.tree_util.tree_structure(params),
             tuple((tuple(x.shape), str(x.dtype)) for x in jax.tree_util.tree_leaves(params)),
             tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(batch.items())),
         )
-        program = self._programs.get(key)
-        if program is not None:
-            return program
+        cached = self._programs.get(key)
+        if cached is not None:
+            return cached
         t0 = time.perf_counter()
         params_spec = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
         batch_spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
         shardings = self._sharding_for(next(iter(batch.values())).shape[0])
         if shardings is None:
-            jitted = jax.jit(self._slice_step)
+            jitted = jax.jit(fn)
         else:
             replicated, batch_sharded = shardings
             jitted = jax.jit(
-                self._slice_step,
+                fn,
                 in_shardings=(
                     jax.tree_util.tree_map(lambda _: replicated, params_spec),
                     {k: batch_sharded for k in batch_spec},
                 ),
             )
         program = export_program(jitted, params_spec, batch_spec)
+        out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, params_spec, batch_spec))
         self.export_seconds += time.perf_counter() - t0
-        self._programs[key] = program
-        return program
+        with self._lock:
+            self._programs[key] = (program, out_tree)
+        return program, out_tree
 
     # -- the step ----------------------------------------------------------
 
@@ -190,6 +268,23 @@ class CpuBackend:
         self, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]
     ) -> tuple[float, float, Any]:
         """Runs one step's forward/backward on the active slices and adds the results.
+
+        `map_sum` of the trainer's per-slice step (`make_slice_step`).
+
+        Returns:
+          (loss_sum, weight, grads_sum): float, float, numpy pytree shaped like params.
+
+        Raises:
+          ValueError: no trainer (library mode: call `map_sum`).
+          SliceDownError, UserCodeError, StopRequested: as `map_sum`.
+        """
+        if self._slice_step is None:
+            raise ValueError("grad_step needs a trainer; in library mode call map_sum with the per-slice function")
+        loss_sum, weight, grads = self.map_sum(self._slice_step, params, batch, active)
+        return float(loss_sum), float(weight), grads
+
+    def map_sum(self, fn: Any, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> Any:
+        """Runs `fn(params, chunk)` for each chunk of the global `batch` on the active slices; returns the sum.
 
         The global batch is cut into `slice_set.count` fixed-size chunks (one
         per desired slice, `split_sizes`), and chunk j runs on active slice
@@ -199,12 +294,19 @@ class CpuBackend:
         instead of compiling new ones in the middle of a recovery.
 
         Args:
-          params: the parameter pytree (jax or numpy arrays, float32).
-          batch: the global batch, dict of arrays with leading axis = global batch size.
+          fn: the per-slice function `(params, chunk) -> pytree of arrays`,
+            traceable by `jax.jit` (pure; no Python side effects). Its outputs
+            are added leaf by leaf over the chunks, so return sums, not means
+            (e.g. a loss summed over the chunk's examples and the example
+            count). Lowered once per chunk shape and cached by `fn` identity:
+            pass the same function object every step.
+          params: the parameter pytree (jax or numpy arrays).
+          batch: the global batch, dict of arrays with leading axis = global
+            batch size (at least `slice_set.count` examples).
           active: active slice indices.
 
         Returns:
-          (loss_sum, weight, grads_sum): float, float, numpy pytree shaped like params.
+          `fn`'s output tree with numpy leaves: the sum over all chunks.
 
         Raises:
           SliceDownError: a slice was lost, hung past its deadline, or the
@@ -237,7 +339,7 @@ class CpuBackend:
                 index = active[chunk % len(active)]
                 share = {k: np.asarray(v[offset : offset + size]) for k, v in batch.items()}
                 offset += size
-                program = self.program_for(params_np, share)
+                program, out_tree = self._program_and_tree(fn, params_np, share)
                 try:
                     client, generation = self._client(index)
                 except SliceDownError as e:
@@ -291,7 +393,7 @@ class CpuBackend:
             unsubscribe()
             with self._lock:
                 self._events = None
-        return self._reduce([results[c] for c in range(len(sizes))], params_np)
+        return self._reduce([results[c] for c in range(len(sizes))], out_tree)
 
     def _raise_execution_errors(
         self, errors: Mapping[int, BaseException], active: Sequence[int], generations: Mapping[int, int]
@@ -307,15 +409,13 @@ class CpuBackend:
         raise SliceDownError(f"slices {failed} failed running the step: {'; '.join(sorted(messages))}", failed)
 
     @staticmethod
-    def _reduce(outputs: Sequence[list[np.ndarray]], params_np: Any) -> tuple[float, float, Any]:
-        """Adds (loss_sum, weight, *grad leaves) across slices."""
+    def _reduce(outputs: Sequence[list[np.ndarray]], out_tree: Any) -> Any:
+        """Adds the chunks' output leaves and rebuilds the per-slice function's output tree."""
         total = [np.array(x, copy=True) for x in outputs[0]]
         for out in outputs[1:]:
             for acc, x in zip(total, out):
                 acc += x
-        loss_sum, weight, grad_leaves = float(total[0]), float(total[1]), total[2:]
-        grads = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params_np), grad_leaves)
-        return loss_sum, weight, grads
+        return jax.tree_util.tree_unflatten(out_tree, total)
 
     def interrupt(self) -> None:
         """Makes the in-flight `grad_step` (and every later one) raise `StopRequested` at once.
@@ -345,7 +445,8 @@ class CpuBackend:
         """After an elastic event: nothing to clear; compiled programs stay cached (the point of elasticity)."""
 
     def close(self) -> None:
-        """Closes every worker connection."""
+        """Stops warming and closes every worker connection."""
+        self._warmer.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for _, _, client in self._clients.values():
                 client.close()

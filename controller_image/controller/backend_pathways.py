@@ -162,6 +162,11 @@ class PathwaysBackend:
             self._refresh()
         return frozenset(i for i in self.slices if i < self.slice_set.count)
 
+    def prepare(self, indices: Iterable[int]) -> frozenset[int]:
+        """Every one of `indices`: the step program is compiled here, for the mesh of the next attempt (a new
+        mesh needs a new program, so there is nothing to compile on an idle slice ahead)."""
+        return frozenset(indices)
+
     # -- health ------------------------------------------------------------
 
     def _probe(self, index: int) -> jax.Array:

@@ -48,7 +48,7 @@ from elastic_jax.controller.elastic.errors import (
     is_slice_down,
     one_line_reason,
 )
-from elastic_jax.controller.elastic.manager import Manager
+from elastic_jax.controller.elastic.manager import Manager, job_retry_settings
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.goodput import GoodputLedger
@@ -119,7 +119,7 @@ class TrainingRun:
         self.ledger = GoodputLedger(start=started_at)
         self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop,
-                               visible=backend.visible_slices, on_wait=self._on_wait)
+                               visible=backend.visible_slices, on_wait=self._on_wait, prepare=backend.prepare)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
@@ -355,12 +355,10 @@ class TrainingRun:
             self.state = self._restore_or_init()
             self.phase = "Running"
             retry = self.manager.elastic_retry(
-                minimum_slice_count=self.spec.slices.minimum,
-                timeout_s=self.spec.elasticity.slice_wait_timeout_seconds,
+                **job_retry_settings(self.spec),  # the same settings as the library's (elastic_jax.runtime)
                 retry_policy=self.budget,
                 on_elastic_event_callback=self._on_elastic_event,
                 cleanup=self.backend.cleanup,
-                startup_grace_s=min(30.0, self.spec.elasticity.slice_wait_timeout_seconds),
             )
             try:
                 retry(self._train)()

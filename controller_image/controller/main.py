@@ -17,6 +17,10 @@ Configuration, flags first, then environment (as the operator sets it in a pod):
                  ELASTIC_JAX_TOKEN       the token itself (when no file)
   --host, --port                         control API bind address (default 0.0.0.0:8080)
   --summary-file                         where to write the run summary JSON
+  --serve-only                           serve the control API and slice set without training (no
+                                         trainer, checkpoint or JAX; `serve_only.py`): for operator
+                                         benchmarks and tests of many jobs; exits 4 on `POST /v1/stop`,
+                                         75 on a signal
   ELASTIC_JAX_TERMINATION_MESSAGE_PATH   where to write the one-line reason of a non-zero exit
                                          (default /dev/termination-log; only if it exists)
   ELASTIC_JAX_MANIFEST_SHA256            the digest the manifest must have (the operator sets it; a
@@ -44,6 +48,7 @@ _STARTED_AT = time.monotonic()
 
 from elastic_jax import contract
 from elastic_jax.exit_codes import ControllerExit
+from elastic_jax.controller.final_status import FinalStatusHandoff
 from elastic_jax.logs import FORMATS, JsonFormatter, TextFormatter, bind, log_format
 
 # Signals that end the run as a controller loss (exit RESTART), after a checkpoint.
@@ -151,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fresh", action="store_true",
                         help="delete the local checkpoints once the trainer and the checkpoint location check out, "
                              "then start from step 0 (elastic-jax run --fresh)")
+    parser.add_argument("--serve-only", action="store_true",
+                        help="serve the control API and slice set without a training loop (no trainer, "
+                             "checkpoint or JAX): for operator benchmarks and tests of many jobs")
     parser.add_argument("--log-format", type=log_format, default=os.environ.get(contract.ENV_LOG_FORMAT, "json"),
                         help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT)")
     args = parser.parse_args(argv)
@@ -174,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     if not token:
         return _fail("no control-API token: set --token-file, ELASTIC_JAX_TOKEN_FILE or ELASTIC_JAX_TOKEN")
 
+    if args.serve_only:
+        return _serve_only(job, token, args.host, args.port)
+
     # The exported per-slice program records its device count: the controller
     # must see as many local devices as a worker host has. Set before jax loads.
     if job.spec.backend == "cpu":
@@ -196,11 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     slice_set = SliceSet(job.spec.slices.count, job.spec.slices.spares)
     metrics = ControllerMetrics()
     holder: dict = {}
+    handoff = FinalStatusHandoff()
 
     def status():
         run = holder.get("run")
         if run is not None:
-            return run.status()
+            snapshot = run.status()
+            handoff.served()
+            return snapshot
         from elastic_jax.api.control import ControllerStatus
 
         return ControllerStatus(
@@ -259,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("ready: job %s, control API on port %d", job.metadata.name, server.port,
                  extra={"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name})
         summary = run.run()
+        handoff.ended()
         _close_quietly("backend", backend.close)
         close_error = _close_quietly("checkpointer", checkpointer.close)
         if close_error and summary.succeeded:
@@ -279,9 +294,49 @@ def main(argv: list[str] | None = None) -> int:
         if summary.exit_code == ControllerExit.FAILED:
             # last, so the kubelet reports this line rather than the tail of the JSON summary above
             write_termination_message(f"error: {summary.failure_reason or outcome}")
+        # Stopped by a signal (the operator's suspend deletes the pod; a node shutdown): whoever polls
+        # (the operator reads the stopping pod) gets the step and checkpoint the stop saved. Not after
+        # `POST /v1/stop`: the launcher that sends it waits for the exit without reading again.
+        if summary.exit_code == ControllerExit.RESTART and not handoff.wait():
+            log.warning("the final status (step %d) was not read before exit", summary.steps,
+                        extra={"event": "final_status_unread", "step": summary.steps})
         return summary.exit_code
     finally:
         server.stop()
+
+
+def _serve_only(job, token: str, host: str, port: int) -> int:
+    """The control API over the job's slice set, no training loop (`serve_only.py`); returns the exit code."""
+    from elastic_jax.controller.control_api import ControlApiServer, create_app
+    from elastic_jax.controller.elastic.slice_set import SliceSet
+    from elastic_jax.controller.metrics import ControllerMetrics
+    from elastic_jax.controller.serve_only import ServeOnly
+
+    log = logging.getLogger("elastic_jax.controller")
+    serve = ServeOnly(SliceSet(job.spec.slices.count, job.spec.slices.spares), job.spec.slices.minimum,
+                      job.spec.training.steps)
+    signalled: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        signalled.append(signum)
+        serve.stop(signal.Signals(signum).name)
+
+    server = ControlApiServer(create_app(serve.slice_set, serve.status, ControllerMetrics(), token,
+                                         ready=lambda: True, stop=serve.stop), host=host, port=port)
+    try:
+        server.start()
+    except RuntimeError as e:
+        return _fail(str(e))
+    _forward_signals_to(on_signal)
+    log.info("ready (serve-only): job %s, control API on port %d", job.metadata.name, server.port,
+             extra={"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name,
+                    "serve_only": True})
+    try:
+        serve.wait()
+    finally:
+        server.stop()
+    log.info("finished (serve-only): %s", serve.stop_reason, extra={"event": "finished", "serve_only": True})
+    return int(ControllerExit.RESTART if signalled else ControllerExit.STOPPED)
 
 
 if __name__ == "__main__":

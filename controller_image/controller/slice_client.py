@@ -101,7 +101,7 @@ class SliceClient:
 
         Returns:
           `{"slice_index": int, "pid": int, "device_count": int,
-          "program_hashes": list[str]}`.
+          "program_hashes": list[str], "compiled_hashes": list[str]}`.
 
         Raises:
           SliceDownError: unreachable, or no answer within `timeout_s` seconds.
@@ -113,15 +113,21 @@ class SliceClient:
         except (ValueError, wire.WireFormatError) as error:  # closed channel, garbage reply
             raise self._down(error) from None
 
-    def load_program(self, program: StepProgram, timeout_s: float = 30.0) -> None:
+    def load_program(self, program: StepProgram, timeout_s: float = 30.0, compile: bool = False) -> None:
         """Send `program` to the worker's cache (idempotent; a no-op when cached).
+
+        Args:
+          program: the step program.
+          timeout_s: seconds for the whole call, compiling included.
+          compile: also compile it there before answering (warms a slice
+            that does not train yet, so its first step does not compile).
 
         Raises:
           SliceDownError: unreachable, or no answer within `timeout_s` seconds.
           SliceExecutionError: the worker rejected the program (bad bytes, or
-            it needs more devices than the worker has).
+            it needs more devices than the worker has), or compiling it failed.
         """
-        request = wire.pack_load_request(program.hash, program.blob)
+        request = wire.pack_load_request(program.hash, program.blob, compile=compile)
         wire.check_message_size(request, f"program {program.hash[:12]}")
         try:
             self._load(request, timeout=timeout_s, wait_for_ready=False)

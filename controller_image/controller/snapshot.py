@@ -9,7 +9,6 @@ reading the last Orbax checkpoint from gs://, whenever the snapshot is newer.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Any
 
 import jax
@@ -35,9 +34,6 @@ class HostSnapshotter:
 
     Args:
       every_steps: take a snapshot when `step % every_steps == 0` (0 disables).
-
-    Attributes:
-      last_seconds: seconds the last snapshot took (blocking).
     """
 
     def __init__(self, every_steps: int):
@@ -45,15 +41,12 @@ class HostSnapshotter:
             raise ValueError("every_steps must be >= 0")
         self.every_steps = every_steps
         self.latest: Snapshot | None = None
-        self.last_seconds: float | None = None
 
     def maybe_take(self, step: int, state: Any, data_state: dict) -> bool:
         """Copies `state` to host memory when due; returns whether it did."""
         if not self.every_steps or step % self.every_steps:
             return False
-        t0 = time.perf_counter()
         self.latest = Snapshot(step, jax.device_get(state), dict(data_state))
-        self.last_seconds = time.perf_counter() - t0
         return True
 
 

@@ -338,11 +338,13 @@ class LocalCluster:
         if pid is not None and processes.alive(pid):
             os.kill(pid, signal.SIGKILL)
         # Containers die with their node: kill every container process group
-        # recorded on it (PR_SET_PDEATHSIG covers direct children only).
-        for pidfile in (self.node_dir(name) / "pods").glob("*/*/*/pids/*.pid"):
+        # recorded on it (PR_SET_PDEATHSIG covers direct children only). Only
+        # groups that still hold a process of this cluster: a PID file outlives
+        # its container, and the kernel may have handed that PID to a stranger.
+        for pgid in {pgid for pgid, _, _ in self._node_groups(name)}:
             try:
-                os.killpg(int(pidfile.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
                 pass
         if pid is not None:
             deadline = time.monotonic() + 10
@@ -389,11 +391,20 @@ class LocalCluster:
         self.nodes = [n for n in self.nodes if n.name != name]
 
     def node_processes(self, name: str) -> list[tuple[int, str]]:
-        """Live container processes started by node ``name``'s agent."""
-        pids = set()
+        """Live container processes started by node ``name``'s agent: (pid, command line)."""
+        return [(pid, cmd) for _, pid, cmd in self._node_groups(name)]
+
+    def _node_groups(self, name: str) -> list[tuple[int, int, str]]:
+        """(process group, pid, command line) of each live process of this cluster in a
+        container process group node ``name``'s agent recorded.
+
+        A recorded group counts only through processes that carry this cluster's
+        marker environment (``processes.leftovers``), so a reused PID is never matched.
+        """
+        groups = set()
         for pidfile in (self.node_dir(name) / "pods").glob("*/*/*/pids/*.pid"):
             try:
-                pids.add(int(pidfile.read_text()))
+                groups.add(int(pidfile.read_text()))
             except ValueError:
                 pass
         out = []
@@ -402,8 +413,8 @@ class LocalCluster:
                 pgid = os.getpgid(pid)
             except ProcessLookupError:
                 continue
-            if pgid in pids:
-                out.append((pid, cmd))
+            if pgid in groups:
+                out.append((pgid, pid, cmd))
         return out
 
     def stop(self, check: bool = True) -> None:

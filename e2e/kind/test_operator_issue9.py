@@ -95,6 +95,76 @@ def _create_failed(cluster, namespace):
     return next((c for c in status.get("conditions") or [] if c["type"] == "CreateFailed"), None)
 
 
+def test_a_foreign_jobset_on_a_slice_name_is_said_and_a_quick_suspend_toggle_counts_no_loss(cluster, namespace,
+                                                                                           operator):
+    why = demo.explain(cluster.kind, namespace)
+    _apply(cluster, namespace, _foreign_jobset("cpu-job-slice-1"))
+    manifest = example_manifest()
+    manifest["spec"]["training"]["steps"] = 100000
+    _apply(cluster, namespace, manifest)
+    cond = wait_for(lambda: (c := _create_failed(cluster, namespace)) and c["status"] == "True" and c,
+                    timeout_s=300, what="CreateFailed naming the foreign JobSet", explain=why)
+    assert cond["reason"] == "ChildNameConflict", cond
+    assert "JobSet cpu-job-slice-1 exists and is not owned by this job" in cond["message"], cond
+    uid = get_job(cluster, namespace, "cpu-job")["metadata"]["uid"]
+    wait_for(lambda: [e for e in _events_of(cluster, namespace, uid) if e["reason"] == "ChildNameConflict"],
+             timeout_s=60, what="the ChildNameConflict Event", explain=why)
+    # the operator neither used nor deleted it
+    assert cluster.kubectl("get", "jobset", "cpu-job-slice-1", "-n", namespace, check=False).returncode == 0
+    cluster.kubectl("delete", "jobset", "cpu-job-slice-1", "-n", namespace, "--wait=true", timeout_s=120)
+    wait_for(lambda: _step(cluster, namespace, "cpu-job") >= 2, timeout_s=600, what="the job trains once it is gone",
+             explain=why)
+    assert _create_failed(cluster, namespace)["status"] == "False"
+
+    # What happened before the suspend is not the toggle's: a loaded node may flap a worker's readiness
+    # (a real SliceDown) or kill a starting controller. The toggle itself must add no loss.
+    before = get_job(cluster, namespace, "cpu-job")["status"]
+    restarts_before = int(before.get("controllerRestarts") or 0)
+    suspended_pod = before["controllerPod"]
+    seen_before = {e["metadata"]["uid"]: int(e.get("count") or 1) for e in _events_of(cluster, namespace, uid)}
+
+    # suspend, and resume as soon as the operator has let go of the controller (it is checkpointing)
+    def patch_suspend(value: bool):
+        cluster.kubectl("patch", "ejob", "cpu-job", "-n", namespace, "--type=merge",
+                        "-p", json.dumps({"spec": {"suspend": value}}))
+
+    patch_suspend(True)
+
+    def controller_deleting():
+        pods = cluster.api().get(f"/api/v1/namespaces/{namespace}/pods",
+                                 labelSelector="elasticjax.dev/role=controller")["items"]
+        return all(p["metadata"].get("deletionTimestamp") for p in pods)
+
+    wait_for(controller_deleting, timeout_s=120, what="the suspend deleting the controller pod", explain=why)
+    patch_suspend(False)  # while it still checkpoints (its grace period), as the trial did
+
+    suspended_uid = cluster.api().get(f"/api/v1/namespaces/{namespace}/pods/{suspended_pod}")["metadata"]["uid"]
+
+    def resumed():
+        # A new controller pod: <job>-controller-<n+1> while the suspended one is still known, or
+        # <job>-controller-0 again when it was gone before the resume's pass (the name is free then).
+        status = get_job(cluster, namespace, "cpu-job").get("status") or {}
+        name = status.get("controllerPod")
+        if status.get("phase") != "Running" or not name:
+            return None
+        pods = cluster.api().get(f"/api/v1/namespaces/{namespace}/pods",
+                                 fieldSelector=f"metadata.name={name}")["items"]
+        return pods and pods[0]["metadata"]["uid"] != suspended_uid and status
+
+    status = wait_for(resumed, timeout_s=600, what=f"a new controller pod (not {suspended_pod}) runs after the resume",
+                      explain=why)
+    assert int(status.get("controllerRestarts") or 0) == restarts_before, status
+    new_events = [e for e in _events_of(cluster, namespace, uid)
+                  if int(e.get("count") or 1) > seen_before.get(e["metadata"]["uid"], 0)]
+    bad = [(e["reason"], e["message"]) for e in new_events
+           if e["reason"] in ("ControllerRestarted", "SliceDown", "SliceDraining")]
+    assert bad == [], bad
+    # the example's checkpoint is local to the released pod: the next controller starts from step 0, said
+    reasons = {e["reason"] for e in new_events}
+    assert {"SuspendDropsCheckpoints", "ResumedFromStepZero"} <= reasons, sorted(reasons)
+    cluster.kubectl("delete", "ejob", "cpu-job", "-n", namespace, "--wait=false")
+
+
 def test_worker_pod_refused_by_a_quota_is_a_condition_and_an_event_from_the_operator(cluster, namespace, operator):
     why = demo.explain(cluster.kind, namespace)
     # Admits the controller pod (the operator creates it first), refuses the workers the Job controller creates.

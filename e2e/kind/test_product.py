@@ -105,12 +105,22 @@ def test_a_worker_reaches_the_controller_by_the_services_dns_name(elastic_jax, o
         demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "dns").get("status") or {}).get("step", 0) >= 1,
                       600, "training started", why)
         worker = demo.wait_for(lambda: demo.live_worker(cluster, ns, "dns", 0), 120, "a ready worker", why)
+        # The Service routes once the controller pod is Ready and kube-proxy has programmed its
+        # endpoint, which on a loaded node trails the pod's Ready by seconds: wait for both.
+        demo.wait_for(lambda: all(demo.is_ready(p) for p in demo.pods(
+            cluster, ns, "elasticjax.dev/job-name=dns,elasticjax.dev/role=controller")), 120, "a ready controller", why)
         host = f"{names.service('dns')}.{ns}.svc.cluster.local"
         probe = ("import socket, urllib.request; "
                  f"print(socket.gethostbyname({host!r})); "
                  f"print(urllib.request.urlopen('http://{host}:{names.CONTROLLER_PORT}/healthz', timeout=10).status)")
-        out = cluster.kubectl("exec", "-n", ns, worker["metadata"]["name"], "-c", "worker", "--", "python3", "-c",
-                              probe).stdout.split()
+        last: list[str] = []
+
+        def answered() -> list[str] | None:
+            proc = cluster.kubectl("exec", "-n", ns, worker["metadata"]["name"], "-c", "worker", "--",
+                                   "python3", "-c", probe, check=False)
+            last[:] = [proc.stdout, proc.stderr[-400:]]
+            return proc.stdout.split() if proc.returncode == 0 else None
+        out = demo.wait_for(answered, 60, "the controller answering through its Service", lambda: f"{why()}\n{last}")
         service_ip = demo.get(cluster, "-n", ns, "service", names.service("dns"))["spec"]["clusterIP"]
         assert out == [service_ip, "200"], out
     finally:
@@ -127,7 +137,12 @@ def test_a_hung_controller_is_killed_by_the_kubelets_liveness_probe_and_replaced
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("hang", steps=100000))
         demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "hang").get("status") or {}).get("step", 0) >= 1,
                       600, "training started", why)
-        (controller,) = demo.pods(cluster, ns, "elasticjax.dev/job-name=hang,elasticjax.dev/role=controller")
+        # The livenessProbe runs only once the startupProbe passed (the container's `started`); a
+        # controller frozen before that is the startupProbe's to kill, ten minutes later.
+        def started() -> dict | None:
+            (pod,) = demo.pods(cluster, ns, "elasticjax.dev/job-name=hang,elasticjax.dev/role=controller")
+            return pod if any(s.get("started") for s in pod["status"].get("containerStatuses", [])) else None
+        controller = demo.wait_for(started, 120, "the controller's startupProbe passing", why)
         demo.kill_container_process(cluster, controller, "controller", signal="STOP")
 
         def unhealthy():

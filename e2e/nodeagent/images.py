@@ -33,6 +33,9 @@ PATHWAYS_STANDIN = Path(__file__).resolve().parents[1] / "kind" / "pathways_stan
 PATHWAYS_STANDIN_CONTROLLER = "e2e.local/pathways-standin-controller:1"
 """A controller image for pathways jobs here: the stand-in's ``controller`` role (the control API the operator
 drives), as ``spec.controller.image``; the real controller needs a Pathways proxy."""
+SERVE_ONLY_CONTROLLER = "e2e.local/elastic-jax-controller-serve-only:1"
+"""The product's controller with ``--serve-only`` (the control API and slice set, no training loop), as
+``spec.controller.image``: many jobs on one machine for the operator at scale (e2e/kwok)."""
 RM_HOLD_DIR = "/tmp/elastic-jax-e2e-rm-holds"
 """A file ``<namespace>.<pod>`` here keeps that pod's stand-in resource manager from listening (a slow start)."""
 _STANDIN_ENV = {"PYTHONUNBUFFERED": "1"}
@@ -53,6 +56,7 @@ IMAGES: dict[str, Image] = {
         entrypoint=("python", str(PATHWAYS_STANDIN), "server"), env={**_STANDIN_ENV, "STANDIN_RM_HOLD_DIR": RM_HOLD_DIR}),
     project_images.pathways_image("proxy_server"): Image(
         entrypoint=("python", str(PATHWAYS_STANDIN), "proxy"), env=_STANDIN_ENV),
+    SERVE_ONLY_CONTROLLER: Image(entrypoint=("elastic-jax-controller", "--serve-only")),
     PATHWAYS_STANDIN_CONTROLLER: Image(entrypoint=("python", str(PATHWAYS_STANDIN), "controller"), env=_STANDIN_ENV),
 }
 

@@ -1,12 +1,30 @@
-"""Client for the controller's control API, used by the operator and the local launcher."""
+"""Client for the controller's control API, used by the operator and the local launcher.
+
+The controller runs a tenant's image or program (`spec.controller.image`,
+`spec.controller.command`), so its answers are untrusted input to the
+operator, which serves every tenant: each answer is read with a byte cap and
+a deadline for the whole request, and a malformed one is a `ControlApiError`,
+never an exception that escapes into the operator (a trial's controller that
+streamed a 1 GB status body got the operator OOMKilled in a loop).
+"""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 
 import httpx
+import pydantic
 
 from elastic_jax.api.control import ControllerStatus, SliceReport, SliceReportResult, SliceState, StopRequest
+
+# Bytes of one answer the client reads at most. A status of 64 slices with its capped recovery history is
+# tens of KiB; /metrics (histograms) some hundreds.
+MAX_ANSWER_BYTES = 1 << 20
+MAX_METRICS_BYTES = 8 << 20
+# Requests one client may have in flight; exchanges a controller never finished count until it does.
+MAX_IN_FLIGHT = 4
 
 
 class ControlApiError(RuntimeError):
@@ -32,35 +50,101 @@ class ControlClient:
 
     def __init__(self, base_url: str, token: str, timeout_s: float = 2.0):
         self.base_url = base_url.rstrip("/")
+        self._timeout_s = timeout_s
         self._http = httpx.Client(
             base_url=self.base_url, timeout=timeout_s, headers={"Authorization": f"Bearer {token}"}, trust_env=False
         )
+        self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
 
     def close(self) -> None:
         """Closes the connection pool."""
         self._http.close()
 
-    def _request(self, method: str, path: str, retries: int, backoff_s: float, **kwargs) -> httpx.Response:
-        """Sends with exponential backoff on connection errors and 5xx; 4xx is final."""
+    def _send(self, method: str, path: str, max_bytes: int, **kwargs) -> tuple[int, bytes]:
+        """One request: (status code, body), the body read up to `max_bytes`, the whole exchange (headers
+        included) within the client's timeout.
+
+        httpx's timeout bounds each read, so a controller that trickles its header block a byte at a time
+        would hold the caller (an operator handler thread) for hours: the exchange runs on its own daemon
+        thread and the caller waits at most the timeout. An abandoned exchange keeps its slot until the
+        controller ends it; with `MAX_IN_FLIGHT` slots taken, further requests fail at once.
+
+        Raises:
+          httpx.TransportError: connection failed.
+          ControlApiError: the answer is larger than `max_bytes` or slower than the timeout, or
+            `MAX_IN_FLIGHT` earlier exchanges are still unfinished (final: a controller that does this
+            once does it again).
+        """
+        if not self._in_flight.acquire(blocking=False):
+            raise ControlApiError(f"{method} {path}: {MAX_IN_FLIGHT} earlier requests still unanswered")
+        outcome: list = []
+
+        def exchange() -> None:
+            try:
+                outcome.append(("ok", self._exchange(method, path, max_bytes, **kwargs)))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+                outcome.append(("error", e))
+            finally:
+                self._in_flight.release()
+
+        worker = threading.Thread(target=exchange, name=f"control-api {method} {path}", daemon=True)
+        worker.start()
+        worker.join(self._timeout_s + 0.5)  # (the body loop's own deadline ends a slow body first)
+        if not outcome:
+            raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s")
+        kind, value = outcome[0]
+        if kind == "error":
+            raise value
+        return value
+
+    def _exchange(self, method: str, path: str, max_bytes: int, **kwargs) -> tuple[int, bytes]:
+        """`_send`'s exchange, on its own thread: the body read up to `max_bytes` by the deadline."""
+        deadline = time.monotonic() + self._timeout_s
+        with self._http.stream(method, path, **kwargs) as response:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise ControlApiError(f"{method} {path}: answer of {declared} bytes refused (at most {max_bytes})")
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise ControlApiError(f"{method} {path}: answer longer than {max_bytes} bytes refused")
+                if time.monotonic() > deadline:
+                    raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s")
+            return response.status_code, bytes(body)
+
+    def _request(self, method: str, path: str, retries: int, backoff_s: float, max_bytes: int = MAX_ANSWER_BYTES,
+                 **kwargs) -> bytes:
+        """Sends with exponential backoff on connection errors and 5xx; 4xx is final. Returns the body.
+
+        Raises:
+          ControlApiError: 4xx, an answer over `max_bytes` or the timeout, or unreachable after `retries`.
+        """
         delay = backoff_s
         last: Exception | None = None
         for attempt in range(retries + 1):
             try:
-                response = self._http.request(method, path, **kwargs)
+                code, body = self._send(method, path, max_bytes, **kwargs)
             except httpx.TransportError as e:
                 last = e
             else:
-                if response.status_code < 400:
-                    return response
-                if response.status_code < 500:
-                    raise ControlApiError(
-                        f"{method} {path}: {response.status_code} {response.text[:300]}", response.status_code
-                    )
-                last = ControlApiError(f"{method} {path}: {response.status_code}", response.status_code)
+                if code < 400:
+                    return body
+                if code < 500:
+                    raise ControlApiError(f"{method} {path}: {code} {body[:300].decode(errors='replace')}", code)
+                last = ControlApiError(f"{method} {path}: {code}", code)
             if attempt < retries:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
         raise ControlApiError(f"{method} {self.base_url}{path}: unreachable after {retries + 1} tries ({last})")
+
+    @staticmethod
+    def _parse(model, method: str, path: str, body: bytes):
+        """`model` from a JSON answer; a malformed answer is a ControlApiError naming what is wrong."""
+        try:
+            return model.model_validate(json.loads(body))
+        except (ValueError, pydantic.ValidationError) as e:
+            raise ControlApiError(f"{method} {path}: malformed answer: {str(e)[:300]}") from None
 
     def report_slice(
         self,
@@ -78,10 +162,10 @@ class ControlClient:
           ControlApiError: rejected (401/404/422) or unreachable after `retries`.
         """
         body = SliceReport(state=state, generation=generation, addresses=addresses or [], reason=reason)
-        response = self._request(
+        answer = self._request(
             "PUT", f"/v1/slices/{index}", retries, backoff_s, json=body.model_dump(mode="json", by_alias=True)
         )
-        return SliceReportResult.model_validate(response.json())
+        return self._parse(SliceReportResult, "PUT", f"/v1/slices/{index}", answer)
 
     def status(self, retries: int = 0, backoff_s: float = 0.1) -> ControllerStatus:
         """`GET /v1/status`.
@@ -89,7 +173,7 @@ class ControlClient:
         Raises:
           ControlApiError: rejected or unreachable.
         """
-        return ControllerStatus.model_validate(self._request("GET", "/v1/status", retries, backoff_s).json())
+        return self._parse(ControllerStatus, "GET", "/v1/status", self._request("GET", "/v1/status", retries, backoff_s))
 
     def stop(self, reason: str, retries: int = 0, backoff_s: float = 0.1) -> None:
         """`POST /v1/stop`: ask the run to stop (abandon the in-flight step, checkpoint, exit STOPPED).
@@ -103,10 +187,10 @@ class ControlClient:
     def ready(self) -> bool:
         """True when `GET /readyz` answers 200 (no retries)."""
         try:
-            return self._http.get("/readyz").status_code == 200
-        except httpx.TransportError:
+            return self._send("GET", "/readyz", 4096)[0] == 200
+        except (httpx.TransportError, ControlApiError):
             return False
 
     def metrics_text(self) -> str:
         """`GET /metrics` (Prometheus text)."""
-        return self._request("GET", "/metrics", 2, 0.1).text
+        return self._request("GET", "/metrics", 2, 0.1, max_bytes=MAX_METRICS_BYTES).decode(errors="replace")

@@ -15,14 +15,13 @@ does that translation; CEL rules come from the models' `json_schema_extra`.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from elastic_jax.api import cluster
+from elastic_jax.api import cluster, generated_file
 from elastic_jax.api import job as job_api
 from elastic_jax.api.status import ElasticTrainingJobStatus
 # The TPU table lives with the renderer that uses it; the CRD carries it as CEL (one table, two readers).
@@ -46,13 +45,27 @@ NAME_RULES = [
 _DROP = {"title"}
 
 PRINTER_COLUMNS = [
-    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
+     "description": "Pending, Running, Degraded, Recovering, Suspended, Succeeded or Failed."},
+    {"name": "Step", "type": "integer", "jsonPath": ".status.step", "description": "Optimizer steps completed."},
     {"name": "Active", "type": "integer", "jsonPath": ".status.activeSlices", "description": "Slices training now."},
-    {"name": "Desired", "type": "integer", "jsonPath": ".spec.slices.count"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".spec.slices.count", "description": "spec.slices.count."},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.controllerRestarts",
      "description": "Controller pod recreations (worker failures never count here)."},
+    {"name": "Goodput", "type": "string", "jsonPath": ".status.goodput.percent",
+     "description": "(productive + reduced x active/desired) seconds / seconds booked, over every controller pod."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # -o wide: where the time went (seconds; status.goodput.seconds has every category)
+    {"name": "Productive", "type": "number", "jsonPath": ".status.goodput.seconds.productive", "priority": 1,
+     "description": "Seconds training on every desired slice."},
+    {"name": "Reduced", "type": "number", "jsonPath": ".status.goodput.seconds.reduced", "priority": 1,
+     "description": "Seconds training on fewer slices than desired."},
+    {"name": "Recovering", "type": "number", "jsonPath": ".status.goodput.seconds.recovering", "priority": 1,
+     "description": "Seconds from failures to the next completed step, and steps lost."},
+    {"name": "Waiting", "type": "number", "jsonPath": ".status.goodput.seconds.waiting", "priority": 1,
+     "description": "Seconds paused for lack of slices."},
+    {"name": "Spares", "type": "string", "jsonPath": ".status.spareSlices", "priority": 1,
+     "description": "Indices of the hot spare slices."},
 ]
 
 
@@ -166,23 +179,12 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Writes (or with --check, verifies) `crds/elastictrainingjobs.yaml` and the Helm chart's copy; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m elastic_jax.api.crd", description="Generate the CRD YAML.")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the models")
-    parser.add_argument("--output", type=Path, default=CRD_PATH)
-    args = parser.parse_args(argv)
-    text = render()
-    if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is stale: run python -m elastic_jax.api.crd", file=sys.stderr)
-            return 1
-        return 0
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text)
-    if args.output == CRD_PATH:
+    code, written = generated_file.main(argv, prog="python -m elastic_jax.api.crd", description="Generate the CRD YAML.",
+                                        default_output=CRD_PATH, render=render)
+    if written == CRD_PATH:
         # The Helm chart ships the same file (charts cannot reach outside their folder).
-        HELM_CRD_PATH.write_text(text)
-    return 0
+        HELM_CRD_PATH.write_text(CRD_PATH.read_text())
+    return code
 
 
 if __name__ == "__main__":

@@ -61,6 +61,12 @@ _QUANTITY = re.compile(QUANTITY_PATTERN)
 # The bound is the largest float64 below 2**63: the API server reads a schema's `maximum` as
 # a float64 (2**63 - 1 rounds up to 2**63 and overflows), and both sides must agree exactly.
 INT64_MAX = 2**63 - 1024
+# Bounds of the fields the controller sizes memory or waits by (issue 9: `globalBatchSize: 2**40` was
+# accepted and the controller grew until the node's memory ran out). A step's global batch is built
+# on the controller host, so it is bounded by what one host can hold; a duration beyond 30 days is a
+# typo, and a timer that large overflows Python's waits.
+MAX_GLOBAL_BATCH_SIZE = 2**20
+MAX_DURATION_SECONDS = 30 * 24 * 3600
 
 
 def _quantity(value: Any) -> str:
@@ -109,6 +115,9 @@ _ENV_NAME = re.compile(ENV_NAME_PATTERN)
 # A list of env vars is a map keyed by name in the CRD, so the API server refuses a name set twice
 # (as `_env_not_reserved` does); the bound keeps the CEL rules over it cheap.
 MAX_ENV = 128
+# spec.controller.command/args: items and characters per item (the manifest must fit a ConfigMap anyway).
+MAX_COMMAND_ITEMS = 64
+MAX_COMMAND_ITEM_CHARS = 4096
 ENV_LIST_SCHEMA = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
 
 
@@ -167,6 +176,10 @@ class LocalObjectReference(_Model):
 class Toleration(_Model):
     """A Pod toleration (Kubernetes `core/v1.Toleration`): lets the pods schedule onto nodes with a matching taint."""
 
+    # CEL rules for the CRD: what `_as_the_api_server_checks` refuses (the API server's ValidateTolerations),
+    # so `kubectl apply` refuses it rather than the pod create later.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": pod_rules.TOLERATION_CEL_RULES})
+
     key: str | None = Field(default=None, max_length=317,
                             description="Taint key to match (a label key); empty with operator Exists matches every taint.",
                             json_schema_extra={"pattern": pod_rules.QUALIFIED_NAME_PATTERN})
@@ -180,13 +193,8 @@ class Toleration(_Model):
 
     @model_validator(mode="after")
     def _as_the_api_server_checks(self) -> "Toleration":
-        if not self.key and self.operator != "Exists":
-            raise ValueError("a toleration without a key must have operator Exists")
-        if self.operator == "Exists" and self.value:
-            raise ValueError(f"a toleration with operator Exists must not have a value (got {self.value!r})")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerationSeconds needs effect NoExecute")
-        found = pod_rules.toleration_problems(self.key, self.value)
+        found = pod_rules.toleration_problems(self.key, self.value, self.operator, self.effect,
+                                              self.toleration_seconds)
         if found:
             raise ValueError("; ".join(found))
         return self
@@ -299,7 +307,7 @@ class SliceSpec(_Model):
     count: int = Field(ge=1, le=64, description="Desired number of slices (data-parallel replicas across DCN).")
     min_slices: int | None = Field(
         default=None,
-        ge=1,
+        ge=1, le=64,
         description=(
             "Fewest active slices training may continue on. Equal to `count` (the default): pause and "
             "resume, training waits for a lost slice to come back. Lower: replica resize, training "
@@ -375,9 +383,35 @@ class TrainerSpec(_Model):
 class ControllerSpec(_Model):
     """The long-lived controller pod that runs the training loop."""
 
+    # CEL rules for the CRD: the API server refuses at apply what `_names` refuses (a trial found both
+    # created and then failed InvalidSpec). A trainer equal to the default is no trainer (`_names`).
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        # (CEL cannot take the size of the free-form config: any config given with a command is refused
+        # here, an empty one too; the operator's own read accepts an empty one, as it writes it back)
+        "rule": ("!has(self.command) || !has(self.trainer) || "
+                 f"((!has(self.trainer.entryPoint) || self.trainer.entryPoint == '{BUILTIN_TRAINER}') && "
+                 "!has(self.trainer.config))"),
+        "message": ("spec.controller.trainer: not used with spec.controller.command (library mode: the command "
+                    "is the training program); remove one of them"),
+        "fieldPath": ".trainer",
+    }, {
+        "rule": "!has(self.args) || size(self.args) == 0 || has(self.command)",
+        "message": "spec.controller.args: needs spec.controller.command (the built-in trainer host takes no arguments)",
+        "fieldPath": ".args",
+    }]})
+
     image: str = Field(default=DEFAULT_CONTROLLER_IMAGE, min_length=1, description="Controller container image.",
                        json_schema_extra={"pattern": IMAGE_PATTERN})
     trainer: TrainerSpec = Field(default_factory=TrainerSpec, description="Training program and its config.")
+    command: list[Annotated[str, Field(min_length=1, max_length=MAX_COMMAND_ITEM_CHARS)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_COMMAND_ITEMS,
+        description=("Library mode: the user's own program run in the controller container instead of the "
+                     "built-in trainer host (the container's command, e.g. [python, /app/train.py]). It "
+                     "imports elastic_jax (docs/bring-your-own-loop.md), which serves the control API and "
+                     "takes the slice reports; spec.controller.trainer must then be left unset (or default)."))
+    args: list[Annotated[str, Field(max_length=MAX_COMMAND_ITEM_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_COMMAND_ITEMS,
+        description="Arguments of spec.controller.command (the container's args). Only with command.")
     resources: Resources = Field(
         default_factory=Resources,
         description=("Controller container resources. For cpu and memory that are given neither a request nor a "
@@ -406,8 +440,21 @@ class ControllerSpec(_Model):
         description=("Mount the ServiceAccount's Kubernetes API token into the controller pod. Only for a "
                      "serviceAccountName the admin allowed to mount its token; Workload Identity does not need it."))
 
+    @property
+    def library_mode(self) -> bool:
+        """True when the controller runs the user's `command` (elastic_jax as a library), not the trainer host."""
+        return self.command is not None
+
     @model_validator(mode="after")
     def _names(self) -> "ControllerSpec":
+        # Compared with the default, not "was it given": the operator's manifest ConfigMap writes every
+        # field back, defaults included, and the program must read the same spec.
+        if self.command is not None and self.trainer != TrainerSpec():
+            raise ValueError("spec.controller.trainer: not used with spec.controller.command (library mode: the "
+                             "command is the training program); remove one of them")
+        if self.args and self.command is None:
+            raise ValueError("spec.controller.args: needs spec.controller.command (the built-in trainer host "
+                             "takes no arguments)")
         _node_selector(self.node_selector, "spec.controller.nodeSelector")
         _pod_fields(self.image, self.resources, "spec.controller")
         if self.service_account_name is not None:
@@ -466,9 +513,10 @@ class TrainingSpec(_Model):
 
     steps: int = Field(ge=1, le=INT64_MAX, description="Total optimizer steps to run.")
     global_batch_size: int = Field(
-        ge=1, le=INT64_MAX,
+        ge=1, le=MAX_GLOBAL_BATCH_SIZE,
         description=(
-            "Examples per step across all active slices. Kept constant when slices leave or join: "
+            "Examples per step across all active slices, at most 1048576 (2**20; the controller host builds "
+            "each global batch). Kept constant when slices leave or join: "
             "the per-slice batch is rescaled (global batch / active slices, remainder to the lowest indices)."
         ),
     )
@@ -512,6 +560,19 @@ class CheckpointSpec(_Model):
 class ElasticitySpec(_Model):
     """Recovery policy."""
 
+    # CEL rule for the CRD: the API server refuses what `_progress_timeout_covers_a_step` refuses (a
+    # progress timeout no longer than one step's deadline can never be met: the watchdog would kill a
+    # controller whose slow step the step deadline is still handling).
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": ("!has(self.progressTimeoutSeconds) || self.progressTimeoutSeconds == 0.0 || "
+                 "(self.progressTimeoutSeconds > (has(self.stepDeadlineSeconds) ? self.stepDeadlineSeconds : 60.0) "
+                 "&& self.progressTimeoutSeconds > "
+                 "(has(self.firstStepDeadlineSeconds) ? self.firstStepDeadlineSeconds : 120.0))"),
+        "message": ("spec.elasticity.progressTimeoutSeconds must be 0 (off) or more than the longest step deadline "
+                    "(stepDeadlineSeconds, firstStepDeadlineSeconds): a slow step is the step deadline's to handle"),
+        "fieldPath": ".progressTimeoutSeconds",
+    }]})
+
     max_restarts: int = Field(
         default=20, ge=0, le=INT64_MAX, description="Job-wide budget of slice recoveries; one more fails the job."
     )
@@ -519,17 +580,17 @@ class ElasticitySpec(_Model):
         default=10, ge=0, le=INT64_MAX, description="Budget of replacements of any one slice; one more fails the job."
     )
     step_deadline_seconds: float = Field(
-        default=60.0, gt=0, description="A step not finished within this time marks the slow slices down (hang detection)."
+        default=60.0, gt=0, le=MAX_DURATION_SECONDS, description="A step not finished within this time marks the slow slices down (hang detection)."
     )
     slice_wait_timeout_seconds: float = Field(
-        default=600.0, gt=0, description="How long to wait for enough slices before failing the job."
+        default=600.0, gt=0, le=MAX_DURATION_SECONDS, description="How long to wait for enough slices before failing the job."
     )
     first_step_deadline_seconds: float = Field(
-        default=120.0, gt=0, description="Deadline for a slice's first step on a new program (includes its compile)."
+        default=120.0, gt=0, le=MAX_DURATION_SECONDS, description="Deadline for a slice's first step on a new program (includes its compile)."
     )
     progress_timeout_seconds: float = Field(
         default=1800.0,
-        ge=0,
+        ge=0, le=MAX_DURATION_SECONDS,
         description=(
             "No-progress watchdog: while the controller trains (phase Running or Recovering; not while "
             "Starting/restoring or WaitingForSlices), no completed step for this long makes its /healthz "
@@ -651,6 +712,10 @@ class ElasticTrainingJobSpec(_Model):
         return self
 
 
+# The API server's bound on all annotations of one object (TotalAnnotationSizeLimitB).
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+
+
 class ObjectMeta(_Model):
     """Kubernetes object metadata (`metav1.ObjectMeta`).
 
@@ -684,6 +749,20 @@ class ObjectMeta(_Model):
         problem = name_problem(self.name)
         if problem:
             raise ValueError(problem)
+        # The API server refuses these before any CRD rule runs (ValidateObjectMeta).
+        for k, v in self.labels.items():
+            if not _LABEL_KEY.match(k) or len(k.rpartition("/")[0]) > 253:
+                raise ValueError(f"metadata.labels key {k!r} is not a valid label key (an optional DNS prefix and "
+                                 "'/', then at most 63 letters, digits, '-', '_', '.')")
+            if not _LABEL_VALUE.match(v):
+                raise ValueError(f"metadata.labels[{k!r}] value {v!r} is not a valid label value (at most 63 "
+                                 "letters, digits, '-', '_', '.', starting and ending with a letter or digit)")
+        for k in self.annotations:
+            if not _LABEL_KEY.match(k.lower()) or len(k.rpartition("/")[0]) > 253:
+                raise ValueError(f"metadata.annotations key {k!r} is not a valid annotation key (an optional DNS "
+                                 "prefix and '/', then at most 63 letters, digits, '-', '_', '.')")
+        if sum(len(k.encode()) + len(v.encode()) for k, v in self.annotations.items()) > MAX_ANNOTATIONS_BYTES:
+            raise ValueError(f"metadata.annotations: at most {MAX_ANNOTATIONS_BYTES} bytes of keys and values")
         if self.namespace is not None and (len(self.namespace) > 63 or not _DNS1123_LABEL.fullmatch(self.namespace)):
             # The API server refuses such a namespace before any CRD rule runs.
             raise ValueError(f"metadata.namespace {self.namespace!r} must be a DNS-1123 label: at most 63 lowercase "

@@ -129,6 +129,28 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     return "; ".join(parts)
 
 
+# Free-form fields: kept exactly as written (the trainer reads them, and `1.0` there may mean a float).
+_FREE_FORM_PATHS = {("spec", "controller", "trainer", "config")}
+
+
+def integral_floats_as_ints(node: Any, path: tuple[str, ...] = ()) -> Any:
+    """`node` with every float that is a whole number (`10.0`, `1e3`) turned into an int, outside free-form fields.
+
+    The API server does the same to an integer field (kubectl sends YAML's `10.0` as JSON `10`; a JSON
+    `10.0` passes `type: integer` as a whole number), so `steps: 10.0` is accepted by both, and `10.5`
+    refused by both. A float field takes the int unchanged.
+    """
+    if path in _FREE_FORM_PATHS:
+        return node
+    if isinstance(node, float) and node.is_integer():
+        return int(node)
+    if isinstance(node, dict):
+        return {k: integral_floats_as_ints(v, path + (str(k),)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [integral_floats_as_ints(v, path) for v in node]
+    return node
+
+
 def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
     """Validates an already-parsed manifest with the API server's type rules.
 
@@ -136,7 +158,8 @@ def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
     what the API server sees after kubectl converts the YAML (YAML timestamps
     become strings): `steps: "10"` or `suspend: "yes"` is refused here exactly
     as the CRD's `type: integer` / `type: boolean` refuses it there, never
-    coerced.
+    coerced. A whole-number float (`steps: 10.0`) is taken as the integer, as
+    the API server takes it (`integral_floats_as_ints`).
 
     Args:
       data: the parsed manifest.
@@ -150,7 +173,8 @@ def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
     if not isinstance(data, dict):
         raise ManifestError(f"{where}expected a YAML mapping with apiVersion, kind, metadata, spec")
     try:
-        return ElasticTrainingJob.model_validate_json(json.dumps(data, default=str), strict=True)
+        return ElasticTrainingJob.model_validate_json(json.dumps(integral_floats_as_ints(data), default=str),
+                                                      strict=True)
     except ValidationError as e:
         raise ManifestError(f"{where}{format_validation_error(e)}") from None
 

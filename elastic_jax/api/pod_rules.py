@@ -185,9 +185,35 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 _LABEL_VALUE = re.compile(LABEL_VALUE_PATTERN)
 
 
-def toleration_problems(key: str | None, value: str | None) -> list[str]:
-    """The API server's refusals of a toleration's key and value (the phrases; the caller names the field)."""
+# The API server's cross-field rules of one toleration (ValidateTolerations), each as a message and a CEL
+# rule over the toleration object; `toleration_problems` applies the same three in Python.
+TOLERATION_KEYLESS_MESSAGE = "a toleration without a key must have operator Exists (it matches every taint)"
+TOLERATION_EXISTS_VALUE_MESSAGE = "a toleration with operator Exists must not have a value"
+TOLERATION_SECONDS_MESSAGE = "tolerationSeconds needs effect NoExecute"
+TOLERATION_CEL_RULES: list[dict[str, str]] = [
+    {"rule": "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+     "message": TOLERATION_KEYLESS_MESSAGE, "fieldPath": ".operator"},
+    {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+     "message": TOLERATION_EXISTS_VALUE_MESSAGE, "fieldPath": ".value"},
+    {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+     "message": TOLERATION_SECONDS_MESSAGE, "fieldPath": ".tolerationSeconds"},
+]
+
+
+def toleration_problems(key: str | None, value: str | None, operator: str = "Equal", effect: str | None = None,
+                        toleration_seconds: int | None = None) -> list[str]:
+    """The API server's refusals of one toleration (the phrases; the caller names the field); [] when none.
+
+    Args:
+      key, value, operator, effect, toleration_seconds: the toleration's fields (None: unset).
+    """
     found = []
+    if not key and operator != "Exists":
+        found.append(TOLERATION_KEYLESS_MESSAGE)
+    if operator == "Exists" and value:
+        found.append(f"{TOLERATION_EXISTS_VALUE_MESSAGE} (got {value!r})")
+    if toleration_seconds is not None and effect != "NoExecute":
+        found.append(TOLERATION_SECONDS_MESSAGE)
     if key and (not _QUALIFIED_NAME.match(key) or len(key.rpartition("/")[0]) > 253):
         found.append(f"key {key!r} is not a valid label key (an optional DNS prefix and '/', then at most 63 "
                      "letters, digits, '-', '_', '.')")

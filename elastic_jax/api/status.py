@@ -8,9 +8,9 @@ of the CRD's status schema (`elastic_jax.api.crd`).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Mapping
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from elastic_jax.api.job import _Model
 
@@ -47,6 +47,43 @@ COND_NODE_LOST = "NodeLost"
 # ResourceManagerStarting, or ResourceManagerRestarting after a restart of that sidecar);
 # False (reason ResourceManagerListening) once it listens.
 COND_WAITING_FOR_RESOURCE_MANAGER = "WaitingForResourceManager"
+# Condition reasons: every reason the operator writes, spelled once (CamelCase, Kubernetes style).
+# Running: its reason is the phase itself (`Phase`).
+# Degraded
+REASON_SLICES_DOWN = "SlicesDown"  # fewer slices train than desired (Degraded or Recovering)
+REASON_ALL_SLICES_ACTIVE = "AllSlicesActive"
+REASON_NOT_TRAINING = "NotTraining"  # finished, suspended or not started
+# ControllerRestarted
+REASON_CONTROLLER_POD_LOST = "ControllerPodLost"
+# Suspended
+REASON_SUSPENDED = "Suspended"
+# Suspended, and spec.checkpoint.uri is local to the controller pod: a resume starts again from step 0.
+REASON_SUSPENDED_WITHOUT_CHECKPOINT = "SuspendedWithoutCheckpoint"
+REASON_NOT_SUSPENDED = "NotSuspended"
+# SpecChangeRejected
+REASON_IMMUTABLE_WHILE_RUNNING = "ImmutableWhileRunning"
+REASON_SPEC_APPLIED = "SpecApplied"
+# Succeeded / Failed
+REASON_JOB_SUCCEEDED = "JobSucceeded"
+REASON_JOB_FAILED = "JobFailed"
+# The spec is what is wrong (the operator's parse, or a child the API server found invalid); an
+# Event of the same reason goes with it.
+REASON_INVALID_SPEC = "InvalidSpec"
+# CreateFailed: True with the API server's refusal by HTTP status (`REFUSAL_REASONS`), or one of the
+# conflicts below; False once every child was created.
+REASON_CHILDREN_CREATED = "ChildrenCreated"
+REFUSAL_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 422: "Invalid", 429: "TooManyRequests",
+                   500: "ServerError", 503: "ServiceUnavailable"}
+# ImagePullFailed / PodsNotStarting: True with the kubelet's or scheduler's reason; False with these.
+REASON_IMAGES_PULLED = "ImagesPulled"
+REASON_PODS_STARTED = "PodsStarted"
+# NodeLost
+REASON_NODE_LOST = "NodeLost"
+REASON_NODE_LOSS_RECOVERED = "NodeLossRecovered"
+# WaitingForResourceManager (backend pathways)
+REASON_RM_STARTING = "ResourceManagerStarting"
+REASON_RM_RESTARTING = "ResourceManagerRestarting"
+REASON_RM_LISTENING = "ResourceManagerListening"
 REASON_TOKEN_SECRET_CONFLICT = "TokenSecretConflict"
 REASON_CHILD_CONFLICT = "ChildNameConflict"
 REASON_TOKEN_REFUSED = "ControllerRefusesToken"  # the controller answers 401 to this operator's token
@@ -106,6 +143,45 @@ class SliceCounterBase(_Model):
                                                         "suspend, or for a new Pathways head).")
 
 
+# Goodput ledger categories (the controller's `goodput.CATEGORIES`), in the order status lists them.
+GOODPUT_CATEGORIES = ("productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting")
+
+
+class GoodputSeconds(_Model):
+    """Wall seconds of the job's controllers by goodput category (exactly one category is current at a time)."""
+
+    productive: float = Field(default=0.0, ge=0, description="Seconds training on every desired slice.")
+    reduced: float = Field(default=0.0, ge=0, description="Seconds training on fewer slices than spec.slices.count "
+                                                          "(replica resize).")
+    recovering: float = Field(default=0.0, ge=0, description="Seconds from a failure to the next completed step "
+                                                             "(paused time excluded), plus steps done and then lost.")
+    waiting: float = Field(default=0.0, ge=0, description="Seconds paused for lack of slices after training began.")
+    checkpointing: float = Field(default=0.0, ge=0, description="Seconds the training loop blocked on a checkpoint save.")
+    restoring: float = Field(default=0.0, ge=0, description="Seconds reading a checkpoint or host snapshot back.")
+    starting: float = Field(default=0.0, ge=0, description="Seconds from a controller process's start to its first "
+                                                           "step (start-up, first slices, first compile).")
+
+
+class Goodput(_Model):
+    """The job's goodput ledger, over every controller pod it had (docs/failure-handling.md, "Goodput")."""
+
+    fraction: float | None = Field(
+        default=None, ge=0, le=1,
+        description="(productive + reduced x active/desired) seconds / the seconds booked; unset before any were.")
+    percent: str = Field(default="", description="`fraction` as a percentage with one decimal (the GOODPUT column).")
+    seconds: GoodputSeconds = Field(default_factory=GoodputSeconds, description="Seconds per category.")
+    reduced_equivalent_seconds: float = Field(
+        default=0.0, ge=0, description="`reduced` weighted by active/desired slices: what that work costs at full size.")
+    wall_seconds: float = Field(default=0.0, ge=0, description="The categories' seconds added up.")
+
+
+class GoodputBase(_Model):
+    """What the job's earlier controller pods booked (`CounterBase.goodput`)."""
+
+    seconds: GoodputSeconds = Field(default_factory=GoodputSeconds, description="Seconds per category.")
+    reduced_equivalent_seconds: float = Field(default=0.0, ge=0, description="Their reduced seconds x active/desired.")
+
+
 class CounterBase(_Model):
     """What earlier controller pods and JobSets of the job counted.
 
@@ -117,6 +193,8 @@ class CounterBase(_Model):
                                                         "added to `recoveries`.")
     recoveries: int = Field(default=0, ge=0, description="Recoveries the job's earlier controller pods made.")
     slices: list[SliceCounterBase] = Field(default_factory=list, description="Per slice: restarts of its earlier JobSets.")
+    goodput: GoodputBase | None = Field(
+        default=None, description="The goodput ledger of the job's earlier controller pods, added to `goodput`.")
 
 
 class ElasticTrainingJobStatus(_Model):
@@ -140,6 +218,12 @@ class ElasticTrainingJobStatus(_Model):
     recoveries: int = Field(default=0, ge=0, description="Recoveries (a slice lost, hung or drained) the job's "
                                                          "controllers made, over every controller pod of the job (a new "
                                                          "one after a loss or a resume adds to it).")
+    goodput: Goodput | None = Field(
+        default=None, description="Where the job's controller wall time went, over every controller pod of the job "
+                                  "(a new one after a loss or a resume adds to it); unset until a controller answered.")
+    spare_slices: list[int] = Field(
+        default_factory=list, description="Indices of the slices the controller keeps as hot spares now (Ready, out "
+                                          "of the training mesh; spec.slices.spares), as it last reported.")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
     resumed_from: ResumedFrom | None = Field(
@@ -156,3 +240,28 @@ class ElasticTrainingJobStatus(_Model):
                                   "`sliceReplacements` and the slices' `restarts` include (kept by the operator).")
     start_time: str = Field(default="", description="RFC 3339 time the job was first reconciled.")
     completion_time: str = Field(default="", description="RFC 3339 time it Succeeded or Failed.")
+
+    @classmethod
+    def from_kube(cls, status: Mapping[str, Any] | None) -> ElasticTrainingJobStatus:
+        """The typed status from a job's `.status` as the API server returns it (camelCase).
+
+        kopf's own `status.kopf` and fields this version does not know (written by a
+        newer operator) are left out; only the fields present count as set, so
+        `to_kube` writes back no default the job never had.
+
+        Raises:
+          ValueError: a known field holds a value the model refuses (naming the field):
+            `.status` was edited by hand through the status subresource.
+        """
+        known = {f.alias or n for n, f in cls.model_fields.items()}
+        data = {k: v for k, v in (status or {}).items() if k in known}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValueError(f"status.{where}: {first['msg']} (the job's status was not written by this operator)") from None
+
+    def to_kube(self) -> dict[str, Any]:
+        """The camelCase `.status` to write: the fields set (read back or assigned), unset optionals left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)

@@ -16,6 +16,14 @@ again. Only the launcher's own stop (Ctrl-C or SIGTERM to `elastic-jax run`)
 ends a running job early: it sends `POST /v1/stop` first, so the controller
 abandons its step, checkpoints and exits `STOPPED`, then stops every process. Optionally it injects a failure: SIGKILL (or SIGSTOP) of one
 worker once training passes a given step.
+
+What it decides is the supervision core's (`elastic_jax.supervision`), which
+the operator drives too: a slice's state from what its worker process shows,
+the generations, the replace rule, the restart delay, and the budgets (worker
+deaths against `spec.elasticity.maxRestartsPerSlice`/`maxRestarts`, which
+stop the job `Failed` naming the budget; controller restarts within
+`maxRestarts`). This module only turns processes into observations and
+carries out the result.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -38,6 +47,9 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
+from elastic_jax.supervision import budgets
+from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, next_generation, \
+    next_slice_state, reported
 
 _logger = logging.getLogger(__name__)
 
@@ -69,7 +81,8 @@ class LaunchOptions:
       restart_backoff_s: restart delay of a dead worker; doubles per consecutive death before Ready (a crash
         loop; cap 30 s). A worker that was Ready when it died is restarted after this delay again.
       ready_timeout_s: seconds to wait for the controller's /readyz.
-      max_controller_restarts: controller restarts allowed (flow 3) before giving up.
+      max_controller_restarts: controller restarts allowed (flow 3) before giving up; None: the job's
+        `spec.elasticity.maxRestarts`, as the operator allows (`supervision.budgets`).
       fresh: the first controller deletes the local checkpoints once its trainer and
         checkpoint location check out (a restarted controller never does: it resumes).
     """
@@ -80,18 +93,23 @@ class LaunchOptions:
     kill_signal: int = signal.SIGKILL
     restart_backoff_s: float = 1.0
     ready_timeout_s: float = 300.0
-    max_controller_restarts: int = 3
+    max_controller_restarts: int | None = None
     fresh: bool = False
 
 
 @dataclasses.dataclass
 class _Slice:
+    """One slice: its worker process and its state in the supervision core's terms."""
+
     index: int
     child: Child
     port: int = 0
-    generation: int = 0
-    state: str = "Starting"  # Starting, Ready, Down
+    generation: int = 0  # the last generation sent (`next_generation` stays above it)
+    ready_generation: int | None = None  # generation of the Ready the current controller accepted
+    state: SliceState = "Provisioning"
+    listening: bool = False  # this worker process accepted a connection (it was Ready)
     consecutive_failures: int = 0  # deaths since it was last Ready (the crash-loop backoff)
+    deaths: int = 0  # worker deaths the launcher did not cause: the slice's replacements, against the budgets
     restart_at: float | None = None
 
 
@@ -120,6 +138,7 @@ class LocalLauncher:
         self.token = secrets.token_urlsafe(24)
         self.controller_port = 0
         self.controller: Child | None = None
+        self._last_status: ControllerStatus | None = None  # the newest status polled (library mode's summary)
         self.controller_pids: list[int] = []
         self.slices: list[_Slice] = []
         self.client: ControlClient | None = None
@@ -133,12 +152,23 @@ class LocalLauncher:
         # One entry per controller that ended without ending the job (see `_carry_over_from_dead_controller`).
         self.controller_losses: list[dict[str, Any]] = []
         self.kill_skipped: str | None = None
+        # Why the launcher ended the job: its slices' replacements exceeded a budget (`supervision.budgets`).
+        self.budget_failure: str | None = None
 
     # -- setup ----------------------------------------------------------------
 
     def _child_env(self) -> dict[str, str]:
         """Marks every child with its run directory, so a leftover process can always be traced to its run."""
         return {RUN_DIR_ENV: str(self.workdir.resolve())}
+
+    def _worker_env(self) -> dict[str, str]:
+        """`_child_env` plus a persistent XLA compilation cache shared by the run's workers (`xla-cache` in the
+        run folder, private to this user): a worker restarted after a failure loads its step program's
+        executable from there instead of compiling it again on cores the training needs."""
+        cache = self.workdir / "xla-cache"
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return {**self._child_env(), contract.JAX_ENV_COMPILATION_CACHE_DIR: str(cache.resolve()),
+                contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS: "0"}
 
     def _controller_env(self) -> dict[str, str]:
         """`_child_env` plus the job's identity: namespace `local`, a UID stable for this job name and
@@ -151,16 +181,30 @@ class LocalLauncher:
         self.controller_port = free_port()
         token_file = self.workdir / "token"
         write_private_file(token_file, self.token)
-        argv = [
-            venv_script("elastic-jax-controller"), "--manifest", str(self.manifest_path), "--token-file", str(token_file),
-            "--host", "127.0.0.1", "--port", str(self.controller_port), "--summary-file", str(self.workdir / "summary.json"),
-        ]
-        if self.options.fresh and not self._cleared:
-            argv.append("--fresh")
+        c = self.job.spec.controller
+        env = self._controller_env()
+        if c.library_mode:
+            # The user's own program (spec.controller.command) imports elastic_jax and reads what the
+            # built-in controller takes as flags from the environment, as in the controller pod.
+            argv = [*c.command, *c.args]
+            env.update({contract.ENV_MANIFEST: str(self.manifest_path), contract.ENV_TOKEN_FILE: str(token_file),
+                        contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: str(self.controller_port)})
+            # As in an activated venv: `python` in the command is the launcher's own environment
+            # (the one with JAX and elastic_jax), as it is the image's /opt/venv in the pod.
+            env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        else:
+            argv = [
+                venv_script("elastic-jax-controller"), "--manifest", str(self.manifest_path), "--token-file",
+                str(token_file), "--host", "127.0.0.1", "--port", str(self.controller_port),
+                "--summary-file", str(self.workdir / "summary.json"),
+            ]
+            if self.options.fresh and not self._cleared:
+                argv.append("--fresh")
         if self.controller is None:
-            self.controller = Child("controller", argv, self.workdir / "controller.log", env=self._controller_env())
+            self.controller = Child("controller", argv, self.workdir / "controller.log", env=env)
         else:
             self.controller.argv = argv
+            self.controller.env = {**os.environ, **env}
         (self.workdir / "summary.json").unlink(missing_ok=True)
         self.controller.start()
         self.controller_pids.append(self.controller.pid)
@@ -184,54 +228,66 @@ class LocalLauncher:
             "--token-file", str(self.workdir / "token"),
         ]
         s.child.start()
-        s.state = "Starting"
+        s.listening = False
         s.restart_at = None
 
     def _report(self, s: _Slice, state: str, reason: str | None = None) -> None:
-        # Nanoseconds since the epoch: monotonic across launcher restarts and
-        # newer than any report made earlier by someone else (as the operator does).
-        s.generation = max(s.generation + 1, time.time_ns())
+        s.generation = next_generation(s.generation)
         addresses = [f"127.0.0.1:{s.port}"] if state == "Ready" else []
         try:
             self.client.report_slice(s.index, state, s.generation, addresses, reason, retries=3)
         except ControlApiError as e:
-            # The controller may be restarting; the supervise loop re-reports Ready slices after a restart.
+            # The controller may be restarting; the supervise loop re-reports every slice after a restart.
             _logger.warning("could not report slice %d %s: %s", s.index, state, e)
+            return
+        s.ready_generation = s.generation if state == "Ready" else None
 
     # -- supervision ------------------------------------------------------------
 
+    def _observe(self, s: _Slice, observation: Observation, reason: str | None = None) -> None:
+        """Moves the slice through the supervision core's state machine; a changed state is reported."""
+        new = next_slice_state(s.state, observation)
+        if new == s.state:
+            return
+        s.state = new
+        if reported(new):
+            self._report(s, new, reason)
+
     def _supervise_workers(self, now: float) -> None:
         for s in self.slices:
-            if s.state in ("Starting", "Ready", "Replacing") and not s.child.alive():
+            if s.restart_at is not None:  # dead, waiting for its restart delay
+                if now >= s.restart_at:
+                    self._start_worker(s)
+                continue
+            if not s.child.alive():
                 code = s.child.exit_code()
+                s.deaths += 1
                 # Lost after it was up (killed, OOM, a hung step replaced): a fresh failure. Only deaths
                 # before Ready (it cannot start) back off further.
-                s.consecutive_failures = 1 if s.state in ("Ready", "Replacing") else s.consecutive_failures + 1
-                s.state = "Down"
-                delay = min(30.0, self.options.restart_backoff_s * 2 ** (s.consecutive_failures - 1))
+                s.consecutive_failures = budgets.failures_after_loss(s.listening, s.consecutive_failures)
+                delay = budgets.restart_delay_s(s.consecutive_failures, self.options.restart_backoff_s)
                 s.restart_at = now + delay
-                self._report(s, "Down", f"worker process exited with {code}")
+                self._observe(s, "Failed", f"worker process exited with {code}")
                 _logger.warning("slice %d worker exited (%s); restarting in %.1f s", s.index, code, delay)
-            elif s.state == "Down" and s.restart_at is not None and now >= s.restart_at:
-                self._start_worker(s)
-            elif s.state == "Starting" and port_open("127.0.0.1", s.port):
-                s.state = "Ready"
-                self._report(s, "Ready")
+            elif s.listening or port_open("127.0.0.1", s.port):
+                s.listening = True
+                self._observe(s, "Ready")
+            else:
+                self._observe(s, "NotReady")
 
     def _replace_slices_seen_down(self, status: ControllerStatus) -> None:
         """Kills a worker the controller saw fail (e.g. hung past the step deadline) while its process lives on.
 
-        The operator does the same: the controller's view of a slice is a
-        liveness signal, and a replaced worker is better than a stuck one.
+        The controller's view of a slice is a liveness signal, and a replaced
+        worker is better than a stuck one; the operator applies the same rule
+        (`supervision.slice_state.controller_saw_down`).
         """
         for view in status.slices:
             s = self.slices[view.index]
-            # Any generation: the controller may have applied someone else's Down, or a
-            # Ready with an address that does not answer; either way this worker is out.
-            if view.state == "Down" and s.state == "Ready" and s.child.alive():
+            if controller_saw_down(view.state, view.generation, s.state, s.ready_generation) and s.child.alive():
                 _logger.warning("controller reports slice %d down while its worker runs; replacing it", s.index)
-                s.child.signal(signal.SIGKILL)
-                s.state = "Replacing"  # the next supervise pass sees the exit and restarts it
+                s.child.signal(signal.SIGKILL)  # the next supervise pass sees the exit and restarts it
+                s.ready_generation = None  # one kill per accepted Ready
 
     def _inject_failure(self, status: ControllerStatus) -> None:
         """Injects the demo failure once this run's training passes `kill_at_step`.
@@ -298,10 +354,11 @@ class LocalLauncher:
             old_log.unlink(missing_ok=True)  # logs of this run only; restarts within it append
         started = time.monotonic()
         controller_restarts = 0
+        max_controller_restarts = self._max_controller_restarts()
         interrupted = False
         try:
             self._start_controller()
-            self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=self._child_env()))
+            self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=self._worker_env()))
                            for i in range(self.job.spec.slices.total)]
             for s in self.slices:
                 self._start_worker(s)
@@ -309,7 +366,8 @@ class LocalLauncher:
                 now = time.monotonic()
                 code = self.controller.exit_code()
                 if code is not None:
-                    if ends_job(code) or controller_restarts >= self.options.max_controller_restarts:
+                    if ends_job(code) or not budgets.controller_restart_allowed(controller_restarts,
+                                                                                max_controller_restarts):
                         break
                     # Flow 3: the controller itself was lost (killed, or signalled by someone other than
                     # this launcher: exit RESTART); start a new one, it resumes from the checkpoint.
@@ -317,13 +375,19 @@ class LocalLauncher:
                     self._carry_over_from_dead_controller(code)
                     _logger.warning("controller exited with %s; restarting (%d)", code, controller_restarts)
                     self._start_controller()
-                    for s in self.slices:
-                        if s.state == "Ready":
-                            self._report(s, "Ready")
+                    for s in self.slices:  # a new controller knows nothing: every slice it may have is re-sent
+                        s.ready_generation = None
+                        if reported(s.state):
+                            self._report(s, s.state)
                     continue
                 self._supervise_workers(now)
+                self.budget_failure = self._slice_budget_failure()
+                if self.budget_failure is not None:
+                    _logger.error("%s; stopping the job", self.budget_failure)
+                    break
                 status = self._poll_status()
                 if status is not None:
+                    self._last_status = status
                     self._note_resume(status)
                     self.on_status(self._with_earlier_recoveries(status))
                     self._replace_slices_seen_down(status)
@@ -334,16 +398,33 @@ class LocalLauncher:
         finally:
             self.stop_all()
         code = self.controller.exit_code()
-        if not interrupted and code not in (ControllerExit.SUCCEEDED, ControllerExit.FAILED):
+        if not interrupted and self.budget_failure is None \
+                and code not in (ControllerExit.SUCCEEDED, ControllerExit.FAILED):
             raise LaunchError(f"controller lost {controller_restarts + 1} times (last exit {code}; "
-                              f"{self.options.max_controller_restarts} restarts allowed): "
+                              f"{max_controller_restarts} restarts allowed): "
                               f"{self.controller.last_error_line()}", exit_code=1)
         summary = self.summary(time.monotonic() - started, controller_restarts)
         if interrupted:
             summary["succeeded"] = False
             summary["failure_reason"] = f"interrupted at step {summary['steps']}"
+        elif self.budget_failure is not None:
+            summary["succeeded"] = False
+            summary["failure_reason"] = self.budget_failure
         summary["interrupted"] = interrupted
         return summary
+
+    def _slice_budget_failure(self) -> str | None:
+        """Why the slices' worker deaths exceed `spec.elasticity`'s budgets, as the operator counts its
+        JobSets' restarts (`supervision.budgets`); None while within them."""
+        elasticity = self.job.spec.elasticity
+        return budgets.slice_budget_failure([s.deaths for s in self.slices], elasticity.max_restarts,
+                                            elasticity.max_restarts_per_slice)
+
+    def _max_controller_restarts(self) -> int:
+        """Controller restarts allowed: the option if set, else the job's `spec.elasticity.maxRestarts`."""
+        if self.options.max_controller_restarts is not None:
+            return self.options.max_controller_restarts
+        return self.job.spec.elasticity.max_restarts
 
     def _carry_over_from_dead_controller(self, exit_code: int) -> None:
         """Remembers what a dead controller had done, which its successor cannot know.
@@ -420,6 +501,12 @@ class LocalLauncher:
         """
         path = self.workdir / "summary.json"
         run = json.loads(path.read_text()) if path.exists() else {}
+        if not run and self.job.spec.controller.library_mode and self.controller is not None:
+            # The user's program wrote no summary: its exit code and the last status it served say how it went.
+            last = self._last_status
+            run = {"succeeded": self.controller.exit_code() == ControllerExit.SUCCEEDED,
+                   "steps": last.step if last is not None else None,
+                   "final_loss": last.loss if last is not None else None}
         history = self._previous_recoveries + run.get("recoveries", [])
         recoveries = [r for r in history if r.get("cause") != "scale_up"]
         steps_lost = run.get("steps_lost", 0)

@@ -1,11 +1,10 @@
-"""Kubernetes-style conditions and the job's phase: pure functions over status dicts."""
+"""Kubernetes-style conditions and the job's phase: pure functions over the typed status."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
-from elastic_jax.api.status import Phase
+from elastic_jax.api.status import Condition, ConditionStatus, Phase
 
 
 def now_rfc3339() -> str:
@@ -14,41 +13,41 @@ def now_rfc3339() -> str:
 
 
 def set_condition(
-    conditions: list[dict[str, Any]],
+    conditions: list[Condition],
     type_: str,
-    status: str,
+    status: ConditionStatus,
     reason: str,
     message: str,
     generation: int,
     now: str,
-) -> list[dict[str, Any]]:
+) -> list[Condition]:
     """Returns `conditions` with `type_` set; lastTransitionTime changes only when status does.
 
     Args:
       conditions: the current list (not modified).
-      type_, status, reason, message: the condition.
+      type_, status, reason, message: the condition (reason: an `elastic_jax.api.status.REASON_*`).
       generation: metadata.generation it was computed for (observedGeneration).
       now: RFC 3339 time used if the status changes.
     """
     out = []
     found = False
     for c in conditions:
-        if c.get("type") == type_:
+        if c.type == type_:
             found = True
-            since = c.get("lastTransitionTime") if c.get("status") == status else now
-            out.append({"type": type_, "status": status, "reason": reason, "message": message,
-                        "lastTransitionTime": since or now, "observedGeneration": generation})
+            since = c.last_transition_time if c.status == status else now
+            out.append(Condition(type=type_, status=status, reason=reason, message=message,
+                                 last_transition_time=since or now, observed_generation=generation))
         else:
-            out.append(dict(c))
+            out.append(c.model_copy())
     if not found:
-        out.append({"type": type_, "status": status, "reason": reason, "message": message,
-                    "lastTransitionTime": now, "observedGeneration": generation})
+        out.append(Condition(type=type_, status=status, reason=reason, message=message,
+                             last_transition_time=now, observed_generation=generation))
     return out
 
 
-def get_condition(conditions: list[dict[str, Any]], type_: str) -> dict[str, Any] | None:
+def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
     """The condition of `type_`, or None."""
-    return next((c for c in conditions if c.get("type") == type_), None)
+    return next((c for c in conditions if c.type == type_), None)
 
 
 def derive_phase(
@@ -59,6 +58,7 @@ def derive_phase(
     slice_states: list[str],
     active_slices: int,
     desired_slices: int,
+    trained: bool = True,
 ) -> Phase:
     """The job's phase from what the operator observed.
 
@@ -69,21 +69,26 @@ def derive_phase(
       slice_states: the operator's per-slice states.
       active_slices: slices in the controller's training mesh.
       desired_slices: spec.slices.count.
+      trained: this controller has completed a step (beyond the one it resumed from).
 
     Returns:
       Succeeded/Failed when finished; Suspended; Pending until the controller
-      trains; Recovering while a lost slice is being handled; Degraded while
-      training on fewer slices than desired; Running otherwise.
+      trains (also while it waits at start for slices still coming up, some
+      Ready and some not: a pool added late); Recovering while a lost slice is
+      being handled, or the controller waits for slices after it trained;
+      Degraded while training on fewer slices than desired; Running otherwise.
     """
     if finished:
         return finished  # type: ignore[return-value]
     if suspended:
         return "Suspended"
-    if controller_phase in (None, "Starting") or (controller_phase == "WaitingForSlices" and
-                                                 all(s == "Provisioning" for s in slice_states)):
-        return "Pending"
     lost = any(s in ("Down", "Draining") for s in slice_states)
-    if controller_phase == "Recovering" or (controller_phase == "WaitingForSlices" and lost):
+    waiting = controller_phase == "WaitingForSlices"
+    if controller_phase in (None, "Starting") or (waiting and not lost and
+                                                 (not trained or all(s == "Provisioning" for s in slice_states))):
+        # Waiting at start is not training on fewer slices: "Degraded" would say it trains.
+        return "Pending"
+    if controller_phase == "Recovering" or waiting:
         return "Recovering"
     if active_slices < desired_slices:
         return "Degraded"

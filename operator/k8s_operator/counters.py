@@ -17,10 +17,11 @@ Counts the old source made after the operator's last pass and before it went
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from elastic_jax.api.control import ControllerStatus
-from elastic_jax.api.status import CounterBase, SliceCounterBase
+from elastic_jax.api.status import CounterBase, ElasticTrainingJobStatus, Goodput, GoodputBase, SliceCounterBase
+from elastic_jax.k8s_operator import goodput as gp
 
 if TYPE_CHECKING:  # (reconcile reads the carried restarts for the budgets)
     from elastic_jax.k8s_operator.reconcile import JobSetView
@@ -33,12 +34,14 @@ class Counts:
     Attributes:
       recoveries: `status.recoveries`, over every controller pod of the job.
       slice_restarts: `status.slices[i].restarts` by slice index, over every JobSet of slice i.
-      base: `status.counterBase` (camelCase) to write with them.
+      base: `status.counterBase` to write with them.
+      goodput: `status.goodput` over every controller pod; None keeps the one written (no controller answered).
     """
 
     recoveries: int
     slice_restarts: list[int]
-    base: dict[str, Any]
+    base: CounterBase
+    goodput: Goodput | None = None
 
     @property
     def slice_replacements(self) -> int:
@@ -54,16 +57,16 @@ def controller_recoveries(status: ControllerStatus | None) -> int | None:
     return sum(n for cause, n in status.recoveries.items() if cause != "scale_up")
 
 
-def _previous_restarts(previous: Mapping[str, Any]) -> dict[int, int]:
-    return {int(s.get("index", -1)): int(s.get("restarts") or 0) for s in previous.get("slices") or []}
+def _previous_restarts(previous: ElasticTrainingJobStatus) -> dict[int, int]:
+    return {s.index: s.restarts for s in previous.slices}
 
 
-def carry_slices(previous: Mapping[str, Any], slice_count: int,
+def carry_slices(previous: ElasticTrainingJobStatus, slice_count: int,
                  jobsets: Mapping[int, JobSetView]) -> tuple[list[int], list[SliceCounterBase]]:
     """Each slice's restarts over all its JobSets, and the per-slice bases to record.
 
     Args:
-      previous: the job's `.status` before this pass (camelCase; may be empty).
+      previous: the job's `.status` before this pass (may be empty).
       slice_count: spec.slices.total (spares included: each is a JobSet).
       jobsets: the job's worker JobSets by slice index (this pass).
 
@@ -73,8 +76,8 @@ def carry_slices(previous: Mapping[str, Any], slice_count: int,
       so the last total becomes its base. A status written before bases
       existed (an operator upgrade) is read as all from the current JobSet.
     """
-    had_base = "counterBase" in previous
-    base = CounterBase.model_validate(previous.get("counterBase") or {})
+    had_base = previous.counter_base is not None
+    base = previous.counter_base or CounterBase()
     recorded = {b.index: b for b in base.slices}
     last = _previous_restarts(previous)
     totals, bases = [], []
@@ -96,35 +99,42 @@ def carry_slices(previous: Mapping[str, Any], slice_count: int,
     return totals, bases
 
 
-def carry(previous: Mapping[str, Any], slice_count: int, controller_uid: str, controller_recoveries: int | None,
-          jobsets: Mapping[int, JobSetView]) -> Counts:
+def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: str, controller_recoveries: int | None,
+          jobsets: Mapping[int, JobSetView], controller_ledger: GoodputBase | None = None) -> Counts:
     """This pass's counters, carried over every controller pod and JobSet the job had.
 
     Args:
-      previous: the job's `.status` before this pass (camelCase; may be empty).
+      previous: the job's `.status` before this pass (may be empty).
       slice_count: spec.slices.total (spares included: each is a JobSet).
       controller_uid: UID of the controller pod `controller_recoveries` comes from ("" when none).
       controller_recoveries: that controller's recoveries (scale-ups excluded), None when it did
         not answer this pass (the total written stays).
       jobsets: the job's worker JobSets by slice index (this pass).
+      controller_ledger: that controller's goodput ledger (`goodput.live_ledger`), None when it did not
+        answer (the `status.goodput` written stays).
 
     Returns:
       The `Counts`; never lower than the totals written before.
     """
-    had_base = "counterBase" in previous
-    base = CounterBase.model_validate(previous.get("counterBase") or {})
-    total_before = int(previous.get("recoveries") or 0)
+    had_base = previous.counter_base is not None
+    base = previous.counter_base or CounterBase()
+    total_before = previous.recoveries
     recoveries = total_before
     controller = base.controller_uid
     carried = base.recoveries
+    ledger_base = base.goodput
     if controller_recoveries is not None and controller_uid:
         if controller_uid != base.controller_uid:
             # a new controller process: what the job counted so far is its base
             # (before bases existed, the total written was this controller's own count)
             carried = max(0, total_before - controller_recoveries) if not had_base else total_before
             controller = controller_uid
+            ledger_base = gp.base_from_total(previous.goodput)
         recoveries = carried + controller_recoveries
+    goodput = None
+    if controller_ledger is not None and controller_uid and controller == controller_uid:
+        ledger_base = ledger_base or GoodputBase()
+        goodput = gp.total(ledger_base, controller_ledger)
     restarts, slice_bases = carry_slices(previous, slice_count, jobsets)
-    out = CounterBase(controller_uid=controller, recoveries=carried, slices=slice_bases)
-    return Counts(recoveries=recoveries, slice_restarts=restarts,
-                  base=out.model_dump(mode="json", by_alias=True))
+    out = CounterBase(controller_uid=controller, recoveries=carried, slices=slice_bases, goodput=ledger_base)
+    return Counts(recoveries=recoveries, slice_restarts=restarts, base=out, goodput=goodput)

@@ -27,17 +27,19 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
-from elastic_jax.api.status import COND_FAILED, FINISHED_PHASES, REASON_PREVIOUS_JOB_TERMINATING
+from elastic_jax.api.status import (COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, REASON_PREVIOUS_JOB_TERMINATING,
+                                    ElasticTrainingJobStatus, SliceStatusEntry)
 from elastic_jax.k8s_operator import (
     backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
+from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
-from elastic_jax.k8s_operator.conditions import now_rfc3339, set_condition
+from elastic_jax.k8s_operator.conditions import get_condition, now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
-from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
+from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, REASON_NODE_LOST, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.head_status import with_resource_manager
-from elastic_jax.k8s_operator.reconcile import Observed, dead, decide, jobset_view
+from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, Observed, dead, decide, jobset_view
 from elastic_jax.k8s_operator.pod_faults import (RefusalEvent, creation_fault, invalid_refusal, pod_faults,
                                                  slices_missing_pods)
 from elastic_jax.k8s_operator.slices import pod_view
@@ -65,8 +67,8 @@ JOBS = (job_api.GROUP, job_api.VERSION, job_api.PLURAL)
 _HAS_JOB = {lbl.JOB_NAME: kopf.PRESENT}
 
 
-# This operator's name in job claims (`claims`): the chart sets `<release namespace>/<release name>`.
-OPERATOR_IDENTITY_ENV = contract.ENV_OPERATOR_IDENTITY
+# This operator's name in job claims (`claims`) when `contract.ENV_OPERATOR_IDENTITY` is unset: the chart
+# sets `<release namespace>/<release name>` there.
 DEFAULT_IDENTITY = "elastic-jax-operator"
 
 # File holding the operator key (the chart mounts its Secret there); unset: a random key per process.
@@ -100,6 +102,9 @@ class OperatorState:
         # (job UID, kind, name) of the ConfigMap and Services already created: keyed by UID, so a job
         # deleted and created again under the same name gets its children again.
         self.static_done: set[tuple[str, str, str]] = set()
+        # UIDs of the jobs whose static children are all done: the 1 s pass skips rendering them
+        # (a YAML dump of the manifest per job per second was ~15% of steady-state operator CPU).
+        self.static_complete: set[str] = set()
         # (namespace, name) -> (UID, monotonic time) of the last job of that name seen deleted or
         # replaced by a new UID: its token Secret may still be going (`_earlier_job_evidence`).
         self.earlier_jobs: dict[tuple[str, str], tuple[str, float]] = {}
@@ -165,16 +170,28 @@ def admin_check(job: job_api.ElasticTrainingJob, namespace: str) -> None:
     pod_fields.POLICY.check(job, namespace)
 
 
+def _patch_status(patch: Any, **fields: Any) -> None:
+    """Puts status fields (snake_case `ElasticTrainingJobStatus` names, validated by it) into kopf's patch.
+
+    Raises:
+      pydantic.ValidationError: a value the status model refuses (a bug here, not user input).
+    """
+    for key, value in ElasticTrainingJobStatus.model_validate(fields).to_kube().items():
+        patch.status[key] = value
+
+
 def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None) -> None:
     """The job Failed with condition reason InvalidSpec; with `body`, also one Warning Event `InvalidSpec`
     naming the field (kopf's own "failed permanently" event is not reliable enough to promise)."""
     if body is not None:
         _event_sink(_ref(body))("Warning", REASON_INVALID_SPEC, message)
-    patch.status["phase"] = "Failed"
-    patch.status["failureReason"] = message
-    patch.status["observedGeneration"] = generation
-    patch.status["conditions"] = set_condition(list(status.get("conditions") or []), COND_FAILED, "True",
-                                               REASON_INVALID_SPEC, message, generation, now_rfc3339())
+    failed = ElasticTrainingJobStatus.from_kube(status)  # (the whole list of conditions is written back)
+    failed.phase, failed.failure_reason, failed.observed_generation = "Failed", message, generation
+    failed.conditions = set_condition(failed.conditions, COND_FAILED, "True", REASON_INVALID_SPEC, message, generation,
+                                      now_rfc3339())
+    written = failed.to_kube()
+    for k in ("phase", "failureReason", "observedGeneration", "conditions"):
+        patch.status[k] = written[k]
 
 
 # -- indexes ------------------------------------------------------------------------------
@@ -247,7 +264,9 @@ def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None
     pods = incarnation.own(job_pods, namespace, tracker.name, tracker.job_uid, tracker.job_created)
     alive = None
     if job_jobsets is not None:
-        alive = _alive(incarnation.own(job_jobsets, namespace, tracker.name, tracker.job_uid, tracker.job_created))
+        jobsets = incarnation.own(job_jobsets, namespace, tracker.name, tracker.job_uid, tracker.job_created)
+        alive = _alive(jobsets)
+        pods = incarnation.of_live_jobsets(pods, jobsets)
     tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive)
 
 
@@ -263,7 +282,7 @@ def job_created(body, spec, status, meta, patch, **_):
         message = str(e)
         _fail_spec(patch, status, meta.get("generation", 0), message, body)
         raise kopf.PermanentError(message)
-    patch.status["phase"] = status.get("phase") or "Pending"
+    _patch_status(patch, phase=status.get("phase") or "Pending")
 
 
 @kopf.on.delete(*JOBS, optional=True)
@@ -274,6 +293,7 @@ def job_deleted(namespace, name, uid, memo, **_):
         state.claimed_elsewhere.discard(uid)
         metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
     state.static_done = {m for m in state.static_done if m[0] != uid}
+    state.static_complete.discard(uid)
     now = time.monotonic()
     state.earlier_jobs = {k: v for k, v in state.earlier_jobs.items() if now - v[1] < EARLIER_SECRET_WAIT_S}
     state.earlier_jobs[(namespace, name)] = (uid, now)
@@ -432,7 +452,7 @@ def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, bo
         if not state.kube.create(ns, secret):
             uid = body["metadata"]["uid"]
             raise TokenSecretConflict(secret_name, _earlier_job_evidence(state, key, uid, job_pods, job_jobsets))
-        patch.status["tokenSecret"] = secret_name
+        _patch_status(patch, token_secret=secret_name)
     tracker.token_secret_ours = True
     tracker.token = token
 
@@ -451,6 +471,8 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
     """
     ns, _ = key
     uid = body["metadata"]["uid"]
+    if uid in state.static_complete:
+        return  # created once per UID: nothing to render or check again
     for child in children.static_children(job):
         marker = (uid, child["kind"], child["metadata"]["name"])
         if marker not in state.static_done:
@@ -458,6 +480,7 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
             if not state.kube.create(ns, child):
                 _check_taken(state, ns, child["kind"], child["metadata"]["name"], key[1], uid)
             state.static_done.add(marker)
+    state.static_complete.add(uid)  # (not reached when a create raised: the next pass retries)
 
 
 @kopf.timer(*JOBS, interval=1.0)
@@ -541,7 +564,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             if not status.get("manifestSha256"):
                 # What the ConfigMap holds (written now, or by an operator before this field): from here
                 # on, the only copy the operator reads back and the controller accepts.
-                patch.status["manifestSha256"] = manifest_digest(job)
+                _patch_status(patch, manifest_sha256=manifest_digest(job))
         except TokenSecretConflict as e:
             refusal, blocked = (earlier_token_secret(e.secret) if e.earlier else token_conflict(e.secret)), True
         except ChildConflict as e:
@@ -561,7 +584,12 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     # A job never un-finishes: a pass whose body predates the finish must not count its teardown.
     tracker.finished = tracker.finished or finished
     tracker.suspended = bool(job.spec.suspend)
-    tracker.set_controller(None if finished or job.spec.suspend else current)
+    if job.spec.suspend:
+        # the pod the suspend stops is read until it exits: the step it checkpointed is what status keeps
+        stopping = max((p for p in controller_pods if not p.terminal), key=lambda p: p.attempt, default=None)
+        tracker.set_controller(None if finished else stopping, stopping=True)
+    else:
+        tracker.set_controller(None if finished else current)
     ctrl = tracker.poll_status()
     # The poll is HTTP (up to its timeout): the pod-event handler may have applied newer pods
     # meanwhile. Read the index again after it, marked, so neither the slice states nor the
@@ -571,11 +599,12 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     lost = read_lost()
     jobset_list = incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
-    tracker.sync(pods, post, lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark,
+    tracker.sync(incarnation.of_live_jobsets(pods, jobset_list), post,
+                 lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark,
                  jobsets_alive=_alive(jobset_list))
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
-    if ctrl is not None:
+    if ctrl is not None and not job.spec.suspend:
         for i in tracker.slices_down_by_controller(ctrl):
             for pod_name in tracker.slices[i].pods:
                 post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
@@ -593,7 +622,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         node_lost_messages.append(message)
         if stranded.uid not in tracker.node_lost_pods:  # one Event per pod, not one per pass
             tracker.node_lost_pods.add(stranded.uid)
-            post("Warning", "NodeLost", message)
+            post("Warning", REASON_NODE_LOST, message)
             metrics.NODE_LOST_PODS.labels("controller" if stranded.slice_index < 0 else "worker").inc()
             _logger.warning("%s", message, extra={"job": name, "node": stranded.loss.node, "pod": stranded.pod})
         state.kube.delete_pod(ns, stranded.pod, grace_s=0)
@@ -652,8 +681,10 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     # the CreateFailed condition's news, retried each pass without spending maxRestarts.
     replaced = plan.controller_restarted and created_controller
     for event in plan.events:
-        if replaced or event[1] != "ControllerRestarted":
-            post(*event)
+        # (a resume's warning, like a replacement's, once its pod exists: a blocked create is retried each pass)
+        if created_controller or event[1] not in ("ControllerRestarted", RESUMED_FROM_STEP_ZERO):
+            if replaced or event[1] != "ControllerRestarted":
+                post(*event)
     restarts = int(status.get("controllerRestarts") or 0) + (1 if replaced else 0)
     if replaced:
         metrics.CONTROLLER_RESTARTS.inc()
@@ -661,26 +692,29 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         post("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}", plan.finish[1])
         tracker.finished = True
 
-    previous_slices = list(status.get("slices") or [])
+    previous = ElasticTrainingJobStatus.from_kube(status)
+    previous_slices = previous.slices
     if finished and previous_slices:
         # A finished job keeps its last slice states: its teardown (JobSets deleted, pods gone, or a
         # tracker new after an operator restart) is not news, and rewriting it every pass never ends.
-        slice_entries, replacements = previous_slices, int(status.get("sliceReplacements") or 0)
-        recoveries, counter_base = int(status.get("recoveries") or 0), None
+        slice_entries, replacements = previous_slices, previous.slice_replacements
+        recoveries, counter_base, job_goodput = previous.recoveries, None, None
     else:
         # (totals over every controller pod and JobSet the job had: suspend/resume or a new controller
         # pod start their own counts at 0)
-        counts = counters.carry(status, job.spec.slices.total, tracker.controller_uid if ctrl is not None else "",
-                                None if finished else counters.controller_recoveries(ctrl), jobsets)
+        counts = counters.carry(previous, job.spec.slices.total, tracker.controller_uid if ctrl is not None else "",
+                                None if finished else counters.controller_recoveries(ctrl), jobsets,
+                                None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl))
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
+        job_goodput = counts.goodput
     rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
     new = build_status(Inputs(
-        job=job, generation=generation, previous=dict(status), slices=slice_entries,
+        job=job, generation=generation, previous=previous, slices=slice_entries,
         controller=None if finished else ctrl, controller_pod=controller_pod, controller_restarts=restarts,
         slice_replacements=replacements, recoveries=recoveries, counter_base=counter_base,
-        finish=plan.finish, rejected_fields=rejected, now=now_rfc3339()))
-    new["conditions"], refusal_changed = with_create_failure(new["conditions"], refusal, generation, now_rfc3339())
+        finish=plan.finish, rejected_fields=rejected, now=now_rfc3339(), goodput=job_goodput))
+    new.conditions, refusal_changed = with_create_failure(new.conditions, refusal, generation, now_rfc3339())
     if refusal_changed:
         # An earlier job's child still being garbage-collected is a wait, not a fault: no Warning.
         post("Normal" if refusal[0] == REASON_PREVIOUS_JOB_TERMINATING else "Warning", refusal[0], refusal[1])
@@ -695,33 +729,36 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             return
         if refused is not None and refused.condition not in faults:
             faults[refused.condition] = refused
-        new["conditions"], fault_events = with_pod_faults(new["conditions"], faults, generation, now_rfc3339())
+        new.conditions, fault_events = with_pod_faults(new.conditions, faults, generation, now_rfc3339())
         for event in fault_events:
             post(*event)
         whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
-        new["conditions"], node_events = with_node_loss(new["conditions"], node_lost_messages, whole,
-                                                        generation, now_rfc3339())
+        new.conditions, node_events = with_node_loss(new.conditions, node_lost_messages, whole,
+                                                     generation, now_rfc3339())
         for event in node_events:
             post(*event)
         if job.spec.backend == "pathways":
             head = current if current is not None and not dead(current) and plan.create_controller is None else None
-            new["conditions"], head_events = with_resource_manager(
-                new["conditions"], head, pathways_backend.RM_PORT,
+            new.conditions, head_events = with_resource_manager(
+                new.conditions, head, pathways_backend.RM_PORT,
                 pathways_backend.RM_STARTUP_PERIOD_S * pathways_backend.RM_STARTUP_FAILURES, generation, now_rfc3339())
             for event in head_events:
                 post(*event)
-    for event in resume_events(status.get("resumedFrom"), new.get("resumedFrom")):
+    for event in resume_events(previous.resumed_from, new.resumed_from):
         post(*event)
-    if new.get("phase") != status.get("phase"):
-        post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new['phase']}")
-    if rejected and not any(c.get("type") == "SpecChangeRejected" and c.get("status") == "True"
-                            for c in status.get("conditions") or []):
+    if new.phase != status.get("phase"):
+        post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new.phase}")
+    rejected_before = get_condition(previous.conditions, COND_SPEC_REJECTED)
+    if rejected and not (rejected_before is not None and rejected_before.status == "True"):
         post("Warning", "SpecChangeRejected", f"{', '.join(rejected)} cannot change on an existing job")
-    for k, v in new.items():
+    for category, seconds in goodput_ledger.increments(previous.goodput, new.goodput).items():
+        metrics.GOODPUT_SECONDS.labels(category).inc(seconds)
+    written = new.to_kube()
+    for k, v in written.items():
         if status.get(k) != v:
             patch.status[k] = v
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
-    _maybe_expire(state, key, job, new, tracker)
+    _maybe_expire(state, key, job, written, tracker)
 
 
 def _invalid(e: ChildRefused) -> str | None:
@@ -735,7 +772,7 @@ def _fail_invalid_child(state: OperatorState, ns: str, message: str, controller_
     """Ends the job Failed (InvalidSpec, with an Event) and stops what runs: every pass would be refused the
     same way, so retrying would only leave the workers running under a job that cannot start."""
     _fail_spec(patch, status, generation, message, body)
-    patch.status["completionTime"] = now_rfc3339()
+    _patch_status(patch, completion_time=now_rfc3339())
     for js in jobsets.values():
         if not js.deleting:
             state.kube.delete_jobset(ns, js.name)
@@ -798,7 +835,8 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
 SUSPENDED_SLICE_REASON = "workers stopped: the job is suspended (spec.suspend)"
 
 
-def slice_status(tracker: JobTracker, restarts: list[int], previous: list[dict], now: str) -> list[dict]:
+def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceStatusEntry],
+                 now: str) -> list[SliceStatusEntry]:
     """`status.slices` from the tracker; a slice's lastTransitionTime changes only when its state does.
 
     `restarts` are the slices' restarts by index, over all their JobSets (`counters.carry`).
@@ -808,22 +846,22 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[dict],
     previous status's time when the state is the same, else it takes `now`,
     remembered so the next pass writes the same.
     """
-    before = {s.get("index"): s for s in previous}
+    before = {s.index: s for s in previous}
     out = []
     with tracker.lock:
         for t in tracker.slices:
             if not t.since:
-                prev = before.get(t.index) or {}
-                same = prev.get("state") == t.state and prev.get("lastTransitionTime")
-                t.since = prev["lastTransitionTime"] if same else now
+                prev = before.get(t.index)
+                same = prev is not None and prev.state == t.state and prev.last_transition_time
+                t.since = prev.last_transition_time if same else now
             reason = t.reason
             if tracker.suspended and t.state in ("Down", "Draining"):
                 # the operator stopped these workers: "exit code 143" would read as a failure
                 reason = SUSPENDED_SLICE_REASON
-            out.append({"index": t.index, "state": t.state,
-                        "restarts": restarts[t.index] if t.index < len(restarts) else 0,
-                        "pods": list(t.pods), "addresses": list(t.addresses), "reason": reason,
-                        "lastTransitionTime": t.since})
+            out.append(SliceStatusEntry(index=t.index, state=t.state,
+                                        restarts=restarts[t.index] if t.index < len(restarts) else 0,
+                                        pods=list(t.pods), addresses=list(t.addresses), reason=reason,
+                                        last_transition_time=t.since))
     return out
 
 

@@ -9,15 +9,14 @@ condition says what it waits for, in which pod, and for how long at most.
 
 from __future__ import annotations
 
-from typing import Any
-
 from elastic_jax.api import status as st
-from elastic_jax.k8s_operator.conditions import set_condition
+from elastic_jax.k8s_operator.conditions import get_condition, set_condition
 from elastic_jax.k8s_operator.slices import RM_CONTAINER, PodView
 
-REASON_STARTING = "ResourceManagerStarting"
-REASON_RESTARTING = "ResourceManagerRestarting"
-REASON_LISTENING = "ResourceManagerListening"
+# (the reasons live with the others in `elastic_jax.api.status`)
+REASON_STARTING = st.REASON_RM_STARTING
+REASON_RESTARTING = st.REASON_RM_RESTARTING
+REASON_LISTENING = st.REASON_RM_LISTENING
 
 
 def waiting_message(head: PodView, rm_port: int, startup_limit_s: int) -> str:
@@ -38,9 +37,9 @@ def waiting_message(head: PodView, rm_port: int, startup_limit_s: int) -> str:
             f"{startup_limit_s} s); {after}")
 
 
-def with_resource_manager(conditions: list[dict[str, Any]], head: PodView | None, rm_port: int,
+def with_resource_manager(conditions: list[st.Condition], head: PodView | None, rm_port: int,
                           startup_limit_s: int, generation: int,
-                          now: str) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+                          now: str) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
     """`conditions` with WaitingForResourceManager set from the live head pod, and the Events due.
 
     Args:
@@ -58,8 +57,8 @@ def with_resource_manager(conditions: list[dict[str, Any]], head: PodView | None
     """
     if head is None:
         return conditions, []
-    previous = next((c for c in conditions if c.get("type") == st.COND_WAITING_FOR_RESOURCE_MANAGER), None)
-    was_true = previous is not None and previous.get("status") == "True"
+    previous = get_condition(conditions, st.COND_WAITING_FOR_RESOURCE_MANAGER)
+    was_true = previous is not None and previous.status == "True"
     if head.rm_started:
         message = f"controller pod {head.name}: the Pathways resource manager listens on port {rm_port}"
         events = [("Normal", REASON_LISTENING, message)] if was_true else []
@@ -67,6 +66,6 @@ def with_resource_manager(conditions: list[dict[str, Any]], head: PodView | None
                               message, generation, now), events)
     reason = REASON_RESTARTING if head.rm_restarts else REASON_STARTING
     message = waiting_message(head, rm_port, startup_limit_s)
-    events = [] if was_true and previous.get("reason") == reason else [("Normal", reason, message)]
+    events = [] if was_true and previous.reason == reason else [("Normal", reason, message)]
     return (set_condition(conditions, st.COND_WAITING_FOR_RESOURCE_MANAGER, "True", reason, message, generation,
                           now), events)

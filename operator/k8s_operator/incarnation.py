@@ -40,6 +40,23 @@ def own(index: Mapping[Any, Any] | None, namespace: str, name: str, uid: str, jo
     return out
 
 
+def of_live_jobsets(pods: list, jobsets: list) -> list:
+    """`pods` less the worker pods an earlier JobSet of the same name left (created before the slice's live JobSet).
+
+    A resume (or a Pathways head restart) creates a slice's JobSet again under its old name while the old
+    one's pods may still be terminating, with the same slice index and restart attempt. Counted as the
+    new JobSet's, their end read as that slice going Down: a SliceDown Warning and a replacement after a
+    quick suspend toggle. Their end is the deleted JobSet's, on purpose.
+
+    Args:
+      pods: `PodView`s (any role; only workers are filtered).
+      jobsets: the job's `JobSetView`s (RFC 3339 `created`); a slice with none live keeps all its pods.
+    """
+    born = {js.slice_index: js.created for js in jobsets if not js.deleting and js.created}
+    return [p for p in pods if p.role != lbl.ROLE_WORKER or not p.created or p.slice_index not in born
+            or p.created >= born[p.slice_index]]
+
+
 def belongs(labels: Mapping[str, str], uid: str) -> bool:
     """A pod's labels say it is this job incarnation's (or an unlabeled child: the index read decides)."""
     return labels.get(lbl.JOB_UID, uid) == uid

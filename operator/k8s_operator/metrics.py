@@ -23,3 +23,7 @@ NOTIFY_SECONDS = Histogram(
     "Seconds from a worker pod failure seen by the operator to the controller acknowledging Down.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
+GOODPUT_SECONDS = Counter(
+    "elasticjax_operator_goodput_seconds_total",
+    "Wall seconds the jobs' controllers booked, by goodput category (status.goodput.seconds; carried across "
+    "controller pods, so a new controller never takes it back).", ["category"])

@@ -26,10 +26,10 @@ from __future__ import annotations
 import dataclasses
 
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.k8s_operator.allow_lists import ANY, parse_names, parse_namespaced
 
 PRIORITY_FIELD = "spec.priorityClassName"
 PULL_SECRETS_FIELD = "spec.imagePullSecrets"
-ANY = "*"
 
 # Tolerations any job may set: GKE adds this one to every pod requesting TPUs, so tolerating it
 # gives nothing a TPU job does not already have.
@@ -38,26 +38,6 @@ ALWAYS_ALLOWED_TOLERATION_KEYS = frozenset({"google.com/tpu"})
 
 class PodFieldRefused(ValueError):
     """The job sets a priority class, toleration or pull Secret the admin did not allow; `str()` names the field."""
-
-
-def parse_names(text: str | None) -> frozenset[str]:
-    """Comma- or whitespace-separated names (priority classes, toleration keys) as a set; `*` means any."""
-    return frozenset((text or "").replace(",", " ").split())
-
-
-def parse_secrets(text: str | None) -> frozenset[tuple[str, str]]:
-    """`namespace/name` (or `namespace/*`) entries, comma- or whitespace-separated, as (namespace, name) pairs.
-
-    Raises:
-      ValueError: an entry that is not `namespace/name` (naming it).
-    """
-    out = set()
-    for entry in (text or "").replace(",", " ").split():
-        namespace, sep, name = entry.partition("/")
-        if not sep or not namespace or not name or "/" in name or namespace == ANY:
-            raise ValueError(f"{entry!r} is not namespace/name (or namespace/*)")
-        out.add((namespace, name))
-    return frozenset(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,5 +103,6 @@ def configure(priority_classes: str | None, toleration_keys: str | None, pull_se
       ValueError: a pull Secret entry that is not `namespace/name`.
     """
     global POLICY
-    POLICY = PodFieldsPolicy(parse_names(priority_classes), parse_names(toleration_keys), parse_secrets(pull_secrets))
+    POLICY = PodFieldsPolicy(parse_names(priority_classes), parse_names(toleration_keys),
+                             parse_namespaced(pull_secrets, any_name=True))
     return POLICY

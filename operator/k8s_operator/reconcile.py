@@ -15,13 +15,14 @@ from typing import Any, Mapping
 
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, FINISHED_PHASES
+from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, COND_SUSPENDED, FINISHED_PHASES, ElasticTrainingJobStatus
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.k8s_operator import counters, names
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
 from elastic_jax.k8s_operator.slices import PodView
+from elastic_jax.supervision import budgets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,6 +209,38 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     return None
 
 
+# Event reasons of a suspend/resume of a job whose checkpoints cannot outlive its controller pod.
+SUSPEND_DROPS_CHECKPOINTS = "SuspendDropsCheckpoints"
+RESUMED_FROM_STEP_ZERO = "ResumedFromStepZero"
+
+
+def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
+    """Why a new controller pod of `job` cannot see the last one's checkpoints, or None when it can.
+
+    A local `spec.checkpoint.uri` is an emptyDir of the controller pod (`backends.cpu.checkpoint_volume`): it
+    goes with the pod, on a suspend as on a loss.
+    """
+    if "://" in job.spec.checkpoint.uri:
+        return None
+    return (f"spec.checkpoint.uri {job.spec.checkpoint.uri} is local to the controller pod (an emptyDir), so its "
+            "checkpoints go with the pod (use gs:// to keep them across a suspend)")
+
+
+def _was_suspended(status: dict) -> bool:
+    """The job's last status said it was suspended (the Suspended condition, or the phase)."""
+    return status.get("phase") == "Suspended" or any(
+        c.get("type") == COND_SUSPENDED and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _resume_warning(job: ElasticTrainingJob, status: dict, plan: "Plan") -> None:
+    """Adds the `RESUMED_FROM_STEP_ZERO` Warning to `plan` when a resume's new controller cannot restore."""
+    why = local_checkpoint_loss(job)
+    if why:
+        step = int(status.get("step") or 0)
+        plan.events.append(("Warning", RESUMED_FROM_STEP_ZERO,
+                            f"resumed from step 0, not step {step}: {why}; the suspended controller pod took them"))
+
+
 def resume_text(job: ElasticTrainingJob) -> str:
     """What a new controller pod resumes from: the latest checkpoint, or nothing when spec.checkpoint.uri is local
     (an emptyDir of the lost pod: its checkpoints went with it)."""
@@ -339,7 +372,13 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             # controller pod the suspend deleted is never in status as the job's controller,
             # and its end is never read as a loss (`released` below).
             return plan
-        return _teardown(observed, plan, keep_finished_controller=False, workers_last=True)
+        _teardown(observed, plan, keep_finished_controller=False, workers_last=True)
+        why = local_checkpoint_loss(job)
+        if why and plan.delete_pods:  # said when the pod goes (a toggle before that loses nothing), not at resume
+            plan.events.append(("Warning", SUSPEND_DROPS_CHECKPOINTS,
+                                f"suspend: deleting {', '.join(plan.delete_pods)} at step "
+                                f"{int(status.get('step') or 0)}: {why}; the resume will start again from step 0"))
+        return plan
 
     name = job.metadata.name
     elasticity = job.spec.elasticity
@@ -376,10 +415,15 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
                                      f"cannot be pulled ({newest.waiting_reason}): {newest.waiting_message}")
         elif newest is None and expected_attempt is None:
             plan.create_controller = 0  # first start (or resume after suspend)
+            # A resume whose released pod was already gone: the status written since the resume no
+            # longer says Suspended, but the steps it shows were trained by a pod that is gone.
+            if _was_suspended(status) or int(status.get("step") or 0) > 0:
+                _resume_warning(job, status, plan)
         elif released:
             if not (newest.deleting and not dead(newest) and not stranded):
                 plan.create_controller = newest.attempt + 1  # resume after suspend: not a restart
-        elif restarts >= elasticity.max_restarts:
+                _resume_warning(job, status, plan)
+        elif not budgets.controller_restart_allowed(restarts, elasticity.max_restarts):
             why = _loss_reason(newest, observed.lost_nodes)
             plan.finish = ("Failed", f"controller pod lost {restarts + 1} times (elasticity.maxRestarts={elasticity.max_restarts}); last: {why}")
         else:
@@ -399,8 +443,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             and not dead(newest) and not newest.deleting and not stranded else None
         _restart_detached_workers(job, observed, plan, live)
     # The budgets are the job's: restarts of JobSets deleted earlier (suspend, a new Pathways head) count.
-    carried, _ = counters.carry_slices(status, job.spec.slices.total, observed.jobsets)
-    total_restarts = sum(carried)
+    carried, _ = counters.carry_slices(ElasticTrainingJobStatus.from_kube(status), job.spec.slices.total, observed.jobsets)
     for i in range(job.spec.slices.total):  # spares are JobSets like the others
         js = observed.jobsets.get(i)
         if js is None:
@@ -410,12 +453,11 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
         if js.failed and plan.finish is None:
             plan.finish = ("Failed", f"slice {i} exhausted its restart budget "
                                      f"(elasticity.maxRestartsPerSlice={elasticity.max_restarts_per_slice}): {js.message}")
-        elif carried[i] > elasticity.max_restarts_per_slice and plan.finish is None:
-            # (a JobSet created again after a resume has its own full budget: the job's is spent)
-            plan.finish = ("Failed", f"slice {i} replaced {carried[i]} times over its JobSets, more than "
-                                     f"elasticity.maxRestartsPerSlice={elasticity.max_restarts_per_slice}")
-    if plan.finish is None and total_restarts > elasticity.max_restarts:
-        plan.finish = ("Failed", f"{total_restarts} slice replacements exceed elasticity.maxRestarts={elasticity.max_restarts}")
+    # (a JobSet created again after a resume has its own full budget: the job's is spent, so the carried
+    # restarts count, over its JobSets)
+    over = budgets.slice_budget_failure(carried, elasticity.max_restarts, elasticity.max_restarts_per_slice)
+    if plan.finish is None and over is not None:
+        plan.finish = ("Failed", over)
     if plan.finish is None:
         plan.finish = _worker_failed_unpulled(observed) or _image_pull_timed_out(job, observed)
     if plan.finish is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.k8s_operator.allow_lists import parse_namespaced
 
 FIELD = "spec.controller.serviceAccountName"
 TOKEN_FIELD = "spec.controller.automountServiceAccountToken"
@@ -24,21 +25,6 @@ TOKEN_FIELD = "spec.controller.automountServiceAccountToken"
 
 class ServiceAccountRefused(ValueError):
     """The job names a ServiceAccount (or asks for its token) the admin did not allow; `str()` names the field."""
-
-
-def parse_list(text: str | None) -> frozenset[tuple[str, str]]:
-    """`namespace/name` entries, comma- or whitespace-separated, as (namespace, name) pairs.
-
-    Raises:
-      ValueError: an entry that is not `namespace/name` (naming it).
-    """
-    out = set()
-    for entry in (text or "").replace(",", " ").split():
-        namespace, sep, name = entry.partition("/")
-        if not sep or not namespace or not name or "/" in name:
-            raise ValueError(f"{entry!r} is not namespace/name")
-        out.add((namespace, name))
-    return frozenset(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,5 +77,6 @@ def configure(allowed: str | None, token_allowed: str | None) -> ServiceAccountP
       ValueError: an entry that is not `namespace/name`.
     """
     global POLICY
-    POLICY = ServiceAccountPolicy(parse_list(allowed), parse_list(token_allowed))
+    POLICY = ServiceAccountPolicy(parse_namespaced(allowed, any_name=False),
+                                  parse_namespaced(token_allowed, any_name=False))
     return POLICY

@@ -12,17 +12,17 @@ time to act: it is a loss (Down), like a kill.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 from elastic_jax.api import labels
 from elastic_jax.api.status import SliceState
 from elastic_jax.k8s_operator import names
+from elastic_jax.supervision import slice_state
+from elastic_jax.supervision.slice_state import Observation
 
 # The pathways controller pod's resource-manager sidecar (backends.pathways.RM_CONTAINER;
 # not imported: that module imports the renderers, this one stays a leaf).
 RM_CONTAINER = "pathways-rm"
-
-Observation = Literal["Ready", "Draining", "Failed", "NotReady"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,20 +256,9 @@ def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.W
 
 
 def next_slice_state(previous: SliceState | None, observation: SliceObservation) -> SliceState:
-    """The slice's new state given its previous state and what its pods show.
-
-    A slice that was never Ready is Provisioning (the controller is not told);
-    once it has been Ready, anything short of Ready is Down (or Draining
-    while a live pod is being deleted).
-    """
-    seen_ready = previous in ("Ready", "Draining", "Down")
-    if observation.kind == "Ready":
-        return "Ready"
-    if observation.kind == "Draining":
-        return "Draining" if previous in ("Ready", "Draining") else (previous or "Provisioning")
-    if observation.kind == "Failed":
-        return "Down"
-    return "Down" if seen_ready else "Provisioning"
+    """The slice's new state given its previous state and what its pods show (the supervision core's
+    `slice_state.next_slice_state`, which the local launcher drives too)."""
+    return slice_state.next_slice_state(previous, observation.kind)
 
 
 def group_by_slice(pods: list[PodView], count: int) -> dict[int, list[PodView]]:

@@ -8,7 +8,8 @@ from typing import Any
 from elastic_jax.api import status as st
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.k8s_operator.conditions import derive_phase, set_condition
+from elastic_jax.k8s_operator.conditions import derive_phase, get_condition, set_condition
+from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
 
 
 @dataclasses.dataclass
@@ -18,138 +19,155 @@ class Inputs:
     Attributes:
       job: the applied job (suspend/TTL from the live object).
       generation: metadata.generation of the live object.
-      previous: the current `.status` dict.
-      slices: per-slice status entries (camelCase dicts) from the tracker.
+      previous: the current `.status` (`ElasticTrainingJobStatus.from_kube`).
+      slices: per-slice status entries from the tracker.
       controller: the controller's last status, None when unreachable.
       controller_pod: name of the current controller pod ("" when none).
       controller_restarts: after this pass.
       slice_replacements: slice replacements over every JobSet of the job (`counters.Counts`).
       recoveries: recoveries over every controller pod of the job (`counters.Counts`).
-      counter_base: `status.counterBase` (camelCase) to write; None keeps the previous one.
+      counter_base: `status.counterBase` to write; None keeps the previous one.
       finish: ("Succeeded"|"Failed", reason) when the job ends in this pass.
       rejected_fields: spec fields edited that the operator refuses to apply.
       now: RFC 3339 time.
+      goodput: `status.goodput` over every controller pod (`counters.Counts.goodput`); None keeps the previous one.
     """
 
     job: ElasticTrainingJob
     generation: int
-    previous: dict[str, Any]
-    slices: list[dict[str, Any]]
+    previous: st.ElasticTrainingJobStatus
+    slices: list[st.SliceStatusEntry]
     controller: ControllerStatus | None
     controller_pod: str
     controller_restarts: int
     slice_replacements: int
     recoveries: int
-    counter_base: dict[str, Any] | None
+    counter_base: st.CounterBase | None
     finish: tuple[str, str] | None
     rejected_fields: list[str]
     now: str
+    goodput: st.Goodput | None = None
 
 
-def build_status(i: Inputs) -> dict[str, Any]:
-    """The whole new status (camelCase), conditions with observedGeneration."""
+def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
+    """The whole new status, conditions with observedGeneration (`i.previous` is not modified)."""
     prev = i.previous
-    out: dict[str, Any] = {k: v for k, v in prev.items() if k != "kopf"}
-    finished = prev.get("phase") if prev.get("phase") in st.FINISHED_PHASES else None
+    out = prev.model_copy(deep=True)
+    finished = prev.phase if prev.phase in st.FINISHED_PHASES else None
     if finished is None and i.finish is not None:
         finished = i.finish[0]
-        out["failureReason"] = i.finish[1] if finished == "Failed" else ""
-        out["completionTime"] = i.now
+        out.failure_reason = i.finish[1] if finished == "Failed" else ""
+        out.completion_time = i.now
     c = i.controller
     if c is not None:
         # A new controller reports step 0 until its restore ends (phase Starting): keep the step the
         # job had, or the STEP column reads 10361 -> 0 -> 10411 around a suspend or a controller loss.
-        if not (c.phase == "Starting" and c.step == 0 and "step" in prev):
-            out["step"] = c.step
-        out["activeSlices"] = len(c.active_slices)
+        if not (c.phase == "Starting" and c.step == 0 and "step" in prev.model_fields_set):
+            out.step = c.step
+        # (a suspend's controller is read until it exits, for the step its stop saves; it trains no more)
+        out.active_slices = 0 if i.job.spec.suspend else len(c.active_slices)
         if c.loss is not None:
-            out["loss"] = round(c.loss, 5)
+            out.loss = round(c.loss, 5)
         if c.initial_loss is not None:
-            out["initialLoss"] = round(c.initial_loss, 5)
+            out.initial_loss = round(c.initial_loss, 5)
         if c.last_committed_checkpoint_step is not None:
-            out["lastCheckpointStep"] = c.last_committed_checkpoint_step
+            out.last_checkpoint_step = c.last_committed_checkpoint_step
         if c.resumed_from is not None:
-            out["resumedFrom"] = resumed_from_status(c, i.controller_pod)
+            out.resumed_from = resumed_from_status(c, i.controller_pod)
+        # (by the controller's word: the operator's own slice states do not know which Ready slice trains)
+        out.spare_slices = [] if i.job.spec.suspend else sorted(s.index for s in c.slices if s.state == "Spare")
         timed = [r.seconds for r in c.recovery_history if r.seconds is not None and r.cause != "scale_up"]
         if timed:
-            out["lastRecoverySeconds"] = round(timed[-1], 3)
+            out.last_recovery_seconds = round(timed[-1], 3)
     elif finished or i.job.spec.suspend or not i.controller_pod:
-        out["activeSlices"] = 0
+        out.active_slices = 0
+        out.spare_slices = []
+    if i.goodput is not None:
+        out.goodput = i.goodput
     if finished == "Succeeded":
         # Exit 0 means the final step's checkpoint committed (`ControllerExit.SUCCEEDED`); the last
         # poll, before that save, said an older step (550 while 600 was committed).
-        out["step"] = out["lastCheckpointStep"] = i.job.spec.training.steps
-    out.update({
-        "observedGeneration": i.generation,
-        "desiredSlices": i.job.spec.slices.count,
-        "totalSteps": i.job.spec.training.steps,
-        "slices": i.slices,
-        "controllerPod": i.controller_pod,
-        "controllerRestarts": i.controller_restarts,
-        "sliceReplacements": i.slice_replacements,
-        "recoveries": i.recoveries,
-        "startTime": prev.get("startTime") or i.now,
-    })
+        out.step = out.last_checkpoint_step = i.job.spec.training.steps
+    out.observed_generation = i.generation
+    out.desired_slices = i.job.spec.slices.count
+    out.total_steps = i.job.spec.training.steps
+    out.slices = i.slices
+    out.controller_pod = i.controller_pod
+    out.controller_restarts = i.controller_restarts
+    out.slice_replacements = i.slice_replacements
+    out.recoveries = i.recoveries
+    out.start_time = prev.start_time or i.now
     if i.counter_base is not None:
-        out["counterBase"] = i.counter_base
+        out.counter_base = i.counter_base
     phase = derive_phase(
         finished=finished,
         suspended=i.job.spec.suspend,
         controller_phase=c.phase if c is not None else None,
-        slice_states=[s["state"] for s in i.slices],
-        active_slices=out.get("activeSlices", 0),
+        slice_states=[s.state for s in i.slices],
+        active_slices=out.active_slices,
         desired_slices=i.job.spec.slices.count,
+        trained=c is not None and c.step > (c.resumed_from.step if c.resumed_from is not None else 0),
     )
-    if c is None and not finished and not i.job.spec.suspend and prev.get("phase") in ("Running", "Degraded", "Recovering"):
+    if c is None and not finished and not i.job.spec.suspend and prev.phase in ("Running", "Degraded", "Recovering"):
         # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.
-        phase = prev["phase"]
-    out["phase"] = phase
-    conds = list(prev.get("conditions") or [])
+        phase = prev.phase
+    out.phase = phase
+    conds = list(prev.conditions)
     g, now = i.generation, i.now
     training = phase in ("Running", "Degraded", "Recovering")
-    conds = set_condition(conds, st.COND_RUNNING, str(training), phase, f"phase {phase}", g, now)
+    conds = set_condition(conds, st.COND_RUNNING, _bool(training), phase, f"phase {phase}", g, now)
     degraded = phase in ("Degraded", "Recovering")
     if degraded or training:
-        conds = set_condition(conds, st.COND_DEGRADED, str(degraded), "SlicesDown" if degraded else "AllSlicesActive",
-                              f"{out.get('activeSlices', 0)}/{i.job.spec.slices.count} slices active", g, now)
+        conds = set_condition(conds, st.COND_DEGRADED, _bool(degraded),
+                              st.REASON_SLICES_DOWN if degraded else st.REASON_ALL_SLICES_ACTIVE,
+                              f"{out.active_slices}/{i.job.spec.slices.count} slices active", g, now)
     else:  # finished, suspended or not started: "AllSlicesActive, 0/2 active" would contradict itself
-        conds = set_condition(conds, st.COND_DEGRADED, "False", "NotTraining", f"phase {phase}", g, now)
+        conds = set_condition(conds, st.COND_DEGRADED, "False", st.REASON_NOT_TRAINING, f"phase {phase}", g, now)
     if i.controller_restarts:
-        conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", "ControllerPodLost",
+        conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", st.REASON_CONTROLLER_POD_LOST,
                               f"controller pod recreated {i.controller_restarts} time(s); now {i.controller_pod}", g, now)
-    conds = set_condition(conds, st.COND_SUSPENDED, str(i.job.spec.suspend and not finished),
-                          "Suspended" if i.job.spec.suspend else "NotSuspended", "spec.suspend", g, now)
+    # A suspended job whose checkpoints go with its controller pod says so while it is suspended.
+    lost = local_checkpoint_loss(i.job) if i.job.spec.suspend and not finished else None
+    conds = set_condition(conds, st.COND_SUSPENDED, _bool(i.job.spec.suspend and not finished),
+                          (st.REASON_SUSPENDED_WITHOUT_CHECKPOINT if lost else st.REASON_SUSPENDED)
+                          if i.job.spec.suspend else st.REASON_NOT_SUSPENDED,
+                          f"spec.suspend: {lost}; a resume starts again from step 0" if lost else "spec.suspend",
+                          g, now)
     if i.rejected_fields:
-        conds = set_condition(conds, st.COND_SPEC_REJECTED, "True", "ImmutableWhileRunning",
+        conds = set_condition(conds, st.COND_SPEC_REJECTED, "True", st.REASON_IMMUTABLE_WHILE_RUNNING,
                               f"{', '.join(i.rejected_fields)} cannot change on an existing job; the job keeps "
                               "running with the spec it started with (revert the edit, or delete and re-create the job)",
                               g, now)
-    elif any(x.get("type") == st.COND_SPEC_REJECTED for x in conds):
-        conds = set_condition(conds, st.COND_SPEC_REJECTED, "False", "SpecApplied", "", g, now)
+    elif get_condition(conds, st.COND_SPEC_REJECTED) is not None:
+        conds = set_condition(conds, st.COND_SPEC_REJECTED, "False", st.REASON_SPEC_APPLIED, "", g, now)
     # A job failed for its spec (the operator's parse, or a child the API server found invalid) keeps
     # its InvalidSpec condition: that reason is what the user must act on.
-    invalid_spec = finished == "Failed" and any(
-        x.get("type") == st.COND_FAILED and x.get("status") == "True" and x.get("reason") == REASON_INVALID_SPEC
-        for x in conds)
+    failed = get_condition(conds, st.COND_FAILED)
+    invalid_spec = (finished == "Failed" and failed is not None and failed.status == "True"
+                    and failed.reason == st.REASON_INVALID_SPEC)
     if finished and not invalid_spec:
-        reason = out.get("failureReason") or "" if finished == "Failed" else f"trained {i.job.spec.training.steps} steps"
-        conds = set_condition(conds, finished, "True", "JobFailed" if finished == "Failed" else "JobSucceeded",
-                              reason, g, now)
-    out["conditions"] = conds
+        reason = out.failure_reason or "" if finished == "Failed" else f"trained {i.job.spec.training.steps} steps"
+        conds = set_condition(conds, finished, "True",
+                              st.REASON_JOB_FAILED if finished == "Failed" else st.REASON_JOB_SUCCEEDED, reason, g, now)
+    out.conditions = conds
     return out
 
 
-def resumed_from_status(c: ControllerStatus, controller_pod: str) -> dict[str, Any]:
-    """`status.resumedFrom` (camelCase) from the controller's `resumedFrom`; the controller must have resumed."""
+def _bool(value: bool) -> st.ConditionStatus:
+    return "True" if value else "False"
+
+
+def resumed_from_status(c: ControllerStatus, controller_pod: str) -> st.ResumedFrom:
+    """`status.resumedFrom` from the controller's `resumedFrom`; the controller must have resumed."""
     r = c.resumed_from
     w = r.writer
     return st.ResumedFrom(
         step=r.step, writer_namespace=w.namespace if w else "", writer_name=w.name if w else "",
         writer_uid=w.uid if w else "", fallback_reason=r.fallback_reason or "", controller_pod=controller_pod,
-    ).model_dump(mode="json", by_alias=True)
+    )
 
 
-def resume_events(previous: dict[str, Any] | None, current: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+def resume_events(previous: st.ResumedFrom | None, current: st.ResumedFrom | None) -> list[tuple[str, str, str]]:
     """(type, reason, message) Events for a resume newly reported in `status.resumedFrom`.
 
     One `Resumed` Event per resume (a new controller pod resuming counts again, even from the
@@ -159,9 +177,9 @@ def resume_events(previous: dict[str, Any] | None, current: dict[str, Any] | Non
       previous: the job's `status.resumedFrom` before this pass (None when unset).
       current: the one built in this pass.
     """
-    if not current or current == previous:
+    if current is None or current == previous:
         return []
-    r = st.ResumedFrom.model_validate(current)
+    r = current
     writer = (f"{r.writer_namespace}/{r.writer_name} (uid {r.writer_uid})" if r.writer_uid
               else "an unknown job (no writer identity saved)")
     events = [("Normal", st.EVENT_RESUMED, f"resumed from checkpoint step {r.step} written by {writer}")]
@@ -185,8 +203,8 @@ def changed_fields(applied: dict[str, Any], current: dict[str, Any], prefix: str
     return out
 
 
-# The Failed condition's reason when the spec is what is wrong (an Event of the same reason goes with it).
-REASON_INVALID_SPEC = "InvalidSpec"
+# (kept under its old name for importers)
+REASON_INVALID_SPEC = st.REASON_INVALID_SPEC
 
 
 def invalid_child(kind: str, name: str, api_message: str) -> str:
@@ -201,10 +219,6 @@ def invalid_child(kind: str, name: str, api_message: str) -> str:
             f"server's rules (fix the field it names and re-create the job): {api_message[:900]}")
 
 
-# HTTP status of a refused create -> the condition's reason.
-_REFUSAL_REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 422: "Invalid", 429: "TooManyRequests",
-                     500: "ServerError", 503: "ServiceUnavailable"}
-
 
 def create_failure(kind: str, name: str, http_status: int, api_message: str) -> tuple[str, str]:
     """(reason, message) of the CreateFailed condition for a child the API server refused.
@@ -214,7 +228,7 @@ def create_failure(kind: str, name: str, http_status: int, api_message: str) -> 
       http_status: 403 (admission such as PodSecurity, or RBAC), 422 (invalid), ...
       api_message: the API server's message, passed on whole (up to 900 characters).
     """
-    reason = _REFUSAL_REASONS.get(http_status, f"HTTP{http_status}")
+    reason = st.REFUSAL_REASONS.get(http_status, f"HTTP{http_status}")
     return reason, f"creating {kind} {name} was refused ({http_status}): {api_message[:900]}"
 
 
@@ -268,8 +282,8 @@ def child_conflict(kind: str, name: str) -> tuple[str, str]:
         "delete or rename it")
 
 
-def with_create_failure(conditions: list[dict[str, Any]], failure: tuple[str, str] | None, generation: int,
-                        now: str) -> tuple[list[dict[str, Any]], bool]:
+def with_create_failure(conditions: list[st.Condition], failure: tuple[str, str] | None, generation: int,
+                        now: str) -> tuple[list[st.Condition], bool]:
     """`conditions` with CreateFailed set from this pass, and whether an Event is due.
 
     Args:
@@ -281,13 +295,14 @@ def with_create_failure(conditions: list[dict[str, Any]], failure: tuple[str, st
       (conditions, changed): changed is True when the refusal is new or its message
       differs from the last one, so the Event is posted once, not every pass.
     """
-    previous = next((c for c in conditions if c.get("type") == st.COND_CREATE_FAILED), None)
+    previous = get_condition(conditions, st.COND_CREATE_FAILED)
     if failure is None:
-        if previous is None or previous.get("status") != "True":
+        if previous is None or previous.status != "True":
             return conditions, False
-        return set_condition(conditions, st.COND_CREATE_FAILED, "False", "ChildrenCreated", "", generation, now), False
+        return set_condition(conditions, st.COND_CREATE_FAILED, "False", st.REASON_CHILDREN_CREATED, "", generation,
+                             now), False
     reason, message = failure
-    changed = previous is None or previous.get("status") != "True" or previous.get("message") != message
+    changed = previous is None or previous.status != "True" or previous.message != message
     return set_condition(conditions, st.COND_CREATE_FAILED, "True", reason, message, generation, now), changed
 
 
@@ -298,11 +313,11 @@ def _waiting_slices(message: str) -> str:
 
 
 # Condition type -> the reason it gets once no pod shows that fault any more.
-_FAULT_CLEARED = {st.COND_IMAGE_PULL_FAILED: "ImagesPulled", st.COND_PODS_NOT_STARTING: "PodsStarted"}
+_FAULT_CLEARED = {st.COND_IMAGE_PULL_FAILED: st.REASON_IMAGES_PULLED, st.COND_PODS_NOT_STARTING: st.REASON_PODS_STARTED}
 
 
-def with_pod_faults(conditions: list[dict[str, Any]], faults: dict[str, Any], generation: int,
-                    now: str) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+def with_pod_faults(conditions: list[st.Condition], faults: dict[str, Any], generation: int,
+                    now: str) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
     """`conditions` with ImagePullFailed / PodsNotStarting set from this pass, and the Events due.
 
     Args:
@@ -317,26 +332,26 @@ def with_pod_faults(conditions: list[dict[str, Any]], faults: dict[str, Any], ge
     """
     events: list[tuple[str, str, str]] = []
     for type_, cleared in _FAULT_CLEARED.items():
-        previous = next((c for c in conditions if c.get("type") == type_), None)
+        previous = get_condition(conditions, type_)
         fault = faults.get(type_)
         if fault is None:
-            if previous is not None and previous.get("status") == "True":
+            if previous is not None and previous.status == "True":
                 conditions = set_condition(conditions, type_, "False", cleared, "", generation, now)
-                events.append(("Normal", cleared, f"{type_} cleared: {previous.get('message', '')}"[:1000]))
+                events.append(("Normal", cleared, f"{type_} cleared: {previous.message}"[:1000]))
             continue
-        was_true = previous is not None and previous.get("status") == "True"
+        was_true = previous is not None and previous.status == "True"
         # ErrImagePull <-> ImagePullBackOff alternate with every kubelet retry: one Event, not one per retry
         # ... and PodsNotStarting once more when the set of waiting slices changes (a second pool missing)
         if not was_true or (type_ != st.COND_IMAGE_PULL_FAILED and (
-                previous.get("reason") != fault.reason
-                or _waiting_slices(previous.get("message", "")) != _waiting_slices(fault.message))):
+                previous.reason != fault.reason
+                or _waiting_slices(previous.message) != _waiting_slices(fault.message))):
             events.append(("Warning", fault.reason, fault.message))
         conditions = set_condition(conditions, type_, "True", fault.reason, fault.message, generation, now)
     return conditions, events
 
 
-def with_node_loss(conditions: list[dict[str, Any]], force_deleted: list[str], recovered: bool, generation: int,
-                   now: str) -> tuple[list[dict[str, Any]], list[tuple[str, str, str]]]:
+def with_node_loss(conditions: list[st.Condition], force_deleted: list[str], recovered: bool, generation: int,
+                   now: str) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
     """`conditions` with NodeLost set from this pass, and the Events due when it clears.
 
     Stateless on purpose (it survives an operator restart): True from the pass
@@ -355,12 +370,12 @@ def with_node_loss(conditions: list[dict[str, Any]], force_deleted: list[str], r
       (which node, which pods) and a Normal Event. The NodeLost Warning Events
       themselves are posted per pod by the handler.
     """
-    previous = next((c for c in conditions if c.get("type") == st.COND_NODE_LOST), None)
+    previous = get_condition(conditions, st.COND_NODE_LOST)
     if force_deleted:
         message = "; ".join(force_deleted)[:2000]
-        return set_condition(conditions, st.COND_NODE_LOST, "True", "NodeLost", message, generation, now), []
-    if previous is None or previous.get("status") != "True" or not recovered:
+        return set_condition(conditions, st.COND_NODE_LOST, "True", st.REASON_NODE_LOST, message, generation, now), []
+    if previous is None or previous.status != "True" or not recovered:
         return conditions, []
-    message = f"recovered from: {previous.get('message', '')}"[:2000]
-    return (set_condition(conditions, st.COND_NODE_LOST, "False", "NodeLossRecovered", message, generation, now),
-            [("Normal", "NodeLossRecovered", message)])
+    message = f"recovered from: {previous.message}"[:2000]
+    return (set_condition(conditions, st.COND_NODE_LOST, "False", st.REASON_NODE_LOSS_RECOVERED, message, generation,
+                          now), [("Normal", st.REASON_NODE_LOSS_RECOVERED, message)])

@@ -28,6 +28,7 @@ from elastic_jax.api.status import SliceState
 from elastic_jax.k8s_operator import metrics, names
 from elastic_jax.k8s_operator.conditions import now_rfc3339
 from elastic_jax.k8s_operator.slices import PodView, group_by_slice, next_slice_state, observe_slice
+from elastic_jax.supervision.slice_state import controller_saw_down, is_loss, next_generation
 
 _logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class SliceTrack:
     # (controller uid, state, addresses) the controller acknowledged, and with which generation.
     acked: tuple[str, str, tuple[str, ...]] | None = None
     acked_generation: int = 0
+    # the generation last sent for this slice, accepted or not (`next_generation` stays above it).
+    sent_generation: int = 0
     # monotonic time the current Down was first seen (for the notify-latency metric).
     down_seen_at: float | None = None
 
@@ -59,11 +62,6 @@ CONSISTENCY_TIMEOUT_S = 5.0
 def _version(resource_version: str) -> int | None:
     """A resourceVersion as a number to order two reads of one object (None when it is not one)."""
     return int(resource_version) if resource_version.isdigit() else None
-
-
-def new_generation() -> int:
-    """A generation number: nanoseconds since the epoch (monotonic across operator restarts)."""
-    return time.time_ns()
 
 
 class JobTracker:
@@ -98,7 +96,6 @@ class JobTracker:
         self.finished = False
         # spec.suspend: the slices go Down because the operator removes them, not because they failed.
         self.suspended = False
-        self.replacements = 0
         # The controller's 401 to this operator's token (another operator key made the job's Secret),
         # None once a report is accepted.
         self.token_refused: str | None = None
@@ -186,10 +183,17 @@ class JobTracker:
 
     # -- controller --------------------------------------------------------
 
-    def set_controller(self, pod: PodView | None) -> None:
-        """Points the tracker at the current controller pod (None: no reachable controller)."""
+    def set_controller(self, pod: PodView | None, stopping: bool = False) -> None:
+        """Points the tracker at the current controller pod (None: no reachable controller).
+
+        Args:
+          pod: the controller pod to poll and notify.
+          stopping: the pod is being stopped on purpose (a suspend): it is still polled while it
+            runs, deletion timestamp or not, so status gets the step and checkpoint its stop saved.
+        """
         with self.lock:
-            uid = pod.uid if pod is not None and pod.pod_ip and pod.phase == "Running" and not pod.deleting else ""
+            uid = (pod.uid if pod is not None and pod.pod_ip and pod.phase == "Running" and (stopping or not pod.deleting)
+                   else "")
             if uid == self.controller_uid:
                 return
             if self.client is not None:
@@ -250,8 +254,9 @@ class JobTracker:
             else:
                 self._apply(pods, events, lost_nodes, jobsets_alive)
                 self._applied(pods, observed_at)
-            if not (self.finished or self.deleting):
-                self.notify(events, retries)
+            send = not (self.finished or self.deleting)
+        if send:  # outside the lock: HTTP to the controller
+            self.notify(events, retries)
 
     def _apply(self, pods: list[PodView], events: EventSink, lost_nodes: Mapping[str, str] | None,
                jobsets_alive: set[int] | None = None) -> None:
@@ -279,8 +284,7 @@ class JobTracker:
                 # A finished or suspended job's teardown is neither a failure nor news: no Warning
                 # SliceDown/SliceDraining, and no replacement counted (the metric said 8 after 2 losses).
                 teardown = self.teardown or (jobsets_alive is not None and i not in jobsets_alive)
-                if new == "Down" and old in ("Ready", "Draining") and not teardown:
-                    self.replacements += 1
+                if is_loss(old, new, teardown):
                     metrics.SLICE_REPLACEMENTS.inc()
                 kind = "Normal" if new in ("Ready", "Provisioning") else "Warning"
                 detail = f": {obs.reason}" if obs.reason else ""
@@ -291,63 +295,83 @@ class JobTracker:
                              extra={"job": self.name, "slice": i, "from": old, "to": new, "reason": obs.reason})
 
     def notify(self, events: EventSink, retries: int = 1) -> None:
-        """Sends every slice state the current controller has not acknowledged."""
+        """Sends every slice state the current controller has not acknowledged.
+
+        The lock is held only to choose the reports and to record their
+        answers, never across the HTTP calls (with retries, seconds to a
+        controller that does not answer), so the pod-event handler and the
+        timer never wait on each other's HTTP. Two passes may then send the
+        same slice; the generations order them (the controller drops the older),
+        and an answer is recorded only if it is newer than the one recorded.
+        """
         with self.lock:
             client, uid = self.client, self.controller_uid
             if client is None:
                 return
+            pending = []
             for track in self.slices:
                 if track.state == "Provisioning":
                     continue  # the controller treats an unreported slice as not there yet
                 want = (uid, track.state, track.addresses)
                 if track.acked == want:
                     continue
-                generation = new_generation()
-                try:
-                    client.report_slice(track.index, track.state, generation, list(track.addresses),
-                                        track.reason or None, retries=retries, backoff_s=0.05)
-                except ControlApiError as e:
+                track.sent_generation = next_generation(track.sent_generation)
+                pending.append((track, want, track.sent_generation, track.reason or None))
+        for track, want, generation, reason in pending:
+            _, state, addresses = want
+            try:
+                client.report_slice(track.index, state, generation, list(addresses), reason,
+                                    retries=retries, backoff_s=0.05)
+            except ControlApiError as e:
+                with self.lock:
                     if e.status_code == 401:
                         self.token_refused = str(e)
                     # A new controller's pod runs before its control API listens: a refused connection
                     # then is its start-up, not a failed report (it counted one error per job start).
                     starting = e.status_code is None and self.last_status is None
-                    metrics.NOTIFICATIONS.labels(track.state, "starting" if starting else "error").inc()
-                    (_logger.info if starting else _logger.warning)(
-                        "could not report slice %d %s%s: %s", track.index, track.state,
-                        " (controller starting)" if starting else "", e,
-                        extra={"job": self.name, "slice": track.index})
-                    if e.status_code is None:
-                        return  # unreachable: the others would wait too; the next sync retries
-                    continue
-                metrics.NOTIFICATIONS.labels(track.state, "ok").inc()
+                metrics.NOTIFICATIONS.labels(state, "starting" if starting else "error").inc()
+                (_logger.info if starting else _logger.warning)(
+                    "could not report slice %d %s%s: %s", track.index, state,
+                    " (controller starting)" if starting else "", e,
+                    extra={"job": self.name, "slice": track.index})
+                if e.status_code is None:
+                    return  # unreachable: the others would wait too; the next sync retries
+                continue
+            metrics.NOTIFICATIONS.labels(state, "ok").inc()
+            with self.lock:
                 self.token_refused = None
+                if client is not self.client or generation <= track.acked_generation:
+                    continue  # another controller since, or a newer answer recorded meanwhile
                 track.acked, track.acked_generation = want, generation
                 seconds = None
-                if track.state == "Down" and track.down_seen_at is not None:
+                if state == "Down" and track.down_seen_at is not None:
                     seconds = time.monotonic() - track.down_seen_at
                     metrics.NOTIFY_SECONDS.observe(seconds)
-                if track.state == "Ready":
+                if state == "Ready" and track.state == "Ready":
                     track.down_seen_at = None
-                _logger.info("controller told slice %d %s", track.index, track.state,
-                             extra={"job": self.name, "slice": track.index, "state": track.state,
-                                    "generation": generation, "notify_seconds": seconds})
-                events("Normal", "ControllerNotified",
-                       f"controller told slice {track.index} {track.state} (generation {generation})")
+            _logger.info("controller told slice %d %s", track.index, state,
+                         extra={"job": self.name, "slice": track.index, "state": state,
+                                "generation": generation, "notify_seconds": seconds})
+            events("Normal", "ControllerNotified",
+                   f"controller told slice {track.index} {state} (generation {generation})")
 
     def slices_down_by_controller(self, status: ControllerStatus) -> list[int]:
         """Slices the controller saw fail itself (e.g. a hung step) while their pods look Ready.
 
-        The controller's view counts only when its generation is the one we
-        sent with Ready: a newer Ready from us has already superseded it.
+        The supervision core's replace rule (`slice_state.controller_saw_down`):
+        the controller's view counts when its generation is at least the one of
+        the Ready this controller accepted from us (older: it was read before
+        that Ready was applied).
         """
         with self.lock:
             out = []
             for view in status.slices:
                 if 0 <= view.index < len(self.slices):
                     track = self.slices[view.index]
-                    if (view.state == "Down" and track.state == "Ready" and track.acked is not None
-                            and track.acked[0] == self.controller_uid and view.generation == track.acked_generation):
+                    accepted = track.acked is not None and track.acked[0] == self.controller_uid \
+                        and track.acked[1] == "Ready"
+                    if controller_saw_down(view.state, view.generation, track.state,
+                                           track.acked_generation if accepted else None):
                         out.append(view.index)
             return out
 

@@ -8,18 +8,22 @@ of a run that did not: that is what "no lost steps" means here.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import re
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from elastic_jax.logs import read_events
-from tests.support.runs import job_manifest, run_cli
+from tests.support.runs import CLI, job_manifest, leftover_processes, run_cli
 
 STEPS = 1000  # long enough (several seconds even on an idle machine) for a killed worker to rejoin
 
@@ -108,6 +112,21 @@ def test_sigkill_worker_hot_spare_swapped_in(tmp_path, baseline):
     # No pause for the replacement worker (minSlices = count would wait for it): the spare joined.
     assert f"elastic attempt 2 on slices {sorted((set(first) - {killed}) | {spare})}" in log
     assert "elastic attempt 3" not in log  # the replaced slice came back as a spare, not as a scale-up
+
+
+def test_a_spare_dying_over_its_slice_budget_fails_the_local_run_naming_it(tmp_path):
+    """Worker deaths count against maxRestartsPerSlice locally as JobSet restarts do on a cluster
+    (`elastic_jax.supervision.budgets`). A spare's death is no loss to the controller (it does not
+    train), so only the launcher's budget can end this run: it used to restart the worker forever."""
+    m = job_manifest("budget", tmp_path, slices={"count": 1, "spares": 1},
+                     training={"steps": STEPS, "globalBatchSize": 8, "logEverySteps": 50},
+                     elasticity={"maxRestartsPerSlice": 0})
+    run = run_cli(m, tmp_path, "--kill-at-step", "20", "--kill-slice", "1")
+    assert run.returncode == 1, run.stderr[-3000:]
+    s = run.summary
+    assert not s["succeeded"] and s["injected_failure"]["slice"] == 1
+    assert s["failure_reason"] == "slice 1 replaced 1 times, more than elasticity.maxRestartsPerSlice=0", s
+    assert s["steps"] < STEPS and s["controller_restarts"] == 0
 
 
 def test_sigstop_worker_hits_step_deadline(tmp_path, baseline):
@@ -264,3 +283,59 @@ def test_draining_slice_is_checkpointed_then_released(tmp_path, baseline):
     assert f"checkpoint step {at} committed" in log  # saved before letting the slice go
     assert "elastic attempt 2 on slices [0]" in log
     assert s["recoveries"] == 1 and s["worker_restarts"] == 0
+
+
+def _worker_pid(tmp_path: Path, index: int) -> int:
+    """The pid of the live worker process of slice `index` of the run under `tmp_path`."""
+    for p in leftover_processes(str(tmp_path)):
+        argv = p.cmdline()
+        if any(a.endswith("elastic-jax-worker") for a in argv) and argv[argv.index("--slice-index") + 1] == str(index):
+            return p.pid
+    raise AssertionError(f"no worker process for slice {index}")
+
+
+def test_hot_spare_is_warm_before_it_is_swapped_in(tmp_path):
+    """Warm spares (issue 12 item 2): the spare compiles the step program while idle, so the swap costs no step
+    below the desired slice count and the spare's first step runs without compiling."""
+    steps = 4000  # long enough on an idle machine to outlast the spare's warm-up; the test kills only after it
+    m = job_manifest("warm", tmp_path, slices={"count": 2, "minSlices": 1, "spares": 1},
+                     training={"steps": steps, "globalBatchSize": 8, "logEverySteps": 1})
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(m))
+    workdir = tmp_path / "run"
+    log = workdir / "controller.log"
+    proc = subprocess.Popen([CLI, "run", str(tmp_path / "job.yaml"), "--workdir", str(workdir), "--no-failure"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            start_new_session=True)
+    try:
+        first = spare = None
+        while proc.poll() is None and spare is None:  # until the spare says it is warm (or the job ends: fails below)
+            text = log.read_text() if log.exists() else ""
+            found = re.search(r"elastic attempt 1 on slices \[([0-9, ]+)\]", text)
+            if found:
+                first = [int(x) for x in found.group(1).split(", ")]
+                idle = ({0, 1, 2} - set(first)).pop()
+                if any(e.get("event") == "slice_warmed" and e.get("slice") == idle for e in read_events(text)):
+                    spare = idle
+            time.sleep(0.2)
+        assert spare is not None, f"the job ended before its spare was warmed:\n{log.read_text()[-3000:]}"
+        victim = first[0]
+        os.kill(_worker_pid(tmp_path, victim), signal.SIGKILL)
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        for p in leftover_processes(str(tmp_path)):
+            p.kill()
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads(out.strip().splitlines()[-1].removeprefix("SUMMARY "))
+    assert s["succeeded"] and s["steps"] == steps and s["steps_lost"] == 0, s
+    text = log.read_text()
+    assert f"elastic attempt 2 on slices {sorted((set(first) - {victim}) | {spare})}" in text
+    # At most one step per failure below the desired count (the target); with a warm spare: none.
+    step_events = [e for e in read_events(text) if e.get("event") == "step"]
+    assert sum(1 for e in step_events if len(e["active_slices"]) < 2) <= 1
+    # The spare compiled ahead (Load with compile), never inside a step.
+    compiles = [json.loads(x).get("trigger") for x in (workdir / f"worker-{spare}.log").read_text().splitlines()
+                if x.startswith("{") and '"program compiled"' in x]
+    assert compiles == ["load"], compiles

@@ -101,10 +101,34 @@ def test_steps_on_two_workers_match_in_process(worker_factory, grad_step):
                 "pid": worker.pid,
                 "device_count": 1,
                 "program_hashes": [program.hash],
+                "compiled_hashes": [program.hash],
             }
     finally:
         for client in clients:
             client.close()
+
+
+def _compiles(worker) -> list[str]:
+    """The `trigger` of each "program compiled" line in a worker's log (load: warmed ahead; step: on a step)."""
+    lines = [json.loads(x) for x in worker.log_path.read_text().splitlines() if x.startswith("{")]
+    return [x["trigger"] for x in lines if x.get("msg") == "program compiled"]
+
+
+def test_load_with_compile_warms_the_worker_so_its_first_step_does_not_compile(worker_factory, grad_step):
+    """Warm spares: a Load with compile=True compiles before answering; the first step then runs the executable."""
+    step, program = grad_step
+    cold, warm = worker_factory.start_many(2)
+    params, batch = make_params(), make_batch(3)
+    with SliceClient(cold.slice_index, cold.address, TOKEN) as c, SliceClient(warm.slice_index, warm.address, TOKEN) as w:
+        c.load_program(program, timeout_s=STEP_TIMEOUT_S)
+        w.load_program(program, timeout_s=STEP_TIMEOUT_S, compile=True)
+        assert c.ping()["compiled_hashes"] == [] and w.ping()["compiled_hashes"] == [program.hash]
+        w.load_program(program, timeout_s=STEP_TIMEOUT_S, compile=True)  # idempotent: compiled once
+        for client in (c, w):
+            assert_matches(client.step_async(program, flat(params, batch), STEP_TIMEOUT_S).result(), step(params, batch))
+        assert c.ping()["compiled_hashes"] == [program.hash]
+    assert _compiles(cold) == ["step"]
+    assert _compiles(warm) == ["load"]
 
 
 def test_connection_refused_is_slice_down_within_a_second():

@@ -44,6 +44,11 @@ def _set(base: Callable[[], dict], path: str, value: Any) -> Callable[[], dict]:
 
 # (id, manifest factory, the field both refusals must name)
 CASES: list[tuple[str, Callable[[], dict], str]] = [
+    ("library-mode-args-without-command",
+     _set(cpu_job, "spec.controller.args", ["x"]), "spec.controller.args"),
+    ("library-mode-command-with-a-trainer",
+     _set(_set(cpu_job, "spec.controller.command", ["python"]), "spec.controller.trainer", {"entryPoint": "a:b"}),
+     "spec.controller.trainer"),
     ("worker-cpu-request-above-limit",
      _set(cpu_job, "spec.worker.resources", {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}),
      "spec.worker.resources"),
@@ -99,6 +104,67 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("slices-plus-spares-above-64",
      _set(_set(cpu_job, "spec.slices", {"count": 60, "spares": 8}), "spec.training.globalBatchSize", 64),
      "spec.slices.spares"),
+    # tolerations: the API server's cross-field rules (ValidateTolerations)
+    ("toleration-exists-with-a-value",
+     _set(cpu_job, "spec.worker.tolerations", [{"key": "k", "operator": "Exists", "value": "v"}]),
+     "spec.worker.tolerations"),
+    ("toleration-equal-without-a-key",
+     _set(cpu_job, "spec.controller.tolerations", [{"operator": "Equal", "value": "v"}]),
+     "spec.controller.tolerations"),
+    ("toleration-default-operator-without-a-key",
+     _set(cpu_job, "spec.worker.tolerations", [{"effect": "NoSchedule"}]), "spec.worker.tolerations"),
+    ("toleration-seconds-without-noexecute",
+     _set(cpu_job, "spec.worker.tolerations", [{"key": "k", "operator": "Exists", "effect": "NoSchedule",
+                                                "tolerationSeconds": 30}]),
+     "spec.worker.tolerations"),
+    ("toleration-seconds-without-effect",
+     _set(cpu_job, "spec.controller.tolerations", [{"key": "k", "operator": "Exists", "tolerationSeconds": 30}]),
+     "spec.controller.tolerations"),
+    # cross-field: a progress timeout no longer than a step deadline can never be met
+    ("progress-timeout-below-step-deadline",
+     _set(cpu_job, "spec.elasticity", {"stepDeadlineSeconds": 600, "progressTimeoutSeconds": 300}),
+     "spec.elasticity.progressTimeoutSeconds"),
+    ("progress-timeout-below-the-default-first-step-deadline",
+     _set(cpu_job, "spec.elasticity", {"progressTimeoutSeconds": 100}), "spec.elasticity.progressTimeoutSeconds"),
+    ("step-deadline-above-the-default-progress-timeout",
+     _set(cpu_job, "spec.elasticity", {"stepDeadlineSeconds": 3600}), "spec.elasticity.progressTimeoutSeconds"),
+    # integers: a fraction is no integer (a whole-number float such as 10.0 is one, for both: ACCEPTED)
+    ("steps-a-fraction", _set(cpu_job, "spec.training.steps", 10.5), "spec.training.steps"),
+    ("spares-a-fraction", _set(cpu_job, "spec.slices.spares", 0.5), "spec.slices.spares"),
+    ("termination-grace-a-fraction", _set(cpu_job, "spec.worker.terminationGracePeriodSeconds", 2.5),
+     "spec.worker.terminationGracePeriodSeconds"),
+    ("min-slices-beyond-int64", _set(cpu_job, "spec.slices.minSlices", 2**70), "spec.slices.minSlices"),
+    # bounds on what the controller allocates or waits by
+    ("global-batch-size-2-to-the-40", _set(cpu_job, "spec.training.globalBatchSize", 2**40),
+     "spec.training.globalBatchSize"),
+    ("step-deadline-beyond-30-days", _set(cpu_job, "spec.elasticity",
+                                          {"stepDeadlineSeconds": 1e9, "progressTimeoutSeconds": 0}),
+     "spec.elasticity.stepDeadlineSeconds"),
+    ("slice-wait-timeout-beyond-30-days", _set(cpu_job, "spec.elasticity.sliceWaitTimeoutSeconds", 1e12),
+     "spec.elasticity.sliceWaitTimeoutSeconds"),
+    # metadata the API server checks before any CRD rule
+    ("label-value-with-a-space", _set(cpu_job, "metadata.labels", {"team": "a b"}), "metadata.labels"),
+    ("label-value-too-long", _set(cpu_job, "metadata.labels", {"team": "a" * 64}), "metadata.labels"),
+    ("label-key-not-a-label-key", _set(cpu_job, "metadata.labels", {"bad key": "v"}), "metadata.labels"),
+    ("annotation-key-not-a-key", _set(cpu_job, "metadata.annotations", {"a b/c": "v"}), "metadata.annotations"),
+]
+
+# (id, manifest factory): edge cases that both `validate --cluster` and the API server accept.
+ACCEPTED: list[tuple[str, Callable[[], dict]]] = [
+    # library mode with the trainer's default entry point written out (what the API server's defaulting does)
+    ("library-mode-command-with-the-default-trainer",
+     _set(_set(cpu_job, "spec.controller.command", ["python", "train.py"]), "spec.controller.trainer",
+          {"entryPoint": "elastic_jax.controller.builtin_lm:make_trainer"})),
+    ("steps-a-whole-float", _set(cpu_job, "spec.training.steps", 10.0)),
+    ("cpu-quantity-a-whole-float", _set(cpu_job, "spec.worker.resources", {"limits": {"cpu": 2.0}})),
+    ("toleration-exists-without-a-key", _set(cpu_job, "spec.worker.tolerations", [{"operator": "Exists"}])),
+    ("toleration-seconds-with-noexecute",
+     _set(cpu_job, "spec.worker.tolerations", [{"key": "k", "operator": "Exists", "effect": "NoExecute",
+                                                "tolerationSeconds": 30}])),
+    ("progress-timeout-off-with-a-long-step-deadline",
+     _set(cpu_job, "spec.elasticity", {"stepDeadlineSeconds": 7200, "progressTimeoutSeconds": 0})),
+    ("global-batch-size-at-the-bound", _set(cpu_job, "spec.training.globalBatchSize", 2**20)),
+    ("labels-and-annotations", _set(cpu_job, "metadata.labels", {"example.com/team": "ml-1", "empty": ""})),
 ]
 
 # Namespaced: the API server refuses the namespace itself (the CRD cannot constrain it).

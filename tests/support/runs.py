@@ -75,7 +75,7 @@ def leftover_processes(marker: str) -> list[psutil.Process]:
 
 
 def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s: float = 600, env: dict | None = None,
-            address_space_bytes: int | None = None) -> CliRun:
+            address_space_bytes: int | None = None, cwd: Path | None = None) -> CliRun:
     """Runs `elastic-jax run` on a manifest in a fresh process group and waits for it.
 
     The CLI stops its own children; on a timeout the whole group is killed and
@@ -86,6 +86,7 @@ def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s:
         (inherited), so an allocation beyond it fails at once instead of
         growing until the kernel's OOM killer picks a victim (this machine
         overcommits memory: vm.overcommit_memory=1).
+      cwd: the CLI's working directory (default ``tmp_path``).
     """
     if isinstance(manifest, dict):
         path = tmp_path / "job.yaml"
@@ -98,7 +99,7 @@ def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s:
         if address_space_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
     proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(workdir), *flags], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=tmp_path, start_new_session=True,
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd or tmp_path, start_new_session=True,
                             preexec_fn=limit if address_space_bytes else None)
     try:
         out, err = proc.communicate(timeout=timeout_s)

@@ -64,10 +64,17 @@ def test_names_printer_columns_and_status_subresource():
     version = body["spec"]["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Phase", "Step", "Active", "Desired", "Restarts", "Age"]
+    assert columns == ["Phase", "Step", "Active", "Desired", "Restarts", "Goodput", "Age",
+                       "Productive", "Reduced", "Recovering", "Waiting", "Spares"]
+    # the default view stays short: the breakdown only with -o wide
+    assert {c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1} == {
+        "Productive", "Reduced", "Recovering", "Waiting", "Spares"}
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Running", "Degraded", "Recovering", "Suspended", "Succeeded", "Failed"]
-    assert {"conditions", "slices", "controllerRestarts", "lastCheckpointStep", "failureReason"} <= set(status)
+    assert {"conditions", "slices", "controllerRestarts", "lastCheckpointStep", "failureReason", "goodput",
+            "spareSlices"} <= set(status)
+    assert set(status["goodput"]["properties"]["seconds"]["properties"]) == {
+        "productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting"}
 
 
 def test_every_spec_field_is_described():

@@ -192,3 +192,58 @@ def test_hot_spare_replaces_a_lost_slice_on_the_next_attempt():
     assert train() == "done"
     assert seen == [[0, 1], [1, 2]]
     assert s.spare_indices() == {0}
+
+
+class Preparer:
+    """A backend's `prepare` for the tests: the slices in `warm` are ready to join; every call is recorded."""
+
+    def __init__(self, warm=()):
+        self.warm = set(warm)
+        self.asked: list[frozenset[int]] = []
+
+    def __call__(self, indices):
+        self.asked.append(frozenset(indices))
+        return frozenset(indices) & self.warm
+
+
+def test_scale_up_waits_until_the_rejoining_slice_is_prepared():
+    """A slice back Ready is no scale-up signal until the backend has warmed it (the mesh never waits on its compile)."""
+    s, _ = make(2, ready=[0])
+    prepare = Preparer()
+    m = Manager(s, poll_interval_s=0.05, prepare=prepare)
+    s.set_active([0])
+    s.apply_report(1, SliceReport(state="Ready", generation=1, addresses=["h:1"]))
+    assert m.available_inactive_slices() == frozenset()  # not warm: keep training on slice 0
+    assert prepare.asked[-1] == {1}  # ...while the backend warms slice 1
+    prepare.warm.add(1)
+    assert m.available_inactive_slices() == {1}
+
+
+def test_spares_are_prepared_while_the_mesh_trains_and_a_warm_one_is_swapped_in():
+    s = SliceSet(2, spares=2)
+    for i in range(4):
+        s.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"h:{i}"]))
+    prepare = Preparer()
+    m = Manager(s, poll_interval_s=0.05, prepare=prepare)
+    seen = []
+
+    @m.elastic_retry(minimum_slice_count=1, timeout_s=1)
+    def train():
+        seen.append(sorted(s.active))
+        if len(seen) == 1:
+            assert m.available_inactive_slices() == frozenset()  # a full mesh: no scale-up...
+            assert prepare.asked[-1] == {2, 3}  # ...but both spares are being prepared
+            prepare.warm.add(3)  # spare 3 is warm first, spare 2 (the lower index) is not yet
+            s.mark_down([0], "killed")
+            raise SliceDownError("slice 0 lost", [0])
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1], [1, 3]]  # the warm spare, not the lowest index
+
+
+def test_choose_active_prefers_given_slices_after_the_active_ones():
+    s = SliceSet(2, spares=2)
+    s.set_active([1])
+    assert s.choose_active({0, 1, 2, 3}, prefer={3}) == {1, 3}
+    assert s.choose_active({0, 1, 2, 3}) == {0, 1}

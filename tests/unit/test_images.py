@@ -221,3 +221,52 @@ def test_pathways_images_are_pinned_to_the_jax_in_constraints():
     assert pins["jax"] == pins["jaxlib"] == images.PINNED_JAX, "move images.PINNED_JAX with the jax pin"
     assert images.PINNED_JAX in images.PATHWAYS_RELEASES, "add the Pathways release of the new jax pin"
     assert not images.pathways_image("server").endswith(":latest")
+
+
+# -- the MaxText variant of the controller image (opt-in, not built by CI) --------------------------------------
+
+MAXTEXT_DOCKERFILE = ROOT / "controller_image" / "Dockerfile.maxtext"
+
+
+def test_maxtext_variant_is_hadolint_clean():
+    proc = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "style", str(MAXTEXT_DOCKERFILE)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def test_maxtext_variant_is_pinned_like_the_controller_image():
+    dockerfile = parse(MAXTEXT_DOCKERFILE)
+    builder, final = dockerfile.stages
+    (base,) = {dockerfile.expand(stage.base) for stage in dockerfile.stages}
+    # MaxText 0.2.5 requires Python >= 3.12.
+    assert _pinned(base) and base.startswith("python:3.12."), base
+    assert _arg_default(builder, "EXTRAS") == "maxtext"
+    assert "maxtext[tpu]==0.2.5" in PYPROJECT["project"]["optional-dependencies"]["maxtext"]
+    assert any("-c constraints-maxtext.txt" in rest for rest in builder.all("RUN"))
+    assert any("pip check" in rest for rest in builder.all("RUN"))
+    # The same entry point, non-root user and copy-only final stage as the controller image.
+    assert json.loads(final.all("ENTRYPOINT")[0]) == list(images.PROJECT_IMAGES[images.CONTROLLER_IMAGE].entrypoint)
+    assert final.all("USER") == ["65532:65532"]
+    assert all(c.startswith("--from=builder ") for c in final.all("COPY"))
+    # Every COPY source exists and is in the build context (.dockerignore).
+    sources = [w.rstrip("/") for rest in builder.all("COPY") for w in shlex.split(rest)[:-1]]
+    included = {ln.strip()[1:].rstrip("/") for ln in (ROOT / ".dockerignore").read_text().splitlines()
+                if ln.strip().startswith("!")}
+    for source in sources:
+        assert (ROOT / source).exists(), f"COPY {source}: no such path"
+        assert any(source == i or source.startswith(i + "/") for i in included), f"{source}: not in the context"
+
+
+def test_maxtext_constraints_pin_the_jax_of_the_example_and_agree_with_pyproject():
+    pins = {}
+    for line in (ROOT / "controller_image" / "constraints-maxtext.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"constraints-maxtext.txt: {line!r} is not an exact pin"
+            pins[re.sub(r"[-_.]+", "-", name).lower()] = version
+    for req in PYPROJECT["project"]["optional-dependencies"]["maxtext"] + PYPROJECT["project"]["dependencies"]:
+        name, _, version = req.partition("==")
+        name = re.sub(r"[-_.]+", "-", re.sub(r"\[.*\]", "", name)).lower()
+        assert pins.get(name) == version, f"{name}: pyproject {version}, constraints-maxtext.txt {pins.get(name)}"
+    assert pins["jax"] == pins["jaxlib"] and f"jax-{pins['jax']}" in (ROOT / "examples" / "03-maxtext-pathways.yaml").read_text()

@@ -21,8 +21,9 @@ from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.reconcile import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.api import labels as lbl
-from tests.support.bad_manifests import BAD_NAMESPACE, CASES, cpu_job, pathways_job
-from tests.unit.test_operator_handler_faults import _Kube, _Patch
+from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, cpu_job, pathways_job
+from tests.support.fake_kube import FakeKube as _Kube
+from tests.unit.test_operator_handler_faults import _Patch
 
 
 def _validate(tmp_path, manifest: dict) -> tuple[int, str]:
@@ -44,6 +45,30 @@ def test_validate_refuses_naming_the_field(tmp_path, case_id, make, field):
     assert code == 2, out
     assert field in out, out
     assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("case_id,make", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_validate_accepts_what_the_api_server_accepts(tmp_path, case_id, make):
+    code, out = _validate(tmp_path, make())
+    assert code == 0, out
+
+
+def test_a_whole_number_float_is_the_integer_but_trainer_config_is_kept_as_written():
+    job = cpu_job()
+    job["spec"]["training"]["steps"] = 10.0
+    job["spec"]["controller"] = {"trainer": {"config": {"lr": 1.0}}}
+    parsed = parse_manifest(job)
+    assert parsed.spec.training.steps == 10 and isinstance(parsed.spec.training.steps, int)
+    assert isinstance(parsed.spec.controller.trainer.config["lr"], float)
+
+
+def test_the_crd_carries_the_toleration_and_progress_timeout_rules():
+    schema = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    toleration_rules = schema["worker"]["properties"]["tolerations"]["items"]["x-kubernetes-validations"]
+    assert [r["rule"] for r in pod_rules.TOLERATION_CEL_RULES] == [r["rule"] for r in toleration_rules]
+    rules = schema["elasticity"]["x-kubernetes-validations"]
+    assert any(r.get("fieldPath") == ".progressTimeoutSeconds" for r in rules), rules
+    assert schema["training"]["properties"]["globalBatchSize"]["maximum"] == 2**20
 
 
 def test_validate_refuses_a_namespace_the_api_server_refuses(tmp_path):

@@ -1,7 +1,9 @@
-"""The local launcher's worker restart delay (its own logic; stand-in children and no controller)."""
+"""The local launcher as a driver of the supervision core: restart delay, reports, the replace rule and
+the slice budgets (stand-in children and no controller)."""
 
 from pathlib import Path
 
+from elastic_jax import contract
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.local.launcher import LaunchOptions, LocalLauncher, _Slice
 
@@ -22,11 +24,11 @@ class _Child:
         self.up = False
 
 
-def _launcher(tmp_path: Path) -> tuple[LocalLauncher, _Slice, list]:
+def _launcher(tmp_path: Path, elasticity: dict | None = None) -> tuple[LocalLauncher, _Slice, list]:
     job = parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
                           "metadata": {"name": "b"},
                           "spec": {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1},
-                                   "checkpoint": {"uri": str(tmp_path / "ck")}}})
+                                   "checkpoint": {"uri": str(tmp_path / "ck")}, "elasticity": elasticity or {}}})
     launcher = LocalLauncher(job, tmp_path / "job.yaml", LaunchOptions(workdir=tmp_path / "run"))
     s = _Slice(0, _Child())
     launcher.slices = [s]
@@ -37,7 +39,7 @@ def _launcher(tmp_path: Path) -> tuple[LocalLauncher, _Slice, list]:
     def start(sl):
         starts.append(sl.index)
         sl.child = _Child()
-        sl.state = "Starting"
+        sl.listening = False
         sl.restart_at = None
 
     launcher._start_worker = start
@@ -62,7 +64,6 @@ def test_a_worker_lost_after_ready_restarts_after_the_first_delay_every_time(tmp
 def test_a_worker_that_dies_before_ready_backs_off(tmp_path, monkeypatch):
     launcher, s, _ = _launcher(tmp_path)
     monkeypatch.setattr("elastic_jax.local.launcher.port_open", lambda host, port: False)
-    s.state = "Starting"
     delays = []
     now = 0.0
     for _ in range(7):  # a crash loop: it never listens
@@ -72,3 +73,66 @@ def test_a_worker_that_dies_before_ready_backs_off(tmp_path, monkeypatch):
         now = s.restart_at
         launcher._supervise_workers(now)
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
+def test_a_worker_that_never_listened_is_not_reported_until_it_dies(tmp_path, monkeypatch):
+    launcher, s, reports = _launcher(tmp_path)
+    monkeypatch.setattr("elastic_jax.local.launcher.port_open", lambda host, port: False)
+    launcher._supervise_workers(0.0)
+    assert s.state == "Provisioning" and reports == []
+    s.child.die()
+    launcher._supervise_workers(0.0)
+    assert s.state == "Down" and reports == ["Down"]
+
+
+def _status(state: str, generation: int):
+    """The part of `GET /v1/status` the replace rule reads."""
+    from types import SimpleNamespace
+    return SimpleNamespace(slices=[SimpleNamespace(index=0, state=state, generation=generation)])
+
+
+def test_a_down_read_before_the_ready_was_accepted_kills_no_worker(tmp_path, monkeypatch):
+    """Before the core, the launcher killed a worker on the controller's Down of any generation."""
+    launcher, s, _ = _launcher(tmp_path)
+    s.state, s.ready_generation = "Ready", 7
+    killed = []
+    s.child.signal = killed.append
+    launcher._replace_slices_seen_down(_status("Down", 6))
+    assert killed == []
+    launcher._replace_slices_seen_down(_status("Down", 7))
+    assert len(killed) == 1 and s.ready_generation is None
+
+
+def test_worker_deaths_count_against_the_slice_budget_before_ready_too(tmp_path, monkeypatch):
+    """Before the core the launcher restarted a dying worker forever; the operator fails the job once a
+    slice's JobSet restarts exceed maxRestartsPerSlice. Now both count every death."""
+    launcher, s, _ = _launcher(tmp_path, {"maxRestarts": 20, "maxRestartsPerSlice": 2})
+    monkeypatch.setattr("elastic_jax.local.launcher.port_open", lambda host, port: False)
+    now = 0.0
+    for _ in range(2):
+        s.child.die()
+        launcher._supervise_workers(now)
+        now = s.restart_at
+        launcher._supervise_workers(now)
+        assert launcher._slice_budget_failure() is None
+    s.child.die()
+    launcher._supervise_workers(now)
+    assert launcher._slice_budget_failure() == "slice 0 replaced 3 times, more than elasticity.maxRestartsPerSlice=2"
+
+
+def test_the_controller_restart_budget_is_the_specs_unless_the_option_sets_one(tmp_path):
+    launcher, _, _ = _launcher(tmp_path, {"maxRestarts": 5})
+    assert launcher._max_controller_restarts() == 5
+    launcher.options.max_controller_restarts = 1
+    assert launcher._max_controller_restarts() == 1
+
+
+def test_workers_share_a_private_compilation_cache_in_the_run_folder(tmp_path):
+    """A restarted worker reads its step program from the run's XLA cache instead of compiling it again."""
+    launcher, _, _ = _launcher(tmp_path)
+    launcher.workdir.mkdir(parents=True, exist_ok=True)
+    env = launcher._worker_env()
+    cache = Path(env[contract.JAX_ENV_COMPILATION_CACHE_DIR])
+    assert cache == (tmp_path / "run" / "xla-cache").resolve() and cache.is_dir()
+    assert cache.stat().st_mode & 0o077 == 0  # not readable or writable by other users
+    assert env[contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS] == "0"

@@ -13,6 +13,7 @@ from elastic_jax.api.manifest_digest import DIGEST_ENV, ManifestDigestMismatch, 
 from elastic_jax.k8s_operator import backends, children, handlers
 from elastic_jax.k8s_operator.backends import renderer_for
 from tests.unit.test_operator_pathways import pathways_job
+from tests.support.fake_kube import FakeKube
 
 
 def _cpu_job(**spec):
@@ -54,39 +55,6 @@ def test_a_changed_manifest_is_refused_naming_the_configmap_and_no_digest_means_
     check_digest(job, "", "m.yaml")
 
 
-class _Kube:
-    def __init__(self, manifest_text=None):
-        self.manifest_text, self.created = manifest_text, []
-
-    def claim(self, *a):
-        return True
-
-    def create(self, namespace, body):
-        self.created.append(body)
-        return True
-
-    def read_manifest(self, namespace, name, owner_uid):
-        return self.manifest_text
-
-    def owned_by(self, *a):
-        return True
-
-    def delete_pod(self, *a, **k):
-        pass
-
-    def delete_jobset(self, *a):
-        pass
-
-    def delete_job(self, *a):
-        pass
-
-    def job_uid_if_owned(self, *a):
-        return None
-
-    def warning_events(self, *a):
-        return []
-
-
 class _Patch:
     def __init__(self):
         self.status: dict = {}
@@ -103,15 +71,15 @@ def _reconcile(state, status):
 
 
 def _controller_env(kube):
-    (pod,) = [b for b in kube.created if b["kind"] == "Pod"]
+    (pod,) = [b for b in kube.created_bodies if b["kind"] == "Pod"]
     return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
 
 
 def test_the_operator_records_the_digest_of_the_configmap_it_writes(monkeypatch):
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = _reconcile(state, {"phase": "Pending"})
-    (cm,) = [b for b in state.kube.created if b["kind"] == "ConfigMap"]
+    (cm,) = [b for b in state.kube.created_bodies if b["kind"] == "ConfigMap"]
     written = parse_manifest(yaml.safe_load(cm["data"][lbl.MANIFEST_KEY]), "configmap")
     assert status["manifestSha256"] == manifest_digest(written) == _controller_env(state.kube)[DIGEST_ENV]
 
@@ -121,18 +89,18 @@ def test_after_an_operator_restart_a_changed_configmap_is_not_read_back(monkeypa
     entry point, another image) must not become the spec; the live one is used, whose digest the
     controller then finds the mounted copy does not have (and refuses it)."""
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    first = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    first = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = _reconcile(first, {"phase": "Pending"})
-    (cm,) = [b for b in first.kube.created if b["kind"] == "ConfigMap"]
+    (cm,) = [b for b in first.kube.created_bodies if b["kind"] == "ConfigMap"]
     tampered = yaml.safe_load(cm["data"][lbl.MANIFEST_KEY])
     tampered["spec"]["controller"]["image"] = "evil.example/controller:1"
     tampered["spec"]["controller"]["trainer"] = {"entryPoint": "evil:make"}
-    restarted = handlers.OperatorState(kube=_Kube(yaml.safe_dump(tampered)), key=b"k" * 32)
+    restarted = handlers.OperatorState(kube=FakeKube(manifest_text=yaml.safe_dump(tampered)), key=b"k" * 32)
     _reconcile(restarted, {k: v for k, v in status.items() if k != "controllerPod"})
-    (pod,) = [b for b in restarted.kube.created if b["kind"] == "Pod"]
+    (pod,) = [b for b in restarted.kube.created_bodies if b["kind"] == "Pod"]
     assert pod["spec"]["containers"][0]["image"] != "evil.example/controller:1"
     assert _controller_env(restarted.kube)[DIGEST_ENV] == status["manifestSha256"]
     # The genuine copy is still read back (the spec the job started with).
-    genuine = handlers.OperatorState(kube=_Kube(cm["data"][lbl.MANIFEST_KEY]), key=b"k" * 32)
+    genuine = handlers.OperatorState(kube=FakeKube(manifest_text=cm["data"][lbl.MANIFEST_KEY]), key=b"k" * 32)
     job = handlers._applied_job(genuine, ("ns", "j"), _cpu_job(), "u1", status["manifestSha256"])
     assert manifest_digest(job) == status["manifestSha256"]

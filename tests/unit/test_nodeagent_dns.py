@@ -1,6 +1,6 @@
 """The node agent's stand-in for CoreDNS: headless Service names from the pods they select (e2e/nodeagent/dns.py).
 
-The API is a scripted stub here (this is the agent's own logic); e2e/test_pod_runtime.py resolves a name
+The API is a scripted stub here (this is the agent's own logic); e2e/standin/test_pod_runtime.py resolves a name
 through real Services and pods."""
 
 from __future__ import annotations

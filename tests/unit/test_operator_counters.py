@@ -15,7 +15,13 @@ from elastic_jax.k8s_operator import counters, handlers
 from elastic_jax.k8s_operator.reconcile import JobSetView, jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
+from tests.support.fake_kube import FakeKube
 
+
+
+def _carry(previous: dict, *args, **kw) -> counters.Counts:
+    """`counters.carry` on the status as the operator reads it back from the API server (typed)."""
+    return counters.carry(ElasticTrainingJobStatus.from_kube(previous), *args, **kw)
 
 def _js(i: int, uid: str, restarts: int) -> JobSetView:
     return JobSetView(name=f"j-slice-{i}", slice_index=i, restarts=restarts, uid=uid)
@@ -24,63 +30,63 @@ def _js(i: int, uid: str, restarts: int) -> JobSetView:
 def _written(previous: dict, c: counters.Counts) -> dict:
     """The status after the pass wrote `c` (what the next pass reads)."""
     return {**previous, "recoveries": c.recoveries, "sliceReplacements": c.slice_replacements,
-            "counterBase": c.base,
+            "counterBase": c.base.model_dump(mode="json", by_alias=True, exclude_none=True),
             "slices": [{"index": i, "state": "Ready", "restarts": r} for i, r in enumerate(c.slice_restarts)]}
 
 
 def test_a_new_controller_pods_recoveries_add_to_the_jobs():
     s: dict = {}
-    c = counters.carry(s, 2, "pod-a", 2, {})
+    c = _carry(s, 2, "pod-a", 2, {})
     assert c.recoveries == 2
     s = _written(s, c)
     # pod-a gone (controller lost): nothing answers, the total stays
-    c = counters.carry(s, 2, "", None, {})
+    c = _carry(s, 2, "", None, {})
     assert c.recoveries == 2
     s = _written(s, c)
     # pod-b, a new process, counts from 0 again: the job's total keeps growing from 2
-    c = counters.carry(s, 2, "pod-b", 0, {})
-    assert c.recoveries == 2 and c.base["controllerUid"] == "pod-b" and c.base["recoveries"] == 2
+    c = _carry(s, 2, "pod-b", 0, {})
+    assert c.recoveries == 2 and c.base.controller_uid == "pod-b" and c.base.recoveries == 2
     s = _written(s, c)
-    c = counters.carry(s, 2, "pod-b", 3, {})
+    c = _carry(s, 2, "pod-b", 3, {})
     assert c.recoveries == 5
 
 
 def test_jobsets_created_again_after_a_resume_add_to_each_slices_restarts():
     s: dict = {}
-    c = counters.carry(s, 2, "", None, {0: _js(0, "a0", 1), 1: _js(1, "a1", 2)})
+    c = _carry(s, 2, "", None, {0: _js(0, "a0", 1), 1: _js(1, "a1", 2)})
     assert c.slice_restarts == [1, 2] and c.slice_replacements == 3
     s = _written(s, c)
     # suspended: JobSets deleted; every slice keeps its count
-    c = counters.carry(s, 2, "", None, {})
+    c = _carry(s, 2, "", None, {})
     assert c.slice_restarts == [1, 2] and c.slice_replacements == 3
     s = _written(s, c)
     # resumed: new JobSets (new UIDs, restarts 0), then slice 0 loses a worker again
-    c = counters.carry(s, 2, "", None, {0: _js(0, "b0", 0), 1: _js(1, "b1", 0)})
+    c = _carry(s, 2, "", None, {0: _js(0, "b0", 0), 1: _js(1, "b1", 0)})
     assert c.slice_restarts == [1, 2]
     s = _written(s, c)
-    c = counters.carry(s, 2, "", None, {0: _js(0, "b0", 1), 1: _js(1, "b1", 0)})
+    c = _carry(s, 2, "", None, {0: _js(0, "b0", 1), 1: _js(1, "b1", 0)})
     assert c.slice_restarts == [2, 2] and c.slice_replacements == 4
 
 
 def test_the_same_pass_twice_gives_the_same_counts():
     """A pass that reads a status without its last patch (stale watch) must not count twice."""
-    s = _written({}, counters.carry({}, 1, "pod-a", 2, {0: _js(0, "a0", 1)}))
-    once = counters.carry(s, 1, "pod-b", 1, {0: _js(0, "b0", 1)})
-    twice = counters.carry(s, 1, "pod-b", 1, {0: _js(0, "b0", 1)})
+    s = _written({}, _carry({}, 1, "pod-a", 2, {0: _js(0, "a0", 1)}))
+    once = _carry(s, 1, "pod-b", 1, {0: _js(0, "b0", 1)})
+    twice = _carry(s, 1, "pod-b", 1, {0: _js(0, "b0", 1)})
     assert once == twice and once.recoveries == 3 and once.slice_restarts == [2]
 
 
 def test_a_status_written_before_bases_existed_is_not_counted_twice():
     """An operator upgrade: the old status holds the live sources' own counts, no counterBase."""
-    old = {"recoveries": 2, "sliceReplacements": 3, "slices": [{"index": 0, "restarts": 3}]}
-    c = counters.carry(old, 1, "pod-a", 2, {0: _js(0, "a0", 3)})
+    old = {"recoveries": 2, "sliceReplacements": 3, "slices": [{"index": 0, "state": "Ready", "restarts": 3}]}
+    c = _carry(old, 1, "pod-a", 2, {0: _js(0, "a0", 3)})
     assert c.recoveries == 2 and c.slice_restarts == [3]
-    c = counters.carry(_written(old, c), 1, "pod-a", 3, {0: _js(0, "a0", 4)})
+    c = _carry(_written(old, c), 1, "pod-a", 3, {0: _js(0, "a0", 4)})
     assert c.recoveries == 3 and c.slice_restarts == [4]
 
 
 def test_the_base_is_valid_status():
-    c = counters.carry({}, 2, "pod-a", 1, {0: _js(0, "a0", 1)})
+    c = _carry({}, 2, "pod-a", 1, {0: _js(0, "a0", 1)})
     ElasticTrainingJobStatus.model_validate(_written({}, c))
 
 
@@ -89,35 +95,6 @@ def test_jobset_view_reads_the_uid():
 
 
 # -- through the kopf shell -------------------------------------------------------------------
-
-
-class _Kube:
-    def claim(self, *a):
-        return True
-
-    def create(self, namespace, body):
-        return True
-
-    def owned_by(self, *a):
-        return True
-
-    def delete_pod(self, *a, **k):
-        pass
-
-    def delete_jobset(self, *a):
-        pass
-
-    def read_manifest(self, *a):
-        return None
-
-    def delete_job(self, *a):
-        pass
-
-    def warning_events(self, *a):
-        return []
-
-    def job_uid_if_owned(self, *a):
-        return None
 
 
 class _Patch:
@@ -163,7 +140,7 @@ def test_counters_keep_growing_through_suspend_resume_and_a_new_controller_pod(m
     monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
     spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
 
     def run(pods, jobsets, suspend=False):
@@ -202,7 +179,7 @@ def test_a_pass_that_sees_nothing_new_writes_nothing(monkeypatch):
     monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
     spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     worker = pod_view({"metadata": {"name": "j-slice-0-w", "uid": "w0", "labels": {
         lbl.ROLE: lbl.ROLE_WORKER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.SLICE_INDEX: "0"}},

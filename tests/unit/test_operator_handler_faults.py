@@ -9,42 +9,10 @@ from elastic_jax.api import labels as lbl
 from elastic_jax.k8s_operator import handlers
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.reconcile import jobset_view
+from tests.support.fake_kube import FakeKube
 
 
-class _Kube:
-    def claim(self, namespace, name, resource_version, annotation, identity):
-        return True
-
-    def __init__(self):
-        self.created, self.deleted = [], []
-
-    def create(self, namespace, body):
-        self.created.append(body["metadata"]["name"])
-        return True
-
-    def delete_pod(self, namespace, name, grace_s=None):
-        self.deleted.append(name)
-
-    def delete_jobset(self, namespace, name):
-        self.deleted.append(name)
-
-    def read_manifest(self, namespace, name, owner_uid):
-        return None
-
-    def owners(self, namespace, kind, name):
-        return []
-
-    def owned_by(self, namespace, kind, name, owner_uid):
-        return True
-
-    def delete_job(self, namespace, name):
-        pass
-
-    def job_uid_if_owned(self, namespace, name, jobset_uid):
-        return None
-
-    def warning_events(self, namespace, kind, name, uid=""):
-        return []
+_Kube = FakeKube
 
 
 class _Patch:

@@ -215,12 +215,12 @@ def test_suspended_job_force_deletes_finished_job_does_not():
 def test_condition_true_from_the_loss_until_the_job_is_whole_again():
     conds, events = with_node_loss([], ["node n1 ... pod w1"], recovered=False, generation=1, now=NOW)
     (c,) = conds
-    assert (c["status"], c["reason"], c["message"]) == ("True", "NodeLost", "node n1 ... pod w1") and events == []
+    assert (c.status, c.reason, c.message) == ("True", "NodeLost", "node n1 ... pod w1") and events == []
     # pods gone, replacement not Ready yet: unchanged
     assert with_node_loss(conds, [], recovered=False, generation=1, now=NOW) == (conds, [])
     conds2, events = with_node_loss(conds, [], recovered=True, generation=1, now=NOW)
     (c,) = conds2
-    assert (c["status"], c["reason"]) == ("False", "NodeLossRecovered") and "node n1" in c["message"]
+    assert (c.status, c.reason) == ("False", "NodeLossRecovered") and "node n1" in c.message
     assert [e[1] for e in events] == ["NodeLossRecovered"]
     assert with_node_loss([], [], recovered=True, generation=1, now=NOW) == ([], [])  # never lost: no condition
 

@@ -47,12 +47,21 @@ def pathways_job(accelerator="tpu-v5-lite-podslice", topology="2x2", count=2, na
                            "metadata": {"name": name, "namespace": "ml", "uid": JOB_UID}, "spec": base})
 
 
+def example_job(filename: str):
+    """A parsed job from examples/ (namespace `ml`, the golden uid), as the operator sees it once applied."""
+    manifest = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / filename).read_text())
+    manifest["metadata"].update(namespace="ml", uid=JOB_UID)
+    return parse_manifest(manifest)
+
+
 # (golden file, job): v5e 2x2 x 2 slices, the v5e 4x8 (8 hosts) x 2 of issue 10, a multi-host v5p, a
 # multi-host v6e. Every field that differs from pathways-utils' builder: docs/pathways.md.
 CASES = {
     "v5e-2x2-x2": lambda: pathways_job("tpu-v5-lite-podslice", "2x2", count=2),
     "v5e-4x8-x2": lambda: pathways_job("tpu-v5-lite-podslice", "4x8", count=2),
     "v5p-2x2x2-x2": lambda: pathways_job("tpu-v5p-slice", "2x2x2", count=2),
+    # MaxText's trainer as the controller command (library mode), at the Pathways release of its jax.
+    "example-03-maxtext": lambda: example_job("03-maxtext-pathways.yaml"),
     "v6e-4x4-x3": lambda: pathways_job("tpu-v6e-slice", "4x4", count=3,
                                        worker={"image": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:2025-06-01",
                                                "env": [{"name": "W", "value": "x"}]}),

@@ -172,15 +172,15 @@ def test_fault_condition_is_set_once_with_one_event_and_cleared():
     pulling = _pulling(_ctrl(phase="Pending"))
     conds, events = with_pod_faults([], pod_faults([pulling]), 1, "2026-01-01T00:00:00Z")
     (cond,) = conds
-    assert (cond["type"], cond["status"], cond["reason"]) == (st.COND_IMAGE_PULL_FAILED, "True", "ImagePullBackOff")
+    assert (cond.type, cond.status, cond.reason) == (st.COND_IMAGE_PULL_FAILED, "True", "ImagePullBackOff")
     assert [e[:2] for e in events] == [("Warning", "ImagePullBackOff")]
     # the kubelet's next retry flips the reason to ErrImagePull: same condition, same transition time, no Event
     again = _pulling(_ctrl(phase="Pending"), "ErrImagePull")
     conds, events = with_pod_faults(conds, pod_faults([again]), 1, "2026-01-01T00:05:00Z")
-    assert events == [] and conds[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
-    assert conds[0]["reason"] == "ErrImagePull"
+    assert events == [] and conds[0].last_transition_time == "2026-01-01T00:00:00Z"
+    assert conds[0].reason == "ErrImagePull"
     conds, events = with_pod_faults(conds, pod_faults([_ctrl()]), 1, "2026-01-01T00:06:00Z")
-    assert (conds[0]["status"], conds[0]["reason"]) == ("False", "ImagesPulled")
+    assert (conds[0].status, conds[0].reason) == ("False", "ImagesPulled")
     assert [e[:2] for e in events] == [("Normal", "ImagesPulled")]
 
 
@@ -227,7 +227,7 @@ def test_worker_pod_that_failed_unpulled_fails_the_job_naming_the_image_not_the_
 
 
 def test_pod_view_of_a_pod_failed_with_err_image_pull():
-    # what the local control plane's node agent reports (e2e/test_pod_runtime.py)
+    # what the local control plane's node agent reports (e2e/standin/test_pod_runtime.py)
     v = pod_view(_pod_body({"phase": "Failed", "reason": "ErrImagePull", "containerStatuses": [
         {"name": "controller", "image": BAD, "state": {"waiting": {"reason": "ErrImagePull", "message": KUBELET}}}]}))
     assert v.terminal and v.exit_code is None and v.waiting_reason == "ErrImagePull"

@@ -16,11 +16,18 @@ from kubernetes import client as k8s
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.client import ControlApiError
 from elastic_jax.api.control import ControllerStatus
-from elastic_jax.k8s_operator import handlers, incarnation
+from elastic_jax.k8s_operator import handlers, incarnation, metrics
 from elastic_jax.k8s_operator.kube import Kube
 from elastic_jax.k8s_operator.reconcile import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
+from tests.support.fake_kube import FakeKube
+
+
+def _replaced() -> float:
+    """`elasticjax_operator_slice_replacements_total` now (tests compare it before and after)."""
+    return metrics.SLICE_REPLACEMENTS._value.get()
+
 
 UID = "u-new"
 SPEC = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
@@ -68,46 +75,9 @@ class _Controller:
         pass
 
 
-class _Kube:
+def _Kube(taken=None):
     """The API server: creates succeed unless the name is `taken` (name -> ownerReferences)."""
-
-    def __init__(self, taken=None):
-        self.taken = dict(taken or {})
-        self.created: list[str] = []
-        self.deleted: list[str] = []
-
-    def claim(self, *a):
-        return True
-
-    def create(self, namespace, body):
-        if body["metadata"]["name"] in self.taken:
-            return False
-        self.created.append(body["metadata"]["name"])
-        return True
-
-    def owners(self, namespace, kind, name):
-        return self.taken.get(name)
-
-    def owned_by(self, namespace, kind, name, owner_uid):
-        return any(r.get("uid") == owner_uid for r in self.taken.get(name) or [])
-
-    def delete_pod(self, namespace, name, grace_s=None):
-        self.deleted.append(name)
-
-    def delete_jobset(self, namespace, name):
-        self.deleted.append(name)
-
-    def read_manifest(self, *a):
-        return None
-
-    def delete_job(self, *a):
-        pass
-
-    def warning_events(self, *a):
-        return []
-
-    def job_uid_if_owned(self, *a):
-        return None
+    return FakeKube(taken=taken, owns_unknown=False)
 
 
 class _Patch:
@@ -193,6 +163,7 @@ def _pods(*views):
 
 
 def test_tracker_never_applies_a_snapshot_read_before_one_it_applied():
+    replaced = _replaced()
     t = JobTracker("ns", "j", 1, 1, client_factory=_Controller)
     t.token = "tok"
     t.set_controller(_controller())
@@ -204,7 +175,7 @@ def test_tracker_never_applies_a_snapshot_read_before_one_it_applied():
     t.sync(stale, lambda *e: events.append(e), observed_at=older)
     assert t.slices[0].state == "Ready"
     assert t.client.reports == [(0, "Ready")]
-    assert not any(r == "SliceDown" for _, r, _ in events) and t.replacements == 0
+    assert not any(r == "SliceDown" for _, r, _ in events) and _replaced() == replaced
 
 
 def test_tracker_never_applies_an_older_resource_version_of_a_pod():
@@ -221,6 +192,7 @@ def test_tracker_never_applies_an_older_resource_version_of_a_pod():
 def test_the_timer_does_not_apply_the_pods_it_read_before_polling_the_controller(monkeypatch):
     """Trial: slice Ready, then "Down (0/1 hosts ready)" 0.5 s later: the timer read the pods, polled the
     controller (HTTP), meanwhile the pod event applied Ready, then the timer applied its older read."""
+    replaced = _replaced()
     job = _Job(monkeypatch)
     job.pods = _pods(_controller(), _worker(10, ready=False))
     job.reconcile()  # the controller client exists now
@@ -236,7 +208,7 @@ def test_the_timer_does_not_apply_the_pods_it_read_before_polling_the_controller
     assert job.tracker.slices[0].state == "Ready"
     assert job.controllers[-1].reports == [(0, "Ready")]
     assert not any(r in ("SliceDown", "ControllerNotified") and "Down" in m for _, r, m in job.events)
-    assert job.tracker.replacements == 0
+    assert _replaced() == replaced
 
 
 def test_a_pass_on_the_job_object_its_last_pass_patched_waits_for_the_watch(monkeypatch):
@@ -304,7 +276,9 @@ def test_suspend_toggled_off_within_a_second_counts_no_controller_loss(monkeypat
     job.reconcile()
     assert [n for n in job.state.kube.created if "controller-" in n] == ["j-controller-1"]
     assert _restarts(job) == 0
-    assert not [e for e in job.events if e[1] == "ControllerRestarted" or e[0] == "Warning"], job.events
+    # no loss; the only Warnings say that the local (emptyDir) checkpoints went with the pod, once each
+    warnings = [e[1] for e in job.events if e[0] == "Warning"]
+    assert warnings == ["SuspendDropsCheckpoints", "ResumedFromStepZero"], job.events
 
 
 def test_suspend_toggled_off_before_the_pod_was_deleted_deletes_and_counts_nothing(monkeypatch):
@@ -325,6 +299,7 @@ def test_suspend_toggled_off_before_the_pod_was_deleted_deletes_and_counts_nothi
 def test_a_job_being_deleted_neither_replaces_nor_reports_its_children(monkeypatch):
     """Foreground deletion (or another's finalizer): the job stays while the garbage collector removes its
     pods; their end is not a controller loss, not a slice replacement, not a Warning."""
+    replaced = _replaced()
     job = _Job(monkeypatch)
     job.pods = _pods(_controller(), _worker(10, ready=True))
     job.reconcile()
@@ -336,7 +311,7 @@ def test_a_job_being_deleted_neither_replaces_nor_reports_its_children(monkeypat
     job.reconcile()
     job.pod_event()
     assert not [n for n in job.state.kube.created if "controller-" in n] and job.state.kube.deleted == []
-    assert job.tracker.replacements == 0 and _restarts(job) == 0
+    assert _replaced() == replaced and _restarts(job) == 0
     assert not [e for e in job.events if e[0] == "Warning"], job.events
     assert (0, "Down") not in job.controllers[-1].reports
     # the delete event: the tracker is dropped; a late pod event finds nothing to report
@@ -348,6 +323,7 @@ def test_workers_whose_jobset_is_gone_or_going_are_torn_down_not_lost(monkeypatc
     """Background deletion: the job is gone at once and the garbage collector deletes its JobSets, then
     their pods (grace period: they would read as drains), possibly before the job's delete event is
     handled. A slice whose JobSet is gone loses its pods on purpose: no Warning, nothing counted."""
+    replaced = _replaced()
     job = _Job(monkeypatch)
     jobset = jobset_view({"metadata": {"name": "j-slice-0", "labels": {}}}, 0)
     job.jobsets = {("ns", "j", UID): [jobset]}
@@ -361,10 +337,11 @@ def test_workers_whose_jobset_is_gone_or_going_are_torn_down_not_lost(monkeypatc
     assert job.tracker.slices[0].state == "Draining"  # the controller is still told
     job.pods = _pods(_controller())
     job.pod_event()
-    assert job.tracker.replacements == 0
+    assert _replaced() == replaced
     assert not [e for e in job.events if e[0] == "Warning"], job.events
     # while its JobSet lives, the same drain and loss are news and count
     job2 = _Job(monkeypatch)
+    replaced = _replaced()
     job2.jobsets = {("ns", "j", UID): [jobset]}
     job2.pods = _pods(_controller(), _worker(10, ready=True))
     job2.reconcile()
@@ -372,11 +349,12 @@ def test_workers_whose_jobset_is_gone_or_going_are_torn_down_not_lost(monkeypatc
     job2.pod_event()
     job2.pods = _pods(_controller())
     job2.pod_event()
-    assert job2.tracker.replacements == 1
+    assert _replaced() == replaced + 1
     assert [e[1] for e in job2.events if e[0] == "Warning"] == ["SliceDraining", "SliceDown"]
 
 
 def test_a_finished_job_stays_finished_on_a_pass_over_an_older_object(monkeypatch):
+    replaced = _replaced()
     job = _Job(monkeypatch)
     job.pods = _pods(_controller(exit_code=0), _worker(10, ready=True))
     job.reconcile(land=False)
@@ -390,7 +368,7 @@ def test_a_finished_job_stays_finished_on_a_pass_over_an_older_object(monkeypatc
     job.on_event["JobSucceeded"] = workers_go
     job.reconcile(land=False)
     assert job.tracker.finished and "JobSucceeded" not in job.on_event
-    assert job.tracker.replacements == 0
+    assert _replaced() == replaced
     assert not [e for e in job.events if e[1] in ("SliceDown", "ControllerRestarted")], job.events
 
 
@@ -515,3 +493,53 @@ def test_a_token_secret_with_no_earlier_job_in_sight_is_still_a_conflict(monkeyp
     cond = next(c for c in job.status["conditions"] if c["type"] == "CreateFailed")
     assert cond["reason"] == "TokenSecretConflict"
     assert [e[:2] for e in job.events if e[0] == "Warning"] == [("Warning", "TokenSecretConflict")]
+
+
+def _slice_pod(name, uid, created, ready, deleting=False):
+    meta = {"name": name, "uid": uid, "resourceVersion": "1", "creationTimestamp": created, "labels": {
+        lbl.ROLE: lbl.ROLE_WORKER, lbl.JOB_NAME: "j", lbl.JOB_UID: UID, lbl.SLICE_INDEX: "0",
+        lbl.JOB_COMPLETION_INDEX: "0", lbl.JOBSET_RESTART_ATTEMPT: "0"}}
+    if deleting:
+        meta.update(deletionTimestamp="2026-01-01T00:05:00Z", deletionGracePeriodSeconds=5)
+    return pod_view({"metadata": meta, "status": {"phase": "Running", "podIP": "127.0.10.2" if ready else "",
+                                                  "conditions": [{"type": "Ready", "status": str(ready)}]}})
+
+
+def test_a_resumed_slices_new_jobset_never_counts_the_old_jobsets_terminating_pods(monkeypatch):
+    """Kind (issue 9 item 4): a quick suspend toggle posted SliceDraining/SliceDown and counted replacements:
+    the JobSet the resume created again under the slice's name got the deleted one's terminating pods
+    (same slice index, same restart attempt) as its own, and their end as the slice's loss."""
+    replaced = _replaced()
+    job = _Job(monkeypatch)
+    old_js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js1", "creationTimestamp": "2026-01-01T00:00:01Z"}}, 0)
+    job.jobsets = {("ns", "j", UID): [old_js]}
+    old = _slice_pod("j-slice-0-worker-0-0-a", "w-old", "2026-01-01T00:00:02Z", ready=True)
+    job.pods = _pods(_controller(), old)
+    job.reconcile()
+    job.pod_event()
+    assert job.tracker.slices[0].state == "Ready"
+    # suspended: the controller checkpoints and exits, the JobSet and its pod are being deleted
+    job.spec["suspend"] = True
+    job.reconcile()
+    job.reconcile()
+    terminating = _slice_pod("j-slice-0-worker-0-0-a", "w-old", "2026-01-01T00:00:02Z", ready=False, deleting=True)
+    job.jobsets = {("ns", "j", UID): [dataclasses.replace(old_js, deleting=True)]}
+    job.pods = _pods(_controller(deleting=True, exit_code=75), terminating)
+    job.pod_event()
+    job.reconcile()
+    # resumed: the old JobSet is gone, the new one (same name) exists, the old pod still terminates
+    job.spec["suspend"] = False
+    new_js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js2", "creationTimestamp": "2026-01-01T00:05:01Z"}}, 0)
+    job.jobsets = {("ns", "j", UID): [new_js]}
+    fresh = _slice_pod("j-slice-0-worker-0-0-b", "w-new", "2026-01-01T00:05:02Z", ready=False)
+    for pods in ((terminating,), (terminating, fresh), (fresh,)):
+        job.pods = _pods(_controller(attempt=1), *pods)
+        job.pod_event()
+        job.reconcile()
+    job.pods = _pods(_controller(attempt=1),
+                     _slice_pod("j-slice-0-worker-0-0-b", "w-new", "2026-01-01T00:05:02Z", ready=True))
+    job.pod_event()
+    job.reconcile()
+    assert job.tracker.slices[0].state == "Ready"
+    bad = [e for e in job.events if e[1] in ("SliceDown", "SliceDraining")]
+    assert bad == [] and _replaced() == replaced, job.events

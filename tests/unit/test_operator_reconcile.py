@@ -131,7 +131,7 @@ def test_slice_budget_exhausted_fails_with_the_reason():
 
 def _resumed_status(restarts: list[int]) -> dict:
     """The status a job had before a suspend: its slices' restarts from the JobSets deleted then."""
-    return {"controllerPod": "demo-controller-0", "slices": [{"index": i, "restarts": r} for i, r in enumerate(restarts)],
+    return {"controllerPod": "demo-controller-0", "slices": [{"index": i, "state": "Down", "restarts": r} for i, r in enumerate(restarts)],
             "counterBase": {"controllerUid": "uid0", "recoveries": 0,
                             "slices": [{"index": i, "jobsetUid": f"old-{i}", "restarts": 0} for i in range(2)]}}
 
@@ -180,9 +180,11 @@ def test_a_controller_released_by_suspend_is_never_a_loss_when_the_job_resumes()
     plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [stopping], _both_jobsets()))
     assert plan.create_controller is None and not plan.controller_restarted and plan.events == []
     assert plan.delete_pods == [] and plan.finish is None
-    # It stopped (exit 75: it checkpointed): the next incarnation starts, not counted, no Warning.
+    # It stopped (exit 75: it checkpointed): the next incarnation starts, not counted, no Warning (its
+    # checkpoints outlive it: gs://; a local one is `test_a_suspend_of_a_job_with_local_checkpoints_...`).
+    kept = _job(checkpoint={"uri": "gs://b/ck"})
     for gone in (_ctrl(phase="Failed", exit_code=75, deleting=True), _ctrl(phase="Failed", exit_code=143)):
-        plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [gone], _both_jobsets()))
+        plan = decide(kept, Observed({"controllerPod": "", "controllerRestarts": 0}, [gone], _both_jobsets()))
         assert plan.create_controller == 1 and not plan.controller_restarted and plan.events == []
     # Resumed before the pod was deleted at all: it is the job's controller again; nothing created.
     plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [_ctrl()], _both_jobsets()))
@@ -208,6 +210,39 @@ def test_suspend_keeps_workers_until_the_controller_checkpointed_and_exited():
     lost = dataclasses.replace(_ctrl(deleting=True), ready=False)
     plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [lost], _both_jobsets()))
     assert len(plan.delete_jobsets) == 2
+
+
+def test_a_suspend_of_a_job_with_local_checkpoints_warns_at_suspend_and_at_resume():
+    """Issue 9: a local spec.checkpoint.uri is the controller pod's emptyDir; a suspend/resume started again
+    from step 0 with no word. The suspend says so (Event), and so does the resume (Event), never gs://."""
+    # the release pass deletes nothing and says nothing (a toggle back now loses nothing) ...
+    assert decide(_job(suspend=True), Observed({"controllerPod": "demo-controller-0", "step": 40}, [_ctrl()],
+                                               _both_jobsets())).events == []
+    # ... the pass that deletes the controller pod says what goes with it
+    released = {"controllerPod": "", "step": 40}
+    plan = decide(_job(suspend=True), Observed(released, [_ctrl()], _both_jobsets()))
+    assert plan.delete_pods == ["demo-controller-0"]
+    assert [(t, r) for t, r, _ in plan.events] == [("Warning", "SuspendDropsCheckpoints")]
+    assert "step 40" in plan.events[0][2] and "/tmp/ck" in plan.events[0][2], plan.events
+    assert decide(_job(suspend=True), Observed(released, [_ctrl(deleting=True)], _both_jobsets())).events == []
+    assert decide(_job(suspend=True, checkpoint={"uri": "gs://b/ck"}),
+                  Observed(released, [_ctrl()], _both_jobsets())).events == []
+    # resumed while the released pod is gone (its exit seen) or long gone (no pod, status said Suspended)
+    for pods, status in (([_ctrl(phase="Failed", exit_code=75, deleting=True)], {"controllerPod": "", "step": 40}),
+                         ([], {"controllerPod": "", "step": 40, "phase": "Suspended"}),
+                         ([], {"controllerPod": "", "step": 40,
+                               "conditions": [{"type": "Suspended", "status": "True"}]}),
+                         # a quick toggle on kind: the released pod was gone before the pass that saw the
+                         # resume, whose status no longer said Suspended (phase Running, condition False)
+                         ([], {"controllerPod": "", "step": 40, "phase": "Running",
+                               "conditions": [{"type": "Suspended", "status": "False"}]})):
+        plan = decide(_job(), Observed(status, pods, _both_jobsets()))
+        assert plan.create_controller is not None and not plan.controller_restarted
+        assert [(t, r) for t, r, _ in plan.events] == [("Warning", "ResumedFromStepZero")], plan.events
+        assert "not step 40" in plan.events[0][2]
+        assert decide(_job(checkpoint={"uri": "gs://b/ck"}), Observed(status, pods, _both_jobsets())).events == []
+    # a first start is no resume
+    assert decide(_job(), Observed({}, [], {})).events == []
 
 
 def test_resume_after_suspend_starts_fresh_controller():

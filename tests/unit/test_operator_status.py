@@ -5,9 +5,26 @@ from __future__ import annotations
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord, ResumeInfo
 from elastic_jax.api.identity import JobIdentity
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.api.status import ElasticTrainingJobStatus
+from elastic_jax.api.status import Condition, CounterBase, ElasticTrainingJobStatus, ResumedFrom, SliceStatusEntry
+from elastic_jax.k8s_operator import status_builder
 from elastic_jax.k8s_operator.conditions import derive_phase, get_condition, set_condition
-from elastic_jax.k8s_operator.status_builder import Inputs, build_status, changed_fields, resume_events
+from elastic_jax.k8s_operator.status_builder import Inputs, changed_fields
+
+
+# The builder is typed end to end; these tests read what it writes to the API server (camelCase).
+def build_status(i: Inputs) -> dict:
+    out = status_builder.build_status(i)
+    assert isinstance(out, ElasticTrainingJobStatus)
+    return out.to_kube()
+
+
+def get_condition(conditions: list[dict], type_: str) -> dict | None:
+    return next((c for c in conditions if c["type"] == type_), None)
+
+
+def resume_events(previous: dict | None, current: dict | None):
+    typed = [None if r is None else ResumedFrom.model_validate(r) for r in (previous, current)]
+    return status_builder.resume_events(*typed)
 
 
 def _job(**spec):
@@ -33,16 +50,24 @@ def _inputs(**kw):
                 recoveries=1, counter_base=None,
                 finish=None, rejected_fields=[], now="2025-01-01T00:00:00Z")
     base.update(kw)
+    # as the operator reads them back from the API server
+    base["previous"] = ElasticTrainingJobStatus.from_kube(base["previous"])
+    base["slices"] = [SliceStatusEntry.model_validate(s) for s in base["slices"]]
+    if isinstance(base["counter_base"], dict):
+        base["counter_base"] = CounterBase.model_validate(base["counter_base"])
     return Inputs(**base)
 
 
 def test_set_condition_keeps_transition_time_while_status_holds():
     c = set_condition([], "Running", "True", "R", "m", 1, "t1")
     c = set_condition(c, "Running", "True", "R", "m2", 2, "t2")
-    assert c == [{"type": "Running", "status": "True", "reason": "R", "message": "m2",
-                  "lastTransitionTime": "t1", "observedGeneration": 2}]
+    assert c == [Condition(type="Running", status="True", reason="R", message="m2", last_transition_time="t1",
+                           observed_generation=2)]
+    assert [x.model_dump(by_alias=True) for x in c] == [{"type": "Running", "status": "True", "reason": "R",
+                                                         "message": "m2", "lastTransitionTime": "t1",
+                                                         "observedGeneration": 2}]
     c = set_condition(c, "Running", "False", "X", "", 2, "t3")
-    assert get_condition(c, "Running")["lastTransitionTime"] == "t3"
+    assert c[0].last_transition_time == "t3"
 
 
 def test_phases():
@@ -55,6 +80,30 @@ def test_phases():
                         **{**p, "active_slices": 1}) == "Degraded"
     assert derive_phase(controller_phase="Running", slice_states=[], **{**p, "suspended": True}) == "Suspended"
     assert derive_phase(controller_phase="Running", slice_states=[], **{**p, "finished": "Failed"}) == "Failed"
+
+
+def test_waiting_at_start_for_a_slice_still_coming_up_is_pending_not_degraded():
+    # Seen on the pathways path: one slice's pool missing at start, the other slice Ready; the
+    # controller waits for all of them and has trained nothing. "Degraded" would say it trains.
+    p = dict(finished=None, suspended=False, active_slices=0, desired_slices=2)
+    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Provisioning"],
+                        trained=False, **p) == "Pending"
+    # The same wait after it trained (a replaced slice's pod is coming up again): a recovery.
+    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Provisioning"],
+                        trained=True, **p) == "Recovering"
+    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Down"],
+                        trained=False, **p) == "Recovering"
+
+
+def test_a_controller_that_has_not_trained_past_its_resume_step_is_not_degraded():
+    prev = build_status(_inputs(controller=None))
+    waiting = _ctrl(phase="WaitingForSlices", active=(), step=40)
+    waiting.resumed_from = ResumeInfo(step=40)
+    slices = [{"index": 0, "state": "Ready"}, {"index": 1, "state": "Provisioning"}]
+    out = build_status(_inputs(previous=prev, controller=waiting, slices=slices))
+    assert out["phase"] == "Pending", out
+    waiting.step = 41
+    assert build_status(_inputs(previous=prev, controller=waiting, slices=slices))["phase"] == "Recovering"
 
 
 def test_running_status_reflects_the_controller_and_validates():
@@ -188,3 +237,30 @@ def test_resumed_from_crosses_the_wire_with_its_writer():
     wire = ControllerStatus.model_validate_json(served.model_dump_json(by_alias=True))
     assert wire.resumed_from.writer == JobIdentity(namespace="ml", name="demo", uid="u1")
     assert build_status(_inputs(controller=wire))["resumedFrom"]["writerUid"] == "u1"
+
+
+def test_a_suspended_jobs_status_takes_the_step_its_stopping_controller_saved():
+    # Issue 11: the suspend's controller is read until it exits; its final status (phase Interrupted,
+    # the step it stopped at, that step committed) is what a suspended job shows, not the last poll before
+    prev = build_status(_inputs(controller=_ctrl(step=5)))
+    final = _ctrl(phase="Interrupted", active=(), step=9)
+    final.last_committed_checkpoint_step = 9
+    out = build_status(_inputs(previous=prev, controller=final, job=_job(suspend=True)))
+    assert out["phase"] == "Suspended"
+    assert out["step"] == 9 and out["lastCheckpointStep"] == 9
+    assert out["activeSlices"] == 0 and out["spareSlices"] == []
+    # still stopping (saving), mesh not yet released: it trains no more either way
+    saving = _ctrl(phase="Running", active=(0, 1), step=9)
+    out = build_status(_inputs(previous=prev, controller=saving, job=_job(suspend=True)))
+    assert out["phase"] == "Suspended" and out["activeSlices"] == 0 and out["step"] == 9
+    ElasticTrainingJobStatus.model_validate(out)
+
+
+def test_a_suspended_job_whose_checkpoints_go_with_its_controller_pod_says_so():
+    s = build_status(_inputs(job=_job(suspend=True), controller=None, controller_pod=""))
+    cond = get_condition(s["conditions"], "Suspended")
+    assert cond["status"] == "True" and cond["reason"] == "SuspendedWithoutCheckpoint", cond
+    assert "/tmp/ck" in cond["message"] and "step 0" in cond["message"], cond
+    kept = build_status(_inputs(job=_job(suspend=True, checkpoint={"uri": "gs://b/ck"}), controller=None,
+                                controller_pod=""))
+    assert get_condition(kept["conditions"], "Suspended")["reason"] == "Suspended"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from elastic_jax.api.client import ControlApiError
 from elastic_jax.api.control import ControllerStatus, SliceStatus
 from elastic_jax.k8s_operator.slices import PodView
@@ -40,6 +42,9 @@ def _tracker():
 
 
 def test_down_then_ready_reach_the_controller_with_increasing_generations():
+    from elastic_jax.k8s_operator import metrics
+
+    replaced = metrics.SLICE_REPLACEMENTS._value.get()
     t, clients = _tracker()
     events = []
     t.set_controller(_ctrl("u1"))
@@ -52,7 +57,7 @@ def test_down_then_ready_reach_the_controller_with_increasing_generations():
     assert generations == sorted(generations) and len(set(generations)) == 3
     assert clients[0].url == "http://127.0.11.2:8080"
     assert ("Warning", "SliceDown", "slice 0 Ready -> Down: pod a: exit code 137") in events
-    assert t.replacements == 1
+    assert metrics.SLICE_REPLACEMENTS._value.get() == replaced + 1
 
 
 def test_unreachable_controller_is_retried_on_the_next_sync():
@@ -89,3 +94,67 @@ def test_slice_the_controller_saw_fail_is_flagged_for_replacement():
     assert t.slices_down_by_controller(status) == [0]
     stale = status.model_copy(update={"slices": [SliceStatus(index=0, state="Down", generation=gen0 - 1)]})
     assert t.slices_down_by_controller(stale) == []
+
+
+def test_a_controller_being_stopped_by_a_suspend_is_still_polled():
+    t, clients = _tracker()
+    stopping = dataclasses.replace(_ctrl("u1"), deleting=True)
+    t.set_controller(stopping)
+    assert t.client is None and t.controller_uid == ""  # a deleted controller pod is no longer the job's
+    t.set_controller(stopping, stopping=True)
+    assert t.client is clients[-1] and t.controller_uid == "u1"  # ... unless a suspend stops it: read until it exits
+
+
+def test_a_newer_down_from_another_reporter_is_flagged_too():
+    """The supervision core's replace rule: a Down above our accepted Ready's generation (someone else's)
+    leaves the controller without the slice until a newer Ready; before, the operator waited forever."""
+    t, clients = _tracker()
+    t.set_controller(_ctrl("u1"))
+    t.sync([_worker(0, "a"), _worker(1, "b")], lambda *e: None)
+    gen0 = clients[0].reports[0][2]
+    status = ControllerStatus(phase="Recovering", step=3, total_steps=9, desired_slices=2, min_slices=1,
+                              active_slices=[1], inactive_slices=[0],
+                              slices=[SliceStatus(index=0, state="Down", generation=gen0 + 1)], pid=1)
+    assert t.slices_down_by_controller(status) == [0]
+
+
+def test_reports_go_out_without_the_trackers_lock_held():
+    """HTTP to the controller (seconds with retries) must not block the other path (pod events vs the
+    1 s timer) on the tracker's lock."""
+    import threading
+
+    t, clients = _tracker()
+    t.set_controller(_ctrl("u1"))
+    held = []
+
+    def report_slice(index, state, generation, addresses, reason, retries, backoff_s):
+        other = []
+
+        def try_lock():  # from another thread, as the other handler would
+            got = t.lock.acquire(blocking=False)
+            if got:
+                t.lock.release()
+            other.append(got)
+
+        thread = threading.Thread(target=try_lock)
+        thread.start()
+        thread.join()
+        held.append(not other[0])
+        clients[0].reports.append((index, state, generation, tuple(addresses)))
+
+    clients[0].report_slice = report_slice
+    t.sync([_worker(0, "a"), _worker(1, "b")], lambda *e: None)
+    assert held == [False, False]
+    assert [t.slices[i].acked[1] for i in (0, 1)] == ["Ready", "Ready"]
+
+
+def test_generations_of_one_slice_increase_even_when_the_clock_does_not(monkeypatch):
+    """The operator used `time.time_ns()` alone: two reports in one clock tick had one generation and
+    the controller dropped the second as stale."""
+    t, clients = _tracker()
+    t.set_controller(_ctrl("u1"))
+    monkeypatch.setattr("elastic_jax.supervision.slice_state.time.time_ns", lambda: 1_000)
+    t.sync([_worker(0, "a"), _worker(1, "b")], lambda *e: None)
+    t.sync([_worker(0, "a", "Failed", False, 137), _worker(1, "b")], lambda *e: None)
+    gens = [g for i, _, g, _ in clients[0].reports if i == 0]
+    assert gens == [1_000, 1_001]

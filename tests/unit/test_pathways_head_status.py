@@ -21,25 +21,25 @@ def _head(**kw):
 
 
 def _cond(conds):
-    return next(c for c in conds if c["type"] == st.COND_WAITING_FOR_RESOURCE_MANAGER)
+    return next(c for c in conds if c.type == st.COND_WAITING_FOR_RESOURCE_MANAGER)
 
 
 def test_resource_manager_not_listening_is_a_condition_and_an_event():
     conds, events = with_resource_manager([], _head(rm_started=False), 29001, 600, 3, NOW)
     c = _cond(conds)
-    assert (c["status"], c["reason"], c["observedGeneration"]) == ("True", "ResourceManagerStarting", 3)
-    assert "demo-controller-0" in c["message"] and "29001" in c["message"] and "no slice JobSet" in c["message"]
+    assert (c.status, c.reason, c.observed_generation) == ("True", "ResourceManagerStarting", 3)
+    assert "demo-controller-0" in c.message and "29001" in c.message and "no slice JobSet" in c.message
     assert [e[1] for e in events] == ["ResourceManagerStarting"]
     # the next pass, same state: no second Event
     conds, events = with_resource_manager(conds, _head(rm_started=False), 29001, 600, 3, NOW)
-    assert events == [] and _cond(conds)["status"] == "True"
+    assert events == [] and _cond(conds).status == "True"
 
 
 def test_condition_clears_with_an_event_once_the_resource_manager_listens():
     conds, _ = with_resource_manager([], _head(rm_started=False), 29001, 600, 1, NOW)
     conds, events = with_resource_manager(conds, _head(rm_started=True), 29001, 600, 1, "2026-01-01T00:01:00Z")
     c = _cond(conds)
-    assert (c["status"], c["reason"], c["lastTransitionTime"]) == ("False", "ResourceManagerListening",
+    assert (c.status, c.reason, c.last_transition_time) == ("False", "ResourceManagerListening",
                                                                    "2026-01-01T00:01:00Z")
     assert [e[:2] for e in events] == [("Normal", "ResourceManagerListening")]
     conds, events = with_resource_manager(conds, _head(rm_started=True), 29001, 600, 1, NOW)
@@ -50,14 +50,14 @@ def test_a_restarted_resource_manager_is_its_own_reason():
     conds, _ = with_resource_manager([], _head(rm_started=True), 29001, 600, 1, NOW)
     conds, events = with_resource_manager(conds, _head(rm_started=False, rm_restarts=1), 29001, 600, 1, NOW)
     c = _cond(conds)
-    assert (c["status"], c["reason"]) == ("True", "ResourceManagerRestarting") and "restarted 1 time" in c["message"]
+    assert (c.status, c.reason) == ("True", "ResourceManagerRestarting") and "restarted 1 time" in c.message
     assert [e[1] for e in events] == ["ResourceManagerRestarting"]
 
 
 def test_a_head_not_yet_running_is_named_as_such():
     conds, _ = with_resource_manager([], dataclasses.replace(_ctrl(phase="Pending"), pod_ip="", node=""),
                                      29001, 600, 1, NOW)
-    assert "is not running yet (phase Pending)" in _cond(conds)["message"]
+    assert "is not running yet (phase Pending)" in _cond(conds).message
 
 
 def test_no_head_keeps_the_condition_as_it_was():

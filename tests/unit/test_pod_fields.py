@@ -8,7 +8,8 @@ from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator import children, handlers, pod_fields
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
-from elastic_jax.k8s_operator.pod_fields import PodFieldRefused, PodFieldsPolicy, parse_names, parse_secrets
+from elastic_jax.k8s_operator.pod_fields import PodFieldRefused, PodFieldsPolicy, parse_names
+from elastic_jax.k8s_operator.allow_lists import parse_namespaced
 
 
 def _body(namespace="ml", **spec):
@@ -23,7 +24,7 @@ def _job(namespace="ml", **spec):
 
 
 POLICY = PodFieldsPolicy(priority_classes=parse_names("training-low"), toleration_keys=parse_names("ml-pool"),
-                         pull_secrets=parse_secrets("ml/registry"))
+                         pull_secrets=parse_namespaced("ml/registry", any_name=True))
 
 CP_TOLERATION = {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -69,7 +70,7 @@ def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace,
 
 
 def test_a_star_allows_any_value():
-    anything = PodFieldsPolicy(parse_names("*"), parse_names("*"), parse_secrets("ml/*"))
+    anything = PodFieldsPolicy(parse_names("*"), parse_names("*"), parse_namespaced("ml/*", any_name=True))
     anything.check(_job(priorityClassName="system-node-critical",
                         controller={"tolerations": [CP_TOLERATION, {"operator": "Exists"}]},
                         imagePullSecrets=[{"name": "any"}]), "ml")
@@ -123,7 +124,7 @@ def test_a_tampered_manifest_configmap_cannot_bring_in_a_priority_class(monkeypa
 @pytest.mark.parametrize("text", ["registry", "ml/", "/registry", "a/b/c", "*/registry"])
 def test_a_bad_pull_secret_entry_is_an_error_naming_it(text):
     with pytest.raises(ValueError, match="is not namespace/name"):
-        parse_secrets(text)
+        parse_namespaced(text, any_name=True)
 
 
 def test_the_operator_flags_reach_the_policy_and_a_bad_entry_stops_it(monkeypatch, capsys):

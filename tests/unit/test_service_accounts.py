@@ -7,7 +7,8 @@ import pytest
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator import handlers, service_accounts
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
-from elastic_jax.k8s_operator.service_accounts import ServiceAccountPolicy, ServiceAccountRefused, parse_list
+from elastic_jax.k8s_operator.service_accounts import ServiceAccountPolicy, ServiceAccountRefused
+from elastic_jax.k8s_operator.allow_lists import parse_namespaced
 
 
 def _body(namespace="ml", **controller):
@@ -21,7 +22,8 @@ def _job(namespace="ml", **controller):
     return parse_manifest(_body(namespace, **controller))
 
 
-POLICY = ServiceAccountPolicy(allowed=parse_list("ml/trainer"), token_allowed=parse_list("ml/api-user"))
+POLICY = ServiceAccountPolicy(allowed=parse_namespaced("ml/trainer", any_name=False),
+                              token_allowed=parse_namespaced("ml/api-user", any_name=False))
 
 
 def test_no_service_account_is_always_fine_and_gets_no_token():
@@ -69,10 +71,10 @@ def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
         handlers.parse_job(_body(serviceAccountName="trainer"))
 
 
-@pytest.mark.parametrize("text", ["trainer", "ml/", "/trainer", "a/b/c"])
+@pytest.mark.parametrize("text", ["trainer", "ml/", "/trainer", "a/b/c", "*/trainer", "ml/*"])
 def test_a_bad_allow_entry_is_an_error_naming_it(text):
     with pytest.raises(ValueError, match="is not namespace/name"):
-        parse_list(text)
+        parse_namespaced(text, any_name=False)
 
 
 def test_the_operator_flag_refuses_a_bad_entry_before_starting(capsys):

@@ -107,8 +107,12 @@ def test_controller_pod_has_a_liveness_probe_on_healthz(backend):
     assert probe["httpGet"]["path"] == "/healthz"
     # the kubelet kills within a few probe periods of the bound
     assert probe["periodSeconds"] * probe["failureThreshold"] <= 60
+    # ... but only once the controller listens: a slow start (JAX import on a loaded node) is no hang
+    startup = c["startupProbe"]
+    assert startup["httpGet"] == probe["httpGet"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 600
 
 
 def test_no_liveness_probe_when_the_watchdog_is_off():
     c = renderer_for("cpu").controller_pod(_job(progressTimeoutSeconds=0), 0)["spec"]["containers"][0]
-    assert "livenessProbe" not in c
+    assert "livenessProbe" not in c and "startupProbe" not in c

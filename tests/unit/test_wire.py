@@ -58,7 +58,8 @@ def test_step_and_load_requests_round_trip():
     program_hash, back = wire.unpack_step_request(wire.pack_step_request("abc", arrays))
     assert program_hash == "abc"
     assert [a.tolist() for a in back] == [[1.0, 1.0, 1.0], 2]
-    assert wire.unpack_load_request(wire.pack_load_request("h", b"\x00blob")) == ("h", b"\x00blob")
+    assert wire.unpack_load_request(wire.pack_load_request("h", b"\x00blob")) == ("h", b"\x00blob", False)
+    assert wire.unpack_load_request(wire.pack_load_request("h", b"b", compile=True)) == ("h", b"b", True)
     assert wire.unpack_info(wire.pack_info({"pid": 1, "program_hashes": ["h"]})) == {"pid": 1, "program_hashes": ["h"]}
 
 
@@ -89,6 +90,8 @@ def test_malformed_requests_raise_wire_format_error():
         wire.unpack_step_request(msgpack.packb({"hash": 1, "arrays": []}))
     with pytest.raises(wire.WireFormatError):
         wire.unpack_load_request(msgpack.packb(["h", b""]))
+    with pytest.raises(wire.WireFormatError, match="'compile' must be bool"):
+        wire.unpack_load_request(msgpack.packb({"hash": "h", "blob": b"", "compile": "yes"}))
 
 
 def test_method_paths_and_size_limits():

@@ -1,10 +1,13 @@
 """Step programs a worker holds: deserialized `jax.export.Exported`, by hash.
 
 The controller sends a program once (`Load`) and then only its hash with
-each step's inputs, like a compilation cache. A program is compiled on its
-first call (jit's cache keeps the executable), and its inputs are placed on
-this worker's devices with the shardings recorded at export time, so a step
-exported for a D-device slice runs sharded over the worker's D host devices.
+each step's inputs, like a compilation cache. A program is compiled once,
+ahead of time from its recorded input shapes and shardings: either when the
+controller asks for it (`Load` with `compile`, how a spare or a rejoining
+slice is warmed while others train) or else on its first step. Its inputs
+are placed on this worker's devices with the shardings recorded at export
+time, so a step exported for a D-device slice runs sharded over the
+worker's D host devices.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import hashlib
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -108,6 +113,9 @@ class LoadedProgram:
     exported: export.Exported
     in_shardings: tuple[Sharding, ...]
     _flat_call: Callable[..., list[jax.Array]]
+    # The compiled executable, once compiled; a lock so concurrent first steps compile once.
+    _compiled: list = dataclasses.field(default_factory=list, compare=False, repr=False)
+    _compile_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, compare=False, repr=False)
 
     @classmethod
     def deserialize(cls, program_hash: str, blob: bytes) -> LoadedProgram:
@@ -139,8 +147,31 @@ class LoadedProgram:
 
         return cls(program_hash, exported, _input_shardings(exported), jax.jit(flat_call))
 
+    @property
+    def compiled(self) -> bool:
+        """True once the program is compiled here (a step runs without compiling)."""
+        return bool(self._compiled)
+
+    def compile(self) -> float:
+        """Compile the program for its recorded input shapes and shardings, once (thread-safe).
+
+        Returns:
+          Seconds this call spent compiling; 0.0 when it was compiled already.
+
+        Raises:
+          Exception: whatever JAX/XLA raises while compiling.
+        """
+        with self._compile_lock:
+            if self._compiled:
+                return 0.0
+            t0 = time.perf_counter()
+            avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+                     for a, s in zip(self.exported.in_avals, self.in_shardings)]
+            self._compiled.append(self._flat_call.lower(*avals).compile())
+            return time.perf_counter() - t0
+
     def run(self, flat_args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run one step; the first call compiles (a few hundred ms for a small step).
+        """Run one step; compiles first unless `compile` ran (a few hundred ms for a small step).
 
         Args:
           flat_args: the leaves of the exported function's `(args, kwargs)`,
@@ -153,11 +184,13 @@ class LoadedProgram:
           InvalidInputsError: wrong count, shape or dtype of inputs.
           Exception: whatever JAX/XLA raises while compiling or running.
         """
-        self._check_inputs(flat_args)
+        self.check_inputs(flat_args)
+        self.compile()
         placed = jax.device_put(list(flat_args), list(self.in_shardings))
-        return [np.asarray(leaf) for leaf in self._flat_call(*placed)]
+        return [np.asarray(leaf) for leaf in self._compiled[0](*placed)]
 
-    def _check_inputs(self, flat_args: Sequence[np.ndarray]) -> None:
+    def check_inputs(self, flat_args: Sequence[np.ndarray]) -> None:
+        """Raises InvalidInputsError when the count, a shape or a dtype differs from the program's inputs."""
         avals = self.exported.in_avals
         if len(flat_args) != len(avals):
             raise InvalidInputsError(f"program takes {len(avals)} inputs, got {len(flat_args)}")
@@ -227,6 +260,11 @@ class ProgramCache:
         """Hashes of the cached programs, least recently used first."""
         with self._lock:
             return list(self._programs)
+
+    def compiled_hashes(self) -> list[str]:
+        """Hashes of the cached programs already compiled here, least recently used first."""
+        with self._lock:
+            return [h for h, (program, _) in self._programs.items() if program.compiled]
 
     @property
     def total_bytes(self) -> int:

@@ -32,6 +32,7 @@ from elastic_jax import wire
 from elastic_jax.worker.program_cache import (
     InvalidInputsError,
     InvalidProgramError,
+    LoadedProgram,
     ProgramCache,
     ProgramNotLoadedError,
 )
@@ -60,27 +61,49 @@ class SliceWorkerService:
         self.cache = cache
 
     def ping(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        """Reply `{slice_index, pid, device_count, program_hashes}` (msgpack); ignores the request."""
+        """Reply `{slice_index, pid, device_count, program_hashes, compiled_hashes}` (msgpack); ignores the request."""
         return wire.pack_info(
             {
                 "slice_index": self.slice_index,
                 "pid": os.getpid(),
                 "device_count": jax.device_count(),
                 "program_hashes": self.cache.hashes(),
+                "compiled_hashes": self.cache.compiled_hashes(),
             }
         )
 
     def load(self, request: bytes, context: grpc.ServicerContext) -> bytes:
-        """Cache a program (`wire.pack_load_request`); idempotent. Replies `{loaded: bool}`."""
+        """Cache a program (`wire.pack_load_request`), and compile it when asked; idempotent.
+
+        Replies `{loaded: bool, compiled: bool}` (`loaded`: it was new here;
+        `compiled`: it is compiled now, always true when compiling was asked).
+        A compile failure is INTERNAL, as when a step compiles it.
+        """
         try:
-            program_hash, blob = wire.unpack_load_request(request)
+            program_hash, blob, compile_now = wire.unpack_load_request(request)
             loaded = self.cache.load(program_hash, blob)
+            program = self.cache.get(program_hash)
         except (wire.WireFormatError, InvalidProgramError) as error:
             log.warning("load rejected", extra={"error": str(error)})
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        except ProgramNotLoadedError:  # evicted at once by a tiny cache bound: the caller sends it again
+            _abort(context, grpc.StatusCode.NOT_FOUND, f"program {program_hash} not loaded")
         if loaded:
             log.info("program loaded", extra={"program_hash": program_hash, "program_bytes": len(blob)})
-        return wire.pack_info({"loaded": loaded})
+        if compile_now:
+            self._compile(program, "load", context)
+        return wire.pack_info({"loaded": loaded, "compiled": program.compiled})
+
+    def _compile(self, program: LoadedProgram, trigger: str, context: grpc.ServicerContext) -> None:
+        """Compile `program` once, logging the seconds and what asked for it (`load`: warmed ahead; `step`)."""
+        try:
+            seconds = program.compile()
+        except Exception as error:  # any JAX/XLA failure is the program's, reported as such
+            log.exception("compile failed", extra={"program_hash": program.program_hash})
+            _abort(context, grpc.StatusCode.INTERNAL, f"{type(error).__name__}: {error}")
+        if seconds:
+            log.info("program compiled", extra={"program_hash": program.program_hash, "trigger": trigger,
+                                                "compile_s": round(seconds, 3)})
 
     def step(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         """Run a cached program on flat inputs (`wire.pack_step_request`); reply `wire.pack_arrays`."""
@@ -91,6 +114,12 @@ class SliceWorkerService:
             _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
         except ProgramNotLoadedError:
             _abort(context, grpc.StatusCode.NOT_FOUND, f"program {program_hash} not loaded")
+        try:
+            program.check_inputs(arrays)
+        except InvalidInputsError as error:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(error))
+        if not program.compiled:
+            self._compile(program, "step", context)
         try:
             outputs = program.run(arrays)
         except InvalidInputsError as error:

@@ -36,6 +36,27 @@ HealthCheck = Callable[[Iterable[int]], frozenset[int]]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+# Before the first attempt, wait at most this long for every slice (not only the minimum).
+STARTUP_GRACE_MAX_S = 30.0
+
+
+def job_retry_settings(spec: Any) -> dict[str, Any]:
+    """`Manager.elastic_retry` keyword arguments a job's spec sets (the built-in loop's and the library's).
+
+    Args:
+      spec: an `ElasticTrainingJobSpec`.
+
+    Returns:
+      minimum_slice_count (`spec.slices.minSlices` or `count`), timeout_s
+      (`spec.elasticity.sliceWaitTimeoutSeconds`), startup_grace_s (that
+      timeout, at most `STARTUP_GRACE_MAX_S` seconds: a job does not start on
+      the minimum and resize at once).
+    """
+    wait_s = spec.elasticity.slice_wait_timeout_seconds
+    return {"minimum_slice_count": spec.slices.minimum, "timeout_s": wait_s,
+            "startup_grace_s": min(STARTUP_GRACE_MAX_S, wait_s)}
+
+
 class Manager:
     """Elastic retry around a training function, over a `SliceSet`.
 
@@ -54,25 +75,31 @@ class Manager:
       on_wait: called with True when a wait for slices has to block (too few
         at the first look) and with False when that wait ends (the goodput
         ledger's "waiting").
+      prepare: `slices -> the subset ready to join now` (the backend's
+        `prepare`: on cpu, the step programs are compiled there), starting to
+        ready the rest; None: every slice is ready. Spares and rejoining
+        slices are prepared while the mesh trains: a scale-up waits until the
+        slice is prepared (the active slices never wait for its compile), and
+        a swap prefers prepared spares.
 
     Attributes:
       attempts: attempts started by the last `elastic_retry` call.
-      last_event: the error that caused the last retry (None before any).
       waiting: True while blocked waiting for slices (shown as a paused phase).
     """
 
     def __init__(self, slice_set: SliceSet, health_check: HealthCheck | None = None, poll_interval_s: float = 1.0,
                  stop_event: threading.Event | None = None,
                  visible: Callable[[], frozenset[int]] | None = None,
-                 on_wait: Callable[[bool], Any] | None = None):
+                 on_wait: Callable[[bool], Any] | None = None,
+                 prepare: Callable[[frozenset[int]], frozenset[int]] | None = None):
         self.slice_set = slice_set
+        self.prepare = prepare
         self.on_wait = on_wait
         self.visible = visible
         self.stop_event = stop_event or threading.Event()
         self.health_check = health_check or (lambda indices: frozenset(indices))
         self.poll_interval_s = poll_interval_s
         self.attempts = 0
-        self.last_event: Exception | None = None
         self.waiting = False
 
     @property
@@ -86,10 +113,19 @@ class Manager:
         return self.slice_set.active
 
     def available_inactive_slices(self) -> frozenset[int]:
-        """Slices up but not yet training; non-empty means: raise `ScaleUpSignalError` at the next step boundary."""
+        """Slices up, prepared and not yet training; non-empty means: raise `ScaleUpSignalError` at the next step
+        boundary.
+
+        Called at every step boundary, it also keeps preparing the slices that
+        wait outside the mesh (the hot spares; rejoining slices not prepared yet).
+        """
         joining = self.slice_set.available_inactive()
         visible = self.visible() if joining and self.visible is not None else None
-        return joining if visible is None else joining & visible
+        joining = joining if visible is None else joining & visible
+        if self.prepare is None:
+            return joining
+        idle = joining | self.slice_set.spare_indices()
+        return joining & self.prepare(idle) if idle else joining
 
     def _candidates(self) -> frozenset[int]:
         """Ready slices the backend can place work on."""
@@ -189,8 +225,11 @@ class Manager:
                     attempt += 1
                     self.attempts = attempt
                     healthy = self._wait(target, timeout_s, startup_grace_s if attempt == 1 else 0.0)
-                    # Hot spares: at most `count` train; a spare replaces a lost slice here, at once.
-                    self.slice_set.set_active(self.slice_set.choose_active(healthy))
+                    # Hot spares: at most `count` train; a spare replaces a lost slice here, at once
+                    # (a prepared one first: it runs the retried step without compiling).
+                    idle = healthy - self.slice_set.active
+                    prepared = self.prepare(idle) if self.prepare is not None and idle else idle
+                    self.slice_set.set_active(self.slice_set.choose_active(healthy, prefer=prepared))
                     _logger.info("elastic attempt %d on slices %s", attempt, sorted(self.slice_set.active))
                     if pre_callback is not None:
                         pre_callback()
@@ -227,7 +266,6 @@ class Manager:
         cleanup: Callable[[], Any] | None,
         callback: Callable[[Exception], Any] | None,
     ) -> None:
-        self.last_event = error
         if cleanup is not None:
             cleanup()
         if callback is not None:

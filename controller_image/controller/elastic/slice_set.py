@@ -173,14 +173,15 @@ class SliceSet:
                 return frozenset()
             return frozenset(r.index for r in self._records if r.state == "Ready" and r.index not in self._active)
 
-    def choose_active(self, healthy: Iterable[int]) -> frozenset[int]:
-        """At most `count` of `healthy` to train on: the active ones first (no needless reshuffle), then the
-        lowest indices."""
+    def choose_active(self, healthy: Iterable[int], prefer: Iterable[int] = ()) -> frozenset[int]:
+        """At most `count` of `healthy` to train on: the active ones first (no needless reshuffle), then those
+        in `prefer` (warm spares), then the lowest indices."""
         healthy = set(healthy)
         with self._cond:
             keep = sorted(healthy & self._active)
-        rest = sorted(healthy - set(keep))
-        return frozenset((keep + rest)[: self.count])
+        preferred = sorted((healthy & set(prefer)) - set(keep))
+        rest = sorted(healthy - set(keep) - set(preferred))
+        return frozenset((keep + preferred + rest)[: self.count])
 
     def draining_active(self) -> frozenset[int]:
         """Active slices the operator announced are going away."""

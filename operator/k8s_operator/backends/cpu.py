@@ -162,15 +162,32 @@ def pod_labels(job: str, role: str, extra: dict[str, str] | None = None, job_uid
 LIVENESS_PERIOD_S = 10
 LIVENESS_FAILURES = 6
 LIVENESS_TIMEOUT_S = 10
+# Until /healthz first answers, the livenessProbe waits (a startupProbe on the same path): a controller
+# still importing JAX on a loaded node is not a stuck one (kind under load: the liveness probe killed a
+# starting controller, exit 137, a counted restart and a lost first attempt). Ten minutes to listen,
+# then the kubelet kills it and the operator replaces it, counted, as any loss.
+STARTUP_PERIOD_S = 10
+STARTUP_FAILURES = 60
+# The controller's readinessProbe routes the Service (users' control API, Pathways workers): Ready
+# within a second of /readyz answering, but one late answer must not drop it from the endpoints.
+# kind under load (CI with a benchmark beside it): a 1 s budget and one miss flipped a training
+# controller NotReady and its Service refused connections.
+READINESS_PERIOD_S = 1
+READINESS_FAILURES = 5
+READINESS_TIMEOUT_S = 5
 
 
 def _liveness(job: ElasticTrainingJob) -> dict[str, Any]:
-    """The controller container's livenessProbe ({} when spec.elasticity.progressTimeoutSeconds is 0)."""
+    """The controller container's livenessProbe and the startupProbe that holds it until the controller
+    listens ({} when spec.elasticity.progressTimeoutSeconds is 0)."""
     if not job.spec.elasticity.progress_timeout_seconds:
         return {}
     return {"livenessProbe": {"httpGet": {"path": "/healthz", "port": names.CONTROLLER_PORT},
                               "periodSeconds": LIVENESS_PERIOD_S, "failureThreshold": LIVENESS_FAILURES,
-                              "timeoutSeconds": LIVENESS_TIMEOUT_S}}
+                              "timeoutSeconds": LIVENESS_TIMEOUT_S},
+            "startupProbe": {"httpGet": {"path": "/healthz", "port": names.CONTROLLER_PORT},
+                             "periodSeconds": STARTUP_PERIOD_S, "failureThreshold": STARTUP_FAILURES,
+                             "timeoutSeconds": LIVENESS_TIMEOUT_S}}
 
 
 # cpu workers hold no training state (the controller does): 5 s to exit is plenty.
@@ -224,6 +241,9 @@ class CpuRenderer:
                 "containers": [{
                     "name": "controller",
                     "image": c.image,
+                    # Library mode: the user's program replaces the image's entry point (the trainer host);
+                    # it gets the same env, mounts and probes (elastic_jax serves them).
+                    **({"command": list(c.command), "args": list(c.args)} if c.library_mode else {}),
                     "env": [
                         _POD_IP_ENV,
                         {"name": contract.ENV_HOST, "value": LISTEN_ADDRESS},
@@ -239,7 +259,8 @@ class CpuRenderer:
                     ],
                     "ports": [{"name": "control", "containerPort": names.CONTROLLER_PORT}],
                     "readinessProbe": {"httpGet": {"path": "/readyz", "port": names.CONTROLLER_PORT},
-                                       "periodSeconds": 1, "failureThreshold": 1},
+                                       "periodSeconds": READINESS_PERIOD_S, "failureThreshold": READINESS_FAILURES,
+                                       "timeoutSeconds": READINESS_TIMEOUT_S},
                     **_liveness(job),
                     "resources": c.resources.effective("controller"),
                     "terminationMessagePolicy": "FallbackToLogsOnError",

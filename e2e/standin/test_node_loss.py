@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import time
 
 from e2e.helpers import apply, pods, sleeper_deployment, summary, wait_for
@@ -28,8 +31,20 @@ def test_failed_node_pods_are_rescheduled_in_the_same_pool(cluster, namespace):
     old_name = old["metadata"]["name"]
     assert cluster.node_processes(node), "the pod runs as a process of its node"
 
+    # A container's PID file outlives it and the kernel reuses PIDs: a stale file
+    # naming a stranger's process group must not get that group killed.
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    stale = cluster.node_dir(node) / "pods" / "gone-ns" / "gone-pod" / "gone-uid" / "pids" / "main.pid"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(str(stranger.pid))
     failed_at = time.monotonic()
-    cluster.fail_node(node)
+    try:
+        cluster.fail_node(node)
+        assert stranger.poll() is None, "fail_node killed a process group that is not the cluster's"
+    finally:
+        os.kill(stranger.pid, signal.SIGKILL)
+        stranger.wait()
+        stale.unlink()
     try:
         assert not cluster.node_processes(node), "a lost node's processes die with it"
         wait_for(lambda: not cluster.node_ready(node), timeout_s=30, what=f"{node} NotReady")

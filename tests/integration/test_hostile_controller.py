@@ -1,0 +1,145 @@
+"""The controller's answers are untrusted (a tenant's image or program serves them): the client the operator
+and the launcher use reads each one with a byte cap and a whole-request deadline, and a malformed one is a
+ControlApiError. A trial's controller streamed a 1 GB `/v1/status` body and got the operator OOMKilled in a
+loop; here a real HTTP server on loopback plays that controller."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+
+import pytest
+
+from elastic_jax.api import client as control_client
+from elastic_jax.api.client import ControlApiError, ControlClient
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path == "/v1/status" and self.server.mode == "huge":
+            self.send_response(200)
+            self.send_header("Content-Length", str(10**9))
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"x" * 65536)
+            except (BrokenPipeError, ConnectionResetError):
+                return
+        if self.path == "/v1/status" and self.server.mode == "endless":
+            self.send_response(200)  # no Content-Length: chunks that never end
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"10000\r\n" + b"x" * 65536 + b"\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                return
+        if self.path == "/v1/status" and self.server.mode == "header-trickle":
+            try:  # a header block that never ends, a byte every 0.5 s (under httpx's per-read timeout)
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                self.wfile.flush()
+                while not self.server.stopping.is_set():
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    self.server.stopping.wait(0.5)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
+        if self.path == "/v1/status" and self.server.mode == "trickle":
+            self.send_response(200)  # no Content-Length: a chunked trickle that never ends
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                while True:
+                    self.wfile.write(b"1\r\n{\r\n")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except (BrokenPipeError, ConnectionResetError):
+                return
+        body = b'{"phase": 3}' if self.server.mode == "malformed" else b"ok"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def hostile():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server.daemon_threads = True
+    server.stopping = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.stopping.set()
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+def _client(server, timeout_s=2.0):
+    return ControlClient(f"http://127.0.0.1:{server.server_address[1]}", "tok", timeout_s=timeout_s)
+
+
+def test_a_declared_huge_status_is_refused_without_reading_it(hostile):
+    hostile.mode = "huge"
+    c = _client(hostile)
+    try:
+        with pytest.raises(ControlApiError, match="refused"):
+            c.status()
+    finally:
+        c.close()
+
+
+def test_an_undeclared_endless_status_is_cut_at_the_byte_cap(hostile):
+    hostile.mode = "endless"
+    c = _client(hostile, timeout_s=30.0)  # (the cap, not the deadline, must end it)
+    try:
+        with pytest.raises(ControlApiError, match="longer than"):
+            c.status()
+    finally:
+        c.close()
+
+
+def test_a_trickling_status_ends_at_the_whole_request_deadline(hostile):
+    hostile.mode = "trickle"
+    # (each read of the trickle is fast: httpx's per-read timeout alone would never end this)
+    c = _client(hostile, timeout_s=1.0)
+    try:
+        with pytest.raises(ControlApiError, match="not complete within"):
+            c.status()
+    finally:
+        c.close()
+
+
+def test_a_malformed_status_is_a_control_api_error(hostile):
+    hostile.mode = "malformed"
+    c = _client(hostile)
+    try:
+        with pytest.raises(ControlApiError, match="malformed answer"):
+            c.status()
+        assert c.ready()  # /readyz answers "ok" (200)
+    finally:
+        c.close()
+
+
+def test_a_trickling_header_block_ends_at_the_whole_request_deadline_and_holds_no_caller(hostile):
+    """A trial's controller sent its headers a byte every 1.5 s: each read was within httpx's per-read
+    timeout, so the request never ended and 8 such jobs held all of the operator's handler threads."""
+    hostile.mode = "header-trickle"
+    c = _client(hostile, timeout_s=1.0)
+    try:
+        with pytest.raises(ControlApiError, match="not complete within"):
+            c.status()
+        # the abandoned exchanges hold their slots; past the bound, a request fails at once
+        for _ in range(control_client.MAX_IN_FLIGHT - 1):
+            with pytest.raises(ControlApiError, match="not complete within"):
+                c.status()
+        with pytest.raises(ControlApiError, match="still unanswered"):
+            c.status()
+    finally:
+        c.close()

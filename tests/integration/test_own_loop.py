@@ -1,0 +1,44 @@
+"""Library mode under `elastic-jax run`: examples/04-own-loop.py (plain JAX + optax) trains through a worker
+SIGKILL, in the same controller process, on real worker processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.support.runs import ROOT, run_cli
+
+LOOP = ROOT / "examples" / "04-own-loop.py"
+
+
+def _manifest(tmp_path, steps):
+    manifest = yaml.safe_load((ROOT / "examples" / "04-own-loop.yaml").read_text())
+    spec = manifest["spec"]
+    # The example's own command ([python, examples/04-own-loop.py]), run from the repository root.
+    assert spec["controller"]["command"] == ["python", "examples/04-own-loop.py"] and LOOP.exists()
+    spec["training"]["steps"] = steps
+    spec["checkpoint"]["uri"] = str(tmp_path / "ckpt")
+    spec["elasticity"].update(stepDeadlineSeconds=10, firstStepDeadlineSeconds=120)
+    return manifest
+
+
+def test_own_loop_survives_a_worker_sigkill_in_the_same_controller_process(tmp_path):
+    # PATH without this venv, as for a user who did not activate it: `python` must still be the
+    # launcher's own Python environment (the one with JAX and elastic_jax installed).
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    run = run_cli(_manifest(tmp_path, steps=300), tmp_path, "--kill-at-step", "30", "--kill-slice", "1",
+                  cwd=ROOT, env={"PATH": path})
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert s["succeeded"] and s["steps"] == 300, s
+    assert s["injected_failure"]["signal"] == "SIGKILL" and s["worker_restarts"] == 1, s
+    assert s["controller_pid_changed"] is False and s["controller_restarts"] == 0, s
+    log = run.controller_log()
+    assert "elastic attempt 2 on slices [0]" in log, log[-3000:]  # replica resize onto the survivor
+    assert "done: step 300" in log
+    assert s["final_loss"] < 0.01, s  # the linear model was learned through the loss
+

@@ -1,0 +1,195 @@
+"""`elastic_jax.connect()` / `Runtime`: the library's control API (real HTTP on loopback) and elastic retry.
+
+A pathways job here: its runtime has no cpu workers to ping, so slice reports
+alone decide which slices are up (the cpu backend's `map_sum` runs with real
+workers in tests/integration/test_own_loop.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import yaml
+
+import elastic_jax
+from elastic_jax import contract
+from elastic_jax.api.client import ControlApiError, ControlClient
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.exit_codes import ControllerExit
+from elastic_jax.runtime import Runtime, RuntimeConfigError, connect
+from tests.support.bad_manifests import pathways_job
+
+TOKEN = "t0ken"
+
+
+def _job(count=2, min_slices=1):
+    manifest = pathways_job("lib")
+    manifest["spec"]["slices"].update(count=count, minSlices=min_slices)
+    manifest["spec"]["training"]["globalBatchSize"] = 4
+    manifest["spec"]["controller"] = {"command": ["python", "train.py"]}
+    manifest["spec"]["elasticity"] = {"maxRestarts": 3, "sliceWaitTimeoutSeconds": 600}
+    return manifest
+
+
+@pytest.fixture
+def runtime():
+    rt = Runtime(parse_manifest(_job()), TOKEN, host="127.0.0.1", port=0).start()
+    client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
+    yield rt, client
+    client.close()
+    rt.close()
+
+
+def _ready(client, index):
+    client.report_slice(index, "Ready", time.time_ns(), addresses=[f"10.0.0.{index}:8471"])
+
+
+def test_reports_feed_the_slice_set_behind_the_same_auth(runtime):
+    rt, client = runtime
+    assert client.ready()
+    _ready(client, 1)
+    assert rt.slice_set.ready() == {1}
+    with pytest.raises(ControlApiError):  # same token check as the built-in controller
+        ControlClient(f"http://127.0.0.1:{rt.port}", "wrong").report_slice(0, "Ready", time.time_ns(), ["a:1"],
+                                                                          retries=0)
+    assert rt.slice_set.ready() == {1}
+    with pytest.raises(ControlApiError):  # index outside 0..count-1: 404
+        client.report_slice(5, "Ready", time.time_ns(), ["a:1"], retries=0)
+
+
+def test_status_and_metrics_show_the_reported_step(runtime):
+    rt, client = runtime
+    rt.report_step(7, loss=1.5)
+    s = client.status()
+    assert (s.step, s.loss, s.desired_slices, s.min_slices) == (7, 1.5, 2, 1)
+    assert "elastic_jax_step 7.0" in client.metrics_text()
+    with pytest.raises(ValueError, match="lower"):
+        rt.report_step(3)
+
+
+def test_stop_request_sets_the_event_and_the_stopped_exit_code(runtime):
+    rt, client = runtime
+    client.stop("suspend")
+    assert rt.stop_requested.is_set() and rt.stop_exit_code == ControllerExit.STOPPED
+
+
+def test_elastic_retry_replica_resize_then_scale_up(runtime):
+    """Attempt 1 on both slices; slice 1 lost mid-run -> attempt 2 on slice 0 alone (minSlices 1);
+    slice 1 reported Ready again -> the scale-up signal -> attempt 3 on both."""
+    rt, client = runtime
+    _ready(client, 0)
+    _ready(client, 1)
+    seen, events = [], []
+
+    @rt.elastic_retry(on_elastic_event_callback=events.append)
+    def train():
+        seen.append(sorted(rt.active_slices))
+        if len(seen) == 1:
+            client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
+            raise elastic_jax.SliceDownError("slice 1 lost", [1])
+        if len(seen) == 2:
+            _ready(client, 1)
+            rt.check_scale_up()
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1], [0], [0, 1]]
+    assert [type(e).__name__ for e in events] == ["SliceDownError", "ScaleUpSignalError"]
+    assert client.status().recoveries == {"slice_down": 1, "scale_up": 1}  # the operator's status.recoveries
+    metrics = client.metrics_text()
+    assert 'elastic_jax_recoveries_total{cause="slice_down"} 1.0' in metrics
+    assert 'elastic_jax_recoveries_total{cause="scale_up"} 1.0' in metrics
+
+
+def test_elastic_retry_stops_on_the_restart_budget_and_passes_user_errors(runtime):
+    rt, client = runtime
+    _ready(client, 0)
+    _ready(client, 1)
+
+    @rt.elastic_retry()
+    def always_lost():
+        raise elastic_jax.SliceDownError("lost again", [0])
+
+    def put_back():  # the supervisor replaces the slice each time
+        while not rt.stop_requested.is_set():
+            for index in {0, 1} - rt.slice_set.ready():
+                _ready(client, index)
+            rt.stop_requested.wait(0.05)
+
+    helper = threading.Thread(target=put_back, daemon=True)
+    helper.start()
+    try:
+        with pytest.raises(elastic_jax.ElasticRuntimeError):  # spec.elasticity.maxRestarts: 3
+            always_lost()
+    finally:
+        rt.stop_requested.set()
+        helper.join()
+
+    @rt.elastic_retry()
+    def bug():
+        raise ZeroDivisionError("user bug")
+
+    rt.stop_requested.clear()
+    with pytest.raises(ZeroDivisionError):
+        bug()
+
+
+def test_wait_for_slices_ends_on_stop(runtime):
+    rt, client = runtime
+
+    @rt.elastic_retry()
+    def train():
+        raise AssertionError("must not run without slices")
+
+    timer = threading.Timer(0.2, lambda: client.stop("Ctrl-C"))
+    timer.start()
+    try:
+        with pytest.raises(elastic_jax.StopRequested):
+            train()
+    finally:
+        timer.join()
+
+
+def test_map_sum_needs_the_cpu_backend(runtime):
+    rt, _ = runtime
+    with pytest.raises(RuntimeError, match="cpu backend"):
+        rt.map_sum(lambda p, b: p, {}, {})
+
+
+def test_connect_reads_the_environment_and_names_what_is_missing(tmp_path):
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(_job()))
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    with pytest.raises(RuntimeConfigError, match=contract.ENV_MANIFEST):
+        connect({})
+    with pytest.raises(RuntimeConfigError, match="token"):
+        connect({contract.ENV_MANIFEST: str(manifest)})
+    with pytest.raises(RuntimeConfigError, match=contract.ENV_PORT):
+        connect({contract.ENV_MANIFEST: str(manifest), contract.ENV_TOKEN_FILE: str(token),
+                 contract.ENV_PORT: "http"})
+    with pytest.raises(RuntimeConfigError, match="spec"):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(yaml.safe_dump({**_job(), "spec": {"slices": {"count": 0}}}))
+        connect({contract.ENV_MANIFEST: str(bad), contract.ENV_TOKEN_FILE: str(token)})
+    rt = connect({contract.ENV_MANIFEST: str(manifest), contract.ENV_TOKEN_FILE: str(token),
+                  contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: "0"})
+    try:
+        client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
+        assert client.status().desired_slices == 2
+        client.close()
+    finally:
+        rt.close()
+
+
+def test_import_elastic_jax_loads_no_jax_until_the_library_is_used():
+    import subprocess
+    import sys
+
+    code = ("import sys, elastic_jax; assert 'jax' not in sys.modules, 'jax loaded'; "
+            "from elastic_jax.runtime import connect; assert elastic_jax.connect is connect; "
+            "assert elastic_jax.SliceDownError.__module__.endswith('elastic.errors')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
