@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from e2e.nodeagent.kubeapi import ApiError
 from e2e.operator_fixtures import ejob_crd  # noqa: F401  (fixture)
 from elastic_jax.cli import app
-from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, cpu_job, pathways_job
+from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, YAML_TEXT, cpu_job, pathways_job
 
 
 def _validate(tmp_path, manifest: dict):
@@ -46,12 +46,30 @@ def test_the_base_manifests_pass_both(cluster, namespace, ejob_crd, tmp_path, ma
 @pytest.mark.parametrize("case_id,make", ACCEPTED, ids=[c[0] for c in ACCEPTED])
 def test_validate_and_the_api_server_accept_the_same_edge_cases(cluster, namespace, ejob_crd, tmp_path,  # noqa: F811
                                                                  case_id, make):
-    """Through kubectl, as a user applies them: its YAML-to-JSON writes a whole-number float as an integer."""
+    """Through kubectl, as a user applies them (its YAML-to-JSON writes a whole-number float as an integer),
+    and as JSON a client sends itself (`10.0` stays a float there): accepted however they are sent."""
     result = _validate(tmp_path, make())
     assert result.exit_code == 0, result.output
     proc = cluster.kubectl("apply", "--dry-run=server", "-o", "json", "-n", namespace, "-f", "-",
                            input=yaml.safe_dump(make()), check=False)
     assert proc.returncode == 0, proc.stderr
+    _dry_run_create(cluster, namespace, make())
+
+
+@pytest.mark.parametrize("case_id,text,field", YAML_TEXT, ids=[c[0] for c in YAML_TEXT])
+def test_validate_and_kubectl_read_the_same_yaml(cluster, namespace, ejob_crd, tmp_path,  # noqa: F811
+                                                 case_id, text, field):
+    """YAML text as written: `steps: 1e3` is a number for both, `value: y` a boolean refused by both."""
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["validate", "--cluster", str(path)])
+    proc = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=text, check=False)
+    if field is None:
+        assert result.exit_code == 0, result.output
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert result.exit_code == 2 and field in result.output, result.output
+        assert proc.returncode != 0 and field in proc.stderr, proc.stderr
 
 
 def test_kubectl_apply_takes_steps_10_0_as_10(cluster, namespace, ejob_crd):  # noqa: F811

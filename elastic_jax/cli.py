@@ -49,7 +49,7 @@ def run(
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        job = load_manifest(manifest)
+        job = load_manifest(manifest, as_written=True)
     except ManifestError as e:
         raise _error(str(e))
     if job.spec.backend != "cpu":
@@ -161,13 +161,14 @@ def validate(
     checkpoints can be written at spec.checkpoint.uri (a gs:// bucket is probed).
     """
     try:
-        job = load_manifest(manifest)
+        job = load_manifest(manifest, as_written=True)
     except ManifestError as e:
         raise _error(str(e))
     if cluster:
         _check_cluster(job)
     else:
         _check_tpu(job)
+    _warn_suspend(job)
     if trainer and job.spec.controller.library_mode:
         raise _error("--trainer: spec.controller.command runs your own program; there is no trainer to build")
     if trainer:
@@ -201,6 +202,18 @@ def _check_cluster(job) -> None:
         typer.echo(f"error: {message}", err=True)
     if found:
         raise _error(found[-1])
+
+
+def _warn_suspend(job) -> None:
+    """`spec.suspend: true` with a local checkpoint folder: a warning line (not an error), in the words of the
+    operator's SuspendDropsCheckpoints / ResumedFromStepZero Events (`reconcile.local_checkpoint_loss`)."""
+    if not job.spec.suspend:
+        return
+    from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
+
+    why = local_checkpoint_loss(job)
+    if why:
+        typer.echo(f"warning: spec.suspend: true: on a cluster, {why}; the resume starts again from step 0", err=True)
 
 
 def _check_tpu(job) -> None:

@@ -13,6 +13,7 @@ so a typo in a manifest is an error naming the field, never silently ignored.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -78,7 +79,10 @@ def _quantity(value: Any) -> str:
     """
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return str(value)
-    if isinstance(value, float):
+    if isinstance(value, float) and value.is_integer():
+        raise ValueError(f"{value!r}: a quantity is an integer or a string (the API server refuses a JSON float, "
+                         f"even a whole one): write {int(value)} or '{value:g}'")
+    if isinstance(value, float) and math.isfinite(value):
         raise ValueError(f"{value!r}: write a fractional quantity as a string, e.g. '{value}' or '{int(value * 1000)}m'")
     if isinstance(value, str) and _QUANTITY.match(value) and not value.startswith("-"):
         return value
@@ -380,19 +384,41 @@ class TrainerSpec(_Model):
         return self
 
 
+LIBRARY_MODE_TRAINER = ("spec.controller.trainer: not used with spec.controller.command (library mode: the command "
+                        "is the training program); remove one of them")
+
+
+def as_written_problem(manifest: dict[str, Any]) -> str | None:
+    """The CRD rule on what a user wrote that the model cannot apply, or None.
+
+    With `spec.controller.command`, the CRD refuses a `trainer` that has a `config`, even `{}` (CEL cannot
+    see into the free-form map), or an entryPoint other than the default. The model must accept an empty
+    config there (`ControllerSpec._names`): the operator's manifest ConfigMap writes every default back.
+
+    Args:
+      manifest: the manifest as written, nulls pruned (`manifest.prune_nulls`).
+    """
+    controller = (manifest.get("spec") or {}).get("controller") or {}
+    trainer = controller.get("trainer")
+    if "command" in controller and isinstance(trainer, dict) and (
+            "config" in trainer or trainer.get("entryPoint", BUILTIN_TRAINER) != BUILTIN_TRAINER):
+        return LIBRARY_MODE_TRAINER + " (an empty trainer.config too)"
+    return None
+
+
 class ControllerSpec(_Model):
     """The long-lived controller pod that runs the training loop."""
 
-    # CEL rules for the CRD: the API server refuses at apply what `_names` refuses (a trial found both
-    # created and then failed InvalidSpec). A trainer equal to the default is no trainer (`_names`).
+    # CEL rules for the CRD: the API server refuses at apply what `_names` and `as_written_problem` refuse
+    # (a trial found both created and then failed InvalidSpec). A trainer equal to the default is no trainer.
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
         # (CEL cannot take the size of the free-form config: any config given with a command is refused
-        # here, an empty one too; the operator's own read accepts an empty one, as it writes it back)
+        # here, an empty one too, and by `as_written_problem`; the model accepts an empty one, as the
+        # operator writes it back)
         "rule": ("!has(self.command) || !has(self.trainer) || "
                  f"((!has(self.trainer.entryPoint) || self.trainer.entryPoint == '{BUILTIN_TRAINER}') && "
                  "!has(self.trainer.config))"),
-        "message": ("spec.controller.trainer: not used with spec.controller.command (library mode: the command "
-                    "is the training program); remove one of them"),
+        "message": LIBRARY_MODE_TRAINER + " (an empty trainer.config too)",
         "fieldPath": ".trainer",
     }, {
         "rule": "!has(self.args) || size(self.args) == 0 || has(self.command)",
@@ -450,8 +476,7 @@ class ControllerSpec(_Model):
         # Compared with the default, not "was it given": the operator's manifest ConfigMap writes every
         # field back, defaults included, and the program must read the same spec.
         if self.command is not None and self.trainer != TrainerSpec():
-            raise ValueError("spec.controller.trainer: not used with spec.controller.command (library mode: the "
-                             "command is the training program); remove one of them")
+            raise ValueError(LIBRARY_MODE_TRAINER)
         if self.args and self.command is None:
             raise ValueError("spec.controller.args: needs spec.controller.command (the built-in trainer host "
                              "takes no arguments)")

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.api.job import ElasticTrainingJob, as_written_problem
 
 
 class ManifestError(ValueError):
@@ -25,8 +27,93 @@ MAX_ALIASES = 100
 MAX_ALIAS_EXPANDED_NODES = 10_000
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key repeated in one mapping (PyYAML keeps the last
+_BOOL_TAG, _INT_TAG, _FLOAT_TAG, _NULL_TAG, _STR_TAG, _MERGE_TAG = (
+    f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float", "null", "str", "merge"))
+# kubectl reads YAML with go-yaml v2 (sigs.k8s.io/yaml's YAMLToJSON), whose plain scalars differ from
+# PyYAML's: `y`/`n` are booleans, `1e3` and `1.0e3` are floats (PyYAML: strings), `0o17` is an int,
+# `1:30` is a string (PyYAML: sexagesimal 90), `=` is a string, and a float overflowing float64 is a
+# string. The API server sees what kubectl sends, so manifests are read as go-yaml reads them
+# (go.yaml.in/yaml/v2 resolve.go, mirrored here); dates stay strings, as kubectl sends them.
+_GO_SCALARS = {
+    **dict.fromkeys(("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON"), (_BOOL_TAG, True)),
+    **dict.fromkeys(("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF"), (_BOOL_TAG, False)),
+    **dict.fromkeys(("", "~", "null", "Null", "NULL"), (_NULL_TAG, None)),
+    **dict.fromkeys((".nan", ".NaN", ".NAN"), (_FLOAT_TAG, float("nan"))),
+    **dict.fromkeys((".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF"), (_FLOAT_TAG, float("inf"))),
+    **dict.fromkeys(("-.inf", "-.Inf", "-.INF"), (_FLOAT_TAG, float("-inf"))),
+    "<<": (_MERGE_TAG, "<<"),
+}
+_GO_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_GO_INT_DIGITS = {2: set("01"), 8: set("01234567"), 10: set("0123456789"), 16: set("0123456789abcdefABCDEF")}
+
+
+def _go_int(plain: str) -> int | None:
+    """Go's `strconv.ParseInt(plain, 0, 64)`, then `ParseUint(plain, 0, 64)`; None where both fail."""
+    sign, body = (plain[0], plain[1:]) if plain[:1] in ("+", "-") else ("", plain)
+    prefix = body[:2].lower()
+    base, digits = {"0x": (16, body[2:]), "0o": (8, body[2:]), "0b": (2, body[2:])}.get(
+        prefix, (8, body[1:]) if body[:1] == "0" and len(body) > 1 else (10, body))
+    if not digits or not set(digits) <= _GO_INT_DIGITS[base]:
+        return None
+    value = int(digits, base) * (-1 if sign == "-" else 1)
+    if -2**63 <= value < 2**63 or (not sign and value < 2**64):
+        return value
+    return None
+
+
+def go_yaml_scalar(text: str) -> tuple[str, Any]:
+    """The tag and value go-yaml v2 (kubectl's YAML reader) gives the plain (unquoted) scalar `text`.
+
+    Returns:
+      (tag, value): a bool, int, float, None, the merge key `<<`, or the string itself (`tag:yaml.org,2002:str`).
+    """
+    if text in _GO_SCALARS:
+        return _GO_SCALARS[text]
+    if text[:1] == ".":
+        if _GO_FLOAT.fullmatch(text):
+            return _FLOAT_TAG, float(text)
+    elif text[:1] in "+-0123456789" and text:
+        plain = text.replace("_", "")
+        number = _go_int(plain)
+        if number is not None:
+            return _INT_TAG, number
+        if _GO_FLOAT.fullmatch(plain) and math.isfinite(float(plain)):  # (ParseFloat fails on overflow)
+            return _FLOAT_TAG, float(plain)
+    return _STR_TAG, text
+
+
+class _KubectlScalars:
+    """A PyYAML loader mixin: plain scalars resolve as `go_yaml_scalar` says, so a manifest reads as kubectl
+    reads it."""
+
+    def resolve(self, kind, value, implicit):
+        if kind is yaml.ScalarNode and implicit[0]:
+            return go_yaml_scalar(value)[0]
+        return super().resolve(kind, value, implicit)
+
+
+def _construct_go_scalar(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
+    return go_yaml_scalar(loader.construct_scalar(node))[1]
+
+
+class KubectlSafeDumper(yaml.SafeDumper):
+    """`yaml.SafeDumper` whose output reads back the same through kubectl, `load_manifest` and plain PyYAML:
+    a string either reader would take for another type (`y`, `1e3`, `1:30`) is quoted."""
+
+    def resolve(self, kind, value, implicit):
+        tag = super().resolve(kind, value, implicit)
+        if kind is yaml.ScalarNode and implicit[0] and tag == _STR_TAG:
+            return go_yaml_scalar(value)[0]
+        return tag
+
+
+def dump_yaml(data: Any) -> str:
+    """`data` as YAML (keys in order) that kubectl and `load_manifest` read back unchanged."""
+    return yaml.dump(data, Dumper=KubectlSafeDumper, sort_keys=False)
+
+
+class _UniqueKeyLoader(_KubectlScalars, yaml.SafeLoader):
+    """PyYAML's safe loader reading plain scalars as kubectl does (`go_yaml_scalar`), refusing a key repeated in one mapping (PyYAML keeps the last
     silently; kubectl refuses it, so `steps: 60` then `steps: 5` must not pass here), and
     refusing alias expansion beyond `MAX_ALIASES` / `MAX_ALIAS_EXPANDED_NODES`."""
 
@@ -56,6 +143,10 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     None, None, f"key {key!r} appears twice in one mapping", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+for _tag in (_BOOL_TAG, _INT_TAG, _FLOAT_TAG):
+    _UniqueKeyLoader.add_constructor(_tag, _construct_go_scalar)
 
 
 def _check_expansion(root: yaml.Node) -> None:
@@ -133,16 +224,23 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
 _FREE_FORM_PATHS = {("spec", "controller", "trainer", "config")}
 
 
+def _is_quantity(path: tuple[str, ...]) -> bool:
+    """A value of `resources.requests` / `resources.limits`: int-or-string, where the API server refuses any
+    JSON float (`2.0` too, from a client that sends JSON itself; kubectl sends YAML's `2.0` as `2`)."""
+    return len(path) >= 3 and path[-3] == "resources" and path[-2] in ("requests", "limits")
+
+
 def integral_floats_as_ints(node: Any, path: tuple[str, ...] = ()) -> Any:
     """`node` with every float that is a whole number (`10.0`, `1e3`) turned into an int, outside free-form fields.
 
-    The API server does the same to an integer field (kubectl sends YAML's `10.0` as JSON `10`; a JSON
-    `10.0` passes `type: integer` as a whole number), so `steps: 10.0` is accepted by both, and `10.5`
-    refused by both. A float field takes the int unchanged.
+    The API server does the same to an integer field (kubectl sends YAML's `10.0` or `1e3` as JSON `10`,
+    `1000`; a JSON `10.0` passes `type: integer` as a whole number), so `steps: 10.0` is accepted by both,
+    and `10.5` refused by both. A float field takes the int unchanged. A quantity (`cpu: 2.0`) stays a
+    float, refused: the API server refuses a JSON float there, and a manifest must pass however it is sent.
     """
     if path in _FREE_FORM_PATHS:
         return node
-    if isinstance(node, float) and node.is_integer():
+    if isinstance(node, float) and node.is_integer() and not _is_quantity(path):
         return int(node)
     if isinstance(node, dict):
         return {k: integral_floats_as_ints(v, path + (str(k),)) for k, v in node.items()}
@@ -151,7 +249,23 @@ def integral_floats_as_ints(node: Any, path: tuple[str, ...] = ()) -> Any:
     return node
 
 
-def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
+def prune_nulls(node: Any, path: tuple[str, ...] = ()) -> Any:
+    """`node` without the null values of mapping keys, outside free-form fields.
+
+    The API server drops such a null before validating (apiextensions' `PruneNonNullableNullsWithoutDefaults`,
+    or replaces it by the field's default: the same value the model gives an absent field), so
+    `trainer: null` or `image: null` is an absent field for both. A null list item stays (refused by both).
+    """
+    if path in _FREE_FORM_PATHS:
+        return node
+    if isinstance(node, dict):
+        return {k: prune_nulls(v, path + (str(k),)) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [prune_nulls(v, path) for v in node]
+    return node
+
+
+def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = False) -> ElasticTrainingJob:
     """Validates an already-parsed manifest with the API server's type rules.
 
     Validation is pydantic's strict JSON mode on the manifest as JSON, which is
@@ -165,6 +279,9 @@ def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
       data: the parsed manifest.
       source: where it came from (a file name), the first word of an error; "" for none (the
         operator: its messages go on the job itself, and every field path already starts with spec.).
+      as_written: `data` is a manifest as a user wrote it (`elastic-jax validate` / `run`), not one read
+        back from the API server or the operator's ConfigMap (every default filled in): also apply the
+        CRD's rules on what was written (`job.as_written_problems`).
 
     Raises:
       ManifestError: not a mapping, or invalid; the message names the field.
@@ -172,15 +289,19 @@ def parse_manifest(data: Any, source: str = "manifest") -> ElasticTrainingJob:
     where = f"{source}: " if source else ""
     if not isinstance(data, dict):
         raise ManifestError(f"{where}expected a YAML mapping with apiVersion, kind, metadata, spec")
+    data = integral_floats_as_ints(prune_nulls(data))
     try:
-        return ElasticTrainingJob.model_validate_json(json.dumps(integral_floats_as_ints(data), default=str),
-                                                      strict=True)
+        job = ElasticTrainingJob.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as e:
         raise ManifestError(f"{where}{format_validation_error(e)}") from None
+    problem = as_written_problem(data) if as_written else None
+    if problem:
+        raise ManifestError(f"{where}{problem}")
+    return job
 
 
-def load_manifest(path: str | Path) -> ElasticTrainingJob:
-    """Reads and validates one `ElasticTrainingJob` YAML file.
+def load_manifest(path: str | Path, *, as_written: bool = False) -> ElasticTrainingJob:
+    """Reads and validates one `ElasticTrainingJob` YAML file (`as_written`: see `parse_manifest`).
 
     Raises:
       ManifestError: missing file, malformed YAML, more than one document, or invalid spec.
@@ -200,9 +321,9 @@ def load_manifest(path: str | Path) -> ElasticTrainingJob:
         raise ManifestError(f"{path}: malformed YAML{where}: {getattr(e, 'problem', e)}") from None
     if len(docs) != 1:
         raise ManifestError(f"{path}: expected exactly one YAML document, found {len(docs)}")
-    return parse_manifest(docs[0], str(path))
+    return parse_manifest(docs[0], str(path), as_written=as_written)
 
 
 def dump_model(model: BaseModel) -> str:
     """The camelCase YAML of a model (for passing a spec to a child process)."""
-    return yaml.safe_dump(model.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=False)
+    return dump_yaml(model.model_dump(mode="json", by_alias=True, exclude_none=True))

@@ -15,6 +15,7 @@ import yaml
 
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.api.manifest import dump_yaml
 from elastic_jax.k8s_operator import names
 from elastic_jax.k8s_operator.backends import renderer_for
 
@@ -67,7 +68,8 @@ def manifest_configmap(job: ElasticTrainingJob) -> dict[str, Any]:
         "metadata": {"name": names.configmap(job.metadata.name),
                      "labels": labels.job_selector(job.metadata.name, job.metadata.uid),
                      "annotations": {labels.SPEC_HASH: spec_hash(job)}},
-        "data": {labels.MANIFEST_KEY: yaml.safe_dump(manifest, sort_keys=False)},
+        # (quoted where kubectl would read a string as another type: the controller reads it with load_manifest)
+        "data": {labels.MANIFEST_KEY: dump_yaml(manifest)},
     }
 
 

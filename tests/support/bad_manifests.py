@@ -49,6 +49,10 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("library-mode-command-with-a-trainer",
      _set(_set(cpu_job, "spec.controller.command", ["python"]), "spec.controller.trainer", {"entryPoint": "a:b"}),
      "spec.controller.trainer"),
+    # CEL cannot see into the free-form config: any config with a command is refused, `{}` too
+    ("library-mode-command-with-an-empty-trainer-config",
+     _set(_set(cpu_job, "spec.controller.command", ["python"]), "spec.controller.trainer", {"config": {}}),
+     "spec.controller.trainer"),
     ("worker-cpu-request-above-limit",
      _set(cpu_job, "spec.worker.resources", {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}),
      "spec.worker.resources"),
@@ -74,23 +78,27 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("hugepages-request-without-limit",
      _set(cpu_job, "spec.worker.resources", {"requests": {"hugepages-2Mi": "4Mi"}}), "spec.worker.resources"),
     ("toleration-key-not-a-label-key",
-     _set(cpu_job, "spec.worker.tolerations", [{"key": "bad key!", "operator": "Exists"}]), "spec.worker.tolerations"),
+     _set(cpu_job, "spec.worker.tolerations", [{"key": "bad key!", "operator": "Exists"}]),
+     "spec.worker.tolerations[0]"),
     ("toleration-value-not-a-label-value",
-     _set(cpu_job, "spec.controller.tolerations", [{"key": "k", "value": "a b"}]), "spec.controller.tolerations"),
+     _set(cpu_job, "spec.controller.tolerations", [{"key": "k", "value": "a b"}]),
+     "spec.controller.tolerations[0]"),
     ("image-with-whitespace", _set(cpu_job, "spec.worker.image", " elastic-jax-worker:1"), "spec.worker.image"),
     ("steps-beyond-int64", _set(cpu_job, "spec.training.steps", 2**70), "spec.training.steps"),
     ("service-account-with-slash",
      _set(cpu_job, "spec.controller.serviceAccountName", "f/trainer"), "spec.controller.serviceAccountName"),
     ("priority-class-uppercase", _set(cpu_job, "spec.priorityClassName", "High_Priority"), "spec.priorityClassName"),
     ("controller-env-operator-sets",
-     _set(cpu_job, "spec.controller.env", [{"name": "POD_IP", "value": "1.2.3.4"}]), "spec.controller.env"),
+     _set(cpu_job, "spec.controller.env", [{"name": "POD_IP", "value": "1.2.3.4"}]),
+     "spec.controller.env[0].name: POD_IP is set by the operator in the cpu controller container"),
     ("worker-env-runtime-prefix",
-     _set(cpu_job, "spec.worker.env", [{"name": contract.ENV_TOKEN_FILE, "value": "/x"}]), "spec.worker.env"),
+     _set(cpu_job, "spec.worker.env", [{"name": "A", "value": "1"}, {"name": contract.ENV_TOKEN_FILE, "value": "/x"}]),
+     f"spec.worker.env[1].name: {contract.ENV_TOKEN_FILE} is set by elastic-jax itself"),
     ("pathways-controller-env",
      _set(pathways_job, "spec.controller.env", [{"name": "JAX_BACKEND_TARGET", "value": "grpc://evil:1"}]),
-     "spec.controller.env"),
+     "spec.controller.env[0].name: JAX_BACKEND_TARGET is set by the operator in the pathways controller container"),
     ("env-name-twice",
-     _set(cpu_job, "spec.worker.env", [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]), "spec.worker.env"),
+     _set(cpu_job, "spec.worker.env", [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]), "spec.worker.env[1]"),
     ("unknown-tpu-accelerator", _set(pathways_job, "spec.slices.accelerator", "tpu-v9-slice"), "spec.slices.accelerator"),
     ("tpu-topology-dimensions", _set(pathways_job, "spec.slices.topology", "2x2x2"), "spec.slices.topology"),
     ("tpu-topology-partial-host", _set(pathways_job, "spec.slices.topology", "1x2"), "spec.slices.topology"),
@@ -107,19 +115,20 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     # tolerations: the API server's cross-field rules (ValidateTolerations)
     ("toleration-exists-with-a-value",
      _set(cpu_job, "spec.worker.tolerations", [{"key": "k", "operator": "Exists", "value": "v"}]),
-     "spec.worker.tolerations"),
+     "spec.worker.tolerations[0]"),
     ("toleration-equal-without-a-key",
      _set(cpu_job, "spec.controller.tolerations", [{"operator": "Equal", "value": "v"}]),
-     "spec.controller.tolerations"),
+     "spec.controller.tolerations[0]"),
     ("toleration-default-operator-without-a-key",
-     _set(cpu_job, "spec.worker.tolerations", [{"effect": "NoSchedule"}]), "spec.worker.tolerations"),
+     _set(cpu_job, "spec.worker.tolerations", [{"operator": "Exists"}, {"effect": "NoSchedule"}]),
+     "spec.worker.tolerations[1]"),
     ("toleration-seconds-without-noexecute",
      _set(cpu_job, "spec.worker.tolerations", [{"key": "k", "operator": "Exists", "effect": "NoSchedule",
                                                 "tolerationSeconds": 30}]),
-     "spec.worker.tolerations"),
+     "spec.worker.tolerations[0]"),
     ("toleration-seconds-without-effect",
      _set(cpu_job, "spec.controller.tolerations", [{"key": "k", "operator": "Exists", "tolerationSeconds": 30}]),
-     "spec.controller.tolerations"),
+     "spec.controller.tolerations[0]"),
     # cross-field: a progress timeout no longer than a step deadline can never be met
     ("progress-timeout-below-step-deadline",
      _set(cpu_job, "spec.elasticity", {"stepDeadlineSeconds": 600, "progressTimeoutSeconds": 300}),
@@ -133,6 +142,10 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("spares-a-fraction", _set(cpu_job, "spec.slices.spares", 0.5), "spec.slices.spares"),
     ("termination-grace-a-fraction", _set(cpu_job, "spec.worker.terminationGracePeriodSeconds", 2.5),
      "spec.worker.terminationGracePeriodSeconds"),
+    # a quantity is int-or-string: the API server refuses a JSON float, a whole one too (kubectl would send
+    # YAML's 2.0 as 2, a JSON client sends 2.0), so validate refuses it, whoever sends it
+    ("cpu-quantity-a-whole-float", _set(cpu_job, "spec.worker.resources", {"limits": {"cpu": 2.0}}),
+     "spec.worker.resources"),
     ("min-slices-beyond-int64", _set(cpu_job, "spec.slices.minSlices", 2**70), "spec.slices.minSlices"),
     # bounds on what the controller allocates or waits by
     ("global-batch-size-2-to-the-40", _set(cpu_job, "spec.training.globalBatchSize", 2**40),
@@ -156,7 +169,13 @@ ACCEPTED: list[tuple[str, Callable[[], dict]]] = [
      _set(_set(cpu_job, "spec.controller.command", ["python", "train.py"]), "spec.controller.trainer",
           {"entryPoint": "elastic_jax.controller.builtin_lm:make_trainer"})),
     ("steps-a-whole-float", _set(cpu_job, "spec.training.steps", 10.0)),
-    ("cpu-quantity-a-whole-float", _set(cpu_job, "spec.worker.resources", {"limits": {"cpu": 2.0}})),
+    ("steps-a-whole-float-1e3", _set(cpu_job, "spec.training.steps", 1e3)),
+    # a null is an absent field for the API server (pruned, or replaced by the field's default)
+    ("library-mode-command-with-a-null-trainer",
+     _set(_set(cpu_job, "spec.controller.command", ["python", "train.py"]), "spec.controller.trainer", None)),
+    ("null-image-suspend-and-node-selector-value",
+     _set(_set(_set(cpu_job, "spec.controller.image", None), "spec.suspend", None),
+          "spec.worker.nodeSelector", {"pool": None})),
     ("toleration-exists-without-a-key", _set(cpu_job, "spec.worker.tolerations", [{"operator": "Exists"}])),
     ("toleration-seconds-with-noexecute",
      _set(cpu_job, "spec.worker.tolerations", [{"key": "k", "operator": "Exists", "effect": "NoExecute",
@@ -165,6 +184,32 @@ ACCEPTED: list[tuple[str, Callable[[], dict]]] = [
      _set(cpu_job, "spec.elasticity", {"stepDeadlineSeconds": 7200, "progressTimeoutSeconds": 0})),
     ("global-batch-size-at-the-bound", _set(cpu_job, "spec.training.globalBatchSize", 2**20)),
     ("labels-and-annotations", _set(cpu_job, "metadata.labels", {"example.com/team": "ml-1", "empty": ""})),
+]
+
+# YAML text as a user writes it, read as kubectl reads it (go-yaml: `1e3` is a number, `y` a boolean, `1:30` a
+# string) before either side sees it: (id, text of the manifest's spec lines, the field refused or None).
+_SPEC = """apiVersion: elasticjax.dev/v1alpha1
+kind: ElasticTrainingJob
+metadata:
+  name: text
+spec:
+  slices: {{count: 1}}
+  checkpoint: {{uri: /data/ck}}
+{}
+"""
+YAML_TEXT: list[tuple[str, str, str | None]] = [
+    ("steps-1e3", _SPEC.format("  training: {steps: 1e3, globalBatchSize: 1}"), None),
+    ("steps-1.0e3-and-a-batch-of-1e0", _SPEC.format("  training: {steps: 1.0e3, globalBatchSize: 1e0}"), None),
+    ("steps-sexagesimal-is-a-string", _SPEC.format("  training: {steps: 1:30, globalBatchSize: 1}"),
+     "spec.training.steps"),
+    ("env-value-y-is-a-boolean", _SPEC.format("  training: {steps: 10, globalBatchSize: 1}\n"
+                                              "  worker: {env: [{name: DEBUG, value: y}]}"),
+     "spec.worker.env[0].value"),
+    ("env-value-1e3-is-a-number", _SPEC.format("  training: {steps: 10, globalBatchSize: 1}\n"
+                                               "  controller: {env: [{name: N, value: 1e3}]}"),
+     "spec.controller.env[0].value"),
+    ("quoted-y-is-a-string", _SPEC.format("  training: {steps: 10, globalBatchSize: 1}\n"
+                                          "  worker: {env: [{name: DEBUG, value: 'y'}]}"), None),
 ]
 
 # Namespaced: the API server refuses the namespace itself (the CRD cannot constrain it).

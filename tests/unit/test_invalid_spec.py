@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from elastic_jax.api import crd, pod_rules, runtime_env
-from elastic_jax.api.manifest import ManifestError, parse_manifest
+from elastic_jax.api.manifest import ManifestError, dump_yaml, go_yaml_scalar, parse_manifest, safe_load_bounded
 from elastic_jax.cli import app
 from elastic_jax.k8s_operator import handlers, incarnation
 from elastic_jax.k8s_operator.backends import tpu_shapes
@@ -21,7 +21,7 @@ from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.reconcile import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.api import labels as lbl
-from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, cpu_job, pathways_job
+from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, YAML_TEXT, cpu_job, pathways_job
 from tests.support.fake_kube import FakeKube as _Kube
 from tests.unit.test_operator_handler_faults import _Patch
 
@@ -51,6 +51,42 @@ def test_validate_refuses_naming_the_field(tmp_path, case_id, make, field):
 def test_validate_accepts_what_the_api_server_accepts(tmp_path, case_id, make):
     code, out = _validate(tmp_path, make())
     assert code == 0, out
+
+
+@pytest.mark.parametrize("case_id,text,field", YAML_TEXT, ids=[c[0] for c in YAML_TEXT])
+def test_validate_reads_yaml_as_kubectl_does(tmp_path, case_id, text, field):
+    """`steps: 1e3` is the number kubectl sends (PyYAML alone reads a string), `value: y` the boolean."""
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["validate", "--cluster", str(path)])
+    if field is None:
+        assert result.exit_code == 0, result.output
+    else:
+        assert result.exit_code == 2 and field in result.output, result.output
+
+
+@pytest.mark.parametrize("text,value", [
+    ("y", True), ("N", False), ("off", False), ("1e3", 1000.0), ("1.0e3", 1000.0), ("1E+3", 1000.0), (".5", 0.5),
+    ("0o17", 15), ("017", 15), ("0x1F", 31), ("1_000", 1000), ("09", 9.0), ("1:30", "1:30"), ("=", "="),
+    ("1e400", "1e400"), ("2001-12-14", "2001-12-14"), (str(2**64 - 1), 2**64 - 1), (str(2**64), float(2**64)),
+    ("-" + str(2**63), -2**63), ("-" + str(2**63 + 1), -float(2**63 + 1)), ("~", None), ("yes", True), ("x", "x"),
+])
+def test_plain_scalars_resolve_as_go_yaml_v2_resolves_them(text, value):
+    """The table of go.yaml.in/yaml/v2 resolve.go (kubectl's reader): bools, ints by strconv.ParseInt base 0,
+    then ParseUint, then floats of `yamlStyleFloat` that do not overflow, else strings."""
+    got = go_yaml_scalar(text)[1]
+    assert got == value and type(got) is type(value)
+    assert safe_load_bounded(f"v: {text}")["v"] == value
+
+
+def test_the_manifest_yaml_written_back_reads_the_same_through_both_readers():
+    """The operator's manifest ConfigMap and `validate`'s output quote a string kubectl (or PyYAML) would take
+    for another type, so the controller reads the spec the operator digested."""
+    data = {"env": [{"name": n, "value": v} for n, v in
+                    (("A", "y"), ("B", "1e3"), ("C", "1:30"), ("D", "="), ("E", "017"), ("F", "yes"), ("G", "2.0"))],
+            "n": 3, "x": 1.5, "t": True}
+    text = dump_yaml(data)
+    assert safe_load_bounded(text) == data == yaml.safe_load(text)
 
 
 def test_a_whole_number_float_is_the_integer_but_trainer_config_is_kept_as_written():
@@ -249,3 +285,44 @@ def test_validate_cluster_refuses_a_manifest_too_large_for_its_configmap(tmp_pat
     assert code == 2 and "spec.controller.trainer.config" in out and "1048576" in out, out
     job["spec"]["controller"]["trainer"]["config"]["vocab"] = ["w" * 1000] * 900
     assert _validate(tmp_path, job)[0] == 0
+
+
+def test_an_empty_trainer_config_with_a_command_passes_the_operators_read_back():
+    """The CRD refuses `trainer: {config: {}}` with a command as written (so `validate` does), but the
+    operator's manifest ConfigMap writes every default back, `config: {}` included, and must read again."""
+    job = cpu_job()
+    job["spec"]["controller"] = {"command": ["python"], "trainer": {"config": {}}}
+    with pytest.raises(ManifestError, match="spec.controller.trainer"):
+        parse_manifest(job, as_written=True)
+    written_back = parse_manifest(job).to_manifest()
+    assert written_back["spec"]["controller"]["trainer"]["config"] == {}
+    assert parse_manifest(written_back).spec.controller.command == ["python"]
+
+
+def test_a_null_is_an_absent_field_outside_the_trainer_config():
+    job = cpu_job()
+    job["spec"]["controller"] = {"image": None, "trainer": {"config": {"keep": None}}}
+    parsed = parse_manifest(job, as_written=True)
+    assert parsed.spec.controller.image == crd.job_api.DEFAULT_CONTROLLER_IMAGE
+    assert parsed.spec.controller.trainer.config == {"keep": None}
+
+
+def test_validate_warns_that_a_suspend_drops_local_checkpoints(tmp_path):
+    job = cpu_job()
+    job["spec"]["suspend"] = True
+    code, out = _validate(tmp_path, job)
+    assert code == 0, out
+    assert "warning: spec.suspend: true" in out and "go with the pod" in out and "step 0" in out, out
+    job["spec"]["checkpoint"]["uri"] = "gs://bucket/ck"
+    code, out = _validate(tmp_path, job)
+    assert code == 0 and "warning" not in out, out
+
+
+def test_the_env_rules_message_names_the_entry():
+    """The API server's message names `spec.<role>.env[i].name` as `validate` does: a fieldPath takes no list
+    index, so the index is in the rule's messageExpression (run by e2e/test_bad_manifests.py)."""
+    rules = {r["fieldPath"]: r for r in runtime_env.cel_rules()}
+    for role in ("controller", "worker"):
+        expression = rules[f".{role}.env"]["messageExpression"]
+        assert expression.startswith(f"'spec.{role}.env[' + string(self.{role}.env.map(e, e.name).indexOf(")
+        assert "is set by the operator in the ' + self.backend + ' " + role in expression
