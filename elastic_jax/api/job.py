@@ -84,7 +84,7 @@ def _quantity(value: Any) -> str:
                          f"even a whole one): write {int(value)} or '{value:g}'")
     if isinstance(value, float) and math.isfinite(value):
         raise ValueError(f"{value!r}: write a fractional quantity as a string, e.g. '{value}' or '{int(value * 1000)}m'")
-    if isinstance(value, str) and _QUANTITY.match(value) and not value.startswith("-"):
+    if isinstance(value, str) and _QUANTITY.fullmatch(value) and not value.startswith("-"):
         return value
     # The pattern allows a sign; a Pod refuses negative requests and limits, so refuse them here.
     raise ValueError(f"{value!r} is not a non-negative Kubernetes quantity (e.g. 2, '500m', '4Gi')")
@@ -136,7 +136,7 @@ class EnvVar(_Model):
     @field_validator("name")
     @classmethod
     def _printable_without_equals(cls, name: str) -> str:
-        if not _ENV_NAME.match(name):
+        if not _ENV_NAME.fullmatch(name):
             raise ValueError(f"{name!r}: an environment variable name is printable ASCII characters other than '=' "
                              "(the API server refuses the pod otherwise)")
         return name
@@ -159,7 +159,7 @@ def _object_name(value: str, what: str) -> str:
     Raises:
       ValueError: naming `what` and the rule.
     """
-    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
         raise ValueError(f"{what} {value!r} must be a Kubernetes object name: lowercase letters, digits, '-' and '.', "
                          "starting and ending with a letter or digit, at most 253 characters")
     return value
@@ -215,9 +215,9 @@ def _node_selector(value: dict[str, str], field: str) -> dict[str, str]:
       ValueError: naming `field`, the key and the rule.
     """
     for k, v in value.items():
-        if not _LABEL_KEY.match(k) or len(k.rpartition("/")[0]) > 253:
+        if not _LABEL_KEY.fullmatch(k) or len(k.rpartition("/")[0]) > 253:
             raise ValueError(f"{field} key {k!r} is not a valid label key")
-        if not _LABEL_VALUE.match(v):
+        if not _LABEL_VALUE.fullmatch(v):
             raise ValueError(f"{field}[{k!r}] value {v!r} is not a valid label value "
                              "(at most 63 letters, digits, '-', '_', '.', starting and ending with a letter or digit)")
     return value
@@ -377,7 +377,7 @@ class TrainerSpec(_Model):
 
     @model_validator(mode="after")
     def _entry_point_shape(self) -> "TrainerSpec":
-        if not _ENTRY_POINT.match(self.entry_point):
+        if not _ENTRY_POINT.fullmatch(self.entry_point):
             raise ValueError(
                 f"spec.controller.trainer.entryPoint {self.entry_point!r} must look like 'package.module:function'"
             )
@@ -776,14 +776,14 @@ class ObjectMeta(_Model):
             raise ValueError(problem)
         # The API server refuses these before any CRD rule runs (ValidateObjectMeta).
         for k, v in self.labels.items():
-            if not _LABEL_KEY.match(k) or len(k.rpartition("/")[0]) > 253:
+            if not _LABEL_KEY.fullmatch(k) or len(k.rpartition("/")[0]) > 253:
                 raise ValueError(f"metadata.labels key {k!r} is not a valid label key (an optional DNS prefix and "
                                  "'/', then at most 63 letters, digits, '-', '_', '.')")
-            if not _LABEL_VALUE.match(v):
+            if not _LABEL_VALUE.fullmatch(v):
                 raise ValueError(f"metadata.labels[{k!r}] value {v!r} is not a valid label value (at most 63 "
                                  "letters, digits, '-', '_', '.', starting and ending with a letter or digit)")
         for k in self.annotations:
-            if not _LABEL_KEY.match(k.lower()) or len(k.rpartition("/")[0]) > 253:
+            if not _LABEL_KEY.fullmatch(k.lower()) or len(k.rpartition("/")[0]) > 253:
                 raise ValueError(f"metadata.annotations key {k!r} is not a valid annotation key (an optional DNS "
                                  "prefix and '/', then at most 63 letters, digits, '-', '_', '.')")
         if sum(len(k.encode()) + len(v.encode()) for k, v in self.annotations.items()) > MAX_ANNOTATIONS_BYTES:

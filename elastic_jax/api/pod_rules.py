@@ -32,7 +32,7 @@ def quantity_value(text: str) -> Fraction:
     Raises:
       ValueError: `text` is not a quantity.
     """
-    m = _NUMBER.match(text)
+    m = _NUMBER.fullmatch(text)
     if not m:
         raise ValueError(f"{text!r} is not a quantity")
     number, suffix = Fraction(m.group(1)), m.group(2)
@@ -40,7 +40,7 @@ def quantity_value(text: str) -> Fraction:
         return number * _BINARY[suffix]
     if suffix in _DECIMAL:
         return number * _DECIMAL[suffix]
-    e = _EXPONENT.match(suffix)
+    e = _EXPONENT.fullmatch(suffix)
     if e and Fraction(e.group(1)).denominator == 1 and abs(int(Fraction(e.group(1)))) <= 1000:
         return number * Fraction(10) ** int(Fraction(e.group(1)))
     raise ValueError(f"{text!r} is not a quantity")
@@ -68,7 +68,7 @@ def _non_overcommittable(name: str) -> bool:
 
 def resource_name_problem(name: str) -> str | None:
     """Why `name` cannot be a container resource name, or None when it can."""
-    if not _QUALIFIED_NAME.match(name) or len(name.rpartition("/")[0]) > 253:
+    if not _QUALIFIED_NAME.fullmatch(name) or len(name.rpartition("/")[0]) > 253:
         return f"{name!r} is not a valid resource name (a qualified name such as cpu or example.com/gpu)"
     if "/" not in name:
         if name in STANDARD_CONTAINER_RESOURCES:
@@ -82,7 +82,7 @@ def resource_name_problem(name: str) -> str | None:
             return f"{name!r}: a hugepages resource is hugepages-<page size>, e.g. hugepages-2Mi"
         return (f"{name!r} is not a container resource: cpu, memory, ephemeral-storage, hugepages-<size>, "
                 "or an extended resource with a domain (e.g. google.com/tpu)")
-    if _extended(name) and (name.startswith("requests.") or not _QUALIFIED_NAME.match("requests." + name)):
+    if _extended(name) and (name.startswith("requests.") or not _QUALIFIED_NAME.fullmatch("requests." + name)):
         return f"{name!r} does not follow the extended resource name standard (domain/name)"
     return None
 
@@ -214,10 +214,10 @@ def toleration_problems(key: str | None, value: str | None, operator: str = "Equ
         found.append(f"{TOLERATION_EXISTS_VALUE_MESSAGE} (got {value!r})")
     if toleration_seconds is not None and effect != "NoExecute":
         found.append(TOLERATION_SECONDS_MESSAGE)
-    if key and (not _QUALIFIED_NAME.match(key) or len(key.rpartition("/")[0]) > 253):
+    if key and (not _QUALIFIED_NAME.fullmatch(key) or len(key.rpartition("/")[0]) > 253):
         found.append(f"key {key!r} is not a valid label key (an optional DNS prefix and '/', then at most 63 "
                      "letters, digits, '-', '_', '.')")
-    if value and not _LABEL_VALUE.match(value):
+    if value and not _LABEL_VALUE.fullmatch(value):
         found.append(f"value {value!r} is not a valid label value (at most 63 letters, digits, '-', '_', '.', "
                      "starting and ending with a letter or digit)")
     return found

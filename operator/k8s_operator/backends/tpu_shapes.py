@@ -96,7 +96,7 @@ def slice_shape(accelerator: str | None, topology: str | None) -> SliceShape:
             f"(known: {', '.join(sorted(GENERATIONS))})"
         )
     topology = topology or ""
-    if not _TOPOLOGY.match(topology):
+    if not _TOPOLOGY.fullmatch(topology):
         raise SliceShapeError(f"{TOPOLOGY_FIELD} {topology!r} must look like AxB or AxBxC (chips per axis)")
     dims = [int(d) for d in topology.split("x")]
     if len(dims) != gen.topology_dims:
