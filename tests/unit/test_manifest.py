@@ -159,8 +159,9 @@ def test_too_many_aliases_are_refused(tmp_path):
 def test_a_few_aliases_still_load(tmp_path):
     from elastic_jax.api import manifest
 
-    doc = manifest.safe_load_bounded("base: &b {lr: 0.1, warm: 10}\nx: *b\ny: *b\n")
-    assert doc["x"] == doc["y"] == {"lr": 0.1, "warm": 10}
+    # (not `y:`: kubectl's YAML, and so this loader, reads the key y as the boolean true)
+    doc = manifest.safe_load_bounded("base: &b {lr: 0.1, warm: 10}\nx: *b\nz: *b\n")
+    assert doc["x"] == doc["z"] == {"lr": 0.1, "warm": 10}
 
 
 def test_recursive_alias_is_refused():
