@@ -35,7 +35,6 @@ Configuration, flags first, then environment (as the operator sets it in a pod):
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -200,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     from elastic_jax.controller.elastic.slice_set import SliceSet
     from elastic_jax.controller.loop import TrainingRun
     from elastic_jax.controller.metrics import ControllerMetrics
+    from elastic_jax.controller.run_record import write_summary
     from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
     from elastic_jax.api.identity import identity_from_env
 
@@ -284,9 +284,8 @@ def main(argv: list[str] | None = None) -> int:
             summary.last_committed_checkpoint_step = checkpointer.latest_committed_step()
         except Exception:  # noqa: BLE001 - storage unusable: keep what the run saw committed
             pass
-        payload = json.dumps(summary.__dict__)
         if args.summary_file:
-            Path(args.summary_file).write_text(payload)
+            write_summary(args.summary_file, summary)
         outcome = {ControllerExit.SUCCEEDED: "succeeded", ControllerExit.STOPPED: "stopped",
                    ControllerExit.RESTART: "interrupted"}.get(summary.exit_code, "failed")
         log.info("finished: %s after %d/%d steps", outcome, summary.steps,

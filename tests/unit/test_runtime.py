@@ -7,6 +7,7 @@ workers in tests/integration/test_own_loop.py).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -16,6 +17,7 @@ import yaml
 import elastic_jax
 from elastic_jax import contract
 from elastic_jax.api.client import ControlApiError, ControlClient
+from elastic_jax.api.control import SliceReport
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.runtime import Runtime, RuntimeConfigError, connect
@@ -193,3 +195,46 @@ def test_import_elastic_jax_loads_no_jax_until_the_library_is_used():
             "assert elastic_jax.SliceDownError.__module__.endswith('elastic.errors')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _summary_run(tmp_path, steps_done, error=None, stop=None):
+    job = _job()
+    job["spec"]["training"]["steps"] = 3
+    path = tmp_path / "summary.json"
+    rt = Runtime(parse_manifest(job), TOKEN, host="127.0.0.1", port=0, summary_file=str(path)).start()
+    for i in range(2):
+        rt.slice_set.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"10.0.0.{i}:8471"]))
+    calls = {"n": 0}
+
+    @rt.elastic_retry()
+    def train():
+        calls["n"] += 1
+        while rt.step < steps_done:
+            if rt.step == 1 and calls["n"] == 1:
+                raise elastic_jax.SliceDownError("DATA_LOSS: slice 1 lost", [1])
+            rt.report_step(rt.step + 1, 2.0 / (rt.step + 1))
+
+    train()
+    if stop:
+        rt._on_stop("test", requested=stop == "requested")
+    rt.close(error)
+    return json.loads(path.read_text()), rt.status()
+
+
+def test_close_writes_the_built_in_summary_from_the_librarys_books(tmp_path):
+    s, status = _summary_run(tmp_path, 3)
+    assert s["succeeded"] and s["exit_code"] == ControllerExit.SUCCEEDED and s["steps"] == 3
+    assert s["initial_loss"] == 2.0 and s["final_loss"] == pytest.approx(2.0 / 3)
+    assert [(r["cause"], r["slices"], r["at_step"]) for r in s["recoveries"]] == [("slice_down", [1], 1)]
+    assert s["recoveries"][0]["seconds"] is not None and s["goodput"] is not None
+    assert status.phase == "Succeeded" and status.recovery_history[0].cause == "slice_down"
+    assert status.initial_loss == 2.0 and status.recoveries == {"slice_down": 1}
+
+
+def test_close_before_the_last_step_is_not_a_success(tmp_path):
+    s, status = _summary_run(tmp_path, 2, error=ValueError("boom"))
+    assert not s["succeeded"] and s["exit_code"] == ControllerExit.FAILED and "boom" in s["failure_reason"]
+    assert status.phase == "Failed"
+    s, status = _summary_run(tmp_path, 2, stop="requested")
+    assert not s["succeeded"] and s["exit_code"] == ControllerExit.STOPPED and s["stop"] == "requested"
+    assert status.phase == "Stopped"
