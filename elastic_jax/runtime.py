@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -162,15 +161,19 @@ class Runtime:
     def install_signal_handlers(self) -> None:
         """Makes SIGTERM, SIGINT and SIGHUP set `stop_requested` (call from the main thread).
 
-        The handler only sets the event and interrupts an in-flight `map_sum`;
-        the loop decides to checkpoint and exit (exit code 75 on a signal, 4 on
-        `POST /v1/stop`, as the built-in controller does: `elastic_jax.exit_codes`).
+        As the built-in controller (`controller/signals.py`): the handler only
+        wakes a helper thread, which sets the event and interrupts an in-flight
+        `map_sum` (taking the backend's locks inside the handler could deadlock
+        the main thread that holds them); the loop decides to checkpoint and
+        exit (exit code 75 on a signal, 4 on `POST /v1/stop`:
+        `elastic_jax.exit_codes`).
 
         Raises:
-          ValueError: not called from the main thread (Python's `signal.signal`).
+          ValueError: not called from the main thread.
         """
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda _signum, _frame: self._on_stop("signal", requested=False))
+        from elastic_jax.controller.signals import forward_signals_to
+
+        forward_signals_to(lambda _signum: self._on_stop("signal", requested=False))
 
     def _on_stop(self, reason: str, requested: bool = True) -> bool:
         from elastic_jax.exit_codes import ControllerExit

@@ -238,3 +238,31 @@ def test_close_before_the_last_step_is_not_a_success(tmp_path):
     s, status = _summary_run(tmp_path, 2, stop="requested")
     assert not s["succeeded"] and s["exit_code"] == ControllerExit.STOPPED and s["stop"] == "requested"
     assert status.phase == "Stopped"
+
+
+def test_a_signal_stops_the_runtime_through_the_forwarding_thread(runtime):
+    import os
+    import signal
+
+    rt, _ = runtime
+    errors = []
+    t = threading.Thread(target=lambda: _catch(rt.install_signal_handlers, errors))
+    t.start()
+    t.join()
+    assert errors and "main thread" in str(errors[0])
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        rt.install_signal_handlers()
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert rt.stop_requested.wait(30)  # set by the helper thread, not inside the handler
+        assert rt.stop_exit_code == ControllerExit.RESTART
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def _catch(fn, errors):
+    try:
+        fn()
+    except ValueError as e:
+        errors.append(e)
