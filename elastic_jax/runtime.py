@@ -186,7 +186,7 @@ class Runtime:
             self._backend.interrupt()
         return True
 
-    def close(self, error: BaseException | None = None) -> None:
+    def close(self, error: BaseException | None = None, exit_code: int | None = None) -> None:
         """Ends the run: final phase, summary file, control API and worker connections (idempotent).
 
         The final phase is Succeeded once `report_step` reached
@@ -203,13 +203,17 @@ class Runtime:
 
         Args:
           error: the exception the program is ending with, if any.
+          exit_code: the exit code the program ends with, when the caller knows it
+            (`run_module`: the module's); it then decides the final phase (0
+            Succeeded, 4 Stopped, 75 Interrupted, else Failed), for programs
+            that never call `report_step`.
         """
         from elastic_jax.exit_codes import ControllerExit
 
         if self._closed:
             return
         self._closed = True
-        self._finish(error)
+        self._finish(error, exit_code)
         if self._server is not None and self.stop_exit_code != ControllerExit.STOPPED:
             self._handoff.ended()
             self._handoff.wait()
@@ -226,7 +230,7 @@ class Runtime:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.close(exc)
 
-    def _finish(self, error: BaseException | None) -> None:
+    def _finish(self, error: BaseException | None, exit_code: int | None = None) -> None:
         """Sets the final phase and writes the summary file (see `close`)."""
         from elastic_jax.controller.elastic.errors import StopRequested, one_line_reason
         from elastic_jax.controller.run_record import RunSummary, write_summary
@@ -234,7 +238,13 @@ class Runtime:
 
         self.record.ledger.stop()
         total = self.job.spec.training.steps
-        if self.step >= total:
+        if exit_code is not None:
+            phases = {ControllerExit.SUCCEEDED: "Succeeded", ControllerExit.STOPPED: "Stopped",
+                      ControllerExit.RESTART: "Interrupted"}
+            phase, code = phases.get(exit_code, "Failed"), exit_code
+            if phase != "Succeeded":
+                self._failure_reason = f"the program exited with {exit_code} at step {self.step} of {total}"
+        elif self.step >= total:
             phase, code = "Succeeded", ControllerExit.SUCCEEDED
         elif self.stop_exit_code is not None and (error is None or isinstance(error, StopRequested)):
             phase, code = ("Stopped" if self.stop_exit_code == ControllerExit.STOPPED else "Interrupted"), self.stop_exit_code

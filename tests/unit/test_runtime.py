@@ -266,3 +266,12 @@ def _catch(fn, errors):
         fn()
     except ValueError as e:
         errors.append(e)
+
+
+def test_an_exit_code_given_to_close_decides_the_outcome(tmp_path):
+    # run_module's case: MaxText never calls report_step; its exit code 0 is the success.
+    path = tmp_path / "summary.json"
+    rt = Runtime(parse_manifest(_job()), TOKEN, host="127.0.0.1", port=0, summary_file=str(path)).start()
+    rt.close(exit_code=0)
+    s = json.loads(path.read_text())
+    assert s["succeeded"] and s["exit_code"] == 0 and s["steps"] == 0 and rt.status().phase == "Succeeded"
