@@ -18,7 +18,10 @@ _LIBRARY = {"connect": "elastic_jax.runtime", "Runtime": "elastic_jax.runtime",
             "SliceDownError": "elastic_jax.controller.elastic.errors",
             "UserCodeError": "elastic_jax.controller.elastic.errors",
             "ElasticRuntimeError": "elastic_jax.controller.elastic.errors",
-            "StopRequested": "elastic_jax.controller.elastic.errors"}
+            "StopRequested": "elastic_jax.controller.elastic.errors",
+            # pathways-utils' Manager on the operator's slice reports (needs pathwaysutils installed)
+            "SliceReportManager": "elastic_jax.controller.elastic.pathways_utils",
+            "SliceReportHealthChecker": "elastic_jax.controller.elastic.pathways_utils"}
 __all__ = ["__version__", *_LIBRARY]
 
 

@@ -55,15 +55,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except elastic_jax.RuntimeConfigError as e:
         print(f"elastic_jax.run_module: {e}", file=sys.stderr)
         return ControllerExit.BAD_INPUT
+    code: int = ControllerExit.FAILED
     try:
         sys.argv = [module, *argv[1:]]
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
+            code = ControllerExit.SUCCEEDED
         except SystemExit as e:
-            return _exit_code(e.code)
-        return ControllerExit.SUCCEEDED
+            code = _exit_code(e.code)
+        return code
     finally:
-        runtime.close()
+        runtime.close(exit_code=code)  # the module's code is its outcome (it never calls report_step)
 
 
 def _exit_code(code: object) -> int:

@@ -20,9 +20,11 @@ The API is documented in docs/bring-your-own-loop.md.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
-import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,8 @@ class Runtime:
       token: the control API's bearer token (non-empty).
       host: control API bind address.
       port: control API TCP port (0 picks a free one; read `port`).
+      summary_file: where `close()` writes the run summary JSON (`ELASTIC_JAX_SUMMARY_FILE`, which
+        `elastic-jax run` sets; the built-in controller's `RunSummary`); None: not written.
 
     Attributes:
       job: the manifest.
@@ -72,16 +76,23 @@ class Runtime:
         (`ControllerExit.RESTART`: a controller loss, restart me) after a
         signal; None while no stop was requested.
       step: the last step given to `report_step` (0 before).
+      initial_loss: the first loss given to `report_step` by this process (None before).
+      record: the elastic events, recovery times, goodput ledger and steps run
+        (`controller/run_record.py`, the same books the built-in trainer keeps).
       port: the control API's port once started.
 
     Raises:
       ValueError: empty token.
     """
 
-    def __init__(self, job: Any, token: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, job: Any, token: str, host: str = "127.0.0.1", port: int = 0,
+                 summary_file: str | None = None):
         from elastic_jax.controller.elastic.manager import Manager
         from elastic_jax.controller.elastic.slice_set import SliceSet
         from elastic_jax.controller.metrics import ControllerMetrics
+        from elastic_jax.controller.run_record import RunRecord
+
+        self._started = time.monotonic()
 
         if not token:
             raise ValueError("the control API needs a non-empty bearer token")
@@ -93,16 +104,21 @@ class Runtime:
         self.stop_requested = threading.Event()
         self.stop_exit_code: int | None = None
         self._backend = self._build_backend()
+        self.record = RunRecord(self.metrics, self._started)
         self.manager = Manager(
             self.slice_set,
             health_check=self._backend.health_check if self._backend is not None else None,
             stop_event=self.stop_requested,
+            on_wait=self.record.on_wait,
         )
         self.step = 0
         self.loss: float | None = None
+        self.initial_loss: float | None = None
         self._lock = threading.Lock()
-        self._recoveries: dict[str, int] = {}  # elastic events by cause (status.recoveries: the operator counts them)
         self._phase = "Starting"
+        self._failure_reason: str | None = None
+        self._summary_file = summary_file
+        self._closed = False
         self._host, self.port = host, port
         self._server = None
         from elastic_jax.controller.final_status import FinalStatusHandoff
@@ -139,20 +155,25 @@ class Runtime:
         except RuntimeError as e:
             raise RuntimeConfigError(str(e)) from None
         self.port = self._server.port
+        atexit.register(self.close)  # a program that never calls close() still writes its summary
         return self
 
     def install_signal_handlers(self) -> None:
         """Makes SIGTERM, SIGINT and SIGHUP set `stop_requested` (call from the main thread).
 
-        The handler only sets the event and interrupts an in-flight `map_sum`;
-        the loop decides to checkpoint and exit (exit code 75 on a signal, 4 on
-        `POST /v1/stop`, as the built-in controller does: `elastic_jax.exit_codes`).
+        As the built-in controller (`controller/signals.py`): the handler only
+        wakes a helper thread, which sets the event and interrupts an in-flight
+        `map_sum` (taking the backend's locks inside the handler could deadlock
+        the main thread that holds them); the loop decides to checkpoint and
+        exit (exit code 75 on a signal, 4 on `POST /v1/stop`:
+        `elastic_jax.exit_codes`).
 
         Raises:
-          ValueError: not called from the main thread (Python's `signal.signal`).
+          ValueError: not called from the main thread.
         """
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda _signum, _frame: self._on_stop("signal", requested=False))
+        from elastic_jax.controller.signals import forward_signals_to
+
+        forward_signals_to(lambda _signum: self._on_stop("signal", requested=False))
 
     def _on_stop(self, reason: str, requested: bool = True) -> bool:
         from elastic_jax.exit_codes import ControllerExit
@@ -165,17 +186,34 @@ class Runtime:
             self._backend.interrupt()
         return True
 
-    def close(self) -> None:
-        """Stops the control API and closes worker connections (idempotent).
+    def close(self, error: BaseException | None = None, exit_code: int | None = None) -> None:
+        """Ends the run: final phase, summary file, control API and worker connections (idempotent).
 
-        If a supervisor polled `GET /v1/status` within the last 5 s, first waits
-        (at most 10 s) until it has read the final status once, so the last
-        step reported reaches the run summary and the job's status, as the
-        built-in controller does (`controller/final_status.py`). Not after
-        `POST /v1/stop`: whoever sent it waits for the exit without reading again.
+        The final phase is Succeeded once `report_step` reached
+        `spec.training.steps`, else Stopped / Interrupted after a stop request
+        / signal, else Failed (with `error`'s one-line reason when given; `with
+        runtime:` passes the exception that left the block). With a summary
+        file (`ELASTIC_JAX_SUMMARY_FILE`) it writes the built-in controller's
+        `RunSummary` there: steps, initial and final loss, the elastic events
+        with their recovery seconds, goodput. If a supervisor polled `GET
+        /v1/status` within the last 5 s, it then waits (at most 10 s) until the
+        final status was read once, as the built-in controller does
+        (`controller/final_status.py`). Not after `POST /v1/stop`: whoever sent
+        it waits for the exit without reading again.
+
+        Args:
+          error: the exception the program is ending with, if any.
+          exit_code: the exit code the program ends with, when the caller knows it
+            (`run_module`: the module's); it then decides the final phase (0
+            Succeeded, 4 Stopped, 75 Interrupted, else Failed), for programs
+            that never call `report_step`.
         """
         from elastic_jax.exit_codes import ControllerExit
 
+        if self._closed:
+            return
+        self._closed = True
+        self._finish(error, exit_code)
         if self._server is not None and self.stop_exit_code != ControllerExit.STOPPED:
             self._handoff.ended()
             self._handoff.wait()
@@ -189,8 +227,47 @@ class Runtime:
     def __enter__(self) -> Runtime:
         return self if self._server is not None else self.start()
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.close(exc)
+
+    def _finish(self, error: BaseException | None, exit_code: int | None = None) -> None:
+        """Sets the final phase and writes the summary file (see `close`)."""
+        from elastic_jax.controller.elastic.errors import StopRequested, one_line_reason
+        from elastic_jax.controller.run_record import RunSummary, write_summary
+        from elastic_jax.exit_codes import ControllerExit
+
+        self.record.ledger.stop()
+        total = self.job.spec.training.steps
+        if exit_code is not None:
+            phases = {ControllerExit.SUCCEEDED: "Succeeded", ControllerExit.STOPPED: "Stopped",
+                      ControllerExit.RESTART: "Interrupted"}
+            phase, code = phases.get(exit_code, "Failed"), exit_code
+            if phase != "Succeeded":
+                self._failure_reason = f"the program exited with {exit_code} at step {self.step} of {total}"
+        elif self.step >= total:
+            phase, code = "Succeeded", ControllerExit.SUCCEEDED
+        elif self.stop_exit_code is not None and (error is None or isinstance(error, StopRequested)):
+            phase, code = ("Stopped" if self.stop_exit_code == ControllerExit.STOPPED else "Interrupted"), self.stop_exit_code
+            self._failure_reason = f"stopped at step {self.step} of {total}"
+        else:
+            phase, code = "Failed", ControllerExit.FAILED
+            self._failure_reason = (one_line_reason(error) if error is not None
+                                    else f"the program ended at step {self.step} of {total}")
+        self._phase = phase
+        if not self._summary_file:
+            return
+        summary = RunSummary(
+            succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=self.initial_loss,
+            final_loss=self.loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
+            steps_lost=0, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
+            restored_from_step=None, last_committed_checkpoint_step=None, failure_reason=self._failure_reason,
+            wall_seconds=time.monotonic() - self._started, pid=os.getpid(),
+            stop={ControllerExit.STOPPED: "requested", ControllerExit.RESTART: "signal"}.get(self.stop_exit_code),
+            exit_code=int(code))
+        try:
+            write_summary(self._summary_file, summary)
+        except OSError as e:
+            logging.getLogger(__name__).error("cannot write the run summary to %s: %s", self._summary_file, e)
 
     # -- elasticity ----------------------------------------------------------
 
@@ -249,15 +326,18 @@ class Runtime:
         def on_event(error: Exception) -> None:
             from elastic_jax.controller.elastic.errors import ScaleUpSignalError
 
-            cause = "scale_up" if isinstance(error, ScaleUpSignalError) else getattr(error, "cause", "slice_down")
-            self.metrics.recoveries.labels(cause=cause).inc()
-            with self._lock:
-                self._recoveries[cause] = self._recoveries.get(cause, 0) + 1
+            if isinstance(error, ScaleUpSignalError):
+                cause, slices = "scale_up", sorted(self.slice_set.available_inactive())
+            else:
+                cause, slices = getattr(error, "cause", "slice_down"), list(getattr(error, "slice_indices", ()))
+            # as the built-in loop: a hang's recovery counts from when the stuck step was sent
+            self.record.elastic_event(cause, slices, self.step, getattr(error, "failed_since", None))
             if on_elastic_event_callback is not None:
                 on_elastic_event_callback(error)
 
         def before() -> None:
             self.metrics.active_slices.set(len(self.slice_set.active))
+            self._book_next_step()
             self._phase = "Running"
             if pre_callback is not None:
                 pre_callback()
@@ -309,10 +389,23 @@ class Runtime:
         """
         if step < self.step:
             raise ValueError(f"step {step} is lower than the last reported step {self.step}")
-        self.step, self.loss = step, loss
+        if step > self.step:
+            self.record.step_completed()  # ends a pending recovery (its seconds), as the built-in loop's step does
+        with self._lock:
+            self.step, self.loss = step, loss
+            if self.initial_loss is None and loss is not None:
+                self.initial_loss = loss
         self.metrics.step.set(step)
         if loss is not None:
             self.metrics.loss.set(loss)
+        self.metrics.goodput.set(self.record.goodput() or 0.0)
+        self._book_next_step()
+
+    def _book_next_step(self) -> None:
+        """The goodput ledger's category from now to the next `report_step`: productive, reduced or recovering."""
+        active, desired = len(self.slice_set.active), self.slice_set.count
+        if active:
+            self.record.ledger.switch(self.record.category(active, desired), capacity=min(1.0, active / desired))
 
     def status(self):
         """The `ControllerStatus` served at `GET /v1/status`."""
@@ -320,13 +413,20 @@ class Runtime:
 
         active = sorted(self.slice_set.active)
         with self._lock:
-            recoveries = dict(self._recoveries)
-        phase = "WaitingForSlices" if self.manager.waiting and self._phase != "Starting" else self._phase
+            step, loss, initial_loss = self.step, self.loss, self.initial_loss
+        phase = self._phase
+        if phase == "Running" and self.manager.waiting:
+            phase = "WaitingForSlices"
+        elif phase == "Running" and self.record.recovering:
+            phase = "Recovering"
         status = ControllerStatus(
-            phase=phase, step=self.step, total_steps=self.job.spec.training.steps,
+            phase=phase, step=step, total_steps=self.job.spec.training.steps,
             desired_slices=self.slice_set.count, min_slices=self.job.spec.slices.minimum, active_slices=active,
             inactive_slices=[i for i in range(self.slice_set.total) if i not in active],
-            slices=self.slice_set.statuses(), loss=self.loss, pid=os.getpid(), recoveries=recoveries,
+            slices=self.slice_set.statuses(), loss=loss, initial_loss=initial_loss, pid=os.getpid(),
+            recoveries=self.record.counts(), recovery_history=self.record.history(),
+            goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
+            failure_reason=self._failure_reason,
         )
         self._handoff.served()
         return status
@@ -339,7 +439,8 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
     sets locally: `ELASTIC_JAX_MANIFEST` (required), `ELASTIC_JAX_TOKEN_FILE`
     or `ELASTIC_JAX_TOKEN` (required), `ELASTIC_JAX_HOST` (default 0.0.0.0),
     `ELASTIC_JAX_PORT` (default 8080), `ELASTIC_JAX_MANIFEST_SHA256` (checked
-    when set).
+    when set), `ELASTIC_JAX_SUMMARY_FILE` (where `close()` writes the run
+    summary; `elastic-jax run` sets it, the operator does not).
 
     Args:
       environ: the environment (default `os.environ`).
@@ -375,4 +476,5 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
         if job.spec.slices.devices_per_host > 1:
             flag = f"--xla_force_host_platform_device_count={job.spec.slices.devices_per_host}"
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
-    return Runtime(job, token, host=env.get(contract.ENV_HOST, "0.0.0.0"), port=int(raw_port)).start()
+    return Runtime(job, token, host=env.get(contract.ENV_HOST, "0.0.0.0"), port=int(raw_port),
+                   summary_file=env.get(contract.ENV_SUMMARY_FILE) or None).start()

@@ -20,7 +20,6 @@ same as with all slices, and so is the loss curve.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import os
 import threading
@@ -32,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from elastic_jax.api.control import ControllerStatus, RecoveryRecord
+from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.identity import JobIdentity
 from elastic_jax.api.checkpoints import (CheckpointForeignError, CheckpointMismatchError, beyond_steps_problem,
@@ -51,42 +50,14 @@ from elastic_jax.controller.elastic.errors import (
 from elastic_jax.controller.elastic.manager import Manager, job_retry_settings
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
-from elastic_jax.controller.goodput import GoodputLedger
 from elastic_jax.controller.metrics import ControllerMetrics
+from elastic_jax.controller.run_record import RunRecord, RunSummary  # noqa: F401 - RunSummary: re-exported
 from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
 from elastic_jax.controller.watchdog import ProgressWatchdog
 from elastic_jax.exit_codes import ControllerExit
 
 _logger = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass
-class RunSummary:
-    """What a finished (or failed) run reports; `SUMMARY` JSON is built from it."""
-
-    succeeded: bool
-    steps: int
-    total_steps: int
-    initial_loss: float | None
-    final_loss: float | None
-    recoveries: list[dict[str, Any]]
-    steps_lost: int
-    goodput: float | None
-    goodput_seconds: dict[str, float]
-    """Wall seconds of this controller per `goodput.CATEGORIES` category."""
-    restored_from_step: int | None
-    last_committed_checkpoint_step: int | None
-    failure_reason: str | None
-    wall_seconds: float
-    pid: int
-    stop: str | None = None
-    """None, "requested" (a stop request: Ctrl-C, suspend) or "signal" (the process was signalled: a controller loss)."""
-    exit_code: int = ControllerExit.FAILED
-    """The `ControllerExit` the process ends with."""
-    resumed_from: dict[str, Any] | None = None
-    """`{"step", "fallbackReason", "writer"}` when the run resumed from a checkpoint (fallbackReason: why newer
-    steps were skipped; writer: `{"namespace", "name", "uid"}` of the job that wrote the step, None when unknown)."""
 
 
 class TrainingRun:
@@ -116,10 +87,12 @@ class TrainingRun:
         self._stop = threading.Event()
         self._stop_kind: str | None = None  # "requested" | "signal"
         self._stop_reason = ""
-        self.ledger = GoodputLedger(start=started_at)
+        # recoveries, their times, goodput ledger, steps run: the same books as the library's Runtime
+        self.record = RunRecord(metrics, started_at)
+        self.ledger = self.record.ledger
         self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop,
-                               visible=backend.visible_slices, on_wait=self._on_wait, prepare=backend.prepare)
+                               visible=backend.visible_slices, on_wait=self.record.on_wait, prepare=backend.prepare)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
@@ -128,13 +101,10 @@ class TrainingRun:
         self.loss: float | None = None
         self.initial_loss: float | None = None
         self.tokens_per_second: float | None = None
-        self.recoveries: list[RecoveryRecord] = []
-        self._pending_recovery: tuple[RecoveryRecord, float] | None = None
         self.steps_lost = 0
         self.failure_reason: str | None = None
         self.restored_from_step: int | None = None
         self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason", "writer"} once restored
-        self._steps_run = 0  # steps completed by this process (not restored ones)
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
         self.keeps_state = backend.keeps_state_on_slice_loss
@@ -143,7 +113,6 @@ class TrainingRun:
         self.watchdog = ProgressWatchdog(self.spec.elasticity.progress_timeout_seconds)
         self._stall_logged = False
         metrics.desired_slices.set(slice_set.count)
-        metrics.bind_ledger(self.ledger)
 
         @jax.jit
         def apply_update(params, opt_state, grads_sum, weight):
@@ -163,16 +132,7 @@ class TrainingRun:
         completed no step (e.g. a finished job run again: it resumed at its last
         step and had nothing to do), rather than a misleading 0.0.
         """
-        if self._steps_run == 0:
-            return None
-        return self.ledger.goodput()
-
-    def _on_wait(self, blocked: bool) -> None:
-        """The manager blocks for lack of slices (True) or stopped blocking (False)."""
-        if blocked and self._steps_run > 0:  # before the first step, waiting for slices is start-up
-            self.ledger.switch("waiting")
-        elif not blocked and self.ledger.current == "waiting":
-            self.ledger.switch("recovering")
+        return self.record.goodput()
 
     def stall_reason(self) -> str | None:
         """None while the controller makes progress, else why it is stuck (see `watchdog`); `/healthz` serves it."""
@@ -191,12 +151,9 @@ class TrainingRun:
             phase = self.phase
             if phase == "Running" and self.manager.waiting:
                 phase = "WaitingForSlices"
-            elif phase == "Running" and self._pending_recovery is not None:
+            elif phase == "Running" and self.record.recovering:
                 phase = "Recovering"
             active = sorted(self.slice_set.active) if phase not in ("Succeeded", "Failed", "Stopped", "Interrupted") else []
-            counts: dict[str, int] = {}
-            for r in self.recoveries:
-                counts[r.cause] = counts.get(r.cause, 0) + 1
             return ControllerStatus(
                 phase=phase,
                 step=self.step,
@@ -210,8 +167,8 @@ class TrainingRun:
                 initial_loss=self.initial_loss,
                 tokens_per_second=self.tokens_per_second,
                 last_committed_checkpoint_step=self.checkpointer.last_committed_step,
-                recoveries=counts,
-                recovery_history=list(self.recoveries),
+                recoveries=self.record.counts(),
+                recovery_history=self.record.history(),
                 steps_lost=self.steps_lost,
                 goodput=self.goodput(),
                 goodput_seconds=self.ledger.seconds(),
@@ -406,7 +363,7 @@ class TrainingRun:
             total_steps=self.spec.training.steps,
             initial_loss=self.initial_loss,
             final_loss=self.loss,
-            recoveries=[r.model_dump(mode="json") for r in self.recoveries],
+            recoveries=[r.model_dump(mode="json") for r in self.record.history()],
             steps_lost=self.steps_lost,
             goodput=self.goodput(),
             goodput_seconds=self.ledger.seconds(),
@@ -439,20 +396,13 @@ class TrainingRun:
         else:
             cause = getattr(error, "cause", "slice_down")
             slices = list(getattr(error, "slice_indices", ()))
-        record = RecoveryRecord(cause=cause, slices=slices, at_step=self.step)
         self.watchdog.restart()
         # Recovery time counts from when the failure began: for a hang, when the
         # stuck step was sent (the deadline is part of the cost), else now.
         since = getattr(error, "failed_since", None) or time.monotonic()
         if not self.keeps_state and cause in ("slice_down", "step_deadline"):
             self._state_lost = True
-        if self._steps_run > 0:  # (before any step, all of it is start-up)
-            self.ledger.switch("recovering", at=since)
-        with self._lock:
-            self.recoveries.append(record)
-            if self._pending_recovery is None:
-                self._pending_recovery = (record, since)
-        self.metrics.recoveries.labels(cause=cause).inc()
+        self.record.elastic_event(cause, slices, self.step, since)
         _logger.warning("elastic event at step %d: %s on slices %s", self.step, cause, slices)
 
     def _recover_lost_state(self) -> None:
@@ -509,8 +459,7 @@ class TrainingRun:
             t0 = time.monotonic()
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
             # on a replaced slice it includes the first compile.
-            category = ("recovering" if self._pending_recovery is not None
-                        else "productive" if len(active) >= self.slice_set.count else "reduced")
+            category = self.record.category(len(active), self.slice_set.count)
             capacity = min(1.0, len(active) / self.slice_set.count)
             self.ledger.switch(category, at=t0, capacity=capacity)
             loss_sum, weight, grads = self.backend.grad_step(self.state["params"], batch, active)
@@ -540,13 +489,8 @@ class TrainingRun:
                 self.loss = float(loss)
                 if self.initial_loss is None:
                     self.initial_loss = self.loss
-                if self._pending_recovery is not None:
-                    record, since = self._pending_recovery
-                    record.seconds = now - since
-                    self.metrics.recovery_seconds.observe(record.seconds)
-                    self._pending_recovery = None
+                self.record.step_completed(now)
             self._step_seconds.append((self.step, now - t0, category))
-            self._steps_run += 1
             self.metrics.step.set(self.step)
             self.metrics.step_seconds.observe(now - t0)
             self.metrics.loss.set(self.loss)

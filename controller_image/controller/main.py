@@ -35,7 +35,6 @@ Configuration, flags first, then environment (as the operator sets it in a pod):
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -49,10 +48,9 @@ _STARTED_AT = time.monotonic()
 from elastic_jax import contract
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.controller.final_status import FinalStatusHandoff
+from elastic_jax.controller.signals import forward_signals_to
 from elastic_jax.logs import FORMATS, JsonFormatter, TextFormatter, bind, log_format
 
-# Signals that end the run as a controller loss (exit RESTART), after a checkpoint.
-_LOSS_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _setup_logging(fmt: str) -> None:
@@ -96,30 +94,6 @@ def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr, flush=True)
     write_termination_message(f"error: {message}")
     return ControllerExit.BAD_INPUT
-
-
-def _forward_signals_to(on_signal) -> None:
-    """Calls `on_signal(signum)` on a helper thread for each of `_LOSS_SIGNALS`.
-
-    The handler itself only writes the signal number to a pipe. Stopping takes
-    locks (the backend's, a queue's) that the interrupted main thread may be
-    holding at that very bytecode; taking them inside the handler deadlocked
-    the controller (seen under load: SIGTERM, then nothing, until SIGKILL).
-    """
-    import threading
-
-    read_fd, write_fd = os.pipe()
-
-    def watch() -> None:
-        while True:
-            data = os.read(read_fd, 1)
-            if not data:
-                return
-            on_signal(data[0])
-
-    threading.Thread(target=watch, name="signal-forwarder", daemon=True).start()
-    for sig in _LOSS_SIGNALS:
-        signal.signal(sig, lambda signum, _frame: os.write(write_fd, bytes([signum])))
 
 
 def _close_quietly(what: str, close) -> str | None:
@@ -200,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     from elastic_jax.controller.elastic.slice_set import SliceSet
     from elastic_jax.controller.loop import TrainingRun
     from elastic_jax.controller.metrics import ControllerMetrics
+    from elastic_jax.controller.run_record import write_summary
     from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
     from elastic_jax.api.identity import identity_from_env
 
@@ -269,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"spec.backend {job.spec.backend}: {e}")
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics, started_at=_STARTED_AT)
         holder["run"] = run
-        _forward_signals_to(lambda signum: run.request_stop(signal.Signals(signum).name, requested=False))
+        forward_signals_to(lambda signum: run.request_stop(signal.Signals(signum).name, requested=False))
         log.info("ready: job %s, control API on port %d", job.metadata.name, server.port,
                  extra={"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name})
         summary = run.run()
@@ -284,9 +259,8 @@ def main(argv: list[str] | None = None) -> int:
             summary.last_committed_checkpoint_step = checkpointer.latest_committed_step()
         except Exception:  # noqa: BLE001 - storage unusable: keep what the run saw committed
             pass
-        payload = json.dumps(summary.__dict__)
         if args.summary_file:
-            Path(args.summary_file).write_text(payload)
+            write_summary(args.summary_file, summary)
         outcome = {ControllerExit.SUCCEEDED: "succeeded", ControllerExit.STOPPED: "stopped",
                    ControllerExit.RESTART: "interrupted"}.get(summary.exit_code, "failed")
         log.info("finished: %s after %d/%d steps", outcome, summary.steps,
@@ -327,7 +301,7 @@ def _serve_only(job, token: str, host: str, port: int) -> int:
         server.start()
     except RuntimeError as e:
         return _fail(str(e))
-    _forward_signals_to(on_signal)
+    forward_signals_to(on_signal)
     log.info("ready (serve-only): job %s, control API on port %d", job.metadata.name, server.port,
              extra={"event": "ready", "port": server.port, "pid": os.getpid(), "job": job.metadata.name,
                     "serve_only": True})

@@ -188,7 +188,9 @@ class LocalLauncher:
             # built-in controller takes as flags from the environment, as in the controller pod.
             argv = [*c.command, *c.args]
             env.update({contract.ENV_MANIFEST: str(self.manifest_path), contract.ENV_TOKEN_FILE: str(token_file),
-                        contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: str(self.controller_port)})
+                        contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: str(self.controller_port),
+                        # the runtime's close() writes the built-in controller's summary there
+                        contract.ENV_SUMMARY_FILE: str(self.workdir / "summary.json")})
             # As in an activated venv: `python` in the command is the launcher's own environment
             # (the one with JAX and elastic_jax), as it is the image's /opt/venv in the pod.
             env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -501,12 +503,16 @@ class LocalLauncher:
         """
         path = self.workdir / "summary.json"
         run = json.loads(path.read_text()) if path.exists() else {}
-        if not run and self.job.spec.controller.library_mode and self.controller is not None:
-            # The user's program wrote no summary: its exit code and the last status it served say how it went.
-            last = self._last_status
-            run = {"succeeded": self.controller.exit_code() == ControllerExit.SUCCEEDED,
-                   "steps": last.step if last is not None else None,
-                   "final_loss": last.loss if last is not None else None}
+        if self.job.spec.controller.library_mode and self.controller is not None:
+            # The user's program owns its exit code: the job succeeded only if it says so too.
+            exited_ok = self.controller.exit_code() == ControllerExit.SUCCEEDED
+            if not run:
+                # No summary (the program never closed its runtime): the last status it served says how it went.
+                last = self._last_status
+                run = {"steps": last.step, "final_loss": last.loss, "initial_loss": last.initial_loss,
+                       "recoveries": [r.model_dump(mode="json") for r in last.recovery_history],
+                       "goodput": last.goodput, "goodput_seconds": dict(last.goodput_seconds)} if last else {}
+            run["succeeded"] = exited_ok and run.get("succeeded", True)
         history = self._previous_recoveries + run.get("recoveries", [])
         recoveries = [r for r in history if r.get("cause") != "scale_up"]
         steps_lost = run.get("steps_lost", 0)

@@ -41,4 +41,11 @@ def test_own_loop_survives_a_worker_sigkill_in_the_same_controller_process(tmp_p
     assert "elastic attempt 2 on slices [0]" in log, log[-3000:]  # replica resize onto the survivor
     assert "done: step 300" in log
     assert s["final_loss"] < 0.01, s  # the linear model was learned through the loss
+    # The summary's numbers come from the library's own books (the built-in controller's RunSummary),
+    # not the launcher's guesses: one slice loss, its recovery timed, the first loss, a goodput.
+    assert s["recoveries"] == 1 and len(s["recovery_seconds"]) == 1 and s["unfinished_recoveries"] == 0, s
+    assert s["initial_loss"] is not None and s["initial_loss"] > s["final_loss"], s
+    assert s["goodput"] is not None and 0 < s["goodput"] <= 1, s
+    assert s["goodput_seconds"].get("recovering", 0) > 0 and s["goodput_seconds"].get("productive", 0) > 0, s
+    assert "recoveries 1 (" in run.stderr and "goodput n/a" not in run.stderr, run.stderr[-2000:]  # the printed summary
 

@@ -6,7 +6,7 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# Extras the dev install includes (tpu's pathwaysutils is not installed here, so not constrained).
+# Extras the dev install includes (dev carries tpu's pathwaysutils, for the adapter's tests).
 DEV_CLOSURE = ("controller", "worker", "operator", "dev")
 
 

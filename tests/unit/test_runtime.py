@@ -7,6 +7,7 @@ workers in tests/integration/test_own_loop.py).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -16,6 +17,7 @@ import yaml
 import elastic_jax
 from elastic_jax import contract
 from elastic_jax.api.client import ControlApiError, ControlClient
+from elastic_jax.api.control import SliceReport
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.runtime import Runtime, RuntimeConfigError, connect
@@ -193,3 +195,83 @@ def test_import_elastic_jax_loads_no_jax_until_the_library_is_used():
             "assert elastic_jax.SliceDownError.__module__.endswith('elastic.errors')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _summary_run(tmp_path, steps_done, error=None, stop=None):
+    job = _job()
+    job["spec"]["training"]["steps"] = 3
+    path = tmp_path / "summary.json"
+    rt = Runtime(parse_manifest(job), TOKEN, host="127.0.0.1", port=0, summary_file=str(path)).start()
+    for i in range(2):
+        rt.slice_set.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"10.0.0.{i}:8471"]))
+    calls = {"n": 0}
+
+    @rt.elastic_retry()
+    def train():
+        calls["n"] += 1
+        while rt.step < steps_done:
+            if rt.step == 1 and calls["n"] == 1:
+                raise elastic_jax.SliceDownError("DATA_LOSS: slice 1 lost", [1])
+            rt.report_step(rt.step + 1, 2.0 / (rt.step + 1))
+
+    train()
+    if stop:
+        rt._on_stop("test", requested=stop == "requested")
+    rt.close(error)
+    return json.loads(path.read_text()), rt.status()
+
+
+def test_close_writes_the_built_in_summary_from_the_librarys_books(tmp_path):
+    s, status = _summary_run(tmp_path, 3)
+    assert s["succeeded"] and s["exit_code"] == ControllerExit.SUCCEEDED and s["steps"] == 3
+    assert s["initial_loss"] == 2.0 and s["final_loss"] == pytest.approx(2.0 / 3)
+    assert [(r["cause"], r["slices"], r["at_step"]) for r in s["recoveries"]] == [("slice_down", [1], 1)]
+    assert s["recoveries"][0]["seconds"] is not None and s["goodput"] is not None
+    assert status.phase == "Succeeded" and status.recovery_history[0].cause == "slice_down"
+    assert status.initial_loss == 2.0 and status.recoveries == {"slice_down": 1}
+
+
+def test_close_before_the_last_step_is_not_a_success(tmp_path):
+    s, status = _summary_run(tmp_path, 2, error=ValueError("boom"))
+    assert not s["succeeded"] and s["exit_code"] == ControllerExit.FAILED and "boom" in s["failure_reason"]
+    assert status.phase == "Failed"
+    s, status = _summary_run(tmp_path, 2, stop="requested")
+    assert not s["succeeded"] and s["exit_code"] == ControllerExit.STOPPED and s["stop"] == "requested"
+    assert status.phase == "Stopped"
+
+
+def test_a_signal_stops_the_runtime_through_the_forwarding_thread(runtime):
+    import os
+    import signal
+
+    rt, _ = runtime
+    errors = []
+    t = threading.Thread(target=lambda: _catch(rt.install_signal_handlers, errors))
+    t.start()
+    t.join()
+    assert errors and "main thread" in str(errors[0])
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        rt.install_signal_handlers()
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert rt.stop_requested.wait(30)  # set by the helper thread, not inside the handler
+        assert rt.stop_exit_code == ControllerExit.RESTART
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def _catch(fn, errors):
+    try:
+        fn()
+    except ValueError as e:
+        errors.append(e)
+
+
+def test_an_exit_code_given_to_close_decides_the_outcome(tmp_path):
+    # run_module's case: MaxText never calls report_step; its exit code 0 is the success.
+    path = tmp_path / "summary.json"
+    rt = Runtime(parse_manifest(_job()), TOKEN, host="127.0.0.1", port=0, summary_file=str(path)).start()
+    rt.close(exit_code=0)
+    s = json.loads(path.read_text())
+    assert s["succeeded"] and s["exit_code"] == 0 and s["steps"] == 0 and rt.status().phase == "Succeeded"

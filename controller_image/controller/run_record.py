@@ -1,0 +1,137 @@
+"""What one controller's run records, for both loops: the built-in trainer's and the library's.
+
+`TrainingRun` (controller/loop.py) and `elastic_jax.Runtime` (library mode,
+the user's own loop) keep the same books through one `RunRecord`: the
+elastic events with their recovery time (`status.recoveryHistory`, the
+summary's `recoveries` and `recovery_seconds`), the goodput ledger and its
+categories, the steps this process ran; and they end with the same
+`RunSummary`, written where the launcher reads it (`write_summary`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from elastic_jax.api.control import RecoveryRecord
+from elastic_jax.controller.goodput import GoodputLedger
+from elastic_jax.exit_codes import ControllerExit
+
+
+@dataclasses.dataclass
+class RunSummary:
+    """What a finished (or failed) run reports; `SUMMARY` JSON is built from it."""
+
+    succeeded: bool
+    steps: int
+    total_steps: int
+    initial_loss: float | None
+    final_loss: float | None
+    recoveries: list[dict[str, Any]]
+    steps_lost: int
+    goodput: float | None
+    goodput_seconds: dict[str, float]
+    """Wall seconds of this controller per `goodput.CATEGORIES` category."""
+    restored_from_step: int | None
+    last_committed_checkpoint_step: int | None
+    failure_reason: str | None
+    wall_seconds: float
+    pid: int
+    stop: str | None = None
+    """None, "requested" (a stop request: Ctrl-C, suspend) or "signal" (the process was signalled: a controller loss)."""
+    exit_code: int = ControllerExit.FAILED
+    """The `ControllerExit` the process ends with."""
+    resumed_from: dict[str, Any] | None = None
+    """`{"step", "fallbackReason", "writer"}` when the run resumed from a checkpoint (fallbackReason: why newer
+    steps were skipped; writer: `{"namespace", "name", "uid"}` of the job that wrote the step, None when unknown)."""
+
+
+def write_summary(path: str | Path, summary: RunSummary) -> str:
+    """Writes `summary` as one JSON object to `path` (the launcher's `summary.json`); returns the JSON.
+
+    Raises:
+      OSError: the file cannot be written.
+    """
+    payload = json.dumps(summary.__dict__)
+    Path(path).write_text(payload)
+    return payload
+
+
+class RunRecord:
+    """Elastic events, recovery times, goodput and steps run of one controller process (thread-safe).
+
+    Args:
+      metrics: the `ControllerMetrics` (recoveries by cause, recovery seconds; the ledger is bound for goodput).
+      started_at: `time.monotonic()` when the process started (the ledger's "starting"); None: now.
+    """
+
+    def __init__(self, metrics: Any, started_at: float | None = None):
+        self.metrics = metrics
+        self.ledger = GoodputLedger(start=started_at)
+        metrics.bind_ledger(self.ledger)
+        self._lock = threading.Lock()
+        self._history: list[RecoveryRecord] = []
+        self._pending: tuple[RecoveryRecord, float] | None = None
+        self.steps_run = 0  # steps completed by this process (not restored ones)
+
+    @property
+    def recovering(self) -> bool:
+        """An elastic event happened and no step completed since."""
+        with self._lock:
+            return self._pending is not None
+
+    def category(self, active: int, desired: int) -> str:
+        """The ledger category of a step on `active` of `desired` slices (the step ending a recovery is part of it)."""
+        return "recovering" if self.recovering else "productive" if active >= desired else "reduced"
+
+    def on_wait(self, blocked: bool) -> None:
+        """The manager blocks for lack of slices (True) or stopped blocking (False); before the first step it is start-up."""
+        if blocked and self.steps_run > 0:
+            self.ledger.switch("waiting")
+        elif not blocked and self.ledger.current == "waiting":
+            self.ledger.switch("recovering")
+
+    def elastic_event(self, cause: str, slices: list[int], at_step: int, since: float | None = None) -> RecoveryRecord:
+        """Records a slice loss, deadline, drain or scale-up at `at_step`; its recovery runs from `since` (monotonic s,
+        default now) to the next `step_completed`."""
+        since = time.monotonic() if since is None else since
+        record = RecoveryRecord(cause=cause, slices=slices, at_step=at_step)
+        if self.steps_run > 0:  # before any step, all of it is start-up
+            self.ledger.switch("recovering", at=since)
+        with self._lock:
+            self._history.append(record)
+            if self._pending is None:
+                self._pending = (record, since)
+        self.metrics.recoveries.labels(cause=cause).inc()
+        return record
+
+    def step_completed(self, now: float | None = None) -> None:
+        """A training step completed at `now` (monotonic s): it ends a pending recovery."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self.steps_run += 1
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            record, since = pending
+            record.seconds = now - since
+            self.metrics.recovery_seconds.observe(record.seconds)
+
+    def history(self) -> list[RecoveryRecord]:
+        """The elastic events so far, oldest first."""
+        with self._lock:
+            return list(self._history)
+
+    def counts(self) -> dict[str, int]:
+        """Elastic events by cause (`status.recoveries`)."""
+        counts: dict[str, int] = {}
+        for r in self.history():
+            counts[r.cause] = counts.get(r.cause, 0) + 1
+        return counts
+
+    def goodput(self) -> float | None:
+        """The ledger's ratio in [0, 1]; None before this process completed a step (not applicable, rather than 0)."""
+        return None if self.steps_run == 0 else self.ledger.goodput()
