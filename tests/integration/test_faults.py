@@ -403,8 +403,9 @@ def test_reruns_report_goodput_as_not_applicable_and_inject_failures_only_when_p
     assert "injected failure: none (the run resumed at step 20" in longer.stderr
     assert 0 < s["goodput"] <= 1
 
-    # Past the resumed step, the failure fires once training passes it.
-    later = run_cli(job_manifest("rerun", tmp_path, training={"steps": 70, "globalBatchSize": 8}, checkpoint=ckpt),
+    # Past the resumed step, the failure fires once training passes it. (300 steps, not 70: under load the
+    # launcher's kill at step >= 50 landed after step 70 and the run ended before it saw the loss.)
+    later = run_cli(job_manifest("rerun", tmp_path, training={"steps": 300, "globalBatchSize": 8}, checkpoint=ckpt),
                     tmp_path, "--kill-at-step", "50")
     assert later.returncode == 0, later.stderr[-3000:]
     s = later.summary
