@@ -93,3 +93,13 @@ def derive_phase(
     if active_slices < desired_slices:
         return "Degraded"
     return "Running"
+
+
+# The job's status write and its controller's answers (`status_write`, `controller_link`).
+# True while a status write lost fields the API server would refuse (a value that is not JSON or not
+# int64: `status_write.guard`) or the API server refused a status write anyway (the next writes keep
+# only the operator's own fields for `status_write.REFUSED_HOLD_S`); the message says which and why.
+COND_STATUS_WRITE_REFUSED = "StatusWriteRefused"
+REASON_STATUS_VALUES_DROPPED = "StatusValuesDropped"  # the guard dropped fields before writing
+REASON_STATUS_WRITE_REFUSED = "StatusWriteRefused"  # the API server refused a write
+REASON_STATUS_WRITTEN = "StatusWritten"  # False again: a whole status was written

@@ -35,7 +35,10 @@ from elastic_jax.k8s_operator import (
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
-from elastic_jax.k8s_operator.conditions import get_condition, now_rfc3339, set_condition
+from elastic_jax.k8s_operator import status_write
+from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
+                                                 REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
+                                                 now_rfc3339, set_condition)
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, REASON_NODE_LOST, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.head_status import with_resource_manager
@@ -505,12 +508,73 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
     try:
         # a function, not a value: read after the controller poll, like the pods (a node Ready again
         # meanwhile must not have its pods force-deleted)
-        _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-                   lambda: _lost_nodes(state, unready_nodes))
+        built = _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
+                           lambda: _lost_nodes(state, unready_nodes))
+        _guard_status(state.trackers.get(key), status, generation, patch, built=bool(built))
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
         raise
+
+
+def _guard_status(tracker: JobTracker | None, status, generation: int, patch, built: bool = True) -> None:
+    """Makes this pass's status patch one the API server accepts, and says so when that cost fields.
+
+    Fields holding a value the API server refuses are dropped (`status_write.guard`); after a
+    refusal (`status_write_refused`) only the operator's own fields are written for
+    `status_write.REFUSED_HOLD_S`. Either sets the StatusWriteRefused condition naming what and
+    why, with a Warning Event when that changes; a pass that `built` the whole status and lost
+    nothing clears it (a Normal Event).
+    """
+    if tracker is None or tracker.ref is None:
+        return
+    problems = status_write.guard(patch.status)
+    reason = REASON_STATUS_VALUES_DROPPED
+    refused = tracker.status_refused
+    if refused is not None and time.monotonic() - refused[1] < status_write.REFUSED_HOLD_S:
+        dropped = status_write.restrict(patch.status)
+        reason = REASON_STATUS_WRITE_REFUSED
+        problems = [f"{refused[0]}; until {status_write.REFUSED_HOLD_S:.0f} s pass, only the operator's own "
+                    f"fields are written (not {', '.join(dropped) or 'any other'})"] + problems
+    before = ElasticTrainingJobStatus.from_kube(
+        {"conditions": patch.status["conditions"] if "conditions" in patch.status else status.get("conditions") or []})
+    previous = get_condition(before.conditions, COND_STATUS_WRITE_REFUSED)
+    post = _event_sink(tracker.ref)
+    if problems:
+        message = "; ".join(problems)[:2000]
+        if previous is None or previous.status != "True" or previous.message != message:
+            post("Warning", reason, message)
+            _logger.warning("status write: %s", message, extra={"job": tracker.name})
+        conditions = set_condition(before.conditions, COND_STATUS_WRITE_REFUSED, "True", reason, message, generation,
+                                   now_rfc3339())
+    elif built and previous is not None and previous.status == "True":
+        post("Normal", REASON_STATUS_WRITTEN, f"status written whole again (was: {previous.message})"[:1000])
+        conditions = set_condition(before.conditions, COND_STATUS_WRITE_REFUSED, "False", REASON_STATUS_WRITTEN, "",
+                                   generation, now_rfc3339())
+    else:
+        return
+    patch.status["conditions"] = ElasticTrainingJobStatus(conditions=conditions).to_kube()["conditions"]
+
+
+def install_status_net(state: OperatorState) -> None:
+    """Catches a status write the API server refuses (`status_write.install_refusal_net`) for `state`'s jobs:
+    a Warning Event, and the job's next writes restricted (`_guard_status`); never the end of its timer."""
+
+    def refused(namespace: str, name: str, message: str) -> None:
+        tracker = state.trackers.get((namespace, name))
+        if tracker is None:
+            return
+        tracker.status_refused = (message, time.monotonic())
+        if tracker.ref is not None:
+            _event_sink(tracker.ref)("Warning", REASON_STATUS_WRITE_REFUSED, message)
+
+    def written(namespace: str, name: str) -> None:
+        tracker = state.trackers.get((namespace, name))
+        if tracker is not None and tracker.status_refused is not None \
+                and time.monotonic() - tracker.status_refused[1] >= status_write.REFUSED_HOLD_S:
+            tracker.status_refused = None  # a whole write went through after the hold
+
+    status_write.install_refusal_net(job_api.GROUP, refused, written)
 
 
 def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
@@ -537,7 +601,8 @@ def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
 
 
 def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-               lost: dict[str, NodeLoss] | Callable[[], dict[str, NodeLoss]] | None = None) -> None:
+               lost: dict[str, NodeLoss] | Callable[[], dict[str, NodeLoss]] | None = None) -> bool | None:
+    """One pass (`reconcile_job`); True when it built the whole status into `patch` (None: it returned early)."""
     given = lost
     read_lost = given if callable(given) else (lambda: given or {})
     ns, name = key
@@ -759,6 +824,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             patch.status[k] = v
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
     _maybe_expire(state, key, job, written, tracker)
+    return True
 
 
 def _invalid(e: ChildRefused) -> str | None:

@@ -113,6 +113,8 @@ class JobTracker:
         self._pod_versions: dict[str, int] = {}
         # The job is being deleted (deletionTimestamp, or its delete event): its children's end is no news.
         self.deleting = False
+        # (the API server's message, monotonic time) of this job's last refused status write (`status_write`).
+        self.status_refused: tuple[str, float] | None = None
         # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
         self._patched_from: tuple[str, float] | None = None
 

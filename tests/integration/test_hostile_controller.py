@@ -60,7 +60,10 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
                     time.sleep(0.05)
             except (BrokenPipeError, ConnectionResetError):
                 return
-        body = b'{"phase": 3}' if self.server.mode == "malformed" else b"ok"
+        if self.path == "/v1/status" and self.server.mode == "answer":
+            body = self.server.answer.encode()  # (json.dumps writes NaN and Infinity literals: Python's json reads them)
+        else:
+            body = b'{"phase": 3}' if self.server.mode == "malformed" else b"ok"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -143,3 +146,48 @@ def test_a_trickling_header_block_ends_at_the_whole_request_deadline_and_holds_n
             c.status()
     finally:
         c.close()
+
+
+def _status_json(**fields) -> str:
+    import json
+
+    return json.dumps({"phase": "Running", "step": 3, "totalSteps": 10, "desiredSlices": 1, "minSlices": 1,
+                       "activeSlices": [0], "inactiveSlices": [], "slices": [], "pid": 7, **fields})
+
+
+def test_a_nan_loss_and_infinite_seconds_never_reach_the_status_write(hostile, monkeypatch):
+    """The trial: a program reporting a NaN loss through `elastic_jax.connect()` made the status patch fail and
+    kopf's timer for that job die. Here the operator's whole pass runs against a real HTTP controller."""
+    import json
+
+    from elastic_jax.k8s_operator import handlers, tracker
+    from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
+
+    hostile.mode = "answer"
+    hostile.answer = _status_json(loss=float("nan"), initialLoss=float("inf"), tokensPerSecond=float("-inf"),
+                                  goodput=float("nan"),
+                                  recoveryHistory=[{"cause": "slice_down", "slices": [0], "atStep": 2,
+                                                    "seconds": float("inf")}])
+    job = _Job(monkeypatch)
+    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+        *a, **k, client_factory=lambda url, token: _client(hostile)))
+    job.pods = _pods(_controller(), _worker(5, ready=True))
+    written = job.reconcile()
+    json.dumps(written, allow_nan=False)  # the API server's JSON: no NaN, no Infinity
+    assert written["step"] == 3 and "loss" not in written and "lastRecoverySeconds" not in written
+    job.tracker.close()
+
+
+def test_an_integer_above_int64_refuses_the_answer_and_copies_nothing(hostile, monkeypatch):
+    from elastic_jax.k8s_operator import handlers, tracker
+    from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
+
+    hostile.mode = "answer"
+    hostile.answer = _status_json(step=2**64, lastCommittedCheckpointStep=2**70)
+    job = _Job(monkeypatch)
+    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+        *a, **k, client_factory=lambda url, token: _client(hostile)))
+    job.pods = _pods(_controller(), _worker(5, ready=True))
+    written = job.reconcile()
+    assert "step" not in written and "lastCheckpointStep" not in written
+    job.tracker.close()
