@@ -39,7 +39,7 @@ ControllerPhase = Literal[
 # The controller's answers are untrusted (a tenant's image or program serves them) and the operator copies
 # parts of `ControllerStatus` into the job's status, which the API server refuses whole when one value is
 # not JSON (NaN, Infinity) or not an int64. So every field of an answer is bounded here, per field:
-# - counts, steps, indices, generations, pid: integers in [0, INT64_MAX] (job.py's bound, the one the API
+# - counts, steps, indices, generations (-1: none yet), pid: integers in [0, INT64_MAX] (job.py's bound, the one the API
 #   server compares exactly); outside, the answer is refused (`ControlApiError` "malformed answer",
 #   naming the field): no controller of ours sends one.
 # - loss, initial loss, tokens/s, goodput, a recovery's seconds: a non-finite value (a diverged run's NaN
@@ -53,6 +53,8 @@ MAX_LIST_ITEMS = 4096
 MAX_REPORTED_SECONDS = 3.2e13
 
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+# A slice's generation as the controller holds it: -1 before any report was applied.
+Generation = Annotated[int, Field(ge=-1, le=INT64_MAX)]
 
 
 def _finite_or_none(value: float | None) -> float | None:
@@ -115,7 +117,7 @@ class SliceReportResult(_Msg):
 
     applied: bool = Field(description="False when the report was stale (generation not newer).")
     slice_index: Count
-    generation: Count = Field(description="The generation now in force for this slice.")
+    generation: Generation = Field(description="The generation now in force for this slice.")
 
 
 class SliceStatus(_Msg):
@@ -126,7 +128,7 @@ class SliceStatus(_Msg):
         description="Active: in the training mesh. Ready: up, joins at the next step boundary. Spare: up, kept "
                     "out of a full mesh (spec.slices.spares), swapped in when an active slice is lost."
     )
-    generation: Count
+    generation: Generation
     addresses: list[Annotated[str, StringConstraints(max_length=300)]] = Field(default_factory=list, max_length=256)
     failures: Count = Field(default=0, description="Times this slice was lost.")
 

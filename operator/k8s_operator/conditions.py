@@ -103,3 +103,9 @@ COND_STATUS_WRITE_REFUSED = "StatusWriteRefused"
 REASON_STATUS_VALUES_DROPPED = "StatusValuesDropped"  # the guard dropped fields before writing
 REASON_STATUS_WRITE_REFUSED = "StatusWriteRefused"  # the API server refused a write
 REASON_STATUS_WRITTEN = "StatusWritten"  # False again: a whole status was written
+# True while the current controller's answers are unusable (too big, too slow, malformed, a 4xx other
+# than 401) for longer than `tracker.ANSWER_FAULT_GRACE_S`; the message names why. A controller still
+# starting (connection refused before its first good answer) is not this: it is Pending, no Warning.
+COND_CONTROLLER_ANSWERS_REFUSED = "ControllerAnswersRefused"
+REASON_CONTROLLER_ANSWER_INVALID = "ControllerAnswerInvalid"
+REASON_CONTROLLER_ANSWERING = "ControllerAnswering"  # False again: a good answer came

@@ -59,6 +59,7 @@ from elastic_jax.k8s_operator.status_builder import (
     token_refused,
     REASON_INVALID_SPEC,
     invalid_child,
+    with_controller_answers,
     with_create_failure,
     with_node_loss,
     with_pod_faults,
@@ -86,14 +87,18 @@ class OperatorState:
       key: the operator key (`tokens.derive_token`); None reads `$ELASTIC_JAX_OPERATOR_KEY_FILE`.
       node_lost_s: seconds a node must be not Ready before the jobs' pods on it are
         force-deleted (`--node-lost-seconds`); 0 turns that off.
+      controller_threads: each job's controller HTTP runs on its own thread (`ControllerLink`), never
+        on a kopf handler thread (what the operator runs); False runs it in the handler (unit tests).
 
     Raises:
       tokens.OperatorKeyError: the key file is unreadable or too short.
     """
 
     def __init__(self, kube: Kube | None = None, key: bytes | None = None,
-                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY):
+                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY,
+                 controller_threads: bool = False):
         self._kube = kube
+        self.controller_threads = controller_threads
         self.identity = identity
         # UIDs of the jobs another operator claimed (reported once each, counted in the gauge).
         self.claimed_elsewhere: set[str] = set()
@@ -254,8 +259,15 @@ def _alive(jobsets) -> set[int]:
 
 
 @kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
-def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
-    """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise)."""
+async def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
+    """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise).
+
+    Async, so it runs on kopf's event loop the moment the event is dispatched, without waiting for
+    a handler thread (the timers' API calls hold those): it only reads the indexes and updates the
+    tracker in memory; the report itself runs on the job's `ControllerLink` thread. The notify
+    metric starts here (`seen_at`).
+    """
+    seen_at = time.monotonic()
     state = _state(memo)
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
     if tracker is None or tracker.ref is None:
@@ -270,7 +282,8 @@ def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None
         jobsets = incarnation.own(job_jobsets, namespace, tracker.name, tracker.job_uid, tracker.job_created)
         alive = _alive(jobsets)
         pods = incarnation.of_live_jobsets(pods, jobsets)
-    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive)
+    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive,
+                 seen_at=seen_at)
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -348,7 +361,8 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
         state.applied.pop(key, None)
         tracker = None
     if tracker is None:
-        tracker = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice)
+        tracker = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice,
+                             background=state.controller_threads)
         tracker.job_uid = uid
         tracker.job_created = body["metadata"].get("creationTimestamp") or ""
         state.trackers[key] = tracker
@@ -655,8 +669,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         tracker.set_controller(None if finished else stopping, stopping=True)
     else:
         tracker.set_controller(None if finished else current)
-    ctrl = tracker.poll_status()
-    # The poll is HTTP (up to its timeout): the pod-event handler may have applied newer pods
+    ctrl = tracker.refresh_status()
+    # The poll may be HTTP in this thread (up to its timeout): the pod-event handler may have applied newer pods
     # meanwhile. Read the index again after it, marked, so neither the slice states nor the
     # decisions below act on the pods as they were before the poll.
     mark = tracker.observation()
@@ -801,6 +815,10 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         new.conditions, node_events = with_node_loss(new.conditions, node_lost_messages, whole,
                                                      generation, now_rfc3339())
         for event in node_events:
+            post(*event)
+        new.conditions, answer_events = with_controller_answers(
+            new.conditions, tracker.answer_fault_message(time.monotonic()), generation, now_rfc3339())
+        for event in answer_events:
             post(*event)
         if job.spec.backend == "pathways":
             head = current if current is not None and not dead(current) and plan.create_controller is None else None

@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     except tokens.OperatorKeyError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    state = handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity)
+    state = handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
+                                   controller_threads=True)
     handlers.install_status_net(state)
     kopf.run(
         standalone=args.peering is None,
