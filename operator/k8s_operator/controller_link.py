@@ -14,6 +14,7 @@ job's poll in flight, never for another job's.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from typing import Callable
@@ -23,6 +24,9 @@ _logger = logging.getLogger(__name__)
 
 class ControllerLink:
     """A daemon thread that runs one job's controller exchanges when asked.
+
+    Created from a kopf handler (the timer's pass makes the job's tracker): the thread runs in a copy
+    of that context, so `kopf.event` works from it.
 
     Args:
       name: the job (thread name, logs).
@@ -36,7 +40,11 @@ class ControllerLink:
         self._report_retries: int | None = None
         self._poll_due = False
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name=f"controller-link {name}", daemon=True)
+        # In a copy of the creator's context: kopf.event finds kopf's event queue through context
+        # variables, which a plain thread does not have (the link posts ControllerNotified).
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run,), name=f"controller-link {name}",
+                                        daemon=True)
         self._thread.start()
 
     def request(self, report_retries: int | None = None, poll: bool = False) -> None:

@@ -49,3 +49,23 @@ def test_a_failing_exchange_does_not_end_the_link():
         assert polled.wait(60) and calls
     finally:
         link.close()
+
+
+def test_the_link_runs_in_its_creators_context_so_kopf_event_finds_its_queue():
+    """kopf.event looks its queue up in context variables, which a plain thread lacks (LookupError)."""
+    import contextvars
+
+    var = contextvars.ContextVar("kopf_queue_stand_in")
+    seen, polled = [], threading.Event()
+    var.set("queue")
+
+    def poll():
+        seen.append(var.get(None))
+        polled.set()
+
+    link = ControllerLink("j", lambda r: None, poll)
+    try:
+        link.request(poll=True)
+        assert polled.wait(60) and seen == ["queue"]
+    finally:
+        link.close()
