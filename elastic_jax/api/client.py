@@ -82,7 +82,8 @@ class ControlClient:
             once does it again).
         """
         if not self._in_flight.acquire(blocking=False):
-            raise ControlApiError(f"{method} {path}: {MAX_IN_FLIGHT} earlier requests still unanswered", kind=ControlApiError.INVALID)
+            raise ControlApiError(f"{method} {path}: {MAX_IN_FLIGHT} earlier requests still unanswered",
+                                  kind=ControlApiError.INVALID)
         outcome: list = []
 
         def exchange() -> None:
@@ -97,7 +98,8 @@ class ControlClient:
         worker.start()
         worker.join(self._timeout_s + 0.5)  # (the body loop's own deadline ends a slow body first)
         if not outcome:
-            raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s", kind=ControlApiError.INVALID)
+            raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s",
+                                  kind=ControlApiError.INVALID)
         kind, value = outcome[0]
         if kind == "error":
             raise value
@@ -109,14 +111,17 @@ class ControlClient:
         with self._http.stream(method, path, **kwargs) as response:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_bytes:
-                raise ControlApiError(f"{method} {path}: answer of {declared} bytes refused (at most {max_bytes})", kind=ControlApiError.INVALID)
+                raise ControlApiError(f"{method} {path}: answer of {declared} bytes refused (at most {max_bytes})",
+                                      kind=ControlApiError.INVALID)
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > max_bytes:
-                    raise ControlApiError(f"{method} {path}: answer longer than {max_bytes} bytes refused", kind=ControlApiError.INVALID)
+                    raise ControlApiError(f"{method} {path}: answer longer than {max_bytes} bytes refused",
+                                          kind=ControlApiError.INVALID)
                 if time.monotonic() > deadline:
-                    raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s", kind=ControlApiError.INVALID)
+                    raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s",
+                                          kind=ControlApiError.INVALID)
             return response.status_code, bytes(body)
 
     def _request(self, method: str, path: str, retries: int, backoff_s: float, max_bytes: int = MAX_ANSWER_BYTES,
