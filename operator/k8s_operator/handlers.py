@@ -683,7 +683,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                  jobsets_alive=_alive(jobset_list))
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
-    if ctrl is not None and not job.spec.suspend:
+    if ctrl is not None and not job.spec.suspend and tracker.answer_uid == tracker.controller_uid:
         for i in tracker.slices_down_by_controller(ctrl):
             for pod_name in tracker.slices[i].pods:
                 post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
@@ -781,7 +781,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     else:
         # (totals over every controller pod and JobSet the job had: suspend/resume or a new controller
         # pod start their own counts at 0)
-        counts = counters.carry(previous, job.spec.slices.total, tracker.controller_uid if ctrl is not None else "",
+        counts = counters.carry(previous, job.spec.slices.total, tracker.answer_uid if ctrl is not None else "",
                                 None if finished else counters.controller_recoveries(ctrl), jobsets,
                                 None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl))
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())

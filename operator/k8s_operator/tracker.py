@@ -104,6 +104,8 @@ class JobTracker:
         self.client_factory = client_factory
         self.last_status: ControllerStatus | None = None  # the current controller's last good answer
         self.poll_result: ControllerStatus | None = None  # the last poll's answer (None: that poll failed)
+        self.answer_uid = ""  # the controller pod `poll_result` came from (it may be gone since)
+        self._answer_fresh = False  # `poll_result` arrived after the last `refresh_status`
         # (why, monotonic time since) the current controller's answers are unusable (`ControlApiError.INVALID`,
         # or a 4xx other than 401); None while it answers well, is starting, or is unreachable.
         self.answer_fault: tuple[str, float] | None = None
@@ -218,7 +220,11 @@ class JobTracker:
                 self.client.close()
             self.client = None
             self.controller_uid = uid
-            self.last_status = self.poll_result = self.answer_fault = None
+            self.last_status = self.answer_fault = None
+            if not self._answer_fresh:
+                # (a fresh one is the parting controller's last word, e.g. the checkpoint its stop saved:
+                # `refresh_status` hands it over once)
+                self.poll_result, self.answer_uid = None, ""
             if uid and self.token:
                 self.controller_url = f"http://{pod.pod_ip}:{names.CONTROLLER_PORT}"
                 self.client = self.client_factory(self.controller_url, self.token)
@@ -228,7 +234,8 @@ class JobTracker:
 
     def poll_status(self) -> ControllerStatus | None:
         """`GET /v1/status` of the current controller, now, in the caller (None when unreachable or unusable)."""
-        client = self.client
+        with self.lock:
+            client, uid = self.client, self.controller_uid
         if client is None:
             return None
         try:
@@ -236,12 +243,13 @@ class JobTracker:
         except ControlApiError as e:
             with self.lock:
                 if client is self.client:
-                    self.poll_result = None
+                    self.poll_result, self.answer_uid, self._answer_fresh = None, "", False
                     self._answer_failed(e)
             return None
         with self.lock:
             if client is self.client:
                 self.last_status = self.poll_result = status
+                self.answer_uid, self._answer_fresh = uid, True
                 if self.answer_fault is not None:
                     _logger.info("controller answers again", extra={"job": self.name})
                 self.answer_fault = None
@@ -249,12 +257,26 @@ class JobTracker:
 
     def refresh_status(self) -> ControllerStatus | None:
         """The timer's read of the controller: with `background`, asks the link for a poll and returns the
-        last completed poll's answer at once (None when it failed); without, polls now (`poll_status`)."""
+        last completed poll's answer at once (None when it failed); without, polls now (`poll_status`).
+
+        `answer_uid` names the controller pod the answer came from: with `background`, the answer of a
+        controller that has just gone (a suspend's stop, a loss) is returned once, after it went, so
+        the step and checkpoint it reported last still reach status.
+        """
         if self.link is None:
-            return self.poll_status()
-        self.link.request(poll=True)
+            status = self.poll_status()
+            with self.lock:
+                self._answer_fresh = False
+            return status
+        if self.client is not None:
+            self.link.request(poll=True)
         with self.lock:
-            return self.poll_result
+            status, fresh = self.poll_result, self._answer_fresh
+            self._answer_fresh = False
+            if self.answer_uid != self.controller_uid:
+                self.poll_result = None  # the parting word: once (`answer_uid` still names it for this pass)
+                return status if fresh else None
+            return status
 
     def _answer_failed(self, error: ControlApiError) -> None:
         """Records a failed exchange: an unusable answer starts (or continues) `answer_fault`. Call with the lock."""

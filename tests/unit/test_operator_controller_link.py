@@ -69,3 +69,42 @@ def test_the_link_runs_in_its_creators_context_so_kopf_event_finds_its_queue():
         assert polled.wait(60) and seen == ["queue"]
     finally:
         link.close()
+
+
+def test_a_parting_controllers_last_answer_reaches_the_next_pass_once():
+    """A suspend's controller answers with the checkpoint its stop saved, then exits: with the poll on the
+    link, that answer lands after the pass that asked; the next pass, with the pod gone, still gets it
+    (e2e/test_operator_counters.py caught status keeping the step before)."""
+    from elastic_jax.api.control import ControllerStatus
+    from elastic_jax.k8s_operator.slices import pod_view
+    from elastic_jax.k8s_operator.tracker import JobTracker
+
+    answered = threading.Event()
+
+    class Client:
+        def status(self):
+            answered.set()
+            return ControllerStatus(phase="Stopped", step=988, total_steps=1000, desired_slices=1, min_slices=1,
+                                    active_slices=[], inactive_slices=[0], slices=[], pid=1,
+                                    last_committed_checkpoint_step=988)
+
+        def close(self):
+            pass
+
+    t = JobTracker("ns", "j", 1, 1, client_factory=lambda url, token: Client(), background=True)
+    try:
+        t.token = "tok"
+        t.set_controller(pod_view({"metadata": {"name": "c", "uid": "c0", "labels": {}},
+                                   "status": {"phase": "Running", "podIP": "127.0.0.9"}}))
+        assert t.refresh_status() is None  # the pass that asks: nothing answered yet
+        assert answered.wait(60)
+        for _ in range(600):  # (the link records the answer right after the client returns it)
+            if t.poll_result is not None:
+                break
+            threading.Event().wait(0.05)
+        t.set_controller(None)  # the pod exited before the next pass
+        last = t.refresh_status()
+        assert last is not None and last.last_committed_checkpoint_step == 988 and t.answer_uid == "c0"
+        assert t.refresh_status() is None  # once
+    finally:
+        t.close()
