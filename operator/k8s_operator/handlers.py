@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import os
@@ -262,12 +263,19 @@ def _alive(jobsets) -> set[int]:
 async def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
     """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise).
 
-    Async, so it runs on kopf's event loop the moment the event is dispatched, without waiting for
-    a handler thread (the timers' API calls hold those): it only reads the indexes and updates the
-    tracker in memory; the report itself runs on the job's `ControllerLink` thread. The notify
-    metric starts here (`seen_at`).
+    Async, so it starts the moment kopf dispatches the event instead of waiting for one of kopf's
+    handler threads (the timers' passes hold those): the notify metric starts here (`seen_at`).
+    Its work is in memory (the indexes, the tracker); it runs on the loop's own small executor,
+    never on the event loop itself (the tracker's lock may be held by a timer pass a moment), and
+    the report runs on the job's `ControllerLink` thread.
     """
     seen_at = time.monotonic()
+    await asyncio.to_thread(_worker_pod_changed, namespace, labels, job_pods, memo, unready_nodes, job_jobsets,
+                            seen_at)
+
+
+def _worker_pod_changed(namespace, labels: dict, job_pods, memo, unready_nodes, job_jobsets, seen_at: float) -> None:
+    """`worker_pod_event`'s work: the job's pods read from the indexes, applied to its tracker (`sync`)."""
     state = _state(memo)
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
     if tracker is None or tracker.ref is None:
