@@ -31,12 +31,18 @@ class ControlApiError(RuntimeError):
     """The controller refused a request (4xx) or stayed unreachable through every retry.
 
     Attributes:
-      status_code: the HTTP status, or None when the controller was unreachable.
+      status_code: the HTTP status, or None when the controller was unreachable or its answer unusable.
+      kind: INVALID (an answer too big, too slow or malformed, or too many unfinished: the controller
+        answers wrongly), UNREACHABLE (no connection, or 5xx, through every retry: not up yet, or gone),
+        or REFUSED (4xx: the controller refused the request).
     """
 
-    def __init__(self, message: str, status_code: int | None = None):
+    INVALID, UNREACHABLE, REFUSED = "invalid", "unreachable", "refused"
+
+    def __init__(self, message: str, status_code: int | None = None, kind: str | None = None):
         super().__init__(message)
         self.status_code = status_code
+        self.kind = kind or (self.REFUSED if status_code is not None and status_code < 500 else self.UNREACHABLE)
 
 
 class ControlClient:
@@ -76,7 +82,8 @@ class ControlClient:
             once does it again).
         """
         if not self._in_flight.acquire(blocking=False):
-            raise ControlApiError(f"{method} {path}: {MAX_IN_FLIGHT} earlier requests still unanswered")
+            raise ControlApiError(f"{method} {path}: {MAX_IN_FLIGHT} earlier requests still unanswered",
+                                  kind=ControlApiError.INVALID)
         outcome: list = []
 
         def exchange() -> None:
@@ -91,7 +98,8 @@ class ControlClient:
         worker.start()
         worker.join(self._timeout_s + 0.5)  # (the body loop's own deadline ends a slow body first)
         if not outcome:
-            raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s")
+            raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s",
+                                  kind=ControlApiError.INVALID)
         kind, value = outcome[0]
         if kind == "error":
             raise value
@@ -103,14 +111,17 @@ class ControlClient:
         with self._http.stream(method, path, **kwargs) as response:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_bytes:
-                raise ControlApiError(f"{method} {path}: answer of {declared} bytes refused (at most {max_bytes})")
+                raise ControlApiError(f"{method} {path}: answer of {declared} bytes refused (at most {max_bytes})",
+                                      kind=ControlApiError.INVALID)
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > max_bytes:
-                    raise ControlApiError(f"{method} {path}: answer longer than {max_bytes} bytes refused")
+                    raise ControlApiError(f"{method} {path}: answer longer than {max_bytes} bytes refused",
+                                          kind=ControlApiError.INVALID)
                 if time.monotonic() > deadline:
-                    raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s")
+                    raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s",
+                                          kind=ControlApiError.INVALID)
             return response.status_code, bytes(body)
 
     def _request(self, method: str, path: str, retries: int, backoff_s: float, max_bytes: int = MAX_ANSWER_BYTES,
@@ -136,7 +147,8 @@ class ControlClient:
             if attempt < retries:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        raise ControlApiError(f"{method} {self.base_url}{path}: unreachable after {retries + 1} tries ({last})")
+        raise ControlApiError(f"{method} {self.base_url}{path}: unreachable after {retries + 1} tries ({last})",
+                              kind=ControlApiError.UNREACHABLE)
 
     @staticmethod
     def _parse(model, method: str, path: str, body: bytes):
@@ -144,7 +156,7 @@ class ControlClient:
         try:
             return model.model_validate(json.loads(body))
         except (ValueError, pydantic.ValidationError) as e:
-            raise ControlApiError(f"{method} {path}: malformed answer: {str(e)[:300]}") from None
+            raise ControlApiError(f"{method} {path}: malformed answer: {str(e)[:300]}", kind=ControlApiError.INVALID) from None
 
     def report_slice(
         self,

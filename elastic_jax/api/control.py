@@ -6,12 +6,15 @@ the operator and the launcher send them with `elastic_jax.api.client`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import math
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, StrictInt
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, StrictInt,
+                      field_validator)
 from pydantic.alias_generators import to_camel
 
 from elastic_jax.api.identity import JobIdentity
+from elastic_jax.api.job import INT64_MAX
 
 SliceState = Literal["Ready", "Down", "Draining"]
 # How far ahead of the controller's own clock a report's generation may be.
@@ -31,6 +34,42 @@ ControllerPhase = Literal[
     "Stopped",  # ended by a stop request (Ctrl-C of elastic-jax run, a suspend); the last completed step is saved
     "Interrupted",  # ended by a signal that was not a stop request: a controller loss; a new one resumes
 ]
+
+
+# The controller's answers are untrusted (a tenant's image or program serves them) and the operator copies
+# parts of `ControllerStatus` into the job's status, which the API server refuses whole when one value is
+# not JSON (NaN, Infinity) or not an int64. So every field of an answer is bounded here, per field:
+# - counts, steps, indices, generations (-1: none yet), pid: integers in [0, INT64_MAX] (job.py's bound, the one the API
+#   server compares exactly); outside, the answer is refused (`ControlApiError` "malformed answer",
+#   naming the field): no controller of ours sends one.
+# - loss, initial loss, tokens/s, goodput, a recovery's seconds: a non-finite value (a diverged run's NaN
+#   loss is a real answer) is dropped to None ("not reported"), as pydantic's JSON encoder writes it.
+# - goodput seconds per category: finite and in [0, MAX_REPORTED_SECONDS], else refused.
+# - free text (failure and fallback reasons, causes): cut to MAX_TEXT characters (the start says why).
+# - lists: at most MAX_LIST_ITEMS entries, else refused.
+MAX_TEXT = 2048
+MAX_LIST_ITEMS = 4096
+# A million years of seconds: far beyond any ledger, and its sum over the categories stays finite.
+MAX_REPORTED_SECONDS = 3.2e13
+
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+# A slice's generation as the controller holds it: -1 before any report was applied.
+Generation = Annotated[int, Field(ge=-1, le=INT64_MAX)]
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """None for NaN and +-Infinity (JSON cannot carry them, nor can the job's status)."""
+    return value if value is None or math.isfinite(value) else None
+
+
+def _cut(value: Any) -> Any:
+    """Free text cut to MAX_TEXT characters."""
+    return value[:MAX_TEXT] if isinstance(value, str) else value
+
+
+OptionalFinite = Annotated[float | None, AfterValidator(_finite_or_none)]
+Text = Annotated[str, BeforeValidator(_cut)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_REPORTED_SECONDS, allow_inf_nan=False)]
 
 
 class _Msg(BaseModel):
@@ -77,68 +116,80 @@ class SliceReportResult(_Msg):
     """Answer to `PUT /v1/slices/{index}`."""
 
     applied: bool = Field(description="False when the report was stale (generation not newer).")
-    slice_index: int
-    generation: int = Field(description="The generation now in force for this slice.")
+    slice_index: Count
+    generation: Generation = Field(description="The generation now in force for this slice.")
 
 
 class SliceStatus(_Msg):
     """The controller's view of one slice."""
 
-    index: int
+    index: Count
     state: Literal["Active", "Ready", "Spare", "Down", "Draining", "Unknown"] = Field(
         description="Active: in the training mesh. Ready: up, joins at the next step boundary. Spare: up, kept "
                     "out of a full mesh (spec.slices.spares), swapped in when an active slice is lost."
     )
-    generation: int
-    addresses: list[str] = Field(default_factory=list)
-    failures: int = Field(default=0, description="Times this slice was lost.")
+    generation: Generation
+    addresses: list[Annotated[str, StringConstraints(max_length=300)]] = Field(default_factory=list, max_length=256)
+    failures: Count = Field(default=0, description="Times this slice was lost.")
 
 
 class RecoveryRecord(_Msg):
     """One recovery: a slice lost or a scale-up, and how long until the next completed step."""
 
-    cause: str = Field(description="slice_down, step_deadline, scale_up, draining.")
-    slices: list[int]
-    at_step: int
-    seconds: float | None = Field(default=None, description="From the failure to the next completed step; None while "
+    cause: Text = Field(description="slice_down, step_deadline, scale_up, draining.")
+    slices: list[Count] = Field(max_length=MAX_LIST_ITEMS)
+    at_step: Count
+    seconds: OptionalFinite = Field(default=None, description="From the failure to the next completed step; None while "
                                   "recovering, and for good when the run ended (stopped, failed) before that step.")
 
 
 class ResumeInfo(_Msg):
     """Which checkpoint a run resumed from, and why not a newer one."""
 
-    step: int = Field(description="The committed step restored.")
-    fallback_reason: str | None = Field(
+    step: Count = Field(description="The committed step restored.")
+    fallback_reason: Text | None = Field(
         default=None, description="Set when newer committed steps could not be restored (corrupt, truncated, "
                                   "non-finite): which, and why. The operator turns it into a Warning Event.")
     writer: JobIdentity | None = Field(
         default=None, description="The job that wrote the step; None for a step saved without a writer identity.")
 
+    @field_validator("writer")
+    @classmethod
+    def _bounded_writer(cls, writer: JobIdentity | None) -> JobIdentity | None:
+        """A writer's namespace, name and uid are Kubernetes names: at most 253 characters each."""
+        for name in ("namespace", "name", "uid"):
+            if writer is not None and len(getattr(writer, name)) > 253:
+                raise ValueError(f"writer.{name} is longer than 253 characters")
+        return writer
+
 
 class ControllerStatus(_Msg):
-    """`GET /v1/status`."""
+    """`GET /v1/status`. Bounded field by field (see MAX_TEXT above): what the operator copies is always
+    writable to the job's status."""
 
     phase: ControllerPhase
-    step: int = Field(description="Optimizer steps completed.")
-    total_steps: int
-    desired_slices: int
-    min_slices: int
-    active_slices: list[int]
-    inactive_slices: list[int]
-    slices: list[SliceStatus]
-    loss: float | None = None
-    initial_loss: float | None = None
-    tokens_per_second: float | None = None
-    last_committed_checkpoint_step: int | None = None
-    recoveries: dict[str, int] = Field(default_factory=dict, description="Count by cause.")
-    recovery_history: list[RecoveryRecord] = Field(default_factory=list)
-    steps_lost: int = 0
-    goodput: float | None = Field(default=None, description="(productive + reduced x active/desired) seconds / wall "
-                                  "seconds of this controller (the goodput ledger); None before its first step "
-                                  "(not applicable).")
-    goodput_seconds: dict[str, float] = Field(
-        default_factory=dict, description="Wall seconds of this controller by goodput category: starting, restoring, "
-                                          "productive, reduced, recovering, waiting, checkpointing.")
-    failure_reason: str | None = None
-    pid: int
+    step: Count = Field(description="Optimizer steps completed.")
+    total_steps: Count
+    desired_slices: Count
+    min_slices: Count
+    active_slices: list[Count] = Field(max_length=MAX_LIST_ITEMS)
+    inactive_slices: list[Count] = Field(max_length=MAX_LIST_ITEMS)
+    slices: list[SliceStatus] = Field(max_length=MAX_LIST_ITEMS)
+    loss: OptionalFinite = Field(default=None, description="None also when the loss is not finite (NaN, Inf).")
+    initial_loss: OptionalFinite = None
+    tokens_per_second: OptionalFinite = None
+    last_committed_checkpoint_step: Count | None = None
+    recoveries: dict[Annotated[str, StringConstraints(max_length=64)], Count] = Field(
+        default_factory=dict, max_length=64, description="Count by cause.")
+    recovery_history: list[RecoveryRecord] = Field(default_factory=list, max_length=MAX_LIST_ITEMS)
+    steps_lost: Count = 0
+    goodput: OptionalFinite = Field(default=None, description="(productive + reduced x active/desired) seconds / wall "
+                                    "seconds of this controller (the goodput ledger); None before its first step "
+                                    "(not applicable).")
+    goodput_seconds: dict[Annotated[str, StringConstraints(max_length=64)], Seconds] = Field(
+        default_factory=dict, max_length=64,
+        description="Wall seconds of this controller by goodput category: starting, restoring, "
+                    "productive, reduced, recovering, waiting, checkpointing.")
+    failure_reason: Text | None = None
+    pid: Count
     resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")

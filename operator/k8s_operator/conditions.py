@@ -93,3 +93,19 @@ def derive_phase(
     if active_slices < desired_slices:
         return "Degraded"
     return "Running"
+
+
+# The job's status write and its controller's answers (`status_write`, `controller_link`).
+# True while a status write lost fields the API server would refuse (a value that is not JSON or not
+# int64: `status_write.guard`) or the API server refused a status write anyway (the next writes keep
+# only the operator's own fields for `status_write.REFUSED_HOLD_S`); the message says which and why.
+COND_STATUS_WRITE_REFUSED = "StatusWriteRefused"
+REASON_STATUS_VALUES_DROPPED = "StatusValuesDropped"  # the guard dropped fields before writing
+REASON_STATUS_WRITE_REFUSED = "StatusWriteRefused"  # the API server refused a write
+REASON_STATUS_WRITTEN = "StatusWritten"  # False again: a whole status was written
+# True while the current controller's answers are unusable (too big, too slow, malformed, a 4xx other
+# than 401) for longer than `tracker.ANSWER_FAULT_GRACE_S`; the message names why. A controller still
+# starting (connection refused before its first good answer) is not this: it is Pending, no Warning.
+COND_CONTROLLER_ANSWERS_REFUSED = "ControllerAnswersRefused"
+REASON_CONTROLLER_ANSWER_INVALID = "ControllerAnswerInvalid"
+REASON_CONTROLLER_ANSWERING = "ControllerAnswering"  # False again: a good answer came

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 import os
@@ -35,7 +36,10 @@ from elastic_jax.k8s_operator import (
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
-from elastic_jax.k8s_operator.conditions import get_condition, now_rfc3339, set_condition
+from elastic_jax.k8s_operator import status_write
+from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
+                                                 REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
+                                                 now_rfc3339, set_condition)
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, REASON_NODE_LOST, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.head_status import with_resource_manager
@@ -56,6 +60,7 @@ from elastic_jax.k8s_operator.status_builder import (
     token_refused,
     REASON_INVALID_SPEC,
     invalid_child,
+    with_controller_answers,
     with_create_failure,
     with_node_loss,
     with_pod_faults,
@@ -83,14 +88,18 @@ class OperatorState:
       key: the operator key (`tokens.derive_token`); None reads `$ELASTIC_JAX_OPERATOR_KEY_FILE`.
       node_lost_s: seconds a node must be not Ready before the jobs' pods on it are
         force-deleted (`--node-lost-seconds`); 0 turns that off.
+      controller_threads: each job's controller HTTP runs on its own thread (`ControllerLink`), never
+        on a kopf handler thread (what the operator runs); False runs it in the handler (unit tests).
 
     Raises:
       tokens.OperatorKeyError: the key file is unreadable or too short.
     """
 
     def __init__(self, kube: Kube | None = None, key: bytes | None = None,
-                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY):
+                 node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY,
+                 controller_threads: bool = False):
         self._kube = kube
+        self.controller_threads = controller_threads
         self.identity = identity
         # UIDs of the jobs another operator claimed (reported once each, counted in the gauge).
         self.claimed_elsewhere: set[str] = set()
@@ -251,8 +260,22 @@ def _alive(jobsets) -> set[int]:
 
 
 @kopf.on.event("v1", "pods", labels={lbl.JOB_NAME: kopf.PRESENT, lbl.ROLE: lbl.ROLE_WORKER})
-def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
-    """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise)."""
+async def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None, job_jobsets=None, **_):
+    """Recomputes the pod's slice and tells the controller at once (the timer catches up otherwise).
+
+    Async, so it starts the moment kopf dispatches the event instead of waiting for one of kopf's
+    handler threads (the timers' passes hold those): the notify metric starts here (`seen_at`).
+    Its work is in memory (the indexes, the tracker); it runs on the loop's own small executor,
+    never on the event loop itself (the tracker's lock may be held by a timer pass a moment), and
+    the report runs on the job's `ControllerLink` thread.
+    """
+    seen_at = time.monotonic()
+    await asyncio.to_thread(_worker_pod_changed, namespace, labels, job_pods, memo, unready_nodes, job_jobsets,
+                            seen_at)
+
+
+def _worker_pod_changed(namespace, labels: dict, job_pods, memo, unready_nodes, job_jobsets, seen_at: float) -> None:
+    """`worker_pod_event`'s work: the job's pods read from the indexes, applied to its tracker (`sync`)."""
     state = _state(memo)
     tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
     if tracker is None or tracker.ref is None:
@@ -267,7 +290,8 @@ def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_nodes=None
         jobsets = incarnation.own(job_jobsets, namespace, tracker.name, tracker.job_uid, tracker.job_created)
         alive = _alive(jobsets)
         pods = incarnation.of_live_jobsets(pods, jobsets)
-    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive)
+    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive,
+                 seen_at=seen_at)
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -345,7 +369,8 @@ def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -
         state.applied.pop(key, None)
         tracker = None
     if tracker is None:
-        tracker = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice)
+        tracker = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice,
+                             background=state.controller_threads)
         tracker.job_uid = uid
         tracker.job_created = body["metadata"].get("creationTimestamp") or ""
         state.trackers[key] = tracker
@@ -505,12 +530,73 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
     try:
         # a function, not a value: read after the controller poll, like the pods (a node Ready again
         # meanwhile must not have its pods force-deleted)
-        _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-                   lambda: _lost_nodes(state, unready_nodes))
+        built = _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
+                           lambda: _lost_nodes(state, unready_nodes))
+        _guard_status(state.trackers.get(key), status, generation, patch, built=bool(built))
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
         raise
+
+
+def _guard_status(tracker: JobTracker | None, status, generation: int, patch, built: bool = True) -> None:
+    """Makes this pass's status patch one the API server accepts, and says so when that cost fields.
+
+    Fields holding a value the API server refuses are dropped (`status_write.guard`); after a
+    refusal (`status_write_refused`) only the operator's own fields are written for
+    `status_write.REFUSED_HOLD_S`. Either sets the StatusWriteRefused condition naming what and
+    why, with a Warning Event when that changes; a pass that `built` the whole status and lost
+    nothing clears it (a Normal Event).
+    """
+    if tracker is None or tracker.ref is None:
+        return
+    problems = status_write.guard(patch.status)
+    reason = REASON_STATUS_VALUES_DROPPED
+    refused = tracker.status_refused
+    if refused is not None and time.monotonic() - refused[1] < status_write.REFUSED_HOLD_S:
+        dropped = status_write.restrict(patch.status)
+        reason = REASON_STATUS_WRITE_REFUSED
+        problems = [f"{refused[0]}; until {status_write.REFUSED_HOLD_S:.0f} s pass, only the operator's own "
+                    f"fields are written (not {', '.join(dropped) or 'any other'})"] + problems
+    before = ElasticTrainingJobStatus.from_kube(
+        {"conditions": patch.status["conditions"] if "conditions" in patch.status else status.get("conditions") or []})
+    previous = get_condition(before.conditions, COND_STATUS_WRITE_REFUSED)
+    post = _event_sink(tracker.ref)
+    if problems:
+        message = "; ".join(problems)[:2000]
+        if previous is None or previous.status != "True" or previous.message != message:
+            post("Warning", reason, message)
+            _logger.warning("status write: %s", message, extra={"job": tracker.name})
+        conditions = set_condition(before.conditions, COND_STATUS_WRITE_REFUSED, "True", reason, message, generation,
+                                   now_rfc3339())
+    elif built and previous is not None and previous.status == "True":
+        post("Normal", REASON_STATUS_WRITTEN, f"status written whole again (was: {previous.message})"[:1000])
+        conditions = set_condition(before.conditions, COND_STATUS_WRITE_REFUSED, "False", REASON_STATUS_WRITTEN, "",
+                                   generation, now_rfc3339())
+    else:
+        return
+    patch.status["conditions"] = ElasticTrainingJobStatus(conditions=conditions).to_kube()["conditions"]
+
+
+def install_status_net(state: OperatorState) -> None:
+    """Catches a status write the API server refuses (`status_write.install_refusal_net`) for `state`'s jobs:
+    a Warning Event, and the job's next writes restricted (`_guard_status`); never the end of its timer."""
+
+    def refused(namespace: str, name: str, message: str) -> None:
+        tracker = state.trackers.get((namespace, name))
+        if tracker is None:
+            return
+        tracker.status_refused = (message, time.monotonic())
+        if tracker.ref is not None:
+            _event_sink(tracker.ref)("Warning", REASON_STATUS_WRITE_REFUSED, message)
+
+    def written(namespace: str, name: str) -> None:
+        tracker = state.trackers.get((namespace, name))
+        if tracker is not None and tracker.status_refused is not None \
+                and time.monotonic() - tracker.status_refused[1] >= status_write.REFUSED_HOLD_S:
+            tracker.status_refused = None  # a whole write went through after the hold
+
+    status_write.install_refusal_net(job_api.GROUP, refused, written)
 
 
 def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
@@ -537,7 +623,8 @@ def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:
 
 
 def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
-               lost: dict[str, NodeLoss] | Callable[[], dict[str, NodeLoss]] | None = None) -> None:
+               lost: dict[str, NodeLoss] | Callable[[], dict[str, NodeLoss]] | None = None) -> bool | None:
+    """One pass (`reconcile_job`); True when it built the whole status into `patch` (None: it returned early)."""
     given = lost
     read_lost = given if callable(given) else (lambda: given or {})
     ns, name = key
@@ -590,8 +677,8 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         tracker.set_controller(None if finished else stopping, stopping=True)
     else:
         tracker.set_controller(None if finished else current)
-    ctrl = tracker.poll_status()
-    # The poll is HTTP (up to its timeout): the pod-event handler may have applied newer pods
+    ctrl = tracker.refresh_status()
+    # The poll may be HTTP in this thread (up to its timeout): the pod-event handler may have applied newer pods
     # meanwhile. Read the index again after it, marked, so neither the slice states nor the
     # decisions below act on the pods as they were before the poll.
     mark = tracker.observation()
@@ -604,7 +691,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                  jobsets_alive=_alive(jobset_list))
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
-    if ctrl is not None and not job.spec.suspend:
+    if ctrl is not None and not job.spec.suspend and tracker.answer_uid == tracker.controller_uid:
         for i in tracker.slices_down_by_controller(ctrl):
             for pod_name in tracker.slices[i].pods:
                 post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
@@ -702,7 +789,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     else:
         # (totals over every controller pod and JobSet the job had: suspend/resume or a new controller
         # pod start their own counts at 0)
-        counts = counters.carry(previous, job.spec.slices.total, tracker.controller_uid if ctrl is not None else "",
+        counts = counters.carry(previous, job.spec.slices.total, tracker.answer_uid if ctrl is not None else "",
                                 None if finished else counters.controller_recoveries(ctrl), jobsets,
                                 None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl))
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
@@ -737,6 +824,10 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
                                                      generation, now_rfc3339())
         for event in node_events:
             post(*event)
+        new.conditions, answer_events = with_controller_answers(
+            new.conditions, tracker.answer_fault_message(time.monotonic()), generation, now_rfc3339())
+        for event in answer_events:
+            post(*event)
         if job.spec.backend == "pathways":
             head = current if current is not None and not dead(current) and plan.create_controller is None else None
             new.conditions, head_events = with_resource_manager(
@@ -759,6 +850,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             patch.status[k] = v
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
     _maybe_expire(state, key, job, written, tracker)
+    return True
 
 
 def _invalid(e: ChildRefused) -> str | None:

@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     except tokens.OperatorKeyError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    state = handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
+                                   controller_threads=True)
+    handlers.install_status_net(state)
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,
@@ -208,8 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
-        memo=kopf.Memo(elasticjax=handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds,
-                                                         identity=args.identity)),
+        memo=kopf.Memo(elasticjax=state),
     )
     return 0
 

@@ -20,7 +20,8 @@ NOTIFICATIONS = Counter(
     ["state", "result"])
 NOTIFY_SECONDS = Histogram(
     "elasticjax_operator_failure_notify_seconds",
-    "Seconds from a worker pod failure seen by the operator to the controller acknowledging Down.",
+    "Seconds from the pod event of a worker pod failure (as kopf hands it to the operator, before any "
+    "handler thread) to the controller acknowledging Down.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
 )
 GOODPUT_SECONDS = Counter(

@@ -8,7 +8,9 @@ from typing import Any
 from elastic_jax.api import status as st
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.k8s_operator.conditions import derive_phase, get_condition, set_condition
+from elastic_jax.k8s_operator.conditions import (COND_CONTROLLER_ANSWERS_REFUSED, REASON_CONTROLLER_ANSWER_INVALID,
+                                                 REASON_CONTROLLER_ANSWERING, derive_phase, get_condition,
+                                                 set_condition)
 from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
 
 
@@ -379,3 +381,33 @@ def with_node_loss(conditions: list[st.Condition], force_deleted: list[str], rec
     message = f"recovered from: {previous.message}"[:2000]
     return (set_condition(conditions, st.COND_NODE_LOST, "False", st.REASON_NODE_LOSS_RECOVERED, message, generation,
                           now), [("Normal", st.REASON_NODE_LOSS_RECOVERED, message)])
+
+
+def with_controller_answers(conditions: list[st.Condition], fault: str | None, generation: int,
+                            now: str) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
+    """`conditions` with ControllerAnswersRefused set from this pass, and the Events due.
+
+    Args:
+      conditions: the new status's conditions.
+      fault: `JobTracker.answer_fault_message` (None: the answers are good, or the controller is
+        starting or gone).
+      generation, now: as for `set_condition`.
+
+    Returns:
+      True (reason ControllerAnswerInvalid, the message naming why) with one Warning Event when it
+      starts or the message's cause changes; False (reason ControllerAnswering) with a Normal Event
+      once the answers are good again. Never written for a job whose controller never erred.
+    """
+    previous = get_condition(conditions, COND_CONTROLLER_ANSWERS_REFUSED)
+    was_true = previous is not None and previous.status == "True"
+    if fault is None:
+        if not was_true:
+            return conditions, []
+        return (set_condition(conditions, COND_CONTROLLER_ANSWERS_REFUSED, "False", REASON_CONTROLLER_ANSWERING, "",
+                              generation, now),
+                [("Normal", REASON_CONTROLLER_ANSWERING, f"the controller answers again (was: {previous.message})"[:1000])])
+    events = []
+    if not was_true or previous.message != fault:
+        events.append(("Warning", REASON_CONTROLLER_ANSWER_INVALID, fault[:1000]))
+    return (set_condition(conditions, COND_CONTROLLER_ANSWERS_REFUSED, "True", REASON_CONTROLLER_ANSWER_INVALID,
+                          fault, generation, now), events)

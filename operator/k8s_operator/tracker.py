@@ -8,7 +8,10 @@ operator restarts without any stored counter. A new controller process (new
 pod UID) knows nothing, so every slice is re-sent to it.
 
 Two paths read the pod index and call `sync()`: the pod-event handler and the
-1 s timer, which does HTTP to the controller between its read and its sync. A
+1 s timer, whose status poll may land between its read and its sync. With
+`background` (the operator's setting), every exchange with the controller runs
+on the job's own `ControllerLink` thread, never on a kopf handler thread: the
+handlers only ask, and read the last answer (`refresh_status`). A
 snapshot is applied only if it is not older than the last one applied
 (`observation()` marks, and each pod's resourceVersion), so a slow timer pass
 never turns a slice that just became Ready back into "0/1 hosts ready".
@@ -27,6 +30,7 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import SliceState
 from elastic_jax.k8s_operator import metrics, names
 from elastic_jax.k8s_operator.conditions import now_rfc3339
+from elastic_jax.k8s_operator.controller_link import ControllerLink
 from elastic_jax.k8s_operator.slices import PodView, group_by_slice, next_slice_state, observe_slice
 from elastic_jax.supervision.slice_state import controller_saw_down, is_loss, next_generation
 
@@ -54,6 +58,10 @@ class SliceTrack:
     down_seen_at: float | None = None
 
 
+# Seconds a controller's answers must stay unusable (too big, too slow, malformed, refused) before the job
+# says so (condition ControllerAnswersRefused, a Warning Event): a few 1 s polls, so one slow answer is no news.
+ANSWER_FAULT_GRACE_S = 5.0
+
 # Seconds a pass waits for the watch to bring back the job this operator just patched (as kopf's
 # settings.persistence.consistency_timeout does for its change handlers); then it acts on what it has.
 CONSISTENCY_TIMEOUT_S = 5.0
@@ -71,10 +79,12 @@ class JobTracker:
       namespace, name: the job.
       slice_count, hosts_per_slice: from the spec (slice_count: spec.slices.total, spares included).
       client_factory: builds a `ControlClient` for (base_url, token); tests pass their own.
+      background: run the controller exchanges on this job's own thread (`ControllerLink`): `sync` and
+        `refresh_status` then never wait on HTTP. False (unit tests of the decisions): in the caller.
     """
 
     def __init__(self, namespace: str, name: str, slice_count: int, hosts_per_slice: int,
-                 client_factory: Callable[[str, str], ControlClient] = ControlClient):
+                 client_factory: Callable[[str, str], ControlClient] = ControlClient, background: bool = False):
         self.namespace = namespace
         self.name = name
         self.hosts_per_slice = hosts_per_slice
@@ -92,7 +102,15 @@ class JobTracker:
         self.controller_url = ""
         self.client: ControlClient | None = None
         self.client_factory = client_factory
-        self.last_status: ControllerStatus | None = None
+        self.last_status: ControllerStatus | None = None  # the current controller's last good answer
+        self.poll_result: ControllerStatus | None = None  # the last poll's answer (None: that poll failed)
+        self.answer_uid = ""  # the controller pod `poll_result` came from (it may be gone since)
+        self._answer_fresh = False  # `poll_result` arrived after the last `refresh_status`
+        # (why, monotonic time since) the current controller's answers are unusable (`ControlApiError.INVALID`,
+        # or a 4xx other than 401); None while it answers well, is starting, or is unreachable.
+        self.answer_fault: tuple[str, float] | None = None
+        self._events: EventSink | None = None  # the sink the link's reports post to (the latest `sync`'s)
+        self.link = ControllerLink(name, self._link_report, self.poll_status) if background else None
         self.finished = False
         # spec.suspend: the slices go Down because the operator removes them, not because they failed.
         self.suspended = False
@@ -113,6 +131,8 @@ class JobTracker:
         self._pod_versions: dict[str, int] = {}
         # The job is being deleted (deletionTimestamp, or its delete event): its children's end is no news.
         self.deleting = False
+        # (the API server's message, monotonic time) of this job's last refused status write (`status_write`).
+        self.status_refused: tuple[str, float] | None = None
         # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
         self._patched_from: tuple[str, float] | None = None
 
@@ -200,7 +220,11 @@ class JobTracker:
                 self.client.close()
             self.client = None
             self.controller_uid = uid
-            self.last_status = None
+            self.last_status = self.answer_fault = None
+            if not self._answer_fresh:
+                # (a fresh one is the parting controller's last word, e.g. the checkpoint its stop saved:
+                # `refresh_status` hands it over once)
+                self.poll_result, self.answer_uid = None, ""
             if uid and self.token:
                 self.controller_url = f"http://{pod.pod_ip}:{names.CONTROLLER_PORT}"
                 self.client = self.client_factory(self.controller_url, self.token)
@@ -209,24 +233,74 @@ class JobTracker:
                              extra={"job": self.name, "controller_uid": uid})
 
     def poll_status(self) -> ControllerStatus | None:
-        """`GET /v1/status` of the current controller (None when unreachable)."""
-        client = self.client
+        """`GET /v1/status` of the current controller, now, in the caller (None when unreachable or unusable)."""
+        with self.lock:
+            client, uid = self.client, self.controller_uid
         if client is None:
             return None
         try:
             status = client.status()
-        except ControlApiError:
+        except ControlApiError as e:
+            with self.lock:
+                if client is self.client:
+                    self.poll_result, self.answer_uid, self._answer_fresh = None, "", False
+                    self._answer_failed(e)
             return None
         with self.lock:
             if client is self.client:
-                self.last_status = status
+                self.last_status = self.poll_result = status
+                self.answer_uid, self._answer_fresh = uid, True
+                if self.answer_fault is not None:
+                    _logger.info("controller answers again", extra={"job": self.name})
+                self.answer_fault = None
         return status
+
+    def refresh_status(self) -> ControllerStatus | None:
+        """The timer's read of the controller: with `background`, asks the link for a poll and returns the
+        last completed poll's answer at once (None when it failed); without, polls now (`poll_status`).
+
+        `answer_uid` names the controller pod the answer came from: with `background`, the answer of a
+        controller that has just gone (a suspend's stop, a loss) is returned once, after it went, so
+        the step and checkpoint it reported last still reach status.
+        """
+        if self.link is None:
+            status = self.poll_status()
+            with self.lock:
+                self._answer_fresh = False
+            return status
+        if self.client is not None:
+            self.link.request(poll=True)
+        with self.lock:
+            status, fresh = self.poll_result, self._answer_fresh
+            self._answer_fresh = False
+            if self.answer_uid != self.controller_uid:
+                self.poll_result = None  # the parting word: once (`answer_uid` still names it for this pass)
+                return status if fresh else None
+            return status
+
+    def _answer_failed(self, error: ControlApiError) -> None:
+        """Records a failed exchange: an unusable answer starts (or continues) `answer_fault`. Call with the lock."""
+        if error.kind == ControlApiError.UNREACHABLE or error.status_code == 401:
+            return  # starting (never answered yet) or gone: the pod tells; a 401 is `token_refused`
+        since = self.answer_fault[1] if self.answer_fault is not None else time.monotonic()
+        if self.answer_fault is None:
+            _logger.warning("controller answer refused: %s", error, extra={"job": self.name})
+        self.answer_fault = (str(error)[:900], since)
+
+    def answer_fault_message(self, now: float) -> str | None:
+        """Why the controller's answers are refused, once that lasted ANSWER_FAULT_GRACE_S (`now`: monotonic)."""
+        with self.lock:
+            fault = self.answer_fault
+        if fault is None or now - fault[1] < ANSWER_FAULT_GRACE_S:
+            return None
+        return (f"the controller's answers have been refused for over {ANSWER_FAULT_GRACE_S:.0f} s, so its status "
+                f"and slice reports are not used: {fault[0]}")
 
     # -- slices ------------------------------------------------------------
 
     def sync(self, pods: list[PodView], events: EventSink, retries: int = 1,
              lost_nodes: Mapping[str, str] | None = None, observed_at: int | None = None,
-             jobsets_alive: set[int] | None = None) -> None:
+             jobsets_alive: set[int] | None = None, seen_at: float | None = None) -> None:
         """Recomputes slice states from the job's worker pods and notifies the controller.
 
         A snapshot older than one already applied (by `observed_at`, or a pod's
@@ -246,20 +320,34 @@ class JobTracker:
             known). A slice whose JobSet is gone or going loses its pods on purpose (the job's
             deletion, the garbage collector, a Pathways head restart): the controller is told,
             but it is no replacement and no Warning.
+          seen_at: time.monotonic() the pod event was seen (the start of the notify-latency metric);
+            None: now.
         """
         with self.lock:
             stale = self._stale(pods, observed_at)
             if stale:
                 _logger.debug("pod snapshot not applied: %s", stale, extra={"job": self.name})
             else:
-                self._apply(pods, events, lost_nodes, jobsets_alive)
+                self._apply(pods, events, lost_nodes, jobsets_alive, seen_at)
                 self._applied(pods, observed_at)
             send = not (self.finished or self.deleting)
-        if send:  # outside the lock: HTTP to the controller
+        if not send:
+            return
+        if self.link is None:
+            self.notify(events, retries)  # outside the lock: HTTP to the controller
+            return
+        with self.lock:
+            self._events = events
+        self.link.request(report_retries=retries)
+
+    def _link_report(self, retries: int) -> None:
+        """The link's reports: `notify` with the sink of the latest `sync`."""
+        events = self._events
+        if events is not None:
             self.notify(events, retries)
 
     def _apply(self, pods: list[PodView], events: EventSink, lost_nodes: Mapping[str, str] | None,
-               jobsets_alive: set[int] | None = None) -> None:
+               jobsets_alive: set[int] | None = None, seen_at: float | None = None) -> None:
         """Slice transitions from one pod snapshot: states, Events, the replacement count."""
         with self.lock:
             now = time.monotonic()
@@ -280,7 +368,7 @@ class JobTracker:
                 track.state, track.reason, track.since = new, obs.reason, now_rfc3339()
                 track.addresses = obs.addresses if new == "Ready" else ()
                 if new in ("Down", "Draining") and track.down_seen_at is None:
-                    track.down_seen_at = now
+                    track.down_seen_at = now if seen_at is None else min(seen_at, now)
                 # A finished or suspended job's teardown is neither a failure nor news: no Warning
                 # SliceDown/SliceDraining, and no replacement counted (the metric said 8 after 2 losses).
                 teardown = self.teardown or (jobsets_alive is not None and i not in jobsets_alive)
@@ -328,7 +416,9 @@ class JobTracker:
                         self.token_refused = str(e)
                     # A new controller's pod runs before its control API listens: a refused connection
                     # then is its start-up, not a failed report (it counted one error per job start).
-                    starting = e.status_code is None and self.last_status is None
+                    starting = e.kind == ControlApiError.UNREACHABLE and self.last_status is None
+                    if client is self.client:
+                        self._answer_failed(e)
                 metrics.NOTIFICATIONS.labels(state, "starting" if starting else "error").inc()
                 (_logger.info if starting else _logger.warning)(
                     "could not report slice %d %s%s: %s", track.index, state,
@@ -376,7 +466,9 @@ class JobTracker:
             return out
 
     def close(self) -> None:
-        """Closes the controller client."""
+        """Closes the controller client and stops the link's thread."""
+        if self.link is not None:
+            self.link.close()
         with self.lock:
             if self.client is not None:
                 self.client.close()

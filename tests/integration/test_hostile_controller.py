@@ -60,7 +60,10 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
                     time.sleep(0.05)
             except (BrokenPipeError, ConnectionResetError):
                 return
-        body = b'{"phase": 3}' if self.server.mode == "malformed" else b"ok"
+        if self.path == "/v1/status" and self.server.mode == "answer":
+            body = self.server.answer.encode()  # (json.dumps writes NaN and Infinity literals: Python's json reads them)
+        else:
+            body = b'{"phase": 3}' if self.server.mode == "malformed" else b"ok"
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -143,3 +146,106 @@ def test_a_trickling_header_block_ends_at_the_whole_request_deadline_and_holds_n
             c.status()
     finally:
         c.close()
+
+
+def _status_json(**fields) -> str:
+    import json
+
+    return json.dumps({"phase": "Running", "step": 3, "totalSteps": 10, "desiredSlices": 1, "minSlices": 1,
+                       "activeSlices": [0], "inactiveSlices": [], "slices": [], "pid": 7, **fields})
+
+
+def test_a_nan_loss_and_infinite_seconds_never_reach_the_status_write(hostile, monkeypatch):
+    """The trial: a program reporting a NaN loss through `elastic_jax.connect()` made the status patch fail and
+    kopf's timer for that job die. Here the operator's whole pass runs against a real HTTP controller."""
+    import json
+
+    from elastic_jax.k8s_operator import handlers, tracker
+    from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
+
+    hostile.mode = "answer"
+    hostile.answer = _status_json(loss=float("nan"), initialLoss=float("inf"), tokensPerSecond=float("-inf"),
+                                  goodput=float("nan"),
+                                  recoveryHistory=[{"cause": "slice_down", "slices": [0], "atStep": 2,
+                                                    "seconds": float("inf")}])
+    job = _Job(monkeypatch)
+    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+        *a, **k, client_factory=lambda url, token: _client(hostile)))
+    job.pods = _pods(_controller(), _worker(5, ready=True))
+    written = job.reconcile()
+    json.dumps(written, allow_nan=False)  # the API server's JSON: no NaN, no Infinity
+    assert written["step"] == 3 and "loss" not in written and "lastRecoverySeconds" not in written
+    job.tracker.close()
+
+
+def test_an_integer_above_int64_refuses_the_answer_and_copies_nothing(hostile, monkeypatch):
+    from elastic_jax.k8s_operator import handlers, tracker
+    from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
+
+    hostile.mode = "answer"
+    hostile.answer = _status_json(step=2**64, lastCommittedCheckpointStep=2**70)
+    job = _Job(monkeypatch)
+    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+        *a, **k, client_factory=lambda url, token: _client(hostile)))
+    job.pods = _pods(_controller(), _worker(5, ready=True))
+    written = job.reconcile()
+    assert "step" not in written and "lastCheckpointStep" not in written
+    job.tracker.close()
+
+
+def _job_against(monkeypatch, url_client):
+    from elastic_jax.k8s_operator import handlers, tracker
+    from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
+
+    job = _Job(monkeypatch)
+    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+        *a, **k, client_factory=lambda url, token: url_client()))
+    monkeypatch.setattr(tracker, "ANSWER_FAULT_GRACE_S", 0.0)  # (the bound is a few polls; no clock in tests)
+    job.pods = _pods(_controller(), _worker(5, ready=True))
+    return job
+
+
+def _condition(status, type_):
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+@pytest.mark.parametrize("mode,why", [("malformed", "malformed answer"), ("huge", "refused"),
+                                      ("answer", "less than or equal")])
+def test_a_controller_whose_answers_are_refused_gets_a_condition_and_a_warning_until_it_answers(
+        hostile, monkeypatch, mode, why):
+    """The trial: such a job sat Pending with only an info log line "controller starting"."""
+    from elastic_jax.k8s_operator import conditions
+
+    hostile.mode, hostile.answer = mode, _status_json(step=2**64)
+    job = _job_against(monkeypatch, lambda: _client(hostile))
+    job.reconcile()  # (this pass's poll is the first refused answer)
+    job.reconcile()
+    cond = _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED)
+    assert cond["status"] == "True" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWER_INVALID
+    assert why in cond["message"]
+    warnings = [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWER_INVALID]
+    assert len(warnings) == 1 and warnings[0][0] == "Warning" and why in warnings[0][2]
+    hostile.mode, hostile.answer = "answer", _status_json()  # good answers again
+    job.reconcile()
+    job.reconcile()
+    cond = _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED)
+    assert cond["status"] == "False" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWERING
+    assert job.status["step"] == 3
+    job.tracker.close()
+
+
+def test_a_controller_still_starting_is_no_refused_answer(monkeypatch):
+    """Connection refused before its first good answer: a controller starting, Pending without a Warning."""
+    import socket
+
+    from elastic_jax.k8s_operator import conditions
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    job = _job_against(monkeypatch, lambda: ControlClient(f"http://127.0.0.1:{port}", "tok", timeout_s=1.0))
+    job.reconcile()
+    job.reconcile()
+    assert _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED) is None
+    assert not [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWER_INVALID]
+    job.tracker.close()

@@ -3,6 +3,8 @@ old one's pods and JobSets (issue 9, new-user trial: RESTARTS 1 and a SliceDown 
 
 from __future__ import annotations
 
+import asyncio
+
 import kopf
 import pytest
 
@@ -158,11 +160,11 @@ def test_the_worker_pod_event_of_an_old_incarnation_is_not_this_jobs_news(monkey
     tracker.job_uid, tracker.ref = "new-uid", {"metadata": {"name": "j"}}
     tracker.sync = lambda *a, **k: calls.append(a)  # type: ignore[method-assign]
     state.trackers[("ns", "j")] = tracker
-    handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: "old-uid"}, job_pods={},
-                              memo={"elasticjax": state})
+    asyncio.run(handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: "old-uid"},
+                                          job_pods={}, memo={"elasticjax": state}))
     assert calls == []
-    handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: "new-uid"}, job_pods={},
-                              memo={"elasticjax": state})
+    asyncio.run(handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: "new-uid"},
+                                          job_pods={}, memo={"elasticjax": state}))
     assert len(calls) == 1
 
 

@@ -7,6 +7,7 @@ JobSet objects (as the API returns them, read through `pod_view`/`jobset_view`),
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 
@@ -147,8 +148,9 @@ class _Job:
             self.rv += 1
 
     def pod_event(self):
-        handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: UID}, job_pods=self.pods,
-                                  memo={"elasticjax": self.state}, job_jobsets=self.jobsets)
+        asyncio.run(handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: UID},
+                                              job_pods=self.pods, memo={"elasticjax": self.state},
+                                              job_jobsets=self.jobsets))
 
     @property
     def tracker(self) -> JobTracker:
