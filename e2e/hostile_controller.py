@@ -14,6 +14,8 @@ import json
 import os
 import sys
 
+from elastic_jax import contract
+
 STATUS = {"phase": "Running", "step": 5, "totalSteps": 10**6, "desiredSlices": 1, "minSlices": 1,
           "activeSlices": [0], "inactiveSlices": [], "slices": [], "pid": os.getpid()}
 MODES = {
@@ -44,7 +46,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def main() -> None:
-    server = http.server.ThreadingHTTPServer((os.environ.get("ELASTIC_JAX_HOST") or "127.0.0.1", 8080), _Handler)
+    server = http.server.ThreadingHTTPServer((os.environ.get(contract.ENV_HOST) or "127.0.0.1", contract.CONTROLLER_PORT),
+                                           _Handler)
     server.mode = sys.argv[1]
     server.serve_forever()
 
