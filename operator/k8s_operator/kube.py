@@ -10,7 +10,12 @@ import json
 import logging
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import config
+# Imported here, with the handlers, before kopf runs: `kubernetes.client` imports an API class and its
+# hundreds of model modules on first attribute use, which was the operator's first reconcile pass (5-7 s
+# on a loaded 2-core machine). A SIGTERM during that pass waited for it (kopf lets a sync handler
+# finish), so a restarted operator took over 10 s to stop.
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
 from kubernetes.client.rest import ApiException
 
 from elastic_jax import contract
@@ -61,17 +66,17 @@ def api_message(error: ApiException) -> str:
 class Kube:
     """The operator's API client (in-cluster config, else the kubeconfig)."""
 
-    def __init__(self, api_client: client.ApiClient | None = None):
+    def __init__(self, api_client: ApiClient | None = None):
         if api_client is None:
             try:
                 config.load_incluster_config()
             except config.ConfigException:
                 config.load_kube_config()
-            api_client = client.ApiClient()
+            api_client = ApiClient()
         self.api = api_client
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
-        self.batch = client.BatchV1Api(api_client)
+        self.core = CoreV1Api(api_client)
+        self.custom = CustomObjectsApi(api_client)
+        self.batch = BatchV1Api(api_client)
 
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Creates a child; returns False when it already exists.

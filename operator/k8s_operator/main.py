@@ -109,7 +109,10 @@ def _listen_word(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the operator until SIGINT/SIGTERM; returns the exit code."""
+    """Runs the operator until SIGINT/SIGTERM, then ends the process (`_end_process`).
+
+    Returns the exit code when it stops before running the operator (bad arguments, the key file).
+    """
     parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0])
     parser.add_argument("--namespace", "-n", action="append", default=[],
                         help="watch only this namespace (repeatable); default: all namespaces")
@@ -213,7 +216,25 @@ def main(argv: list[str] | None = None) -> int:
         liveness_endpoint=args.liveness,
         memo=kopf.Memo(elasticjax=state),
     )
-    return 0
+    _end_process(0)
+    return 0  # (not reached)
+
+
+def _end_process(code: int) -> None:
+    """Ends the process once kopf has stopped: logs flushed, then `os._exit(code)`, no interpreter teardown.
+
+    kopf returns after every handler has finished (a reconcile pass in flight at SIGTERM runs to its
+    end), so nothing is left to do. The teardown's garbage collection of the operator's heap (the API
+    client's models, kopf's indexes) took 2-4 s on a loaded 2-core machine, measured with py-spy,
+    time a Deployment rollout waits for and that counted against the pod's termination grace.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # (a closed or broken pipe: nothing more can be said there)
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

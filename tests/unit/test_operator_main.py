@@ -41,3 +41,14 @@ def test_operator_and_controller_take_the_same_log_formats():
         proc = subprocess.run([exe, "--log-format", "xml"], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "argument --log-format: 'xml': must be one of json, text" in proc.stderr, \
             (exe, proc.stderr)
+
+
+def test_the_api_client_classes_are_imported_with_the_handlers_not_in_the_first_reconcile_pass():
+    # kubernetes.client imports an API class (and its model modules) on first use: in the first pass that
+    # took 5-7 s on a loaded machine, and a SIGTERM during it waited for it (e2e/test_operator_sigterm.py).
+    code = ("import sys; import elastic_jax.k8s_operator.handlers; "
+            "print(sorted(m for m in ('kubernetes.client.api.core_v1_api', 'kubernetes.client.api.batch_v1_api', "
+            "'kubernetes.client.api.custom_objects_api') if m not in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"imported only in the first pass: {proc.stdout}"
