@@ -30,7 +30,8 @@ TOKEN_DIR = contract.TOKEN_DIR
 # /tmp itself, so a runtime without per-pod root file systems (the local e2e node
 # agent) hides nothing of the host's /tmp.
 SCRATCH_DIR = contract.SCRATCH_DIR
-RESERVED_DIRS = (MANIFEST_DIR, TOKEN_DIR, SCRATCH_DIR)
+# ... and the images' working directory, where the program is (an emptyDir there would hide it: a new-user trial).
+RESERVED_DIRS = (MANIFEST_DIR, TOKEN_DIR, SCRATCH_DIR, contract.IMAGE_WORKDIR)
 # Top-level folders of the controller image (Debian, the venv in /opt) that an emptyDir must not cover.
 IMAGE_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt",
                      "/proc", "/run", "/sbin", "/sys", "/usr", "/var")
@@ -85,7 +86,9 @@ RULES: list[tuple[str, str, Any]] = [
      "(the controller pod mounts an emptyDir there), or gs://bucket/prefix",
      lambda s: not _local(s) or (bool(re.search(ABSOLUTE_FOLDER, _uri(s))) and not re.search(DOT_SEGMENT, _uri(s)))),
     *[(f"{_REMOTE} || !self.checkpoint.uri.matches({_cel_str(_overlap_pattern(d))})",
-       f"{URI}: a local path must not overlap {d}, which the operator mounts in the controller pod; "
+       f"{URI}: a local path must not overlap {d}, which "
+       + ("is the image's working directory (its program)" if d == contract.IMAGE_WORKDIR
+          else "the operator mounts in the controller pod") + "; "
        "choose another folder such as /checkpoints",
        (lambda d: lambda s: not _local(s) or not re.search(_overlap_pattern(d), _uri(s)))(d))
       for d in RESERVED_DIRS],

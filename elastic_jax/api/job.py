@@ -406,6 +406,10 @@ def as_written_problem(manifest: dict[str, Any]) -> str | None:
     return None
 
 
+AUTOMOUNT_NEEDS_ACCOUNT = ("spec.controller.automountServiceAccountToken needs spec.controller.serviceAccountName: "
+                           "the default ServiceAccount's token is never mounted")
+
+
 class ControllerSpec(_Model):
     """The long-lived controller pod that runs the training loop."""
 
@@ -424,6 +428,12 @@ class ControllerSpec(_Model):
         "rule": "!has(self.args) || size(self.args) == 0 || has(self.command)",
         "message": "spec.controller.args: needs spec.controller.command (the built-in trainer host takes no arguments)",
         "fieldPath": ".args",
+    }, {
+        # (a new-user trial: the API server accepted it, then the operator failed the job InvalidSpec)
+        "rule": ("!has(self.automountServiceAccountToken) || !self.automountServiceAccountToken || "
+                 "has(self.serviceAccountName)"),
+        "message": AUTOMOUNT_NEEDS_ACCOUNT,
+        "fieldPath": ".automountServiceAccountToken",
     }]})
 
     image: str = Field(default=DEFAULT_CONTROLLER_IMAGE, min_length=1, description="Controller container image.",
@@ -485,8 +495,7 @@ class ControllerSpec(_Model):
         if self.service_account_name is not None:
             _object_name(self.service_account_name, "spec.controller.serviceAccountName")
         if self.automount_service_account_token and self.service_account_name is None:
-            raise ValueError("spec.controller.automountServiceAccountToken needs spec.controller.serviceAccountName: "
-                             "the default ServiceAccount's token is never mounted")
+            raise ValueError(AUTOMOUNT_NEEDS_ACCOUNT)
         return self
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from elastic_jax import contract
+
 from e2e.nodeagent import images as node_images
 from elastic_jax.api import images
 from elastic_jax.api import job as job_api
@@ -125,6 +127,13 @@ def test_entrypoint_and_extra_match_the_images_module(image):
     assert _arg_default(builder, "EXTRAS") == image.extra
     assert image.extra in PYPROJECT["project"]["optional-dependencies"]
     assert f"-t {image.name} ." in (ROOT / image.dockerfile).read_text(), "the build comment names the image"
+
+
+@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+def test_the_working_directory_is_the_contracts(image):
+    """`spec.checkpoint.uri` may not cover it (elastic_jax.api.cluster): it must be the image's real one."""
+    final = parse(ROOT / image.dockerfile).stages[-1]
+    assert final.all("WORKDIR")[-1] == contract.IMAGE_WORKDIR
 
 
 def test_default_images_of_the_job_spec_are_project_images():

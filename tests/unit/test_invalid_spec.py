@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from elastic_jax import contract
 from elastic_jax.api import crd, pod_rules, runtime_env
 from elastic_jax.api.manifest import ManifestError, dump_yaml, go_yaml_scalar, parse_manifest, safe_load_bounded
 from elastic_jax.cli import app
@@ -325,8 +326,8 @@ def test_validate_names_the_refused_env_entry(tmp_path):
     for role, entries, expected in (
             ("controller", [{"name": "POD_IP", "value": "1"}],
              "spec.controller.env[0].name: POD_IP is set by the operator in the cpu controller container"),
-            ("worker", [{"name": "A", "value": "1"}, {"name": "ELASTIC_JAX_TOKEN_FILE", "value": "/x"}],
-             "spec.worker.env[1].name: ELASTIC_JAX_TOKEN_FILE is set by elastic-jax itself")):
+            ("worker", [{"name": "A", "value": "1"}, {"name": contract.ENV_TOKEN_FILE, "value": "/x"}],
+             f"spec.worker.env[1].name: {contract.ENV_TOKEN_FILE} is set by elastic-jax itself")):
         job = cpu_job()
         job["spec"][role] = {"env": entries}
         code, out = _validate(tmp_path, job)
