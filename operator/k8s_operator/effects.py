@@ -1,6 +1,7 @@
 """A reconcile pass's effects as values, the one accumulator of its Events, and the applier that executes them.
 
-The decisions (`reconcile.decide`, `child_effects`, `after_creates`, `invalid_child_effects`) are pure:
+The decisions (`reconcile.decide`, `child_effects`, `after_creates`, `invalid_child_effects`,
+`status_decision.decide_status`) are pure:
 from what was observed to a list of effects. `Applier.apply` executes a list in order; an API refusal
 never raises out of it: it becomes an observation (`Applied`) that the next decision of the pass reads.
 
@@ -91,7 +92,16 @@ class CountControllerRestart:
     """One controller replacement, in the operator's metric."""
 
 
-Effect = Union[CreateChild, DeletePod, DeleteJobSet, PostEvent, PatchStatus, NodeLostPodSeen, CountControllerRestart]
+@dataclasses.dataclass(frozen=True)
+class CountGoodput:
+    """`seconds` more of goodput `category` (`goodput.increments`), in the operator's metric."""
+
+    category: str
+    seconds: float
+
+
+Effect = Union[CreateChild, DeletePod, DeleteJobSet, PostEvent, PatchStatus, NodeLostPodSeen, CountControllerRestart,
+               CountGoodput]
 
 
 # -- the one accumulator of a pass's Events -------------------------------------------------
@@ -244,6 +254,8 @@ class Applier:
                 _logger.warning("%s", effect.message, extra={"job": self.job, "node": effect.node, "pod": effect.pod})
             elif isinstance(effect, CountControllerRestart):
                 metrics.CONTROLLER_RESTARTS.inc()
+            elif isinstance(effect, CountGoodput):
+                metrics.GOODPUT_SECONDS.labels(effect.category).inc(effect.seconds)
             else:
                 raise TypeError(f"not an effect: {effect!r}")
         return out
@@ -366,7 +378,7 @@ def invalid_child_effects(message: str, failed_fields: Mapping[str, Any], phase_
 
     Args:
       message: the failure reason (names the child and the API server's word).
-      failed_fields: the status fields of the failure (`handlers.failed_spec_fields`, with completionTime).
+      failed_fields: the status fields of the failure (`status_decision.failed_spec_fields`, with completionTime).
       phase_before: the job's phase before ("" when none).
       controller_pods, jobsets: the job's PodViews and JobSetViews.
     """

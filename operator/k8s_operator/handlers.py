@@ -28,40 +28,31 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
-from elastic_jax.api.status import (COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, ElasticTrainingJobStatus,
-                                    SliceStatusEntry)
+from elastic_jax.api.status import FINISHED_PHASES, ElasticTrainingJobStatus, SliceStatusEntry
 from elastic_jax.k8s_operator import (
     backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
-from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator import effects, status_write
+from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status, failed_spec_fields, invalid_failure
 from elastic_jax.k8s_operator.effects import ChildConflict, EventLog, check_taken, invalid_reason
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
                                                  now_rfc3339, set_condition)
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
-from elastic_jax.k8s_operator.head_status import with_resource_manager
-from elastic_jax.k8s_operator.reconcile import Observed, dead, decide, jobset_view
-from elastic_jax.k8s_operator.pod_faults import (RefusalEvent, creation_fault, invalid_refusal, pod_faults,
-                                                 slices_missing_pods)
+from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
+from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
-    build_status,
     changed_fields,
-    resume_events,
     create_failure,
     earlier_token_secret,
     token_conflict,
     token_refused,
     REASON_INVALID_SPEC,
-    with_controller_answers,
-    with_create_failure,
-    with_node_loss,
-    with_pod_faults,
 )
 from elastic_jax.k8s_operator.tracker import JobTracker
 
@@ -196,23 +187,12 @@ def status_fields(**fields: Any) -> dict[str, Any]:
     return ElasticTrainingJobStatus.model_validate(fields).to_kube()
 
 
-def failed_spec_fields(status: Any, generation: int, message: str) -> dict[str, Any]:
-    """The status fields (as written) of a job Failed with condition reason InvalidSpec: phase, failureReason,
-    observedGeneration and the whole list of conditions."""
-    failed = ElasticTrainingJobStatus.from_kube(status)  # (the whole list of conditions is written back)
-    failed.phase, failed.failure_reason, failed.observed_generation = "Failed", message, generation
-    failed.conditions = set_condition(failed.conditions, COND_FAILED, "True", REASON_INVALID_SPEC, message, generation,
-                                      now_rfc3339())
-    written = failed.to_kube()
-    return {k: written[k] for k in ("phase", "failureReason", "observedGeneration", "conditions")}
-
-
 def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None) -> None:
     """The job Failed with condition reason InvalidSpec; with `body`, also one Warning Event `InvalidSpec`
     naming the field (kopf's own "failed permanently" event is not reliable enough to promise)."""
     if body is not None:
         _event_sink(_ref(body))("Warning", REASON_INVALID_SPEC, message)
-    for k, v in failed_spec_fields(status, generation, message).items():
+    for k, v in failed_spec_fields(status, generation, message, now_rfc3339()).items():
         patch.status[k] = v
 
 
@@ -746,58 +726,28 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
         job_goodput = counts.goodput
+    now = now_rfc3339()  # (one time for the whole status of this pass)
     rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
-    new = build_status(Inputs(
-        job=job, generation=generation, previous=previous, slices=slice_entries,
-        controller=None if finished else ctrl, controller_pod=controller_pod, controller_restarts=restarts,
-        slice_replacements=replacements, recoveries=recoveries, counter_base=counter_base,
-        finish=plan.finish, rejected_fields=rejected, now=now_rfc3339(), goodput=job_goodput))
-    new.conditions, refusal_changed = with_create_failure(new.conditions, refusal, generation, now_rfc3339())
-    if refusal_changed:
-        # An earlier job's child still being garbage-collected is a wait, not a fault: no Warning.
-        applier.apply([effects.refusal_event(refusal)])
-    if not (finished or plan.finish or job.spec.suspend):
-        # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
-        faults = pod_faults(controller_pods + worker_pods)
-        refused = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
-        if invalid_refusal(refused):
-            _fail_invalid_child(applier, f"worker pods cannot be created: {refused.message}", controller_pods,
-                                jobsets, status, generation, tracker)
-            return
-        if refused is not None and refused.condition not in faults:
-            faults[refused.condition] = refused
-        new.conditions, fault_events = with_pod_faults(new.conditions, faults, generation, now_rfc3339())
-        for event in fault_events:
-            post(*event)
-        whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
-        new.conditions, node_events = with_node_loss(new.conditions, node_lost_messages, whole,
-                                                     generation, now_rfc3339())
-        for event in node_events:
-            post(*event)
-        new.conditions, answer_events = with_controller_answers(
-            new.conditions, tracker.answer_fault_message(time.monotonic()), generation, now_rfc3339())
-        for event in answer_events:
-            post(*event)
-        if job.spec.backend == "pathways":
-            head = current if current is not None and not dead(current) and plan.create_controller is None else None
-            new.conditions, head_events = with_resource_manager(
-                new.conditions, head, pathways_backend.RM_PORT,
-                pathways_backend.RM_STARTUP_PERIOD_S * pathways_backend.RM_STARTUP_FAILURES, generation, now_rfc3339())
-            for event in head_events:
-                post(*event)
-    for event in resume_events(previous.resumed_from, new.resumed_from):
-        post(*event)
-    if new.phase != status.get("phase"):
-        post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new.phase}")
-    rejected_before = get_condition(previous.conditions, COND_SPEC_REJECTED)
-    if rejected and not (rejected_before is not None and rejected_before.status == "True"):
-        post("Warning", "SpecChangeRejected", f"{', '.join(rejected)} cannot change on an existing job")
-    for category, seconds in goodput_ledger.increments(previous.goodput, new.goodput).items():
-        metrics.GOODPUT_SECONDS.labels(category).inc(seconds)
-    written = new.to_kube()
-    for k, v in written.items():
-        if status.get(k) != v:
-            patch.status[k] = v
+    observed = StatusObserved(
+        inputs=Inputs(job=job, generation=generation, previous=previous, slices=slice_entries,
+                      controller=None if finished else ctrl, controller_pod=controller_pod,
+                      controller_restarts=restarts, slice_replacements=replacements, recoveries=recoveries,
+                      counter_base=counter_base, finish=plan.finish, rejected_fields=rejected, now=now,
+                      goodput=job_goodput),
+        status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
+        current=current, controller_created_now=plan.create_controller is not None,
+        node_lost_messages=node_lost_messages)
+    if observed.running:
+        # (HTTP reads of Events, bounded: before the decision, never inside it)
+        observed.creation_refusal = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
+        observed.whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
+        observed.answer_fault = tracker.answer_fault_message(time.monotonic())
+    decision = decide_status(observed)
+    applier.apply(decision.effects)
+    if decision.written is None:
+        tracker.finished = True  # the worker pods' template was refused as invalid: the job failed
+        return
+    written = decision.written
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
     _maybe_expire(state, key, job, written, tracker)
     return True
@@ -805,11 +755,8 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
 
 def _fail_invalid_child(applier: effects.Applier, message: str, controller_pods: list, jobsets: dict, status,
                         generation: int, tracker: JobTracker) -> None:
-    """Ends the job Failed (InvalidSpec, with an Event) and stops what runs (`effects.invalid_child_effects`)."""
-    fields = failed_spec_fields(status, generation, message)
-    fields.update(status_fields(completion_time=now_rfc3339()))
-    applier.apply(effects.invalid_child_effects(message, fields, status.get("phase") or "", controller_pods,
-                                                jobsets.values()))
+    """Ends the job Failed (InvalidSpec, with an Event) and stops what runs (`status_decision.invalid_failure`)."""
+    applier.apply(invalid_failure(message, status, generation, now_rfc3339(), controller_pods, jobsets))
     tracker.finished = True
 
 

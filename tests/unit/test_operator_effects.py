@@ -5,15 +5,18 @@ from __future__ import annotations
 import types
 
 from elastic_jax.api import labels as lbl
-from elastic_jax.api.status import REASON_PREVIOUS_JOB_TERMINATING
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.api.status import COND_PODS_NOT_STARTING, REASON_PREVIOUS_JOB_TERMINATING, ElasticTrainingJobStatus
 from elastic_jax.k8s_operator import effects
-from elastic_jax.k8s_operator.effects import (Applied, Applier, CreateChild, DeleteJobSet, DeletePod, EventLog,
-                                              NodeLostPodSeen, PatchStatus, PostEvent)
+from elastic_jax.k8s_operator.effects import (Applied, Applier, CountGoodput, CreateChild, DeleteJobSet, DeletePod,
+                                              EventLog, NodeLostPodSeen, PatchStatus, PostEvent)
+from elastic_jax.k8s_operator.pod_faults import PodFault
 from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.nodes import REASON_NODE_LOST, NodeLoss, NodeLostPod
 from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, JobSetView, Plan
 from elastic_jax.k8s_operator.slices import PodView
-from elastic_jax.k8s_operator.status_builder import REASON_INVALID_SPEC, child_conflict
+from elastic_jax.k8s_operator.status_builder import REASON_INVALID_SPEC, Inputs, child_conflict
+from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status
 from tests.support.fake_kube import FakeKube
 
 UID = "uid-1"
@@ -161,3 +164,56 @@ def test_events_of_a_pass_are_posted_in_order_when_it_ends_and_later_ones_at_onc
     assert posted == [("Normal", "A", "1"), ("Warning", "B", "2")]
     log("Normal", "C", "3")  # (the controller link's report, after the pass)
     assert posted[-1] == ("Normal", "C", "3")
+
+
+# -- the status half ------------------------------------------------------------------------
+
+NOW = "2030-01-01T00:00:00Z"
+
+
+def _status_observed(status: dict, finish=None, refusal=None, creation_refusal=None, rejected=(), **kw):
+    job = parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+                          "metadata": {"name": "j"},
+                          "spec": {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 2},
+                                   "checkpoint": {"uri": "/tmp/ck"}}})
+    inputs = Inputs(job=job, generation=1, previous=ElasticTrainingJobStatus.from_kube(status), slices=[],
+                    controller=None, controller_pod="j-controller-0", controller_restarts=0, slice_replacements=0,
+                    recoveries=0, counter_base=None, finish=finish, rejected_fields=list(rejected), now=NOW)
+    return StatusObserved(inputs=inputs, status=status, finished=False, refusal=refusal, controller_pods=[],
+                          worker_pods=[], jobsets={0: JobSetView("j-w0", 0)}, current=None,
+                          controller_created_now=False, creation_refusal=creation_refusal, **kw)
+
+
+def test_the_status_decision_ends_in_one_patch_of_the_fields_that_changed():
+    d = decide_status(_status_observed({"phase": "Pending"}))
+    assert isinstance(d.effects[-1], PatchStatus) and d.written is not None
+    assert d.effects[-1].fields == {k: v for k, v in d.written.items() if {"phase": "Pending"}.get(k) != v}
+    again = decide_status(_status_observed(dict(d.written)))  # the same world: nothing to write, nothing to say
+    assert again.effects == [PatchStatus({})]
+    assert not any(isinstance(e, (PostEvent, CountGoodput)) for e in again.effects)
+
+
+def test_the_status_decision_says_a_refused_create_and_a_rejected_edit_once():
+    d = decide_status(_status_observed({"phase": "Pending"}, refusal=child_conflict("Pod", "j-controller-0"),
+                                       rejected=["spec.slices.count"]))
+    reasons = [e.reason for e in d.effects if isinstance(e, PostEvent)]
+    assert reasons[0] == child_conflict("Pod", "j-controller-0")[0] and "SpecChangeRejected" in reasons
+    again = decide_status(_status_observed(dict(d.written), refusal=child_conflict("Pod", "j-controller-0"),
+                                           rejected=["spec.slices.count"]))
+    assert again.effects == [PatchStatus({})]
+
+
+def test_an_invalid_worker_pod_template_fails_the_job_instead_of_writing_status():
+    fault = PodFault(COND_PODS_NOT_STARTING, "FailedCreate", 'Pod "j-w0-0" is invalid: spec.containers[0]: bad')
+    d = decide_status(_status_observed({"phase": "Running"}, creation_refusal=fault))
+    assert d.written is None
+    patch = next(e for e in d.effects if isinstance(e, PatchStatus)).fields
+    assert patch["phase"] == "Failed" and patch["completionTime"] == NOW and "is invalid" in patch["failureReason"]
+    assert DeleteJobSet("j-w0") in d.effects
+    assert [e.reason for e in d.effects if isinstance(e, PostEvent)] == [REASON_INVALID_SPEC, "PhaseChanged"]
+
+
+def test_a_finishing_job_reads_no_pod_fault():
+    fault = PodFault(COND_PODS_NOT_STARTING, "FailedCreate", 'Pod "j-w0-0" is invalid: bad')
+    d = decide_status(_status_observed({"phase": "Running"}, finish=("Failed", "budget"), creation_refusal=fault))
+    assert d.written is not None and d.written["phase"] == "Failed"
