@@ -93,6 +93,13 @@ class CountControllerRestart:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeleteJob:
+    """Delete the finished job itself: its `ttlSecondsAfterFinished` (`ttl_s`) passed."""
+
+    ttl_s: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CountGoodput:
     """`seconds` more of goodput `category` (`goodput.increments`), in the operator's metric."""
 
@@ -100,8 +107,8 @@ class CountGoodput:
     seconds: float
 
 
-Effect = Union[CreateChild, DeletePod, DeleteJobSet, PostEvent, PatchStatus, NodeLostPodSeen, CountControllerRestart,
-               CountGoodput]
+Effect = Union[CreateChild, DeletePod, DeleteJobSet, DeleteJob, PostEvent, PatchStatus, NodeLostPodSeen,
+               CountControllerRestart, CountGoodput]
 
 
 # -- the one accumulator of a pass's Events -------------------------------------------------
@@ -217,7 +224,8 @@ class Applier:
       namespace, job, job_uid: the job.
       events: the pass's `EventLog`.
       patch: kopf's patch (its `.status` takes `PatchStatus`).
-      tracker: the job's `JobTracker` (records the controller pod created, the lost-node pods said).
+      tracker: the job's `JobTracker` (records the controller pod created, the lost-node pods said, the
+        job's own deletion).
       indexes: the pods and JobSets indexes (a 409 on a name an earlier job of this name holds is a wait).
     """
 
@@ -243,6 +251,11 @@ class Applier:
                                                               {"grace_s": effect.grace_s}))
             elif isinstance(effect, DeleteJobSet):
                 self.kube.delete_jobset(self.ns, effect.name)
+            elif isinstance(effect, DeleteJob):
+                _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", self.ns, self.job,
+                             effect.ttl_s)
+                self.kube.delete_job(self.ns, self.job)
+                self.tracker.deleting = True  # its children's end, until the delete event, is no news
             elif isinstance(effect, PostEvent):
                 self.events(effect.type, effect.reason, effect.message)
             elif isinstance(effect, PatchStatus):

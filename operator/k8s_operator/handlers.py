@@ -35,7 +35,8 @@ from elastic_jax.k8s_operator import (
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator import effects, status_write
-from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status, failed_spec_fields, invalid_failure
+from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
+                                                     invalid_failure)
 from elastic_jax.k8s_operator.effects import ChildConflict, EventLog, check_taken, invalid_reason
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
@@ -747,9 +748,8 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
     if decision.written is None:
         tracker.finished = True  # the worker pods' template was refused as invalid: the job failed
         return
-    written = decision.written
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
-    _maybe_expire(state, key, job, written, tracker)
+    applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, dt.datetime.now(dt.timezone.utc)))
     return True
 
 
@@ -841,18 +841,3 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
                                         pods=list(t.pods), addresses=list(t.addresses), reason=reason,
                                         last_transition_time=t.since))
     return out
-
-
-def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict,
-                  tracker: JobTracker | None = None) -> None:
-    """Deletes a finished job once `ttlSecondsAfterFinished` passed."""
-    ttl = job.spec.ttl_seconds_after_finished
-    done = status.get("completionTime")
-    if ttl is None or status.get("phase") not in FINISHED_PHASES or not done:
-        return
-    finished_at = dt.datetime.strptime(done, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
-    if (dt.datetime.now(dt.timezone.utc) - finished_at).total_seconds() >= ttl:
-        _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", key[0], key[1], ttl)
-        state.kube.delete_job(*key)
-        if tracker is not None:
-            tracker.deleting = True  # its children's end, until the delete event, is no news

@@ -9,14 +9,15 @@ pod template the API server refuses as invalid fails the job instead (`effects.i
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any, Mapping
 
-from elastic_jax.api.status import COND_FAILED, COND_SPEC_REJECTED, ElasticTrainingJobStatus
+from elastic_jax.api.status import COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, ElasticTrainingJobStatus
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.conditions import get_condition, set_condition
-from elastic_jax.k8s_operator.effects import (REASON_PHASE_CHANGED, CountGoodput, Effect, PatchStatus, PostEvent,
-                                              invalid_child_effects, refusal_event)
+from elastic_jax.k8s_operator.effects import (REASON_PHASE_CHANGED, CountGoodput, DeleteJob, Effect, PatchStatus,
+                                              PostEvent, invalid_child_effects, refusal_event)
 from elastic_jax.k8s_operator.head_status import with_resource_manager
 from elastic_jax.k8s_operator.pod_faults import PodFault, invalid_refusal, pod_faults
 from elastic_jax.k8s_operator.reconcile import JobSetView, dead
@@ -144,3 +145,13 @@ def decide_status(o: StatusObserved) -> StatusDecision:
     written = new.to_kube()
     out.append(PatchStatus({k: v for k, v in written.items() if o.status.get(k) != v}))
     return StatusDecision(out, written)
+
+
+def expiry(ttl_s: int | None, written: Mapping[str, Any], now: dt.datetime) -> list[Effect]:
+    """[DeleteJob] once a finished job's `ttlSecondsAfterFinished` (`ttl_s`, None: never) passed since its
+    `completionTime` (`written`: the status as written; `now`: aware UTC), else []."""
+    done = written.get("completionTime")
+    if ttl_s is None or written.get("phase") not in FINISHED_PHASES or not done:
+        return []
+    finished_at = dt.datetime.strptime(done, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    return [DeleteJob(ttl_s)] if (now - finished_at).total_seconds() >= ttl_s else []

@@ -8,15 +8,15 @@ from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.api.status import COND_PODS_NOT_STARTING, REASON_PREVIOUS_JOB_TERMINATING, ElasticTrainingJobStatus
 from elastic_jax.k8s_operator import effects
-from elastic_jax.k8s_operator.effects import (Applied, Applier, CountGoodput, CreateChild, DeleteJobSet, DeletePod,
-                                              EventLog, NodeLostPodSeen, PatchStatus, PostEvent)
+from elastic_jax.k8s_operator.effects import (Applied, Applier, CountGoodput, CreateChild, DeleteJob, DeleteJobSet,
+                                              DeletePod, EventLog, NodeLostPodSeen, PatchStatus, PostEvent)
 from elastic_jax.k8s_operator.pod_faults import PodFault
 from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.nodes import REASON_NODE_LOST, NodeLoss, NodeLostPod
 from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, JobSetView, Plan
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import REASON_INVALID_SPEC, Inputs, child_conflict
-from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status
+from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status, expiry
 from tests.support.fake_kube import FakeKube
 
 UID = "uid-1"
@@ -217,3 +217,17 @@ def test_a_finishing_job_reads_no_pod_fault():
     fault = PodFault(COND_PODS_NOT_STARTING, "FailedCreate", 'Pod "j-w0-0" is invalid: bad')
     d = decide_status(_status_observed({"phase": "Running"}, finish=("Failed", "budget"), creation_refusal=fault))
     assert d.written is not None and d.written["phase"] == "Failed"
+
+
+def test_a_finished_job_expires_once_its_ttl_passed():
+    import datetime as dt
+
+    done = {"phase": "Succeeded", "completionTime": "2030-01-01T00:00:00Z"}
+    at = lambda s: dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=s)  # noqa: E731
+    assert expiry(60, done, at(59)) == [] and expiry(None, done, at(10 ** 6)) == []
+    assert expiry(60, {**done, "phase": "Running"}, at(61)) == []
+    assert expiry(60, done, at(60)) == [DeleteJob(60)]
+    deleted, tracker = [], types.SimpleNamespace(deleting=False)
+    kube = types.SimpleNamespace(delete_job=lambda ns, name: deleted.append((ns, name)))
+    _applier(kube, tracker=tracker).apply(expiry(60, done, at(61)))
+    assert deleted == [("ns", "j")] and tracker.deleting  # its children's end is no news
