@@ -28,42 +28,32 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
-from elastic_jax.api.status import (COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, REASON_PREVIOUS_JOB_TERMINATING,
-                                    ElasticTrainingJobStatus, SliceStatusEntry)
+from elastic_jax.api.status import FINISHED_PHASES, ElasticTrainingJobStatus, SliceStatusEntry
 from elastic_jax.k8s_operator import (
     backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
-from elastic_jax.k8s_operator.backends import pathways as pathways_backend
-from elastic_jax.k8s_operator import status_write
+from elastic_jax.k8s_operator import effects, status_write
+from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
+                                                     invalid_failure)
+from elastic_jax.k8s_operator.effects import ChildConflict, EventLog, check_taken, invalid_reason
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
                                                  now_rfc3339, set_condition)
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube
-from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, REASON_NODE_LOST, NodeLoss, lost_nodes, node_view
-from elastic_jax.k8s_operator.head_status import with_resource_manager
-from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, Observed, dead, decide, jobset_view
-from elastic_jax.k8s_operator.pod_faults import (RefusalEvent, creation_fault, invalid_refusal, pod_faults,
-                                                 slices_missing_pods)
+from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
+from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
+from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
-    build_status,
     changed_fields,
-    resume_events,
     create_failure,
-    child_conflict,
     earlier_token_secret,
-    previous_job_terminating,
     token_conflict,
     token_refused,
     REASON_INVALID_SPEC,
-    invalid_child,
-    with_controller_answers,
-    with_create_failure,
-    with_node_loss,
-    with_pod_faults,
 )
 from elastic_jax.k8s_operator.tracker import JobTracker
 
@@ -185,8 +175,17 @@ def _patch_status(patch: Any, **fields: Any) -> None:
     Raises:
       pydantic.ValidationError: a value the status model refuses (a bug here, not user input).
     """
-    for key, value in ElasticTrainingJobStatus.model_validate(fields).to_kube().items():
+    for key, value in status_fields(**fields).items():
         patch.status[key] = value
+
+
+def status_fields(**fields: Any) -> dict[str, Any]:
+    """Status fields by their snake_case `ElasticTrainingJobStatus` names → as written (camelCase), validated.
+
+    Raises:
+      pydantic.ValidationError: a value the status model refuses (a bug here, not user input).
+    """
+    return ElasticTrainingJobStatus.model_validate(fields).to_kube()
 
 
 def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None) -> None:
@@ -194,13 +193,8 @@ def _fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any
     naming the field (kopf's own "failed permanently" event is not reliable enough to promise)."""
     if body is not None:
         _event_sink(_ref(body))("Warning", REASON_INVALID_SPEC, message)
-    failed = ElasticTrainingJobStatus.from_kube(status)  # (the whole list of conditions is written back)
-    failed.phase, failed.failure_reason, failed.observed_generation = "Failed", message, generation
-    failed.conditions = set_condition(failed.conditions, COND_FAILED, "True", REASON_INVALID_SPEC, message, generation,
-                                      now_rfc3339())
-    written = failed.to_kube()
-    for k in ("phase", "failureReason", "observedGeneration", "conditions"):
-        patch.status[k] = written[k]
+    for k, v in failed_spec_fields(status, generation, message, now_rfc3339()).items():
+        patch.status[k] = v
 
 
 # -- indexes ------------------------------------------------------------------------------
@@ -421,37 +415,9 @@ def _earlier_job_evidence(state: OperatorState, key, uid: str, job_pods=None, jo
     return owners is not None and incarnation.holder(owners, name, uid) == "earlier"
 
 
-class ChildConflict(Exception):
-    """The name of one of the job's children is taken by an object this job does not own.
-
-    Attributes:
-      kind, name: the object.
-      earlier: it belongs to an earlier job of this name, being garbage-collected: a wait, not a conflict.
-    """
-
-    def __init__(self, kind: str, name: str, earlier: bool = False):
-        super().__init__(f"{kind} {name}")
-        self.kind, self.name, self.earlier = kind, name, earlier
-
-    def refusal(self) -> tuple[str, str]:
-        """(reason, message) of the CreateFailed condition."""
-        return previous_job_terminating(self.kind, self.name) if self.earlier else child_conflict(self.kind, self.name)
-
-
 def _check_taken(state: OperatorState, ns: str, kind: str, child: str, job: str, uid: str, index=None) -> None:
-    """After a create answered 409: returns when the object `child` is this job's own.
-
-    Raises:
-      ChildConflict: it is an earlier job's of this name (`earlier`: in our index, or owned by a
-        deleted ElasticTrainingJob of this name) or anyone else's.
-    """
-    if incarnation.held_by_earlier(index, ns, job, uid, child):
-        raise ChildConflict(kind, child, earlier=True)
-    if state.kube.owned_by(ns, kind, child, uid):
-        return
-    who = incarnation.holder(state.kube.owners(ns, kind, child), job, uid)
-    if who != "ours":
-        raise ChildConflict(kind, child, earlier=who == "earlier")
+    """`effects.check_taken` with the operator's API client."""
+    check_taken(state.kube, ns, kind, child, job, uid, index)
 
 
 def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, body, status, patch,
@@ -638,8 +604,22 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         # Not a loss to recover, not news: no replacement, no Warning, nothing told to the controller.
         tracker.deleting = True
         return
-    post = _event_sink(tracker.ref)
+    events = EventLog(_event_sink(tracker.ref))  # every Event of this pass, posted when it ends
+    try:
+        return _pass(state, key, job, live, tracker, body, status, generation, patch, job_pods, job_jobsets,
+                     read_lost, events)
+    finally:
+        events.flush()
+
+
+def _pass(state, key, job, live, tracker, body, status, generation, patch, job_pods, job_jobsets, read_lost,
+          post: EventLog) -> bool | None:
+    """`_reconcile`'s pass once the job's body is current: observe, decide, apply (`effects`), status."""
+    ns, name = key
+    resource_version = body["metadata"].get("resourceVersion") or ""
     finished = status.get("phase") in FINISHED_PHASES
+    applier = effects.Applier(state.kube, ns, name, body["metadata"]["uid"], post, patch, tracker, job_pods,
+                              job_jobsets)
 
     refusal: tuple[str, str] | None = None  # the first child the API server refused in this pass
     invalid: str | None = None  # a child the API server refused as invalid (422): the job fails
@@ -658,7 +638,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
             refusal, blocked = e.refusal(), True
         except ChildRefused as e:
             refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
-            invalid = invalid or _invalid(e)
+            invalid = invalid or invalid_reason(e)
     created = body["metadata"].get("creationTimestamp") or ""
 
     def read_pods():
@@ -692,91 +672,43 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
     if ctrl is not None and not job.spec.suspend and tracker.answer_uid == tracker.controller_uid:
-        for i in tracker.slices_down_by_controller(ctrl):
-            for pod_name in tracker.slices[i].pods:
-                post("Warning", "WorkerReplaced", f"controller saw slice {i} fail while pod {pod_name} runs; deleting it")
-                state.kube.delete_pod(ns, pod_name, grace_s=0)
+        applier.apply(effects.worker_replacements(
+            {i: list(tracker.slices[i].pods) for i in tracker.slices_down_by_controller(ctrl)}))
 
     jobsets = {v.slice_index: v for v in jobset_list}
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
                                 tracker.expected_pod_age_s(status.get("controllerPod") or ""), lost))
-    node_lost_messages = []
-    for stranded in plan.force_delete:
-        # grace 0, as the out-of-service taint's pod GC: only a dead kubelet could end a graceful delete
-        message = stranded.message(state.node_lost_s)
-        node_lost_messages.append(message)
-        if stranded.uid not in tracker.node_lost_pods:  # one Event per pod, not one per pass
-            tracker.node_lost_pods.add(stranded.uid)
-            post("Warning", REASON_NODE_LOST, message)
-            metrics.NODE_LOST_PODS.labels("controller" if stranded.slice_index < 0 else "worker").inc()
-            _logger.warning("%s", message, extra={"job": name, "node": stranded.loss.node, "pod": stranded.pod})
-        state.kube.delete_pod(ns, stranded.pod, grace_s=0)
-    for js in plan.delete_jobsets:
-        state.kube.delete_jobset(ns, js)
-    for pod_name in plan.delete_pods:
-        # graceful: SIGTERM lets a live controller checkpoint first (suspend)
-        state.kube.delete_pod(ns, pod_name)
     renderer = renderer_for(job.spec.backend)
-    controller_pod = current.name if current else ""
-    created_controller = False
-    if plan.create_controller is not None and not blocked:
-        pod = renderer.controller_pod(job, plan.create_controller, body["metadata"]["uid"])
-        kopf.adopt(pod, owner=body)
-        try:
-            pod_name = pod["metadata"]["name"]
-            if not state.kube.create(ns, pod):
-                # An earlier incarnation's pod still in its grace period: wait for it, count nothing. Any
-                # other pod of that name is not ours to wait for or delete: say so (a trial found a
-                # foreign pod reported as "an earlier job ... terminating").
-                _check_taken(state, ns, "Pod", pod_name, name, body["metadata"]["uid"], job_pods)
-            controller_pod = pod_name
-            created_controller = True
-            tracker.created_controller = (controller_pod, time.monotonic())
-        except ChildConflict as e:
-            refusal = refusal or e.refusal()
-            controller_pod = status.get("controllerPod") or ""
-        except ChildRefused as e:
-            refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
-            invalid = invalid or _invalid(e)
-            controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass
+
+    def adopted(child: dict) -> dict:
+        kopf.adopt(child, owner=body)
+        return child
+
+    applied = applier.apply(effects.child_effects(
+        plan, tracker.node_lost_pods, state.node_lost_s, blocked,
+        lambda n: adopted(renderer.controller_pod(job, n, body["metadata"]["uid"])),
+        lambda i: adopted(renderer.worker_jobset(job, i))), effects.Applied(refusal, invalid))
+    refusal, invalid, created_controller = applied.refusal, applied.invalid, applied.controller_created
+    node_lost_messages = effects.node_lost_messages(plan, state.node_lost_s)
+    if created_controller:
+        controller_pod = applied.controller_pod
+    elif plan.create_controller is not None and not blocked:
+        controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass
     elif job.spec.suspend:
         controller_pod = ""
     elif not current:
         controller_pod = status.get("controllerPod") or ""
-    for i in [] if blocked else plan.create_jobsets:
-        js = renderer.worker_jobset(job, i)
-        if plan.pathways_head:
-            js["metadata"].setdefault("annotations", {})[lbl.PATHWAYS_HEAD] = plan.pathways_head
-        kopf.adopt(js, owner=body)
-        try:
-            if not state.kube.create(ns, js):
-                # Ours (the index is behind) is fine. An earlier job's is waited for; anyone else's would
-                # leave the slice Provisioning with no word (a trial): its pods are not this slice's.
-                _check_taken(state, ns, "JobSet", js["metadata"]["name"], name, body["metadata"]["uid"], job_jobsets)
-        except ChildConflict as e:
-            refusal = refusal or e.refusal()
-        except ChildRefused as e:
-            refusal = refusal or create_failure(e.kind, e.name, e.status, e.message)
-            invalid = invalid or _invalid(e)
+    else:
+        controller_pod = current.name
     if invalid is not None:
-        _fail_invalid_child(state, ns, invalid, controller_pods, jobsets, body, status, generation, patch, post)
-        tracker.finished = True
+        _fail_invalid_child(applier, invalid, controller_pods, jobsets, status, generation, tracker)
         return
-    # A replacement is counted (and announced) once it exists: a refused or blocked create is
-    # the CreateFailed condition's news, retried each pass without spending maxRestarts.
-    replaced = plan.controller_restarted and created_controller
-    for event in plan.events:
-        # (a resume's warning, like a replacement's, once its pod exists: a blocked create is retried each pass)
-        if created_controller or event[1] not in ("ControllerRestarted", RESUMED_FROM_STEP_ZERO):
-            if replaced or event[1] != "ControllerRestarted":
-                post(*event)
+    follow_up, replaced = effects.after_creates(plan, created_controller)
+    applier.apply(follow_up)
     restarts = int(status.get("controllerRestarts") or 0) + (1 if replaced else 0)
-    if replaced:
-        metrics.CONTROLLER_RESTARTS.inc()
     if plan.finish:
-        post("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}", plan.finish[1])
         tracker.finished = True
 
     previous = ElasticTrainingJobStatus.from_kube(status)
@@ -795,83 +727,37 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
         job_goodput = counts.goodput
+    now = now_rfc3339()  # (one time for the whole status of this pass)
     rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
-    new = build_status(Inputs(
-        job=job, generation=generation, previous=previous, slices=slice_entries,
-        controller=None if finished else ctrl, controller_pod=controller_pod, controller_restarts=restarts,
-        slice_replacements=replacements, recoveries=recoveries, counter_base=counter_base,
-        finish=plan.finish, rejected_fields=rejected, now=now_rfc3339(), goodput=job_goodput))
-    new.conditions, refusal_changed = with_create_failure(new.conditions, refusal, generation, now_rfc3339())
-    if refusal_changed:
-        # An earlier job's child still being garbage-collected is a wait, not a fault: no Warning.
-        post("Normal" if refusal[0] == REASON_PREVIOUS_JOB_TERMINATING else "Warning", refusal[0], refusal[1])
-    if not (finished or plan.finish or job.spec.suspend):
-        # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
-        faults = pod_faults(controller_pods + worker_pods)
-        refused = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
-        if invalid_refusal(refused):
-            _fail_invalid_child(state, ns, f"worker pods cannot be created: {refused.message}", controller_pods,
-                                jobsets, body, status, generation, patch, post)
-            tracker.finished = True
-            return
-        if refused is not None and refused.condition not in faults:
-            faults[refused.condition] = refused
-        new.conditions, fault_events = with_pod_faults(new.conditions, faults, generation, now_rfc3339())
-        for event in fault_events:
-            post(*event)
-        whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
-        new.conditions, node_events = with_node_loss(new.conditions, node_lost_messages, whole,
-                                                     generation, now_rfc3339())
-        for event in node_events:
-            post(*event)
-        new.conditions, answer_events = with_controller_answers(
-            new.conditions, tracker.answer_fault_message(time.monotonic()), generation, now_rfc3339())
-        for event in answer_events:
-            post(*event)
-        if job.spec.backend == "pathways":
-            head = current if current is not None and not dead(current) and plan.create_controller is None else None
-            new.conditions, head_events = with_resource_manager(
-                new.conditions, head, pathways_backend.RM_PORT,
-                pathways_backend.RM_STARTUP_PERIOD_S * pathways_backend.RM_STARTUP_FAILURES, generation, now_rfc3339())
-            for event in head_events:
-                post(*event)
-    for event in resume_events(previous.resumed_from, new.resumed_from):
-        post(*event)
-    if new.phase != status.get("phase"):
-        post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> {new.phase}")
-    rejected_before = get_condition(previous.conditions, COND_SPEC_REJECTED)
-    if rejected and not (rejected_before is not None and rejected_before.status == "True"):
-        post("Warning", "SpecChangeRejected", f"{', '.join(rejected)} cannot change on an existing job")
-    for category, seconds in goodput_ledger.increments(previous.goodput, new.goodput).items():
-        metrics.GOODPUT_SECONDS.labels(category).inc(seconds)
-    written = new.to_kube()
-    for k, v in written.items():
-        if status.get(k) != v:
-            patch.status[k] = v
+    observed = StatusObserved(
+        inputs=Inputs(job=job, generation=generation, previous=previous, slices=slice_entries,
+                      controller=None if finished else ctrl, controller_pod=controller_pod,
+                      controller_restarts=restarts, slice_replacements=replacements, recoveries=recoveries,
+                      counter_base=counter_base, finish=plan.finish, rejected_fields=rejected, now=now,
+                      goodput=job_goodput),
+        status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
+        current=current, controller_created_now=plan.create_controller is not None,
+        node_lost_messages=node_lost_messages)
+    if observed.running:
+        # (HTTP reads of Events, bounded: before the decision, never inside it)
+        observed.creation_refusal = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
+        observed.whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
+        observed.answer_fault = tracker.answer_fault_message(time.monotonic())
+    decision = decide_status(observed)
+    applier.apply(decision.effects)
+    if decision.written is None:
+        tracker.finished = True  # the worker pods' template was refused as invalid: the job failed
+        return
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
-    _maybe_expire(state, key, job, written, tracker)
+    applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, dt.datetime.now(dt.timezone.utc)))
     return True
 
 
-def _invalid(e: ChildRefused) -> str | None:
-    """The failure reason when the API server refused a child as invalid (422), else None (a refusal that
-    may pass later: quota, admission, a webhook that is down)."""
-    return invalid_child(e.kind, e.name, e.message) if e.status == 422 else None
-
-
-def _fail_invalid_child(state: OperatorState, ns: str, message: str, controller_pods: list, jobsets: dict, body,
-                        status, generation: int, patch, post) -> None:
-    """Ends the job Failed (InvalidSpec, with an Event) and stops what runs: every pass would be refused the
-    same way, so retrying would only leave the workers running under a job that cannot start."""
-    _fail_spec(patch, status, generation, message, body)
-    _patch_status(patch, completion_time=now_rfc3339())
-    for js in jobsets.values():
-        if not js.deleting:
-            state.kube.delete_jobset(ns, js.name)
-    for pod in controller_pods:
-        if not pod.terminal and not pod.deleting:
-            state.kube.delete_pod(ns, pod.name)
-    post("Normal", "PhaseChanged", f"{status.get('phase') or 'New'} -> Failed")
+def _fail_invalid_child(applier: effects.Applier, message: str, controller_pods: list, jobsets: dict, status,
+                        generation: int, tracker: JobTracker) -> None:
+    """Ends the job Failed (InvalidSpec, with an Event) and stops what runs (`status_decision.invalid_failure`)."""
+    applier.apply(invalid_failure(message, status, generation, now_rfc3339(), controller_pods, jobsets))
+    tracker.finished = True
 
 
 # Seconds between two reads of the Events of a job's JobSets/Jobs while pods are missing (API load bound).
@@ -955,18 +841,3 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
                                         pods=list(t.pods), addresses=list(t.addresses), reason=reason,
                                         last_transition_time=t.since))
     return out
-
-
-def _maybe_expire(state: OperatorState, key, job: job_api.ElasticTrainingJob, status: dict,
-                  tracker: JobTracker | None = None) -> None:
-    """Deletes a finished job once `ttlSecondsAfterFinished` passed."""
-    ttl = job.spec.ttl_seconds_after_finished
-    done = status.get("completionTime")
-    if ttl is None or status.get("phase") not in FINISHED_PHASES or not done:
-        return
-    finished_at = dt.datetime.strptime(done, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
-    if (dt.datetime.now(dt.timezone.utc) - finished_at).total_seconds() >= ttl:
-        _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", key[0], key[1], ttl)
-        state.kube.delete_job(*key)
-        if tracker is not None:
-            tracker.deleting = True  # its children's end, until the delete event, is no news

@@ -1,0 +1,157 @@
+"""The status half of a reconcile pass as a pure decision: what was observed -> the effects (`effects`).
+
+`decide_status` builds the job's new `.status` (`status_builder.build_status`), sets the conditions of
+what the pass saw (a refused create, pod faults, lost nodes, refused controller answers, the Pathways
+resource manager) and returns the Events they are due with and the status patch, in order. A worker
+pod template the API server refuses as invalid fails the job instead (`effects.invalid_child_effects`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any, Mapping
+
+from elastic_jax.api.status import COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, ElasticTrainingJobStatus
+from elastic_jax.k8s_operator import goodput as goodput_ledger
+from elastic_jax.k8s_operator.backends import pathways as pathways_backend
+from elastic_jax.k8s_operator.conditions import get_condition, set_condition
+from elastic_jax.k8s_operator.effects import (REASON_PHASE_CHANGED, CountGoodput, DeleteJob, Effect, PatchStatus,
+                                              PostEvent, invalid_child_effects, refusal_event)
+from elastic_jax.k8s_operator.head_status import with_resource_manager
+from elastic_jax.k8s_operator.pod_faults import PodFault, invalid_refusal, pod_faults
+from elastic_jax.k8s_operator.reconcile import JobSetView, dead
+from elastic_jax.k8s_operator.slices import PodView
+from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, Inputs, build_status, resume_events,
+                                                     with_controller_answers, with_create_failure, with_node_loss,
+                                                     with_pod_faults)
+
+# Event reason of an edit to a spec field that cannot change on an existing job.
+REASON_SPEC_CHANGE_REJECTED = "SpecChangeRejected"
+
+
+def failed_spec_fields(status: Mapping[str, Any] | None, generation: int, message: str, now: str) -> dict[str, Any]:
+    """The status fields (as written) of a job Failed with condition reason InvalidSpec: phase, failureReason,
+    observedGeneration and the whole list of conditions (`now`: RFC 3339, the condition's time)."""
+    failed = ElasticTrainingJobStatus.from_kube(status)  # (the whole list of conditions is written back)
+    failed.phase, failed.failure_reason, failed.observed_generation = "Failed", message, generation
+    failed.conditions = set_condition(failed.conditions, COND_FAILED, "True", REASON_INVALID_SPEC, message, generation,
+                                      now)
+    written = failed.to_kube()
+    return {k: written[k] for k in ("phase", "failureReason", "observedGeneration", "conditions")}
+
+
+def invalid_failure(message: str, status: Mapping[str, Any], generation: int, now: str,
+                    controller_pods: list[PodView], jobsets: Mapping[int, JobSetView]) -> list[Effect]:
+    """A child the API server refused as invalid: the job Failed (InvalidSpec, completionTime `now`), what runs
+    stopped (`effects.invalid_child_effects`)."""
+    fields = failed_spec_fields(status, generation, message, now)
+    fields.update(ElasticTrainingJobStatus.model_validate({"completion_time": now}).to_kube())
+    return invalid_child_effects(message, fields, status.get("phase") or "", controller_pods, jobsets.values())
+
+
+@dataclasses.dataclass
+class StatusObserved:
+    """What the status decision reads, besides `build_status`'s `Inputs`.
+
+    Attributes:
+      inputs: `build_status`'s inputs (its `finish` is the plan's, its `now` this pass's time, its
+        `rejected_fields` the spec fields edited that cannot change: `status_builder.changed_fields`).
+      status: the job's `.status` as read (camelCase).
+      finished: the job's phase was already Succeeded or Failed.
+      refusal: (reason, message) of the first create refused in this pass, or None.
+      controller_pods, worker_pods: the job's pods; jobsets: its JobSets by slice index.
+      current: the newest controller pod that runs (None: none).
+      controller_created_now: the plan asked for a new controller pod (`Plan.create_controller` not None).
+      creation_refusal: why worker pods are missing, from their Job's Events (`handlers._pod_creation_refusals`).
+      node_lost_messages: the messages of the pods force-deleted off lost nodes in this pass.
+      whole: every slice Ready and the controller Ready (the NodeLost condition clears).
+      answer_fault: why the controller's answers are not used (`JobTracker.answer_fault_message`), or None.
+    """
+
+    inputs: Inputs
+    status: Mapping[str, Any]
+    finished: bool
+    refusal: tuple[str, str] | None
+    controller_pods: list[PodView]
+    worker_pods: list[PodView]
+    jobsets: Mapping[int, JobSetView]
+    current: PodView | None
+    controller_created_now: bool
+    creation_refusal: PodFault | None = None
+    node_lost_messages: list[str] = dataclasses.field(default_factory=list)
+    whole: bool = False
+    answer_fault: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """Neither finished, nor finishing now, nor suspended: its pods' faults are news."""
+        i = self.inputs
+        return not (self.finished or i.finish or i.job.spec.suspend)
+
+
+@dataclasses.dataclass
+class StatusDecision:
+    """The status half's effects, in order, and the status written (None: the job failed instead)."""
+
+    effects: list[Effect]
+    written: dict[str, Any] | None
+
+
+def decide_status(o: StatusObserved) -> StatusDecision:
+    """The job's new status and the Events due with it (pure).
+
+    Returns:
+      A `StatusDecision`: Events, goodput counts, then one `PatchStatus` of the fields that changed; or,
+      when the API server refuses the worker pod template as invalid, the job's failure
+      (`invalid_failure`) with `written` None.
+    """
+    i = o.inputs
+    job, generation, now = i.job, i.generation, i.now
+    new = build_status(i)
+    out: list[Effect] = []
+    new.conditions, refusal_changed = with_create_failure(new.conditions, o.refusal, generation, now)
+    if refusal_changed:
+        out.append(refusal_event(o.refusal))
+    if o.running:
+        # (a finished or suspended job keeps its last word: the pods are going away, not "pulled")
+        faults = pod_faults(o.controller_pods + o.worker_pods)
+        refused = o.creation_refusal
+        if invalid_refusal(refused):
+            return StatusDecision(out + invalid_failure(f"worker pods cannot be created: {refused.message}", o.status,
+                                                        generation, now, o.controller_pods, o.jobsets), None)
+        if refused is not None and refused.condition not in faults:
+            faults[refused.condition] = refused
+        new.conditions, fault_events = with_pod_faults(new.conditions, faults, generation, now)
+        new.conditions, node_events = with_node_loss(new.conditions, o.node_lost_messages, o.whole, generation, now)
+        new.conditions, answer_events = with_controller_answers(new.conditions, o.answer_fault, generation, now)
+        head_events: list[tuple[str, str, str]] = []
+        if job.spec.backend == "pathways":
+            head = o.current if o.current is not None and not dead(o.current) and not o.controller_created_now \
+                else None
+            new.conditions, head_events = with_resource_manager(
+                new.conditions, head, pathways_backend.RM_PORT,
+                pathways_backend.RM_STARTUP_PERIOD_S * pathways_backend.RM_STARTUP_FAILURES, generation, now)
+        out += [PostEvent(*e) for e in fault_events + node_events + answer_events + head_events]
+    out += [PostEvent(*e) for e in resume_events(i.previous.resumed_from, new.resumed_from)]
+    if new.phase != o.status.get("phase"):
+        out.append(PostEvent("Normal", REASON_PHASE_CHANGED, f"{o.status.get('phase') or 'New'} -> {new.phase}"))
+    rejected_before = get_condition(i.previous.conditions, COND_SPEC_REJECTED)
+    if i.rejected_fields and not (rejected_before is not None and rejected_before.status == "True"):
+        out.append(PostEvent("Warning", REASON_SPEC_CHANGE_REJECTED,
+                             f"{', '.join(i.rejected_fields)} cannot change on an existing job"))
+    out += [CountGoodput(category, seconds)
+            for category, seconds in goodput_ledger.increments(i.previous.goodput, new.goodput).items()]
+    written = new.to_kube()
+    out.append(PatchStatus({k: v for k, v in written.items() if o.status.get(k) != v}))
+    return StatusDecision(out, written)
+
+
+def expiry(ttl_s: int | None, written: Mapping[str, Any], now: dt.datetime) -> list[Effect]:
+    """[DeleteJob] once a finished job's `ttlSecondsAfterFinished` (`ttl_s`, None: never) passed since its
+    `completionTime` (`written`: the status as written; `now`: aware UTC), else []."""
+    done = written.get("completionTime")
+    if ttl_s is None or written.get("phase") not in FINISHED_PHASES or not done:
+        return []
+    finished_at = dt.datetime.strptime(done, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc)
+    return [DeleteJob(ttl_s)] if (now - finished_at).total_seconds() >= ttl_s else []
