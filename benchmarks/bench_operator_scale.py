@@ -179,12 +179,16 @@ def main(argv: list[str] | None = None) -> int:
         _wait_running(cluster, ns, names, args.slices, op, timeout_s=600)
 
         # (b) burst: one worker of every job at once
-        by_job = fleet.pods_by_job(cluster, ns)
         index = args.slices - 1
-        victims = {job: fleet.running_worker(by_job[job]["workers"], index) for job in names}
-        missing = [j for j, v in victims.items() if v is None]
-        if missing:
-            raise RuntimeError(f"no running worker of slice {index} in {missing}")
+
+        def burst_victims():
+            # (a job whose slice `index` was replaced in (a) can report all slices active before the
+            # list of pods shows the new worker Running: wait for every victim, not for status alone)
+            pods = fleet.pods_by_job(cluster, ns)
+            found = {job: fleet.running_worker(pods[job]["workers"], index) for job in names}
+            return (pods, found) if all(v is not None for v in found.values()) else None
+
+        by_job, victims = wait_for(burst_victims, timeout_s=300, what=f"a running worker of slice {index} in every job")
         log_mark = len(op.log_records())
         cpu_b0, _ = _proc_usage(op.proc.pid)
         burst_start = time.time()
