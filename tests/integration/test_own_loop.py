@@ -35,7 +35,8 @@ def test_own_loop_survives_a_worker_sigkill_in_the_same_controller_process(tmp_p
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
     assert s["succeeded"] and s["steps"] == 300, s
-    assert s["injected_failure"]["signal"] == "SIGKILL" and s["worker_restarts"] == 1, s
+    # (the killed worker is restarted 1 s after; under load the 270 steps left on one slice can end first)
+    assert s["injected_failure"]["signal"] == "SIGKILL" and s["worker_restarts"] in (0, 1), s
     assert s["controller_pid_changed"] is False and s["controller_restarts"] == 0, s
     log = run.controller_log()
     assert "elastic attempt 2 on slices [0]" in log, log[-3000:]  # replica resize onto the survivor
