@@ -34,13 +34,31 @@ per-step log line), and per failure (from one kill to the next; median/max
 printed for the elastic and spare arms), and the load average at the arm's end.
 `--keep DIR` keeps every arm's logs (controller, workers) under DIR.
 
+Cluster arms (the operator path, `e2e/chaos.py`): the same job as an
+ElasticTrainingJob through the operator (a least-privilege process) on the
+local control plane (`e2e.harness`; started for the run unless one is up,
+and stopped after), the controller and workers pods of the node agent, the
+workers on a pool of three one-worker nodes added for the run:
+
+* ``cluster-none``: no failure; the reference for the cluster arms.
+* ``cluster``: every `--period` seconds from the first step a training
+  slice's worker process SIGKILLed; at tick `--node-loss-tick` that worker's
+  node lost instead (`LocalCluster.fail_node`, out-of-service taint;
+  restored `--node-down` s later); the operator SIGKILLed half a period after
+  tick `--operator-kill-tick` and restarted `--operator-down` s later.
+
+Their time to N is from `kubectl apply` to the job's `Succeeded` in status;
+ratio = cluster / cluster-none; steps lost and final loss from the
+controller's run summary (its `finished` log record).
+
 Targets (issue 12): elastic time-to-N within 1.05x of no failures, 0 steps
 lost, final loss identical to (a); with one spare, at most one step per
-failure below the desired slice count. Only the local arms are built; the
-cluster arms (operator path) are not.
+failure below the desired slice count; cluster arm within 1.15x of
+cluster-none, 0 steps lost, final loss identical.
 
 Usage:
   .venv/bin/python benchmarks/bench_chaos.py [--steps 600] [--period 15] [--repeats 1] [--seed 0] [--keep DIR]
+      [--arms none,elastic,spare,restart,cluster]   (cluster arms: root, E2E_BUILD_DIR with the Go binaries)
 
 Prints a table, then one ``BENCH {...}`` JSON line.
 """
@@ -65,6 +83,8 @@ from pathlib import Path
 import yaml
 
 from bench_recovery import CLI, EVENT_RE, RESTORE_RE, _pids_under, crash, step_times
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SUMMARY_PREFIX = "SUMMARY "
 # A full-restart arm that makes no progress (restart slower than the failure period) must still end.
@@ -266,6 +286,53 @@ def run_restart(workdir: Path, args) -> dict:
             "failures": len(kills), "recoveries_s": recoveries, "reduced_steps": 0, "load_avg": os.getloadavg()}
 
 
+def run_cluster(cluster_ctx, workdir: Path, args, rng: random.Random, chaos: bool) -> dict:
+    """Arm ``cluster-none`` (`chaos` False) or ``cluster``: the job through the operator (e2e/chaos.py)."""
+    from e2e.chaos import Plan, run_arm
+
+    cluster, kubeconfig = cluster_ctx()
+    plan = Plan(every=args.period, node_loss_tick=args.node_loss_tick, operator_kill_tick=args.operator_kill_tick,
+                node_down_s=args.node_down, operator_down_s=args.operator_down) if chaos else Plan()
+    run = run_arm(cluster, kubeconfig, workdir, args.steps, plan, rng, ckpt_interval=args.ckpt_interval,
+                  timeout_s=MAX_ARM_SECONDS)
+    log = run.controller_log
+    losses = run.kills("pod", "node")
+    steps = step_times(log) if log is not None else []
+    per_step = statistics.median(b[0] - a[0] for a, b in zip(steps, steps[1:])) if len(steps) > 1 else float("nan")
+    has_log = log is not None and log.exists()
+    return {"wall_s": run.wall_s, "succeeded": run.phase == "Succeeded", "failure_reason": run.status.get("message"),
+            "final_loss": run.finished.get("final_loss"), "steps_lost": run.finished.get("steps_lost", 0),
+            "failures": len(run.failures), "failure_kinds": [k for _, k, _ in run.failures],
+            "controller_restarts": int(run.status.get("controllerRestarts") or 0),
+            "recoveries_s": _recoveries_elastic(log, losses) if has_log else [], "step_s": per_step,
+            "reduced_steps": _reduced_steps(log) if has_log else 0,
+            "reduced_per_failure": _reduced_per_failure(log, losses) if has_log else [],
+            "status_goodput": (run.status.get("goodput") or {}).get("fraction"), "load_avg": os.getloadavg()}
+
+
+@contextlib.contextmanager
+def _cluster(workdir: Path):
+    """A callable giving (local cluster, operator kubeconfig), set up at its first call (the pool of
+    e2e/chaos.py added, the CRD installed); torn down on exit, the cluster stopped if this run started it."""
+    stack = contextlib.ExitStack()
+    made: list = []
+
+    def get():
+        if not made:
+            from e2e.chaos import chaos_nodes, setup
+            from e2e.harness.cluster import LocalCluster
+
+            cluster = LocalCluster()
+            if not cluster.is_running():
+                cluster.start()
+                stack.callback(cluster.stop)
+            stack.enter_context(chaos_nodes(cluster))
+            made.extend([cluster, setup(cluster, workdir)])
+        return made[0], made[1]
+    with stack:
+        yield get
+
+
 def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
@@ -280,37 +347,51 @@ def main() -> None:
     parser.add_argument("--ckpt-interval", type=int, default=50, help="checkpoint every this many steps")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--arms", default="none,elastic,spare,restart", help="comma-separated subset (none always runs)")
+    parser.add_argument("--arms", default="none,elastic,spare,restart",
+                        help="comma-separated subset of none,elastic,spare,restart,cluster-none,cluster (none always "
+                             "runs; cluster brings cluster-none)")
+    parser.add_argument("--node-loss-tick", type=int, default=2, help="cluster arm: the failure that is a node loss")
+    parser.add_argument("--operator-kill-tick", type=int, default=3,
+                        help="cluster arm: the operator is killed half a period after this failure")
+    parser.add_argument("--node-down", type=float, default=20.0, help="cluster arm: seconds before the node is back")
+    parser.add_argument("--operator-down", type=float, default=5.0,
+                        help="cluster arm: seconds before the operator is restarted")
     parser.add_argument("--keep", type=Path, help="write the arms' logs under this directory (kept) instead of a temporary one")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    arms = {"none": lambda wd: run_none(wd, args), "elastic": lambda wd: run_elastic(wd, args, rng),
-            "spare": lambda wd: run_elastic(wd, args, rng, spares=1), "restart": lambda wd: run_restart(wd, args)}
     chosen = {"none", *args.arms.split(",")}
-    arms = {k: v for k, v in arms.items() if k in chosen}
-    results: dict[str, list[dict]] = {arm: [] for arm in arms}
+    if "cluster" in chosen:
+        chosen.add("cluster-none")
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
-    with (tempfile.TemporaryDirectory(prefix="bench-chaos-") if args.keep is None else contextlib.nullcontext(args.keep)) as tmp:
+    with (tempfile.TemporaryDirectory(prefix="bench-chaos-") if args.keep is None else contextlib.nullcontext(args.keep)) as tmp, \
+            _cluster(Path(tmp)) as cluster_ctx:
+        arms = {"none": lambda wd: run_none(wd, args), "elastic": lambda wd: run_elastic(wd, args, rng),
+                "spare": lambda wd: run_elastic(wd, args, rng, spares=1), "restart": lambda wd: run_restart(wd, args),
+                "cluster-none": lambda wd: run_cluster(cluster_ctx, wd, args, rng, chaos=False),
+                "cluster": lambda wd: run_cluster(cluster_ctx, wd, args, rng, chaos=True)}
+        arms = {k: v for k, v in arms.items() if k in chosen}
+        results: dict[str, list[dict]] = {arm: [] for arm in arms}
         for r in range(args.repeats):
             for arm, run in arms.items():
                 wd = Path(tmp) / f"{arm}-{r}"
                 wd.mkdir()
                 res = run(wd)
                 results[arm].append(res)
-                print(f"  {arm:8s} run {r}: {res['wall_s']:7.1f} s, {res['failures']} failures, "
+                print(f"  {arm:12s} run {r}: {res['wall_s']:7.1f} s, {res['failures']} failures, "
                       f"{res['steps_lost']} steps lost, final loss {res['final_loss']}, "
                       f"load average {' '.join(f'{x:.1f}' for x in res['load_avg'])}"
                       + ("" if res["succeeded"] else f", FAILED: {res.get('failure_reason')}"), flush=True)
-    base_wall = statistics.median(x["wall_s"] for x in results["none"])
-    step_s = statistics.median(x["step_s"] for x in results["none"])
-    base_loss = results["none"][0]["final_loss"]
     rows = {}
     for arm, runs in results.items():
+        ref = "cluster-none" if arm.startswith("cluster") else "none"  # each arm against its own no-failure arm
+        base_wall = statistics.median(x["wall_s"] for x in results[ref])
+        step_s = statistics.median(x["step_s"] for x in results[ref])
+        base_loss = results[ref][0]["final_loss"]
         wall = statistics.median(x["wall_s"] for x in runs)
         rec = [s for x in runs for s in x["recoveries_s"]]
         rows[arm] = {
-            "wall_s": wall, "ratio": wall / base_wall, "goodput": args.steps * step_s / wall,
+            "reference": ref, "wall_s": wall, "ratio": wall / base_wall, "goodput": args.steps * step_s / wall,
             "steps_lost": max(x["steps_lost"] for x in runs), "failures": sum(x["failures"] for x in runs),
             "recovery_median_s": statistics.median(rec) if rec else float("nan"),
             "recovery_p95_s": _pct(rec, 0.95), "recovery_max_s": max(rec) if rec else float("nan"),
@@ -322,12 +403,13 @@ def main() -> None:
             "reduced_per_failure": [n for x in runs for n in x.get("reduced_per_failure", [])],
         }
     print()
-    print(f"{'arm':10s}{'time to N s':>12s}{'x (a)':>7s}{'goodput':>9s}{'lost':>6s}{'fails':>6s}"
-          f"{'rec med':>8s}{'p95':>7s}{'max':>7s}{'<2 sl':>6s}  final loss (= a?)")
+    print(f"{'arm':13s}{'time to N s':>12s}{'x ref':>7s}{'goodput':>9s}{'lost':>6s}{'fails':>6s}"
+          f"{'rec med':>8s}{'p95':>7s}{'max':>7s}{'<2 sl':>6s}  final loss (= ref's?)")
     for arm, row in rows.items():
-        print(f"{arm:10s}{row['wall_s']:12.1f}{row['ratio']:7.2f}{row['goodput']:9.2f}{row['steps_lost']:6d}"
+        print(f"{arm:13s}{row['wall_s']:12.1f}{row['ratio']:7.2f}{row['goodput']:9.2f}{row['steps_lost']:6d}"
               f"{row['failures']:6d}{row['recovery_median_s']:8.2f}{row['recovery_p95_s']:7.2f}"
-              f"{row['recovery_max_s']:7.2f}{row['reduced_steps']:6d}  {row['final_loss']} ({row['loss_matches_none']})")
+              f"{row['recovery_max_s']:7.2f}{row['reduced_steps']:6d}  {row['final_loss']} ({row['loss_matches_none']}; "
+              f"ref {row['reference']})")
     if "elastic" in rows:
         print(f"elastic/none {rows['elastic']['ratio']:.3f} (target <= 1.05, 0 steps lost, same loss)")
     for arm in ("elastic", "spare"):
@@ -339,6 +421,11 @@ def main() -> None:
               f"{rows['spare']['failures']} failures; target <= 1 per failure)")
     if "restart" in rows:
         print(f"restart/none {rows['restart']['ratio']:.3f}")
+    if "cluster" in rows:
+        kinds = [k for x in results["cluster"] for k in x["failure_kinds"]]
+        print(f"cluster/cluster-none {rows['cluster']['ratio']:.3f} (target <= 1.15, 0 steps lost, same loss; "
+              f"{kinds.count('pod')} worker kills, {kinds.count('node')} node loss, {kinds.count('operator')} operator "
+              f"kill; controller restarts {max(x['controller_restarts'] for x in results['cluster'])})")
     print("BENCH " + json.dumps({"args": vars(args), "arms": rows, "runs": results}, default=str))
 
 

@@ -50,7 +50,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from e2e.harness.cluster import LocalCluster  # noqa: E402
-from e2e.helpers import wait_for  # noqa: E402
+from e2e.helpers import create_namespace, wait_for  # noqa: E402
 from e2e.kwok import KwokProcess  # noqa: E402
 from e2e.kwok import fleet  # noqa: E402
 from e2e.operator_fixtures import OperatorProcess, write_operator_kubeconfig  # noqa: E402
@@ -136,9 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         wait_for(lambda: fleet.kwok_nodes_ready(cluster, args.kwok_nodes),
                  timeout_s=60, what="kwok nodes Ready", explain=kwok.log)
-        cluster.kubectl("create", "namespace", ns)
-        wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0,
-                 timeout_s=30, what="default ServiceAccount")
+        create_namespace(cluster, ns)
         op.start()
         names = [f"job-{i:03d}" for i in range(args.jobs)]
         small, rest = names[:args.jobs_small], names[args.jobs_small:]

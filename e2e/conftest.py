@@ -22,7 +22,6 @@ for it outside its timeout (:mod:`e2e.harness.background_build`).
 from __future__ import annotations
 
 import os
-import time
 import uuid
 
 import pytest
@@ -30,6 +29,7 @@ import pytest
 from e2e.harness import sessionlock
 from e2e.harness.cluster import LocalCluster
 from e2e.harness.paths import E2E_DIR, cluster_dir
+from e2e.helpers import create_namespace
 
 
 def pytest_collection_finish(session):
@@ -71,13 +71,6 @@ def kube(cluster):
 
 @pytest.fixture
 def namespace(cluster):
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    # The ServiceAccount controller creates "default" shortly after; pods need it.
-    deadline = time.monotonic() + 30
-    while cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no default ServiceAccount in {name}")
-        time.sleep(0.2)
+    name = create_namespace(cluster, f"e2e-{uuid.uuid4().hex[:8]}")
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

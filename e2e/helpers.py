@@ -30,6 +30,19 @@ def wait_for(check: Callable[[], T], *, timeout_s: float, what: str, interval_s:
         time.sleep(interval_s)
 
 
+def create_namespace(cluster: LocalCluster, name: str, timeout_s: float = 30) -> str:
+    """Creates namespace ``name`` and waits for its ``default`` ServiceAccount (pods need it); returns ``name``.
+
+    Raises:
+        CommandError: kubectl refused (e.g. it exists).
+        TimeoutError: no ``default`` ServiceAccount within ``timeout_s`` (the ServiceAccount controller is down).
+    """
+    cluster.kubectl("create", "namespace", name)
+    wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+             timeout_s=timeout_s, what=f"the default ServiceAccount in {name}", interval_s=0.2)
+    return name
+
+
 def apply(cluster: LocalCluster, manifest: str, namespace: str) -> str:
     """``kubectl apply -f -`` into ``namespace``; returns kubectl's output.
 

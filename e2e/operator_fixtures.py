@@ -52,12 +52,21 @@ def operator_rbac_objects() -> str:
     return yaml.safe_dump_all(docs)
 
 
-@pytest.fixture(scope="session")
-def ejob_crd(cluster):
-    """The generated CRD, installed and Established."""
+def install_crd(cluster) -> Path:
+    """Applies the generated CRD and waits until it is Established; returns its file.
+
+    Raises:
+      CommandError: kubectl refused it, or it was not Established within 60 s.
+    """
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     cluster.kubectl("wait", "--for=condition=Established", "crd/elastictrainingjobs.elasticjax.dev", "--timeout=60s")
     return CRD
+
+
+@pytest.fixture(scope="session")
+def ejob_crd(cluster):
+    """The generated CRD, installed and Established."""
+    return install_crd(cluster)
 
 
 def write_operator_kubeconfig(cluster, folder: Path, duration: str = "6h") -> Path:
@@ -150,6 +159,23 @@ class OperatorProcess:
             processes.stop(self.proc.pid, grace_s=10, group=False)
             self.proc.poll()
 
+    def wait_up(self, timeout_s: float = 60) -> None:
+        """Waits until its metrics endpoint answers (kopf started).
+
+        Raises:
+          TimeoutError: not within `timeout_s` (the message ends with its log).
+          AssertionError: the process exited (its log is the message).
+        """
+        def up():
+            if not self.alive():
+                return True
+            try:
+                return "elasticjax_operator" in self.metrics()
+            except OSError:
+                return False
+        wait_for(up, timeout_s=timeout_s, what="operator metrics up", explain=self.log)
+        assert self.alive(), self.log()
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
@@ -174,15 +200,7 @@ def operator(operator_kubeconfig, tmp_path):
     """A running operator (least-privilege identity); stopped by PID afterwards."""
     op = OperatorProcess(operator_kubeconfig, tmp_path / "operator.log", free_port())
     op.start()
-    def up():
-        if not op.alive():
-            return True
-        try:
-            return "elasticjax_operator" in op.metrics()
-        except OSError:
-            return False
-    wait_for(up, timeout_s=60, what="operator metrics up", explain=op.log)
-    assert op.alive(), op.log()
+    op.wait_up()
     try:
         yield op
     finally:
