@@ -119,7 +119,8 @@ def _print_report(s: dict) -> None:
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])
     if s.get("unfinished_recoveries"):
         rec += ("; " if rec else "") + f"{s['unfinished_recoveries']} unfinished when the run ended"
-    print(f"  recoveries {s['recoveries']} ({rec or '-'}); steps lost {s['steps_lost']}; "
+    lost = "n/a (not measured: your program owns its loop)" if s["steps_lost"] is None else s["steps_lost"]
+    print(f"  recoveries {s['recoveries']} ({rec or '-'}); steps lost {lost}; "
           f"worker restarts {s['worker_restarts']}; controller restarts {s['controller_restarts']}", file=out)
     for loss in s.get("controller_losses") or []:
         what = ("interrupted by a signal (it checkpointed the step it reached)" if loss["cause"] == "interrupted"

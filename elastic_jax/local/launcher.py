@@ -491,7 +491,8 @@ class LocalLauncher:
         Keys: job, succeeded, steps, total_steps, initial_loss, final_loss,
         recoveries (count of slice losses and drains, over every controller of the run),
         recovery_seconds (the measured ones, seconds each), unfinished_recoveries (count:
-        the run ended before the next step completed, so there is no duration), steps_lost,
+        the run ended before the next step completed, so there is no duration), steps_lost (None: not
+        measured, library mode),
         controller_pid_changed, controller_restarts, controller_losses (list of
         {cause: interrupted|lost, exit_code, at_step, resumed_from_step}; a controller
         restart is not a slice recovery), worker_restarts, injected_failure,
@@ -515,8 +516,9 @@ class LocalLauncher:
             run["succeeded"] = exited_ok and run.get("succeeded", True)
         history = self._previous_recoveries + run.get("recoveries", [])
         recoveries = [r for r in history if r.get("cause") != "scale_up"]
-        steps_lost = run.get("steps_lost", 0)
-        if self._reached_before_restart and run.get("restored_from_step") is not None:
+        # None in library mode: the user's loop owns its state, the library does not measure what it redoes.
+        steps_lost = None if self.job.spec.controller.library_mode else run.get("steps_lost") or 0
+        if steps_lost is not None and self._reached_before_restart and run.get("restored_from_step") is not None:
             # At least these steps were redone after the last controller restart.
             steps_lost += max(0, self._reached_before_restart[-1] - run["restored_from_step"])
         return {
