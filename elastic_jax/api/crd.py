@@ -64,8 +64,9 @@ PRINTER_COLUMNS = [
      "description": "Seconds from failures to the next completed step, and steps lost."},
     {"name": "Waiting", "type": "number", "jsonPath": ".status.goodput.seconds.waiting", "priority": 1,
      "description": "Seconds paused for lack of slices."},
-    {"name": "Spares", "type": "string", "jsonPath": ".status.spareSlices", "priority": 1,
-     "description": "Indices of the hot spare slices."},
+    # (a count: a list column prints "[]" for none; status.spareSlices names them)
+    {"name": "Spares", "type": "integer", "jsonPath": ".status.spareCount", "priority": 1,
+     "description": "Hot spare slices now (status.spareSlices names them)."},
 ]
 
 

@@ -69,6 +69,9 @@ def test_names_printer_columns_and_status_subresource():
     # the default view stays short: the breakdown only with -o wide
     assert {c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1} == {
         "Productive", "Reduced", "Recovering", "Waiting", "Spares"}
+    # -o wide shows a count (0 for none), never a JSON list ("[]"), for the spares
+    spares = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Spares")
+    assert spares["type"] == "integer" and spares["jsonPath"] == ".status.spareCount"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Running", "Degraded", "Recovering", "Suspended", "Succeeded", "Failed"]
     assert {"conditions", "slices", "controllerRestarts", "lastCheckpointStep", "failureReason", "goodput",
