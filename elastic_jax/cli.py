@@ -21,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from elastic_jax.api.manifest import ManifestError, dump_model, load_manifest
+from elastic_jax.api.manifest import ManifestError, dump_yaml, load_manifest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 
@@ -86,6 +86,9 @@ def run(
     )
     # SIGTERM (kill, timeout, a CI cancel) stops the run like Ctrl-C: checkpoint, stop every child.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C or `kill -INT`, set explicitly: a run started from a background shell inherits SIGINT ignored,
+    # and Python keeps an inherited SIG_IGN (no KeyboardInterrupt), so `kill -INT` would do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with RunLock(options.workdir), CheckpointLock(job.spec.checkpoint.uri):
             with ProgressView(steps) as view:
@@ -177,7 +180,20 @@ def validate(
         _check_checkpoint(job, fresh=False, check_gcs=True)
     elif not cluster:  # (on a cluster the folder is in the controller pod, not here)
         _check_resume(job)
-    typer.echo(dump_model(job))
+    typer.echo(dump_yaml(as_applied(job)))
+
+
+def as_applied(job) -> dict:
+    """The normalized manifest (camelCase, defaults filled in) with the container resources the operator's
+    renderer gives the pods (`Resources.effective`, its `DEFAULT_REQUESTS`): `requests: {}` in the spec is
+    250m CPU / 512Mi memory on the cluster, so `validate` prints that. The controller pod is the cpu
+    renderer's on both backends; a pathways worker gets no default request (its TPU limit is the operator's)."""
+    out = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+    spec = out["spec"]
+    spec["controller"]["resources"] = job.spec.controller.resources.effective("controller")
+    if job.spec.backend == "cpu":
+        spec["worker"]["resources"] = job.spec.worker.resources.effective("worker")
+    return out
 
 
 def _check_cluster(job) -> None:
