@@ -91,9 +91,13 @@ def run(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with RunLock(options.workdir), CheckpointLock(job.spec.checkpoint.uri):
-            with ProgressView(steps) as view:
-                launcher = LocalLauncher(job, manifest, options, on_status=view.update)
-                summary = launcher.run()
+            finished = _finished_at(job, fresh)
+            if finished is not None:  # nothing to train: no process is started
+                summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
+            else:
+                with ProgressView(steps) as view:
+                    launcher = LocalLauncher(job, manifest, options, on_status=view.update)
+                    summary = launcher.run()
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
     _print_report(summary)
@@ -103,12 +107,27 @@ def run(
     raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
 
 
+def _finished_at(job, fresh: bool):
+    """`checkpoints.finished_at` for `run`: the job's local checkpoints already hold its last step (so a run
+    would start every process, restore, and train nothing); None with --fresh or in library mode (the user's
+    program owns its checkpoints)."""
+    if fresh or job.spec.controller.library_mode:
+        return None
+    from elastic_jax.api import checkpoints
+
+    return checkpoints.finished_at(job.spec.checkpoint.uri, job.spec.training.steps)
+
+
 def _print_report(s: dict) -> None:
     out = sys.stderr
     print("", file=out)
-    outcome = "interrupted" if s.get("interrupted") else "succeeded" if s["succeeded"] else "FAILED"
-    print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps "
-          f"in {s['wall_seconds']:.0f} s", file=out)
+    if s.get("already_finished"):
+        print(f"job {s['job']}: already finished at checkpoint step {s['steps']}/{s['total_steps']}; "
+              "nothing was started (--fresh starts over)", file=out)
+    else:
+        outcome = "interrupted" if s.get("interrupted") else "succeeded" if s["succeeded"] else "FAILED"
+        print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps "
+              f"in {s['wall_seconds']:.0f} s", file=out)
     restored = s.get("restored_from_step")
     if restored is not None:
         done = " (already finished: nothing left to train; --fresh starts over)" if restored >= s["total_steps"] else ""
@@ -116,7 +135,10 @@ def _print_report(s: dict) -> None:
         writer = resumed.get("writer")
         by = (f" written by {writer['namespace']}/{writer['name']} (uid {writer['uid']})" if writer
               else " written by an unknown job (no writer identity saved)" if resumed else "")
-        print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
+        if s.get("already_finished"):
+            print(f"  checkpoint step {restored}{by}", file=out)
+        else:
+            print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])
