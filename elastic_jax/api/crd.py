@@ -36,10 +36,10 @@ MAX_NAME_LENGTH = job_api.MAX_NAME_LENGTH
 NAME_RULES = [
     {"rule": f"self.metadata.name.matches('{job_api.NAME_PATTERN}')",
      "message": "metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
-                "letter (the job's Service is named after it)"},
+                "letter (the job's Service is named after it)", "fieldPath": ".metadata.name"},
     {"rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
      "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters, so the job's worker pod names "
-                "(<name>-slice-<i>-worker-0-<host>-<random>) stay within 63"},
+                "(<name>-slice-<i>-worker-0-<host>-<random>) stay within 63", "fieldPath": ".metadata.name"},
 ]
 
 _DROP = {"title"}
