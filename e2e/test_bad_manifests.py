@@ -90,6 +90,11 @@ def test_validate_and_the_api_server_refuse_naming_the_same_field(cluster, names
         _dry_run_create(cluster, namespace, make())
     assert refused.value.status == 422, refused.value.body
     assert field in refused.value.body["message"], refused.value.body["message"]
+    # Where the API server puts it (kubectl prints it first: "spec.checkpoint.uri: Invalid value"): at the field
+    # or inside it, never at an object above it (`spec`, or `<nil>` for a rule on the root: the CEL `fieldPath`).
+    at = [c.get("field", "") for c in refused.value.body.get("details", {}).get("causes", [])]
+    assert any(f.startswith(field) or (field.startswith(f) and f not in ("spec", "metadata")) for f in at if f), \
+        (at, refused.value.body["message"])
 
 
 def test_kubectl_apply_refuses_a_request_above_its_limit(cluster, namespace, ejob_crd):  # noqa: F811

@@ -21,7 +21,7 @@ from typing import Optional
 
 import typer
 
-from elastic_jax.api.manifest import ManifestError, dump_model, load_manifest
+from elastic_jax.api.manifest import ManifestError, dump_yaml, load_manifest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 
@@ -86,11 +86,18 @@ def run(
     )
     # SIGTERM (kill, timeout, a CI cancel) stops the run like Ctrl-C: checkpoint, stop every child.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C or `kill -INT`, set explicitly: a run started from a background shell inherits SIGINT ignored,
+    # and Python keeps an inherited SIG_IGN (no KeyboardInterrupt), so `kill -INT` would do nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with RunLock(options.workdir), CheckpointLock(job.spec.checkpoint.uri):
-            with ProgressView(steps) as view:
-                launcher = LocalLauncher(job, manifest, options, on_status=view.update)
-                summary = launcher.run()
+            finished = _finished_at(job, fresh)
+            if finished is not None:  # nothing to train: no process is started
+                summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
+            else:
+                with ProgressView(steps) as view:
+                    launcher = LocalLauncher(job, manifest, options, on_status=view.update)
+                    summary = launcher.run()
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
     _print_report(summary)
@@ -100,12 +107,27 @@ def run(
     raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
 
 
+def _finished_at(job, fresh: bool):
+    """`checkpoints.finished_at` for `run`: the job's local checkpoints already hold its last step (so a run
+    would start every process, restore, and train nothing); None with --fresh or in library mode (the user's
+    program owns its checkpoints)."""
+    if fresh or job.spec.controller.library_mode:
+        return None
+    from elastic_jax.api import checkpoints
+
+    return checkpoints.finished_at(job.spec.checkpoint.uri, job.spec.training.steps)
+
+
 def _print_report(s: dict) -> None:
     out = sys.stderr
     print("", file=out)
-    outcome = "interrupted" if s.get("interrupted") else "succeeded" if s["succeeded"] else "FAILED"
-    print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps "
-          f"in {s['wall_seconds']:.0f} s", file=out)
+    if s.get("already_finished"):
+        print(f"job {s['job']}: already finished at checkpoint step {s['steps']}/{s['total_steps']}; "
+              "nothing was started (--fresh starts over)", file=out)
+    else:
+        outcome = "interrupted" if s.get("interrupted") else "succeeded" if s["succeeded"] else "FAILED"
+        print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps "
+              f"in {s['wall_seconds']:.0f} s", file=out)
     restored = s.get("restored_from_step")
     if restored is not None:
         done = " (already finished: nothing left to train; --fresh starts over)" if restored >= s["total_steps"] else ""
@@ -113,13 +135,17 @@ def _print_report(s: dict) -> None:
         writer = resumed.get("writer")
         by = (f" written by {writer['namespace']}/{writer['name']} (uid {writer['uid']})" if writer
               else " written by an unknown job (no writer identity saved)" if resumed else "")
-        print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
+        if s.get("already_finished"):
+            print(f"  checkpoint step {restored}{by}", file=out)
+        else:
+            print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])
     if s.get("unfinished_recoveries"):
         rec += ("; " if rec else "") + f"{s['unfinished_recoveries']} unfinished when the run ended"
-    print(f"  recoveries {s['recoveries']} ({rec or '-'}); steps lost {s['steps_lost']}; "
+    lost = "n/a (not measured: your program owns its loop)" if s["steps_lost"] is None else s["steps_lost"]
+    print(f"  recoveries {s['recoveries']} ({rec or '-'}); steps lost {lost}; "
           f"worker restarts {s['worker_restarts']}; controller restarts {s['controller_restarts']}", file=out)
     for loss in s.get("controller_losses") or []:
         what = ("interrupted by a signal (it checkpointed the step it reached)" if loss["cause"] == "interrupted"
@@ -176,7 +202,20 @@ def validate(
         _check_checkpoint(job, fresh=False, check_gcs=True)
     elif not cluster:  # (on a cluster the folder is in the controller pod, not here)
         _check_resume(job)
-    typer.echo(dump_model(job))
+    typer.echo(dump_yaml(as_applied(job)))
+
+
+def as_applied(job) -> dict:
+    """The normalized manifest (camelCase, defaults filled in) with the container resources the operator's
+    renderer gives the pods (`Resources.effective`, its `DEFAULT_REQUESTS`): `requests: {}` in the spec is
+    250m CPU / 512Mi memory on the cluster, so `validate` prints that. The controller pod is the cpu
+    renderer's on both backends; a pathways worker gets no default request (its TPU limit is the operator's)."""
+    out = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+    spec = out["spec"]
+    spec["controller"]["resources"] = job.spec.controller.resources.effective("controller")
+    if job.spec.backend == "cpu":
+        spec["worker"]["resources"] = job.spec.worker.resources.effective("worker")
+    return out
 
 
 def _check_cluster(job) -> None:

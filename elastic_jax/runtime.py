@@ -259,7 +259,7 @@ class Runtime:
         summary = RunSummary(
             succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=self.initial_loss,
             final_loss=self.loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
-            steps_lost=0, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
+            steps_lost=None, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
             restored_from_step=None, last_committed_checkpoint_step=None, failure_reason=self._failure_reason,
             wall_seconds=time.monotonic() - self._started, pid=os.getpid(),
             stop={ControllerExit.STOPPED: "requested", ControllerExit.RESTART: "signal"}.get(self.stop_exit_code),

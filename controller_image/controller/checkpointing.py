@@ -443,6 +443,12 @@ class Checkpointer:
         abstract_target = _with_default_sharding(target)
         # The manager caches its step list; another process may have written since.
         self._manager.reload()
+        # A state that does not fit is refused from the step's metadata before any read starts: Orbax's
+        # refusal comes mid-restore, and the reads still in flight then print one "Event loop is closed"
+        # traceback each (over a hundred for the built-in LM) when they land on its closed event loop.
+        mismatch = self._shape_mismatch(step, abstract_target)
+        if mismatch:
+            raise ValueError(mismatch)
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(
@@ -457,6 +463,26 @@ class Checkpointer:
         )
         self.last_restore_seconds = time.perf_counter() - started
         return restored[_STATE_ITEM], dict(restored[_DATA_ITEM]), step
+
+    def _shape_mismatch(self, step: int, abstract_target: PyTree) -> str | None:
+        """The first array of step `step` whose stored shape differs from `abstract_target`'s (a changed model),
+        in words; None when every array both have matches, or when the step's metadata cannot be read (the
+        restore itself then decides)."""
+        try:
+            stored = self._manager.item_metadata(step)[_STATE_ITEM]
+            have = ocp.tree.to_flat_dict(getattr(stored, "tree", stored))
+        except Exception:  # noqa: BLE001 - no usable metadata: Orbax's restore reports what is wrong
+            return None
+        want = {tuple(map(str, k)): v for k, v in
+                ocp.tree.to_flat_dict(ocp.tree.serialize_tree(abstract_target, keep_empty_nodes=True)).items()}
+        for key, meta in have.items():
+            target = want.get(tuple(map(str, key)))
+            if target is None or getattr(meta, "shape", None) is None or not hasattr(target, "shape"):
+                continue
+            if tuple(meta.shape) != tuple(target.shape):
+                return (f"Requested shape: {tuple(target.shape)} is not compatible with the stored shape: "
+                        f"{tuple(meta.shape)} (array {'/'.join(map(str, key))})")
+        return None
 
     # -- lifetime -----------------------------------------------------------
 

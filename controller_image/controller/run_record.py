@@ -32,7 +32,8 @@ class RunSummary:
     initial_loss: float | None
     final_loss: float | None
     recoveries: list[dict[str, Any]]
-    steps_lost: int
+    steps_lost: int | None
+    """Steps redone or lost to recoveries; None when not measured (library mode: the user's loop owns its state)."""
     goodput: float | None
     goodput_seconds: dict[str, float]
     """Wall seconds of this controller per `goodput.CATEGORIES` category."""

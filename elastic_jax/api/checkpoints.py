@@ -397,6 +397,21 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> list[st
     return ours
 
 
+def finished_at(uri: str, total_steps: int) -> tuple[int, JobIdentity | None] | None:
+    """`(step, writer)` when the local checkpoint directory `uri` already holds the job's last step, committed
+    and readable (the step the controller would restore, then train nothing); None otherwise (a `gs://` URI,
+    no directory, an unfinished or corrupt last step). Call after `check_resume`, which refuses another
+    job's steps and steps beyond `total_steps`.
+    """
+    if not is_local(uri):
+        return None
+    root = local_path(uri)
+    if not root.is_dir() or total_steps not in committed_local_steps(root):
+        return None
+    readable, writer = read_step_writer(root / str(total_steps))
+    return (total_steps, writer) if readable else None
+
+
 def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal["SameJob", "Any"], *,
               fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> None:
     """Everything about the checkpoint location that can be refused before a process starts.

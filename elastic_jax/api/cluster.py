@@ -102,7 +102,8 @@ RULES: list[tuple[str, str, Any]] = [
      lambda s: s.get("backend", "cpu") != "pathways" or _uri(s).startswith("gs://")),
 ]
 
-CEL_RULES = [{"rule": rule, "message": message} for rule, message, _ in RULES]
+# Each at spec.checkpoint.uri (`fieldPath`): without it the API server reports a rule on spec at `spec`.
+CEL_RULES = [{"rule": rule, "message": message, "fieldPath": ".checkpoint.uri"} for rule, message, _ in RULES]
 
 
 def problems(spec: dict[str, Any]) -> list[str]:

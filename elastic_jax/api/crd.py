@@ -36,10 +36,10 @@ MAX_NAME_LENGTH = job_api.MAX_NAME_LENGTH
 NAME_RULES = [
     {"rule": f"self.metadata.name.matches('{job_api.NAME_PATTERN}')",
      "message": "metadata.name must be a DNS-1035 label: lowercase letters, digits and '-', starting with a "
-                "letter (the job's Service is named after it)"},
+                "letter (the job's Service is named after it)", "fieldPath": ".metadata.name"},
     {"rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
      "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters, so the job's worker pod names "
-                "(<name>-slice-<i>-worker-0-<host>-<random>) stay within 63"},
+                "(<name>-slice-<i>-worker-0-<host>-<random>) stay within 63", "fieldPath": ".metadata.name"},
 ]
 
 _DROP = {"title"}
@@ -64,8 +64,9 @@ PRINTER_COLUMNS = [
      "description": "Seconds from failures to the next completed step, and steps lost."},
     {"name": "Waiting", "type": "number", "jsonPath": ".status.goodput.seconds.waiting", "priority": 1,
      "description": "Seconds paused for lack of slices."},
-    {"name": "Spares", "type": "string", "jsonPath": ".status.spareSlices", "priority": 1,
-     "description": "Indices of the hot spare slices."},
+    # (a count: a list column prints "[]" for none; status.spareSlices names them)
+    {"name": "Spares", "type": "integer", "jsonPath": ".status.spareCount", "priority": 1,
+     "description": "Hot spare slices now (status.spareSlices names them)."},
 ]
 
 

@@ -667,17 +667,22 @@ class ElasticTrainingJobSpec(_Model):
     """Desired state of an elastic multi-slice JAX training job."""
 
     # CEL rules for the CRD, mirroring `_backend_fields`; the backend of a job
-    # cannot change under a running controller, so the API server refuses it.
+    # cannot change under a running controller, so the API server refuses it. Each names
+    # the field it refuses (`fieldPath`), as the API server reports it (else at `spec`).
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self.backend != 'pathways' || (has(self.slices.accelerator) && has(self.slices.topology))",
-         "message": "backend pathways needs spec.slices.accelerator and spec.slices.topology"},
+         "message": "backend pathways needs spec.slices.accelerator and spec.slices.topology",
+         "fieldPath": ".slices", "reason": "FieldValueRequired"},
         {"rule": "self.backend != 'cpu' || !has(self.slices.hostsPerSlice) || self.slices.hostsPerSlice == 1",
-         "message": "spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)"},
+         "message": "spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)",
+         "fieldPath": ".slices.hostsPerSlice"},
         {"rule": "self.backend != 'pathways' || !has(self.slices.spares) || self.slices.spares == 0",
-         "message": "spec.slices.spares: hot spare slices are supported by backend cpu only (pathways: not built yet)"},
+         "message": "spec.slices.spares: hot spare slices are supported by backend cpu only (pathways: not built yet)",
+         "fieldPath": ".slices.spares", "reason": "FieldValueForbidden"},
         {"rule": "self.training.globalBatchSize >= self.slices.count",
          "message": "spec.training.globalBatchSize must be at least spec.slices.count: every slice needs one "
-                    "example per step"},
+                    "example per step",
+         "fieldPath": ".training.globalBatchSize"},
         # `_env_not_reserved`, generated from the runtime contract's lists
         *runtime_env.cel_rules(),
         # (immutability: `cluster.add_immutability_rules`, put on by `elastic_jax.api.crd`)

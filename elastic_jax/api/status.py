@@ -224,6 +224,8 @@ class ElasticTrainingJobStatus(_Model):
     spare_slices: list[int] = Field(
         default_factory=list, description="Indices of the slices the controller keeps as hot spares now (Ready, out "
                                           "of the training mesh; spec.slices.spares), as it last reported.")
+    spare_count: int = Field(default=0, ge=0, description="How many slices spareSlices names (the SPARES column of "
+                                                           "`kubectl get ejob -o wide`: 0 for none).")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
     resumed_from: ResumedFrom | None = Field(

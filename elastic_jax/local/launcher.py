@@ -491,7 +491,8 @@ class LocalLauncher:
         Keys: job, succeeded, steps, total_steps, initial_loss, final_loss,
         recoveries (count of slice losses and drains, over every controller of the run),
         recovery_seconds (the measured ones, seconds each), unfinished_recoveries (count:
-        the run ended before the next step completed, so there is no duration), steps_lost,
+        the run ended before the next step completed, so there is no duration), steps_lost (None: not
+        measured, library mode),
         controller_pid_changed, controller_restarts, controller_losses (list of
         {cause: interrupted|lost, exit_code, at_step, resumed_from_step}; a controller
         restart is not a slice recovery), worker_restarts, injected_failure,
@@ -499,10 +500,24 @@ class LocalLauncher:
         no step run; over every controller of the run, each weighted by its wall seconds),
         goodput_seconds (seconds per goodput category summed over the controllers), checkpoint_uri, last_committed_checkpoint_step,
         restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
-        metrics_file, logs_dir, wall_seconds, failure_reason.
+        metrics_file, logs_dir, wall_seconds, failure_reason; `finished_summary` adds already_finished.
         """
         path = self.workdir / "summary.json"
         run = json.loads(path.read_text()) if path.exists() else {}
+        return self._summary(run, wall_seconds, controller_restarts)
+
+    def finished_summary(self, step: int, writer: identity.JobIdentity | None) -> dict[str, Any]:
+        """The summary of a run that started nothing: the job's checkpoint directory already holds its last
+        `step` (`checkpoints.finished_at`), written by `writer`. `already_finished` is true, `succeeded` too
+        (the job is done), no step was trained (goodput None) and no loss was measured (None, not the first
+        run's)."""
+        run = {"succeeded": True, "steps": step, "restored_from_step": step, "last_committed_checkpoint_step": step,
+               "resumed_from": {"step": step, "fallbackReason": None,
+                                "writer": None if writer is None else writer.model_dump(by_alias=True)}}
+        return {**self._summary(run, 0.0, 0), "already_finished": True}
+
+    def _summary(self, run: dict[str, Any], wall_seconds: float, controller_restarts: int) -> dict[str, Any]:
+        """`summary` from the controller's own summary `run` (the dict of its `summary.json`)."""
         if self.job.spec.controller.library_mode and self.controller is not None:
             # The user's program owns its exit code: the job succeeded only if it says so too.
             exited_ok = self.controller.exit_code() == ControllerExit.SUCCEEDED
@@ -515,8 +530,9 @@ class LocalLauncher:
             run["succeeded"] = exited_ok and run.get("succeeded", True)
         history = self._previous_recoveries + run.get("recoveries", [])
         recoveries = [r for r in history if r.get("cause") != "scale_up"]
-        steps_lost = run.get("steps_lost", 0)
-        if self._reached_before_restart and run.get("restored_from_step") is not None:
+        # None in library mode: the user's loop owns its state, the library does not measure what it redoes.
+        steps_lost = None if self.job.spec.controller.library_mode else run.get("steps_lost") or 0
+        if steps_lost is not None and self._reached_before_restart and run.get("restored_from_step") is not None:
             # At least these steps were redone after the last controller restart.
             steps_lost += max(0, self._reached_before_restart[-1] - run["restored_from_step"])
         return {

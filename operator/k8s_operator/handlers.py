@@ -811,6 +811,7 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
 
 # `status.slices[i].reason` of a slice whose workers a suspend stopped.
 SUSPENDED_SLICE_REASON = "workers stopped: the job is suspended (spec.suspend)"
+FINISHED_SLICE_REASON = "workers stopped: the job has finished (status.phase)"
 
 
 def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceStatusEntry],
@@ -833,9 +834,9 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
                 same = prev is not None and prev.state == t.state and prev.last_transition_time
                 t.since = prev.last_transition_time if same else now
             reason = t.reason
-            if tracker.suspended and t.state in ("Down", "Draining"):
+            if (tracker.suspended or tracker.finished) and t.state in ("Down", "Draining"):
                 # the operator stopped these workers: "exit code 143" would read as a failure
-                reason = SUSPENDED_SLICE_REASON
+                reason = SUSPENDED_SLICE_REASON if tracker.suspended else FINISHED_SLICE_REASON
             out.append(SliceStatusEntry(index=t.index, state=t.state,
                                         restarts=restarts[t.index] if t.index < len(restarts) else 0,
                                         pods=list(t.pods), addresses=list(t.addresses), reason=reason,

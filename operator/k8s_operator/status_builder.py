@@ -90,6 +90,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         # Exit 0 means the final step's checkpoint committed (`ControllerExit.SUCCEEDED`); the last
         # poll, before that save, said an older step (550 while 600 was committed).
         out.step = out.last_checkpoint_step = i.job.spec.training.steps
+    out.spare_count = len(out.spare_slices)  # (the printer column: a list prints "[]" for none)
     out.observed_generation = i.generation
     out.desired_slices = i.job.spec.slices.count
     out.total_steps = i.job.spec.training.steps

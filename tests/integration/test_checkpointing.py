@@ -126,6 +126,23 @@ def test_async_save_returns_before_commit(tmp_path: Path) -> None:
     assert blocking < 2.0, blocking
 
 
+def test_a_state_that_does_not_fit_is_refused_from_the_metadata_naming_the_array(tmp_path: Path) -> None:
+    """A changed model: refused before any array is read (Orbax's own refusal came mid-restore, and its reads
+    still in flight then printed "Event loop is closed" tracebacks), naming the array and both shapes."""
+    state = _train_state()
+    with Checkpointer(str(tmp_path / "ck"), interval_steps=10, max_to_keep=3) as ckpt:
+        assert ckpt.maybe_save(10, state, {"next_batch_index": 0})
+        ckpt.wait_until_finished()
+        wider = jax.tree.map(jnp.zeros_like, state)
+        wider["params"]["dense"]["b"] = jnp.zeros((9,))
+        with pytest.raises(ValueError, match=r"Requested shape: \(9,\) is not compatible with the stored shape: "
+                                             r"\(8,\) \(array params/dense/b\)"):
+            ckpt.restore(wider)
+        restored, _, step = ckpt.restore(jax.tree.map(jnp.zeros_like, state))  # the fitting state still restores
+        assert step == 10
+        _assert_trees_equal(restored, state)
+
+
 def test_restore_without_checkpoint_raises(tmp_path: Path) -> None:
     with Checkpointer(str(tmp_path), interval_steps=1, max_to_keep=1) as ckpt:
         with pytest.raises(CheckpointNotFoundError, match="no committed checkpoint"):

@@ -391,6 +391,8 @@ def test_reruns_report_goodput_as_not_applicable_and_inject_failures_only_when_p
     s = again.summary
     assert s["restored_from_step"] == 20 and s["goodput"] is None
     assert "goodput n/a (no steps run)" in again.stderr and "goodput 0.0%" not in again.stderr
+    # (said at once: no process was started to restore and train nothing)
+    assert s["already_finished"] and s["injected_failure"] is None and "nothing was started" in again.stderr
 
     longer = run_cli(job_manifest("rerun", tmp_path, training={"steps": 40, "globalBatchSize": 8}, checkpoint=ckpt),
                      tmp_path, "--kill-at-step", "10")

@@ -44,6 +44,8 @@ def _set(base: Callable[[], dict], path: str, value: Any) -> Callable[[], dict]:
 
 # (id, manifest factory, the field both refusals must name)
 CASES: list[tuple[str, Callable[[], dict], str]] = [
+    # a DNS subdomain (the API server's own rule for a custom resource's name) but not a DNS-1035 label (ours)
+    ("name-not-a-dns-label", _set(cpu_job, "metadata.name", "a.b"), "metadata.name"),
     ("library-mode-args-without-command",
      _set(cpu_job, "spec.controller.args", ["x"]), "spec.controller.args"),
     ("library-mode-command-with-a-trainer",

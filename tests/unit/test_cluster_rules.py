@@ -121,3 +121,26 @@ def test_every_immutable_leaf_the_operator_rejects_is_covered():
             yield path
     missing = [p for p in leaves(_spec_schema(), "spec") if p not in rules]
     assert missing == []
+
+
+def test_validate_prints_the_resources_the_operator_applies(tmp_path):
+    """`requests: {}` in the spec is 250m / 512Mi on the cluster: `validate` prints what the renderer gives the
+    pods (the same `Resources.effective`), not the empty map; what the user set is kept."""
+    from elastic_jax.api.manifest import parse_manifest
+    from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
+
+    def edit(spec):
+        spec["controller"].pop("resources", None)
+        spec["worker"] = {"resources": {"requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}}}
+
+    result = _validate(tmp_path, edit)
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.output)
+    job = parse_manifest(printed)
+    pod = CpuRenderer().controller_pod(job, 0)
+    jobset = CpuRenderer().worker_jobset(job, 0)
+    worker_pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert printed["spec"]["controller"]["resources"] == pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "250m", "memory": "512Mi"}}
+    assert printed["spec"]["worker"]["resources"] == worker_pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "1"}, "limits": {"memory": "2Gi"}}  # (memory: its limit is its request)

@@ -69,6 +69,9 @@ def test_names_printer_columns_and_status_subresource():
     # the default view stays short: the breakdown only with -o wide
     assert {c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1} == {
         "Productive", "Reduced", "Recovering", "Waiting", "Spares"}
+    # -o wide shows a count (0 for none), never a JSON list ("[]"), for the spares
+    spares = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Spares")
+    assert spares["type"] == "integer" and spares["jsonPath"] == ".status.spareCount"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Running", "Degraded", "Recovering", "Suspended", "Succeeded", "Failed"]
     assert {"conditions", "slices", "controllerRestarts", "lastCheckpointStep", "failureReason", "goodput",
@@ -124,3 +127,42 @@ def test_pod_fields_are_in_the_crd_with_descriptions():
     assert props["controller"]["properties"]["nodeSelector"]["additionalProperties"]["pattern"] == \
         pod_rules.LABEL_VALUE_PATTERN
     assert tol["key"]["pattern"] == pod_rules.QUALIFIED_NAME_PATTERN
+
+
+def _rules_with_nodes(node, path=""):
+    """(path of the schema node, the node, one rule) for every CEL rule of the CRD's schema."""
+    for rule in node.get("x-kubernetes-validations", []):
+        yield path, node, rule
+    for key, child in (node.get("properties") or {}).items():
+        yield from _rules_with_nodes(child, f"{path}.{key}")
+    if "items" in node:
+        yield from _rules_with_nodes(node["items"], f"{path}[]")
+
+
+def test_every_cel_rule_on_an_object_names_the_field_it_refuses():
+    """Without `fieldPath` the API server reports a rule of an object at the object (`spec`, or `<nil>` at the
+    root): each rule of an object with fields names its field, one that exists in the schema. (A rule on a map
+    is reported at the map.)"""
+    root = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    unnamed, dangling = [], []
+    for path, node, rule in _rules_with_nodes(root):
+        if "properties" not in node:
+            continue
+        field = rule.get("fieldPath")
+        if field is None:
+            unnamed.append((path or "<root>", rule["message"]))
+            continue
+        target = node
+        for key in field.lstrip(".").split("."):
+            target = (target.get("properties") or {}).get(key)
+            if target is None:
+                dangling.append((path, field))
+                break
+    assert not unnamed and not dangling, (unnamed, dangling)
+    by_message = {r["message"]: (p, r) for p, _, r in _rules_with_nodes(root)}
+    # the three the new-user trial saw reported at `spec` or `<nil>`
+    for prefix, where, field in [("spec.checkpoint.uri: a local path must be an absolute", ".spec", ".checkpoint.uri"),
+                                 ("spec.training.globalBatchSize must be", ".spec", ".training.globalBatchSize"),
+                                 ("metadata.name must be a DNS-1035", "", ".metadata.name")]:
+        found = [(p, r) for m, (p, r) in by_message.items() if m.startswith(prefix)]
+        assert found and all(p == where and r["fieldPath"] == field for p, r in found), (prefix, found)

@@ -67,3 +67,19 @@ def test_an_unclaimed_job_is_claimed_with_its_resource_version_and_a_lost_race_d
     winner.kube.claims.clear()
     _pass(winner, {claims.CLAIM_ANNOTATION: "ops-a/first"}, status=status)
     assert winner.kube.claims == []
+
+
+def test_the_operator_demo_refuses_a_job_another_operator_claimed():
+    """A new-user trial: `python -m e2e.operator_demo` beside a chart-installed operator printed the chart
+    operator's work and exited 0. The demo's operator claims as its own identity; any other claim is an
+    `error:` naming the other operator and the way out."""
+    from e2e.operator_demo import DEMO_IDENTITY, claim_problem
+
+    def job(owner):
+        return {"metadata": {"name": "cpu-job", "annotations": {claims.CLAIM_ANNOTATION: owner} if owner else {}}}
+
+    assert claim_problem(job(None)) is None and claim_problem(job(DEMO_IDENTITY)) is None
+    problem = claim_problem(job("elastic-jax/ej"))
+    assert "operator elastic-jax/ej" in problem and DEMO_IDENTITY in problem
+    assert "helm uninstall" in problem and "watchNamespaces" in problem
+    assert claims.decide(job(DEMO_IDENTITY)["metadata"]["annotations"], DEMO_IDENTITY).action == "ours"

@@ -94,14 +94,14 @@ def test_build_status_writes_goodput_and_spare_slices_and_validates():
                    SliceStatus(index=2, state="Spare", generation=1)]
     total = gp.total(gp.base_from_total(None), gp.live_ledger(_status({"productive": 8, "recovering": 2}, 0.8)))
     out = build_status(_inputs(controller=ctrl, goodput=total))
-    assert out["spareSlices"] == [2]
+    assert out["spareSlices"] == [2] and out["spareCount"] == 1
     assert out["goodput"]["fraction"] == 0.8 and out["goodput"]["percent"] == "80.0%"
     assert out["goodput"]["seconds"]["recovering"] == 2
     parsed = ElasticTrainingJobStatus.model_validate(out)
     assert parsed.goodput == Goodput.model_validate(out["goodput"])
     # no answer this pass: the last goodput stays; a suspended job names no spare
     kept = build_status(_inputs(previous=out, controller=None, goodput=None, job=_suspended()))
-    assert kept["goodput"] == out["goodput"] and kept["spareSlices"] == []
+    assert kept["goodput"] == out["goodput"] and kept["spareSlices"] == [] and kept["spareCount"] == 0
 
 
 def _suspended():

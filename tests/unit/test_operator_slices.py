@@ -169,9 +169,9 @@ def test_a_finished_or_suspended_jobs_teardown_is_no_replacement_and_no_warning(
     assert all(s.state in ("Down", "Draining") for s in t.slices)  # status still tells where the slices are
 
 
-def test_a_suspended_jobs_slices_say_suspended_not_exit_code_143():
-    """Issue 11 (status truth): after a suspend every slice read `Down, exit code 143` (the SIGTERM the
-    operator's own teardown sent), as if the workers had failed."""
+def test_a_suspended_or_finished_jobs_slices_say_so_not_exit_code_143():
+    """Issue 11 (status truth): after a suspend, and at the end of a job, every slice read `Down, exit code
+    143` (the SIGTERM the operator's own teardown sent), as if the workers had failed."""
     from elastic_jax.k8s_operator import handlers
     from elastic_jax.k8s_operator.tracker import JobTracker
 
@@ -183,6 +183,10 @@ def test_a_suspended_jobs_slices_say_suspended_not_exit_code_143():
     assert (entry.state, entry.reason, entry.restarts) == ("Down", handlers.SUSPENDED_SLICE_REASON, 2)
     t.suspended = False  # a loss while the job runs keeps the pod's reason
     assert handlers.slice_status(t, [2], [], "2030-01-01T00:00:00Z")[0].reason == "pod w-0: exit code 143"
+    # ... and at the end of the job, when the operator stops the workers, every slice read the same
+    t.finished = True
+    [entry] = handlers.slice_status(t, [2], [], "2030-01-01T00:00:00Z")
+    assert (entry.state, entry.reason) == ("Down", handlers.FINISHED_SLICE_REASON)
 
 
 def test_a_report_refused_while_the_controller_starts_is_not_an_error():
