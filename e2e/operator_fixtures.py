@@ -245,5 +245,22 @@ def wait_phase(cluster, namespace: str, name: str, phases: tuple[str, ...], time
                     explain=explain or (lambda: json.dumps(get_job(cluster, namespace, name).get("status"), indent=1)[:3000]))
 
 
+def wait_finished_while_training(cluster, namespace: str, name: str, stall_s: float, explain=None) -> dict:
+    """Waits until the job is Succeeded or Failed for as long as its `status.step` keeps advancing.
+
+    A loaded machine trains slower, not wrong: only `stall_s` seconds without a new step fail the wait
+    (TimeoutError, naming the step), not a total time.
+    """
+    last = -1
+    while True:
+        try:
+            return wait_phase(cluster, namespace, name, ("Succeeded", "Failed"), timeout_s=stall_s, explain=explain)
+        except TimeoutError:
+            step = int((get_job(cluster, namespace, name).get("status") or {}).get("step") or 0)
+            if step <= last:
+                raise
+            last = step
+
+
 def time_now() -> float:
     return time.monotonic()

@@ -71,9 +71,10 @@ def pytest_collection_finish(session):
     _say_config(session.config, f"kind: engine and images start in the background (log {_prewarm.log_path})")
 
 
-def pytest_sessionfinish(session):
+def pytest_sessionfinish(session, exitstatus):
     if _prewarm is not None:
-        _prewarm.close()
+        # Interrupted (Ctrl-C, SIGTERM): stop its engine by PID now, not after the builds.
+        _prewarm.close(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
 
 
 def _say_config(config, message: str) -> None:

@@ -37,9 +37,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 DEBIAN_PACKAGES = ("docker.io", "containerd", "runc", "iptables", "mmdebstrap")
 """What the kind tier installs from Debian when missing (``apt-get``)."""
@@ -312,13 +314,16 @@ def _lock_data_root(data_root: Path) -> tuple[Path, int]:
         return fresh, os.open(fresh / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
 
 
-def start(data_root: Path | None = None, log=print) -> Engine:
+def start(data_root: Path | None = None, log=print, on_spawn: Callable[[Engine], None] | None = None) -> Engine:
     """Install what is missing, then start a private dockerd; return once it answers.
 
     Args:
       data_root: image store; default :func:`default_data_root`. If another
         engine holds it, a fresh temp store is used (slower: no layer cache).
       log: progress printer.
+      on_spawn: called with the :class:`Engine` as soon as dockerd is spawned, before it answers: a
+        caller in another thread (the prewarm) then knows its PID and can stop it if the session is
+        interrupted meanwhile. What it raises is raised here (it must stop the engine itself).
 
     Raises:
         EngineUnavailable: see :func:`why_unavailable`, or forwarding cannot be guarded.
@@ -342,6 +347,8 @@ def start(data_root: Path | None = None, log=print) -> Engine:
                                 start_new_session=True, pass_fds=(lock_fd,))
     engine = Engine(pid=proc.pid, run_dir=run_dir, data_root=data_root, forward_rules=rules, lock_fd=lock_fd)
     proc.returncode = 0  # reaped by stop() through os.waitpid; no ResourceWarning
+    if on_spawn is not None:
+        on_spawn(engine)
     deadline = t0 + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if engine.socket.exists() and engine.docker("version", check=False, timeout=20).returncode == 0:
@@ -386,13 +393,22 @@ def _reap(pid: int) -> bool:
             return True
 
 
+_STOP_LOCK = threading.Lock()  # the prewarm's thread and the session's end may stop one engine at once
+
+
 def stop(engine: Engine, log=print) -> None:
     """Stop the engine and everything it ran: containers, its containerd, mounts, forwarding rules.
 
     Containers are removed first (``docker rm -f``) so nothing outlives the
     engine; then dockerd gets SIGTERM, and SIGKILL after :data:`STOP_TIMEOUT_S`.
-    Leftover mounts under the run dir and data root are detached.
+    Leftover mounts under the run dir and data root are detached. Safe to call
+    again, and from two threads (serialized): a stopped engine is left as it is.
     """
+    with _STOP_LOCK:
+        _stop(engine, log)
+
+
+def _stop(engine: Engine, log) -> None:
     if not _reap(engine.pid):
         ids = engine.docker("ps", "-aq", check=False, timeout=60).stdout.split()
         if ids:

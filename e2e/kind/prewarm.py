@@ -13,10 +13,17 @@ needs a Go binary (the node image itself does, and is built later by the
 layer cache, so the fixtures' own calls then return in seconds); if no kind
 test ever ran, the session's end stops the engine. A failed step is raised
 again by the fixture that needs it, with its own message.
+
+An interrupted session (Ctrl-C, SIGTERM) does not wait for the builds: the
+engine is stopped by its PID at once (known from the moment dockerd is
+spawned, before it answers), which ends the step in flight, and no further
+step starts. An interpreter that exits without the session's end (a second
+Ctrl-C during it) stops it from an ``atexit`` hook.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from pathlib import Path
@@ -24,6 +31,14 @@ from pathlib import Path
 from e2e.kind import engine as engine_mod
 from e2e.kind import images
 from e2e.kind.nodeimage import build as nodeimage
+
+
+JOIN_AFTER_STOP_S = 60.0
+"""After an interrupt stopped the engine, how long close() waits for the step in flight to fail (seconds)."""
+
+
+class Cancelled(RuntimeError):
+    """The session was interrupted: the prewarm stopped before its next step."""
 
 
 class Prewarm:
@@ -40,8 +55,29 @@ class Prewarm:
         self.error: BaseException | None = None
         self.taken = False
         self.seconds: float | None = None
+        self._lock = threading.Lock()
+        self._spawned: engine_mod.Engine | None = None  # dockerd, from its spawn on (it may not answer yet)
+        self._cancel = threading.Event()
+        atexit.register(self._abandon)
         self._thread = threading.Thread(target=self._run, name="kind-prewarm", daemon=True)
         self._thread.start()
+
+    @property
+    def spawned_pid(self) -> int | None:
+        """dockerd's PID once spawned (None before, or when the engine start failed first)."""
+        return self._spawned.pid if self._spawned is not None else None
+
+    def _on_spawn(self, engine: engine_mod.Engine) -> None:
+        with self._lock:
+            self._spawned = engine
+            cancelled = self._cancel.is_set()
+        if cancelled:  # interrupted while the engine was being installed or spawned
+            engine_mod.stop(engine, log=self._log)
+            raise Cancelled("kind prewarm: interrupted while starting the engine; stopped")
+
+    def _step(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled("kind prewarm: interrupted; no further step")
 
     def _log(self, message: str) -> None:
         with open(self.log_path, "a") as f:
@@ -50,10 +86,14 @@ class Prewarm:
     def _run(self) -> None:
         t0 = time.monotonic()
         try:
-            self.engine = engine_mod.start(log=self._log)
+            self.engine = engine_mod.start(log=self._log, on_spawn=self._on_spawn)
+            self._step()
             base = images.python_base(self.engine, log=self._log)
+            self._step()
             images.build_project_images(self.engine, base.name, log=self._log)
+            self._step()
             nodeimage.rootfs_image(self.engine, "node", "minbase", nodeimage.NODE_PACKAGES, self._log)
+            self._step()
             nodeimage.rootfs_image(self.engine, "component", "essential", nodeimage.COMPONENT_PACKAGES, self._log)
         except BaseException as e:  # re-raised in the test session by take()
             self.error = e
@@ -70,13 +110,34 @@ class Prewarm:
             fixture that builds that image runs it again and raises with its own output.
         """
         self._thread.join()
-        self.taken = True
+        with self._lock:
+            self.taken = True
         if self.engine is None:
             raise self.error if self.error else RuntimeError("kind prewarm: no engine and no error")
         return self.engine
 
-    def close(self) -> None:
-        """At the session's end: stop the engine if no fixture took it."""
+    def close(self, interrupted: bool = False) -> None:
+        """At the session's end: stop the engine if no fixture took it.
+
+        Args:
+          interrupted: the session was interrupted: stop the engine by its PID now (whether it
+            answers yet or not) instead of waiting for the builds, and start no further step.
+            Otherwise the builds finish first (they fill the layer cache for the next run).
+        """
+        atexit.unregister(self._abandon)
+        if interrupted:
+            self._abandon()
+            return
         self._thread.join()
         if self.engine is not None and not self.taken:
             engine_mod.stop(self.engine, log=self._log)
+
+    def _abandon(self) -> None:
+        """Cancel the steps and stop a spawned engine no fixture took; idempotent (also the atexit hook)."""
+        with self._lock:
+            self._cancel.set()
+            engine = None if self.taken else self._spawned
+        if engine is not None:
+            self._log(f"interrupted: stopping dockerd {engine.pid}")
+            engine_mod.stop(engine, log=self._log)
+        self._thread.join(JOIN_AFTER_STOP_S)

@@ -36,7 +36,8 @@ from e2e.helpers import is_ready, pods, summary, wait_for
 from e2e.kind import gcs as gcs_mod
 from e2e.kind.target import LogFollower
 from e2e.nodeagent.kubeapi import ApiError
-from e2e.operator_fixtures import example_manifest, get_job, job_children, job_events, wait_phase
+from e2e.operator_fixtures import (example_manifest, get_job, job_children, job_events, wait_finished_while_training,
+                                   wait_phase)
 
 # The first test of a session also pays for what its fixtures build (images, node
 # image, cluster, chart: up to ~30 min on a fresh machine under load).
@@ -187,11 +188,7 @@ def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace,
     reached = finished[-1]["steps"]
     assert 30 <= reached < manifest["spec"]["training"]["steps"], finished[-1]
     assert finished[-1]["last_committed_checkpoint_step"] == reached, finished[-1]
-    # The workers outlive every step the controller completed. (Under load a worker can still go while
-    # the stopping controller ends its last step: seen once, a slice_down at the step it then committed,
-    # unfinished; the checkpoint is whole. Listed in the README's not-done list; a loss before it fails.)
-    assert all(r["at_step"] == reached and r["seconds"] is None for r in finished[-1]["recoveries"]), \
-        ("the workers did not outlive the controller's steps", finished[-1]["recoveries"])
+    assert finished[-1]["recoveries"] == [], "the workers outlived the controller's last step"
     assert max(gcs.committed_steps(uri)) == reached, gcs.committed_steps(uri)
     # Nothing comes back while suspended.
     time.sleep(3)
@@ -204,7 +201,8 @@ def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace,
     restored = wait_for(lambda: _restored_step(cluster, namespace, second), timeout_s=90,
                         what="resumed controller restored a checkpoint", explain=explain)
     assert restored == reached
-    job = wait_phase(cluster, namespace, JOB, ("Succeeded", "Failed"), timeout_s=240)
+    # (about 1900 steps left: at load 20-30 on 2 cores they took over 240 s; a stall still fails)
+    job = wait_finished_while_training(cluster, namespace, JOB, stall_s=120)
     status = job["status"]
     assert status["phase"] == "Succeeded", status
     assert status["step"] == manifest["spec"]["training"]["steps"]

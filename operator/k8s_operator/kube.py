@@ -26,6 +26,12 @@ _logger = logging.getLogger(__name__)
 
 JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL = contract.JOBSET_GROUP, contract.JOBSET_VERSION, contract.JOBSET_PLURAL
 
+REQUEST_TIMEOUT_S = 10.0
+"""Every API call of `Kube` gives up after this long without an answer (seconds; urllib3's connect and
+read timeouts, so per attempt: the client retries a read that timed out up to 3 times). A hung API server
+then fails the call (urllib3 `TimeoutError`/`MaxRetryError`) and the reconcile pass tries again, instead of
+holding that pass, and with it the operator's exit, until the connection breaks."""
+
 
 class ChildRefused(Exception):
     """The API server refused to create a child: a 4xx other than 409 (admission, validation, RBAC), or a
@@ -64,9 +70,16 @@ def api_message(error: ApiException) -> str:
 
 
 class Kube:
-    """The operator's API client (in-cluster config, else the kubeconfig)."""
+    """The operator's API client (in-cluster config, else the kubeconfig).
 
-    def __init__(self, api_client: ApiClient | None = None):
+    Args:
+      api_client: the client to use (default: in-cluster config, else the kubeconfig).
+      request_timeout_s: each call's `_request_timeout` (seconds); default `REQUEST_TIMEOUT_S`.
+    """
+
+    _timeout: dict[str, float] = {"_request_timeout": REQUEST_TIMEOUT_S}  # the keyword every call passes
+
+    def __init__(self, api_client: ApiClient | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S):
         if api_client is None:
             try:
                 config.load_incluster_config()
@@ -77,6 +90,7 @@ class Kube:
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
         self.batch = BatchV1Api(api_client)
+        self._timeout = {"_request_timeout": request_timeout_s}
 
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """Creates a child; returns False when it already exists.
@@ -89,15 +103,16 @@ class Kube:
         kind = body["kind"]
         try:
             if kind == "Pod":
-                self.core.create_namespaced_pod(namespace, body)
+                self.core.create_namespaced_pod(namespace, body, **self._timeout)
             elif kind == "Secret":
-                self.core.create_namespaced_secret(namespace, body)
+                self.core.create_namespaced_secret(namespace, body, **self._timeout)
             elif kind == "ConfigMap":
-                self.core.create_namespaced_config_map(namespace, body)
+                self.core.create_namespaced_config_map(namespace, body, **self._timeout)
             elif kind == "Service":
-                self.core.create_namespaced_service(namespace, body)
+                self.core.create_namespaced_service(namespace, body, **self._timeout)
             elif kind == "JobSet":
-                self.custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, body)
+                self.custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, body,
+                                                           **self._timeout)
             else:
                 raise ValueError(f"unexpected child kind {kind}")
         except ApiException as e:
@@ -112,7 +127,7 @@ class Kube:
     def delete_pod(self, namespace: str, name: str, grace_s: int | None = None) -> None:
         """Deletes a pod (absent is fine)."""
         try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_s)
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_s, **self._timeout)
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -121,7 +136,7 @@ class Kube:
         """Deletes a JobSet and, in the background, its Jobs and pods (absent is fine)."""
         try:
             self.custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
-                                                        propagation_policy="Background")
+                                                        propagation_policy="Background", **self._timeout)
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -130,7 +145,7 @@ class Kube:
         """The manifest text the controller was started with; None when the ConfigMap is absent or
         not owned by the job `owner_uid` (a ConfigMap someone else made under that name is never read)."""
         try:
-            cm = self.core.read_namespaced_config_map(configmap, namespace)
+            cm = self.core.read_namespaced_config_map(configmap, namespace, **self._timeout)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -149,14 +164,15 @@ class Kube:
         """
         try:
             if kind == "JobSet":
-                obj = self.custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name)
+                obj = self.custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
+                                                     **self._timeout)
                 refs = (obj.get("metadata") or {}).get("ownerReferences") or []
                 return [{k: str(r.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")} for r in refs]
             method = {"ConfigMap": "read_namespaced_config_map", "Service": "read_namespaced_service",
                       "Pod": "read_namespaced_pod"}.get(kind)
             if method is None:
                 raise ValueError(f"unexpected kind {kind}")
-            obj = getattr(self.core, method)(name, namespace)
+            obj = getattr(self.core, method)(name, namespace, **self._timeout)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -184,7 +200,7 @@ class Kube:
           ApiException: the read failed (not 404), e.g. 403 with an older chart's RBAC.
         """
         try:
-            job = self.batch.read_namespaced_job(name, namespace)
+            job = self.batch.read_namespaced_job(name, namespace, **self._timeout)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -207,7 +223,7 @@ class Kube:
         selector = f"involvedObject.kind={kind},involvedObject.name={name},type=Warning"
         if uid:
             selector += f",involvedObject.uid={uid}"
-        items = self.core.list_namespaced_event(namespace, field_selector=selector, limit=50).items or []
+        items = self.core.list_namespaced_event(namespace, field_selector=selector, limit=50, **self._timeout).items or []
         out = []
         for e in items:
             when = e.last_timestamp or e.event_time or e.first_timestamp
@@ -228,7 +244,7 @@ class Kube:
         body = {"metadata": {"resourceVersion": resource_version, "annotations": {annotation: identity}}}
         try:
             self.custom.patch_namespaced_custom_object(job_api.GROUP, job_api.VERSION, namespace, job_api.PLURAL,
-                                                       name, body)
+                                                       name, body, **self._timeout)
         except ApiException as e:
             if e.status in (404, 409):
                 return False
@@ -239,7 +255,7 @@ class Kube:
         """Deletes the ElasticTrainingJob itself (TTL after finished)."""
         try:
             self.custom.delete_namespaced_custom_object(job_api.GROUP, job_api.VERSION, namespace, job_api.PLURAL, name,
-                                                        propagation_policy="Background")
+                                                        propagation_policy="Background", **self._timeout)
         except ApiException as e:
             if e.status != 404:
                 raise

@@ -125,21 +125,58 @@ def attempt_of(pod_name: str) -> int | None:
     return int(tail) if head and tail.isdigit() else None
 
 
+# Event reason: a suspend's controller outlived its grace period, so its workers go while it may still run.
+SUSPEND_CONTROLLER_NOT_STOPPED = "SuspendControllerNotStopped"
+
+
+def _holds_workers(pod: PodView, observed: Observed) -> bool:
+    """A suspend keeps the workers for this controller pod: its process may still run a step.
+
+    True until the pod has really stopped (its container terminated, the pod terminal or gone from
+    `observed`), for a pod that runs (phase Running; a Pending pod never started a step) on a node
+    that is not lost (`plan.force_delete` takes those; nothing there stops gracefully) and was not
+    force-deleted. Readiness does not count: the kubelet marks a terminating pod not Ready at once,
+    while the controller still ends its step and checkpoints (the kind suspend race).
+    """
+    return (pod.phase == "Running" and not dead(pod) and pod.node not in observed.lost_nodes
+            and pod.deletion_grace_s != 0)
+
+
+def _grace_expired(pod: PodView, now: str) -> bool:
+    """The pod's deletion deadline (its delete's time plus its terminationGracePeriodSeconds) has passed."""
+    if not pod.deleting or not pod.deletion_deadline:
+        return False
+    left = _seconds_between(now, pod.deletion_deadline)
+    return left is not None and left <= 0
+
+
 def _teardown(observed: Observed, plan: Plan, keep_finished_controller: bool, workers_last: bool = False) -> Plan:
     """Deletes the job's children.
 
-    With `workers_last` (suspend), the JobSets go only once no controller is
-    Ready any more: the controller checkpoints on SIGTERM at its next step
-    boundary, and a worker vanishing first would turn that step into a slice
-    loss the controller waits out (with `minSlices` = count) until SIGKILL,
-    losing the checkpoint. A controller that is not Ready (starting, or on a
-    lost node) cannot checkpoint and does not hold the workers.
+    With `workers_last` (suspend), the JobSets go only once no controller
+    process may still run (`_holds_workers`): the controller checkpoints on
+    SIGTERM at its next step boundary, and a worker vanishing first would turn
+    that step into a slice loss (with `minSlices` = count, a wait until
+    SIGKILL, losing the checkpoint). The wait is bounded by the controller
+    pod's own grace period (its `metadata.deletionTimestamp`, the kubelet's
+    SIGKILL time): past it the workers go anyway, with a Warning Event
+    (`SUSPEND_CONTROLLER_NOT_STOPPED`). Without `observed.now` the bound is
+    not checked (the wait lasts until the pod stops).
     """
     plan.delete_pods = [p.name for p in observed.controller_pods
                         if not p.deleting and not (keep_finished_controller and p.terminal)]
-    if workers_last and any(p.ready and not p.terminal for p in observed.controller_pods):
-        return plan
+    overdue: list[PodView] = []
+    if workers_last:
+        holding = [p for p in observed.controller_pods if _holds_workers(p, observed)]
+        overdue = [p for p in holding if _grace_expired(p, observed.now)]
+        if len(overdue) < len(holding):
+            return plan
     plan.delete_jobsets = [js.name for js in observed.jobsets.values() if not js.deleting]
+    if overdue and plan.delete_jobsets:
+        plan.events.append(("Warning", SUSPEND_CONTROLLER_NOT_STOPPED,
+                            f"suspend: controller pod {', '.join(p.name for p in overdue)} still runs past its "
+                            f"grace period (deadline {overdue[0].deletion_deadline}); deleting the worker JobSets "
+                            "anyway: a step it still runs loses its slices and its last checkpoint may be missing"))
     return plan
 
 

@@ -41,6 +41,8 @@ class PodView:
       deleting: metadata.deletionTimestamp is set.
       deletion_grace_s: metadata.deletionGracePeriodSeconds (None when not deleting
         or not reported): 0 is a force delete, no time to act.
+      deletion_deadline: metadata.deletionTimestamp (RFC 3339, "" when not deleting): the time the
+        API server set for the kubelet to SIGKILL the pod (the delete's time plus its grace period).
       exit_code: the first terminated container's exit code, else None.
       reason: a short why (e.g. "exit code 137", "OOMKilled", "NodeLost").
       termination_message: the container's termination message, if any.
@@ -73,6 +75,7 @@ class PodView:
     termination_message: str = ""
     created: str = ""
     deletion_grace_s: int | None = None
+    deletion_deadline: str = ""
     waiting_reason: str = ""
     waiting_message: str = ""
     waiting_image: str = ""
@@ -153,6 +156,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
         pod_ip=status.get("podIP") or "",
         deleting=bool(meta.get("deletionTimestamp")),
         deletion_grace_s=_int(meta["deletionGracePeriodSeconds"], 0) if meta.get("deletionGracePeriodSeconds") is not None else None,
+        deletion_deadline=meta.get("deletionTimestamp") or "",
         exit_code=exit_code,
         reason=reason,
         termination_message=message[-4096:],  # the kubelet caps it at 4096 bytes (a log fallback: 2048)

@@ -6,6 +6,8 @@ tested is the hand-over logic.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from e2e.kind import prewarm
@@ -16,7 +18,7 @@ def steps(monkeypatch):
     calls: list[str] = []
     stopped: list[object] = []
     engine = object()
-    monkeypatch.setattr(prewarm.engine_mod, "start", lambda log: calls.append("engine") or engine)
+    monkeypatch.setattr(prewarm.engine_mod, "start", lambda log, on_spawn: calls.append("engine") or engine)
     monkeypatch.setattr(prewarm.engine_mod, "stop", lambda e, log: stopped.append(e))
     monkeypatch.setattr(prewarm.images, "python_base", lambda e, log: calls.append("base") or type("B", (), {"name": "b"}))
     monkeypatch.setattr(prewarm.images, "build_project_images", lambda e, base, log: calls.append("images"))
@@ -42,7 +44,7 @@ def test_an_engine_nobody_took_is_stopped_at_the_end(tmp_path, steps):
 
 
 def test_a_failed_engine_start_is_raised_by_take(tmp_path, steps, monkeypatch):
-    def refuse(log):
+    def refuse(log, on_spawn):
         raise prewarm.engine_mod.EngineUnavailable("no docker.io package")
     monkeypatch.setattr(prewarm.engine_mod, "start", refuse)
     p = prewarm.Prewarm(tmp_path / "prewarm.log")
@@ -61,3 +63,56 @@ def test_a_failed_image_step_still_hands_over_the_engine(tmp_path, steps, monkey
     assert "pip: no matching distribution" in (tmp_path / "prewarm.log").read_text()
     p.close()
     assert stopped == []
+
+
+def test_an_interrupted_session_stops_the_engine_at_once_not_after_the_builds(tmp_path, steps, monkeypatch):
+    """A pytest interrupted seconds after its start left the prewarm's dockerd running: the session's end
+    waited for the builds (minutes), and a second Ctrl-C or the exit left the daemon thread's engine behind."""
+    import threading
+
+    calls, stopped, _ = steps
+    engine = SimpleNamespace(pid=4242)  # never signalled: stop is the fake below
+    gone, building = threading.Event(), threading.Event()
+
+    def start(log, on_spawn):
+        on_spawn(engine)
+        return engine
+
+    def stop(e, log):
+        stopped.append(e)
+        gone.set()
+
+    def build(e, log):  # a build fails once its engine is gone, and not before
+        building.set()
+        gone.wait()
+        raise RuntimeError("docker build: Cannot connect to the Docker daemon")
+    monkeypatch.setattr(prewarm.engine_mod, "start", start)
+    monkeypatch.setattr(prewarm.engine_mod, "stop", stop)
+    monkeypatch.setattr(prewarm.images, "python_base", build)
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    building.wait()
+    p.close(interrupted=True)
+    assert stopped == [engine]
+    assert calls == []  # no step after the interrupted one
+    assert "interrupted" in (tmp_path / "prewarm.log").read_text()
+
+
+def test_an_engine_spawned_after_the_interrupt_is_stopped_as_it_spawns(tmp_path, steps, monkeypatch):
+    import threading
+
+    calls, stopped, _ = steps
+    engine = SimpleNamespace(pid=4242)
+    interrupted = threading.Event()
+
+    def start(log, on_spawn):  # still installing packages when the session is interrupted
+        interrupted.wait()
+        on_spawn(engine)
+        return engine
+    monkeypatch.setattr(prewarm.engine_mod, "start", start)
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    with p._lock:
+        p._cancel.set()
+    interrupted.set()
+    p.close(interrupted=True)
+    assert stopped == [engine] and calls == []
+    assert isinstance(p.error, prewarm.Cancelled)

@@ -178,7 +178,7 @@ def test_the_kube_client_reads_a_jobs_events_only_by_the_uid_of_a_job_the_jobset
     jobs = {"ours": NS(metadata=NS(uid="job-1", owner_references=[NS(uid="js-1")])),
             "foreign": NS(metadata=NS(uid="job-2", owner_references=[NS(uid="someone-else")]))}
 
-    def read_job(name, namespace):
+    def read_job(name, namespace, _request_timeout):
         if name not in jobs:
             raise ApiException(status=404)
         return jobs[name]
@@ -187,6 +187,6 @@ def test_the_kube_client_reads_a_jobs_events_only_by_the_uid_of_a_job_the_jobset
     assert kube.job_uid_if_owned("ns", "foreign", "js-1") is None
     assert kube.job_uid_if_owned("ns", "absent", "js-1") is None
     selectors = []
-    kube.core = NS(list_namespaced_event=lambda ns, field_selector, limit: selectors.append(field_selector) or NS(items=[]))
+    kube.core = NS(list_namespaced_event=lambda ns, field_selector, limit, _request_timeout: selectors.append(field_selector) or NS(items=[]))
     kube.warning_events("ns", "Job", "ours", "job-1")
     assert selectors == ["involvedObject.kind=Job,involvedObject.name=ours,type=Warning,involvedObject.uid=job-1"]

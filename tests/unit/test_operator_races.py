@@ -428,16 +428,16 @@ def test_holder_reads_owner_references():
 
 def test_kube_owners_reads_jobsets_and_core_objects():
     class _Custom:
-        def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        def get_namespaced_custom_object(self, group, version, namespace, plural, name, _request_timeout):
             return {"metadata": {"name": name, "ownerReferences": [
                 {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "name": "j", "uid": "u1"}]}}
 
     class _Core:
-        def read_namespaced_config_map(self, name, namespace):
+        def read_namespaced_config_map(self, name, namespace, _request_timeout):
             return k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=name, owner_references=[k8s.V1OwnerReference(
                 api_version="elasticjax.dev/v1alpha1", kind="ElasticTrainingJob", name="j", uid="u2")]))
 
-        def read_namespaced_service(self, name, namespace):
+        def read_namespaced_service(self, name, namespace, _request_timeout):
             from kubernetes.client.rest import ApiException
             raise ApiException(status=404)
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator.reconcile import JobSetView, Observed, attempt_of, decide, jobset_view
-from elastic_jax.k8s_operator.slices import PodView
+from elastic_jax.k8s_operator.nodes import NodeLoss
+from elastic_jax.k8s_operator.reconcile import (SUSPEND_CONTROLLER_NOT_STOPPED, JobSetView, Observed, attempt_of, decide,
+                                               jobset_view)
+from elastic_jax.k8s_operator.slices import PodView, pod_view
 
 
 def _job(**spec):
@@ -206,10 +208,47 @@ def test_suspend_keeps_workers_until_the_controller_checkpointed_and_exited():
     assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
     plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [], _both_jobsets()))
     assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
-    # A controller that is not Ready (its node lost) cannot checkpoint and does not hold the workers.
-    lost = dataclasses.replace(_ctrl(deleting=True), ready=False)
-    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [lost], _both_jobsets()))
+    # A controller on a lost node cannot checkpoint and does not hold the workers (it is force-deleted).
+    lost = dataclasses.replace(_ctrl(deleting=True), ready=False, node="n1")
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [lost], _both_jobsets(),
+                                               lost_nodes={"n1": NodeLoss("n1", 60.0, "NotReady")}))
     assert len(plan.delete_jobsets) == 2
+    # Nor does one that never ran (Pending: no step to end) or one force-deleted (grace 0: no time to act).
+    for gone in (_ctrl(phase="Pending", deleting=True), dataclasses.replace(stopping, deletion_grace_s=0)):
+        plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [gone], _both_jobsets()))
+        assert len(plan.delete_jobsets) == 2, gone
+
+
+def test_suspend_keeps_workers_while_the_stopping_controller_is_no_longer_ready_but_still_runs():
+    """Kind race: the kubelet marks a terminating pod not Ready at once, while the controller still ends its
+    last step; the JobSets went then and a slice_down was recorded at the step it committed."""
+    stopping = dataclasses.replace(_ctrl(deleting=True), ready=False, deletion_grace_s=60,
+                                   deletion_deadline="2026-12-02T01:01:00Z")
+    for now in ("", "2026-12-02T01:00:30Z", "2026-12-02T01:00:59Z"):
+        plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [stopping], _both_jobsets(), now=now))
+        assert plan.delete_jobsets == [] and plan.events == [], now
+    # Its container terminated (phase not yet updated): it stopped, the workers go, nothing to warn of.
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [dataclasses.replace(stopping, exit_code=75)],
+                                               _both_jobsets(), now="2026-12-02T01:00:30Z"))
+    assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"] and plan.events == []
+    # Past its grace period (the kubelet's SIGKILL time) the wait ends: the workers go, and an Event says why.
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [stopping], _both_jobsets(),
+                                               now="2026-12-02T01:01:00Z"))
+    assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
+    assert [(t, r) for t, r, _ in plan.events] == [("Warning", SUSPEND_CONTROLLER_NOT_STOPPED)], plan.events
+    assert "demo-controller-0" in plan.events[0][2] and "grace period" in plan.events[0][2]
+    # Said once: the JobSets being deleted are not deleted again.
+    plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [stopping], _both_jobsets(deleting=True),
+                                               now="2026-12-02T01:01:05Z"))
+    assert plan.delete_jobsets == [] and plan.events == []
+
+
+def test_pod_view_reads_the_deletion_deadline():
+    body = {"metadata": {"name": "demo-controller-0", "deletionTimestamp": "2026-12-02T01:01:00Z",
+                         "deletionGracePeriodSeconds": 60, "labels": {}}, "status": {"phase": "Running"}}
+    view = pod_view(body)
+    assert view.deleting and view.deletion_deadline == "2026-12-02T01:01:00Z" and view.deletion_grace_s == 60
+    assert pod_view({"metadata": {"name": "p"}}).deletion_deadline == ""
 
 
 def test_a_suspend_of_a_job_with_local_checkpoints_warns_at_suspend_and_at_resume():

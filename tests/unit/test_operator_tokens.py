@@ -135,7 +135,7 @@ def test_refused_creates_become_a_condition_with_the_api_servers_message_and_one
 
 def test_kube_create_turns_4xx_into_child_refused():
     class _Core:
-        def create_namespaced_pod(self, namespace, body):
+        def create_namespaced_pod(self, namespace, body, _request_timeout):
             error = ApiException(status=422, reason="Unprocessable Entity")
             error.body = json.dumps({"message": "Pod \"x\" is invalid: spec.containers: Required value"})
             raise error
@@ -152,7 +152,7 @@ def test_kube_create_turns_5xx_and_429_into_a_named_refusal_not_a_silent_pending
     """A JobSet webhook that is down answers 500: the job must get CreateFailed naming it (a new-user trial on
     kind saw Pending with no condition and a raw exception in the log, retried after 60 s)."""
     class _Custom:
-        def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+        def create_namespaced_custom_object(self, group, version, namespace, plural, body, _request_timeout):
             error = ApiException(status=status, reason="x")
             error.body = json.dumps({"message": 'Internal error occurred: failed calling webhook "mjobset.kb.io"'})
             raise error
