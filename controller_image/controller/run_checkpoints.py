@@ -165,17 +165,37 @@ class RunCheckpoints:
         self.ledger.switch("checkpointing", at=t_save_mono)
         return True
 
-    def save_and_wait(self, step: int, state: Any, data_state: Mapping[str, Any]) -> None:
+    def save_and_wait(self, step: int, state: Any, data_state: Mapping[str, Any]) -> bool:
         """Saves `step` now, whatever the schedule, and waits until it committed (the final save; a drain).
 
         Skipped when `step` was saved already. The ledger is left in `checkpointing`.
+
+        Returns:
+          True when this call saved `step` (False: saved before).
 
         Raises:
           CheckpointSaveError: this save or the previous one failed.
         """
         self.ledger.switch("checkpointing")
-        self.checkpointer.maybe_save(step, state, data_state, force=True)
+        started = self.checkpointer.maybe_save(step, state, data_state, force=True)
         self.checkpointer.wait_until_finished()
+        return started
+
+    def drain(self, slice_set: Any, step: int, state: Any, data_state: Mapping[str, Any]) -> None:
+        """Flow 4 at a step boundary: when an active slice is Draining, saves `step` while every slice still
+        exists, waits for the commit, then lets the slice go.
+
+        Raises:
+          SliceDownError: cause `draining`, naming the draining slices (the elastic retry continues
+            without them); nothing is raised while no active slice drains.
+          CheckpointSaveError: the save failed.
+        """
+        from elastic_jax.controller.elastic.errors import SliceDownError
+
+        draining = slice_set.draining_active()
+        if draining:
+            self.save_and_wait(step, state, data_state)
+            raise SliceDownError(f"slices {sorted(draining)} are draining", draining, cause="draining")
 
     def committed_step(self) -> int | None:
         """The newest committed step, from storage when it answers, else the last one seen committed.
