@@ -27,7 +27,6 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -39,7 +38,6 @@ from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
     ScaleUpSignalError,
-    SliceDownError,
     StopRequested,
     UserCodeError,
     is_slice_down,
@@ -52,6 +50,7 @@ from elastic_jax.controller.metrics import ControllerMetrics
 from elastic_jax.controller.numerics import all_finite, check_step_finite
 from elastic_jax.controller.run_checkpoints import RunCheckpoints
 from elastic_jax.controller.run_record import RunRecord, RunSummary  # noqa: F401 - RunSummary: re-exported
+from elastic_jax.controller.signals import StopState
 from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
 from elastic_jax.controller.watchdog import ProgressWatchdog
@@ -85,8 +84,7 @@ class TrainingRun:
         self.checkpointer = checkpointer
         self.metrics = metrics
         self._stop = threading.Event()
-        self._stop_kind: str | None = None  # "requested" | "signal"
-        self._stop_reason = ""
+        self._stop_state = StopState()  # the library's Runtime follows the same rule
         # recoveries, their times, goodput ledger, steps run: the same books as the library's Runtime
         self.record = RunRecord(metrics, started_at)
         self.ledger = self.record.ledger
@@ -112,7 +110,6 @@ class TrainingRun:
         self.snapshotter = HostSnapshotter(0 if self.keeps_state else self.spec.elasticity.host_snapshot_interval_steps)
         self._state_lost = False
         self.watchdog = ProgressWatchdog(self.spec.elasticity.progress_timeout_seconds)
-        self._stall_logged = False
         metrics.desired_slices.set(slice_set.count)
 
         @jax.jit
@@ -138,22 +135,12 @@ class TrainingRun:
     def stall_reason(self) -> str | None:
         """None while the controller makes progress, else why it is stuck (see `watchdog`); `/healthz` serves it."""
         status = self.status()
-        reason = self.watchdog.check(status.phase, status.step)
-        if reason and not self._stall_logged:
-            self._stall_logged = True  # once: the kubelet probes every few seconds
-            _logger.error("error: %s", reason, extra={"event": "stalled", "step": status.step})
-        elif not reason:
-            self._stall_logged = False
-        return reason
+        return self.watchdog.stall_reason(status.phase, status.step)  # logged once, as the library's
 
     def status(self) -> ControllerStatus:
         """A consistent snapshot for `GET /v1/status`."""
         with self._lock:
-            phase = self.phase
-            if phase == "Running" and self.manager.waiting:
-                phase = "WaitingForSlices"
-            elif phase == "Running" and self.record.recovering:
-                phase = "Recovering"
+            phase = self.record.live_phase(self.phase, self.manager.waiting)
             active = sorted(self.slice_set.active) if phase not in ("Succeeded", "Failed", "Stopped", "Interrupted") else []
             return ControllerStatus(
                 phase=phase,
@@ -227,9 +214,7 @@ class TrainingRun:
           reason: for the summary and the log, e.g. "SIGTERM" or "suspend".
           requested: True for a stop request, False for a signal.
         """
-        kind = "requested" if requested else "signal"
-        if self._stop_kind is None or (kind == "requested" and self._stop_kind == "signal"):
-            self._stop_kind, self._stop_reason = kind, reason
+        self._stop_state.note(reason, requested=requested)
         self._stop.set()
         self.backend.interrupt()  # abandon a step that may hang until its deadline
 
@@ -241,7 +226,7 @@ class TrainingRun:
     @property
     def stop_kind(self) -> str | None:
         """None, "requested" or "signal" (see `request_stop`)."""
-        return self._stop_kind
+        return self._stop_state.kind
 
     def run(self) -> RunSummary:
         """Trains to `spec.training.steps`; never raises for training failures.
@@ -270,12 +255,12 @@ class TrainingRun:
             with self._lock:
                 if self.step >= self.spec.training.steps:
                     self.phase, exit_code = "Succeeded", ControllerExit.SUCCEEDED
-                elif self._stop_kind == "requested":
+                elif self._stop_state.kind == "requested":
                     self.phase, exit_code = "Stopped", ControllerExit.STOPPED
-                    self.failure_reason = f"stopped on request ({self._stop_reason}) at step {self.step}"
+                    self.failure_reason = f"stopped on request ({self._stop_state.reason}) at step {self.step}"
                 else:
                     self.phase, exit_code = "Interrupted", ControllerExit.RESTART
-                    self.failure_reason = (f"controller interrupted by {self._stop_reason or 'a signal'} at step "
+                    self.failure_reason = (f"controller interrupted by {self._stop_state.reason or 'a signal'} at step "
                                            f"{self.step}; a new controller resumes from the last committed step")
         except (Exception, SystemExit) as e:  # noqa: BLE001 - every failure ends the run with a reason
             if isinstance(e, SystemExit):
@@ -313,25 +298,18 @@ class TrainingRun:
             failure_reason=self.failure_reason,
             wall_seconds=time.monotonic() - started,
             pid=os.getpid(),
-            stop=self._stop_kind,
+            stop=self._stop_state.kind,
             exit_code=int(exit_code),
             resumed_from=self.checkpoints.resumed_from,
         )
 
     def _on_elastic_event(self, error: Exception) -> None:
-        if isinstance(error, ScaleUpSignalError):
-            cause, slices = "scale_up", sorted(self.slice_set.available_inactive())
-        else:
-            cause = getattr(error, "cause", "slice_down")
-            slices = list(getattr(error, "slice_indices", ()))
         self.watchdog.restart()
-        # Recovery time counts from when the failure began: for a hang, when the
-        # stuck step was sent (the deadline is part of the cost), else now.
-        since = getattr(error, "failed_since", None) or time.monotonic()
-        if not self.keeps_state and cause in ("slice_down", "step_deadline"):
+        # Booked as the library's Runtime books it; a hang's recovery counts from when the stuck step was sent.
+        event = self.record.elastic_event_of(error, self.slice_set, self.step)
+        if not self.keeps_state and event.cause in ("slice_down", "step_deadline"):
             self._state_lost = True
-        self.record.elastic_event(cause, slices, self.step, since)
-        _logger.warning("elastic event at step %d: %s on slices %s", self.step, cause, slices)
+        _logger.warning("elastic event at step %d: %s on slices %s", self.step, event.cause, event.slices)
 
     def _recover_lost_state(self) -> None:
         """Restores state lost with a slice: the newer of the host snapshot and the last committed checkpoint."""
@@ -376,11 +354,8 @@ class TrainingRun:
             joining = self.manager.available_inactive_slices()
             if joining:
                 raise ScaleUpSignalError(f"slices {sorted(joining)} ready to join")
-            draining = self.slice_set.draining_active()
-            if draining:
-                # Flow 4: save while every slice still exists, then let the slice go.
-                self.checkpoints.save_and_wait(self.step, self.state, self._data_state())
-                raise SliceDownError(f"slices {sorted(draining)} are draining", draining, cause="draining")
+            # Flow 4: a draining slice is let go after a save while every slice still exists.
+            self.checkpoints.drain(self.slice_set, self.step, self.state, self._data_state())
             batch = self.batches[self.step]
             t0 = time.monotonic()
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
