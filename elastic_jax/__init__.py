@@ -19,6 +19,12 @@ _LIBRARY = {"connect": "elastic_jax.runtime", "Runtime": "elastic_jax.runtime",
             "UserCodeError": "elastic_jax.controller.elastic.errors",
             "ElasticRuntimeError": "elastic_jax.controller.elastic.errors",
             "StopRequested": "elastic_jax.controller.elastic.errors",
+            # checkpoints through the library (Runtime.restore / Runtime.save)
+            "Restored": "elastic_jax.runtime",
+            "CheckpointUriError": "elastic_jax.api.checkpoints",
+            "CheckpointMismatchError": "elastic_jax.api.checkpoints",
+            "CheckpointForeignError": "elastic_jax.api.checkpoints",
+            "CheckpointSaveError": "elastic_jax.controller.checkpointing",
             # pathways-utils' Manager on the operator's slice reports (needs pathwaysutils installed)
             "SliceReportManager": "elastic_jax.controller.elastic.pathways_utils",
             "SliceReportHealthChecker": "elastic_jax.controller.elastic.pathways_utils"}

@@ -13,7 +13,13 @@ from a background thread, so the operator's or launcher's slice reports
 * `map_sum` (cpu backend): run a per-slice function on the active slices and
   add the results (`CpuBackend.map_sum`, what the built-in trainer's step uses);
 * `check_scale_up` at a step boundary, `report_step` for status and metrics,
-  `stop_requested` for `POST /v1/stop` and SIGTERM.
+  `stop_requested` for `POST /v1/stop` and SIGTERM;
+* `restore` / `save`: Orbax checkpoints of `spec.checkpoint` through the
+  built-in trainer's own code (`controller/run_checkpoints.py`: writer checks,
+  fallback to older steps, the save schedule, the committed step in status and
+  the summary);
+* `check_finite` (NaN/inf) and the no-progress watchdog behind `/healthz`
+  (`stall_reason`), as the built-in trainer has them.
 
 The API is documented in docs/bring-your-own-loop.md.
 """
@@ -27,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from elastic_jax import contract
 
@@ -49,6 +55,21 @@ def _read_token(token_file: str | None, token: str | None) -> str:
     return value
 
 
+class Restored(NamedTuple):
+    """What `Runtime.restore` returns: unpack as `state, step, data = runtime.restore(initial_state)`.
+
+    Attributes:
+      state: the restored pytree (the target's structure, shapes, dtypes and shardings), or the target
+        itself when nothing was committed.
+      step: the step the state belongs to (steps completed), 0 when nothing was committed.
+      data: the `data` dict given to `Runtime.save` with that step ({} when none).
+    """
+
+    state: Any
+    step: int
+    data: dict
+
+
 class Runtime:
     """The elastic runtime of one job inside the user's program.
 
@@ -62,6 +83,8 @@ class Runtime:
       port: control API TCP port (0 picks a free one; read `port`).
       summary_file: where `close()` writes the run summary JSON (`ELASTIC_JAX_SUMMARY_FILE`, which
         `elastic-jax run` sets; the built-in controller's `RunSummary`); None: not written.
+      environ: the environment the checkpoints' writer identity is read from (the operator's job
+        UID variables; `elastic_jax.api.identity.identity_from_env`); default `os.environ`.
 
     Attributes:
       job: the manifest.
@@ -74,7 +97,8 @@ class Runtime:
       stop_exit_code: the exit code the program should end with once it
         stopped: 4 (`ControllerExit.STOPPED`) after `POST /v1/stop`, 75
         (`ControllerExit.RESTART`: a controller loss, restart me) after a
-        signal; None while no stop was requested.
+        signal; None while no stop was requested. A request overrides an earlier
+        signal; a later signal never downgrades a request (as the built-in trainer).
       step: the last step given to `report_step` (0 before).
       initial_loss: the first loss given to `report_step` by this process (None before).
       record: the elastic events, recovery times, goodput ledger and steps run
@@ -86,11 +110,12 @@ class Runtime:
     """
 
     def __init__(self, job: Any, token: str, host: str = "127.0.0.1", port: int = 0,
-                 summary_file: str | None = None):
+                 summary_file: str | None = None, environ: Mapping[str, str] | None = None):
         from elastic_jax.controller.elastic.manager import Manager
         from elastic_jax.controller.elastic.slice_set import SliceSet
         from elastic_jax.controller.metrics import ControllerMetrics
         from elastic_jax.controller.run_record import RunRecord
+        from elastic_jax.controller.watchdog import ProgressWatchdog
 
         self._started = time.monotonic()
 
@@ -101,8 +126,10 @@ class Runtime:
         self.slice_set = SliceSet(job.spec.slices.count, job.spec.slices.spares)
         self.metrics = ControllerMetrics()
         self.metrics.desired_slices.set(self.slice_set.count)
+        from elastic_jax.controller.signals import StopState
+
         self.stop_requested = threading.Event()
-        self.stop_exit_code: int | None = None
+        self._stop = StopState()  # the built-in trainer's rule: a request overrides an earlier signal
         self._backend = self._build_backend()
         self.record = RunRecord(self.metrics, self._started)
         self.manager = Manager(
@@ -114,6 +141,10 @@ class Runtime:
         self.step = 0
         self.loss: float | None = None
         self.initial_loss: float | None = None
+        self.restored_from_step: int | None = None
+        self._environ = os.environ if environ is None else environ
+        self._checkpoints = None  # RunCheckpoints, opened by the first restore() or save()
+        self.watchdog = ProgressWatchdog(job.spec.elasticity.progress_timeout_seconds)
         self._lock = threading.Lock()
         self._phase = "Starting"
         self._failure_reason: str | None = None
@@ -148,7 +179,7 @@ class Runtime:
         from elastic_jax.controller.control_api import ControlApiServer, create_app
 
         app = create_app(self.slice_set, self.status, self.metrics, self._token, ready=lambda: True,
-                         stop=self._on_stop)
+                         stop=self._on_stop, stalled=self.stall_reason)
         self._server = ControlApiServer(app, host=self._host, port=self.port)
         try:
             self._server.start()
@@ -175,12 +206,14 @@ class Runtime:
 
         forward_signals_to(lambda _signum: self._on_stop("signal", requested=False))
 
-    def _on_stop(self, reason: str, requested: bool = True) -> bool:
-        from elastic_jax.exit_codes import ControllerExit
+    @property
+    def stop_exit_code(self) -> int | None:
+        """4 after a stop request (`POST /v1/stop`), 75 after a signal, None before; a request overrides an
+        earlier signal, a later signal never downgrades a request (`controller/signals.py`'s `StopState`)."""
+        return self._stop.exit_code
 
-        del reason
-        if self.stop_exit_code is None:
-            self.stop_exit_code = int(ControllerExit.STOPPED if requested else ControllerExit.RESTART)
+    def _on_stop(self, reason: str, requested: bool = True) -> bool:
+        self._stop.note(reason, requested=requested)
         self.stop_requested.set()  # a wait for slices sees it within the manager's poll interval (1 s)
         if self._backend is not None:
             self._backend.interrupt()
@@ -213,7 +246,7 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
-        self._finish(error, exit_code)
+        self._finish(error, exit_code, self._close_checkpoints())
         if self._server is not None and self.stop_exit_code != ControllerExit.STOPPED:
             self._handoff.ended()
             self._handoff.wait()
@@ -230,7 +263,21 @@ class Runtime:
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self.close(exc)
 
-    def _finish(self, error: BaseException | None, exit_code: int | None = None) -> None:
+    def _close_checkpoints(self) -> str | None:
+        """Waits for the in-flight save and closes the checkpointer; returns its failure as one line."""
+        from elastic_jax.controller.elastic.errors import one_line_reason
+
+        if self._checkpoints is None:
+            return None
+        try:
+            self._checkpoints.checkpointer.close()
+        except Exception as e:  # noqa: BLE001 - reported in the final phase and the summary
+            logging.getLogger(__name__).error("the last checkpoint save failed: %s", one_line_reason(e))
+            return one_line_reason(e)
+        return None
+
+    def _finish(self, error: BaseException | None, exit_code: int | None = None,
+                checkpoint_error: str | None = None) -> None:
         """Sets the final phase and writes the summary file (see `close`)."""
         from elastic_jax.controller.elastic.errors import StopRequested, one_line_reason
         from elastic_jax.controller.run_record import RunSummary, write_summary
@@ -253,6 +300,10 @@ class Runtime:
             phase, code = "Failed", ControllerExit.FAILED
             self._failure_reason = (one_line_reason(error) if error is not None
                                     else f"the program ended at step {self.step} of {total}")
+        if checkpoint_error and phase == "Succeeded":
+            # The final save did not commit: the job is not done (as the built-in controller decides).
+            phase, code = "Failed", ControllerExit.FAILED
+            self._failure_reason = f"final checkpoint failed: {checkpoint_error}"
         self._phase = phase
         if not self._summary_file:
             return
@@ -260,9 +311,11 @@ class Runtime:
             succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=self.initial_loss,
             final_loss=self.loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
             steps_lost=None, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
-            restored_from_step=None, last_committed_checkpoint_step=None, failure_reason=self._failure_reason,
+            restored_from_step=self.restored_from_step,
+            last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.committed_step(),
+            failure_reason=self._failure_reason, resumed_from=self._resumed_from(),
             wall_seconds=time.monotonic() - self._started, pid=os.getpid(),
-            stop={ControllerExit.STOPPED: "requested", ControllerExit.RESTART: "signal"}.get(self.stop_exit_code),
+            stop=self._stop.kind,
             exit_code=int(code))
         try:
             write_summary(self._summary_file, summary)
@@ -324,14 +377,8 @@ class Runtime:
         policy = retry_policy or RestartBudget(e.max_restarts, e.max_restarts_per_slice)
 
         def on_event(error: Exception) -> None:
-            from elastic_jax.controller.elastic.errors import ScaleUpSignalError
-
-            if isinstance(error, ScaleUpSignalError):
-                cause, slices = "scale_up", sorted(self.slice_set.available_inactive())
-            else:
-                cause, slices = getattr(error, "cause", "slice_down"), list(getattr(error, "slice_indices", ()))
-            # as the built-in loop: a hang's recovery counts from when the stuck step was sent
-            self.record.elastic_event(cause, slices, self.step, getattr(error, "failed_since", None))
+            self.record.elastic_event_of(error, self.slice_set, self.step)  # as the built-in loop books it
+            self.watchdog.restart()  # a recovery may restore a checkpoint before its next step
             if on_elastic_event_callback is not None:
                 on_elastic_event_callback(error)
 
@@ -408,18 +455,20 @@ class Runtime:
             self.record.ledger.switch(self.record.category(active, desired), capacity=min(1.0, active / desired))
 
     def status(self):
-        """The `ControllerStatus` served at `GET /v1/status`."""
+        """The `ControllerStatus` served at `GET /v1/status` (a read the final-status handoff counts)."""
+        status = self._snapshot()
+        self._handoff.served()
+        return status
+
+    def _snapshot(self):
+        """The current `ControllerStatus`, without counting as a supervisor's read (the watchdog's view)."""
         from elastic_jax.api.control import ControllerStatus
 
         active = sorted(self.slice_set.active)
         with self._lock:
             step, loss, initial_loss = self.step, self.loss, self.initial_loss
-        phase = self._phase
-        if phase == "Running" and self.manager.waiting:
-            phase = "WaitingForSlices"
-        elif phase == "Running" and self.record.recovering:
-            phase = "Recovering"
-        status = ControllerStatus(
+        phase = self.record.live_phase(self._phase, self.manager.waiting)
+        return ControllerStatus(
             phase=phase, step=step, total_steps=self.job.spec.training.steps,
             desired_slices=self.slice_set.count, min_slices=self.job.spec.slices.minimum, active_slices=active,
             inactive_slices=[i for i in range(self.slice_set.total) if i not in active],
@@ -427,9 +476,144 @@ class Runtime:
             recoveries=self.record.counts(), recovery_history=self.record.history(),
             goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
             failure_reason=self._failure_reason,
+            last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.last_committed_step,
+            resumed_from=self._resumed_from(),
         )
-        self._handoff.served()
-        return status
+
+    def stall_reason(self) -> str | None:
+        """None while the program makes progress, else why it is stuck; `/healthz` answers 503 with it.
+
+        The built-in trainer's no-progress watchdog (`controller/watchdog.py`): in phase Running or
+        Recovering (inside `elastic_retry`, not while waiting for slices), no `report_step` with a
+        new step for `spec.elasticity.progressTimeoutSeconds` (0 disables) is a stall, logged once.
+        """
+        status = self._snapshot()  # a liveness probe is not the supervisor reading the final status
+        return self.watchdog.stall_reason(status.phase, status.step)
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def _resumed_from(self) -> dict | None:
+        return None if self._checkpoints is None else self._checkpoints.resumed_from
+
+    def _run_checkpoints(self):
+        """The job's `RunCheckpoints`, opened on first use (`spec.checkpoint`: location checked, created)."""
+        if self._checkpoints is None:
+            from elastic_jax.api.identity import identity_from_env
+            from elastic_jax.controller.run_checkpoints import RunCheckpoints, job_checkpointer
+
+            writer = identity_from_env(self._environ, self.job.metadata.name, self.job.spec.checkpoint.uri)
+            checkpointer = job_checkpointer(self.job, self.metrics, writer)
+            self._checkpoints = RunCheckpoints(self.job.spec, checkpointer, self.record.ledger, self.metrics)
+        return self._checkpoints
+
+    @property
+    def last_committed_checkpoint_step(self) -> int | None:
+        """The newest checkpoint step known committed (None before any, or before `restore`/`save` was called)."""
+        return None if self._checkpoints is None else self._checkpoints.last_committed_step
+
+    def restore(self, target: Any) -> Restored:
+        """Restores the newest committed checkpoint of `spec.checkpoint.uri` onto `target`; call before training.
+
+        The built-in trainer's restore (`RunCheckpoints.restore`): a step another job wrote is refused
+        unless `spec.checkpoint.resumeFrom` is Any; a step that does not restore (corrupt, other shapes,
+        NaN/inf) is skipped for the next older one, named in `/v1/status`'s `resumedFrom`. The step,
+        loss and initial loss saved with it become `step`, `loss`, `initial_loss` (so `report_step`
+        continues from there), and `restored_from_step` is set.
+
+        Args:
+          target: the initial state: a pytree of `jax.Array`s (or `jax.ShapeDtypeStruct`s) with the
+            saved state's structure; the restored arrays get its shapes, dtypes and shardings.
+
+        Returns:
+          `Restored(state, step, data)`; `Restored(target, 0, {})` when nothing is committed.
+
+        Raises:
+          CheckpointUriError: `spec.checkpoint.uri` is unusable (first use only).
+          CheckpointForeignError: the step to resume from is another job's.
+          CheckpointMismatchError: a committed step is beyond `spec.training.steps`, or no committed
+            step restores onto `target`.
+        """
+        restored = self._run_checkpoints().restore(target)
+        if restored is None:
+            return Restored(target, 0, {})
+        state, data_state, step = restored
+        with self._lock:
+            self.step, self.restored_from_step = step, step
+            self.loss, self.initial_loss = data_state.get("loss"), data_state.get("initial_loss")
+        self.metrics.step.set(step)
+        logging.getLogger(__name__).info("restored checkpoint step %d", step)
+        return Restored(state, step, dict(data_state.get("data") or {}))
+
+    def save(self, step: int, state: Any, data: Mapping[str, Any] | None = None, force: bool = False) -> bool:
+        """Saves `state` as checkpoint `step` when due: every `spec.checkpoint.intervalSteps`, or `force`.
+
+        Asynchronous (Orbax; the built-in trainer's `RunCheckpoints.maybe_save`): returns once the arrays
+        are copied off the device; its time is booked `checkpointing` in the goodput ledger. With
+        `force` it saves whatever the interval and waits until the step committed: the final save
+        (exit 0 only after it) and the save before a stop. A step not newer than the last saved one
+        is skipped. `close()` waits for a save in flight; if that one failed, a run that reached
+        `spec.training.steps` ends Failed ("final checkpoint failed: ...").
+
+        Args:
+          step: the step the state belongs to (steps completed, >= 0).
+          state: a pytree of `jax.Array`s (any shapes, dtypes, shardings); do not donate or delete its
+            arrays before the next `save` returns.
+          data: a small JSON-serializable dict saved with the step (e.g. your data position),
+            returned by `restore` as `data`.
+          force: save now and wait for the commit.
+
+        Returns:
+          True when a save was started (and, with `force`, committed).
+
+        Raises:
+          CheckpointUriError: `spec.checkpoint.uri` is unusable (first use only).
+          CheckpointSaveError: this forced save or the previous background save failed.
+        """
+        checkpoints = self._run_checkpoints()
+        data_state = self._data_state(step, data)
+        if force:
+            started = checkpoints.save_and_wait(step, state, data_state)
+        else:
+            started = checkpoints.maybe_save(step, state, data_state)
+        self._book_next_step()  # back from `checkpointing` to the step's category
+        return started
+
+    def _data_state(self, step: int, data: Mapping[str, Any] | None) -> dict[str, Any]:
+        """What is saved beside the state: the step, the losses `restore` gives back, the user's `data`."""
+        return {"next_batch_index": step, "initial_loss": self.initial_loss, "loss": self.loss,
+                "data": dict(data or {})}
+
+    def check_drain(self, step: int, state: Any, data: Mapping[str, Any] | None = None) -> None:
+        """Flow 4 at a step boundary: a slice reported Draining (about to be preempted) is let go after a save.
+
+        When an active slice drains, saves `state` as `step` (with `data`, as `save(..., force=True)`)
+        while every slice still exists, waits for the commit, then raises; `elastic_retry` continues
+        on the other slices (or waits for them), as the built-in trainer does
+        (`RunCheckpoints.drain`). Does nothing (and opens no checkpointer) while no active slice drains.
+
+        Raises:
+          SliceDownError: cause `draining`, naming the draining slices (`elastic_retry` retries).
+          CheckpointUriError, CheckpointSaveError: as `save`.
+        """
+        if self.slice_set.draining_active():
+            self._run_checkpoints().drain(self.slice_set, step, state, self._data_state(step, data))
+
+    def check_finite(self, step: int, loss: float | None = None, state: Any = None) -> None:
+        """Stops a run whose loss or state turned NaN/inf, as the built-in trainer does (before saving it).
+
+        Args:
+          step: the step just computed (for the message).
+          loss: its loss (a Python or numpy scalar), or None.
+          state: the new state (a pytree), or None; every floating-point leaf is checked.
+
+        Raises:
+          FloatingPointError: the loss or a state leaf is NaN or inf (message names the step and the
+            last committed checkpoint step); `elastic_retry` does not retry it.
+        """
+        from elastic_jax.controller.numerics import all_finite, check_step_finite
+
+        finite = None if state is None else bool(all_finite(state))
+        check_step_finite(step, loss, finite, self.last_committed_checkpoint_step)
 
 
 def connect(environ: Mapping[str, str] | None = None) -> Runtime:
@@ -477,4 +661,4 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
             flag = f"--xla_force_host_platform_device_count={job.spec.slices.devices_per_host}"
             os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
     return Runtime(job, token, host=env.get(contract.ENV_HOST, "0.0.0.0"), port=int(raw_port),
-                   summary_file=env.get(contract.ENV_SUMMARY_FILE) or None).start()
+                   summary_file=env.get(contract.ENV_SUMMARY_FILE) or None, environ=env).start()

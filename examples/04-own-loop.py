@@ -4,7 +4,8 @@ Plain JAX + optax: a linear model learns y = x.w + 0.5 from synthetic data. The
 global batch of step i is a pure function of i, so any slice may compute any
 chunk of it; `map_sum` runs the per-slice function on the active slices and
 adds what they return, and `elastic_retry` resumes at the last completed step
-after a slice is lost, in this same process. Started by examples/04-own-loop.yaml.
+after a slice is lost, in this same process; `rt.save`/`rt.restore` (Orbax) resume
+a restarted controller pod. Started by examples/04-own-loop.yaml.
 """
 import logging
 import sys
@@ -40,8 +41,12 @@ def main():
     steps, batch_size = rt.job.spec.training.steps, rt.job.spec.training.global_batch_size
     opt = optax.adam(0.05)
     params = {"w": jnp.zeros(DIM), "b": jnp.zeros(())}
-    state = {"step": 0, "params": params, "opt": opt.init(params)}
+    saved, step, _ = rt.restore({"params": params, "opt": opt.init(params)})  # (target, 0, {}) when none
+    state = {"step": step, **saved}
     apply = jax.jit(lambda p, o, g: (lambda u, o2: (optax.apply_updates(p, u), o2))(*opt.update(g, o, p)))
+
+    def save(force=False):  # every spec.checkpoint.intervalSteps; force: now, and wait for the commit
+        rt.save(state["step"], {"params": state["params"], "opt": state["opt"]}, force=force)
 
     @rt.elastic_retry()  # waits for slices; retries from state["step"] after a slice loss or scale-up
     def train():
@@ -54,12 +59,15 @@ def main():
             state["params"], state["opt"] = apply(state["params"], state["opt"], grads)
             state["step"] += 1
             rt.report_step(state["step"], float(out["loss"] / out["count"]))
+            save()
 
     with rt:
         try:
             train()
         except elastic_jax.StopRequested:
+            save(force=True)
             return rt.stop_exit_code or 75
+        save(force=True)  # exit 0 only once the last step is committed
     print(f"done: step {state['step']} loss {rt.loss:.4f}", flush=True)
     return 0
 

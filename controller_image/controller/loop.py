@@ -27,21 +27,17 @@ import time
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.identity import JobIdentity
-from elastic_jax.api.checkpoints import (CheckpointForeignError, CheckpointMismatchError, beyond_steps_problem,
-                                         writer_problem)
+from elastic_jax.api.checkpoints import CheckpointMismatchError
 from elastic_jax.controller.backend import Backend
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
     ScaleUpSignalError,
-    SliceDownError,
     StopRequested,
     UserCodeError,
     is_slice_down,
@@ -51,7 +47,10 @@ from elastic_jax.controller.elastic.manager import Manager, job_retry_settings
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
+from elastic_jax.controller.numerics import all_finite, check_step_finite
+from elastic_jax.controller.run_checkpoints import RunCheckpoints
 from elastic_jax.controller.run_record import RunRecord, RunSummary  # noqa: F401 - RunSummary: re-exported
+from elastic_jax.controller.signals import StopState
 from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
 from elastic_jax.controller.watchdog import ProgressWatchdog
@@ -85,11 +84,12 @@ class TrainingRun:
         self.checkpointer = checkpointer
         self.metrics = metrics
         self._stop = threading.Event()
-        self._stop_kind: str | None = None  # "requested" | "signal"
-        self._stop_reason = ""
+        self._stop_state = StopState()  # the library's Runtime follows the same rule
         # recoveries, their times, goodput ledger, steps run: the same books as the library's Runtime
         self.record = RunRecord(metrics, started_at)
         self.ledger = self.record.ledger
+        # restore with the writer checks and fallback, save schedule: the same code as the library's Runtime
+        self.checkpoints = RunCheckpoints(self.spec, checkpointer, self.ledger, metrics)
         self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop,
                                visible=backend.visible_slices, on_wait=self.record.on_wait, prepare=backend.prepare)
@@ -104,14 +104,12 @@ class TrainingRun:
         self.steps_lost = 0
         self.failure_reason: str | None = None
         self.restored_from_step: int | None = None
-        self.resumed_from: dict[str, Any] | None = None  # {"step", "fallbackReason", "writer"} once restored
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
         self.keeps_state = backend.keeps_state_on_slice_loss
         self.snapshotter = HostSnapshotter(0 if self.keeps_state else self.spec.elasticity.host_snapshot_interval_steps)
         self._state_lost = False
         self.watchdog = ProgressWatchdog(self.spec.elasticity.progress_timeout_seconds)
-        self._stall_logged = False
         metrics.desired_slices.set(slice_set.count)
 
         @jax.jit
@@ -137,22 +135,12 @@ class TrainingRun:
     def stall_reason(self) -> str | None:
         """None while the controller makes progress, else why it is stuck (see `watchdog`); `/healthz` serves it."""
         status = self.status()
-        reason = self.watchdog.check(status.phase, status.step)
-        if reason and not self._stall_logged:
-            self._stall_logged = True  # once: the kubelet probes every few seconds
-            _logger.error("error: %s", reason, extra={"event": "stalled", "step": status.step})
-        elif not reason:
-            self._stall_logged = False
-        return reason
+        return self.watchdog.stall_reason(status.phase, status.step)  # logged once, as the library's
 
     def status(self) -> ControllerStatus:
         """A consistent snapshot for `GET /v1/status`."""
         with self._lock:
-            phase = self.phase
-            if phase == "Running" and self.manager.waiting:
-                phase = "WaitingForSlices"
-            elif phase == "Running" and self.record.recovering:
-                phase = "Recovering"
+            phase = self.record.live_phase(self.phase, self.manager.waiting)
             active = sorted(self.slice_set.active) if phase not in ("Succeeded", "Failed", "Stopped", "Interrupted") else []
             return ControllerStatus(
                 phase=phase,
@@ -174,7 +162,7 @@ class TrainingRun:
                 goodput_seconds=self.ledger.seconds(),
                 failure_reason=self.failure_reason,
                 pid=os.getpid(),
-                resumed_from=self.resumed_from,
+                resumed_from=self.checkpoints.resumed_from,
             )
 
     # -- the run --------------------------------------------------------------
@@ -190,75 +178,16 @@ class TrainingRun:
 
     def _restore_or_init(self) -> dict[str, Any]:
         state = self._initial_state()
-        latest = self.checkpointer.latest_committed_step()
-        if latest is None:
+        restored = self.checkpoints.restore(state)
+        if restored is None:
             return state
-        where = f"spec.checkpoint.uri {self.spec.checkpoint.uri!r}"
-        # Never "succeed" by restoring past the end: these are another job's checkpoints.
-        beyond = beyond_steps_problem(latest, self.spec.training.steps, self.spec.checkpoint.uri)
-        if beyond:
-            raise CheckpointMismatchError(beyond)
-        self.ledger.switch("restoring")
-        t0 = time.perf_counter()
-        unreadable: list[int] = []
-        reasons: list[str] = []
-        writer = None
-        for candidate in reversed(self.checkpointer.committed_steps()):
-            try:
-                writer = self._check_writer(candidate)
-                restored, data_state, step = self.checkpointer.restore(state, candidate)
-                if not bool(all_finite(restored)):
-                    raise FloatingPointError("the state holds NaN or inf")
-            except CheckpointForeignError:
-                raise  # not corrupt: another job's, and the spec does not allow taking it
-            except Exception as e:  # noqa: BLE001 - a corrupt or unfit step: try the next older one
-                unreadable.append(candidate)
-                reasons.append(f"step {candidate}: {one_line_reason(e, 300)}")
-                _logger.warning("checkpoint step %d cannot be restored: %s", candidate, reasons[-1],
-                                extra={"event": "checkpoint_unreadable", "step": candidate, "reason": reasons[-1]})
-                continue
-            state = restored
-            break
-        else:
-            raise CheckpointMismatchError(
-                f"{where}: checkpoint step {latest} does not fit this trainer's state (another job's checkpoints, "
-                f"or a changed model?), and no older committed step restores either; {reasons[0]}")
-        if unreadable:
-            # Keep the unreadable steps for inspection; a good save of the same number replaces one.
-            self.checkpointer.set_aside(unreadable, step)
-            self.resumed_from = {"step": step, "fallbackReason": "newer committed steps unreadable: " + "; ".join(reasons)}
-        else:
-            self.resumed_from = {"step": step, "fallbackReason": None}
-        self.resumed_from["writer"] = None if writer is None else writer.model_dump(by_alias=True)
-        written_by = "an unknown job" if writer is None else writer.describe()
-        (_logger.warning if unreadable else _logger.info)(
-            "resumed from checkpoint step %d written by %s%s", step, written_by,
-            f" ({self.resumed_from['fallbackReason']})" if unreadable else "",
-            extra={"event": "resumed", "step": step, "fallback_reason": self.resumed_from["fallbackReason"],
-                   "writer": self.resumed_from["writer"]})
-        self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
+        state, data_state, step = restored
         self.step = int(data_state.get("next_batch_index", step))
         self.restored_from_step = self.step
         self.initial_loss = data_state.get("initial_loss")
         self.loss = data_state.get("loss")
         _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
-        self.ledger.switch("starting")  # what follows until the first step: slices, placement, compile
         return state
-
-    def _check_writer(self, step: int) -> JobIdentity | None:
-        """The writer of committed `step`; refuses another job's step unless `spec.checkpoint.resumeFrom` is Any.
-
-        The rule is `elastic_jax.api.checkpoints.writer_problem`, the one the CLI applies before starting.
-
-        Raises:
-          CheckpointForeignError: the step is not this job's and the spec does not allow that.
-        """
-        writer = self.checkpointer.writer_of(step)
-        problem = writer_problem(step, writer, self.checkpointer.writer, self.spec.checkpoint.resume_from,
-                                 self.spec.checkpoint.uri)
-        if problem:
-            raise CheckpointForeignError(problem)
-        return writer
 
     def _data_state(self) -> dict[str, Any]:
         return {
@@ -285,9 +214,7 @@ class TrainingRun:
           reason: for the summary and the log, e.g. "SIGTERM" or "suspend".
           requested: True for a stop request, False for a signal.
         """
-        kind = "requested" if requested else "signal"
-        if self._stop_kind is None or (kind == "requested" and self._stop_kind == "signal"):
-            self._stop_kind, self._stop_reason = kind, reason
+        self._stop_state.note(reason, requested=requested)
         self._stop.set()
         self.backend.interrupt()  # abandon a step that may hang until its deadline
 
@@ -299,7 +226,7 @@ class TrainingRun:
     @property
     def stop_kind(self) -> str | None:
         """None, "requested" or "signal" (see `request_stop`)."""
-        return self._stop_kind
+        return self._stop_state.kind
 
     def run(self) -> RunSummary:
         """Trains to `spec.training.steps`; never raises for training failures.
@@ -321,20 +248,19 @@ class TrainingRun:
                 retry(self._train)()
             except StopRequested as e:
                 _logger.info("stopping at step %d: %s", self.step, e)
-            self.ledger.switch("checkpointing")
             if not self._state_lost:  # never save state that went down with a slice
-                self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
+                self.checkpoints.save_and_wait(self.step, self.state, self._data_state())
             self.checkpointer.wait_until_finished()
             self.ledger.stop()
             with self._lock:
                 if self.step >= self.spec.training.steps:
                     self.phase, exit_code = "Succeeded", ControllerExit.SUCCEEDED
-                elif self._stop_kind == "requested":
+                elif self._stop_state.kind == "requested":
                     self.phase, exit_code = "Stopped", ControllerExit.STOPPED
-                    self.failure_reason = f"stopped on request ({self._stop_reason}) at step {self.step}"
+                    self.failure_reason = f"stopped on request ({self._stop_state.reason}) at step {self.step}"
                 else:
                     self.phase, exit_code = "Interrupted", ControllerExit.RESTART
-                    self.failure_reason = (f"controller interrupted by {self._stop_reason or 'a signal'} at step "
+                    self.failure_reason = (f"controller interrupted by {self._stop_state.reason or 'a signal'} at step "
                                            f"{self.step}; a new controller resumes from the last committed step")
         except (Exception, SystemExit) as e:  # noqa: BLE001 - every failure ends the run with a reason
             if isinstance(e, SystemExit):
@@ -354,7 +280,7 @@ class TrainingRun:
             except Exception:  # noqa: BLE001 - the failure above is the one to report
                 _logger.exception("waiting for the last checkpoint failed")
         self.ledger.stop()
-        committed = self._committed_step_for_summary()
+        committed = self.checkpoints.committed_step()
         if committed is not None:
             self.metrics.checkpoint_committed_step.set(committed)
         return RunSummary(
@@ -372,38 +298,18 @@ class TrainingRun:
             failure_reason=self.failure_reason,
             wall_seconds=time.monotonic() - started,
             pid=os.getpid(),
-            stop=self._stop_kind,
+            stop=self._stop_state.kind,
             exit_code=int(exit_code),
-            resumed_from=self.resumed_from,
+            resumed_from=self.checkpoints.resumed_from,
         )
 
-    def _committed_step_for_summary(self) -> int | None:
-        """The newest committed step, from storage when it answers, else the last one seen committed.
-
-        A full or read-only disk (or an unreachable bucket) can make listing
-        the steps fail too; the summary must still say what is committed.
-        """
-        try:
-            return self.checkpointer.latest_committed_step()
-        except Exception as e:  # noqa: BLE001 - any storage error; the known step is the answer
-            _logger.warning("cannot list committed checkpoints (%s); reporting the last step seen committed",
-                            one_line_reason(e))
-            return self.checkpointer.last_committed_step
-
     def _on_elastic_event(self, error: Exception) -> None:
-        if isinstance(error, ScaleUpSignalError):
-            cause, slices = "scale_up", sorted(self.slice_set.available_inactive())
-        else:
-            cause = getattr(error, "cause", "slice_down")
-            slices = list(getattr(error, "slice_indices", ()))
         self.watchdog.restart()
-        # Recovery time counts from when the failure began: for a hang, when the
-        # stuck step was sent (the deadline is part of the cost), else now.
-        since = getattr(error, "failed_since", None) or time.monotonic()
-        if not self.keeps_state and cause in ("slice_down", "step_deadline"):
+        # Booked as the library's Runtime books it; a hang's recovery counts from when the stuck step was sent.
+        event = self.record.elastic_event_of(error, self.slice_set, self.step)
+        if not self.keeps_state and event.cause in ("slice_down", "step_deadline"):
             self._state_lost = True
-        self.record.elastic_event(cause, slices, self.step, since)
-        _logger.warning("elastic event at step %d: %s on slices %s", self.step, cause, slices)
+        _logger.warning("elastic event at step %d: %s on slices %s", self.step, event.cause, event.slices)
 
     def _recover_lost_state(self) -> None:
         """Restores state lost with a slice: the newer of the host snapshot and the last committed checkpoint."""
@@ -448,13 +354,8 @@ class TrainingRun:
             joining = self.manager.available_inactive_slices()
             if joining:
                 raise ScaleUpSignalError(f"slices {sorted(joining)} ready to join")
-            draining = self.slice_set.draining_active()
-            if draining:
-                # Flow 4: save while every slice still exists, then let the slice go.
-                self.ledger.switch("checkpointing")
-                self.checkpointer.maybe_save(self.step, self.state, self._data_state(), force=True)
-                self.checkpointer.wait_until_finished()
-                raise SliceDownError(f"slices {sorted(draining)} are draining", draining, cause="draining")
+            # Flow 4: a draining slice is let go after a save while every slice still exists.
+            self.checkpoints.drain(self.slice_set, self.step, self.state, self._data_state())
             batch = self.batches[self.step]
             t0 = time.monotonic()
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
@@ -474,14 +375,7 @@ class TrainingRun:
                 # the optimizer that raised, a bad shape): the user's error, not retried.
                 raise UserCodeError(f"the optimizer update of step {self.step + 1} failed: {one_line_reason(e)}") from None
             loss = loss_sum / weight
-            if not np.isfinite(loss):
-                raise FloatingPointError(f"loss is {loss} at step {self.step + 1}; stopping instead of training on garbage "
-                                         f"(last committed step: {self.checkpointer.last_committed_step})")
-            if not finite:
-                # Never let non-finite state reach a checkpoint: every resume would start from it.
-                raise FloatingPointError(
-                    f"the update of step {self.step + 1} made the parameters or optimizer state non-finite (NaN/inf); "
-                    f"step {self.step + 1} is not saved; last committed step: {self.checkpointer.last_committed_step}")
+            check_step_finite(self.step + 1, loss, finite, self.checkpoints.last_committed_step)
             now = time.monotonic()
             with self._lock:
                 self.state = {"params": params, "opt_state": opt_state}
@@ -504,18 +398,8 @@ class TrainingRun:
                     "tokens_per_s": round(self.tokens_per_second, 1), "active_slices": active})
                 window_start, window_steps = now, 0
             self.snapshotter.maybe_take(self.step, self.state, self._data_state())
-            t_save, t_save_mono = time.perf_counter(), time.monotonic()
-            if self.checkpointer.maybe_save(self.step, self.state, self._data_state()):
-                self.metrics.checkpoint_save_seconds.observe(time.perf_counter() - t_save)
-                self.ledger.switch("checkpointing", at=t_save_mono)
+            if self.checkpoints.maybe_save(self.step, self.state, self._data_state()):
                 self.ledger.switch(category, capacity=capacity)
-
-
-def all_finite(tree: Any) -> jax.Array:
-    """A scalar bool array: every floating-point leaf of `tree` is finite (integer leaves are ignored)."""
-    checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
-              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
-    return jnp.all(jnp.stack(checks)) if checks else jnp.asarray(True)
 
 
 def _is_user_facing(error: Exception) -> bool:

@@ -168,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
     from elastic_jax.controller.backend import BackendContext, build
-    from elastic_jax.controller.checkpointing import (CheckpointMismatchError, CheckpointUriError, Checkpointer,
+    from elastic_jax.controller.checkpointing import (CheckpointMismatchError, CheckpointUriError,
                                                       clear_local_checkpoints)
+    from elastic_jax.controller.run_checkpoints import job_checkpointer
     from elastic_jax.controller.control_api import ControlApiServer, create_app
     from elastic_jax.controller.elastic.slice_set import SliceSet
     from elastic_jax.controller.loop import TrainingRun
@@ -223,11 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 deleted = clear_local_checkpoints(ckpt.uri, writer, allow_foreign=ckpt.resume_from == "Any")
                 log.info("--fresh: deleted %d checkpoint(s) from %s", len(deleted), ckpt.uri,
                          extra={"event": "checkpoints_cleared", "deleted": deleted})
-            checkpointer = Checkpointer(
-                ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep,
-                on_commit=lambda step: metrics.checkpoint_committed_step.set(step),
-                writer=writer,
-            )
+            checkpointer = job_checkpointer(job, metrics, writer)
         except (TrainerConfigError, CheckpointUriError) as e:
             return _fail(str(e))
         try:

@@ -110,6 +110,28 @@ class RunRecord:
         self.metrics.recoveries.labels(cause=cause).inc()
         return record
 
+    def elastic_event_of(self, error: Exception, slice_set: Any, at_step: int) -> RecoveryRecord:
+        """Records the elastic event `error` stands for: a `ScaleUpSignalError` (cause `scale_up`, the Ready
+        inactive slices of `slice_set`) or a slice-down error (its `cause`, default `slice_down`, and
+        `slice_indices`). A hang's recovery counts from when the stuck step was sent (`failed_since`).
+        """
+        from elastic_jax.controller.elastic.errors import ScaleUpSignalError
+
+        if isinstance(error, ScaleUpSignalError):
+            cause, slices = "scale_up", sorted(slice_set.available_inactive())
+        else:
+            cause, slices = getattr(error, "cause", "slice_down"), list(getattr(error, "slice_indices", ()))
+        return self.elastic_event(cause, slices, at_step, getattr(error, "failed_since", None))
+
+    def live_phase(self, phase: str, waiting: bool) -> str:
+        """The phase `/v1/status` shows: `Running` reads `WaitingForSlices` while the manager `waiting` for
+        slices, `Recovering` between an elastic event and the next step; any other `phase` as is."""
+        if phase == "Running" and waiting:
+            return "WaitingForSlices"
+        if phase == "Running" and self.recovering:
+            return "Recovering"
+        return phase
+
     def step_completed(self, now: float | None = None) -> None:
         """A training step completed at `now` (monotonic s): it ends a pending recovery."""
         now = time.monotonic() if now is None else now

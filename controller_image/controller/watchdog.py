@@ -23,9 +23,12 @@ Which phases are watched:
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Callable
+
+_logger = logging.getLogger(__name__)
 
 WATCHED_PHASES = frozenset({"Running", "Recovering"})
 
@@ -44,6 +47,7 @@ class ProgressWatchdog:
         self._lock = threading.Lock()
         self._since = clock()
         self._step: int | None = None
+        self._stall_logged = False
 
     def restart(self) -> None:
         """Restarts the clock (an elastic event: a recovery may restore a checkpoint first)."""
@@ -68,3 +72,17 @@ class ProgressWatchdog:
             return (f"no training step completed for {idle_s:.0f} s in phase {phase} after step {step} "
                     f"(spec.elasticity.progressTimeoutSeconds={self.timeout_s:g}): the controller is stuck "
                     "(a blocking data read, a deadlock in user code?)")
+
+    def stall_reason(self, phase: str, step: int) -> str | None:
+        """`check`, and the first reason of a stall logged once as an `error:` line (event `stalled`).
+
+        What `/healthz` calls through the loops' `stall_reason()` (the built-in
+        trainer's and the library's): the kubelet probes every few seconds, so
+        one stall is logged once; a step (or another healthy answer) re-arms it.
+        """
+        reason = self.check(phase, step)
+        with self._lock:
+            first, self._stall_logged = bool(reason) and not self._stall_logged, bool(reason)
+        if first:
+            _logger.error("error: %s", reason, extra={"event": "stalled", "step": step})
+        return reason

@@ -52,3 +52,19 @@ def test_own_loop_survives_a_worker_sigkill_in_the_same_controller_process(tmp_p
     assert s["steps_lost"] is None and "steps lost n/a (not measured" in run.stderr, run.stderr[-2000:]
     assert "recoveries 1 (" in run.stderr and "goodput n/a" not in run.stderr, run.stderr[-2000:]  # the printed summary
 
+
+
+def test_own_loop_saves_through_the_library_and_a_new_run_resumes_from_it(tmp_path):
+    # As a new controller pod would: the same job started again, with more steps, resumes from the
+    # example's last save (rt.save(..., force=True)) through rt.restore, the built-in trainer's code.
+    first = run_cli(_manifest(tmp_path, steps=40), tmp_path, "--no-failure", cwd=ROOT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    s = first.summary
+    assert s["succeeded"] and s["last_committed_checkpoint_step"] == 40 and s["resumed_from"] is None, s
+    again = run_cli(_manifest(tmp_path, steps=60), tmp_path, "--no-failure", cwd=ROOT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    s = again.summary
+    assert s["succeeded"] and s["steps"] == 60 and s["restored_from_step"] == 40, s
+    assert s["resumed_from"]["step"] == 40 and s["resumed_from"]["fallbackReason"] is None, s
+    assert s["last_committed_checkpoint_step"] == 60, s
+    assert s["initial_loss"] > s["final_loss"], s  # the first run's first loss, saved with the step

@@ -245,7 +245,7 @@ def test_a_signal_stops_the_runtime_through_the_forwarding_thread(runtime):
     import os
     import signal
 
-    rt, _ = runtime
+    rt, client = runtime
     errors = []
     t = threading.Thread(target=lambda: _catch(rt.install_signal_handlers, errors))
     t.start()
@@ -257,6 +257,8 @@ def test_a_signal_stops_the_runtime_through_the_forwarding_thread(runtime):
         os.kill(os.getpid(), signal.SIGHUP)
         assert rt.stop_requested.wait(30)  # set by the helper thread, not inside the handler
         assert rt.stop_exit_code == ControllerExit.RESTART
+        client.stop("suspend")  # the user's intent is known: it overrides the earlier signal
+        assert rt.stop_exit_code == ControllerExit.STOPPED
     finally:
         for s, handler in saved.items():
             signal.signal(s, handler)
@@ -276,3 +278,56 @@ def test_an_exit_code_given_to_close_decides_the_outcome(tmp_path):
     rt.close(exit_code=0)
     s = json.loads(path.read_text())
     assert s["succeeded"] and s["exit_code"] == 0 and s["steps"] == 0 and rt.status().phase == "Succeeded"
+
+
+def test_no_progress_inside_elastic_retry_makes_healthz_503_with_the_watchdogs_reason(runtime, caplog):
+    import httpx
+
+    from elastic_jax.controller.watchdog import ProgressWatchdog
+
+    rt, client = runtime
+    clock = [0.0]
+    rt.watchdog = ProgressWatchdog(100.0, clock=lambda: clock[0])
+    _ready(client, 0)
+    _ready(client, 1)
+    health = f"http://127.0.0.1:{rt.port}/healthz"
+    assert rt.stall_reason() is None  # phase Starting: not watched (restoring, compiling)
+    answers = []
+
+    @rt.elastic_retry()
+    def train():
+        rt.report_step(3)
+        assert rt.stall_reason() is None  # the clock starts at the step
+        clock[0] = 150.0
+        answers.extend(httpx.get(health) for _ in range(2))
+        rt.report_step(4)  # progress: healthy again
+        answers.append(httpx.get(health))
+
+    train()
+    assert [a.status_code for a in answers] == [503, 503, 200]
+    stalled = [r for r in caplog.records if getattr(r, "event", None) == "stalled"]
+    assert len(stalled) == 1 and "progressTimeoutSeconds=100" in stalled[0].getMessage()  # logged once
+    assert "after step 3" in stalled[0].getMessage()
+
+
+def test_check_finite_stops_on_a_nan_loss_or_state_naming_the_step(runtime):
+    import jax.numpy as jnp
+
+    rt, _ = runtime
+    rt.check_finite(5, loss=0.5, state={"w": jnp.ones(3), "n": jnp.asarray(1)})
+    with pytest.raises(FloatingPointError, match="loss is nan at step 5"):
+        rt.check_finite(5, loss=float("nan"))
+    with pytest.raises(FloatingPointError, match="update of step 6 .*non-finite"):
+        rt.check_finite(6, loss=0.5, state={"w": jnp.asarray([1.0, jnp.inf])})
+
+
+def test_stop_state_a_request_overrides_a_signal_and_a_signal_never_downgrades_a_request():
+    from elastic_jax.controller.signals import StopState
+
+    stop = StopState()
+    assert stop.exit_code is None
+    stop.note("SIGTERM", requested=False)
+    assert (stop.kind, stop.reason, stop.exit_code) == ("signal", "SIGTERM", ControllerExit.RESTART)
+    stop.note("suspend", requested=True)
+    stop.note("SIGHUP", requested=False)
+    assert (stop.kind, stop.reason, stop.exit_code) == ("requested", "suspend", ControllerExit.STOPPED)

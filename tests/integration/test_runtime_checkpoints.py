@@ -1,0 +1,125 @@
+"""The library's `Runtime.restore` / `save`: real Orbax on disk, through the built-in trainer's own checkpoint
+code (`controller/run_checkpoints.py`), its status over real HTTP, and its summary."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from elastic_jax import contract
+from elastic_jax.api.checkpoints import CheckpointForeignError
+from elastic_jax.api.client import ControlClient
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.runtime import Runtime
+from tests.support.bad_manifests import pathways_job
+
+TOKEN = "t0ken"
+ME = {contract.ENV_JOB_NAMESPACE: "ml", contract.ENV_JOB_NAME: "lib", contract.ENV_JOB_UID: "uid-me"}
+
+
+def _runtime(tmp_path, steps=6, resume_from=None, environ=ME, summary="summary.json", count=1):
+    manifest = pathways_job("lib")
+    manifest["spec"]["slices"].update(count=count, minSlices=1)
+    manifest["spec"]["training"].update(steps=steps, globalBatchSize=4)
+    manifest["spec"]["controller"] = {"command": ["python", "train.py"]}
+    manifest["spec"]["checkpoint"] = {"uri": str(tmp_path / "ckpt"), "intervalSteps": 2, "maxToKeep": 10,
+                                      **({"resumeFrom": resume_from} if resume_from else {})}
+    return Runtime(parse_manifest(manifest), TOKEN, summary_file=str(tmp_path / summary), environ=environ).start()
+
+
+def _state(value):
+    return {"w": jnp.full((4,), value, jnp.float32), "count": jnp.asarray(0, jnp.int32)}
+
+
+def _train(rt, first, last):
+    for step in range(first + 1, last + 1):
+        rt.report_step(step, loss=1.0 / step)
+        rt.save(step, _state(float(step)), data={"batch": step * 4})
+
+
+def test_save_on_schedule_then_a_new_runtime_resumes_from_the_last_committed_step(tmp_path):
+    rt = _runtime(tmp_path)
+    target = _state(0.0)
+    restored = rt.restore(target)
+    assert restored.state is target and (restored.step, restored.data) == (0, {})  # nothing committed
+    _train(rt, 0, 5)  # saves 2 and 4 (intervalSteps 2); 1, 3, 5 are not due
+    assert rt.save(5, _state(5.0), data={"batch": 20}, force=True)  # the final save: committed when it returns
+    client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
+    assert client.status().last_committed_checkpoint_step == 5
+    client.close()
+    rt.close()
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["last_committed_checkpoint_step"] == 5 and s["restored_from_step"] is None and not s["succeeded"]
+    assert sorted(int(p.name) for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == [2, 4, 5]
+
+    again = _runtime(tmp_path, summary="again.json")
+    state, step, data = again.restore(_state(0.0))
+    assert step == 5 and data == {"batch": 20} and np.allclose(state["w"], 5.0)
+    assert (again.step, again.loss, again.initial_loss, again.restored_from_step) == (5, 1.0 / 5, 1.0, 5)
+    client = ControlClient(f"http://127.0.0.1:{again.port}", TOKEN)
+    status = client.status()
+    assert status.step == 5 and status.resumed_from.step == 5 and status.resumed_from.fallback_reason is None
+    assert status.resumed_from.writer.uid == "uid-me"
+    client.close()
+    _train(again, 5, 6)
+    again.save(6, _state(6.0), force=True)
+    again.close()
+    s = json.loads((tmp_path / "again.json").read_text())
+    assert s["succeeded"] and s["steps"] == 6 and s["last_committed_checkpoint_step"] == 6
+    assert s["restored_from_step"] == 5 and s["resumed_from"]["step"] == 5
+
+
+def test_a_corrupt_newest_step_falls_back_to_the_older_one(tmp_path):
+    rt = _runtime(tmp_path)
+    _train(rt, 0, 4)
+    rt.close()
+    metadata = tmp_path / "ckpt" / "4" / "state" / "_METADATA"
+    metadata.write_bytes(metadata.read_bytes()[: metadata.stat().st_size // 2])
+    again = _runtime(tmp_path, summary="again.json")
+    state, step, data = again.restore(_state(0.0))
+    assert step == 2 and data == {"batch": 8} and np.allclose(state["w"], 2.0)
+    assert "step 4" in again.status().resumed_from.fallback_reason
+    again.close()
+
+
+def test_another_jobs_checkpoint_is_refused_unless_resume_from_any(tmp_path):
+    rt = _runtime(tmp_path)
+    _train(rt, 0, 2)
+    rt.close()
+    other = {**ME, contract.ENV_JOB_UID: "uid-other"}
+    stranger = _runtime(tmp_path, environ=other, summary="other.json")
+    with pytest.raises(CheckpointForeignError, match="spec.checkpoint"):
+        stranger.restore(_state(0.0))
+    stranger.close()
+    taker = _runtime(tmp_path, environ=other, resume_from="Any", summary="taker.json")
+    assert taker.restore(_state(0.0)).step == 2
+    taker.close()
+
+
+def test_a_draining_slice_is_let_go_after_a_committed_save(tmp_path):
+    rt = _runtime(tmp_path, count=2)
+    client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
+    for index in (0, 1):
+        client.report_slice(index, "Ready", time.time_ns(), addresses=[f"10.0.0.{index}:8471"])
+    attempts = []
+
+    @rt.elastic_retry(minimum_slice_count=1)
+    def train():
+        attempts.append(sorted(rt.active_slices))
+        rt.report_step(len(attempts) * 3, loss=0.5)
+        rt.check_drain(rt.step, _state(float(rt.step)), data={"batch": 1})  # no drain: nothing saved
+        if len(attempts) == 1:
+            client.report_slice(1, "Draining", time.time_ns(), reason="preempted soon")
+            rt.check_drain(rt.step, _state(float(rt.step)), data={"batch": 1})
+        return "done"
+
+    assert train() == "done"
+    assert attempts == [[0, 1], [0]]  # the draining slice was let go, training went on without it
+    assert rt.last_committed_checkpoint_step == 3  # saved (step 3, not due by intervalSteps 2) before it went
+    assert [(r.cause, r.slices, r.at_step) for r in client.status().recovery_history] == [("draining", [1], 3)]
+    client.close()
+    rt.close()
