@@ -184,9 +184,12 @@ def _check_cluster(job) -> None:
     on a cluster; each problem on its own `error:` line (exit 2)."""
     from elastic_jax.api import cluster
 
-    from elastic_jax.k8s_operator.children import manifest_size_problem
+    from elastic_jax.k8s_operator.children import client_apply_size_problem, manifest_size_problem
 
     found = cluster.problems(job.spec.to_manifest())
+    too_large_for_client_apply = client_apply_size_problem(job)
+    if too_large_for_client_apply:  # (a warning: `kubectl apply --server-side` takes it)
+        typer.echo(f"warning: {too_large_for_client_apply}", err=True)
     too_large = manifest_size_problem(job)
     if too_large:  # (the API server refuses it only when the operator creates the ConfigMap)
         found.append(too_large)

@@ -1,7 +1,8 @@
 """`elastic-jax-operator`: runs the kopf operator with the ElasticTrainingJob handlers.
 
-Settings are set once here: progress and diff-base kept in annotations under
-`elasticjax.dev/` (the status schema stays ours), kopf's finalizer named
+Settings are set once here: progress and a small "creation handled" marker (not kopf's usual copy
+of the spec: `HandledMarkerDiffBase`) kept in annotations under `elasticjax.dev/` (the status
+schema stays ours), kopf's finalizer named
 `elasticjax.dev/operator` (kopf puts one on every object with a timer so the
 timer stops before the object goes; children are garbage-collected through
 owner references), only warnings posted as Events by kopf's own logging,
@@ -42,10 +43,39 @@ def _non_negative(text: str) -> float:
     return value
 
 
+class HandledMarkerDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff-base, reduced to the one fact this operator uses: the job's creation was handled.
+
+    kopf's own `AnnotationsDiffBaseStorage` copies the whole spec into an annotation. A spec over
+    ~128 KiB (long library-mode `args`, a large `trainer.config`) then pushed the annotations past the
+    API server's 256 KiB limit (262144 bytes, all annotations together; kubectl's last-applied copy
+    counts too): every kopf patch was refused, status froze, and the finalizer could never be
+    removed, so `kubectl delete` hung. No handler here reads `diff`/`old`/`new` or reacts to an
+    update (`on.create`, `on.delete`, a timer, events and indexes only), so kopf needs only
+    "stored or not": `store` writes a fixed small marker, and `fetch` answers with the object's
+    current essence once a marker (or an older operator's full copy) is there, so every later
+    change is a no-op to kopf and no patch of it is ever sent again.
+    """
+
+    MARKER = '{"handled":true}'
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """None until creation was handled (kopf then runs `on.create`); afterwards the current essence."""
+        for full_key in self.make_keys(self.key, body=body):
+            if body.metadata.annotations.get(full_key) is not None:
+                return self.build(body=body)
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        """Writes the marker (a few bytes, whatever the spec's size) instead of the essence."""
+        for full_key in self.make_keys(self.key, body=body):
+            if body.metadata.annotations.get(full_key) is None:
+                patch.metadata.annotations[full_key] = self.MARKER
+
+
 def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration")
+    settings.persistence.diffbase_storage = HandledMarkerDiffBase(prefix=GROUP, key="last-handled-configuration")
     settings.persistence.finalizer = f"{GROUP}/operator"
     settings.posting.level = logging.WARNING
     # Events say who posted them: this operator, not the library ("From: kopf" in kubectl describe).
