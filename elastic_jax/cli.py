@@ -267,8 +267,9 @@ def _check_resume(job) -> None:
 def _check_trainer(job, manifest: Path) -> None:
     """Builds the job's trainer (config checked, data opened); one `error:` line on a config mistake.
 
-    An exception other than `TrainerConfigError` is a bug in the trainer's own
-    code and keeps its traceback, as it would in the controller's log.
+    An entry point that raises (a missing config key, a function that is no trainer) is one `error:`
+    line too (`load_trainer` names the field, the exception and where it was raised), as the
+    controller reports it under `elastic-jax run` and in a pod.
     """
     try:
         from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
