@@ -138,6 +138,39 @@ def _listen_word(text: str) -> str:
     return text
 
 
+def _cannot_listen(flag: str, host: str, port: int, error: OSError) -> int:
+    """Prints one `error:` line naming `flag`, the address and the OS's reason; returns exit code 2."""
+    print(f"error: {flag} {port}: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)
+    return 2
+
+
+def _liveness_problem(endpoint: str) -> str | None:
+    """Why kopf could not serve `--liveness` (its scheme, or its port taken), or None.
+
+    kopf binds the endpoint only inside `kopf.run` and a failure there is a traceback, so the port is
+    tried here first (bound with SO_REUSEADDR, as aiohttp binds it, then released).
+    """
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme != "http":
+        return "only http:// endpoints are served (e.g. http://0.0.0.0:8081/healthz)"
+    try:
+        host, port = parts.hostname or "localhost", parts.port or 80
+    except ValueError as e:  # a port that is not a number or out of range
+        return str(e)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in infos[:1]:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+                probe.listen(1)
+    except OSError as e:
+        return f"cannot listen on {host}:{port}: {e.strerror or e}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs the operator until SIGINT/SIGTERM, then ends the process (`_end_process`).
 
@@ -219,7 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.metrics_host)
+        try:
+            start_http_server(args.metrics_port, addr=args.metrics_host)
+        except OSError as e:
+            return _cannot_listen("--metrics-port", args.metrics_host, args.metrics_port, e)
+    if args.liveness:
+        problem = _liveness_problem(args.liveness)
+        if problem:
+            print(f"error: --liveness {args.liveness}: {problem}", file=sys.stderr)
+            return 2
 
     from elastic_jax.k8s_operator import handlers, tokens  # noqa: F401  (registers the handlers)
     if args.node_lost_seconds > 0:

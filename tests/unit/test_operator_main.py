@@ -32,6 +32,26 @@ def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag):
     assert f"argument {flag}:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--metrics-port", "--liveness"])
+def test_a_port_in_use_is_one_error_line_naming_the_flag_and_port(flag):
+    """The metrics port printed an OSError traceback; kopf's liveness port failed inside `kopf.run`."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        args = (["--metrics-port", str(port), "--metrics-host", "127.0.0.1"] if flag == "--metrics-port" else
+                ["--metrics-port", "0", "--liveness", f"http://127.0.0.1:{port}/healthz"])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env["KUBECONFIG"] = os.devnull  # (it must stop before reaching any cluster)
+        proc = subprocess.run([EXE, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {flag} ") and str(port) in errors[0], proc.stderr
+    assert "in use" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_operator_and_controller_take_the_same_log_formats():
     """One list (`elastic_jax.logs.FORMATS`): the controller took json|text, the operator json|plain."""
     controller = shutil.which("elastic-jax-controller", path=str(Path(sys.executable).parent))
