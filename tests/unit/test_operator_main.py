@@ -72,3 +72,27 @@ def test_the_api_client_classes_are_imported_with_the_handlers_not_in_the_first_
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"imported only in the first pass: {proc.stdout}"
+
+
+def test_the_diff_base_is_a_small_marker_whatever_the_spec_size():
+    """kopf sees a job as new until creation was handled, then as unchanged for good (no handler reacts
+    to updates), and stores a few bytes, not the spec: a 300 KB spec used to overflow the annotations."""
+    import kopf
+
+    from elastic_jax.k8s_operator.main import HandledMarkerDiffBase
+
+    storage = HandledMarkerDiffBase(prefix="elasticjax.dev", key="last-handled-configuration")
+    raw = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+           "metadata": {"name": "j", "annotations": {}}, "spec": {"big": "x" * 300_000}}
+    assert storage.fetch(body=kopf.Body(raw)) is None  # kopf: the create cause
+    patch = kopf.Patch()
+    storage.store(body=kopf.Body(raw), patch=patch, essence=storage.build(body=kopf.Body(raw)))
+    written = dict(patch["metadata"]["annotations"])
+    assert sum(len(k) + len(v) for k, v in written.items()) < 200, written
+    raw["metadata"]["annotations"].update(written)
+    raw["spec"]["big"] = "changed"
+    body = kopf.Body(raw)
+    assert storage.fetch(body=body) == storage.build(body=body)  # no diff: no update cause, no more patches
+    again = kopf.Patch()
+    storage.store(body=body, patch=again, essence=storage.build(body=body))
+    assert not again, dict(again)
