@@ -13,6 +13,8 @@ enough: no pods, and each reconcile pass still writes its status.
 
 from __future__ import annotations
 
+import json
+
 import yaml
 
 from e2e.helpers import wait_for
@@ -56,3 +58,33 @@ def test_a_large_spec_job_gets_status_and_deletes(cluster, namespace, operator):
         wait_for(gone, timeout_s=120, what=f"job {name} deleted (finalizer removed)", interval_s=0.5,
                  explain=lambda: operator.log()[-3000:])
     assert "Too long" not in operator.log()
+
+
+def test_a_job_whose_kubectl_copy_leaves_no_room_for_the_operators_annotations_still_deletes(cluster, namespace,
+                                                                                             operator):
+    """Plain `kubectl apply` of a job just under the annotations limit: the operator's own few annotations
+    (claim, kopf's marker) may not fit (`validate --cluster` warns). Whatever the operator can write, the
+    finalizer's removal patch adds no annotation, so `kubectl delete` completes."""
+    from elastic_jax.k8s_operator.children import ANNOTATIONS_MAX_BYTES, OPERATOR_ANNOTATIONS_RESERVE_BYTES
+
+    manifest = _large_job("big-edge", 1000)
+    base = len(json.dumps(manifest, separators=(",", ":")))
+    manifest["spec"]["controller"]["trainer"]["config"]["pad"] = "p" * (ANNOTATIONS_MAX_BYTES - 700 - base)
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
+    assert result.returncode == 0, result.stderr
+    job = get_job(cluster, namespace, "big-edge")
+    copy = job["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+    assert len(copy) > ANNOTATIONS_MAX_BYTES - OPERATOR_ANNOTATIONS_RESERVE_BYTES, len(copy)
+
+    def finalized():
+        return "elasticjax.dev/operator" in (get_job(cluster, namespace, "big-edge")["metadata"].get("finalizers") or [])
+    wait_for(finalized, timeout_s=120, what="the operator's finalizer on big-edge", interval_s=0.5,
+             explain=lambda: operator.log()[-3000:])
+    result = cluster.kubectl("delete", "-n", namespace, "elastictrainingjob", "big-edge", "--wait=false", check=False)
+    assert result.returncode == 0, result.stderr
+
+    def gone():
+        listed = cluster.api().get(f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs")
+        return "big-edge" not in [j["metadata"]["name"] for j in listed["items"]]
+    wait_for(gone, timeout_s=120, what="job big-edge deleted (finalizer removed)", interval_s=0.5,
+             explain=lambda: operator.log()[-3000:])
