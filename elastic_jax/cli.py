@@ -223,9 +223,12 @@ def _check_cluster(job) -> None:
     on a cluster; each problem on its own `error:` line (exit 2)."""
     from elastic_jax.api import cluster
 
-    from elastic_jax.k8s_operator.children import manifest_size_problem
+    from elastic_jax.k8s_operator.children import client_apply_size_problem, manifest_size_problem
 
     found = cluster.problems(job.spec.to_manifest())
+    too_large_for_client_apply = client_apply_size_problem(job)
+    if too_large_for_client_apply:  # (a warning: `kubectl apply --server-side` takes it)
+        typer.echo(f"warning: {too_large_for_client_apply}", err=True)
     too_large = manifest_size_problem(job)
     if too_large:  # (the API server refuses it only when the operator creates the ConfigMap)
         found.append(too_large)
@@ -303,8 +306,9 @@ def _check_resume(job) -> None:
 def _check_trainer(job, manifest: Path) -> None:
     """Builds the job's trainer (config checked, data opened); one `error:` line on a config mistake.
 
-    An exception other than `TrainerConfigError` is a bug in the trainer's own
-    code and keeps its traceback, as it would in the controller's log.
+    An entry point that raises (a missing config key, a function that is no trainer) is one `error:`
+    line too (`load_trainer` names the field, the exception and where it was raised), as the
+    controller reports it under `elastic-jax run` and in a pod.
     """
     try:
         from elastic_jax.controller.trainer import TrainerConfigError, load_trainer

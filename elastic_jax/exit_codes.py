@@ -12,6 +12,7 @@ newest committed checkpoint.
 from __future__ import annotations
 
 import enum
+import signal
 
 
 class ControllerExit(enum.IntEnum):
@@ -56,3 +57,36 @@ def ends_job(code: int | None) -> bool:
       is lost and should be started again.
     """
     return code is not None and code in JOB_ENDING
+
+
+# What a death by each signal usually means, for a supervisor's one-line report.
+_SIGNAL_MEANING = {
+    signal.SIGKILL: "killed (e.g. out of memory, or by its node)",
+    signal.SIGTERM: "terminated",
+    signal.SIGSEGV: "crashed (segmentation fault)",
+    signal.SIGABRT: "aborted",
+    signal.SIGBUS: "crashed (bus error)",
+    signal.SIGINT: "interrupted",
+}
+
+
+def signal_exit(code: int | None) -> str:
+    """Names the signal that ended a process, from its exit code; "" when the code is not a signal's.
+
+    Args:
+      code: a container's exit code (128+n for signal n, as the kubelet and shells report it) or a
+        `subprocess` return code (-n).
+
+    Returns:
+      e.g. "SIGKILL: killed (e.g. out of memory, or by its node)"; "" for None, 0-128 and codes
+      above 128 that no signal has.
+    """
+    if code is None or 0 <= code <= 128:
+        return ""
+    number = -code if code < 0 else code - 128
+    try:
+        sig = signal.Signals(number)
+    except ValueError:
+        return ""
+    meaning = _SIGNAL_MEANING.get(sig)
+    return f"{sig.name}: {meaning}" if meaning else sig.name

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -61,6 +62,13 @@ class Trainer:
     name: str = "trainer"
 
 
+def _raised(error: BaseException) -> str:
+    """`KeyError: 'loss' at /path/mod.py:12`: the exception and the innermost frame that raised it."""
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}: {error}{where}"
+
+
 def load_trainer(entry_point: str, config: Mapping[str, Any]) -> Trainer:
     """Imports `module:function` and calls it with `config`.
 
@@ -72,8 +80,10 @@ def load_trainer(entry_point: str, config: Mapping[str, Any]) -> Trainer:
       The `Trainer` the function built.
 
     Raises:
-      TrainerConfigError: the module or function does not exist, the function
-        does not return a `Trainer`, or it raised `TrainerConfigError` itself.
+      TrainerConfigError: the module or function does not exist, importing the module or
+        calling the function raised (the message names the field, the exception and where it
+        was raised, without a traceback), the function does not return a `Trainer`, or it raised
+        `TrainerConfigError` itself.
     """
     module_name, _, func_name = entry_point.partition(":")
     field = "spec.controller.trainer.entryPoint"
@@ -81,10 +91,19 @@ def load_trainer(entry_point: str, config: Mapping[str, Any]) -> Trainer:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
         raise TrainerConfigError(f"{field}: cannot import module {module_name!r} ({e})") from None
+    except Exception as e:  # noqa: BLE001 - the user's module failed while importing: one line naming it
+        raise TrainerConfigError(f"{field}: importing module {module_name!r} raised {_raised(e)}") from None
     func = getattr(module, func_name, None)
     if not callable(func):
         raise TrainerConfigError(f"{field}: module {module_name!r} has no function {func_name!r}")
-    trainer = func(dict(config))
+    try:
+        trainer = func(dict(config))
+    except TrainerConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the entry point's own failure: one line, not a traceback
+        hint = " (a key missing from spec.controller.trainer.config?)" if isinstance(e, KeyError) else ""
+        raise TrainerConfigError(
+            f"{field}: {entry_point}(spec.controller.trainer.config) raised {_raised(e)}{hint}") from None
     if not isinstance(trainer, Trainer):
         raise TrainerConfigError(
             f"{field}: {entry_point} returned {type(trainer).__name__}, expected elastic_jax.controller.trainer.Trainer"

@@ -54,6 +54,31 @@ def manifest_size_problem(job: ElasticTrainingJob) -> str | None:
             "the trainer reads, not in its config)")
 
 
+# All of an object's annotations together (keys and values) may hold at most this many bytes (API server
+# validation, `TotalAnnotationSizeLimitB`). Plain `kubectl apply` copies the whole manifest into one of
+# them (`kubectl.kubernetes.io/last-applied-configuration`); the operator's own (claim, kopf's marker and
+# progress) take under a KiB, so the copy must leave that much.
+ANNOTATIONS_MAX_BYTES = 262144
+OPERATOR_ANNOTATIONS_RESERVE_BYTES = 4096
+
+
+def client_apply_size_problem(job: ElasticTrainingJob) -> str | None:
+    """Why plain (client-side) `kubectl apply` of this job would be refused or leave the operator no room, or None.
+
+    `kubectl apply --server-side` and `kubectl create` keep no copy: only `manifest_size_problem` applies there.
+    """
+    manifest = {"apiVersion": job.api_version, "kind": job.kind, "metadata": {"name": job.metadata.name},
+                "spec": job.spec.to_manifest()}
+    size = len(json.dumps(manifest, separators=(",", ":")).encode()) + 1
+    limit = ANNOTATIONS_MAX_BYTES - OPERATOR_ANNOTATIONS_RESERVE_BYTES
+    if size <= limit:
+        return None
+    return (f"the job is {size} bytes as JSON: plain `kubectl apply` copies it into the annotation "
+            f"kubectl.kubernetes.io/last-applied-configuration, and all annotations together may hold at most "
+            f"{ANNOTATIONS_MAX_BYTES} bytes ({OPERATOR_ANNOTATIONS_RESERVE_BYTES} kept for the operator's own); "
+            f"use `kubectl apply --server-side` or `kubectl create` (no copy; up to {CONFIGMAP_MAX_BYTES} bytes)")
+
+
 def manifest_configmap(job: ElasticTrainingJob) -> dict[str, Any]:
     """The ConfigMap with the manifest the controller reads (status and server fields dropped)."""
     manifest = {

@@ -1,7 +1,8 @@
 """`elastic-jax-operator`: runs the kopf operator with the ElasticTrainingJob handlers.
 
-Settings are set once here: progress and diff-base kept in annotations under
-`elasticjax.dev/` (the status schema stays ours), kopf's finalizer named
+Settings are set once here: progress and a small "creation handled" marker (not kopf's usual copy
+of the spec: `HandledMarkerDiffBase`) kept in annotations under `elasticjax.dev/` (the status
+schema stays ours), kopf's finalizer named
 `elasticjax.dev/operator` (kopf puts one on every object with a timer so the
 timer stops before the object goes; children are garbage-collected through
 owner references), only warnings posted as Events by kopf's own logging,
@@ -42,10 +43,39 @@ def _non_negative(text: str) -> float:
     return value
 
 
+class HandledMarkerDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff-base, reduced to the one fact this operator uses: the job's creation was handled.
+
+    kopf's own `AnnotationsDiffBaseStorage` copies the whole spec into an annotation. A spec over
+    ~128 KiB (long library-mode `args`, a large `trainer.config`) then pushed the annotations past the
+    API server's 256 KiB limit (262144 bytes, all annotations together; kubectl's last-applied copy
+    counts too): every kopf patch was refused, status froze, and the finalizer could never be
+    removed, so `kubectl delete` hung. No handler here reads `diff`/`old`/`new` or reacts to an
+    update (`on.create`, `on.delete`, a timer, events and indexes only), so kopf needs only
+    "stored or not": `store` writes a fixed small marker, and `fetch` answers with the object's
+    current essence once a marker (or an older operator's full copy) is there, so every later
+    change is a no-op to kopf and no patch of it is ever sent again.
+    """
+
+    MARKER = '{"handled":true}'
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        """None until creation was handled (kopf then runs `on.create`); afterwards the current essence."""
+        for full_key in self.make_keys(self.key, body=body):
+            if body.metadata.annotations.get(full_key) is not None:
+                return self.build(body=body)
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        """Writes the marker (a few bytes, whatever the spec's size) instead of the essence."""
+        for full_key in self.make_keys(self.key, body=body):
+            if body.metadata.annotations.get(full_key) is None:
+                patch.metadata.annotations[full_key] = self.MARKER
+
+
 def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration")
+    settings.persistence.diffbase_storage = HandledMarkerDiffBase(prefix=GROUP, key="last-handled-configuration")
     settings.persistence.finalizer = f"{GROUP}/operator"
     settings.posting.level = logging.WARNING
     # Events say who posted them: this operator, not the library ("From: kopf" in kubectl describe).
@@ -106,6 +136,39 @@ def _listen_word(text: str) -> str:
     if text not in cpu_listen.LISTEN_ADDRESSES:
         raise argparse.ArgumentTypeError(f"{text!r}: one of {', '.join(sorted(cpu_listen.LISTEN_ADDRESSES))}")
     return text
+
+
+def _cannot_listen(flag: str, host: str, port: int, error: OSError) -> int:
+    """Prints one `error:` line naming `flag`, the address and the OS's reason; returns exit code 2."""
+    print(f"error: {flag} {port}: cannot listen on {host}:{port}: {error.strerror or error}", file=sys.stderr)
+    return 2
+
+
+def _liveness_problem(endpoint: str) -> str | None:
+    """Why kopf could not serve `--liveness` (its scheme, or its port taken), or None.
+
+    kopf binds the endpoint only inside `kopf.run` and a failure there is a traceback, so the port is
+    tried here first (bound with SO_REUSEADDR, as aiohttp binds it, then released).
+    """
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme != "http":
+        return "only http:// endpoints are served (e.g. http://0.0.0.0:8081/healthz)"
+    try:
+        host, port = parts.hostname or "localhost", parts.port or 80
+    except ValueError as e:  # a port that is not a number or out of range
+        return str(e)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in infos[:1]:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(address)
+                probe.listen(1)
+    except OSError as e:
+        return f"cannot listen on {host}:{port}: {e.strerror or e}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.metrics_host)
+        try:
+            start_http_server(args.metrics_port, addr=args.metrics_host)
+        except OSError as e:
+            return _cannot_listen("--metrics-port", args.metrics_host, args.metrics_port, e)
+    if args.liveness:
+        problem = _liveness_problem(args.liveness)
+        if problem:
+            print(f"error: --liveness {args.liveness}: {problem}", file=sys.stderr)
+            return 2
 
     from elastic_jax.k8s_operator import handlers, tokens  # noqa: F401  (registers the handlers)
     if args.node_lost_seconds > 0:

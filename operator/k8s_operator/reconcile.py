@@ -16,7 +16,7 @@ from typing import Any, Mapping
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, COND_SUSPENDED, FINISHED_PHASES, ElasticTrainingJobStatus
-from elastic_jax.exit_codes import ControllerExit
+from elastic_jax.exit_codes import ControllerExit, signal_exit
 from elastic_jax.k8s_operator import counters, names
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
@@ -327,7 +327,10 @@ def _json_fragment(line: str, text: str) -> bool:
 
 
 def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None = None) -> str:
-    """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line."""
+    """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line.
+
+    A signal's exit (128+n) without the controller's own `error: ` line names the signal instead of
+    a log line: that line predates the kill and says nothing about it."""
     if pod is None:
         return "pod vanished"
     loss = (lost_nodes or {}).get(pod.node) if not dead(pod) else None
@@ -336,6 +339,11 @@ def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None 
     why = pod.reason or ("deleted" if pod.deleting else pod.phase or "unknown")
     # the controller's own `error: ` line (e.g. the no-progress watchdog's) beats whatever followed it
     detail = termination_reason(pod.termination_message)
+    killed_by = signal_exit(pod.exit_code)
+    if killed_by and not detail.startswith("error: "):
+        # A signal ended it before it could say why: the log's last line (the kubelet's fallback
+        # tail) is whatever it logged earlier, e.g. a slice loss it recovered from a minute before.
+        return f"{why}: {killed_by}"
     return f"{why}: {detail[:300]}" if detail else why
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from elastic_jax import contract
 from elastic_jax.api import status as st
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
@@ -263,15 +264,19 @@ def earlier_token_secret(secret: str) -> tuple[str, str]:
 def token_refused(detail: str) -> tuple[str, str]:
     """(reason, message) of the CreateFailed condition when the controller refuses this operator's token (401).
 
-    The token is HMAC(operator key, job UID): an operator with another key (another Helm release
-    took the job over) derives another token than the one in the job's Secret, which the
-    controller reads.
+    The token is HMAC(operator key, job UID): an operator with another key derives another token
+    than the one in the job's Secret, which the controller reads. The likely cause first: an
+    operator run without `--operator-key-file` makes a random key at each start, so after a restart
+    it refuses every running job (the README's host-process recipe once did this); else another
+    Helm release took the job over.
     """
     return st.REASON_TOKEN_REFUSED, (
         f"the controller refuses this operator's token ({detail}), so slice reports do not reach it: the "
-        "job's token Secret was made with another operator key (a job handed over from another Helm "
-        "release?). Install this release with that release's key (operatorKey.existingSecret), or "
-        "delete and re-create the job")
+        "job's token Secret was made with another operator key. Likely cause: the operator was restarted "
+        f"without its key file (--operator-key-file / {contract.ENV_OPERATOR_KEY_FILE}; without one each "
+        "start makes a random key): restart it with the key file it ran with before. Or the job was handed "
+        "over from another Helm release: install this release with that release's key "
+        "(operatorKey.existingSecret). Else delete and re-create the job")
 
 
 def child_conflict(kind: str, name: str) -> tuple[str, str]:

@@ -96,6 +96,26 @@ def test_bad_trainer_config_key_and_entry_point(tmp_path):
     assert_one_line_error(code, out, err, "spec.controller.trainer.entryPoint", "no_such_module")
 
 
+def test_an_entry_point_that_raises_is_one_line_naming_the_field_for_run_and_validate(tmp_path):
+    """`make_trainer` reading a missing config key, or a function that is no trainer (`os:system` gets a
+    dict): `run` printed `error: KeyError: 'loss'` naming nothing, `validate --trainer` a traceback."""
+    (tmp_path / "raising_trainer.py").write_text("def make_trainer(config):\n    return config['loss']\n")
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    m = job_manifest("raises", tmp_path)
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "raising_trainer:make_trainer"
+    code, out, err = run_bad(tmp_path, m, env=env)
+    assert_one_line_error(code, out, err, "spec.controller.trainer.entryPoint", "raising_trainer:make_trainer",
+                          "KeyError: 'loss'", "raising_trainer.py:2", "spec.controller.trainer.config")
+    path = tmp_path / "job.yaml"
+    for entry, fragment in (("raising_trainer:make_trainer", "KeyError: 'loss'"), ("os:system", "TypeError")):
+        m["spec"]["controller"]["trainer"]["entryPoint"] = entry
+        path.write_text(yaml.safe_dump(m))
+        proc = subprocess.run([CLI, "validate", "--trainer", str(path)], capture_output=True, text=True, timeout=180,
+                              cwd=tmp_path, env={**os.environ, **env})
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.entryPoint",
+                              entry, fragment)
+
+
 def _validate(tmp_path: Path, manifest: dict, *flags: str) -> subprocess.CompletedProcess:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))

@@ -288,6 +288,18 @@ def test_validate_cluster_refuses_a_manifest_too_large_for_its_configmap(tmp_pat
     assert _validate(tmp_path, job)[0] == 0
 
 
+def test_validate_cluster_warns_that_plain_kubectl_apply_cannot_copy_a_large_job(tmp_path):
+    """Over ~252 KiB as JSON, kubectl's last-applied copy (all annotations: 262144 bytes) cannot be stored:
+    a warning naming `--server-side`, not an error (that and `kubectl create` take it, up to 1 MiB)."""
+    job = cpu_job()
+    job["spec"]["controller"] = {"trainer": {"config": {"vocab": ["w" * 1000] * 300}}}
+    code, out = _validate(tmp_path, job)
+    assert code == 0 and "warning:" in out and "last-applied-configuration" in out and "--server-side" in out, out
+    job["spec"]["controller"]["trainer"]["config"]["vocab"] = ["w" * 1000] * 200
+    code, out = _validate(tmp_path, job)
+    assert code == 0 and "warning:" not in out, out
+
+
 def test_an_empty_trainer_config_with_a_command_passes_the_operators_read_back():
     """The CRD refuses `trainer: {config: {}}` with a command as written (so `validate` does), but the
     operator's manifest ConfigMap writes every default back, `config: {}` included, and must read again."""

@@ -32,6 +32,26 @@ def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag):
     assert f"argument {flag}:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--metrics-port", "--liveness"])
+def test_a_port_in_use_is_one_error_line_naming_the_flag_and_port(flag):
+    """The metrics port printed an OSError traceback; kopf's liveness port failed inside `kopf.run`."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        args = (["--metrics-port", str(port), "--metrics-host", "127.0.0.1"] if flag == "--metrics-port" else
+                ["--metrics-port", "0", "--liveness", f"http://127.0.0.1:{port}/healthz"])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+        env["KUBECONFIG"] = os.devnull  # (it must stop before reaching any cluster)
+        proc = subprocess.run([EXE, *args], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {flag} ") and str(port) in errors[0], proc.stderr
+    assert "in use" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_operator_and_controller_take_the_same_log_formats():
     """One list (`elastic_jax.logs.FORMATS`): the controller took json|text, the operator json|plain."""
     controller = shutil.which("elastic-jax-controller", path=str(Path(sys.executable).parent))
@@ -52,3 +72,27 @@ def test_the_api_client_classes_are_imported_with_the_handlers_not_in_the_first_
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"imported only in the first pass: {proc.stdout}"
+
+
+def test_the_diff_base_is_a_small_marker_whatever_the_spec_size():
+    """kopf sees a job as new until creation was handled, then as unchanged for good (no handler reacts
+    to updates), and stores a few bytes, not the spec: a 300 KB spec used to overflow the annotations."""
+    import kopf
+
+    from elastic_jax.k8s_operator.main import HandledMarkerDiffBase
+
+    storage = HandledMarkerDiffBase(prefix="elasticjax.dev", key="last-handled-configuration")
+    raw = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+           "metadata": {"name": "j", "annotations": {}}, "spec": {"big": "x" * 300_000}}
+    assert storage.fetch(body=kopf.Body(raw)) is None  # kopf: the create cause
+    patch = kopf.Patch()
+    storage.store(body=kopf.Body(raw), patch=patch, essence=storage.build(body=kopf.Body(raw)))
+    written = dict(patch["metadata"]["annotations"])
+    assert sum(len(k) + len(v) for k, v in written.items()) < 200, written
+    raw["metadata"]["annotations"].update(written)
+    raw["spec"]["big"] = "changed"
+    body = kopf.Body(raw)
+    assert storage.fetch(body=body) == storage.build(body=body)  # no diff: no update cause, no more patches
+    again = kopf.Patch()
+    storage.store(body=body, patch=again, essence=storage.build(body=body))
+    assert not again, dict(again)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator.nodes import NodeLoss
@@ -323,6 +324,28 @@ def test_a_log_tail_ending_in_a_cut_json_summary_still_gives_the_clean_reason():
     assert plan.finish == ("Failed", f"training failed: {_BUDGET}")
     # a cut fragment with no reason in it is never the reason
     assert termination_reason('[0], "at_step": 70, "seconds": 5.99}, {"cause": "slice_down"}]}') == ""
+
+
+def test_a_sigkilled_controller_is_reported_as_killed_not_by_a_stale_log_line():
+    """Exit 137 with no `error:` line: the kubelet's log tail ends in a slice loss recovered a minute
+    before the kill; the Event named that line as the cause. It names the signal now."""
+    stale = json.dumps({"msg": "elastic event: DATA_LOSS: slice 1 (127.0.0.3:9000) unreachable", "level": "warning"})
+    dead = _ctrl(phase="Failed", exit_code=137, reason="exit code 137", message=stale)
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [dead], _both_jobsets()))
+    message = plan.events[0][2]
+    assert "lost (exit code 137: SIGKILL: killed (e.g. out of memory, or by its node))" in message, message
+    assert "DATA_LOSS" not in message
+    # the controller's own `error:` line still wins over the signal
+    said = _ctrl(phase="Failed", exit_code=137, reason="exit code 137", message="error: no progress for 600 s")
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [said], _both_jobsets()))
+    assert "lost (exit code 137: error: no progress for 600 s)" in plan.events[0][2]
+
+
+def test_signal_exit_names_the_signal_of_a_128_plus_n_or_negative_code():
+    from elastic_jax.exit_codes import signal_exit
+
+    assert signal_exit(143) == "SIGTERM: terminated" and signal_exit(-9).startswith("SIGKILL: killed")
+    assert signal_exit(None) == signal_exit(1) == signal_exit(75) == signal_exit(128) == signal_exit(255) == ""
 
 
 def test_the_controllers_termination_line_is_the_reason_without_its_error_prefix():

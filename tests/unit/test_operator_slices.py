@@ -264,6 +264,7 @@ def test_a_controller_refusing_the_operators_token_is_recorded_for_a_condition()
     assert "401" in t.token_refused
     reason, message = token_refused(t.token_refused)
     assert reason == "ControllerRefusesToken" and "operatorKey.existingSecret" in message and "401" in message
+    assert "restarted without its key file (--operator-key-file" in message  # the likely cause, named
     accept["yes"] = True
     t.slices[0].acked = None
     t.sync([_pod("w-0")], lambda *e: None)
