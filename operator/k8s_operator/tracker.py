@@ -63,6 +63,9 @@ class SliceTrack:
 # says so (condition ControllerAnswersRefused, a Warning Event): a few exchanges 1 s apart, so one slow answer is no news.
 ANSWER_FAULT_GRACE_S = 5.0
 
+# Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
+QUIET_RESYNC_S = 30.0
+
 # Seconds a pass waits for the watch to bring back the job this operator just patched (as kopf's
 # settings.persistence.consistency_timeout does for its change handlers); then it acts on what it has.
 CONSISTENCY_TIMEOUT_S = 5.0
@@ -136,6 +139,27 @@ class JobTracker:
         self.status_refused: tuple[str, float] | None = None
         # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
         self._patched_from: tuple[str, float] | None = None
+        # Exchanges of the status watch that ended (answered or failed): a pass input (`quiet`).
+        self.answers = 0
+        # (inputs, monotonic time) of the last pass that found the job whole and changed nothing (`settle`).
+        self._quiet: tuple[tuple, float] | None = None
+        self.last_pass_quiet = False  # the last pass found the job whole and changed nothing (`handlers._pass`)
+
+    def quiet(self, inputs: tuple, now: float) -> bool:
+        """Whether a pass would do nothing: its `inputs` are those of the last pass that found the job whole and
+        changed nothing (`settle`), less than QUIET_RESYNC_S ago (`now`: monotonic).
+
+        The timer then skips the pass: a healthy job with no news costs no pass a second
+        (issue 12 item 4). What a pass reads that can change is in `inputs` (the job object's
+        resourceVersion, its pods and JobSets, the watch's answers, `handlers.pass_inputs`).
+        """
+        quiet = self._quiet
+        return quiet is not None and quiet[0] == inputs and now - quiet[1] < QUIET_RESYNC_S
+
+    def settle(self, inputs: tuple | None, quiet: bool, now: float) -> None:
+        """Records a pass's end: `quiet` (whole, nothing written, posted or created) keeps its `inputs` (read
+        before the pass) for `quiet`; otherwise the next pass runs whatever its inputs."""
+        self._quiet = (inputs, now) if quiet and inputs is not None else None
 
     def body_behind(self, resource_version: str, now: float) -> bool:
         """Whether the job object of this pass is the one the last pass read *and patched*.
@@ -250,11 +274,13 @@ class JobTracker:
             status = client.status(after=after, wait_s=wait_s)
         except ControlApiError as e:
             with self.lock:
+                self.answers += 1
                 if client is self.client:
                     self.poll_result, self.answer_uid, self._answer_fresh = None, "", False
                     self._answer_failed(e)
             return None
         with self.lock:
+            self.answers += 1
             if client is self.client:
                 self.last_status = self.poll_result = status
                 self.answer_uid, self._answer_fresh = uid, True
