@@ -3,6 +3,7 @@
     GET  /healthz              alive and making progress (503: stalled, see watchdog.py) (public)
     GET  /readyz               trainer built, checkpoint reachable (public)
     GET  /v1/status            ControllerStatus                    (bearer token)
+         ?after=<version>&wait=<s>  ... once its version is not `after` (long poll, status_feed.py)
     PUT  /v1/slices/{index}    SliceReport -> SliceReportResult    (bearer token)
     GET  /metrics              Prometheus text format              (bearer token)
 
@@ -32,17 +33,19 @@ import time
 from collections.abc import Callable
 
 import uvicorn
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from pydantic import BaseModel, ValidationError
 
-from elastic_jax.api.control import (MAX_GENERATION_AHEAD_S, ControllerStatus, SliceReport, SliceReportResult,
-                                      StopRequest)
+from elastic_jax.api.control import (MAX_GENERATION_AHEAD_S, MAX_STATUS_WAIT_S, ControllerStatus, SliceReport,
+                                      SliceReportResult, StopRequest)
+from elastic_jax.api.job import INT64_MAX
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
+from elastic_jax.controller.status_feed import StatusFeed
 
 _logger = logging.getLogger(__name__)
 
@@ -200,7 +203,8 @@ def create_app(
 
     Args:
       slice_set: receives slice reports.
-      status: returns the current status (called per request).
+      status: returns the current status (called per request, and every `status_feed.TICK_S` while a
+        long poll waits; its `version` is set by the app's `StatusFeed`).
       metrics: the registry served at /metrics.
       token: the bearer token required on /v1/*.
       ready: readiness predicate for /readyz.
@@ -234,14 +238,25 @@ def create_app(
             return PlainTextResponse("ready")
         return PlainTextResponse("not ready", status_code=503)
 
+    feed = StatusFeed(status)
+
     @app.get("/v1/status", response_model=ControllerStatus, response_model_by_alias=True)
-    def get_status() -> ControllerStatus:
-        return status()
+    async def get_status(
+        request: Request,
+        after: int | None = Query(default=None, ge=0, le=INT64_MAX,
+                                  description="the version the caller has: wait while the status still has it"),
+        wait: float = Query(default=0.0, ge=0.0, le=MAX_STATUS_WAIT_S, allow_inf_nan=False,
+                            description="seconds to wait at most for the version to move"),
+    ) -> ControllerStatus:
+        return await feed.answer(after, wait, lambda: run_in_threadpool(feed.current), request.is_disconnected)
 
     @app.put("/v1/slices/{index}", response_model=SliceReportResult, response_model_by_alias=True)
     async def put_slice(index: int, request: Request) -> SliceReportResult:
         report = parse_body(await request.body(), SliceReport, request.headers.get("content-type"))
-        return await run_in_threadpool(_apply_slice_report, index, report)
+        try:
+            return await run_in_threadpool(_apply_slice_report, index, report)
+        finally:
+            feed.poke()
 
     def _apply_slice_report(index: int, report: SliceReport) -> SliceReportResult:
         ahead_s = (report.generation - time.time_ns()) / 1e9
@@ -264,7 +279,10 @@ def create_app(
     @app.post("/v1/stop", status_code=202)
     async def post_stop(http_request: Request) -> dict:
         request = parse_body(await http_request.body(), StopRequest, http_request.headers.get("content-type"))
-        return await run_in_threadpool(_stop, request)
+        try:
+            return await run_in_threadpool(_stop, request)
+        finally:
+            feed.poke()
 
     def _stop(request: StopRequest) -> dict:
         if stop is None or not stop(request.reason):

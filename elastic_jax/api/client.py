@@ -17,7 +17,8 @@ import time
 import httpx
 import pydantic
 
-from elastic_jax.api.control import ControllerStatus, SliceReport, SliceReportResult, SliceState, StopRequest
+from elastic_jax.api.control import (MAX_STATUS_WAIT_S, ControllerStatus, SliceReport, SliceReportResult, SliceState,
+                                      StopRequest)
 
 # Bytes of one answer the client reads at most. A status of 64 slices with its capped recovery history is
 # tens of KiB; /metrics (histograms) some hundreds.
@@ -61,14 +62,21 @@ class ControlClient:
             base_url=self.base_url, timeout=timeout_s, headers={"Authorization": f"Bearer {token}"}, trust_env=False
         )
         self._in_flight = threading.BoundedSemaphore(MAX_IN_FLIGHT)
+        # Notified when an exchange ends or the client closes: a caller waiting on a long poll is let go.
+        self._done = threading.Condition()
+        self._closed = False
 
     def close(self) -> None:
-        """Closes the connection pool."""
+        """Closes the connection pool; a caller waiting on an exchange returns at once (`ControlApiError`)."""
+        with self._done:
+            self._closed = True
+            self._done.notify_all()
         self._http.close()
 
-    def _send(self, method: str, path: str, max_bytes: int, **kwargs) -> tuple[int, bytes]:
+    def _send(self, method: str, path: str, max_bytes: int, timeout_s: float | None = None,
+              **kwargs) -> tuple[int, bytes]:
         """One request: (status code, body), the body read up to `max_bytes`, the whole exchange (headers
-        included) within the client's timeout.
+        included) within `timeout_s` (None: the client's timeout).
 
         httpx's timeout bounds each read, so a controller that trickles its header block a byte at a time
         would hold the caller (an operator handler thread) for hours: the exchange runs on its own daemon
@@ -79,8 +87,9 @@ class ControlClient:
           httpx.TransportError: connection failed.
           ControlApiError: the answer is larger than `max_bytes` or slower than the timeout, or
             `MAX_IN_FLIGHT` earlier exchanges are still unfinished (final: a controller that does this
-            once does it again).
+            once does it again), or the client was closed meanwhile (UNREACHABLE).
         """
+        timeout_s = self._timeout_s if timeout_s is None else timeout_s
         if not self._in_flight.acquire(blocking=False):
             raise ControlApiError(f"{method} {path}: {MAX_IN_FLIGHT} earlier requests still unanswered",
                                   kind=ControlApiError.INVALID)
@@ -88,27 +97,33 @@ class ControlClient:
 
         def exchange() -> None:
             try:
-                outcome.append(("ok", self._exchange(method, path, max_bytes, **kwargs)))
+                result = ("ok", self._exchange(method, path, max_bytes, timeout_s, **kwargs))
             except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                outcome.append(("error", e))
+                result = ("error", e)
             finally:
                 self._in_flight.release()
+            with self._done:
+                outcome.append(result)
+                self._done.notify_all()
 
         worker = threading.Thread(target=exchange, name=f"control-api {method} {path}", daemon=True)
         worker.start()
-        worker.join(self._timeout_s + 0.5)  # (the body loop's own deadline ends a slow body first)
+        with self._done:  # (the body loop's own deadline ends a slow body first)
+            self._done.wait_for(lambda: outcome or self._closed, timeout_s + 0.5)
         if not outcome:
-            raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s",
+            if self._closed:
+                raise ControlApiError(f"{method} {path}: client closed", kind=ControlApiError.UNREACHABLE)
+            raise ControlApiError(f"{method} {path}: answer not complete within {timeout_s} s",
                                   kind=ControlApiError.INVALID)
         kind, value = outcome[0]
         if kind == "error":
             raise value
         return value
 
-    def _exchange(self, method: str, path: str, max_bytes: int, **kwargs) -> tuple[int, bytes]:
+    def _exchange(self, method: str, path: str, max_bytes: int, timeout_s: float, **kwargs) -> tuple[int, bytes]:
         """`_send`'s exchange, on its own thread: the body read up to `max_bytes` by the deadline."""
-        deadline = time.monotonic() + self._timeout_s
-        with self._http.stream(method, path, **kwargs) as response:
+        deadline = time.monotonic() + timeout_s
+        with self._http.stream(method, path, timeout=timeout_s, **kwargs) as response:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_bytes:
                 raise ControlApiError(f"{method} {path}: answer of {declared} bytes refused (at most {max_bytes})",
@@ -120,12 +135,12 @@ class ControlClient:
                     raise ControlApiError(f"{method} {path}: answer longer than {max_bytes} bytes refused",
                                           kind=ControlApiError.INVALID)
                 if time.monotonic() > deadline:
-                    raise ControlApiError(f"{method} {path}: answer not complete within {self._timeout_s} s",
+                    raise ControlApiError(f"{method} {path}: answer not complete within {timeout_s} s",
                                           kind=ControlApiError.INVALID)
             return response.status_code, bytes(body)
 
     def _request(self, method: str, path: str, retries: int, backoff_s: float, max_bytes: int = MAX_ANSWER_BYTES,
-                 **kwargs) -> bytes:
+                 timeout_s: float | None = None, **kwargs) -> bytes:
         """Sends with exponential backoff on connection errors and 5xx; 4xx is final. Returns the body.
 
         Raises:
@@ -135,7 +150,7 @@ class ControlClient:
         last: Exception | None = None
         for attempt in range(retries + 1):
             try:
-                code, body = self._send(method, path, max_bytes, **kwargs)
+                code, body = self._send(method, path, max_bytes, timeout_s, **kwargs)
             except httpx.TransportError as e:
                 last = e
             else:
@@ -179,13 +194,28 @@ class ControlClient:
         )
         return self._parse(SliceReportResult, "PUT", f"/v1/slices/{index}", answer)
 
-    def status(self, retries: int = 0, backoff_s: float = 0.1) -> ControllerStatus:
-        """`GET /v1/status`.
+    def status(self, retries: int = 0, backoff_s: float = 0.1, after: int | None = None,
+               wait_s: float = 0.0) -> ControllerStatus:
+        """`GET /v1/status`; with `after` and `wait_s`, a long poll (docs/control-api.md).
+
+        Args:
+          retries, backoff_s: on connection errors and 5xx.
+          after: the `version` the caller has; the controller answers once its status has another
+            (at once when it already has), or when `wait_s` ends. A controller without versions
+            (version 0 in its answers) answers at once.
+          wait_s: seconds the controller may hold the answer, at most `control.MAX_STATUS_WAIT_S`;
+            the exchange may take that long plus the client's timeout.
 
         Raises:
           ControlApiError: rejected or unreachable.
+          ValueError: `wait_s` outside [0, MAX_STATUS_WAIT_S].
         """
-        return self._parse(ControllerStatus, "GET", "/v1/status", self._request("GET", "/v1/status", retries, backoff_s))
+        if not 0 <= wait_s <= MAX_STATUS_WAIT_S:
+            raise ValueError(f"wait_s must be in [0, {MAX_STATUS_WAIT_S}], not {wait_s}")
+        params = {} if after is None or wait_s <= 0 else {"after": after, "wait": wait_s}
+        answer = self._request("GET", "/v1/status", retries, backoff_s, params=params,
+                               timeout_s=self._timeout_s + (wait_s if params else 0.0))
+        return self._parse(ControllerStatus, "GET", "/v1/status", answer)
 
     def stop(self, reason: str, retries: int = 0, backoff_s: float = 0.1) -> None:
         """`POST /v1/stop`: ask the run to stop (abandon the in-flight step, checkpoint, exit STOPPED).

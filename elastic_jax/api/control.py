@@ -24,6 +24,8 @@ SliceState = Literal["Ready", "Down", "Draining"]
 # wrong or hostile generation can hold a slice's later reports off for at most
 # this long (the Kerberos default clock-skew tolerance; cluster nodes run NTP).
 MAX_GENERATION_AHEAD_S = 300
+# The longest `GET /v1/status?wait=` a controller holds an unchanged status (seconds).
+MAX_STATUS_WAIT_S = 30.0
 ControllerPhase = Literal[
     "Starting",  # building the trainer, restoring a checkpoint
     "WaitingForSlices",  # fewer than the minimum active (pause), or startup
@@ -193,3 +195,6 @@ class ControllerStatus(_Msg):
     failure_reason: Text | None = None
     pid: Count
     resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")
+    version: Count = Field(default=0, description=(
+        "Moves up whenever this status changes (the goodput seconds that tick with the clock excepted); "
+        "`GET /v1/status?after=<version>&wait=<s>` waits for it to move. 0: a controller without long polls."))

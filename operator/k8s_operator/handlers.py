@@ -4,9 +4,10 @@
   the nodes that are not Ready (node loss, issue 9 item 5);
 - a pod event handler that notifies the controller the moment a worker pod
   changes (the latency path);
-- one timer per job that reconciles children, polls the controller and
-  writes status (the convergence path; it also rebuilds everything after
-  an operator restart);
+- one timer per job that reconciles children, reads the controller's last
+  status (its link watches it) and writes status (the convergence path; it
+  also rebuilds everything after an operator restart); a pass that would
+  find nothing new is skipped on the event loop (`pass_inputs`);
 - create validates the spec: a bad one ends `Failed` with a condition naming
   the field (`kopf.PermanentError`, never a retry loop).
 """
@@ -14,7 +15,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import datetime as dt
+import functools
 import logging
 import os
 import time
@@ -107,6 +111,9 @@ class OperatorState:
         # (namespace, name) -> (UID, monotonic time) of the last job of that name seen deleted or
         # replaced by a new UID: its token Secret may still be going (`_earlier_job_evidence`).
         self.earlier_jobs: dict[tuple[str, str], tuple[str, float]] = {}
+        # The threads the timer's passes run on (`reconcile_job`; main sets the operator's own);
+        # None: the event loop's default executor.
+        self.pass_executor: concurrent.futures.Executor | None = None
 
     @property
     def kube(self) -> Kube:
@@ -474,13 +481,65 @@ def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) ->
     state.static_complete.add(uid)  # (not reached when a create raised: the next pass retries)
 
 
-@kopf.timer(*JOBS, interval=1.0)
-def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_pods, job_jobsets,
-                  unready_nodes=None, **_):
+def pass_inputs(body, tracker: JobTracker, job_pods, job_jobsets, unready_nodes) -> tuple:
+    """What a pass reads that can change, to compare with a quiet pass's (`JobTracker.quiet`).
+
+    The job object's resourceVersion (spec, status, annotations, deletion), the job's pods and JobSets
+    from the indexes (their views: phase, readiness, restarts...), the status watch's answers so far
+    and the controller they came from, and the nodes that are not Ready (a bound of time runs on those).
+    Read on the event loop: the indexes and counters only, no lock, no HTTP.
+    """
+    meta = body["metadata"]
+    ns, name = meta.get("namespace") or "", meta.get("name") or ""
+    created = meta.get("creationTimestamp") or ""
+    return (meta.get("resourceVersion") or "",
+            tuple(incarnation.own(job_pods, ns, name, tracker.job_uid, created)),
+            tuple(incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)),
+            tracker.answers, tracker.controller_uid, tracker.answer_uid, bool(unready_nodes))
+
+
+@kopf.timer(*JOBS, interval=1.0, id="reconcile_job")
+async def reconcile_job(body, namespace, name, memo, job_pods, job_jobsets, unready_nodes=None, **kwargs):
+    """The job's 1 s timer: a pass (`reconcile_pass`) on the operator's pass threads, unless it would do nothing.
+
+    A pass is skipped, on the event loop, when nothing it reads moved since a pass that found the job
+    whole and changed nothing (`pass_inputs`, `JobTracker.quiet`; at most QUIET_RESYNC_S apart), so a
+    healthy job with no news costs no thread, no render and no status build a second.
+    """
+    state = _state(memo)
+    tracker = state.trackers.get((namespace, name))
+    inputs = None
+    if tracker is not None:
+        inputs = pass_inputs(body, tracker, job_pods, job_jobsets, unready_nodes)
+        if tracker.quiet(inputs, time.monotonic()):
+            metrics.RECONCILES.labels("quiet").inc()
+            return
+    run = functools.partial(contextvars.copy_context().run, reconcile_pass, body=body, namespace=namespace,
+                            name=name, memo=memo, job_pods=job_pods, job_jobsets=job_jobsets,
+                            unready_nodes=unready_nodes, inputs=inputs, **kwargs)
+    future = asyncio.get_running_loop().run_in_executor(state.pass_executor, run)
+    # As kopf runs a sync handler: a cancelled timer (the job deleted, the operator stopping) still waits
+    # for its pass in progress, which may be deleting the job (TTL), so no pass outlives its timer.
+    cancelled: asyncio.CancelledError | None = None
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError as e:
+            cancelled = e
+    if cancelled is not None:
+        raise cancelled
+    future.result()
+
+
+def reconcile_pass(body, spec, status, meta, namespace, name, patch, memo, job_pods, job_jobsets,
+                   unready_nodes=None, inputs: tuple | None = None, **_):
     """One reconcile pass: children, controller notifications, status. Idempotent.
 
     Only for a job this operator claimed (`claims`): an unclaimed job is claimed first; a job
     another operator claimed is left alone, said once (Event, log, metric).
+
+    Args:
+      inputs: `pass_inputs` read before the pass (None: not known); a quiet pass records them (`settle`).
     """
     key = (namespace, name)
     generation = meta.get("generation", 0)
@@ -498,7 +557,10 @@ def reconcile_job(body, spec, status, meta, namespace, name, patch, memo, job_po
         # meanwhile must not have its pods force-deleted)
         built = _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
                            lambda: _lost_nodes(state, unready_nodes))
-        _guard_status(state.trackers.get(key), status, generation, patch, built=bool(built))
+        tracker = state.trackers.get(key)
+        _guard_status(tracker, status, generation, patch, built=bool(built))
+        if tracker is not None:
+            tracker.settle(inputs, bool(built) and tracker.last_pass_quiet and _nothing_patched(patch), time.monotonic())
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
@@ -750,7 +812,19 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
         return
     tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
     applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, dt.datetime.now(dt.timezone.utc)))
+    # Quiet: whole and running, its controller answering well, nothing created, written or posted. The same
+    # inputs would give the same nothing: the timer skips such passes (`reconcile_job`).
+    tracker.last_pass_quiet = (observed.running and observed.whole and observed.answer_fault is None
+                               and refusal is None and not lost and ctrl is not None
+                               and tracker.answer_uid == tracker.controller_uid and not tracker.token_refused
+                               and plan.create_controller is None and not created_controller
+                               and not post.pending and _nothing_patched(patch))
     return True
+
+
+def _nothing_patched(patch) -> bool:
+    """Whether a pass's kopf patch is empty (status, and anything else kopf would send)."""
+    return not patch.status and not (isinstance(patch, dict) and any(patch.values()))
 
 
 def _fail_invalid_child(applier: effects.Applier, message: str, controller_pods: list, jobsets: dict, status,

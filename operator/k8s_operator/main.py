@@ -13,6 +13,7 @@ same peering never act at once), JSON logs.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
 import os
 import socket
@@ -277,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     state = handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
                                    controller_threads=True)
+    # The timer's passes: their own threads, as many as kopf's (the timer itself is async: a quiet pass is
+    # skipped on the event loop).
+    state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,
+                                                                thread_name_prefix="reconcile-pass")
     handlers.install_status_net(state)
     kopf.run(
         standalone=args.peering is None,

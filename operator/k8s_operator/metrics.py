@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-RECONCILES = Counter("elasticjax_operator_reconciles_total", "Reconcile passes per job.", ["result"])
+RECONCILES = Counter("elasticjax_operator_reconciles_total",
+                     "Timer passes per job: ok, error, or quiet (skipped: nothing it reads moved).", ["result"])
 SLICE_REPLACEMENTS = Counter("elasticjax_operator_slice_replacements_total", "Slices that went Down and were replaced.")
 CONTROLLER_RESTARTS = Counter("elasticjax_operator_controller_restarts_total", "Controller pods recreated.")
 NODE_LOST_PODS = Counter(

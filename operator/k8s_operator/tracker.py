@@ -10,8 +10,9 @@ pod UID) knows nothing, so every slice is re-sent to it.
 Two paths read the pod index and call `sync()`: the pod-event handler and the
 1 s timer, whose status poll may land between its read and its sync. With
 `background` (the operator's setting), every exchange with the controller runs
-on the job's own `ControllerLink` thread, never on a kopf handler thread: the
-handlers only ask, and read the last answer (`refresh_status`). A
+on the job's own `ControllerLink` threads, never on a kopf handler thread: the
+handlers only ask, and read the last answer of the link's status watch (a long
+poll, `refresh_status`). A
 snapshot is applied only if it is not older than the last one applied
 (`observation()` marks, and each pod's resourceVersion), so a slow timer pass
 never turns a slice that just became Ready back into "0/1 hosts ready".
@@ -59,8 +60,11 @@ class SliceTrack:
 
 
 # Seconds a controller's answers must stay unusable (too big, too slow, malformed, refused) before the job
-# says so (condition ControllerAnswersRefused, a Warning Event): a few 1 s polls, so one slow answer is no news.
+# says so (condition ControllerAnswersRefused, a Warning Event): a few exchanges 1 s apart, so one slow answer is no news.
 ANSWER_FAULT_GRACE_S = 5.0
+
+# Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
+QUIET_RESYNC_S = 30.0
 
 # Seconds a pass waits for the watch to bring back the job this operator just patched (as kopf's
 # settings.persistence.consistency_timeout does for its change handlers); then it acts on what it has.
@@ -135,6 +139,27 @@ class JobTracker:
         self.status_refused: tuple[str, float] | None = None
         # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
         self._patched_from: tuple[str, float] | None = None
+        # Exchanges of the status watch that ended (answered or failed): a pass input (`quiet`).
+        self.answers = 0
+        # (inputs, monotonic time) of the last pass that found the job whole and changed nothing (`settle`).
+        self._quiet: tuple[tuple, float] | None = None
+        self.last_pass_quiet = False  # the last pass found the job whole and changed nothing (`handlers._pass`)
+
+    def quiet(self, inputs: tuple, now: float) -> bool:
+        """Whether a pass would do nothing: its `inputs` are those of the last pass that found the job whole and
+        changed nothing (`settle`), less than QUIET_RESYNC_S ago (`now`: monotonic).
+
+        The timer then skips the pass: a healthy job with no news costs no pass a second
+        (issue 12 item 4). What a pass reads that can change is in `inputs` (the job object's
+        resourceVersion, its pods and JobSets, the watch's answers, `handlers.pass_inputs`).
+        """
+        quiet = self._quiet
+        return quiet is not None and quiet[0] == inputs and now - quiet[1] < QUIET_RESYNC_S
+
+    def settle(self, inputs: tuple | None, quiet: bool, now: float) -> None:
+        """Records a pass's end: `quiet` (whole, nothing written, posted or created) keeps its `inputs` (read
+        before the pass) for `quiet`; otherwise the next pass runs whatever its inputs."""
+        self._quiet = (inputs, now) if quiet and inputs is not None else None
 
     def body_behind(self, resource_version: str, now: float) -> bool:
         """Whether the job object of this pass is the one the last pass read *and patched*.
@@ -231,22 +256,31 @@ class JobTracker:
                 # short timeout: a dead controller must not delay the others' notifications
                 _logger.info("controller %s at %s", pod.name, self.controller_url,
                              extra={"job": self.name, "controller_uid": uid})
+                if self.link is not None:
+                    self.link.request(poll=True)  # the watch asks the new controller now
 
-    def poll_status(self) -> ControllerStatus | None:
-        """`GET /v1/status` of the current controller, now, in the caller (None when unreachable or unusable)."""
+    def poll_status(self, after: int | None = None, wait_s: float = 0.0) -> ControllerStatus | None:
+        """`GET /v1/status` of the current controller, in the caller (None when unreachable or unusable).
+
+        Args:
+          after, wait_s: a long poll (`ControlClient.status`): the answer comes once the status's version
+            is not `after`, or after `wait_s` seconds (the link's watch passes them; 0: at once).
+        """
         with self.lock:
             client, uid = self.client, self.controller_uid
         if client is None:
             return None
         try:
-            status = client.status()
+            status = client.status(after=after, wait_s=wait_s)
         except ControlApiError as e:
             with self.lock:
+                self.answers += 1
                 if client is self.client:
                     self.poll_result, self.answer_uid, self._answer_fresh = None, "", False
                     self._answer_failed(e)
             return None
         with self.lock:
+            self.answers += 1
             if client is self.client:
                 self.last_status = self.poll_result = status
                 self.answer_uid, self._answer_fresh = uid, True
@@ -256,8 +290,8 @@ class JobTracker:
         return status
 
     def refresh_status(self) -> ControllerStatus | None:
-        """The timer's read of the controller: with `background`, asks the link for a poll and returns the
-        last completed poll's answer at once (None when it failed); without, polls now (`poll_status`).
+        """The timer's read of the controller: with `background`, the link's watch's last answer, at once,
+        no HTTP (None when its last exchange failed); without, polls now (`poll_status`).
 
         `answer_uid` names the controller pod the answer came from: with `background`, the answer of a
         controller that has just gone (a suspend's stop, a loss) is returned once, after it went, so
@@ -268,8 +302,6 @@ class JobTracker:
             with self.lock:
                 self._answer_fresh = False
             return status
-        if self.client is not None:
-            self.link.request(poll=True)
         with self.lock:
             status, fresh = self.poll_result, self._answer_fresh
             self._answer_fresh = False

@@ -211,3 +211,39 @@ def test_every_invalid_body_is_422_naming_the_field(api, path, body, content_typ
         assert ["body", field] in locs, locs
     assert len(r.content) < 1000  # never echoes the body
     assert snapshot(slice_set) == before
+
+
+def test_a_long_poll_answers_when_a_report_moves_the_version_and_waits_out_no_change(api):
+    """`GET /v1/status?after=<version>&wait=<s>` (docs/control-api.md): the operator's status watch."""
+    import threading
+
+    base, slice_set, _ = api
+    client = ControlClient(base, TOKEN)
+    try:
+        first = client.status()
+        assert first.version > 0
+        unchanged = client.status(after=first.version, wait_s=0.2)  # nothing moved: the same version at its end
+        assert unchanged.version == first.version
+        assert client.status(after=first.version - 1, wait_s=30).version == first.version  # moved already: at once
+        answers = []
+        waiter = threading.Thread(target=lambda: answers.append(client.status(after=first.version, wait_s=30)))
+        waiter.start()
+        client.report_slice(2, "Ready", 9, ["127.0.0.1:7002"])
+        waiter.join(60)
+        # (a route that ignored `after` would have answered the old version, slice 2 not Ready)
+        assert answers and answers[0].version > first.version and answers[0].slices[2].state == "Ready"
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("query, field", [
+    ("after=1&wait=31", "wait"), ("after=1&wait=-1", "wait"), ("after=1&wait=nan", "wait"),
+    ("after=1&wait=inf", "wait"), ("after=1&wait=x", "wait"), ("after=-5&wait=1", "after"),
+    ("after=abc&wait=1", "after"), ("after=99999999999999999999999&wait=1", "after"),
+])
+def test_long_poll_parameters_out_of_bounds_are_422_naming_the_field(api, query, field):
+    base, _, _ = api
+    r = httpx.get(f"{base}/v1/status?{query}", headers=AUTH)
+    assert r.status_code == 422, (r.status_code, r.text)
+    assert ["query", field] in [d["loc"] for d in r.json()["detail"]]
+    assert httpx.get(f"{base}/v1/status?after=1&wait=1").status_code == 401  # the token first, as on every route

@@ -43,7 +43,12 @@ class _Controller(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):  # noqa: N802
-        self._answer(STATUS)
+        server = self.server
+        server.gets.append(self.path)
+        if server.hang_gets:  # a status long poll held open; reports still answered
+            server.get_entered.set()
+            server.release.wait(120)
+        self._answer(STATUS if server.version is None else {**STATUS, "version": server.version})
 
     def do_PUT(self):  # noqa: N802
         report = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -68,6 +73,8 @@ def controllers():
     for hang in (True, False):
         server = _Server(("127.0.0.1", 0), _Controller)
         server.hang, server.entered, server.release, server.reports = hang, threading.Event(), threading.Event(), []
+        # (version None: a controller from before long polls, which ignores `after` and `wait`)
+        server.hang_gets, server.get_entered, server.gets, server.version = False, threading.Event(), [], None
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)
     yield servers
@@ -143,3 +150,47 @@ def test_a_hanging_controller_does_not_delay_another_jobs_down_report(controller
         kopf_threads.shutdown(wait=True)
         a.close()
         b.close()
+
+
+def _wait(predicate, what: str):
+    pause = threading.Event()
+    for _ in range(600):
+        if predicate():
+            return
+        pause.wait(0.05)
+    raise AssertionError(what)
+
+
+def test_a_jobs_own_status_long_poll_held_open_does_not_delay_its_down_report(controllers):
+    """The watch's long poll may be held up to its wait: the job's Down goes out beside it, not after it."""
+    _, controller = controllers
+    controller.hang_gets, controller.version = True, 41
+    state = handlers.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
+    t = _tracker(state, "c", controller, timeout_s=120.0)
+    try:
+        assert controller.get_entered.wait(30), "the watch never asked for status"
+        t.sync([_pod("c", "c-w0", lbl.ROLE_WORKER, False, "Failed", 137)], lambda *e: None)
+        _wait(lambda: t.slices[0].acked is not None and t.slices[0].acked[1] == "Down", "Down not acknowledged")
+        assert not controller.release.is_set() and len(controller.gets) == 1  # still the first GET, held
+    finally:
+        controller.release.set()
+        t.close()
+
+
+def test_the_watch_long_polls_a_versioned_controller_and_plainly_polls_an_old_one(controllers):
+    """A controller with versions is asked `after=<its version>&wait=...`; one from before long polls (no
+    version in its answers, `after` ignored) is asked plainly again, and its status still reaches the pass."""
+    _, controller = controllers
+    state = handlers.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
+    t = _tracker(state, "d", controller, timeout_s=10.0)
+    try:
+        _wait(lambda: len(controller.gets) >= 2, "the watch did not ask twice")
+        assert controller.gets[:2] == ["/v1/status", "/v1/status"]  # old controller: no version to wait on
+        status = t.refresh_status()
+        assert status is not None and status.step == 3 and status.version == 0
+        controller.version = 41
+        _wait(lambda: any("after=41" in g for g in controller.gets), "no long poll after version 41")
+        long_poll = next(g for g in controller.gets if "after=41" in g)
+        assert "wait=25" in long_poll
+    finally:
+        t.close()

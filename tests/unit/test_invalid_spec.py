@@ -198,7 +198,7 @@ def test_a_child_refused_as_invalid_fails_the_job_and_stops_its_workers(monkeypa
     status = {"phase": "Pending", "tokenSecret": "j-token"}
     for _ in range(3):
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
+        handlers.reconcile_pass(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
                                name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                                job_jobsets={key: jobsets})
         status = {**status, **patch.status}
@@ -224,7 +224,7 @@ def test_a_refusal_that_may_pass_later_is_not_terminal(monkeypatch):
     body = _body()
     state = handlers.OperatorState(kube=Forbidden(), key=b"k" * 32)
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=body["spec"], status={"tokenSecret": "j-token"}, meta=body["metadata"],
+    handlers.reconcile_pass(body=body, spec=body["spec"], status={"tokenSecret": "j-token"}, meta=body["metadata"],
                            namespace="ns", name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                            job_jobsets={})
     assert patch.status.get("phase") != "Failed"
@@ -260,7 +260,7 @@ def test_worker_pods_refused_as_invalid_fail_the_job(monkeypatch):
                                          "labels": labels}}, 0)]
     status = {"phase": "Pending", "tokenSecret": "j-token", "controllerPod": "j-controller-0"}
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
+    handlers.reconcile_pass(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
                            name="j", patch=patch, memo={"elasticjax": state}, job_pods={key: [ctrl]},
                            job_jobsets={key: jobsets})
     status = {**status, **patch.status}

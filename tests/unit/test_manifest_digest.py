@@ -65,7 +65,7 @@ def _reconcile(state, status):
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+    handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods={}, job_jobsets={})
     return {**status, **patch.status}
 

@@ -33,7 +33,7 @@ def _pass(state, annotations, uid="u1", status=None):
             "annotations": annotations}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": SPEC}
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=SPEC, status=status or {}, meta=meta, namespace="ns", name="j", patch=patch,
+    handlers.reconcile_pass(body=body, spec=SPEC, status=status or {}, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods={}, job_jobsets={})
     return patch.status
 

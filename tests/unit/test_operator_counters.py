@@ -110,7 +110,7 @@ class _Controller:
     def __init__(self, url, token):
         pass
 
-    def status(self, retries=0, backoff_s=0.1):
+    def status(self, retries=0, backoff_s=0.1, after=None, wait_s=0.0):
         return ControllerStatus(phase="Running", step=7, total_steps=100, desired_slices=1, min_slices=1,
                                 active_slices=[0], inactive_slices=[], slices=[], pid=1,
                                 recoveries={"slice_down": self.recoveries[0], "scale_up": 5})
@@ -148,7 +148,7 @@ def test_counters_keep_growing_through_suspend_resume_and_a_new_controller_pod(m
         s = {**spec, "suspend": suspend}
         body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": s}
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): [jobset_view(js, 0) for js in jobsets]})
         status = {**status, **patch.status}
@@ -191,7 +191,7 @@ def test_a_pass_that_sees_nothing_new_writes_nothing(monkeypatch):
         s = {**spec, "suspend": suspend}
         body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": s}
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): [] if suspend else [jobset_view(_jobset("js", 0), 0)]})
         patches.append(patch.status)

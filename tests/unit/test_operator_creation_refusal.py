@@ -81,7 +81,7 @@ def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(mo
     def reconcile():
         nonlocal status
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={key: [worker0]}, job_jobsets={key: jobsets})
         status = {**status, **patch.status}
         clock[0] += 1.0
@@ -101,7 +101,7 @@ def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(mo
         **labels, lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: "1", lbl.JOB_COMPLETION_INDEX: "0"}},
         "status": {"phase": "Running"}})
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+    handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods={key: [worker0, worker1]}, job_jobsets={key: jobsets})
     status = {**status, **patch.status}
     assert next(c for c in status["conditions"] if c["type"] == "PodsNotStarting")["status"] == "False"
@@ -125,7 +125,7 @@ def test_without_rbac_to_read_events_the_job_still_reconciles(monkeypatch):
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
     js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js-0", "labels": labels}}, 0)
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
+    handlers.reconcile_pass(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
                            name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                            job_jobsets={incarnation.index_key("ns", labels): [js]})
     assert patch.status.get("phase") == "Pending"
@@ -159,7 +159,7 @@ def test_a_foreign_job_holding_the_slices_job_name_is_not_read_about(monkeypatch
     js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js-0", "creationTimestamp": "2026-01-01T00:00:30Z",
                                    "labels": labels}}, 0)
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
+    handlers.reconcile_pass(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
                            name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                            job_jobsets={incarnation.index_key("ns", labels): [js]})
     assert state.kube.reads == [("JobSet", "j-slice-0", "js-0")], state.kube.reads

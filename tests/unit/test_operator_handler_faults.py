@@ -35,7 +35,7 @@ def test_unpullable_controller_image_one_condition_one_event_no_new_pod(monkeypa
     status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     for _ in range(5):
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [ctrl]},
                                job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
@@ -75,7 +75,7 @@ def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(
     def reconcile(pods):
         nonlocal status
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
@@ -127,7 +127,7 @@ def test_a_configmap_or_service_planted_under_the_jobs_names_is_a_condition_not_
         status = {"phase": "Pending", "tokenSecret": "j-token"}
         for _ in range(3):
             patch = _Patch()
-            handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j",
+            handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j",
                                    patch=patch, memo={"elasticjax": state}, job_pods={}, job_jobsets={})
             status = {**status, **patch.status}
         assert state.kube.read == ["u1"], "the manifest is read only as this job's"
@@ -165,7 +165,7 @@ def _finished_job_passes(monkeypatch, status, pods, passes=3):
     patches = []
     for _ in range(passes):
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): []})
         patches.append(patch.status)
@@ -236,7 +236,7 @@ def test_pathways_shell_creates_the_head_service_and_annotates_jobsets_with_the_
     status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     for started in (False, True):
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [head(started)]},
                                job_jobsets={("ns", "j", "u1"): []})
         jobsets = [b for b in bodies if b["kind"] == "JobSet"]
@@ -271,7 +271,7 @@ def test_pathways_shell_says_the_job_waits_for_its_resource_manager(monkeypatch)
     seen = []
     for started in (False, False, True):
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [head(started)]},
                                job_jobsets={("ns", "j", "u1"): []})
         status = {**status, **patch.status}
@@ -292,7 +292,7 @@ def test_cpu_jobs_have_no_resource_manager_condition(monkeypatch):
         lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}},
         "status": {"phase": "Pending"}})
     patch = _Patch()
-    handlers.reconcile_job(body=body, spec=spec, status={"controllerPod": "j-controller-0", "tokenSecret": "j-token"},
+    handlers.reconcile_pass(body=body, spec=spec, status={"controllerPod": "j-controller-0", "tokenSecret": "j-token"},
                            meta=meta, namespace="ns", name="j", patch=patch, memo={"elasticjax": state},
                            job_pods={("ns", "j", "u1"): [ctrl]}, job_jobsets={("ns", "j", "u1"): []})
     assert not any(c["type"] == "WaitingForResourceManager" for c in patch.status["conditions"])

@@ -86,7 +86,7 @@ def test_own_reads_only_this_incarnation_and_older_operators_children_created_af
 def _reconcile(state, meta, status, pods, jobsets=None):
     patch = _Patch()
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": SPEC}
-    handlers.reconcile_job(body=body, spec=SPEC, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+    handlers.reconcile_pass(body=body, spec=SPEC, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods=pods, job_jobsets=jobsets or {})
     return {**status, **patch.status}
 

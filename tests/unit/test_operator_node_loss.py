@@ -301,7 +301,7 @@ def test_reconcile_force_deletes_this_jobs_pod_on_the_lost_node_only_and_says_so
         unready = {} if node_since is None else {"dead": [node_view(_node_body(
             "dead", "Unknown", (now - dt.timedelta(seconds=node_since)).strftime("%Y-%m-%dT%H:%M:%SZ")))]}
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state},
                                job_pods={("ns", "j", "u1"): pods, ("ns", "other", "u2"): [other]},
                                job_jobsets={("ns", "j", "u1"): jobsets}, unready_nodes=unready)

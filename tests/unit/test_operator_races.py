@@ -62,7 +62,7 @@ class _Controller:
         self.reports: list[tuple[int, str]] = []
         self.during_status = None
 
-    def status(self):
+    def status(self, after=None, wait_s=0.0):
         if self.during_status is not None:
             hook, self.during_status = self.during_status, None
             hook()
@@ -133,7 +133,7 @@ class _Job:
         body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta,
                 "spec": self.spec}
         patch = _Patch()
-        handlers.reconcile_job(body=body, spec=self.spec, status=dict(self.status), meta=meta, namespace="ns",
+        handlers.reconcile_pass(body=body, spec=self.spec, status=dict(self.status), meta=meta, namespace="ns",
                                name="j", patch=patch, memo={"elasticjax": self.state}, job_pods=self.pods,
                                job_jobsets=self.jobsets, unready_nodes=self.unready_nodes)
         self.pending.update(patch.status)
@@ -545,3 +545,68 @@ def test_a_resumed_slices_new_jobset_never_counts_the_old_jobsets_terminating_po
     assert job.tracker.slices[0].state == "Ready"
     bad = [e for e in job.events if e[1] in ("SliceDown", "SliceDraining")]
     assert bad == [] and _replaced() == replaced, job.events
+
+
+# -- 3. a healthy job with no news costs no pass ---------------------------------------------
+
+
+def test_the_timer_skips_a_whole_jobs_pass_until_something_it_reads_moves(monkeypatch):
+    """Issue 12 item 4: each job's 1 s pass (render, decide, build status) ran whether or not anything
+    changed. Once a pass found the job whole and changed nothing, the timer skips passes whose inputs
+    (`pass_inputs`) are the same; a pod change, a new controller answer or a new job object runs one."""
+    from elastic_jax.k8s_operator import tracker as tracker_mod
+
+    job = _Job(monkeypatch)
+    job.pods = _pods(_controller(), _worker(10, ready=True))
+    ran = []
+    real_pass = handlers.reconcile_pass
+
+    def counted(**kwargs):
+        ran.append(kwargs["inputs"])
+        return real_pass(**kwargs)
+
+    monkeypatch.setattr(handlers, "reconcile_pass", counted)
+
+    def tick():
+        meta = job.meta()
+        body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta,
+                "spec": job.spec}
+        patch = _Patch()
+        asyncio.run(handlers.reconcile_job(body=body, spec=job.spec, status=dict(job.status), meta=meta,
+                                           namespace="ns", name="j", patch=patch, memo={"elasticjax": job.state},
+                                           job_pods=job.pods, job_jobsets=job.jobsets, unready_nodes={}))
+        job.pending.update(patch.status)
+        job.land()
+
+    tick()  # the first pass makes the tracker (and polls the controller once, in the pass: no link here)
+    answer = job.tracker.poll_result
+    assert answer is not None
+    job.tracker.refresh_status = lambda: answer  # the watch's last answer, unchanged from here on
+    for _ in range(5):  # passes until the status they write has landed and one writes nothing
+        tick()
+        if job.tracker.last_pass_quiet:
+            break
+    assert job.tracker.last_pass_quiet, job.status
+    passes = len(ran)
+    for _ in range(3):
+        tick()
+    assert len(ran) == passes  # nothing moved: no pass
+
+    job.tracker.answers += 1  # the watch brought an answer (a change, or a long poll's end)
+    tick()
+    assert len(ran) == passes + 1
+    tick()
+    assert len(ran) == passes + 1  # ... and that pass was quiet again
+
+    job.pods = _pods(_controller(), _worker(11, ready=False))  # a worker pod changed
+    tick()
+    assert len(ran) == passes + 2 and job.tracker.slices[0].state == "Down"
+
+    # a quiet job still gets a full pass every QUIET_RESYNC_S (a net for inputs a pass reads and these miss)
+    job.pods = _pods(_controller(), _worker(12, ready=True))
+    for _ in range(5):
+        tick()
+    settled = len(ran)
+    monkeypatch.setattr(tracker_mod, "QUIET_RESYNC_S", 0.0)
+    tick()
+    assert len(ran) == settled + 1

@@ -205,7 +205,7 @@ def test_a_report_refused_while_the_controller_starts_is_not_an_error():
             if listening["yes"] == "broken":
                 raise ControlApiError("connection reset")
 
-        def status(self):
+        def status(self, after=None, wait_s=0.0):
             if not listening["yes"]:
                 raise ControlApiError("connection refused")
             return object()
@@ -249,7 +249,7 @@ def test_a_controller_refusing_the_operators_token_is_recorded_for_a_condition()
             if not accept["yes"]:
                 raise ControlApiError("PUT /v1/slices/0: 401 missing or invalid bearer token", 401)
 
-        def status(self):
+        def status(self, after=None, wait_s=0.0):
             return object()
 
         def close(self):
