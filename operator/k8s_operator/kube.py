@@ -73,7 +73,6 @@ class Kube:
             except config.ConfigException:
                 config.load_kube_config()
             api_client = ApiClient()
-        self.api = api_client
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
         self.batch = BatchV1Api(api_client)
