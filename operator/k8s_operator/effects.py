@@ -1,7 +1,7 @@
 """A reconcile pass's effects as values, the one accumulator of its Events, and the applier that executes them.
 
-The decisions (`reconcile.decide`, `child_effects`, `after_creates`, `invalid_child_effects`,
-`status_decision.decide_status`) are pure:
+The decisions (`reconcile.decide`, `setup_effects`, `child_effects`, `after_creates`,
+`invalid_child_effects`, `status_decision.decide_status`) are pure:
 from what was observed to a list of effects. `Applier.apply` executes a list in order; an API refusal
 never raises out of it: it becomes an observation (`Applied`) that the next decision of the pass reads.
 
