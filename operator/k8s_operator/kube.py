@@ -73,8 +73,6 @@ class Kube:
             except config.ConfigException:
                 config.load_kube_config()
             api_client = ApiClient()
-        # (read by nothing here, but kept: without it the operator outlived SIGTERM's 10 s in 2 of 2 runs of
-        # e2e/test_operator_sigterm.py, with it 2 of 2 passed; the mechanism was not found)
         self.api = api_client
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
