@@ -108,7 +108,7 @@ def job_children(api, namespace: str, prefix: str) -> list[str]:
     return found
 
 
-class OperatorProcess:
+class OperatorProcess(processes.LoggedProcess):
     """`elastic-jax-operator` as a child process; `stop()` ends it by PID.
 
     Args:
@@ -119,11 +119,10 @@ class OperatorProcess:
     """
 
     def __init__(self, kubeconfig: Path, log_path: Path, metrics_port: int, extra_args: tuple[str, ...] = ()):
+        super().__init__(log_path)
         self.extra_args = list(extra_args)
         self.kubeconfig = kubeconfig
-        self.log_path = log_path
         self.metrics_port = metrics_port
-        self.proc: subprocess.Popen | None = None
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> None:
@@ -144,20 +143,11 @@ class OperatorProcess:
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.procs.append(self.proc)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def kill(self) -> None:
         """SIGKILL (an operator crash: no cleanup of any kind)."""
         if self.alive():
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
-
-    def stop(self) -> None:
-        """SIGTERM by PID, SIGKILL after 10 s."""
-        if self.alive():
-            processes.stop(self.proc.pid, grace_s=10, group=False)
-            self.proc.poll()
 
     def wait_up(self, timeout_s: float = 60) -> None:
         """Waits until its metrics endpoint answers (kopf started).
@@ -175,9 +165,6 @@ class OperatorProcess:
                 return False
         wait_for(up, timeout_s=timeout_s, what="operator metrics up", explain=self.log)
         assert self.alive(), self.log()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def log_records(self) -> list[dict]:
         out = []
@@ -227,6 +214,26 @@ def clear_checkpoints(manifest: dict) -> None:
 def get_job(cluster, namespace: str, name: str) -> dict:
     """The ElasticTrainingJob object."""
     return cluster.api().get(f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs/{name}")
+
+
+def apply_job(cluster, namespace: str, manifest: dict, operator: OperatorProcess):
+    """`kubectl apply` of `manifest` (asserted accepted).
+
+    Returns:
+      (status, explain): the job's `.status` now (a dict, {} before any), and what a failed wait shows (that
+      status and the tail of the operator's log).
+    """
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
+    assert result.returncode == 0, result.stderr
+    name = manifest["metadata"]["name"]
+
+    def status() -> dict:
+        return get_job(cluster, namespace, name).get("status") or {}
+
+    def explain() -> str:
+        return json.dumps(status(), indent=1)[:3000] + "\n" + operator.log()[-3000:]
+
+    return status, explain
 
 
 def job_events(cluster, namespace: str, name: str) -> list[dict]:

@@ -21,11 +21,9 @@ import json
 import os
 import signal
 
-import yaml
-
 from e2e.helpers import is_ready, pods, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
+    apply_job, ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
 )
 from elastic_jax.k8s_operator.handlers import SUSPENDED_SLICE_REASON
 
@@ -75,14 +73,7 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     manifest["spec"]["training"]["steps"] = 200000
     manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-counters/{namespace}/checkpoints"
     manifest["spec"]["elasticity"].update({"maxRestarts": 30, "maxRestartsPerSlice": 25})
-    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
-    assert result.returncode == 0, result.stderr
-
-    def status() -> dict:
-        return get_job(cluster, namespace, name).get("status") or {}
-
-    def explain() -> str:
-        return json.dumps(status(), indent=1)[:3000] + "\n" + operator.log()[-3000:]
+    status, explain = apply_job(cluster, namespace, manifest, operator)
 
     def training(after_controller_uid: str = "") -> dict:
         """Status once a controller other than `after_controller_uid` answers, trains on both slices."""

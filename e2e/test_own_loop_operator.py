@@ -4,15 +4,12 @@ controller process unchanged, then succeeds (the program's exit 0 read by the op
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 
-import yaml
-
 from e2e.helpers import is_ready, pod, pods, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    REPO_ROOT, ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
+    REPO_ROOT, apply_job, ejob_crd, example_manifest, operator, operator_kubeconfig, wait_phase,
 )
 
 EXAMPLE = REPO_ROOT / "examples" / "04-own-loop.yaml"
@@ -28,14 +25,7 @@ def test_own_loop_survives_a_worker_sigkill_with_the_same_controller_process(clu
     spec["controller"]["command"] = ["python", str(LOOP)]
     spec["training"]["steps"] = STEPS
     spec["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-own-loop/{namespace}/checkpoints"
-    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
-    assert result.returncode == 0, result.stderr
-
-    def status() -> dict:
-        return get_job(cluster, namespace, name).get("status") or {}
-
-    def explain() -> str:
-        return json.dumps(status(), indent=1)[:3000] + "\n" + operator.log()[-3000:]
+    status, explain = apply_job(cluster, namespace, manifest, operator)
 
     def training_on_both(min_step: int):
         def check():

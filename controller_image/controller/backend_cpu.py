@@ -111,7 +111,6 @@ class CpuBackend:
         self._lock = threading.Lock()
         self._events: queue.Queue | None = None  # the in-flight step's, for `interrupt`
         self._interrupted = threading.Event()
-        self.export_seconds = 0.0
 
     # -- slices ------------------------------------------------------------
 
@@ -226,10 +225,6 @@ class CpuBackend:
         batch_sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
         return replicated, batch_sharded
 
-    def program_for(self, params: Any, batch: Mapping[str, np.ndarray], fn: Any = None) -> StepProgram:
-        """The exported per-slice `fn` (default: the trainer's step) for these parameter and batch shapes (cached)."""
-        return self._program_and_tree(fn or self._slice_step, params, batch)[0]
-
     def _program_and_tree(self, fn: Any, params: Any, batch: Mapping[str, np.ndarray]) -> tuple[StepProgram, Any]:
         key = (
             fn,
@@ -240,7 +235,6 @@ class CpuBackend:
         cached = self._programs.get(key)
         if cached is not None:
             return cached
-        t0 = time.perf_counter()
         params_spec = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
         batch_spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
         shardings = self._sharding_for(next(iter(batch.values())).shape[0])
@@ -257,7 +251,6 @@ class CpuBackend:
             )
         program = export_program(jitted, params_spec, batch_spec)
         out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, params_spec, batch_spec))
-        self.export_seconds += time.perf_counter() - t0
         with self._lock:
             self._programs[key] = (program, out_tree)
         return program, out_tree

@@ -47,7 +47,8 @@ class GoodputLedger:
       clock: seconds, monotonic (`time.monotonic`).
       carried: seconds per category from earlier controllers of the same job,
         added to this one's (a new controller continues the job's ledger).
-      carried_equivalent: their `reduced_equivalent()` seconds.
+      carried_equivalent: their seconds at reduced capacity x active/desired slices
+        (`status.goodput.reducedEquivalentSeconds`).
       start: clock time booking starts ("starting"); None: now.
 
     Raises:
@@ -122,12 +123,6 @@ class GoodputLedger:
             if self._current is not None:
                 out[self._current] += max(0.0, self._clock() - self._since)
             return out
-
-    def reduced_equivalent(self) -> float:
-        """Seconds at reduced capacity weighted by active/desired slices (what the same work costs at full size)."""
-        with self._lock:
-            extra = max(0.0, self._clock() - self._since) * self._capacity if self._current == "reduced" else 0.0
-            return self._equivalent + extra
 
     def goodput(self) -> float | None:
         """(productive + reduced x active/desired) / wall, in [0, 1]; None before any time was booked."""

@@ -223,11 +223,6 @@ class TrainingRun:
         """True once `request_stop` was called (a stop request or a signal, not a failure of the job)."""
         return self._stop.is_set()
 
-    @property
-    def stop_kind(self) -> str | None:
-        """None, "requested" or "signal" (see `request_stop`)."""
-        return self._stop_state.kind
-
     def run(self) -> RunSummary:
         """Trains to `spec.training.steps`; never raises for training failures.
 
@@ -280,9 +275,7 @@ class TrainingRun:
             except Exception:  # noqa: BLE001 - the failure above is the one to report
                 _logger.exception("waiting for the last checkpoint failed")
         self.ledger.stop()
-        committed = self.checkpoints.committed_step()
-        if committed is not None:
-            self.metrics.checkpoint_committed_step.set(committed)
+        committed = self.checkpoints.committed_step()  # (the gauge is the Checkpointer's `on_commit`)
         return RunSummary(
             succeeded=self.phase == "Succeeded",
             steps=self.step,

@@ -131,3 +131,31 @@ def leftovers(state_dir: Path) -> list[tuple[int, str]]:
         if alive(pid):
             found.append((pid, cmd))
     return found
+
+
+class LoggedProcess:
+    """A child process a test starts itself (`self.proc`), its output appended to `log_path`; stopped by PID.
+
+    Subclasses start it (`subprocess.Popen` into `self.proc`, output to `log_path`).
+
+    Args:
+      log_path: its stdout and stderr.
+    """
+
+    def __init__(self, log_path: Path):
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def alive(self) -> bool:
+        """Started and not exited."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM by PID, SIGKILL after 10 s."""
+        if self.alive():
+            stop(self.proc.pid, grace_s=10, group=False)
+            self.proc.poll()
+
+    def log(self) -> str:
+        """Its output so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

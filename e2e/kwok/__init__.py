@@ -58,7 +58,7 @@ def fake_node(name: str, index: int, pods: int = 1000) -> dict:
     }
 
 
-class KwokProcess:
+class KwokProcess(processes.LoggedProcess):
     """`kwok` as a child process, managing the nodes annotated `kwok.x-k8s.io/node=fake`; `stop()` by PID.
 
     Args:
@@ -71,10 +71,9 @@ class KwokProcess:
     """
 
     def __init__(self, kubeconfig: Path, log_path: Path, server_port: int):
+        super().__init__(log_path)
         self.kubeconfig = kubeconfig
-        self.log_path = log_path
         self.server_port = server_port
-        self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         """Starts kwok; returns at once (nodes turn Ready within seconds)."""
@@ -93,20 +92,6 @@ class KwokProcess:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env=env, start_new_session=True)
-
-    def alive(self) -> bool:
-        """Started and not exited."""
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        """SIGTERM by PID, SIGKILL after 10 s."""
-        if self.alive():
-            processes.stop(self.proc.pid, grace_s=10, group=False)
-            self.proc.poll()
-
-    def log(self) -> str:
-        """Its output so far."""
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
 def failed_status(pod: dict, exit_code: int = 137) -> dict:

@@ -30,7 +30,6 @@ ROLE_WORKER = "worker"
 # Labels the JobSet controller sets on pods (sigs.k8s.io/jobset v1alpha2).
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
-JOBSET_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 # The Job controller's per-pod completion index (indexed Jobs): host index within a slice.
 JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # On a pathways worker JobSet: the Pathways head incarnation (controller pod and resource

@@ -176,7 +176,6 @@ RESOURCES_CEL_RULES: list[dict[str, str]] = [
 
 # Bounds that keep the CEL rules' estimated cost within the API server's budget.
 MAX_RESOURCES = 16
-MAX_QUANTITY_LENGTH = 64
 
 
 # -- tolerations -----------------------------------------------------------------------------

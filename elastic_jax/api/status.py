@@ -93,7 +93,6 @@ REASON_PREVIOUS_JOB_TERMINATING = "PreviousJobTerminating"
 # step because the newer ones could not be restored (Warning).
 EVENT_RESUMED = "Resumed"
 EVENT_CHECKPOINT_FALLBACK = "CheckpointFallback"
-COND_SUCCEEDED = "Succeeded"
 COND_FAILED = "Failed"
 
 

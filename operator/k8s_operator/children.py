@@ -11,7 +11,6 @@ import hashlib
 import json
 from typing import Any
 
-import yaml
 
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob

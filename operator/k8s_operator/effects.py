@@ -1,7 +1,7 @@
 """A reconcile pass's effects as values, the one accumulator of its Events, and the applier that executes them.
 
-The decisions (`reconcile.decide`, `child_effects`, `after_creates`, `invalid_child_effects`,
-`status_decision.decide_status`) are pure:
+The decisions (`reconcile.decide`, `setup_effects`, `child_effects`, `after_creates`,
+`invalid_child_effects`, `status_decision.decide_status`) are pure:
 from what was observed to a list of effects. `Applier.apply` executes a list in order; an API refusal
 never raises out of it: it becomes an observation (`Applied`) that the next decision of the pass reads.
 
@@ -43,6 +43,33 @@ class CreateChild:
 
     body: Mapping[str, Any]
     controller: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateTokenSecret:
+    """Create the job's token Secret `body` (owner reference set). The operator may not read Secrets: a
+    409 is not checked here, it is an observation (`Applied.secret_taken`) the handler judges."""
+
+    body: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateStatic:
+    """Create the job's ConfigMap or one of its Services `body` (owner reference set), once per job."""
+
+    body: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSlices:
+    """Tell the job's controller every slice state it has not acknowledged (`JobTracker.report`)."""
+
+    retries: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class MarkFinished:
+    """The job ended (or failed): its children's end from now on is no loss and no news."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,8 +134,8 @@ class CountGoodput:
     seconds: float
 
 
-Effect = Union[CreateChild, DeletePod, DeleteJobSet, DeleteJob, PostEvent, PatchStatus, NodeLostPodSeen,
-               CountControllerRestart, CountGoodput]
+Effect = Union[CreateChild, CreateTokenSecret, CreateStatic, DeletePod, DeleteJobSet, DeleteJob, PostEvent,
+               PatchStatus, NodeLostPodSeen, CountControllerRestart, CountGoodput, ReportSlices, MarkFinished]
 
 
 # -- the one accumulator of a pass's Events -------------------------------------------------
@@ -117,7 +144,7 @@ Effect = Union[CreateChild, DeletePod, DeleteJobSet, DeleteJob, PostEvent, Patch
 class EventLog:
     """A pass's Events, posted in order when the pass ends; after `flush`, a post goes to the sink at once.
 
-    The tracker keeps the sink of its latest sync for its controller link's reports (another thread, any
+    The tracker keeps the sink of its latest report for its controller link's reports (another thread, any
     time): those arrive after the pass, and are posted as they come.
 
     Args:
@@ -203,12 +230,14 @@ class Applied:
       created: names of the children created (or found to be the job's own after a 409).
       controller_pod: the name of the controller pod a `CreateChild(controller=True)` created (or found
         to be the job's own), "" when none.
+      secret_taken: the name of the token Secret a `CreateTokenSecret` found taken (409), "" when none.
     """
 
     refusal: tuple[str, str] | None = None
     invalid: str | None = None
     created: list[str] = dataclasses.field(default_factory=list)
     controller_pod: str = ""
+    secret_taken: str = ""
 
     @property
     def controller_created(self) -> bool:
@@ -221,18 +250,17 @@ class Applier:
 
     Args:
       kube: the API client (`kube.Kube`).
-      namespace, job, job_uid: the job.
+      job: the job's `job_state.JobState` (records the controller pod created, the lost-node pods said,
+        the static children created, the job's own deletion or end; its tracker reports to the controller).
       events: the pass's `EventLog`.
-      patch: kopf's patch (its `.status` takes `PatchStatus`).
-      tracker: the job's `JobTracker` (records the controller pod created, the lost-node pods said, the
-        job's own deletion).
+      patch: kopf's patch (its `.status` takes `PatchStatus`); None on the pod-event path (no status).
       indexes: the pods and JobSets indexes (a 409 on a name an earlier job of this name holds is a wait).
     """
 
-    def __init__(self, kube: Any, namespace: str, job: str, job_uid: str, events: EventLog, patch: Any,
-                 tracker: Any, pods_index=None, jobsets_index=None):
-        self.kube, self.ns, self.job, self.uid = kube, namespace, job, job_uid
-        self.events, self.patch, self.tracker = events, patch, tracker
+    def __init__(self, kube: Any, job: Any, events: EventLog, patch: Any = None, pods_index=None,
+                 jobsets_index=None):
+        self.kube, self.job, self.events, self.patch = kube, job, events, patch
+        self.ns, self.name, self.uid = job.namespace, job.name, job.uid
         self._index = {"Pod": pods_index, "JobSet": jobsets_index}
 
     def apply(self, effects: Iterable[Effect], applied: Applied | None = None) -> Applied:
@@ -244,27 +272,34 @@ class Applier:
         """
         out = applied if applied is not None else Applied()
         for effect in effects:
-            if isinstance(effect, CreateChild):
+            if isinstance(effect, (CreateChild, CreateStatic)):
                 self._create(effect, out)
+            elif isinstance(effect, CreateTokenSecret):
+                self._create_secret(effect, out)
+            elif isinstance(effect, ReportSlices):
+                self.job.tracker.report(self.events, effect.retries)
+            elif isinstance(effect, MarkFinished):
+                with self.job.tracker.lock:
+                    self.job.tracker.finished = True
             elif isinstance(effect, DeletePod):
                 self.kube.delete_pod(self.ns, effect.name, **({} if effect.grace_s is None else
                                                               {"grace_s": effect.grace_s}))
             elif isinstance(effect, DeleteJobSet):
                 self.kube.delete_jobset(self.ns, effect.name)
             elif isinstance(effect, DeleteJob):
-                _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", self.ns, self.job,
+                _logger.info("deleting finished job %s/%s (ttlSecondsAfterFinished=%d)", self.ns, self.name,
                              effect.ttl_s)
-                self.kube.delete_job(self.ns, self.job)
-                self.tracker.deleting = True  # its children's end, until the delete event, is no news
+                self.kube.delete_job(self.ns, self.name)
+                self.job.tracker.deleting = True  # its children's end, until the delete event, is no news
             elif isinstance(effect, PostEvent):
                 self.events(effect.type, effect.reason, effect.message)
             elif isinstance(effect, PatchStatus):
                 for k, v in effect.fields.items():
                     self.patch.status[k] = v
             elif isinstance(effect, NodeLostPodSeen):
-                self.tracker.node_lost_pods.add(effect.uid)
+                self.job.node_lost_pods.add(effect.uid)
                 metrics.NODE_LOST_PODS.labels(effect.role).inc()
-                _logger.warning("%s", effect.message, extra={"job": self.job, "node": effect.node, "pod": effect.pod})
+                _logger.warning("%s", effect.message, extra={"job": self.name, "node": effect.node, "pod": effect.pod})
             elif isinstance(effect, CountControllerRestart):
                 metrics.CONTROLLER_RESTARTS.inc()
             elif isinstance(effect, CountGoodput):
@@ -273,29 +308,72 @@ class Applier:
                 raise TypeError(f"not an effect: {effect!r}")
         return out
 
-    def _create(self, effect: CreateChild, out: Applied) -> None:
+    def _create(self, effect: CreateChild | CreateStatic, out: Applied) -> None:
         body = effect.body
         kind, name = body["kind"], body["metadata"]["name"]
         try:
             if not self.kube.create(self.ns, dict(body)):
-                # Ours (the index is behind) is fine. An earlier job's is waited for; anyone else's is
-                # not ours to wait for or delete: said (a trial found a foreign pod reported as "an
-                # earlier job ... terminating", a foreign JobSet left the slice Provisioning with no word).
-                check_taken(self.kube, self.ns, kind, name, self.job, self.uid, self._index.get(kind))
+                # Ours (the index is behind, or an operator restart) is fine. An earlier job's is waited
+                # for; anyone else's is not ours to wait for or delete: said (a trial found a foreign pod
+                # reported as "an earlier job ... terminating", a foreign JobSet left the slice
+                # Provisioning with no word; a planted ConfigMap would choose the job's code and image, a
+                # Service would route its traffic).
+                check_taken(self.kube, self.ns, kind, name, self.name, self.uid, self._index.get(kind))
         except ChildConflict as e:
             out.refusal = out.refusal or e.refusal()
             return
         except ChildRefused as e:
-            out.refusal = out.refusal or create_failure(e.kind, e.name, e.status, e.message)
-            out.invalid = out.invalid or invalid_reason(e)
+            self._refused(e, out)
             return
         out.created.append(name)
-        if effect.controller:
+        if isinstance(effect, CreateStatic):
+            self.job.static_created.add((kind, name))
+        elif effect.controller:
             out.controller_pod = name
-            self.tracker.created_controller = (name, time.monotonic())
+            self.job.created_controller = (name, time.monotonic())
+
+    def _create_secret(self, effect: CreateTokenSecret, out: Applied) -> None:
+        name = effect.body["metadata"]["name"]
+        try:
+            if not self.kube.create(self.ns, dict(effect.body)):
+                out.secret_taken = name
+                return
+        except ChildRefused as e:
+            self._refused(e, out)
+            return
+        out.created.append(name)
+        self.job.token_secret_ours = True
+        if self.patch is not None:
+            self.patch.status["tokenSecret"] = name  # (the operator's record: tenants cannot write status)
+
+    @staticmethod
+    def _refused(e: ChildRefused, out: Applied) -> None:
+        out.refusal = out.refusal or create_failure(e.kind, e.name, e.status, e.message)
+        out.invalid = out.invalid or invalid_reason(e)
 
 
 # -- the pure decisions around `reconcile.decide` -------------------------------------------
+
+
+def setup_effects(job: Any, recorded_secret: str, token_secret: Callable[[], dict],
+                  static_children: Callable[[], list[dict]]) -> tuple[list[Effect], list[Effect]]:
+    """The job's token Secret and its static children (ConfigMap, Services) still to create, in two
+    lists applied one after the other (no static child while the Secret is not the job's own).
+
+    Args:
+      job: the job's `JobState` (what this process created already).
+      recorded_secret: the job's `status.tokenSecret` (the operator's record that it created it).
+      token_secret, static_children: render them (owner references set); called only when needed (the
+        1 s pass renders nothing for a job whose children are all created).
+
+    Returns:
+      (the Secret's effects, the static children's effects).
+    """
+    secret = [] if job.token_secret_ours or recorded_secret else [CreateTokenSecret(token_secret())]
+    if job.static_complete:
+        return secret, []
+    return secret, [CreateStatic(c) for c in static_children()
+                    if (c["kind"], c["metadata"]["name"]) not in job.static_created]
 
 
 def worker_replacements(slices_down: Mapping[int, Iterable[str]]) -> list[Effect]:
@@ -373,8 +451,8 @@ def after_creates(plan: Plan, controller_created: bool) -> tuple[list[Effect], b
     if replaced:
         out.append(CountControllerRestart())
     if plan.finish:
-        out.append(PostEvent("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}",
-                             plan.finish[1]))
+        out += [PostEvent("Normal" if plan.finish[0] == "Succeeded" else "Warning", f"Job{plan.finish[0]}",
+                          plan.finish[1]), MarkFinished()]
     return out, replaced
 
 
@@ -398,5 +476,5 @@ def invalid_child_effects(message: str, failed_fields: Mapping[str, Any], phase_
     out: list[Effect] = [PostEvent("Warning", REASON_INVALID_SPEC, message), PatchStatus(dict(failed_fields))]
     out += [DeleteJobSet(js.name) for js in jobsets if not js.deleting]
     out += [DeletePod(p.name) for p in controller_pods if not p.terminal and not p.deleting]
-    out.append(PostEvent("Normal", REASON_PHASE_CHANGED, f"{phase_before or 'New'} -> Failed"))
+    out += [PostEvent("Normal", REASON_PHASE_CHANGED, f"{phase_before or 'New'} -> Failed"), MarkFinished()]
     return out

@@ -41,11 +41,11 @@ from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator import effects, status_write
 from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
                                                      invalid_failure)
-from elastic_jax.k8s_operator.effects import ChildConflict, EventLog, check_taken, invalid_reason
+from elastic_jax.k8s_operator.effects import EventLog
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
                                                  now_rfc3339, set_condition)
-from elastic_jax.k8s_operator.kube import ChildRefused, Kube
+from elastic_jax.k8s_operator.kube import Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
 from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
@@ -53,12 +53,12 @@ from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (
     Inputs,
     changed_fields,
-    create_failure,
     earlier_token_secret,
     token_conflict,
     token_refused,
     REASON_INVALID_SPEC,
 )
+from elastic_jax.k8s_operator.job_state import JobState, Jobs
 from elastic_jax.k8s_operator.tracker import JobTracker
 
 _logger = logging.getLogger(__name__)
@@ -75,7 +75,8 @@ OPERATOR_KEY_FILE_ENV = contract.ENV_OPERATOR_KEY_FILE
 
 
 class OperatorState:
-    """Shared by all handlers through kopf's memo: the API client, the key its job tokens derive from, one tracker per job.
+    """Shared by all handlers through kopf's memo: the API client, the key its job tokens derive from, and
+    everything about each job in one `JobState` per job (`jobs`).
 
     Args:
       kube: the API client (built on first use when None).
@@ -99,18 +100,7 @@ class OperatorState:
         self.claimed_elsewhere: set[str] = set()
         self.node_lost_s = node_lost_s
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
-        self.trackers: dict[tuple[str, str], JobTracker] = {}
-        # (namespace, name) -> (job UID, the spec it started with): a new job of the same name never reads it.
-        self.applied: dict[tuple[str, str], tuple[str, job_api.ElasticTrainingJob]] = {}
-        # (job UID, kind, name) of the ConfigMap and Services already created: keyed by UID, so a job
-        # deleted and created again under the same name gets its children again.
-        self.static_done: set[tuple[str, str, str]] = set()
-        # UIDs of the jobs whose static children are all done: the 1 s pass skips rendering them
-        # (a YAML dump of the manifest per job per second was ~15% of steady-state operator CPU).
-        self.static_complete: set[str] = set()
-        # (namespace, name) -> (UID, monotonic time) of the last job of that name seen deleted or
-        # replaced by a new UID: its token Secret may still be going (`_earlier_job_evidence`).
-        self.earlier_jobs: dict[tuple[str, str], tuple[str, float]] = {}
+        self.jobs = Jobs()
         # The threads the timer's passes run on (`reconcile_job`; main sets the operator's own);
         # None: the event loop's default executor.
         self.pass_executor: concurrent.futures.Executor | None = None
@@ -276,23 +266,29 @@ async def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_node
 
 
 def _worker_pod_changed(namespace, labels: dict, job_pods, memo, unready_nodes, job_jobsets, seen_at: float) -> None:
-    """`worker_pod_event`'s work: the job's pods read from the indexes, applied to its tracker (`sync`)."""
+    """`worker_pod_event`'s work: the job's pods read from the indexes, observed by its tracker, and the
+    controller told (an `effects.ReportSlices`, through the job's `Applier` like the timer's)."""
     state = _state(memo)
-    tracker = state.trackers.get((namespace, labels[lbl.JOB_NAME]))
-    if tracker is None or tracker.ref is None:
+    job = state.jobs.get((namespace, labels[lbl.JOB_NAME]))
+    if job is None or job.ref is None:
         return  # job not reconciled yet (operator starting): its timer will sync
-    if not incarnation.belongs(labels, tracker.job_uid):
+    if not incarnation.belongs(labels, job.uid):
         return  # a pod of an earlier job of the same name (terminating): not this job's news
+    tracker = job.tracker
     lost = {n: loss.why for n, loss in _lost_nodes(state, unready_nodes).items()}
     mark = tracker.observation()  # before the read: a slower sync of an older read never wins
-    pods = incarnation.own(job_pods, namespace, tracker.name, tracker.job_uid, tracker.job_created)
+    pods = incarnation.own(job_pods, namespace, job.name, job.uid, job.created)
     alive = None
     if job_jobsets is not None:
-        jobsets = incarnation.own(job_jobsets, namespace, tracker.name, tracker.job_uid, tracker.job_created)
+        jobsets = incarnation.own(job_jobsets, namespace, job.name, job.uid, job.created)
         alive = _alive(jobsets)
         pods = incarnation.of_live_jobsets(pods, jobsets)
-    tracker.sync(pods, _event_sink(tracker.ref), retries=3, lost_nodes=lost, observed_at=mark, jobsets_alive=alive,
-                 seen_at=seen_at)
+    events = EventLog(_event_sink(job.ref))
+    try:
+        if tracker.observe(pods, events, lost_nodes=lost, observed_at=mark, jobsets_alive=alive, seen_at=seen_at):
+            effects.Applier(state.kube, job, events).apply([effects.ReportSlices(retries=3)])
+    finally:
+        events.flush()
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -317,17 +313,7 @@ def job_deleted(namespace, name, uid, memo, **_):
     if uid in state.claimed_elsewhere:
         state.claimed_elsewhere.discard(uid)
         metrics.JOBS_CLAIMED_ELSEWHERE.set(len(state.claimed_elsewhere))
-    state.static_done = {m for m in state.static_done if m[0] != uid}
-    state.static_complete.discard(uid)
-    now = time.monotonic()
-    state.earlier_jobs = {k: v for k, v in state.earlier_jobs.items() if now - v[1] < EARLIER_SECRET_WAIT_S}
-    state.earlier_jobs[(namespace, name)] = (uid, now)
-    tracker = state.trackers.get((namespace, name))
-    if tracker is not None and tracker.job_uid in ("", uid):  # never a newer job's of the same name
-        tracker.deleting = True  # a pod event handler holding it already: the pods' end is no news
-        state.trackers.pop((namespace, name)).close()
-    if (state.applied.get((namespace, name)) or ("",))[0] == uid:
-        state.applied.pop((namespace, name), None)
+    state.jobs.forget((namespace, name), uid)  # (never a newer job's of the same name)
 
 
 def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid: str,
@@ -339,8 +325,9 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
     when it created the ConfigMap) and it passes the admin's allow lists; otherwise the live spec is
     used, and the controller, finding the mounted copy changed, refuses it (`manifest_digest`).
     """
-    remembered = state.applied.get(key)
-    applied = remembered[1] if remembered is not None and remembered[0] == uid else None
+    known = state.jobs.get(key)
+    known = known if known is not None and known.uid == uid else None
+    applied = known.applied if known is not None else None
     if applied is None:
         text = state.kube.read_manifest(key[0], names.configmap(key[1]), uid)
         if text:
@@ -356,45 +343,20 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
             except (ManifestError, yaml.YAMLError):
                 applied = None
         applied = applied or job
-        state.applied[key] = (uid, applied)
+        if known is not None:
+            known.applied = applied
     return applied.model_copy(update={"metadata": job.metadata, "spec": applied.spec.model_copy(update={
         "suspend": job.spec.suspend, "ttl_seconds_after_finished": job.spec.ttl_seconds_after_finished})})
 
 
-def _tracker(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -> JobTracker:
-    tracker = state.trackers.get(key)
-    uid = body["metadata"]["uid"]
-    if tracker is not None and tracker.job_uid != uid:  # the same name, a new job: nothing carries over
-        state.earlier_jobs[key] = (tracker.job_uid, time.monotonic())
-        tracker.close()
-        state.applied.pop(key, None)
-        tracker = None
-    if tracker is None:
-        tracker = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice,
-                             background=state.controller_threads)
-        tracker.job_uid = uid
-        tracker.job_created = body["metadata"].get("creationTimestamp") or ""
-        state.trackers[key] = tracker
-    tracker.ref = _ref(body)
-    return tracker
-
-
-class TokenSecretConflict(Exception):
-    """The job's token Secret name is taken by a Secret this operator did not create for this job.
-
-    Attributes:
-      earlier: an earlier job of this name was deleted moments ago (`_earlier_job_evidence`): the
-        Secret is most likely its own, being garbage-collected; a wait, not a conflict.
-    """
-
-    def __init__(self, secret: str, earlier: bool = False):
-        super().__init__(secret)
-        self.secret, self.earlier = secret, earlier
-
-
-# Seconds after an earlier job of the same name was seen deleted during which a taken token Secret
-# name is read as that job's Secret being garbage-collected (normally gone within a second or two).
-EARLIER_SECRET_WAIT_S = 60.0
+def _job_state(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -> JobState:
+    """The job's `JobState` (a new one for a new UID of the name: nothing carries over), its ref current."""
+    meta = body["metadata"]
+    js = state.jobs.open(key, meta["uid"], meta.get("creationTimestamp") or "", lambda: JobTracker(
+        key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice, background=state.controller_threads))
+    js.applied = js.applied or job
+    js.ref = _ref(body)
+    return js
 
 
 def _earlier_job_evidence(state: OperatorState, key, uid: str, job_pods=None, job_jobsets=None) -> bool:
@@ -402,13 +364,12 @@ def _earlier_job_evidence(state: OperatorState, key, uid: str, job_pods=None, jo
 
     The operator may not read Secrets (docs/security.md), so a token Secret that
     exists is judged by what it can see: the earlier job's deletion seen by this
-    process within EARLIER_SECRET_WAIT_S, its pods or JobSets still in the
+    process within `job_state.EARLIER_SECRET_WAIT_S`, its pods or JobSets still in the
     indexes, or the job's ConfigMap still owned by an earlier job of this name.
     A Secret planted by someone else while none of these holds is a conflict.
     """
     ns, name = key
-    earlier = state.earlier_jobs.get(key)
-    if earlier is not None and earlier[0] != uid and time.monotonic() - earlier[1] < EARLIER_SECRET_WAIT_S:
+    if state.jobs.earlier(key, uid):
         return True
     for index in (job_pods, job_jobsets):
         if any(k[:2] == (ns, name) and k[2] not in ("", uid) and views for k, views in (index or {}).items()):
@@ -422,66 +383,7 @@ def _earlier_job_evidence(state: OperatorState, key, uid: str, job_pods=None, jo
     return owners is not None and incarnation.holder(owners, name, uid) == "earlier"
 
 
-def _check_taken(state: OperatorState, ns: str, kind: str, child: str, job: str, uid: str, index=None) -> None:
-    """`effects.check_taken` with the operator's API client."""
-    check_taken(state.kube, ns, kind, child, job, uid, index)
-
-
-def _ensure_token_secret(state: OperatorState, key, job, tracker: JobTracker, body, status, patch,
-                         job_pods=None, job_jobsets=None) -> None:
-    """Creates the job's token Secret (create only: the operator cannot read Secrets) and sets `tracker.token`.
-
-    The token is derived from the operator key and the job's UID, so it is never
-    read back. A Secret of that name that already exists is used only when this
-    job's status (which tenants cannot write) records that the operator created
-    it; otherwise it may be anyone's, and mounting it would hand it to the job.
-
-    Raises:
-      TokenSecretConflict: the name is taken by a Secret not recorded as ours (`earlier` when an
-        earlier job of this name was just deleted: `_earlier_job_evidence`).
-      ChildRefused: the API server refused the create.
-    """
-    ns, name = key
-    secret_name = names.secret(name)
-    token = tokens.derive_token(state.key, body["metadata"]["uid"])
-    if not (tracker.token_secret_ours or status.get("tokenSecret") == secret_name):
-        secret = children.token_secret(job, token)
-        kopf.adopt(secret, owner=body)  # ownerReference: this job's UID, controller=true
-        if not state.kube.create(ns, secret):
-            uid = body["metadata"]["uid"]
-            raise TokenSecretConflict(secret_name, _earlier_job_evidence(state, key, uid, job_pods, job_jobsets))
-        _patch_status(patch, token_secret=secret_name)
-    tracker.token_secret_ours = True
-    tracker.token = token
-
-
-def _ensure_static(state: OperatorState, key, job, tracker: JobTracker, body) -> None:
-    """ConfigMap (manifest) and Services (`children.static_children`): created once per job UID.
-
-    One that exists already (409) is used only when it is this job's (its
-    ownerReference has the job's UID: an operator restart); a ConfigMap
-    planted under that name would choose the job's code and image, a Service
-    would route its traffic.
-
-    Raises:
-      ChildConflict: the name is taken by an object this job does not own (an earlier job's: `earlier`).
-      ChildRefused: the API server refused the create.
-    """
-    ns, _ = key
-    uid = body["metadata"]["uid"]
-    if uid in state.static_complete:
-        return  # created once per UID: nothing to render or check again
-    for child in children.static_children(job):
-        marker = (uid, child["kind"], child["metadata"]["name"])
-        if marker not in state.static_done:
-            kopf.adopt(child, owner=body)
-            if not state.kube.create(ns, child):
-                _check_taken(state, ns, child["kind"], child["metadata"]["name"], key[1], uid)
-            state.static_done.add(marker)
-    state.static_complete.add(uid)  # (not reached when a create raised: the next pass retries)
-
-
-def pass_inputs(body, tracker: JobTracker, job_pods, job_jobsets, unready_nodes) -> tuple:
+def pass_inputs(body, js: JobState, job_pods, job_jobsets, unready_nodes) -> tuple:
     """What a pass reads that can change, to compare with a quiet pass's (`JobTracker.quiet`).
 
     The job object's resourceVersion (spec, status, annotations, deletion), the job's pods and JobSets
@@ -490,11 +392,10 @@ def pass_inputs(body, tracker: JobTracker, job_pods, job_jobsets, unready_nodes)
     Read on the event loop: the indexes and counters only, no lock, no HTTP.
     """
     meta = body["metadata"]
-    ns, name = meta.get("namespace") or "", meta.get("name") or ""
-    created = meta.get("creationTimestamp") or ""
+    ns, name, tracker = js.namespace, js.name, js.tracker
     return (meta.get("resourceVersion") or "",
-            tuple(incarnation.own(job_pods, ns, name, tracker.job_uid, created)),
-            tuple(incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)),
+            tuple(incarnation.own(job_pods, ns, name, js.uid, js.created)),
+            tuple(incarnation.own(job_jobsets, ns, name, js.uid, js.created)),
             tracker.answers, tracker.controller_uid, tracker.answer_uid, bool(unready_nodes))
 
 
@@ -507,11 +408,11 @@ async def reconcile_job(body, namespace, name, memo, job_pods, job_jobsets, unre
     healthy job with no news costs no thread, no render and no status build a second.
     """
     state = _state(memo)
-    tracker = state.trackers.get((namespace, name))
+    js = state.jobs.get((namespace, name))
     inputs = None
-    if tracker is not None:
-        inputs = pass_inputs(body, tracker, job_pods, job_jobsets, unready_nodes)
-        if tracker.quiet(inputs, time.monotonic()):
+    if js is not None and js.uid == body["metadata"].get("uid"):
+        inputs = pass_inputs(body, js, job_pods, job_jobsets, unready_nodes)
+        if js.tracker.quiet(inputs, time.monotonic()):
             metrics.RECONCILES.labels("quiet").inc()
             return
     run = functools.partial(contextvars.copy_context().run, reconcile_pass, body=body, namespace=namespace,
@@ -557,17 +458,18 @@ def reconcile_pass(body, spec, status, meta, namespace, name, patch, memo, job_p
         # meanwhile must not have its pods force-deleted)
         built = _reconcile(state, key, live, body, status, generation, patch, job_pods, job_jobsets,
                            lambda: _lost_nodes(state, unready_nodes))
-        tracker = state.trackers.get(key)
-        _guard_status(tracker, status, generation, patch, built=bool(built))
-        if tracker is not None:
-            tracker.settle(inputs, bool(built) and tracker.last_pass_quiet and _nothing_patched(patch), time.monotonic())
+        js = state.jobs.get(key)
+        _guard_status(js, status, generation, patch, built=bool(built))
+        if js is not None:
+            js.tracker.settle(inputs, bool(built) and js.tracker.last_pass_quiet and _nothing_patched(patch),
+                              time.monotonic())
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
         raise
 
 
-def _guard_status(tracker: JobTracker | None, status, generation: int, patch, built: bool = True) -> None:
+def _guard_status(js: JobState | None, status, generation: int, patch, built: bool = True) -> None:
     """Makes this pass's status patch one the API server accepts, and says so when that cost fields.
 
     Fields holding a value the API server refuses are dropped (`status_write.guard`); after a
@@ -576,11 +478,11 @@ def _guard_status(tracker: JobTracker | None, status, generation: int, patch, bu
     why, with a Warning Event when that changes; a pass that `built` the whole status and lost
     nothing clears it (a Normal Event).
     """
-    if tracker is None or tracker.ref is None:
+    if js is None or js.ref is None:
         return
     problems = status_write.guard(patch.status)
     reason = REASON_STATUS_VALUES_DROPPED
-    refused = tracker.status_refused
+    refused = js.status_refused
     if refused is not None and time.monotonic() - refused[1] < status_write.REFUSED_HOLD_S:
         dropped = status_write.restrict(patch.status)
         reason = REASON_STATUS_WRITE_REFUSED
@@ -589,12 +491,12 @@ def _guard_status(tracker: JobTracker | None, status, generation: int, patch, bu
     before = ElasticTrainingJobStatus.from_kube(
         {"conditions": patch.status["conditions"] if "conditions" in patch.status else status.get("conditions") or []})
     previous = get_condition(before.conditions, COND_STATUS_WRITE_REFUSED)
-    post = _event_sink(tracker.ref)
+    post = _event_sink(js.ref)
     if problems:
         message = "; ".join(problems)[:2000]
         if previous is None or previous.status != "True" or previous.message != message:
             post("Warning", reason, message)
-            _logger.warning("status write: %s", message, extra={"job": tracker.name})
+            _logger.warning("status write: %s", message, extra={"job": js.name})
         conditions = set_condition(before.conditions, COND_STATUS_WRITE_REFUSED, "True", reason, message, generation,
                                    now_rfc3339())
     elif built and previous is not None and previous.status == "True":
@@ -611,18 +513,18 @@ def install_status_net(state: OperatorState) -> None:
     a Warning Event, and the job's next writes restricted (`_guard_status`); never the end of its timer."""
 
     def refused(namespace: str, name: str, message: str) -> None:
-        tracker = state.trackers.get((namespace, name))
-        if tracker is None:
+        js = state.jobs.get((namespace, name))
+        if js is None:
             return
-        tracker.status_refused = (message, time.monotonic())
-        if tracker.ref is not None:
-            _event_sink(tracker.ref)("Warning", REASON_STATUS_WRITE_REFUSED, message)
+        js.status_refused = (message, time.monotonic())
+        if js.ref is not None:
+            _event_sink(js.ref)("Warning", REASON_STATUS_WRITE_REFUSED, message)
 
     def written(namespace: str, name: str) -> None:
-        tracker = state.trackers.get((namespace, name))
-        if tracker is not None and tracker.status_refused is not None \
-                and time.monotonic() - tracker.status_refused[1] >= status_write.REFUSED_HOLD_S:
-            tracker.status_refused = None  # a whole write went through after the hold
+        js = state.jobs.get((namespace, name))
+        if js is not None and js.status_refused is not None \
+                and time.monotonic() - js.status_refused[1] >= status_write.REFUSED_HOLD_S:
+            js.status_refused = None  # a whole write went through after the hold
 
     status_write.install_refusal_net(job_api.GROUP, refused, written)
 
@@ -657,62 +559,101 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     read_lost = given if callable(given) else (lambda: given or {})
     ns, name = key
     job = _applied_job(state, key, live, body["metadata"]["uid"], status.get("manifestSha256") or "")
-    tracker = _tracker(state, key, job, body)
+    js = _job_state(state, key, job, body)
+    tracker = js.tracker
     resource_version = body["metadata"].get("resourceVersion") or ""
-    if tracker.body_behind(resource_version, time.monotonic()):
+    if js.body_behind(resource_version, time.monotonic()):
         return  # our last status write is not back from the watch yet: this status is older than it
     if body["metadata"].get("deletionTimestamp"):
         # Being deleted (foreground, or a finalizer of someone else's): the children go with it.
         # Not a loss to recover, not news: no replacement, no Warning, nothing told to the controller.
         tracker.deleting = True
         return
-    events = EventLog(_event_sink(tracker.ref))  # every Event of this pass, posted when it ends
+    events = EventLog(_event_sink(js.ref))  # every Event of this pass, posted when it ends
     try:
-        return _pass(state, key, job, live, tracker, body, status, generation, patch, job_pods, job_jobsets,
+        return _pass(state, key, job, live, js, body, status, generation, patch, job_pods, job_jobsets,
                      read_lost, events)
     finally:
         events.flush()
 
 
-def _pass(state, key, job, live, tracker, body, status, generation, patch, job_pods, job_jobsets, read_lost,
+def _setup(state: OperatorState, key, job, js: JobState, body, status, applier: effects.Applier,
+           job_pods=None, job_jobsets=None) -> effects.Applied:
+    """The job's token Secret, then its ConfigMap (manifest) and Services (`effects.setup_effects`, applied),
+    and the token the tracker reports with.
+
+    The token is derived from the operator key and the job's UID, so it is never read back (the operator
+    cannot read Secrets). A Secret of that name that already exists is used only when this job's status
+    (which tenants cannot write) records that the operator created it; otherwise it may be anyone's, and
+    mounting it would hand it to the job: a conflict (or, when an earlier job of this name was just
+    deleted, `_earlier_job_evidence`, a wait). A static child that exists is used only when it is this
+    job's (`effects.check_taken`). Static children are created once per job UID.
+
+    Returns:
+      What applying observed: `refusal` set when the job may start nothing (no Secret or static child of
+      its own yet), `invalid` when a create was refused as invalid.
+    """
+    ns, name = key
+    uid = body["metadata"]["uid"]
+    token = tokens.derive_token(state.key, uid)
+
+    def adopted(child: dict) -> dict:
+        kopf.adopt(child, owner=body)  # ownerReference: this job's UID, controller=true
+        return child
+
+    secret, static = effects.setup_effects(js, status.get("tokenSecret") or "",
+                                           lambda: adopted(children.token_secret(job, token)),
+                                           lambda: [adopted(c) for c in children.static_children(job)])
+    out = applier.apply(secret)
+    if out.secret_taken:
+        taken = out.secret_taken
+        earlier = _earlier_job_evidence(state, key, uid, job_pods, job_jobsets)
+        out.refusal = earlier_token_secret(taken) if earlier else token_conflict(taken)
+        return out
+    if out.refusal is not None:
+        return out
+    js.token_secret_ours = True
+    with js.tracker.lock:
+        js.tracker.token = token
+    applier.apply(static, out)
+    if out.refusal is None:
+        js.static_complete = True  # nothing to render or check again for this UID
+    return out
+
+
+def _pass(state, key, job, live, js: JobState, body, status, generation, patch, job_pods, job_jobsets, read_lost,
           post: EventLog) -> bool | None:
     """`_reconcile`'s pass once the job's body is current: observe, decide, apply (`effects`), status."""
     ns, name = key
+    tracker = js.tracker
     resource_version = body["metadata"].get("resourceVersion") or ""
     finished = status.get("phase") in FINISHED_PHASES
-    applier = effects.Applier(state.kube, ns, name, body["metadata"]["uid"], post, patch, tracker, job_pods,
-                              job_jobsets)
+    applier = effects.Applier(state.kube, js, post, patch, job_pods, job_jobsets)
 
     refusal: tuple[str, str] | None = None  # the first child the API server refused in this pass
     invalid: str | None = None  # a child the API server refused as invalid (422): the job fails
-    blocked = False  # no token Secret of ours: start nothing
+    blocked = False  # no token Secret or static child of its own: start nothing
     if not finished and not job.spec.suspend:
-        try:
-            _ensure_token_secret(state, key, job, tracker, body, status, patch, job_pods, job_jobsets)
-            _ensure_static(state, key, job, tracker, body)
-            if not status.get("manifestSha256"):
-                # What the ConfigMap holds (written now, or by an operator before this field): from here
-                # on, the only copy the operator reads back and the controller accepts.
-                _patch_status(patch, manifest_sha256=manifest_digest(job))
-        except TokenSecretConflict as e:
-            refusal, blocked = (earlier_token_secret(e.secret) if e.earlier else token_conflict(e.secret)), True
-        except ChildConflict as e:
-            refusal, blocked = e.refusal(), True
-        except ChildRefused as e:
-            refusal, blocked = create_failure(e.kind, e.name, e.status, e.message), True
-            invalid = invalid or invalid_reason(e)
-    created = body["metadata"].get("creationTimestamp") or ""
+        setup = _setup(state, key, job, js, body, status, applier, job_pods, job_jobsets)
+        refusal, invalid, blocked = setup.refusal, setup.invalid, setup.refusal is not None
+        if not blocked and not status.get("manifestSha256"):
+            # What the ConfigMap holds (written now, or by an operator before this field): from here
+            # on, the only copy the operator reads back and the controller accepts.
+            applier.apply([effects.PatchStatus(status_fields(manifest_sha256=manifest_digest(job)))])
+    created = js.created
 
     def read_pods():
-        pods = incarnation.own(job_pods, ns, name, tracker.job_uid, created)
+        pods = incarnation.own(job_pods, ns, name, js.uid, created)
         controller_pods = [p for p in pods if p.role == lbl.ROLE_CONTROLLER]
         running = [p for p in controller_pods if not p.terminal and not p.deleting]
         return pods, controller_pods, max(running, key=lambda p: p.attempt, default=None)
 
     pods, controller_pods, current = read_pods()
-    # A job never un-finishes: a pass whose body predates the finish must not count its teardown.
-    tracker.finished = tracker.finished or finished
-    tracker.suspended = bool(job.spec.suspend)
+    # What the body says before anything is decided: a job never un-finishes (a pass whose body predates
+    # the finish must not count its teardown); a suspend's stops are no losses.
+    with tracker.lock:
+        tracker.finished = tracker.finished or finished
+        tracker.suspended = bool(job.spec.suspend)
     if job.spec.suspend:
         # the pod the suspend stops is read until it exits: the step it checkpointed is what status keeps
         stopping = max((p for p in controller_pods if not p.terminal), key=lambda p: p.attempt, default=None)
@@ -726,11 +667,12 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
     mark = tracker.observation()
     pods, controller_pods, current = read_pods()
     lost = read_lost()
-    jobset_list = incarnation.own(job_jobsets, ns, name, tracker.job_uid, created)
+    jobset_list = incarnation.own(job_jobsets, ns, name, js.uid, created)
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
-    tracker.sync(incarnation.of_live_jobsets(pods, jobset_list), post,
-                 lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark,
-                 jobsets_alive=_alive(jobset_list))
+    if tracker.observe(incarnation.of_live_jobsets(pods, jobset_list), post,
+                       lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark,
+                       jobsets_alive=_alive(jobset_list)):
+        applier.apply([effects.ReportSlices()])
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
     if ctrl is not None and not job.spec.suspend and tracker.answer_uid == tracker.controller_uid:
@@ -741,7 +683,7 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
     last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
-                                tracker.expected_pod_age_s(status.get("controllerPod") or ""), lost))
+                                js.expected_pod_age_s(status.get("controllerPod") or ""), lost))
     renderer = renderer_for(job.spec.backend)
 
     def adopted(child: dict) -> dict:
@@ -749,7 +691,7 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
         return child
 
     applied = applier.apply(effects.child_effects(
-        plan, tracker.node_lost_pods, state.node_lost_s, blocked,
+        plan, js.node_lost_pods, state.node_lost_s, blocked,
         lambda n: adopted(renderer.controller_pod(job, n, body["metadata"]["uid"])),
         lambda i: adopted(renderer.worker_jobset(job, i))), effects.Applied(refusal, invalid))
     refusal, invalid, created_controller = applied.refusal, applied.invalid, applied.controller_created
@@ -765,13 +707,12 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
     else:
         controller_pod = current.name
     if invalid is not None:
-        _fail_invalid_child(applier, invalid, controller_pods, jobsets, status, generation, tracker)
+        # the job Failed (InvalidSpec, with an Event) and what runs stops
+        applier.apply(invalid_failure(invalid, status, generation, now_rfc3339(), controller_pods, jobsets))
         return
     follow_up, replaced = effects.after_creates(plan, created_controller)
-    applier.apply(follow_up)
+    applier.apply(follow_up)  # (a finish: `MarkFinished` among them)
     restarts = int(status.get("controllerRestarts") or 0) + (1 if replaced else 0)
-    if plan.finish:
-        tracker.finished = True
 
     previous = ElasticTrainingJobStatus.from_kube(status)
     previous_slices = previous.slices
@@ -802,15 +743,14 @@ def _pass(state, key, job, live, tracker, body, status, generation, patch, job_p
         node_lost_messages=node_lost_messages)
     if observed.running:
         # (HTTP reads of Events, bounded: before the decision, never inside it)
-        observed.creation_refusal = _pod_creation_refusals(state, tracker, ns, job, jobsets, worker_pods)
+        observed.creation_refusal = _pod_creation_refusals(state, js, ns, job, jobsets, worker_pods)
         observed.whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
         observed.answer_fault = tracker.answer_fault_message(time.monotonic())
     decision = decide_status(observed)
     applier.apply(decision.effects)
     if decision.written is None:
-        tracker.finished = True  # the worker pods' template was refused as invalid: the job failed
-        return
-    tracker.patched(resource_version, len(patch.status) > 0, time.monotonic())
+        return  # the worker pods' template was refused as invalid: the job failed (`MarkFinished` applied)
+    js.patched(resource_version, len(patch.status) > 0, time.monotonic())
     applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, dt.datetime.now(dt.timezone.utc)))
     # Quiet: whole and running, its controller answering well, nothing created, written or posted. The same
     # inputs would give the same nothing: the timer skips such passes (`reconcile_job`).
@@ -827,25 +767,18 @@ def _nothing_patched(patch) -> bool:
     return not patch.status and not (isinstance(patch, dict) and any(patch.values()))
 
 
-def _fail_invalid_child(applier: effects.Applier, message: str, controller_pods: list, jobsets: dict, status,
-                        generation: int, tracker: JobTracker) -> None:
-    """Ends the job Failed (InvalidSpec, with an Event) and stops what runs (`status_decision.invalid_failure`)."""
-    applier.apply(invalid_failure(message, status, generation, now_rfc3339(), controller_pods, jobsets))
-    tracker.finished = True
-
-
 # Seconds between two reads of the Events of a job's JobSets/Jobs while pods are missing (API load bound).
 REFUSAL_CHECK_S = 5.0
 
 
-def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, job, jobsets: dict,
+def _pod_creation_refusals(state: OperatorState, js: JobState, ns: str, job, jobsets: dict,
                            worker_pods: list) -> Any:
     """Why worker pods that the JobSet and Job controllers should create are missing, from their Warning Events.
 
     The Job controller creates worker pods, not the operator: a refusal (ResourceQuota, LimitRange,
     PodSecurity, a webhook) is only a FailedCreate Event on the Job. Read (field selectors, at most
     every REFUSAL_CHECK_S per job, only while a slice whose JobSet exists lacks pods) and kept on the
-    tracker, so the condition holds between reads.
+    job's state, so the condition holds between reads.
 
     Returns:
       A `PodFault` (PodsNotStarting) naming the slice, the object and the API server's message, or None.
@@ -854,11 +787,11 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
 
     missing = slices_missing_pods(worker_pods, {i: v.created for i, v in jobsets.items()}, job.spec.slices.hosts_per_slice)
     if not missing:
-        tracker.creation_fault = None
+        js.creation_fault = None
         return None
-    if time.monotonic() - tracker.refusal_checked < REFUSAL_CHECK_S:
-        return tracker.creation_fault
-    tracker.refusal_checked = time.monotonic()
+    if time.monotonic() - js.refusal_checked < REFUSAL_CHECK_S:
+        return js.creation_fault
+    js.refusal_checked = time.monotonic()
     fault = None
     for i in missing:
         jobset = jobsets[i]
@@ -875,11 +808,11 @@ def _pod_creation_refusals(state: OperatorState, tracker: JobTracker, ns: str, j
                           for e in state.kube.warning_events(ns, kind, name, uid)]
             except (ApiException, OSError) as e:  # no `list events` (an older chart) or the API is away: no news
                 _logger.warning("cannot read the Events of %s %s: %s", kind, name, e, extra={"job": job.metadata.name})
-                return tracker.creation_fault
+                return js.creation_fault
         fault = creation_fault(i, found, jobset.created)
         if fault is not None:
             break
-    tracker.creation_fault = fault
+    js.creation_fault = fault
     return fault
 
 

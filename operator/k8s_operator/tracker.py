@@ -1,14 +1,16 @@
-"""Per-job slice tracking and controller notification (the operator's in-memory view).
+"""Per-job slice tracking and controller notification (the operator's in-memory view of slices).
 
-One `JobTracker` per job. Pod events and the periodic reconcile both call
-`sync()`: pods → slice states (`slices`), transitions → Events, and every
-state the current controller has not acknowledged yet → `PUT /v1/slices/{i}`.
-Generations are nanosecond timestamps, so they keep increasing across
-operator restarts without any stored counter. A new controller process (new
-pod UID) knows nothing, so every slice is re-sent to it.
+One `JobTracker` per job, held by the job's `job_state.JobState`. Pod events
+and the periodic reconcile both call `observe()` (pods → slice states
+`slices`, transitions → Events) and then apply an `effects.ReportSlices`,
+which calls `report()`: every state the current controller has not
+acknowledged yet → `PUT /v1/slices/{i}`. Generations are nanosecond
+timestamps, so they keep increasing across operator restarts without any
+stored counter. A new controller process (new pod UID) knows nothing, so
+every slice is re-sent to it.
 
-Two paths read the pod index and call `sync()`: the pod-event handler and the
-1 s timer, whose status poll may land between its read and its sync. With
+Two paths read the pod index and observe: the pod-event handler and the 1 s
+timer, whose status poll may land between its read and its observation. With
 `background` (the operator's setting), every exchange with the controller runs
 on the job's own `ControllerLink` threads, never on a kopf handler thread: the
 handlers only ask, and read the last answer of the link's status watch (a long
@@ -66,11 +68,6 @@ ANSWER_FAULT_GRACE_S = 5.0
 # Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
 QUIET_RESYNC_S = 30.0
 
-# Seconds a pass waits for the watch to bring back the job this operator just patched (as kopf's
-# settings.persistence.consistency_timeout does for its change handlers); then it acts on what it has.
-CONSISTENCY_TIMEOUT_S = 5.0
-
-
 def _version(resource_version: str) -> int | None:
     """A resourceVersion as a number to order two reads of one object (None when it is not one)."""
     return int(resource_version) if resource_version.isdigit() else None
@@ -83,7 +80,7 @@ class JobTracker:
       namespace, name: the job.
       slice_count, hosts_per_slice: from the spec (slice_count: spec.slices.total, spares included).
       client_factory: builds a `ControlClient` for (base_url, token); tests pass their own.
-      background: run the controller exchanges on this job's own thread (`ControllerLink`): `sync` and
+      background: run the controller exchanges on this job's own thread (`ControllerLink`): `report` and
         `refresh_status` then never wait on HTTP. False (unit tests of the decisions): in the caller.
     """
 
@@ -95,13 +92,6 @@ class JobTracker:
         self.slices = [SliceTrack(i) for i in range(slice_count)]
         self.lock = threading.RLock()
         self.token: str | None = None
-        # The operator created this job's token Secret (in this process, or recorded in status).
-        self.token_secret_ours = False
-        self.job_uid = ""  # the ElasticTrainingJob this tracker follows (a recreated job gets a new tracker)
-        self.job_created = ""  # its metadata.creationTimestamp (`incarnation.own`)
-        # Why worker pods are missing, from their Job's Events (`handlers._pod_creation_refusals`), and when read.
-        self.creation_fault = None
-        self.refusal_checked = float("-inf")
         self.controller_uid = ""
         self.controller_url = ""
         self.client: ControlClient | None = None
@@ -121,13 +111,6 @@ class JobTracker:
         # The controller's 401 to this operator's token (another operator key made the job's Secret),
         # None once a report is accepted.
         self.token_refused: str | None = None
-        # The job's object reference, for Events (set by the reconcile handler).
-        self.ref: dict | None = None
-        # (pod name, monotonic time) of the controller pod this process created last: how long
-        # `reconcile.decide` waits for the pod index to show it.
-        self.created_controller: tuple[str, float] | None = None
-        # UIDs of pods force-deleted for a lost node (their NodeLost Event is posted once).
-        self.node_lost_pods: set[str] = set()
         # Observation order of the pod snapshots given to `sync` (see `observation`).
         self._marks_issued = 0
         self._mark_applied = 0
@@ -135,10 +118,6 @@ class JobTracker:
         self._pod_versions: dict[str, int] = {}
         # The job is being deleted (deletionTimestamp, or its delete event): its children's end is no news.
         self.deleting = False
-        # (the API server's message, monotonic time) of this job's last refused status write (`status_write`).
-        self.status_refused: tuple[str, float] | None = None
-        # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
-        self._patched_from: tuple[str, float] | None = None
         # Exchanges of the status watch that ended (answered or failed): a pass input (`quiet`).
         self.answers = 0
         # (inputs, monotonic time) of the last pass that found the job whole and changed nothing (`settle`).
@@ -160,27 +139,6 @@ class JobTracker:
         """Records a pass's end: `quiet` (whole, nothing written, posted or created) keeps its `inputs` (read
         before the pass) for `quiet`; otherwise the next pass runs whatever its inputs."""
         self._quiet = (inputs, now) if quiet and inputs is not None else None
-
-    def body_behind(self, resource_version: str, now: float) -> bool:
-        """Whether the job object of this pass is the one the last pass read *and patched*.
-
-        kopf hands a timer the object from its watch, not from its own PATCH: until
-        the watch brings the patched version back, status (controllerPod,
-        controllerRestarts, phase) is older than what this operator wrote, and a
-        pass acting on it would undo or repeat the last one (a second replacement
-        controller, a counter reset). Such a pass waits, up to CONSISTENCY_TIMEOUT_S.
-
-        Args:
-          resource_version: metadata.resourceVersion of this pass's object ("" never waits).
-          now: time.monotonic().
-        """
-        last = self._patched_from
-        return bool(resource_version) and last is not None and last[0] == resource_version \
-            and now - last[1] < CONSISTENCY_TIMEOUT_S
-
-    def patched(self, resource_version: str, wrote: bool, now: float) -> None:
-        """Records that the pass that read `resource_version` wrote status (`wrote`) or not."""
-        self._patched_from = (resource_version, now) if wrote and resource_version else None
 
     @property
     def teardown(self) -> bool:
@@ -219,12 +177,6 @@ class JobTracker:
             if version is not None:
                 versions[p.uid] = max(version, self._pod_versions.get(p.uid, version))
         self._pod_versions = versions
-
-    def expected_pod_age_s(self, name: str) -> float | None:
-        """Seconds since this process created controller pod `name`; None if it did not (or not last)."""
-        if self.created_controller is None or self.created_controller[0] != name:
-            return None
-        return time.monotonic() - self.created_controller[1]
 
     # -- controller --------------------------------------------------------
 
@@ -333,7 +285,15 @@ class JobTracker:
     def sync(self, pods: list[PodView], events: EventSink, retries: int = 1,
              lost_nodes: Mapping[str, str] | None = None, observed_at: int | None = None,
              jobsets_alive: set[int] | None = None, seen_at: float | None = None) -> None:
-        """Recomputes slice states from the job's worker pods and notifies the controller.
+        """`observe`, then `report` (the handlers do the two apart: the report is an effect,
+        `effects.ReportSlices`, applied after the pass's other effects)."""
+        if self.observe(pods, events, lost_nodes, observed_at, jobsets_alive, seen_at):
+            self.report(events, retries)
+
+    def observe(self, pods: list[PodView], events: EventSink, lost_nodes: Mapping[str, str] | None = None,
+                observed_at: int | None = None, jobsets_alive: set[int] | None = None,
+                seen_at: float | None = None) -> bool:
+        """Recomputes slice states from the job's worker pods; True when the controller is to be told (`report`).
 
         A snapshot older than one already applied (by `observed_at`, or a pod's
         resourceVersion below the one applied) changes no slice state: the
@@ -342,7 +302,6 @@ class JobTracker:
         Args:
           pods: the job's pods (from the index).
           events: posts a Kubernetes Event (type, reason, message).
-          retries: per report, on connection errors/5xx (each then waits in the next sync).
           lost_nodes: node name -> why, for nodes not Ready longer than the operator's bound
             (`observe_slice`); a slice already Down for another reason ("0/1 hosts ready":
             the node controller marked its pod not ready first) takes the node's reason.
@@ -362,9 +321,16 @@ class JobTracker:
             else:
                 self._apply(pods, events, lost_nodes, jobsets_alive, seen_at)
                 self._applied(pods, observed_at)
-            send = not (self.finished or self.deleting)
-        if not send:
-            return
+            return not (self.finished or self.deleting)
+
+    def report(self, events: EventSink, retries: int = 1) -> None:
+        """Sends the controller every slice state it has not acknowledged (`notify`): with `background`, asks
+        the job's link (returns at once); without, now, in the caller.
+
+        Args:
+          events: posts a Kubernetes Event (type, reason, message): ControllerNotified.
+          retries: per report, on connection errors/5xx (each then waits in the next report).
+        """
         if self.link is None:
             self.notify(events, retries)  # outside the lock: HTTP to the controller
             return

@@ -101,10 +101,10 @@ def _tracker(state, job: str, server, timeout_s: float) -> JobTracker:
     url = f"http://127.0.0.1:{server.server_address[1]}"
     t = JobTracker("ns", job, 1, 1, client_factory=lambda u, token: ControlClient(url, token, timeout_s=timeout_s),
                    background=state.controller_threads)
-    t.job_uid, t.token = f"uid-{job}", "tok"
-    t.ref = {"metadata": {"name": job, "namespace": "ns", "uid": t.job_uid}}
+    t.token = "tok"
     t.set_controller(_pod(job, f"{job}-controller-0", lbl.ROLE_CONTROLLER, True))
-    state.trackers[("ns", job)] = t
+    state.jobs.add(handlers.JobState("ns", job, f"uid-{job}", "", t,
+                                     ref={"metadata": {"name": job, "namespace": "ns", "uid": f"uid-{job}"}}))
     return t
 
 

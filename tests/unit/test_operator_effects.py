@@ -11,12 +11,14 @@ from elastic_jax.k8s_operator import effects
 from elastic_jax.k8s_operator.effects import (Applied, Applier, CountGoodput, CreateChild, DeleteJob, DeleteJobSet,
                                               DeletePod, EventLog, NodeLostPodSeen, PatchStatus, PostEvent)
 from elastic_jax.k8s_operator.pod_faults import PodFault
+from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.nodes import REASON_NODE_LOST, NodeLoss, NodeLostPod
 from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, JobSetView, Plan
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import REASON_INVALID_SPEC, Inputs, child_conflict
 from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status, expiry
+from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube
 
 UID = "uid-1"
@@ -34,8 +36,8 @@ def _stranded(pod: str, uid: str, slice_index: int) -> NodeLostPod:
     return NodeLostPod(pod, uid, slice_index, NodeLoss("n1", 90.0, "Ready=Unknown"))
 
 
-def _tracker():
-    return types.SimpleNamespace(node_lost_pods=set(), created_controller=None)
+def _job_state():
+    return JobState("ns", "j", UID, "", JobTracker("ns", "j", 1, 1))
 
 
 def test_child_effects_are_ordered_deletes_then_creates_and_a_lost_node_pod_is_said_once():
@@ -71,9 +73,9 @@ def test_after_creates_holds_a_replacement_and_a_resume_warning_until_the_pod_ex
 
 def test_after_creates_announces_the_finish():
     out, _ = effects.after_creates(Plan(finish=("Failed", "budget")), controller_created=False)
-    assert out == [PostEvent("Warning", "JobFailed", "budget")]
+    assert out == [PostEvent("Warning", "JobFailed", "budget"), effects.MarkFinished()]  # the teardown is no news
     out, _ = effects.after_creates(Plan(finish=("Succeeded", "trained")), controller_created=False)
-    assert out == [PostEvent("Normal", "JobSucceeded", "trained")]
+    assert out == [PostEvent("Normal", "JobSucceeded", "trained"), effects.MarkFinished()]
 
 
 def test_refusal_event_of_an_earlier_jobs_child_is_normal():
@@ -91,7 +93,8 @@ def test_invalid_child_effects_fail_the_job_and_stop_what_runs():
     jobsets = [JobSetView("j-w0", 0), JobSetView("j-w1", 1, deleting=True)]
     out = effects.invalid_child_effects("bad", {"phase": "Failed"}, "Running", pods, jobsets)
     assert out == [PostEvent("Warning", REASON_INVALID_SPEC, "bad"), PatchStatus({"phase": "Failed"}),
-                   DeleteJobSet("j-w0"), DeletePod("c-0"), PostEvent("Normal", "PhaseChanged", "Running -> Failed")]
+                   DeleteJobSet("j-w0"), DeletePod("c-0"), PostEvent("Normal", "PhaseChanged", "Running -> Failed"),
+                   effects.MarkFinished()]
 
 
 def test_worker_replacements_say_then_delete_at_once():
@@ -119,14 +122,14 @@ class _Recording(FakeKube):
         self.calls.append(("delete_jobset", name))
 
 
-def _applier(kube, events=None, tracker=None):
+def _applier(kube, events=None, job=None):
     patch = types.SimpleNamespace(status={})
-    return Applier(kube, "ns", "j", UID, events or EventLog(lambda *e: None), patch, tracker or _tracker())
+    return Applier(kube, job or _job_state(), events or EventLog(lambda *e: None), patch)
 
 
 def test_the_applier_runs_effects_in_order_and_records_the_controller_it_created():
-    kube, tracker = _Recording(), _tracker()
-    applier = _applier(kube, tracker=tracker)
+    kube, job = _Recording(), _job_state()
+    applier = _applier(kube, job=job)
     out = applier.apply([DeletePod("a", grace_s=0), DeleteJobSet("b"), DeletePod("c"),
                          CreateChild(_pod("j-controller-0"), controller=True), CreateChild(_jobset(0)),
                          PatchStatus({"phase": "Running"}),
@@ -134,7 +137,7 @@ def test_the_applier_runs_effects_in_order_and_records_the_controller_it_created
     assert kube.calls == [("delete_pod", "a", 0), ("delete_jobset", "b"), ("delete_pod", "c", None),
                           ("create", "j-controller-0"), ("create", "j-w0")]
     assert out.controller_pod == "j-controller-0" and out.created == ["j-controller-0", "j-w0"]
-    assert tracker.created_controller[0] == "j-controller-0" and tracker.node_lost_pods == {"u"}
+    assert job.created_controller[0] == "j-controller-0" and job.node_lost_pods == {"u"}
     assert applier.patch.status == {"phase": "Running"}
 
 
@@ -227,7 +230,7 @@ def test_a_finished_job_expires_once_its_ttl_passed():
     assert expiry(60, done, at(59)) == [] and expiry(None, done, at(10 ** 6)) == []
     assert expiry(60, {**done, "phase": "Running"}, at(61)) == []
     assert expiry(60, done, at(60)) == [DeleteJob(60)]
-    deleted, tracker = [], types.SimpleNamespace(deleting=False)
+    deleted, job = [], _job_state()
     kube = types.SimpleNamespace(delete_job=lambda ns, name: deleted.append((ns, name)))
-    _applier(kube, tracker=tracker).apply(expiry(60, done, at(61)))
-    assert deleted == [("ns", "j")] and tracker.deleting  # its children's end is no news
+    _applier(kube, job=job).apply(expiry(60, done, at(61)))
+    assert deleted == [("ns", "j")] and job.tracker.deleting  # its children's end is no news

@@ -157,9 +157,8 @@ def test_the_worker_pod_event_of_an_old_incarnation_is_not_this_jobs_news(monkey
     calls = []
     state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
     tracker = handlers.JobTracker("ns", "j", 1, 1)
-    tracker.job_uid, tracker.ref = "new-uid", {"metadata": {"name": "j"}}
-    tracker.sync = lambda *a, **k: calls.append(a)  # type: ignore[method-assign]
-    state.trackers[("ns", "j")] = tracker
+    tracker.observe = lambda *a, **k: calls.append(a)  # type: ignore[method-assign]
+    state.jobs.add(handlers.JobState("ns", "j", "new-uid", "", tracker, ref={"metadata": {"name": "j"}}))
     asyncio.run(handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: "old-uid"},
                                           job_pods={}, memo={"elasticjax": state}))
     assert calls == []
@@ -171,9 +170,8 @@ def test_the_worker_pod_event_of_an_old_incarnation_is_not_this_jobs_news(monkey
 def test_deleting_the_old_job_late_never_drops_the_new_jobs_tracker():
     state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
     tracker = handlers.JobTracker("ns", "j", 1, 1)
-    tracker.job_uid = "new-uid"
-    state.trackers[("ns", "j")] = tracker
+    state.jobs.add(handlers.JobState("ns", "j", "new-uid", "", tracker))
     handlers.job_deleted(namespace="ns", name="j", uid="old-uid", memo={"elasticjax": state})
-    assert state.trackers[("ns", "j")] is tracker
+    assert state.jobs.tracker(("ns", "j")) is tracker and not tracker.deleting
     handlers.job_deleted(namespace="ns", name="j", uid="new-uid", memo={"elasticjax": state})
-    assert ("ns", "j") not in state.trackers
+    assert ("ns", "j") not in state.jobs and tracker.deleting

@@ -154,7 +154,7 @@ class _Job:
 
     @property
     def tracker(self) -> JobTracker:
-        return self.state.trackers[("ns", "j")]
+        return self.state.jobs.tracker(("ns", "j"))
 
 
 def _pods(*views):

@@ -13,6 +13,7 @@ import pytest
 from elastic_jax.api.control import MAX_TEXT, ControllerStatus
 from elastic_jax.api.job import INT64_MAX
 from elastic_jax.k8s_operator import conditions, handlers, status_write
+from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.tracker import JobTracker
 
 BASE = {"phase": "Running", "step": 3, "totalSteps": 10, "desiredSlices": 1, "minSlices": 1, "activeSlices": [0],
@@ -76,9 +77,8 @@ class _Patch:
 
 
 def _tracker(events):
-    t = JobTracker("ns", "j", 1, 1)
-    t.ref = {"metadata": {"name": "j", "namespace": "ns", "uid": "u"}}
-    return t
+    return JobState("ns", "j", "u", "", JobTracker("ns", "j", 1, 1),
+                    ref={"metadata": {"name": "j", "namespace": "ns", "uid": "u"}})
 
 
 def test_a_dropped_field_is_a_condition_and_one_warning_then_cleared(monkeypatch):
@@ -128,7 +128,7 @@ def test_a_status_write_the_api_server_refuses_anyway_is_caught_said_and_the_nex
     monkeypatch.setattr(handlers, "_event_sink", lambda ref: lambda *e: events.append(e))
     state = handlers.OperatorState(kube=object(), key=b"k" * 32)
     t = _tracker(events)
-    state.trackers[("ns", "j")] = t
+    state.jobs.add(t)
     handlers.install_status_net(state)
     assert asyncio.run(application.patch_and_check(settings=None, resource=_Resource(), body=_Body(),
                                                    patch={"status": {"step": 3}}, logger=None)) == (None, None)

@@ -9,7 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from elastic_jax.api import status as st
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import handlers, tokens
+from elastic_jax.k8s_operator import effects, handlers, tokens
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube, api_message
 from elastic_jax.k8s_operator.status_builder import create_failure, with_create_failure
 from elastic_jax.k8s_operator.tracker import JobTracker
@@ -62,6 +62,14 @@ class _Kube:
         return None  # no ConfigMap of an earlier job of this name
 
 
+def _setup(state, status=None, uid=UID):
+    """One pass's `handlers._setup` for job `victim` (UID `uid`): (what it observed, the job's state, the patch)."""
+    body, patch = _body(uid), _Patch()
+    js = state.jobs.open(("ns", "victim"), uid, "", lambda: JobTracker("ns", "victim", 1, 1))
+    applier = effects.Applier(state.kube, js, effects.EventLog(lambda *e: None), patch)
+    return handlers._setup(state, ("ns", "victim"), _job(), js, body, status or {}, applier), js, patch
+
+
 def test_token_is_derived_from_the_key_and_the_job_uid():
     token = tokens.derive_token(KEY, UID)
     assert token == tokens.derive_token(KEY, UID) and len(token) == 43
@@ -84,33 +92,31 @@ def test_key_file_must_hold_enough_bytes(tmp_path):
 
 def test_operator_creates_the_secret_owned_by_the_job_and_records_it():
     state = handlers.OperatorState(kube=_Kube(), key=KEY)
-    tracker, patch = JobTracker("ns", "victim", 1, 1), _Patch()
-    handlers._ensure_token_secret(state, ("ns", "victim"), _job(), tracker, _body(), {}, patch)
-    (secret,) = state.kube.created
+    out, js, patch = _setup(state)
+    secret = next(c for c in state.kube.created if c["kind"] == "Secret")
     assert secret["metadata"]["name"] == "victim-token"
     (owner,) = secret["metadata"]["ownerReferences"]
     assert owner["uid"] == UID and owner["controller"] is True
     assert patch.status["tokenSecret"] == "victim-token"
-    assert tracker.token == tokens.derive_token(KEY, UID)
+    assert js.tracker.token == tokens.derive_token(KEY, UID) and js.token_secret_ours and out.refusal is None
 
 
 def test_a_foreign_secret_with_the_jobs_name_is_never_used():
     # Issue 9, item 15: a Secret `victim-token` the user cannot read already exists.
     state = handlers.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
-    tracker, patch = JobTracker("ns", "victim", 1, 1), _Patch()
-    with pytest.raises(handlers.TokenSecretConflict):
-        handlers._ensure_token_secret(state, ("ns", "victim"), _job(), tracker, _body(), {}, patch)
-    assert tracker.token is None and "tokenSecret" not in patch.status
+    out, js, patch = _setup(state)
+    assert out.refusal[0] == st.REASON_TOKEN_SECRET_CONFLICT and "victim-token" in out.refusal[1]
+    assert js.tracker.token is None and "tokenSecret" not in patch.status
+    assert state.kube.created == []  # nothing half-done: no ConfigMap, no Service either
 
 
 def test_the_operators_own_secret_is_used_after_a_restart():
     # After an operator restart the create is a 409, and the job's status (which
     # tenants cannot write) says the operator created it for this job.
     state = handlers.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
-    tracker = JobTracker("ns", "victim", 1, 1)
-    handlers._ensure_token_secret(state, ("ns", "victim"), _job(), tracker, _body(), {"tokenSecret": "victim-token"},
-                                  _Patch())
-    assert tracker.token == tokens.derive_token(KEY, UID) and state.kube.created == []
+    out, js, _ = _setup(state, {"tokenSecret": "victim-token"})
+    assert js.tracker.token == tokens.derive_token(KEY, UID) and out.refusal is None
+    assert not [c for c in state.kube.created if c["kind"] == "Secret"]
 
 
 def test_refused_creates_become_a_condition_with_the_api_servers_message_and_one_event():
@@ -178,16 +184,16 @@ def test_static_children_are_rendered_once_per_job_uid_not_every_pass(monkeypatc
         return real(job)
 
     monkeypatch.setattr(children, "static_children", counting)
-    state, tracker = handlers.OperatorState(kube=_Kube(), key=KEY), JobTracker("ns", "victim", 1, 1)
+    state = handlers.OperatorState(kube=_Kube(), key=KEY)
     for _ in range(3):
-        handlers._ensure_static(state, ("ns", "victim"), _job(), tracker, _body())
+        _setup(state, {"tokenSecret": "victim-token"})
     assert rendered == ["victim"]
     assert sorted(c["kind"] for c in state.kube.created) == ["ConfigMap", "Service"]
     # the job deleted: forgotten; one created again under the same name (new UID) gets its children again
     handlers.job_deleted(namespace="ns", name="victim", uid=UID, memo={"elasticjax": state})
-    assert UID not in state.static_complete
+    assert ("ns", "victim") not in state.jobs
     state.kube.existing.clear()
-    handlers._ensure_static(state, ("ns", "victim"), _job(), tracker, _body("another-uid"))
+    _setup(state, {"tokenSecret": "victim-token"}, uid="another-uid")
     assert rendered == ["victim", "victim"] and len(state.kube.created) == 4
 
 
@@ -200,11 +206,25 @@ def test_a_refused_static_child_is_retried_on_the_next_pass():
                 raise ChildRefused("Service", body["metadata"]["name"], 403, "quota")
             return super().create(namespace, body)
 
-    state, tracker = handlers.OperatorState(kube=_Refusing(), key=KEY), JobTracker("ns", "victim", 1, 1)
-    with pytest.raises(ChildRefused):
-        handlers._ensure_static(state, ("ns", "victim"), _job(), tracker, _body())
-    assert UID not in state.static_complete
+    state = handlers.OperatorState(kube=_Refusing(), key=KEY)
+    out, js, _ = _setup(state, {"tokenSecret": "victim-token"})
+    assert out.refusal[0] == "Forbidden" and "quota" in out.refusal[1] and not js.static_complete
     state.kube.refuse = False
-    handlers._ensure_static(state, ("ns", "victim"), _job(), tracker, _body())
-    assert sorted(c["kind"] for c in state.kube.created) == ["ConfigMap", "Service"]
-    assert UID in state.static_complete
+    out, js, _ = _setup(state, {"tokenSecret": "victim-token"})
+    assert out.refusal is None and sorted(c["kind"] for c in state.kube.created) == ["ConfigMap", "Service"]
+    assert js.static_complete
+
+
+def test_a_foreign_configmap_holding_the_jobs_name_blocks_the_job_and_is_never_used():
+    """A ConfigMap planted under the job's name would choose its code and image: a conflict, named."""
+    class _Planted(_Kube):
+        def owned_by(self, namespace, kind, name, uid):
+            return False
+
+        def owners(self, namespace, kind, name):
+            return [{"kind": "Deployment", "name": "x", "uid": "someone"}] if kind == "ConfigMap" else None
+
+    state = handlers.OperatorState(kube=_Planted(existing={"victim-manifest"}), key=KEY)
+    out, js, _ = _setup(state, {"tokenSecret": "victim-token"})
+    assert out.refusal[0] == st.REASON_CHILD_CONFLICT and "victim-manifest" in out.refusal[1]
+    assert not js.static_complete

@@ -266,8 +266,3 @@ class ProgramCache:
         with self._lock:
             return [h for h, (program, _) in self._programs.items() if program.compiled]
 
-    @property
-    def total_bytes(self) -> int:
-        """Serialized bytes of the cached programs."""
-        with self._lock:
-            return self._bytes
