@@ -173,7 +173,8 @@ def test_base_is_pinned_and_final_stage_is_minimal_and_non_root(image):
         assert not re.search(r"\b(pip|apt-get|apt|gcc|make|curl|wget)\b", rest), rest
     copies = final.all("COPY")
     assert copies and all(c.startswith("--from=builder ") for c in copies), copies
-    assert "--mount" not in " ".join(final.all("RUN"))
+    # No secret or cache reaches it: its one mount is images/build.sh, for the user step.
+    assert [_mounts(rest) for rest in final.all("RUN")] == [["type=bind,source=images/build.sh,target=/build.sh"]]
 
     (user,) = final.all("USER")
     uid, _, gid = user.partition(":")
@@ -182,11 +183,31 @@ def test_base_is_pinned_and_final_stage_is_minimal_and_non_root(image):
     assert "PATH=/opt/venv/bin" in " ".join(final.all("ENV"))
 
 
-@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+def _mounts(run: str) -> list[str]:
+    """The ``--mount=`` options of a RUN instruction, in order."""
+    return [w.removeprefix("--mount=") for w in shlex.split(run) if w.startswith("--mount=")]
+
+
+def _included() -> set[str]:
+    """What .dockerignore re-includes after excluding everything (``**``): the build context."""
+    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    assert lines[0] == "**"
+    return {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
+
+
+def _in_context(path: str, included: set[str]) -> bool:
+    return any(path == i or path.startswith(i + "/") for i in included)
+
+
+@pytest.mark.parametrize("image", [*(ROOT / i.dockerfile for i in IMAGES), ROOT / "controller_image/Dockerfile.maxtext"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_build_context_holds_every_package_folder(image):
     # setuptools maps folders from several design-card directories into one
-    # import root; a missing COPY would only show when the image is built.
-    builder = parse(ROOT / image.dockerfile).stages[0]
+    # import root; the project step installs from the build context bind-mounted,
+    # so a folder .dockerignore leaves out would only show when the image is built.
+    builder = parse(image).stages[0]
+    included = _included()
     sources: list[str] = []
     for rest in builder.all("COPY"):
         words = shlex.split(rest)
@@ -194,21 +215,21 @@ def test_build_context_holds_every_package_folder(image):
         sources += [w.rstrip("/") for w in words[:-1]]
     for source in sources:
         assert (ROOT / source).exists(), f"COPY {source}: no such path"
+        assert _in_context(source, included), f"COPY {source}: not in the build context"
+    assert "images/build.sh" in sources, "the builder runs the shared build steps"
+    (project,) = [rest for rest in builder.all("RUN") if "build.sh project /ctx" in rest]
+    assert "type=bind,target=/ctx,rw" in _mounts(project), project
     tool = PYPROJECT["tool"]["setuptools"]
     for folder in tool["package-dir"].values():
-        assert any(folder == s or folder.startswith(s + "/") for s in sources), f"{folder} is not copied"
-    assert PYPROJECT["project"]["readme"] in sources
+        assert _in_context(folder, included), f"{folder} is not in the build context"
+        assert (ROOT / folder).is_dir(), folder
+    assert _in_context(PYPROJECT["project"]["readme"], included)
+    for path in ("pyproject.toml", "images/build.sh"):
+        assert _in_context(path, included), path
     # Every dependency at the version the tests ran with (tests/unit/test_constraints.py).
-    assert "constraints.txt" in sources
-    assert any("-c constraints.txt" in rest for rest in builder.all("RUN")), "pip wheel does not use constraints.txt"
-
-    # .dockerignore excludes everything, then re-includes exactly these sources.
-    lines = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-             if ln.strip() and not ln.startswith("#")]
-    assert lines[0] == "**"
-    included = {ln[1:].rstrip("/") for ln in lines if ln.startswith("!")}
-    outside = {s for s in sources if not any(s == i or s.startswith(i + "/") for i in included)}
-    assert not outside, f"not in the build context: {outside}"
+    if image.name == "Dockerfile":
+        assert "constraints.txt" in sources
+        assert any("-c constraints.txt" in rest for rest in builder.all("RUN")), "pip does not use constraints.txt"
 
 
 def test_parser_reads_continuations_and_stages(tmp_path):
@@ -252,18 +273,12 @@ def test_maxtext_variant_is_pinned_like_the_controller_image():
     assert _arg_default(builder, "EXTRAS") == "maxtext"
     assert "maxtext[tpu]==0.2.5" in PYPROJECT["project"]["optional-dependencies"]["maxtext"]
     assert any("-c constraints-maxtext.txt" in rest for rest in builder.all("RUN"))
-    assert any("pip check" in rest for rest in builder.all("RUN"))
+    assert any("sh build.sh project" in rest for rest in builder.all("RUN"))  # which ends in `pip check`
     # The same entry point, non-root user and copy-only final stage as the controller image.
     assert json.loads(final.all("ENTRYPOINT")[0]) == list(images.PROJECT_IMAGES[images.CONTROLLER_IMAGE].entrypoint)
     assert final.all("USER") == ["65532:65532"]
     assert all(c.startswith("--from=builder ") for c in final.all("COPY"))
-    # Every COPY source exists and is in the build context (.dockerignore).
-    sources = [w.rstrip("/") for rest in builder.all("COPY") for w in shlex.split(rest)[:-1]]
-    included = {ln.strip()[1:].rstrip("/") for ln in (ROOT / ".dockerignore").read_text().splitlines()
-                if ln.strip().startswith("!")}
-    for source in sources:
-        assert (ROOT / source).exists(), f"COPY {source}: no such path"
-        assert any(source == i or source.startswith(i + "/") for i in included), f"{source}: not in the context"
+    # The build context is checked with the other Dockerfiles' (test_build_context_holds_every_package_folder).
 
 
 def test_maxtext_constraints_pin_the_jax_of_the_example_and_agree_with_pyproject():
@@ -279,3 +294,43 @@ def test_maxtext_constraints_pin_the_jax_of_the_example_and_agree_with_pyproject
         name = re.sub(r"[-_.]+", "-", re.sub(r"\[.*\]", "", name)).lower()
         assert pins.get(name) == version, f"{name}: pyproject {version}, constraints-maxtext.txt {pins.get(name)}"
     assert pins["jax"] == pins["jaxlib"] and f"jax-{pins['jax']}" in (ROOT / "examples" / "03-maxtext-pathways.yaml").read_text()
+
+
+# -- images/build.sh: the build steps every Dockerfile shares (issue 11) ----------------------------------------
+
+ALL_DOCKERFILES = [*(ROOT / i.dockerfile for i in IMAGES), MAXTEXT_DOCKERFILE]
+
+
+@pytest.mark.parametrize("path", ALL_DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_dockerfile_runs_the_shared_build_steps(path):
+    # The venv, the project install, the pip CA secret and the user are written once, in images/build.sh.
+    dockerfile = parse(path)
+    builder, final = dockerfile.stages
+    runs = builder.all("RUN")
+    assert [r.split("sh build.sh ", 1)[1].split()[0] for r in runs] == ["venv", "project"], runs
+    assert all("type=secret,id=pip-ca" in _mounts(r) for r in runs), runs
+    assert [r.split("sh /build.sh ", 1)[1] for r in final.all("RUN")] == ["user"]
+    text = path.read_text()
+    for written_once in ("PIP_CERT", "useradd", "python3 -m venv", "pip check", "requirements.py pyproject.toml"):
+        assert written_once not in text, f"{path.name}: {written_once!r} belongs in images/build.sh"
+
+
+def _build_sh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", str(ROOT / "images" / "build.sh"), *args], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+
+
+def test_build_script_checks_the_installed_venv():
+    project = (ROOT / "images" / "build.sh").read_text().split("    project)", 1)[1].split(";;", 1)[0]
+    assert "pip install --no-deps" in project and project.rstrip().endswith("/opt/venv/bin/pip check"), project
+
+
+def test_build_script_names_a_bad_step_or_a_missing_argument():
+    proc = _build_sh("install")
+    assert proc.returncode == 2 and "unknown step 'install' (venv, project or user)" in proc.stderr, proc.stderr
+    proc = _build_sh("venv")
+    assert proc.returncode != 0 and "EXTRAS" in proc.stderr, proc.stderr
+    proc = _build_sh("project")
+    assert proc.returncode != 0 and "SOURCE" in proc.stderr, proc.stderr
+    proc = _build_sh()
+    assert proc.returncode != 0 and "usage: build.sh" in proc.stderr, proc.stderr
