@@ -342,8 +342,10 @@ def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None 
     killed_by = signal_exit(pod.exit_code)
     if killed_by and not detail.startswith("error: "):
         # A signal ended it before it could say why: the log's last line (the kubelet's fallback
-        # tail) is whatever it logged earlier, e.g. a slice loss it recovered from a minute before.
-        return f"{why}: {killed_by}"
+        # tail) is whatever it logged earlier, e.g. a slice loss it recovered from a minute before,
+        # so it is named as that, never as the cause.
+        last = f"; its last log line, from before the signal: {detail[:300]}" if detail else ""
+        return f"{why}: {killed_by}{last}"
     return f"{why}: {detail[:300]}" if detail else why
 
 

@@ -318,12 +318,15 @@ def test_controller_whose_data_read_blocks_fails_its_liveness_check_with_the_rea
     `progressTimeoutSeconds`, and the log says why."""
     import httpx
 
-    timeout_s = 25
+    timeout_s = 60
     m = job_manifest("stuck", tmp_path, training={"steps": 1000, "globalBatchSize": 8, "logEverySteps": 1},
                      checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000},
                      controller={"trainer": {"entryPoint": "tests.support.trainers:blocking_data_trainer",
                                              "config": dict(TINY_TRAINER)}},
-                     elasticity={"stepDeadlineSeconds": 5, "firstStepDeadlineSeconds": 20,
+                     # (deadlines far above a loaded machine's step: a missed one re-reads a batch, and the
+                     # read that blocks comes earlier than the test expects)
+                     # (and below progressTimeoutSeconds, which must exceed them)
+                     elasticity={"stepDeadlineSeconds": 30, "firstStepDeadlineSeconds": 55,
                                  "progressTimeoutSeconds": timeout_s})
     proc = _start_cli(m, tmp_path)
     log = tmp_path / "run" / "controller.log"
@@ -332,9 +335,20 @@ def test_controller_whose_data_read_blocks_fails_its_liveness_check_with_the_rea
         healthz = f"http://127.0.0.1:{port}/healthz"
         _wait_for(lambda: _logged_step(log) >= 3, "step 3")
         assert httpx.get(healthz).status_code == 200  # training: healthy
-        blocked_at = BLOCK_AFTER_EXAMPLES // 8
-        _wait_for(lambda: _logged_step(log) >= blocked_at, f"step {blocked_at}")
-        stalled_seen = time.monotonic()
+        # The step the read blocks after, as it happened: the first time the last step was seen (never
+        # later than the step itself), once no other came for 8 s.
+        seen: dict = {"step": None, "at": None}
+
+        def stuck():
+            step, now = _logged_step(log), time.monotonic()
+            if step != seen["step"]:
+                seen.update(step=step, at=now)
+                return None
+            return step if now - seen["at"] >= 8 else None
+
+        blocked_at = _wait_for(stuck, "the data read to block", interval_s=0.5)
+        stalled_seen = seen["at"]
+        assert 3 <= blocked_at <= BLOCK_AFTER_EXAMPLES // 8, blocked_at
         time.sleep(3)
         assert _logged_step(log) == blocked_at  # stuck: no step since
         assert httpx.get(healthz).status_code == 200  # within the bound: still healthy

@@ -89,7 +89,8 @@ def test_controller_dying_after_the_budget_fails_the_job_naming_why():
     dead = _ctrl(attempt=3, phase="Failed", exit_code=139, reason="exit code 139", message="Segmentation fault")
     plan = decide(_job(), Observed({"controllerPod": dead.name, "controllerRestarts": 3}, [dead], _jobsets()))
     assert plan.finish[0] == "Failed"
-    assert "exit code 139: Segmentation fault" in plan.finish[1] and "maxRestarts=3" in plan.finish[1]
+    assert "exit code 139: SIGSEGV" in plan.finish[1] and "Segmentation fault" in plan.finish[1]
+    assert "maxRestarts=3" in plan.finish[1]
 
 
 def test_pending_controller_is_left_to_the_scheduler_and_said_in_a_condition():

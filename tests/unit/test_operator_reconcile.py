@@ -328,13 +328,15 @@ def test_a_log_tail_ending_in_a_cut_json_summary_still_gives_the_clean_reason():
 
 def test_a_sigkilled_controller_is_reported_as_killed_not_by_a_stale_log_line():
     """Exit 137 with no `error:` line: the kubelet's log tail ends in a slice loss recovered a minute
-    before the kill; the Event named that line as the cause. It names the signal now."""
+    before the kill; the Event named that line as the cause. It names the signal as the cause now, and the
+    line only as the log's last one."""
     stale = json.dumps({"msg": "elastic event: DATA_LOSS: slice 1 (127.0.0.3:9000) unreachable", "level": "warning"})
     dead = _ctrl(phase="Failed", exit_code=137, reason="exit code 137", message=stale)
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [dead], _both_jobsets()))
     message = plan.events[0][2]
-    assert "lost (exit code 137: SIGKILL: killed (e.g. out of memory, or by its node))" in message, message
-    assert "DATA_LOSS" not in message
+    assert "lost (exit code 137: SIGKILL: killed (e.g. out of memory, or by its node);" in message, message
+    # the stale line is named as the log's last line, never as the cause
+    assert message.index("SIGKILL") < message.index("its last log line, from before the signal: elastic event: DATA_LOSS")
     # the controller's own `error:` line still wins over the signal
     said = _ctrl(phase="Failed", exit_code=137, reason="exit code 137", message="error: no progress for 600 s")
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [said], _both_jobsets()))
