@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import sys
+import threading
 
 import kopf
 from prometheus_client import start_http_server
@@ -271,6 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     def _startup(settings: kopf.OperatorSettings, **_):
         _configure(settings, args)
 
+    @kopf.on.cleanup()
+    async def _stopping(**_):
+        # kopf runs cleanup activities when it begins to stop (SIGTERM). Its own stop can hang: a SIGTERM
+        # while it still discovers the cluster's resources left its observer retrying over a closed
+        # connection, re-authenticating with a vault that was stopping (seen in a CI run: 10 s and no
+        # exit). Every pass is idempotent and the operator survives a SIGKILL, so past a bound it ends.
+        threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S,), name="stop-deadline", daemon=True).start()
+
     try:
         key = tokens.load_key(args.operator_key_file)
     except tokens.OperatorKeyError as e:
@@ -294,6 +303,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     _end_process(0)
     return 0  # (not reached)
+
+
+# Seconds from the start of kopf's stop (SIGTERM) to the process's exit at the latest: under the 10 s a
+# Deployment rollout's tests allow and far under a pod's default 30 s termination grace; a reconcile pass
+# in flight normally ends well within it.
+STOP_DEADLINE_S = 6.0
+
+
+def _exit_after(seconds: float) -> None:
+    """Ends the process (`_end_process(0)`) `seconds` after it is called, if kopf has not returned by then."""
+    threading.Event().wait(seconds)
+    logging.getLogger(__name__).warning("kopf did not finish stopping within %.0f s of SIGTERM: exiting", seconds)
+    _end_process(0)
 
 
 def _end_process(code: int) -> None:

@@ -96,3 +96,23 @@ def test_the_diff_base_is_a_small_marker_whatever_the_spec_size():
     again = kopf.Patch()
     storage.store(body=body, patch=again, essence=storage.build(body=body))
     assert not again, dict(again)
+
+
+def test_a_stop_that_hangs_ends_the_process_at_the_deadline_with_exit_0():
+    """kopf's own stop once hung past 10 s (a SIGTERM while it still discovered the cluster's resources:
+    its observer retried over a closed connection). The cleanup activity arms `_exit_after`; here it is
+    called directly in a process whose main thread never returns (the hung stop)."""
+    code = ("import threading, time, logging; logging.basicConfig(level=logging.INFO)\n"
+            "from elastic_jax.k8s_operator import main\n"
+            "threading.Thread(target=main._exit_after, args=(0.2,), daemon=True).start()\n"
+            "time.sleep(60)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert "did not finish stopping within 0 s of SIGTERM: exiting" in run.stderr, run.stderr
+
+
+def test_the_stop_deadline_is_armed_by_a_cleanup_activity_and_under_the_tests_bound():
+    from elastic_jax.k8s_operator import main
+
+    assert 0 < main.STOP_DEADLINE_S < 10  # e2e OperatorProcess.stop SIGKILLs after 10 s
+    assert "kopf.on.cleanup()" in Path(main.__file__).read_text()
