@@ -212,6 +212,16 @@ def _condition(status, type_):
     return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
+def _starting_job(monkeypatch):
+    """A job whose controller pod runs but nothing listens on its port yet (a controller starting)."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return _job_against(monkeypatch, lambda: ControlClient(f"http://127.0.0.1:{port}", "tok", timeout_s=1.0))
+
+
 @pytest.mark.parametrize("mode,why", [("malformed", "malformed answer"), ("huge", "refused"),
                                       ("answer", "less than or equal")])
 def test_a_controller_whose_answers_are_refused_gets_a_condition_and_a_warning_until_it_answers(
@@ -239,14 +249,9 @@ def test_a_controller_whose_answers_are_refused_gets_a_condition_and_a_warning_u
 
 def test_a_controller_still_starting_is_no_refused_answer(monkeypatch):
     """Connection refused before its first good answer: a controller starting, Pending without a Warning."""
-    import socket
-
     from elastic_jax.k8s_operator import conditions
 
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    job = _job_against(monkeypatch, lambda: ControlClient(f"http://127.0.0.1:{port}", "tok", timeout_s=1.0))
+    job = _starting_job(monkeypatch)
     job.reconcile()
     job.reconcile()
     assert _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED) is None
@@ -285,14 +290,9 @@ def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warnin
 
 def test_a_controller_still_starting_is_not_unresponsive(monkeypatch):
     """No answer before its first one: a controller starting, not a frozen one."""
-    import socket
-
     from elastic_jax.k8s_operator import conditions, tracker
 
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    job = _job_against(monkeypatch, lambda: ControlClient(f"http://127.0.0.1:{port}", "tok", timeout_s=1.0))
+    job = _starting_job(monkeypatch)
     monkeypatch.setattr(tracker, "UNRESPONSIVE_GRACE_S", 0.0)
     job.reconcile()
     job.reconcile()
