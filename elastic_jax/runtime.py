@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -148,6 +149,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._phase = "Starting"
         self._failure_reason: str | None = None
+        self._previous_excepthook: Callable[..., Any] | None = None  # `sys.excepthook` before `start`
         self._summary_file = summary_file
         self._closed = False
         self._host, self.port = host, port
@@ -187,7 +189,18 @@ class Runtime:
             raise RuntimeConfigError(str(e)) from None
         self.port = self._server.port
         atexit.register(self.close)  # a program that never calls close() still writes its summary
+        # An uncaught exception (one raised before `with runtime:`, e.g. by `restore`) is the run's failure:
+        # closed at once with it, while the interpreter still runs (at atexit the checkpointer's threads
+        # could not close: "cannot schedule new futures after interpreter shutdown").
+        self._previous_excepthook = sys.excepthook
+        sys.excepthook = self._on_uncaught
         return self
+
+    def _on_uncaught(self, exc_type: Any, exc: BaseException, tb: Any) -> None:
+        """`sys.excepthook` while the runtime runs: the traceback as before, then `close(exc)`."""
+        previous = self._previous_excepthook or sys.__excepthook__
+        previous(exc_type, exc, tb)
+        self.close(exc)
 
     def install_signal_handlers(self) -> None:
         """Makes SIGTERM, SIGINT and SIGHUP set `stop_requested` (call from the main thread).
@@ -246,6 +259,8 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        if sys.excepthook == self._on_uncaught:
+            sys.excepthook = self._previous_excepthook or sys.__excepthook__
         self._finish(error, exit_code, self._close_checkpoints())
         if self._server is not None and self.stop_exit_code != ControllerExit.STOPPED:
             self._handoff.ended()

@@ -32,7 +32,8 @@ class ControlApiError(RuntimeError):
     """The controller refused a request (4xx) or stayed unreachable through every retry.
 
     Attributes:
-      status_code: the HTTP status, or None when the controller was unreachable or its answer unusable.
+      status_code: the HTTP status (with UNREACHABLE: the last 5xx), or None when no HTTP answer came or
+        the answer was unusable.
       kind: INVALID (an answer too big, too slow or malformed, or too many unfinished: the controller
         answers wrongly), UNREACHABLE (no connection, or 5xx, through every retry: not up yet, or gone),
         or REFUSED (4xx: the controller refused the request).
@@ -162,7 +163,9 @@ class ControlClient:
             if attempt < retries:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        # (the last 5xx's code stays: the process answered, so it is not frozen: `JobTracker.unanswered`)
         raise ControlApiError(f"{method} {self.base_url}{path}: unreachable after {retries + 1} tries ({last})",
+                              last.status_code if isinstance(last, ControlApiError) else None,
                               kind=ControlApiError.UNREACHABLE)
 
     @staticmethod

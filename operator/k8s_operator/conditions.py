@@ -109,3 +109,10 @@ REASON_STATUS_WRITTEN = "StatusWritten"  # False again: a whole status was writt
 COND_CONTROLLER_ANSWERS_REFUSED = "ControllerAnswersRefused"
 REASON_CONTROLLER_ANSWER_INVALID = "ControllerAnswerInvalid"
 REASON_CONTROLLER_ANSWERING = "ControllerAnswering"  # False again: a good answer came
+# True while the current controller pod runs, has answered before, and no exchange with its control API (the
+# status long poll, slice reports) has been answered for `tracker.UNRESPONSIVE_GRACE_S`, the last ones failing
+# with no HTTP answer (a timeout, a refused or reset connection): a frozen (SIGSTOPped) or wedged process,
+# seen well before its livenessProbe ends it. The message names how long and the last error. False (reason
+# REASON_CONTROLLER_ANSWERING) once it answers again. A controller still starting is not this.
+COND_CONTROLLER_UNRESPONSIVE = "ControllerUnresponsive"
+REASON_CONTROLLER_NOT_ANSWERING = "ControllerNotAnswering"

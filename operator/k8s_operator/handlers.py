@@ -746,6 +746,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         observed.creation_refusal = _pod_creation_refusals(state, js, ns, job, jobsets, worker_pods)
         observed.whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
         observed.answer_fault = tracker.answer_fault_message(time.monotonic())
+        observed.unresponsive = tracker.unresponsive_message(time.monotonic())
     decision = decide_status(observed)
     applier.apply(decision.effects)
     if decision.written is None:
@@ -755,7 +756,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     # Quiet: whole and running, its controller answering well, nothing created, written or posted. The same
     # inputs would give the same nothing: the timer skips such passes (`reconcile_job`).
     tracker.last_pass_quiet = (observed.running and observed.whole and observed.answer_fault is None
-                               and refusal is None and not lost and ctrl is not None
+                               and observed.unresponsive is None and refusal is None and not lost and ctrl is not None
                                and tracker.answer_uid == tracker.controller_uid and not tracker.token_refused
                                and plan.create_controller is None and not created_controller
                                and not post.pending and _nothing_patched(patch))

@@ -23,7 +23,8 @@ from elastic_jax.k8s_operator.pod_faults import PodFault, invalid_refusal, pod_f
 from elastic_jax.k8s_operator.reconcile import JobSetView, dead
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, Inputs, build_status, resume_events,
-                                                     with_controller_answers, with_create_failure, with_node_loss,
+                                                     with_controller_answers, with_controller_unresponsive,
+                                                     with_create_failure, with_node_loss,
                                                      with_pod_faults)
 
 # Event reason of an edit to a spec field that cannot change on an existing job.
@@ -67,6 +68,7 @@ class StatusObserved:
       node_lost_messages: the messages of the pods force-deleted off lost nodes in this pass.
       whole: every slice Ready and the controller Ready (the NodeLost condition clears).
       answer_fault: why the controller's answers are not used (`JobTracker.answer_fault_message`), or None.
+      unresponsive: why the running controller counts as unresponsive (`JobTracker.unresponsive_message`), or None.
     """
 
     inputs: Inputs
@@ -82,6 +84,7 @@ class StatusObserved:
     node_lost_messages: list[str] = dataclasses.field(default_factory=list)
     whole: bool = False
     answer_fault: str | None = None
+    unresponsive: str | None = None
 
     @property
     def running(self) -> bool:
@@ -125,6 +128,9 @@ def decide_status(o: StatusObserved) -> StatusDecision:
         new.conditions, fault_events = with_pod_faults(new.conditions, faults, generation, now)
         new.conditions, node_events = with_node_loss(new.conditions, o.node_lost_messages, o.whole, generation, now)
         new.conditions, answer_events = with_controller_answers(new.conditions, o.answer_fault, generation, now)
+        new.conditions, unresponsive_events = with_controller_unresponsive(new.conditions, o.unresponsive,
+                                                                           generation, now)
+        answer_events += unresponsive_events
         head_events: list[tuple[str, str, str]] = []
         if job.spec.backend == "pathways":
             head = o.current if o.current is not None and not dead(o.current) and not o.controller_created_now \

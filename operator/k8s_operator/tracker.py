@@ -65,6 +65,12 @@ class SliceTrack:
 # says so (condition ControllerAnswersRefused, a Warning Event): a few exchanges 1 s apart, so one slow answer is no news.
 ANSWER_FAULT_GRACE_S = 5.0
 
+# Seconds the current controller, once it has answered, may go without answering any exchange (its exchanges
+# failing with no HTTP answer: timeouts, refused or reset connections) before the job says so (condition
+# ControllerUnresponsive, a Warning Event): above one status long poll's wait (25 s, its deadline 27 s: a frozen
+# controller's watch fails once), well under the bound of the controller pod's livenessProbe (~150 s).
+UNRESPONSIVE_GRACE_S = 20.0
+
 # Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
 QUIET_RESYNC_S = 30.0
 
@@ -103,6 +109,12 @@ class JobTracker:
         # (why, monotonic time since) the current controller's answers are unusable (`ControlApiError.INVALID`,
         # or a 4xx other than 401); None while it answers well, is starting, or is unreachable.
         self.answer_fault: tuple[str, float] | None = None
+        # (last error, monotonic time of the last answer) while the current controller, which has answered
+        # before, fails its exchanges with no HTTP answer (`ControlApiError.UNREACHABLE`, no status code);
+        # None while it answers.
+        self.unanswered: tuple[str, float] | None = None
+        self._answered_at = 0.0  # monotonic time of the current controller's last answer (status or report)
+        self._unresponsive_logged = False  # the unresponsive warning was logged for the current `unanswered`
         self._events: EventSink | None = None  # the sink the link's reports post to (the latest `sync`'s)
         self.link = ControllerLink(name, self._link_report, self.poll_status) if background else None
         self.finished = False
@@ -197,7 +209,8 @@ class JobTracker:
                 self.client.close()
             self.client = None
             self.controller_uid = uid
-            self.last_status = self.answer_fault = None
+            self.last_status = self.answer_fault = self.unanswered = None
+            self._unresponsive_logged = False
             if not self._answer_fresh:
                 # (a fresh one is the parting controller's last word, e.g. the checkpoint its stop saved:
                 # `refresh_status` hands it over once)
@@ -239,6 +252,7 @@ class JobTracker:
                 if self.answer_fault is not None:
                     _logger.info("controller answers again", extra={"job": self.name})
                 self.answer_fault = None
+                self._answered()
         return status
 
     def refresh_status(self) -> ControllerStatus | None:
@@ -262,10 +276,24 @@ class JobTracker:
                 return status if fresh else None
             return status
 
+    def _answered(self) -> None:
+        """Records an answer of the current controller: it is responsive again. Call with the lock."""
+        self._answered_at = time.monotonic()
+        if self.unanswered is not None and self._unresponsive_logged:
+            _logger.info("controller answers again after %.0f s without an answer",
+                         self._answered_at - self.unanswered[1], extra={"job": self.name})
+        self.unanswered, self._unresponsive_logged = None, False
+
     def _answer_failed(self, error: ControlApiError) -> None:
-        """Records a failed exchange: an unusable answer starts (or continues) `answer_fault`. Call with the lock."""
-        if error.kind == ControlApiError.UNREACHABLE or error.status_code == 401:
-            return  # starting (never answered yet) or gone: the pod tells; a 401 is `token_refused`
+        """Records a failed exchange: an unusable answer starts (or continues) `answer_fault`; no answer at all
+        from a controller that answered before starts (or continues) `unanswered`. Call with the lock."""
+        if error.kind == ControlApiError.UNREACHABLE:
+            if self.last_status is not None and error.status_code is None:
+                # no HTTP answer at all (a 5xx is one: the process lives); never answered yet: starting
+                self.unanswered = (str(error)[:900], self._answered_at)
+            return  # starting or gone: the pod tells
+        if error.status_code == 401:
+            return  # a 401 is `token_refused`
         since = self.answer_fault[1] if self.answer_fault is not None else time.monotonic()
         if self.answer_fault is None:
             _logger.warning("controller answer refused: %s", error, extra={"job": self.name})
@@ -279,6 +307,21 @@ class JobTracker:
             return None
         return (f"the controller's answers have been refused for over {ANSWER_FAULT_GRACE_S:.0f} s, so its status "
                 f"and slice reports are not used: {fault[0]}")
+
+    def unresponsive_message(self, now: float) -> str | None:
+        """Why the current controller counts as unresponsive, once it went UNRESPONSIVE_GRACE_S without
+        answering (`now`: monotonic), else None. Logs a warning the first time it says so."""
+        with self.lock:
+            unanswered = self.unanswered
+            if unanswered is None or now - unanswered[1] < UNRESPONSIVE_GRACE_S:
+                return None
+            seconds = now - unanswered[1]
+            if not self._unresponsive_logged:
+                self._unresponsive_logged = True
+                _logger.warning("controller has not answered for %.0f s: %s", seconds, unanswered[0],
+                                extra={"job": self.name, "controller_uid": self.controller_uid})
+        return (f"the controller pod runs but its control API has not answered for {seconds:.0f} s (frozen or "
+                f"wedged? its livenessProbe restarts it if this lasts); last error: {unanswered[0]}")
 
     # -- slices ------------------------------------------------------------
 
@@ -428,6 +471,8 @@ class JobTracker:
             metrics.NOTIFICATIONS.labels(state, "ok").inc()
             with self.lock:
                 self.token_refused = None
+                if client is self.client:
+                    self._answered()
                 if client is not self.client or generation <= track.acked_generation:
                     continue  # another controller since, or a newer answer recorded meanwhile
                 track.acked, track.acked_generation = want, generation

@@ -60,6 +60,9 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
                     time.sleep(0.05)
             except (BrokenPipeError, ConnectionResetError):
                 return
+        if self.server.mode == "silent":  # a frozen (SIGSTOPped) controller: the kernel accepts, nothing answers
+            self.server.stopping.wait()
+            return
         if self.path == "/v1/status" and self.server.mode == "answer":
             body = self.server.answer.encode()  # (json.dumps writes NaN and Infinity literals: Python's json reads them)
         else:
@@ -209,6 +212,16 @@ def _condition(status, type_):
     return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
+def _starting_job(monkeypatch):
+    """A job whose controller pod runs but nothing listens on its port yet (a controller starting)."""
+    import socket
+
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return _job_against(monkeypatch, lambda: ControlClient(f"http://127.0.0.1:{port}", "tok", timeout_s=1.0))
+
+
 @pytest.mark.parametrize("mode,why", [("malformed", "malformed answer"), ("huge", "refused"),
                                       ("answer", "less than or equal")])
 def test_a_controller_whose_answers_are_refused_gets_a_condition_and_a_warning_until_it_answers(
@@ -236,16 +249,52 @@ def test_a_controller_whose_answers_are_refused_gets_a_condition_and_a_warning_u
 
 def test_a_controller_still_starting_is_no_refused_answer(monkeypatch):
     """Connection refused before its first good answer: a controller starting, Pending without a Warning."""
-    import socket
-
     from elastic_jax.k8s_operator import conditions
 
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    job = _job_against(monkeypatch, lambda: ControlClient(f"http://127.0.0.1:{port}", "tok", timeout_s=1.0))
+    job = _starting_job(monkeypatch)
     job.reconcile()
     job.reconcile()
     assert _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED) is None
     assert not [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWER_INVALID]
+    job.tracker.close()
+
+
+def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warning_until_it_answers(
+        hostile, monkeypatch):
+    """The trial: a SIGSTOPped controller left the job Running, its step frozen, with no condition, Event or
+    log line for ~150 s, until its livenessProbe killed it (its timeouts counted as a controller starting)."""
+    from elastic_jax.k8s_operator import conditions, tracker
+
+    hostile.mode, hostile.answer = "answer", _status_json()
+    job = _job_against(monkeypatch, lambda: _client(hostile, timeout_s=0.5))
+    job.reconcile()  # it answers
+    assert _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE) is None
+    hostile.mode = "silent"
+    monkeypatch.setattr(tracker, "UNRESPONSIVE_GRACE_S", 0.0)  # (the grace is a few long polls; no clock in tests)
+    job.reconcile()  # (this pass's poll times out)
+    job.reconcile()
+    cond = _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE)
+    assert cond["status"] == "True" and cond["reason"] == conditions.REASON_CONTROLLER_NOT_ANSWERING
+    assert "has not answered for" in cond["message"] and "/v1/status" in cond["message"] and "timed out" in cond["message"]
+    assert job.status["phase"] == "Running"
+    warnings = [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_NOT_ANSWERING]
+    assert len(warnings) == 1 and warnings[0][0] == "Warning"
+    hostile.mode = "answer"  # it answers again
+    job.reconcile()
+    job.reconcile()
+    cond = _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE)
+    assert cond["status"] == "False" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWERING
+    assert [e[0] for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWERING] == ["Normal"]
+    job.tracker.close()
+
+
+def test_a_controller_still_starting_is_not_unresponsive(monkeypatch):
+    """No answer before its first one: a controller starting, not a frozen one."""
+    from elastic_jax.k8s_operator import conditions, tracker
+
+    job = _starting_job(monkeypatch)
+    monkeypatch.setattr(tracker, "UNRESPONSIVE_GRACE_S", 0.0)
+    job.reconcile()
+    job.reconcile()
+    assert _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE) is None
     job.tracker.close()

@@ -123,3 +123,40 @@ def test_a_draining_slice_is_let_go_after_a_committed_save(tmp_path):
     assert [(r.cause, r.slices, r.at_step) for r in client.status().recovery_history] == [("draining", [1], 3)]
     client.close()
     rt.close()
+
+
+_UNCAUGHT = '''
+import sys
+import jax.numpy as jnp
+from tests.integration.test_runtime_checkpoints import _runtime
+from pathlib import Path
+rt = _runtime(Path(sys.argv[1]), summary="again.json")
+rt.install_signal_handlers()
+rt.restore({"w": jnp.zeros((7,), jnp.float32), "count": jnp.asarray(0, jnp.int32)})  # (before `with rt:`)
+with rt:
+    pass
+'''
+
+
+def test_the_uncaught_exception_that_ends_the_program_is_the_runs_failure_reason(tmp_path):
+    """The new-user trial: a restore onto a target no committed step fits, before `with rt:` (as
+    examples/04-own-loop.py calls it), raised CheckpointMismatchError, seen only in the traceback; the
+    summary said "the program ended at step 0 of 6", and the exit printed a warning from the checkpointer
+    closed after the interpreter's shutdown began ("cannot schedule new futures")."""
+    import subprocess
+    import sys
+
+    from tests.support.runs import ROOT
+
+    rt = _runtime(tmp_path)
+    rt.save(5, _state(5.0), force=True)
+    rt.close()
+    run = subprocess.run([sys.executable, "-c", _UNCAUGHT, str(tmp_path)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-3000:]
+    s = json.loads((tmp_path / "again.json").read_text())
+    reason = s["failure_reason"]
+    assert reason.startswith("CheckpointMismatchError: spec.checkpoint.uri") and "\n" not in reason, s
+    assert not s["succeeded"] and s["exit_code"] == 1, s
+    assert "CheckpointMismatchError" in run.stderr  # the traceback still shows
+    assert "cannot schedule new futures" not in run.stderr, run.stderr[-3000:]

@@ -234,3 +234,24 @@ def test_a_finished_job_expires_once_its_ttl_passed():
     kube = types.SimpleNamespace(delete_job=lambda ns, name: deleted.append((ns, name)))
     _applier(kube, job=job).apply(expiry(60, done, at(61)))
     assert deleted == [("ns", "j")] and job.tracker.deleting  # its children's end is no news
+
+
+def test_an_unresponsive_controller_is_a_condition_with_one_warning_then_a_normal_when_it_answers():
+    """The trial: a frozen controller's job said nothing for ~150 s; the phase may stay, the condition says it."""
+    from elastic_jax.k8s_operator.conditions import (COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_ANSWERING,
+                                                      REASON_CONTROLLER_NOT_ANSWERING)
+
+    def cond(written):
+        return next(c for c in written["conditions"] if c["type"] == COND_CONTROLLER_UNRESPONSIVE)
+
+    def events(d):
+        return [(e.type, e.reason) for e in d.effects if isinstance(e, PostEvent)
+                if e.reason in (REASON_CONTROLLER_NOT_ANSWERING, REASON_CONTROLLER_ANSWERING)]
+
+    d = decide_status(_status_observed({"phase": "Running"}, unresponsive="not answered for 21 s; last error: x"))
+    assert cond(d.written)["status"] == "True" and "21 s" in cond(d.written)["message"]
+    assert events(d) == [("Warning", REASON_CONTROLLER_NOT_ANSWERING)]
+    d = decide_status(_status_observed(dict(d.written), unresponsive="not answered for 40 s; last error: x"))
+    assert "40 s" in cond(d.written)["message"] and events(d) == [], "one Warning while it lasts"
+    d = decide_status(_status_observed(dict(d.written)))
+    assert cond(d.written)["status"] == "False" and events(d) == [("Normal", REASON_CONTROLLER_ANSWERING)]

@@ -21,6 +21,12 @@ class FakeClient:
             raise ControlApiError("unreachable")
         self.reports.append((index, state, generation, tuple(addresses)))
 
+    def status(self, after=None, wait_s=0.0):
+        if self.down:
+            raise ControlApiError("GET /v1/status: timed out")  # (no status code: UNREACHABLE)
+        return ControllerStatus(phase="Running", step=3, total_steps=9, desired_slices=2, min_slices=1,
+                                active_slices=[0, 1], inactive_slices=[], slices=[], pid=1)
+
     def close(self):
         pass
 
@@ -158,3 +164,41 @@ def test_generations_of_one_slice_increase_even_when_the_clock_does_not(monkeypa
     t.sync([_worker(0, "a", "Failed", False, 137), _worker(1, "b")], lambda *e: None)
     gens = [g for i, _, g, _ in clients[0].reports if i == 0]
     assert gens == [1_000, 1_001]
+
+
+def test_a_controller_that_answered_then_stops_answering_is_unresponsive_after_the_grace_until_it_answers():
+    """Timeouts of a controller that answered before (the trial: SIGSTOPped) are news, its polls' and reports'."""
+    import time
+
+    from elastic_jax.k8s_operator import tracker as tracker_module
+
+    grace = tracker_module.UNRESPONSIVE_GRACE_S
+    t, clients = _tracker()
+    t.set_controller(_ctrl("u1"))
+    assert t.poll_status() is not None
+    clients[0].down = True
+    assert t.poll_status() is None
+    assert t.unresponsive_message(time.monotonic()) is None, "within the grace: no news"
+    message = t.unresponsive_message(time.monotonic() + grace + 1)
+    assert message is not None and "has not answered for" in message and "timed out" in message
+    clients[0].down = False
+    t.sync([_worker(0, "a"), _worker(1, "b")], lambda *e: None)  # a report answered: responsive again
+    assert t.unresponsive_message(time.monotonic() + grace + 1) is None
+    clients[0].down = True
+    t.sync([_worker(0, "a", "Failed", False, 137), _worker(1, "b")], lambda *e: None)  # a failed report counts
+    assert t.unresponsive_message(time.monotonic() + grace + 1) is not None
+    t.set_controller(_ctrl("u2"))  # a new controller starts afresh
+    assert t.unresponsive_message(time.monotonic() + grace + 1) is None
+
+
+def test_a_controller_that_never_answered_is_starting_not_unresponsive():
+    import time
+
+    from elastic_jax.k8s_operator import tracker as tracker_module
+
+    t, clients = _tracker()
+    t.set_controller(_ctrl("u1"))
+    clients[0].down = True
+    assert t.poll_status() is None
+    t.sync([_worker(0, "a"), _worker(1, "b")], lambda *e: None)
+    assert t.unresponsive_message(time.monotonic() + tracker_module.UNRESPONSIVE_GRACE_S + 1) is None
