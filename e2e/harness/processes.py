@@ -150,11 +150,27 @@ class LoggedProcess:
         """Started and not exited."""
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self) -> None:
-        """SIGTERM by PID, SIGKILL after 10 s."""
-        if self.alive():
-            stop(self.proc.pid, grace_s=10, group=False)
-            self.proc.poll()
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM by PID, SIGKILL after `grace_s` seconds; `self.proc.returncode` is then its real exit status.
+
+        Waits through `self.proc` (not `stop()`'s bare waitpid): a child reaped elsewhere reads as exit
+        code 0 to Popen, so a SIGKILLed process looked like a clean exit.
+        """
+        if not self.alive():
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(grace_s)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(30)
 
     def log(self) -> str:
         """Its output so far."""
