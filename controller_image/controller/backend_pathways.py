@@ -107,8 +107,8 @@ class PathwaysBackend:
       slice_of: device → slice index (default `device.slice_index`).
 
     Raises:
-      ValueError: a device of a slice index outside 0..spec.slices.count-1 (the
-        resource manager runs `--instance_count` = spec.slices.count slices, so
+      ValueError: a device of a slice index outside 0..count+spares-1 (the
+        resource manager runs `--instance_count` = count + spares slices, so
         that is a misconfigured head, not a slice to wait for).
     """
 
@@ -128,9 +128,9 @@ class PathwaysBackend:
         self._listed_at = 0.0
         self.slices: dict[int, list[Any]] = {}
         self._refresh(force=True)
-        extra = sorted(set(self.slices) - set(range(slice_set.count)))
+        extra = sorted(set(self.slices) - set(range(slice_set.total)))
         if extra:
-            raise ValueError(f"spec.slices.count is {slice_set.count} but the devices include slices {extra}")
+            raise ValueError(f"spec.slices.count + spares is {slice_set.total} but the devices include slices {extra}")
         missing = self.missing_slices()
         if missing:
             _logger.warning("slices %s have no devices yet (node pool provisioning, or workers not registered); "
@@ -153,14 +153,14 @@ class PathwaysBackend:
             _logger.info("slices %s now have devices", appeared, extra={"event": "slices_appeared", "slices": appeared})
 
     def missing_slices(self) -> list[int]:
-        """Slice indices of 0..spec.slices.count-1 with no device in the last device list."""
-        return sorted(set(range(self.slice_set.count)) - set(self.slices))
+        """Slice indices of 0..count+spares-1 with no device in the last device list."""
+        return sorted(set(range(self.slice_set.total)) - set(self.slices))
 
     def visible_slices(self) -> frozenset[int]:
         """Slices with devices, listing the devices again (at most every `DEVICE_REFRESH_S`) while one is missing."""
         if self.missing_slices():
             self._refresh()
-        return frozenset(i for i in self.slices if i < self.slice_set.count)
+        return frozenset(i for i in self.slices if i < self.slice_set.total)
 
     def prepare(self, indices: Iterable[int]) -> frozenset[int]:
         """Every one of `indices`: the step program is compiled here, for the mesh of the next attempt (a new

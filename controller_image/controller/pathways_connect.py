@@ -21,7 +21,7 @@ def connect(trainer, slice_set):
 
     Raises:
       ImportError: pathwaysutils is not installed (`pip install 'elastic-jax[tpu]'`).
-      ValueError: devices of a slice index beyond `spec.slices.count`, or devices without a slice index.
+      ValueError: devices of a slice index beyond `spec.slices.count + spares`, or devices without a slice index.
     """
     try:
         import pathwaysutils

@@ -327,7 +327,9 @@ class SliceSpec(_Model):
             "When an active slice is lost, a Ready spare takes its place at the next step boundary (no wait "
             "for a pod to be scheduled or a process to start) and the lost slice, once replaced, becomes a "
             "spare. Slice indices are 0..count+spares-1; any `count` Ready ones train. Costs `spares` more "
-            "slices of hardware for the whole run. cpu backend only for now."
+            "slices of hardware for the whole run (pathways: `spares` more TPU node pools of the slice's "
+            "shape, their workers registered with the resource manager; a swap then costs a state restore from "
+            "the newest host snapshot and a compile for the new mesh, not a node pool's provisioning)."
         ),
     )
     hosts_per_slice: int = Field(default=1, ge=1, le=256, description="Worker hosts (pods) per slice. The cpu backend supports 1.")
@@ -676,9 +678,6 @@ class ElasticTrainingJobSpec(_Model):
         {"rule": "self.backend != 'cpu' || !has(self.slices.hostsPerSlice) || self.slices.hostsPerSlice == 1",
          "message": "spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)",
          "fieldPath": ".slices.hostsPerSlice"},
-        {"rule": "self.backend != 'pathways' || !has(self.slices.spares) || self.slices.spares == 0",
-         "message": "spec.slices.spares: hot spare slices are supported by backend cpu only (pathways: not built yet)",
-         "fieldPath": ".slices.spares", "reason": "FieldValueForbidden"},
         {"rule": "self.training.globalBatchSize >= self.slices.count",
          "message": "spec.training.globalBatchSize must be at least spec.slices.count: every slice needs one "
                     "example per step",
@@ -746,8 +745,6 @@ class ElasticTrainingJobSpec(_Model):
                 )
         if self.backend == "cpu" and self.slices.hosts_per_slice != 1:
             raise ValueError("spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)")
-        if self.backend == "pathways" and self.slices.spares:
-            raise ValueError("spec.slices.spares: hot spare slices are supported by backend cpu only (pathways: not built yet)")
         return self
 
 

@@ -1,7 +1,8 @@
-"""The pathways backend on CPU devices: mesh over slices, resize, health check, snapshot recovery.
+"""The pathways backend on CPU devices: mesh over slices, resize, health check, snapshot recovery, hot spares.
 
-Runs in a child process with 4 CPU devices (2 fake slices of 2 chips); only
-the device → slice mapping is substituted. Pathways itself needs TPUs.
+Runs in child processes with 4 CPU devices (2 fake slices of 2 chips), and 6 for
+the spare (3 slices, one kept out of the mesh); only the device → slice mapping
+is substituted. Pathways itself needs TPUs.
 """
 
 import json
@@ -13,12 +14,16 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
 
-def test_pathways_backend_on_cpu_devices(tmp_path):
-    proc = subprocess.run([sys.executable, str(HERE / "pathways_child.py"), str(tmp_path)], capture_output=True, text=True,
+def _child(script: str, tmp_path) -> dict:
+    proc = subprocess.run([sys.executable, str(HERE / script), str(tmp_path)], capture_output=True, text=True,
                           timeout=600, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
-    r = json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_pathways_backend_on_cpu_devices(tmp_path):
+    r = _child("pathways_child.py", tmp_path)
     assert r["two_slices_match"] and r["one_slice_match"]
     assert r["mesh_devices"] == 4
     assert r["healthy_before"] == [0, 1] and r["healthy_after"] == [0]
@@ -32,3 +37,18 @@ def test_pathways_backend_on_cpu_devices(tmp_path):
     assert r["missing_at_start"] == [1]
     assert r["missing_run"]["succeeded"], r["missing_run"]["failure"]
     assert r["missing_run"]["steps"] == 5 and r["missing_run"]["first_active"] == [0, 1]
+
+
+def test_a_hot_spare_takes_a_lost_slices_place_at_once_on_pathways(tmp_path):
+    """Issue 12 item 2 on pathways: with one spare the mesh is never below `count` slices: slice 1 is lost
+    at the 16th step; the next step trains on slices 0 and 2 (the spare, its devices already registered),
+    from the host snapshot of step 15; slice 1, replaced by the operator, is the new spare."""
+    r = _child("pathways_spare_child.py", tmp_path)
+    assert r["succeeded"], r["failure"]
+    assert r["steps"] == 30 and r["loss_down"]
+    assert all(len(a) == 2 for a in r["actives"]), r["actives"]  # never on one slice
+    assert r["actives"][0] == [0, 1] and r["actives"][15] == [0, 2], r["actives"]
+    assert r["spares_seen"][0] == [2] and r["spares_seen"][15] == [], r["spares_seen"]
+    assert r["spares_seen"][-1] == [1], r["spares_seen"]
+    assert r["steps_lost"] == 0  # the snapshot of step 15 is the step before the loss
+    assert r["causes"][0] == "slice_down"

@@ -115,7 +115,6 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("node-selector-key", _set(cpu_job, "spec.controller.nodeSelector", {"bad key": "v"}),
      "spec.controller.nodeSelector"),
     ("node-selector-value", _set(cpu_job, "spec.worker.nodeSelector", {"pool": "a b"}), "spec.worker.nodeSelector"),
-    ("spares-on-pathways", _set(pathways_job, "spec.slices.spares", 1), "spec.slices.spares"),
     ("slices-plus-spares-above-64",
      _set(_set(cpu_job, "spec.slices", {"count": 60, "spares": 8}), "spec.training.globalBatchSize", 64),
      "spec.slices.spares"),

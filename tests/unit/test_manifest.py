@@ -44,9 +44,6 @@ def test_defaults_min_slices_is_count():
         ({"slices": {"count": 2, "spares": -1}}, "spec.slices.spares: Input should be greater than or equal to 0"),
         ({"slices": {"count": 60, "spares": 8}, "training": {"steps": 10, "globalBatchSize": 64}},
          "spec.slices.spares: count + spares (60 + 8) must be at most 64"),
-        ({"backend": "pathways", "slices": {"count": 2, "spares": 1, "accelerator": "tpu-v5-lite-podslice",
-                                            "topology": "2x2"}, "checkpoint": {"uri": "gs://b/x"}},
-         "spec.slices.spares: hot spare slices are supported by backend cpu only"),
         ({"backend": "pathways"}, "backend pathways needs spec.slices.accelerator and spec.slices.topology"),
         ({"controller": {"trainer": {"entryPoint": "nocolon"}}}, "spec.controller.trainer.entryPoint 'nocolon' must look like"),
         # Types as the API server checks them: no string-to-number or string-to-bool coercion.

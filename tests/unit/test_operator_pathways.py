@@ -62,6 +62,8 @@ CASES = {
     "v5p-2x2x2-x2": lambda: pathways_job("tpu-v5p-slice", "2x2x2", count=2),
     # MaxText's trainer as the controller command (library mode), at the Pathways release of its jax.
     "example-03-maxtext": lambda: example_job("03-maxtext-pathways.yaml"),
+    # Two slices that train and one hot spare: three JobSets, the head sized for three.
+    "v5e-2x2-x2-spare1": lambda: pathways_job("tpu-v5-lite-podslice", "2x2", count=2, slices={"spares": 1}),
     "v6e-4x4-x3": lambda: pathways_job("tpu-v6e-slice", "4x4", count=3,
                                        worker={"image": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:2025-06-01",
                                                "env": [{"name": "W", "value": "x"}]}),
@@ -240,6 +242,22 @@ def test_resource_manager_has_a_startup_probe_on_its_port():
     assert rm["name"] == "pathways-rm"
     assert rm["startupProbe"]["tcpSocket"] == {"port": 29001}
     assert "readinessProbe" not in rm  # readiness of the pod is the controller's alone
+
+
+def test_hot_spares_are_slices_the_head_is_sized_for():
+    """Issue 12 item 2 on pathways: a spare is a JobSet on its own node pool, registered with the resource
+    manager like the others, so the resource manager, the proxy and Megascale count count + spares slices."""
+    job = pathways_job(count=2, slices={"spares": 1})
+    objs = children.render_children(backends.resolve(job), token=TOKEN, job_uid=JOB_UID)
+    jobsets = [o for o in objs if o["kind"] == "JobSet"]
+    assert [js["metadata"]["labels"][labels.SLICE_INDEX] for js in jobsets] == ["0", "1", "2"]
+    rm, proxy = next(o for o in objs if o["kind"] == "Pod")["spec"]["initContainers"]
+    assert "--instance_count=3" in rm["args"] and "--num_elastic_slices=3" in proxy["args"]
+    for i, js in enumerate(jobsets):
+        assert js["metadata"]["annotations"] == {labels.JOBSET_EXCLUSIVE_TOPOLOGY: "cloud.google.com/gke-nodepool"}
+        (c,) = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert (env["MEGASCALE_SLICE_ID"], env["MEGASCALE_NUM_SLICES"]) == (str(i), "3")
 
 
 def test_checkpoints_use_pathways_persistence():

@@ -24,8 +24,13 @@ it is because their head and workers are one JobSet and ours are not
   recreated, resource manager restarted) restarts every slice's JobSet, as
   the references' `restartStrategy: Recreate` restarts the whole JobSet.
 - Each slice is its own JobSet, so `MEGASCALE_SLICE_ID` and
-  `MEGASCALE_NUM_SLICES` are the slice index and `spec.slices.count`, not the
+  `MEGASCALE_NUM_SLICES` are the slice index and `spec.slices.total`, not the
   JobSet job-index and replica labels (always 0 and 1 here).
+- Hot spares (`spec.slices.spares`) are slices like the others: their
+  JobSets, node pools and workers registered with the resource manager
+  (`--instance_count` and the proxy's `--num_elastic_slices` are
+  `count + spares`); the controller keeps them out of its mesh until one
+  replaces a lost slice.
 - Resource manager and proxy are native sidecars (init containers with
   restartPolicy Always, as pathways-job injects them into a user pod): the
   pod ends when the controller container ends, which the operator reads as
@@ -261,7 +266,7 @@ def _ports(*numbers: int) -> list[dict[str, Any]]:
 def _sidecars(job: ElasticTrainingJob, shape: SliceShape) -> list[dict[str, Any]]:
     """Resource manager and proxy as native sidecars of the controller pod."""
     scratch = scratch_location(job)
-    count = job.spec.slices.count
+    count = job.spec.slices.total  # spares register with the resource manager too
     rm = {
         "name": RM_CONTAINER,
         "image": server_image(job),
@@ -304,7 +309,7 @@ def _worker_container(job: ElasticTrainingJob, shape: SliceShape, index: int) ->
             {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "0"},
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
             {"name": "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "value": "false"},
-            {"name": "MEGASCALE_NUM_SLICES", "value": str(job.spec.slices.count)},
+            {"name": "MEGASCALE_NUM_SLICES", "value": str(job.spec.slices.total)},
             {"name": "MEGASCALE_SLICE_ID", "value": str(index)},
             {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": "$(PATHWAYS_HEAD)"},
             _field_env("JOBSET_NAME", f"metadata.annotations['{labels.JOBSET_NAME}']"),
