@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import logging
+import math
 import os
 import socket
 import sys
@@ -30,18 +31,49 @@ from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
 from elastic_jax.logs import FORMATS, log_format
 
 
-def _non_negative(text: str) -> float:
-    """argparse type: seconds >= 0.
+# Seconds from the start of kopf's stop (SIGTERM) to the process's exit at the latest, by default
+# (`--stop-deadline-seconds`): far under a pod's default 30 s termination grace; a reconcile pass in flight
+# normally ends well within it. (kopf itself cancels the tasks still running 5 s after its root tasks
+# end, so a stop that only waits on the API server ends there.)
+STOP_DEADLINE_S = 6.0
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds from `text`.
 
     Raises:
-      argparse.ArgumentTypeError: not a number, or negative.
+      argparse.ArgumentTypeError: not a number, NaN or infinite.
     """
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value < 0 or value != value:
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    """argparse type: seconds >= 0.
+
+    Raises:
+      argparse.ArgumentTypeError: not a finite number, or negative.
+    """
+    value = _seconds(text)
+    if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0 (0 turns node-loss handling off)")
+    return value
+
+
+def _positive(text: str) -> float:
+    """argparse type: seconds > 0.
+
+    Raises:
+      argparse.ArgumentTypeError: not a finite number, or not above 0.
+    """
+    value = _seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
     return value
 
 
@@ -233,6 +265,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="this operator's name in job claims (annotation elasticjax.dev/claimed-by): a job "
                              "another identity claimed is left alone; the chart sets <release namespace>/<release "
                              "name> (env ELASTIC_JAX_OPERATOR_IDENTITY)")
+    parser.add_argument("--stop-deadline-seconds", type=_positive,
+                        default=os.environ.get(contract.ENV_STOP_DEADLINE_SECONDS, str(STOP_DEADLINE_S)),
+                        help="seconds from SIGTERM to the process's exit at the latest, if kopf's own stop has "
+                             "not ended by then (exit 0 and one line on stderr; every pass is idempotent); keep it "
+                             f"under the pod's termination grace; default {STOP_DEADLINE_S:g} "
+                             "(env ELASTIC_JAX_STOP_DEADLINE_SECONDS)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     cpu_listen.LISTEN_ADDRESS = cpu_listen.LISTEN_ADDRESSES[args.pod_listen_address]
@@ -278,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         # while it still discovers the cluster's resources left its observer retrying over a closed
         # connection, re-authenticating with a vault that was stopping (seen in a CI run: 10 s and no
         # exit). Every pass is idempotent and the operator survives a SIGKILL, so past a bound it ends.
-        threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S,), name="stop-deadline", daemon=True).start()
+        threading.Thread(target=_exit_after, args=(args.stop_deadline_seconds,), name="stop-deadline",
+                         daemon=True).start()
 
     try:
         key = tokens.load_key(args.operator_key_file)
@@ -305,10 +344,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0  # (not reached)
 
 
-# Seconds from the start of kopf's stop (SIGTERM) to the process's exit at the latest: under the 10 s a
-# Deployment rollout's tests allow and far under a pod's default 30 s termination grace; a reconcile pass
-# in flight normally ends well within it.
-STOP_DEADLINE_S = 6.0
 
 
 def _exit_after(seconds: float) -> None:
@@ -316,7 +351,7 @@ def _exit_after(seconds: float) -> None:
     threading.Event().wait(seconds)
     # No logging here: a hung stop may be a thread holding a log handler's lock (logging.shutdown waits on it).
     try:
-        os.write(2, f"kopf did not finish stopping within {seconds:.0f} s of SIGTERM: exiting\n".encode())
+        os.write(2, f"kopf did not finish stopping within {seconds:g} s of SIGTERM: exiting\n".encode())
     finally:
         os._exit(0)
 
