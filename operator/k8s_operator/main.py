@@ -243,16 +243,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="namespace/name of ServiceAccounts whose API token a job may mount "
                              "(spec.controller.automountServiceAccountToken); default: none")
     parser.add_argument("--allowed-priority-classes",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_PRIORITY_CLASSES", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_PRIORITY_CLASSES, ""),
                         help="PriorityClass names jobs may set in spec.priorityClassName (comma-separated; '*': "
                              "any); default: none")
     parser.add_argument("--allowed-toleration-keys",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_TOLERATION_KEYS", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_TOLERATION_KEYS, ""),
                         help="taint keys jobs may tolerate in spec.controller/worker.tolerations besides "
                              "google.com/tpu (comma-separated; '*': any, also a toleration without a key); "
                              "default: google.com/tpu only")
     parser.add_argument("--allowed-image-pull-secrets",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_IMAGE_PULL_SECRETS", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_IMAGE_PULL_SECRETS, ""),
                         help="namespace/name (or namespace/*) of Secrets jobs in that namespace may name in "
                              "spec.imagePullSecrets (comma-separated); default: none")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
