@@ -8,14 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from elastic_jax import contract
+from tests.support.silent_server import SilentServer
 
 EXE = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
 
@@ -107,50 +106,13 @@ def test_the_diff_base_is_a_small_marker_whatever_the_spec_size():
 STARTED = "Activity 'main.<locals>._startup' succeeded."  # kopf's log line: its signal handlers are installed
 
 
-class _SilentApiServer:
-    """A loopback TCP server that accepts every connection and never answers: kopf's discovery of the
-    cluster's resources waits on it, as on an API server that hangs."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.accepted: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, name="silent-api-server", daemon=True)
-        self.thread.start()
-
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # closed by `close`
-                return
-            self.accepted.append(conn)
-
-    def kubeconfig(self, folder: Path) -> Path:
-        path = folder / "kubeconfig"
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "silent",
-            "clusters": [{"name": "silent", "cluster": {"server": f"http://127.0.0.1:{self.port}"}}],
-            "users": [{"name": "silent", "user": {"token": "not-a-secret"}}],
-            "contexts": [{"name": "silent", "context": {"cluster": "silent", "user": "silent"}}]}))
-        return path
-
-    def close(self):
-        self.sock.close()
-        for conn in self.accepted:
-            conn.close()
-        self.thread.join(timeout=10)
-
-
 def test_a_stop_that_hangs_on_the_api_server_ends_by_itself_at_the_deadline_with_exit_0(tmp_path):
     """kopf's own stop can outlast a pod's grace (CI saw a SIGTERM during its discovery of the cluster's
     resources hang past 10 s). Here the real `elastic-jax-operator` discovers against a server that never
     answers and gets SIGTERM: the deadline (armed by the cleanup activity kopf runs when it starts to
     stop) ends the process with exit 0 and its one stderr line. The deadline is 1 s here because kopf
     itself cancels the discovery 5 s into its stop, which the default 6 s would not reach."""
-    server = _SilentApiServer()
+    server = SilentServer()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env["KUBECONFIG"] = str(server.kubeconfig(tmp_path))
     err_path = tmp_path / "stderr"
@@ -171,7 +133,7 @@ def test_a_stop_that_hangs_on_the_api_server_ends_by_itself_at_the_deadline_with
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
-        server.close()
+        server.stop()
     stderr = err_path.read_text()
     assert code == 0, stderr
     assert "Signal SIGTERM is received" in stderr, stderr
