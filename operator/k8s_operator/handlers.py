@@ -747,6 +747,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         observed.whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
         observed.answer_fault = tracker.answer_fault_message(time.monotonic())
         observed.unresponsive = tracker.unresponsive_message(time.monotonic())
+        observed.unresponsive_ended = tracker.unresponsive_ended()
     decision = decide_status(observed)
     applier.apply(decision.effects)
     if decision.written is None:
