@@ -120,3 +120,5 @@ REASON_CONTROLLER_NOT_ANSWERING = "ControllerNotAnswering"
 REASON_CONTROLLER_GONE = "ControllerGone"  # False: the controller it was about is no longer the current one
 # (reason, Event message) of a controller-answer condition that turns False because a good answer came.
 ANSWERED_AGAIN = (REASON_CONTROLLER_ANSWERING, "the controller answers again")
+# ... because the job was suspended or finished: its controller is stopped, nothing is asked of it any more.
+JOB_STOPPED = (REASON_CONTROLLER_GONE, "the job is suspended or finished: its controller is no longer asked")

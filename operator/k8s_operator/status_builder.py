@@ -413,7 +413,8 @@ def _with_answer_condition(conditions: list[st.Condition], type_: str, true_reas
 
 
 def with_controller_answers(conditions: list[st.Condition], fault: str | None, generation: int,
-                            now: str) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
+                            now: str, ended: tuple[str, str] = ANSWERED_AGAIN,
+                            ) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
     """`conditions` with ControllerAnswersRefused set from this pass, and the Events due.
 
     Args:
@@ -421,14 +422,16 @@ def with_controller_answers(conditions: list[st.Condition], fault: str | None, g
       fault: `JobTracker.answer_fault_message` (None: the answers are good, or the controller is
         starting or gone).
       generation, now: as for `set_condition`.
+      ended: (reason, message) of the False it turns to (`ANSWERED_AGAIN`, or `JOB_STOPPED` for a job
+        that no longer runs).
 
     Returns:
       True (reason ControllerAnswerInvalid, the message naming why) with one Warning Event when it
-      starts or the message's cause changes; False (reason ControllerAnswering) with a Normal Event
-      once the answers are good again. Never written for a job whose controller never erred.
+      starts or the message's cause changes; False (reason ControllerAnswering, or `ended`'s) with a
+      Normal Event once the answers are good again. Never written for a job whose controller never erred.
     """
     return _with_answer_condition(conditions, COND_CONTROLLER_ANSWERS_REFUSED, REASON_CONTROLLER_ANSWER_INVALID,
-                                  fault, generation, now, warn_on_change=True)
+                                  fault, generation, now, warn_on_change=True, ended=ended)
 
 
 def with_controller_unresponsive(conditions: list[st.Condition], unresponsive: str | None, generation: int,
