@@ -350,8 +350,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
     if unknown:
         parser.error(f"--arms: unknown arm {', '.join(map(repr, unknown))} (one of {', '.join(ARMS)})")
     for flag, value, least in (("--steps", args.steps, 1), ("--repeats", args.repeats, 1),
-                               ("--ckpt-interval", args.ckpt_interval, 1), ("--node-loss-tick", args.node_loss_tick, 1),
-                               ("--operator-kill-tick", args.operator_kill_tick, 1)):
+                               ("--ckpt-interval", args.ckpt_interval, 1), ("--node-loss-tick", args.node_loss_tick, 0),
+                               ("--operator-kill-tick", args.operator_kill_tick, 0)):  # (ticks count from 0)
         if value < least:
             parser.error(f"{flag}: {value} is below {least}")
     for flag, value in (("--period", args.period), ("--node-down", args.node_down),

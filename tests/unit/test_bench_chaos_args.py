@@ -17,6 +17,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_chaos.py"
     (["--period", "0"], "--period"),
     (["--period", "nan"], "--period"),
     (["--steps", "-5"], "--steps"),
+    (["--node-loss-tick", "-1"], "--node-loss-tick"),  # (tick 0 is the first: e2e/chaos.py counts from 0)
 ])
 def test_bad_arguments_are_a_usage_error_naming_the_flag(args, flag):
     proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
