@@ -146,6 +146,21 @@ def _use_product_log_schema(log_format: str, quiet_timers: bool = True) -> None:
             handler.addFilter(TimerSuccessFilter())
 
 
+def _threads(text: str) -> int:
+    """argparse type: a number of threads, >= 1.
+
+    Raises:
+      argparse.ArgumentTypeError: not an integer, or below 1 (a pool of 0 threads is refused by Python).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of threads") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be >= 1")
+    return value
+
+
 def _port(text: str) -> int:
     """argparse type: a TCP port, 0-65535 (0: off).
 
@@ -222,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-host", default=os.environ.get(contract.ENV_METRICS_HOST, "0.0.0.0"))
     parser.add_argument("--liveness", default=os.environ.get(contract.ENV_LIVENESS),
                         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
-    parser.add_argument("--workers", type=int, default=8, help="threads for the (blocking) handlers")
+    parser.add_argument("--workers", type=_threads, default=8,
+                        help="threads for the (blocking) handlers, and as many for the reconcile passes")
     parser.add_argument("--log-format", type=log_format, default=os.environ.get(contract.ENV_LOG_FORMAT, "json"),
                         help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT; `plain` is read as text)")
     parser.add_argument("--operator-key-file", default=os.environ.get(contract.ENV_OPERATOR_KEY_FILE),

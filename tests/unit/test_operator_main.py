@@ -57,6 +57,17 @@ def test_a_port_in_use_is_one_error_line_naming_the_flag_and_port(flag):
     assert "in use" in errors[0] and "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("value", ["0", "-2", "eight"])
+def test_a_bad_thread_count_is_a_usage_error_naming_the_flag(value):
+    """`--workers 0` reached the reconcile pass pool: a ValueError traceback from ThreadPoolExecutor."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env["KUBECONFIG"] = os.devnull  # (it must stop before reaching any cluster)
+    proc = subprocess.run([EXE, "--metrics-port", "0", "--workers", value], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "argument --workers:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_operator_and_controller_take_the_same_log_formats():
     """One list (`elastic_jax.logs.FORMATS`): the controller took json|text, the operator json|plain."""
     controller = shutil.which("elastic-jax-controller", path=str(Path(sys.executable).parent))
