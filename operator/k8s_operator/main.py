@@ -25,6 +25,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from elastic_jax import contract
+from elastic_jax.api import labels
 from elastic_jax.api.job import GROUP
 from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
@@ -110,7 +111,7 @@ class HandledMarkerDiffBase(kopf.AnnotationsDiffBaseStorage):
 def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = HandledMarkerDiffBase(prefix=GROUP, key="last-handled-configuration")
-    settings.persistence.finalizer = f"{GROUP}/operator"
+    settings.persistence.finalizer = labels.FINALIZER
     settings.posting.level = logging.WARNING
     # Events say who posted them: this operator, not the library ("From: kopf" in kubectl describe).
     settings.posting.reporting_component = REPORTING_COMPONENT
