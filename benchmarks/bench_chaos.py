@@ -340,6 +340,26 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, math.ceil(q * len(xs)) - 1)]
 
 
+ARMS = ("none", "elastic", "spare", "restart", "cluster-none", "cluster")
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Ends with a usage error naming the flag (exit 2) for an arm that does not exist (it was dropped
+    silently) or a count or time out of range (0 repeats ended in a StatisticsError traceback)."""
+    unknown = [a for a in args.arms.split(",") if a not in ARMS]
+    if unknown:
+        parser.error(f"--arms: unknown arm {', '.join(map(repr, unknown))} (one of {', '.join(ARMS)})")
+    for flag, value, least in (("--steps", args.steps, 1), ("--repeats", args.repeats, 1),
+                               ("--ckpt-interval", args.ckpt_interval, 1), ("--node-loss-tick", args.node_loss_tick, 0),
+                               ("--operator-kill-tick", args.operator_kill_tick, 0)):  # (ticks count from 0)
+        if value < least:
+            parser.error(f"{flag}: {value} is below {least}")
+    for flag, value in (("--period", args.period), ("--node-down", args.node_down),
+                        ("--operator-down", args.operator_down)):
+        if not (math.isfinite(value) and value > 0):
+            parser.error(f"{flag}: {value} is not a number of seconds > 0")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=600, help="N: steps of the job")
@@ -358,6 +378,7 @@ def main() -> None:
                         help="cluster arm: seconds before the operator is restarted")
     parser.add_argument("--keep", type=Path, help="write the arms' logs under this directory (kept) instead of a temporary one")
     args = parser.parse_args()
+    _check_args(parser, args)
     rng = random.Random(args.seed)
     chosen = {"none", *args.arms.split(",")}
     if "cluster" in chosen:

@@ -21,6 +21,7 @@ from e2e.helpers import wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
     ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
 )
+from elastic_jax.api import labels
 
 
 def _large_job(name: str, config_bytes: int) -> dict:
@@ -77,7 +78,7 @@ def test_a_job_whose_kubectl_copy_leaves_no_room_for_the_operators_annotations_s
     assert len(copy) > ANNOTATIONS_MAX_BYTES - OPERATOR_ANNOTATIONS_RESERVE_BYTES, len(copy)
 
     def finalized():
-        return "elasticjax.dev/operator" in (get_job(cluster, namespace, "big-edge")["metadata"].get("finalizers") or [])
+        return labels.FINALIZER in (get_job(cluster, namespace, "big-edge")["metadata"].get("finalizers") or [])
     wait_for(finalized, timeout_s=120, what="the operator's finalizer on big-edge", interval_s=0.5,
              explain=lambda: operator.log()[-3000:])
     result = cluster.kubectl("delete", "-n", namespace, "elastictrainingjob", "big-edge", "--wait=false", check=False)

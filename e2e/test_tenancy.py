@@ -21,9 +21,11 @@ from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
     OperatorProcess, ejob_crd, example_manifest, get_job, job_children, job_events, operator, operator_kubeconfig,
     wait_phase,
 )
+from elastic_jax.api import labels
+from elastic_jax.k8s_operator import claims
 
-FINALIZER = "elasticjax.dev/operator"
-CLAIM = "elasticjax.dev/claimed-by"
+FINALIZER = labels.FINALIZER
+CLAIM = claims.CLAIM_ANNOTATION
 
 
 def _free_port() -> int:

@@ -38,6 +38,10 @@ PATHWAYS_HEAD = f"{GROUP}/pathways-head"
 # JobSet annotation: one replicated job per node pool (TPU slice exclusivity).
 JOBSET_EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 
+# Finalizer on the ElasticTrainingJob itself (kopf's, named by the operator): removed once the operator's
+# timer for the job stopped; a job that keeps it past its delete waits for a running operator.
+FINALIZER = f"{GROUP}/operator"
+
 # Key in the job's Secret holding the control-API bearer token.
 TOKEN_KEY = "token"
 # Key in the job's ConfigMap holding the whole ElasticTrainingJob manifest.

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from elastic_jax.api.job import ElasticTrainingJob, as_written_problem
 
@@ -322,8 +322,3 @@ def load_manifest(path: str | Path, *, as_written: bool = False) -> ElasticTrain
     if len(docs) != 1:
         raise ManifestError(f"{path}: expected exactly one YAML document, found {len(docs)}")
     return parse_manifest(docs[0], str(path), as_written=as_written)
-
-
-def dump_model(model: BaseModel) -> str:
-    """The camelCase YAML of a model (for passing a spec to a child process)."""
-    return dump_yaml(model.model_dump(mode="json", by_alias=True, exclude_none=True))

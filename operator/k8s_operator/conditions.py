@@ -113,6 +113,13 @@ REASON_CONTROLLER_ANSWERING = "ControllerAnswering"  # False again: a good answe
 # status long poll, slice reports) has been answered for `tracker.UNRESPONSIVE_GRACE_S`, the last ones failing
 # with no HTTP answer (a timeout, a refused or reset connection): a frozen (SIGSTOPped) or wedged process,
 # seen well before its livenessProbe ends it. The message names how long and the last error. False (reason
-# REASON_CONTROLLER_ANSWERING) once it answers again. A controller still starting is not this.
+# REASON_CONTROLLER_ANSWERING) once it answers again, or REASON_CONTROLLER_GONE once another controller pod (or
+# none) is the current one, or when the job is suspended or finishes (both conditions: `JOB_STOPPED`). A
+# controller still starting is not this.
 COND_CONTROLLER_UNRESPONSIVE = "ControllerUnresponsive"
 REASON_CONTROLLER_NOT_ANSWERING = "ControllerNotAnswering"
+REASON_CONTROLLER_GONE = "ControllerGone"  # False: the controller it was about is not the current one, or none runs
+# (reason, Event message) of a controller-answer condition that turns False because a good answer came.
+ANSWERED_AGAIN = (REASON_CONTROLLER_ANSWERING, "the controller answers again")
+# ... because the job was suspended or finished: its controller is stopped, nothing is asked of it any more.
+JOB_STOPPED = (REASON_CONTROLLER_GONE, "the job is suspended or finished: its controller is no longer asked")

@@ -62,17 +62,15 @@ class ControllerLink:
         self._report_retries: int | None = None
         self._poll_due = False
         self._closed = False
-        self._threads = [self._start(f"controller-link {name}", self._run_reports),
-                         self._start(f"controller-watch {name}", self._run_watch)]
+        self._start(f"controller-link {name}", self._run_reports)
+        self._start(f"controller-watch {name}", self._run_watch)
 
     @staticmethod
-    def _start(name: str, target: Callable[[], None]) -> threading.Thread:
+    def _start(name: str, target: Callable[[], None]) -> None:
         # In a copy of the creator's context: kopf.event finds kopf's event queue through context
         # variables, which a plain thread does not have (the link posts ControllerNotified).
         context = contextvars.copy_context()
-        thread = threading.Thread(target=context.run, args=(target,), name=name, daemon=True)
-        thread.start()
-        return thread
+        threading.Thread(target=context.run, args=(target,), name=name, daemon=True).start()
 
     def request(self, report_retries: int | None = None, poll: bool = False) -> None:
         """Asks for the reports due (`report_retries`: retries per report; None: no reports) and/or a poll now.

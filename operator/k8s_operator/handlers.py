@@ -747,6 +747,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         observed.whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
         observed.answer_fault = tracker.answer_fault_message(time.monotonic())
         observed.unresponsive = tracker.unresponsive_message(time.monotonic())
+        observed.unresponsive_ended = tracker.unresponsive_ended()
     decision = decide_status(observed)
     applier.apply(decision.effects)
     if decision.written is None:
@@ -830,17 +831,20 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
 
     A slice the tracker never saw change (still the initial Provisioning, or
     any state after an operator restart) has no time of its own: it keeps the
-    previous status's time when the state is the same, else it takes `now`,
-    remembered so the next pass writes the same.
+    previous status's time when the state is the same, else it takes `now`;
+    the next pass finds that time in `previous` (a pass waits for its last
+    status write to come back, `JobState.body_behind`). A pure read: the
+    tracker is not changed.
     """
     before = {s.index: s for s in previous}
     out = []
     with tracker.lock:
         for t in tracker.slices:
-            if not t.since:
+            since = t.since
+            if not since:
                 prev = before.get(t.index)
                 same = prev is not None and prev.state == t.state and prev.last_transition_time
-                t.since = prev.last_transition_time if same else now
+                since = prev.last_transition_time if same else now
             reason = t.reason
             if (tracker.suspended or tracker.finished) and t.state in ("Down", "Draining"):
                 # the operator stopped these workers: "exit code 143" would read as a failure
@@ -848,5 +852,5 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
             out.append(SliceStatusEntry(index=t.index, state=t.state,
                                         restarts=restarts[t.index] if t.index < len(restarts) else 0,
                                         pods=list(t.pods), addresses=list(t.addresses), reason=reason,
-                                        last_transition_time=t.since))
+                                        last_transition_time=since))
     return out

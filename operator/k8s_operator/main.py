@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import logging
+import math
 import os
 import socket
 import sys
@@ -24,24 +25,56 @@ import kopf
 from prometheus_client import start_http_server
 
 from elastic_jax import contract
+from elastic_jax.api import labels
 from elastic_jax.api.job import GROUP
 from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
 from elastic_jax.logs import FORMATS, log_format
 
 
-def _non_negative(text: str) -> float:
-    """argparse type: seconds >= 0.
+# Seconds from the start of kopf's stop (SIGTERM) to the process's exit at the latest, by default
+# (`--stop-deadline-seconds`): far under a pod's default 30 s termination grace; a reconcile pass in flight
+# normally ends well within it. (kopf itself cancels the tasks still running 5 s after its root tasks
+# end, so a stop that only waits on the API server ends there.)
+STOP_DEADLINE_S = 6.0
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds from `text`.
 
     Raises:
-      argparse.ArgumentTypeError: not a number, or negative.
+      argparse.ArgumentTypeError: not a number, NaN or infinite.
     """
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value < 0 or value != value:
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    """argparse type: seconds >= 0.
+
+    Raises:
+      argparse.ArgumentTypeError: not a finite number, or negative.
+    """
+    value = _seconds(text)
+    if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0 (0 turns node-loss handling off)")
+    return value
+
+
+def _positive(text: str) -> float:
+    """argparse type: seconds > 0.
+
+    Raises:
+      argparse.ArgumentTypeError: not a finite number, or not above 0.
+    """
+    value = _seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
     return value
 
 
@@ -78,7 +111,7 @@ class HandledMarkerDiffBase(kopf.AnnotationsDiffBaseStorage):
 def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = HandledMarkerDiffBase(prefix=GROUP, key="last-handled-configuration")
-    settings.persistence.finalizer = f"{GROUP}/operator"
+    settings.persistence.finalizer = labels.FINALIZER
     settings.posting.level = logging.WARNING
     # Events say who posted them: this operator, not the library ("From: kopf" in kubectl describe).
     settings.posting.reporting_component = REPORTING_COMPONENT
@@ -112,6 +145,21 @@ def _use_product_log_schema(log_format: str, quiet_timers: bool = True) -> None:
         handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
         if quiet_timers:
             handler.addFilter(TimerSuccessFilter())
+
+
+def _threads(text: str) -> int:
+    """argparse type: a number of threads, >= 1.
+
+    Raises:
+      argparse.ArgumentTypeError: not an integer, or below 1 (a pool of 0 threads is refused by Python).
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of threads") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be >= 1")
+    return value
 
 
 def _port(text: str) -> int:
@@ -190,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metrics-host", default=os.environ.get(contract.ENV_METRICS_HOST, "0.0.0.0"))
     parser.add_argument("--liveness", default=os.environ.get(contract.ENV_LIVENESS),
                         help="kopf liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
-    parser.add_argument("--workers", type=int, default=8, help="threads for the (blocking) handlers")
+    parser.add_argument("--workers", type=_threads, default=8,
+                        help="threads for the (blocking) handlers, and as many for the reconcile passes")
     parser.add_argument("--log-format", type=log_format, default=os.environ.get(contract.ENV_LOG_FORMAT, "json"),
                         help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT; `plain` is read as text)")
     parser.add_argument("--operator-key-file", default=os.environ.get(contract.ENV_OPERATOR_KEY_FILE),
@@ -211,16 +260,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="namespace/name of ServiceAccounts whose API token a job may mount "
                              "(spec.controller.automountServiceAccountToken); default: none")
     parser.add_argument("--allowed-priority-classes",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_PRIORITY_CLASSES", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_PRIORITY_CLASSES, ""),
                         help="PriorityClass names jobs may set in spec.priorityClassName (comma-separated; '*': "
                              "any); default: none")
     parser.add_argument("--allowed-toleration-keys",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_TOLERATION_KEYS", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_TOLERATION_KEYS, ""),
                         help="taint keys jobs may tolerate in spec.controller/worker.tolerations besides "
                              "google.com/tpu (comma-separated; '*': any, also a toleration without a key); "
                              "default: google.com/tpu only")
     parser.add_argument("--allowed-image-pull-secrets",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_IMAGE_PULL_SECRETS", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_IMAGE_PULL_SECRETS, ""),
                         help="namespace/name (or namespace/*) of Secrets jobs in that namespace may name in "
                              "spec.imagePullSecrets (comma-separated); default: none")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
@@ -233,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="this operator's name in job claims (annotation elasticjax.dev/claimed-by): a job "
                              "another identity claimed is left alone; the chart sets <release namespace>/<release "
                              "name> (env ELASTIC_JAX_OPERATOR_IDENTITY)")
+    parser.add_argument("--stop-deadline-seconds", type=_positive,
+                        default=os.environ.get(contract.ENV_STOP_DEADLINE_SECONDS, str(STOP_DEADLINE_S)),
+                        help="seconds from SIGTERM to the process's exit at the latest, if kopf's own stop has "
+                             "not ended by then (exit 0 and one line on stderr; every pass is idempotent); keep it "
+                             f"under the pod's termination grace; default {STOP_DEADLINE_S:g} "
+                             "(env ELASTIC_JAX_STOP_DEADLINE_SECONDS)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     cpu_listen.LISTEN_ADDRESS = cpu_listen.LISTEN_ADDRESSES[args.pod_listen_address]
@@ -278,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         # while it still discovers the cluster's resources left its observer retrying over a closed
         # connection, re-authenticating with a vault that was stopping (seen in a CI run: 10 s and no
         # exit). Every pass is idempotent and the operator survives a SIGKILL, so past a bound it ends.
-        threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S,), name="stop-deadline", daemon=True).start()
+        threading.Thread(target=_exit_after, args=(args.stop_deadline_seconds,), name="stop-deadline",
+                         daemon=True).start()
 
     try:
         key = tokens.load_key(args.operator_key_file)
@@ -305,10 +361,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0  # (not reached)
 
 
-# Seconds from the start of kopf's stop (SIGTERM) to the process's exit at the latest: under the 10 s a
-# Deployment rollout's tests allow and far under a pod's default 30 s termination grace; a reconcile pass
-# in flight normally ends well within it.
-STOP_DEADLINE_S = 6.0
 
 
 def _exit_after(seconds: float) -> None:
@@ -316,7 +368,7 @@ def _exit_after(seconds: float) -> None:
     threading.Event().wait(seconds)
     # No logging here: a hung stop may be a thread holding a log handler's lock (logging.shutdown waits on it).
     try:
-        os.write(2, f"kopf did not finish stopping within {seconds:.0f} s of SIGTERM: exiting\n".encode())
+        os.write(2, f"kopf did not finish stopping within {seconds:g} s of SIGTERM: exiting\n".encode())
     finally:
         os._exit(0)
 

@@ -9,9 +9,9 @@ from elastic_jax import contract
 from elastic_jax.api import status as st
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.k8s_operator.conditions import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTROLLER_UNRESPONSIVE,
-                                                 REASON_CONTROLLER_ANSWER_INVALID, REASON_CONTROLLER_NOT_ANSWERING,
-                                                 REASON_CONTROLLER_ANSWERING, derive_phase, get_condition,
+from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER_ANSWERS_REFUSED,
+                                                 COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_ANSWER_INVALID,
+                                                 REASON_CONTROLLER_NOT_ANSWERING, derive_phase, get_condition,
                                                  set_condition)
 from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
 
@@ -392,9 +392,10 @@ def with_node_loss(conditions: list[st.Condition], force_deleted: list[str], rec
 
 def _with_answer_condition(conditions: list[st.Condition], type_: str, true_reason: str, fault: str | None,
                            generation: int, now: str, warn_on_change: bool,
+                           ended: tuple[str, str] = ANSWERED_AGAIN,
                            ) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
     """`conditions` with the controller-answer condition `type_` True (`true_reason`, message `fault`) or, once
-    `fault` is None after True, False (reason ControllerAnswering), and the Events due: a Warning when it turns
+    `fault` is None after True, False (`ended`: reason and message), and the Events due: a Warning when it turns
     True (and, with `warn_on_change`, when its message changes), a Normal when it turns False. Never written
     for a job whose controller never erred."""
     previous = get_condition(conditions, type_)
@@ -402,8 +403,9 @@ def _with_answer_condition(conditions: list[st.Condition], type_: str, true_reas
     if fault is None:
         if not was_true:
             return conditions, []
-        return (set_condition(conditions, type_, "False", REASON_CONTROLLER_ANSWERING, "", generation, now),
-                [("Normal", REASON_CONTROLLER_ANSWERING, f"the controller answers again (was: {previous.message})"[:1000])])
+        reason, message = ended
+        return (set_condition(conditions, type_, "False", reason, "", generation, now),
+                [("Normal", reason, f"{message} (was: {previous.message})"[:1000])])
     events = []
     if not was_true or (warn_on_change and previous.message != fault):
         events.append(("Warning", true_reason, fault[:1000]))
@@ -411,7 +413,8 @@ def _with_answer_condition(conditions: list[st.Condition], type_: str, true_reas
 
 
 def with_controller_answers(conditions: list[st.Condition], fault: str | None, generation: int,
-                            now: str) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
+                            now: str, ended: tuple[str, str] = ANSWERED_AGAIN,
+                            ) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
     """`conditions` with ControllerAnswersRefused set from this pass, and the Events due.
 
     Args:
@@ -419,29 +422,34 @@ def with_controller_answers(conditions: list[st.Condition], fault: str | None, g
       fault: `JobTracker.answer_fault_message` (None: the answers are good, or the controller is
         starting or gone).
       generation, now: as for `set_condition`.
+      ended: (reason, message) of the False it turns to (`ANSWERED_AGAIN`, or `JOB_STOPPED` for a job
+        that no longer runs).
 
     Returns:
       True (reason ControllerAnswerInvalid, the message naming why) with one Warning Event when it
-      starts or the message's cause changes; False (reason ControllerAnswering) with a Normal Event
-      once the answers are good again. Never written for a job whose controller never erred.
+      starts or the message's cause changes; False (reason ControllerAnswering, or `ended`'s) with a
+      Normal Event once the answers are good again. Never written for a job whose controller never erred.
     """
     return _with_answer_condition(conditions, COND_CONTROLLER_ANSWERS_REFUSED, REASON_CONTROLLER_ANSWER_INVALID,
-                                  fault, generation, now, warn_on_change=True)
+                                  fault, generation, now, warn_on_change=True, ended=ended)
 
 
 def with_controller_unresponsive(conditions: list[st.Condition], unresponsive: str | None, generation: int,
-                                 now: str) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
+                                 now: str, ended: tuple[str, str] = ANSWERED_AGAIN,
+                                 ) -> tuple[list[st.Condition], list[tuple[str, str, str]]]:
     """`conditions` with ControllerUnresponsive set from this pass, and the Events due.
 
     Args:
       conditions: the new status's conditions.
       unresponsive: `JobTracker.unresponsive_message` (None: the controller answers, is starting, or is gone).
       generation, now: as for `set_condition`.
+      ended: `JobTracker.unresponsive_ended`: how the spell ended, when it did.
 
     Returns:
       True (reason ControllerNotAnswering, the message naming how long and the last error; it is rewritten
-      as that grows) with one Warning Event when it turns True; False (reason ControllerAnswering) with a
-      Normal Event once it answers again. Never written for a job whose controller always answered.
+      as that grows) with one Warning Event when it turns True; False (reason ControllerAnswering once it
+      answers again, ControllerGone once another controller pod or none is the current one) with a Normal
+      Event. Never written for a job whose controller always answered.
     """
     return _with_answer_condition(conditions, COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_NOT_ANSWERING,
-                                  unresponsive, generation, now, warn_on_change=False)
+                                  unresponsive, generation, now, warn_on_change=False, ended=ended)

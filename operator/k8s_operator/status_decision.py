@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from elastic_jax.api.status import COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, ElasticTrainingJobStatus
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
-from elastic_jax.k8s_operator.conditions import get_condition, set_condition
+from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, JOB_STOPPED, get_condition, set_condition
 from elastic_jax.k8s_operator.effects import (REASON_PHASE_CHANGED, CountGoodput, DeleteJob, Effect, PatchStatus,
                                               PostEvent, invalid_child_effects, refusal_event)
 from elastic_jax.k8s_operator.head_status import with_resource_manager
@@ -69,6 +69,7 @@ class StatusObserved:
       whole: every slice Ready and the controller Ready (the NodeLost condition clears).
       answer_fault: why the controller's answers are not used (`JobTracker.answer_fault_message`), or None.
       unresponsive: why the running controller counts as unresponsive (`JobTracker.unresponsive_message`), or None.
+      unresponsive_ended: (reason, message) of how the last unresponsive spell ended (`JobTracker.unresponsive_ended`).
     """
 
     inputs: Inputs
@@ -85,6 +86,7 @@ class StatusObserved:
     whole: bool = False
     answer_fault: str | None = None
     unresponsive: str | None = None
+    unresponsive_ended: tuple[str, str] = ANSWERED_AGAIN
 
     @property
     def running(self) -> bool:
@@ -129,7 +131,7 @@ def decide_status(o: StatusObserved) -> StatusDecision:
         new.conditions, node_events = with_node_loss(new.conditions, o.node_lost_messages, o.whole, generation, now)
         new.conditions, answer_events = with_controller_answers(new.conditions, o.answer_fault, generation, now)
         new.conditions, unresponsive_events = with_controller_unresponsive(new.conditions, o.unresponsive,
-                                                                           generation, now)
+                                                                           generation, now, o.unresponsive_ended)
         answer_events += unresponsive_events
         head_events: list[tuple[str, str, str]] = []
         if job.spec.backend == "pathways":
@@ -139,6 +141,13 @@ def decide_status(o: StatusObserved) -> StatusDecision:
                 new.conditions, head, pathways_backend.RM_PORT,
                 pathways_backend.RM_STARTUP_PERIOD_S * pathways_backend.RM_STARTUP_FAILURES, generation, now)
         out += [PostEvent(*e) for e in fault_events + node_events + answer_events + head_events]
+    else:
+        # (a controller that did not answer, or answered wrongly, is no news once the job stops: neither
+        # condition stays True on a Suspended or finished job)
+        new.conditions, answer_events = with_controller_answers(new.conditions, None, generation, now, JOB_STOPPED)
+        new.conditions, unresponsive_events = with_controller_unresponsive(new.conditions, None, generation, now,
+                                                                           JOB_STOPPED)
+        out += [PostEvent(*e) for e in answer_events + unresponsive_events]
     out += [PostEvent(*e) for e in resume_events(i.previous.resumed_from, new.resumed_from)]
     if new.phase != o.status.get("phase"):
         out.append(PostEvent("Normal", REASON_PHASE_CHANGED, f"{o.status.get('phase') or 'New'} -> {new.phase}"))

@@ -32,7 +32,7 @@ from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import SliceState
 from elastic_jax.k8s_operator import metrics, names
-from elastic_jax.k8s_operator.conditions import now_rfc3339
+from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, REASON_CONTROLLER_GONE, now_rfc3339
 from elastic_jax.k8s_operator.controller_link import ControllerLink
 from elastic_jax.k8s_operator.slices import PodView, group_by_slice, next_slice_state, observe_slice
 from elastic_jax.supervision.slice_state import controller_saw_down, is_loss, next_generation
@@ -115,6 +115,9 @@ class JobTracker:
         self.unanswered: tuple[str, float] | None = None
         self._answered_at = 0.0  # monotonic time of the current controller's last answer (status or report)
         self._unresponsive_logged = False  # the unresponsive warning was logged for the current `unanswered`
+        # (reason, message) of how the last `unanswered` ended: it answered, or it is not the current controller
+        # any more (`unresponsive_ended`).
+        self._unanswered_end = ANSWERED_AGAIN
         self._events: EventSink | None = None  # the sink the link's reports post to (the latest `sync`'s)
         self.link = ControllerLink(name, self._link_report, self.poll_status) if background else None
         self.finished = False
@@ -209,6 +212,10 @@ class JobTracker:
                 self.client.close()
             self.client = None
             self.controller_uid = uid
+            if self.unanswered is not None:
+                now = f"controller pod {pod.name} is" if uid else "no controller pod is running"
+                self._unanswered_end = (REASON_CONTROLLER_GONE, f"the controller that did not answer is gone ({now} "
+                                                                "the current one)")
             self.last_status = self.answer_fault = self.unanswered = None
             self._unresponsive_logged = False
             if not self._answer_fresh:
@@ -279,6 +286,8 @@ class JobTracker:
     def _answered(self) -> None:
         """Records an answer of the current controller: it is responsive again. Call with the lock."""
         self._answered_at = time.monotonic()
+        if self.unanswered is not None:
+            self._unanswered_end = ANSWERED_AGAIN
         if self.unanswered is not None and self._unresponsive_logged:
             _logger.info("controller answers again after %.0f s without an answer",
                          self._answered_at - self.unanswered[1], extra={"job": self.name})
@@ -307,6 +316,13 @@ class JobTracker:
             return None
         return (f"the controller's answers have been refused for over {ANSWER_FAULT_GRACE_S:.0f} s, so its status "
                 f"and slice reports are not used: {fault[0]}")
+
+    def unresponsive_ended(self) -> tuple[str, str]:
+        """(reason, message) of how the controller's last unresponsive spell ended: REASON_CONTROLLER_ANSWERING
+        when it answered again, REASON_CONTROLLER_GONE when another controller pod (or none) became the current
+        one. What clears condition ControllerUnresponsive says (`status_builder.with_controller_unresponsive`)."""
+        with self.lock:
+            return self._unanswered_end
 
     def unresponsive_message(self, now: float) -> str | None:
         """Why the current controller counts as unresponsive, once it went UNRESPONSIVE_GRACE_S without

@@ -8,43 +8,13 @@ test's own timeout ends it).
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import pytest
 from kubernetes.client import ApiClient, Configuration
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
 from elastic_jax.k8s_operator import kube as kube_module
 from elastic_jax.k8s_operator.kube import Kube
-
-
-class SilentServer:
-    """Listens on 127.0.0.1, accepts every connection, reads nothing, answers nothing."""
-
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.listener.settimeout(0.1)  # accept() wakes to see stop(): closing a socket does not wake it
-        self.stopping = threading.Event()
-        self.accepted: list[socket.socket] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                conn, _ = self.listener.accept()
-            except TimeoutError:
-                continue
-            self.accepted.append(conn)
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.thread.join()
-        self.listener.close()
-        for conn in self.accepted:
-            conn.close()
+from tests.support.silent_server import SilentServer
 
 
 @pytest.fixture

@@ -200,8 +200,11 @@ def _in_context(path: str, included: set[str]) -> bool:
     return any(path == i or path.startswith(i + "/") for i in included)
 
 
-@pytest.mark.parametrize("image", [*(ROOT / i.dockerfile for i in IMAGES), ROOT / "controller_image/Dockerfile.maxtext"],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+MAXTEXT_DOCKERFILE = ROOT / "controller_image" / "Dockerfile.maxtext"
+ALL_DOCKERFILES = [*(ROOT / i.dockerfile for i in IMAGES), MAXTEXT_DOCKERFILE]
+
+
+@pytest.mark.parametrize("image", ALL_DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_build_context_holds_every_package_folder(image):
     # setuptools maps folders from several design-card directories into one
     # import root; the project step installs from the build context bind-mounted,
@@ -255,8 +258,6 @@ def test_pathways_images_are_pinned_to_the_jax_in_constraints():
 
 # -- the MaxText variant of the controller image (opt-in, not built by CI) --------------------------------------
 
-MAXTEXT_DOCKERFILE = ROOT / "controller_image" / "Dockerfile.maxtext"
-
 
 def test_maxtext_variant_is_hadolint_clean():
     proc = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "style", str(MAXTEXT_DOCKERFILE)],
@@ -297,9 +298,6 @@ def test_maxtext_constraints_pin_the_jax_of_the_example_and_agree_with_pyproject
 
 
 # -- images/build.sh: the build steps every Dockerfile shares (issue 11) ----------------------------------------
-
-ALL_DOCKERFILES = [*(ROOT / i.dockerfile for i in IMAGES), MAXTEXT_DOCKERFILE]
-
 
 @pytest.mark.parametrize("path", ALL_DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_dockerfile_runs_the_shared_build_steps(path):

@@ -255,3 +255,35 @@ def test_an_unresponsive_controller_is_a_condition_with_one_warning_then_a_norma
     assert "40 s" in cond(d.written)["message"] and events(d) == [], "one Warning while it lasts"
     d = decide_status(_status_observed(dict(d.written)))
     assert cond(d.written)["status"] == "False" and events(d) == [("Normal", REASON_CONTROLLER_ANSWERING)]
+
+
+def test_an_unresponsive_controller_that_was_replaced_is_not_said_to_answer_again():
+    from elastic_jax.k8s_operator.conditions import COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_GONE
+
+    d = decide_status(_status_observed({"phase": "Running"}, unresponsive="not answered for 21 s; last error: x"))
+    gone = (REASON_CONTROLLER_GONE, "the controller that did not answer is gone (controller pod c-1 is the current one)")
+    d = decide_status(_status_observed(dict(d.written), unresponsive_ended=gone))
+    [c] = [c for c in d.written["conditions"] if c["type"] == COND_CONTROLLER_UNRESPONSIVE]
+    assert (c["status"], c["reason"]) == ("False", REASON_CONTROLLER_GONE)
+    [e] = [e for e in d.effects if isinstance(e, PostEvent) and e.reason == REASON_CONTROLLER_GONE]
+    assert e.type == "Normal" and e.message.startswith(gone[1]) and "answers again" not in e.message
+
+
+def test_a_suspended_or_finished_job_does_not_keep_saying_its_controller_does_not_answer():
+    """Both controller-answer conditions were only updated while the job runs: a job suspended (or finished)
+    while its controller was frozen kept `ControllerUnresponsive` True, "the controller pod runs but ...",
+    for as long as it stayed suspended."""
+    from elastic_jax.k8s_operator.conditions import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTROLLER_UNRESPONSIVE,
+                                                      REASON_CONTROLLER_GONE)
+
+    d = decide_status(_status_observed({"phase": "Running"}, unresponsive="not answered for 21 s; last error: x",
+                                       answer_fault="answers refused: malformed answer"))
+    assert {c["type"]: c["status"] for c in d.written["conditions"]}[COND_CONTROLLER_UNRESPONSIVE] == "True"
+    d = decide_status(_status_observed(dict(d.written), finish=("Succeeded", "trained 10 steps")))
+    conds = {c["type"]: c for c in d.written["conditions"]}
+    for type_ in (COND_CONTROLLER_UNRESPONSIVE, COND_CONTROLLER_ANSWERS_REFUSED):
+        assert (conds[type_]["status"], conds[type_]["reason"]) == ("False", REASON_CONTROLLER_GONE), conds[type_]
+    gone = [e for e in d.effects if isinstance(e, PostEvent) and e.reason == REASON_CONTROLLER_GONE]
+    assert [e.type for e in gone] == ["Normal", "Normal"] and all("suspended or finished" in e.message for e in gone)
+    again = decide_status(_status_observed(dict(d.written), finish=("Succeeded", "trained 10 steps")))
+    assert not [e for e in again.effects if isinstance(e, PostEvent) and e.reason == REASON_CONTROLLER_GONE]

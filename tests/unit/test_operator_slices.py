@@ -269,3 +269,28 @@ def test_a_controller_refusing_the_operators_token_is_recorded_for_a_condition()
     t.slices[0].acked = None
     t.sync([_pod("w-0")], lambda *e: None)
     assert t.token_refused is None
+
+
+def test_building_slice_status_is_a_pure_read_of_the_tracker():
+    """`slice_status` wrote the time it chose into the tracker (`SliceTrack.since`) while building status:
+    a status that is built and then not written (a pass that ends early, a failed patch) changed the
+    operator's state anyway. The time of a slice the tracker never saw change comes from the previous
+    status, which the next pass reads."""
+    import dataclasses
+
+    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator.tracker import JobTracker
+
+    t = JobTracker("ns", "j", 2, 1)
+    before = [dataclasses.replace(s) for s in t.slices]
+    first = handlers.slice_status(t, [0, 0], [], "2030-01-01T00:00:00Z")
+    assert t.slices == before  # nothing written into the tracker
+    assert [e.last_transition_time for e in first] == ["2030-01-01T00:00:00Z"] * 2
+    # the next pass reads what the first wrote: the same time, not its own `now`
+    again = handlers.slice_status(t, [0, 0], first, "2030-01-01T00:05:00Z")
+    assert [e.last_transition_time for e in again] == ["2030-01-01T00:00:00Z"] * 2
+    # a state the tracker saw change has its own time, whatever the previous status says
+    t.sync([_pod("w-0")], lambda *e: None)
+    changed = handlers.slice_status(t, [0, 0], first, "2030-01-01T00:05:00Z")
+    assert changed[0].state == "Ready" and changed[0].last_transition_time == t.slices[0].since != ""
+    assert changed[1].last_transition_time == "2030-01-01T00:00:00Z"

@@ -191,6 +191,28 @@ def test_a_controller_that_answered_then_stops_answering_is_unresponsive_after_t
     assert t.unresponsive_message(time.monotonic() + grace + 1) is None
 
 
+def test_an_unresponsive_spell_ends_as_answered_or_as_its_controller_gone():
+    """The condition's clearing said "the controller answers again" also when the frozen controller had been
+    replaced (its pod deleted, a new one started) and nothing had answered."""
+    from elastic_jax.k8s_operator.conditions import REASON_CONTROLLER_ANSWERING, REASON_CONTROLLER_GONE
+
+    t, clients = _tracker()
+    t.set_controller(_ctrl("u1"))
+    assert t.poll_status() is not None
+    clients[0].down = True
+    assert t.poll_status() is None  # unanswered
+    clients[0].down = False
+    assert t.poll_status() is not None
+    assert t.unresponsive_ended()[0] == REASON_CONTROLLER_ANSWERING
+    clients[0].down = True
+    assert t.poll_status() is None  # unanswered again, then the pod is replaced
+    t.set_controller(_ctrl("u2"))
+    reason, message = t.unresponsive_ended()
+    assert reason == REASON_CONTROLLER_GONE and "controller pod c-u2 is the current one" in message, message
+    assert t.poll_status() is not None  # the new controller's answer is not the old one answering again
+    assert t.unresponsive_ended()[0] == REASON_CONTROLLER_GONE
+
+
 def test_a_controller_that_never_answered_is_starting_not_unresponsive():
     import time
 
