@@ -737,7 +737,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                       controller=None if finished else ctrl, controller_pod=controller_pod,
                       controller_restarts=restarts, slice_replacements=replacements, recoveries=recoveries,
                       counter_base=counter_base, finish=plan.finish, rejected_fields=rejected, now=now,
-                      goodput=job_goodput),
+                      goodput=job_goodput, suspend_waits_for=plan.suspend_waits_for),
         status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
         current=current, controller_created_now=plan.create_controller is not None,
         node_lost_messages=node_lost_messages)
