@@ -726,7 +726,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         # pod start their own counts at 0)
         counts = counters.carry(previous, job.spec.slices.total, tracker.answer_uid if ctrl is not None else "",
                                 None if finished else counters.controller_recoveries(ctrl), jobsets,
-                                None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl))
+                                None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl),
+                                js.unwritten_goodput)
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
         job_goodput = counts.goodput
@@ -748,6 +749,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         observed.answer_fault = tracker.answer_fault_message(time.monotonic())
         observed.unresponsive = tracker.unresponsive_message(time.monotonic())
     decision = decide_status(observed)
+    js.unwritten_goodput = goodput_ledger.newest(decision.unwritten_goodput, js.unwritten_goodput)
     applier.apply(decision.effects)
     if decision.written is None:
         return  # the worker pods' template was refused as invalid: the job failed (`MarkFinished` applied)
