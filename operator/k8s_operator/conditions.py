@@ -71,7 +71,7 @@ def derive_phase(
       active_slices: slices in the controller's training mesh.
       desired_slices: spec.slices.count.
       trained: this controller has completed a step (beyond the one it resumed from).
-      stopping: with `suspended`, a controller container still runs (`reconcile.suspend_waits_for`): it may
+      stopping: with `suspended`, a controller container still runs (`reconcile.Plan.suspend_waits_for`): it may
         still make a step before it checkpoints and exits.
 
     Returns:
