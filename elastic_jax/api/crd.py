@@ -46,7 +46,7 @@ _DROP = {"title"}
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
-     "description": "Pending, Running, Degraded, Recovering, Suspended, Succeeded or Failed."},
+     "description": ElasticTrainingJobStatus.model_fields["phase"].description},
     {"name": "Step", "type": "integer", "jsonPath": ".status.step", "description": "Optimizer steps completed."},
     {"name": "Active", "type": "integer", "jsonPath": ".status.activeSlices", "description": "Slices training now."},
     {"name": "Desired", "type": "integer", "jsonPath": ".spec.slices.count", "description": "spec.slices.count."},

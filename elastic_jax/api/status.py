@@ -14,7 +14,9 @@ from pydantic import Field, ValidationError
 
 from elastic_jax.api.job import _Model
 
-Phase = Literal["Pending", "Running", "Degraded", "Recovering", "Suspended", "Succeeded", "Failed"]
+# Suspending: spec.suspend is set and a controller container still runs (it ends its step, checkpoints and
+# exits; its workers are kept for it); Suspended once it has terminated.
+Phase = Literal["Pending", "Running", "Degraded", "Recovering", "Suspending", "Suspended", "Succeeded", "Failed"]
 # Provisioning: pods not all up yet (never Ready). Ready: every host Running and Ready.
 # Down: lost after being Ready (a pod failed, vanished or is being replaced). Draining:
 # a Ready pod got a deletion timestamp (preemption, drain); Down follows.
@@ -60,6 +62,8 @@ REASON_SUSPENDED = "Suspended"
 # Suspended, and spec.checkpoint.uri is local to the controller pod: a resume starts again from step 0.
 REASON_SUSPENDED_WITHOUT_CHECKPOINT = "SuspendedWithoutCheckpoint"
 REASON_NOT_SUSPENDED = "NotSuspended"
+# False while spec.suspend waits for the controller container to stop (phase Suspending); the message names the pod.
+REASON_SUSPENDING = "Suspending"
 # SpecChangeRejected
 REASON_IMMUTABLE_WHILE_RUNNING = "ImmutableWhileRunning"
 REASON_SPEC_APPLIED = "SpecApplied"
@@ -199,7 +203,8 @@ class CounterBase(_Model):
 class ElasticTrainingJobStatus(_Model):
     """Observed state of an elastic training job."""
 
-    phase: Phase = Field(default="Pending", description="Pending, Running, Degraded, Recovering, Suspended, Succeeded or Failed.")
+    phase: Phase = Field(default="Pending", description="Pending, Running, Degraded, Recovering, Suspending (the "
+                                                        "controller still stopping), Suspended, Succeeded or Failed.")
     observed_generation: int = Field(default=0, description="metadata.generation last reconciled.")
     conditions: list[Condition] = Field(default_factory=list, description="Kubernetes-style conditions.")
     desired_slices: int = Field(default=0, description="spec.slices.count.")

@@ -59,6 +59,7 @@ def derive_phase(
     active_slices: int,
     desired_slices: int,
     trained: bool = True,
+    stopping: bool = False,
 ) -> Phase:
     """The job's phase from what the operator observed.
 
@@ -70,9 +71,12 @@ def derive_phase(
       active_slices: slices in the controller's training mesh.
       desired_slices: spec.slices.count.
       trained: this controller has completed a step (beyond the one it resumed from).
+      stopping: with `suspended`, a controller container still runs (`reconcile.Plan.suspend_waits_for`): it may
+        still make a step before it checkpoints and exits.
 
     Returns:
-      Succeeded/Failed when finished; Suspended; Pending until the controller
+      Succeeded/Failed when finished; Suspending while a suspended job's controller still runs, then
+      Suspended; Pending until the controller
       trains (also while it waits at start for slices still coming up, some
       Ready and some not: a pool added late); Recovering while a lost slice is
       being handled, or the controller waits for slices after it trained;
@@ -81,7 +85,7 @@ def derive_phase(
     if finished:
         return finished  # type: ignore[return-value]
     if suspended:
-        return "Suspended"
+        return "Suspending" if stopping else "Suspended"
     lost = any(s in ("Down", "Draining") for s in slice_states)
     waiting = controller_phase == "WaitingForSlices"
     if controller_phase in (None, "Starting") or (waiting and not lost and

@@ -100,7 +100,8 @@ def carry_slices(previous: ElasticTrainingJobStatus, slice_count: int,
 
 
 def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: str, controller_recoveries: int | None,
-          jobsets: Mapping[int, JobSetView], controller_ledger: GoodputBase | None = None) -> Counts:
+          jobsets: Mapping[int, JobSetView], controller_ledger: GoodputBase | None = None,
+          unwritten_goodput: Goodput | None = None) -> Counts:
     """This pass's counters, carried over every controller pod and JobSet the job had.
 
     Args:
@@ -112,6 +113,9 @@ def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: 
       jobsets: the job's worker JobSets by slice index (this pass).
       controller_ledger: that controller's goodput ledger (`goodput.live_ledger`), None when it did not
         answer (the `status.goodput` written stays).
+      unwritten_goodput: a newer total than `status.goodput` that a pass held back (`goodput.held_back`;
+        the operator's memory, None after its restart): a new controller's base starts from the newer of
+        the two, so the seconds its predecessor booked since the last write are not lost.
 
     Returns:
       The `Counts`; never lower than the totals written before.
@@ -129,7 +133,7 @@ def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: 
             # (before bases existed, the total written was this controller's own count)
             carried = max(0, total_before - controller_recoveries) if not had_base else total_before
             controller = controller_uid
-            ledger_base = gp.base_from_total(previous.goodput)
+            ledger_base = gp.base_from_total(gp.newest(previous.goodput, unwritten_goodput))
         recoveries = carried + controller_recoveries
     goodput = None
     if controller_ledger is not None and controller_uid and controller == controller_uid:

@@ -7,6 +7,20 @@ again at 0, so, as for the recovery counter (`counters`), the operator keeps
 what earlier controllers booked in `status.counterBase.goodput` and writes
 base + live. The totals never go down.
 
+When it is written: a ledger's seconds move every second a controller runs, but
+a user sees nothing of that on `kubectl get ejob` until the GOODPUT column
+(`percent`) moves. So `status.goodput` is written with every other status
+change (a step, a phase, a condition, the GOODPUT column), and when only its
+time counters moved (`seconds`, `wallSeconds`, `reducedEquivalentSeconds`,
+`fraction` below the column's 0.1 %) at most once per `QUIET_WRITE_S` of booked
+time (`held_back`): a quiet job (Pending while its slices come up, paused for
+slices) is not rewritten every status long poll with an identical line. What is
+held back is kept by the operator (`JobState.unwritten_goodput`) and carried
+into a new controller's base (`counters.carry`), so the job's totals lose
+nothing when a controller goes between two writes (unless the operator
+restarted meanwhile: then at most `QUIET_WRITE_S` of that controller's quiet
+seconds). `GET /v1/status` and the controller's metrics have the live ledger.
+
 Not booked by any ledger: the seconds between two controllers (the old one's
 last second before the operator's last poll of it, and the new pod's
 scheduling and image pull before its process starts), and a suspended job's
@@ -17,6 +31,10 @@ from __future__ import annotations
 
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import GOODPUT_CATEGORIES, Goodput, GoodputBase, GoodputSeconds
+
+# Seconds of booked time (`wallSeconds`) a job's `status.goodput` may move by before it is written on its own,
+# when nothing else of the status changed (`held_back`).
+QUIET_WRITE_S = 300.0
 
 
 def live_ledger(controller: ControllerStatus) -> GoodputBase:
@@ -39,6 +57,31 @@ def base_from_total(total: Goodput | None) -> GoodputBase:
     if total is None:
         return GoodputBase()
     return GoodputBase(seconds=total.seconds, reduced_equivalent_seconds=total.reduced_equivalent_seconds)
+
+
+def newest(*totals: Goodput | None) -> Goodput | None:
+    """The total with the most booked seconds (`wallSeconds`) of `totals` (None when all are): a job's totals
+    never go down, so that is the latest one. On a tie, the first."""
+    known = [t for t in totals if t is not None]
+    return max(known, key=lambda t: t.wall_seconds) if known else None
+
+
+def held_back(previous: Goodput | None, current: Goodput | None, running: bool) -> bool:
+    """Whether `current` (this pass's total) is left unwritten in favour of `previous` (the one written).
+
+    Args:
+      previous, current: `status.goodput` as written and as computed now.
+      running: the job runs on (neither finished, finishing, nor suspended): a stop's last seconds are
+        always written.
+
+    Returns:
+      True when the two differ only in time counters the GOODPUT column does not show (the same
+      `percent`) and `current` booked less than `QUIET_WRITE_S` more than `previous`. The caller
+      writes it anyway when another status field changes.
+    """
+    if not running or previous is None or current is None or current.percent != previous.percent:
+        return False
+    return current.wall_seconds - previous.wall_seconds < QUIET_WRITE_S
 
 
 def total(base: GoodputBase, live: GoodputBase) -> Goodput:

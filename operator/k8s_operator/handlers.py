@@ -726,7 +726,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         # pod start their own counts at 0)
         counts = counters.carry(previous, job.spec.slices.total, tracker.answer_uid if ctrl is not None else "",
                                 None if finished else counters.controller_recoveries(ctrl), jobsets,
-                                None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl))
+                                None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl),
+                                js.unwritten_goodput)
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
         job_goodput = counts.goodput
@@ -737,7 +738,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                       controller=None if finished else ctrl, controller_pod=controller_pod,
                       controller_restarts=restarts, slice_replacements=replacements, recoveries=recoveries,
                       counter_base=counter_base, finish=plan.finish, rejected_fields=rejected, now=now,
-                      goodput=job_goodput),
+                      goodput=job_goodput, suspend_waits_for=plan.suspend_waits_for),
         status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
         current=current, controller_created_now=plan.create_controller is not None,
         node_lost_messages=node_lost_messages)
@@ -749,6 +750,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         observed.unresponsive = tracker.unresponsive_message(time.monotonic())
         observed.unresponsive_ended = tracker.unresponsive_ended()
     decision = decide_status(observed)
+    js.unwritten_goodput = goodput_ledger.newest(decision.unwritten_goodput, js.unwritten_goodput)
     applier.apply(decision.effects)
     if decision.written is None:
         return  # the worker pods' template was refused as invalid: the job failed (`MarkFinished` applied)

@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from elastic_jax.api import job as job_api
+from elastic_jax.api.status import Goodput
 from elastic_jax.k8s_operator.tracker import JobTracker
 
 Key = tuple[str, str]  # (namespace, name)
@@ -53,6 +54,8 @@ class JobState:
       created_controller: (pod name, monotonic time) of the controller pod this process created last:
         how long `reconcile.decide` waits for the pod index to show it.
       node_lost_pods: UIDs of its pods force-deleted for a lost node (their NodeLost Event is posted once).
+      unwritten_goodput: the newest `status.goodput` total a pass held back (only its time counters moved:
+        `goodput.held_back`), carried into a new controller's base (`counters.carry`); None: none held.
     """
 
     namespace: str
@@ -70,6 +73,7 @@ class JobState:
     status_refused: tuple[str, float] | None = None
     created_controller: tuple[str, float] | None = None
     node_lost_pods: set[str] = dataclasses.field(default_factory=set)
+    unwritten_goodput: Goodput | None = None
     # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
     _patched_from: tuple[str, float] | None = None
 

@@ -101,6 +101,8 @@ class Plan:
       events: (type, reason, message) Kubernetes Events to post.
       pathways_head: backend pathways: the head incarnation (`backends.pathways.head_incarnation`)
         the JobSets created now register with; the handler records it on each.
+      suspend_waits_for: spec.suspend: the controller pods whose container still runs (`_holds_workers`):
+        the job is Suspending, not Suspended, until they have stopped.
     """
 
     create_controller: int | None = None
@@ -112,6 +114,7 @@ class Plan:
     controller_restarted: bool = False
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     pathways_head: str = ""
+    suspend_waits_for: list[str] = dataclasses.field(default_factory=list)
 
 
 # How long a controller pod this operator created may be missing from the pod index before
@@ -265,7 +268,7 @@ def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
 
 def _was_suspended(status: dict) -> bool:
     """The job's last status said it was suspended (the Suspended condition, or the phase)."""
-    return status.get("phase") == "Suspended" or any(
+    return status.get("phase") in ("Suspending", "Suspended") or any(
         c.get("type") == COND_SUSPENDED and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
@@ -412,6 +415,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     # delete would never finish there, and a slice's JobSet replaces only a pod that has ended.
     plan.force_delete = pods_on_lost_nodes(observed.controller_pods + observed.worker_pods, observed.lost_nodes)
     if job.spec.suspend:
+        plan.suspend_waits_for = [p.name for p in observed.controller_pods if _holds_workers(p, observed)]
         if status.get("controllerPod"):
             # Release first, delete next pass: this pass writes status.controllerPod "" and the
             # pod is deleted only once that write is back. So whatever the timing (a resume a

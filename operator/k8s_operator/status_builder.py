@@ -35,6 +35,8 @@ class Inputs:
       rejected_fields: spec fields edited that the operator refuses to apply.
       now: RFC 3339 time.
       goodput: `status.goodput` over every controller pod (`counters.Counts.goodput`); None keeps the previous one.
+      suspend_waits_for: spec.suspend: the controller pods still running (`reconcile.Plan.suspend_waits_for`);
+        the phase is Suspending until there are none.
     """
 
     job: ElasticTrainingJob
@@ -51,6 +53,7 @@ class Inputs:
     rejected_fields: list[str]
     now: str
     goodput: st.Goodput | None = None
+    suspend_waits_for: list[str] = dataclasses.field(default_factory=list)
 
 
 def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
@@ -112,6 +115,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         active_slices=out.active_slices,
         desired_slices=i.job.spec.slices.count,
         trained=c is not None and c.step > (c.resumed_from.step if c.resumed_from is not None else 0),
+        stopping=bool(i.suspend_waits_for),
     )
     if c is None and not finished and not i.job.spec.suspend and prev.phase in ("Running", "Degraded", "Recovering"):
         # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.
@@ -133,11 +137,15 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
                               f"controller pod recreated {i.controller_restarts} time(s); now {i.controller_pod}", g, now)
     # A suspended job whose checkpoints go with its controller pod says so while it is suspended.
     lost = local_checkpoint_loss(i.job) if i.job.spec.suspend and not finished else None
-    conds = set_condition(conds, st.COND_SUSPENDED, _bool(i.job.spec.suspend and not finished),
-                          (st.REASON_SUSPENDED_WITHOUT_CHECKPOINT if lost else st.REASON_SUSPENDED)
-                          if i.job.spec.suspend else st.REASON_NOT_SUSPENDED,
-                          f"spec.suspend: {lost}; a resume starts again from step 0" if lost else "spec.suspend",
-                          g, now)
+    message = f"spec.suspend: {lost}; a resume starts again from step 0" if lost else "spec.suspend"
+    if phase == "Suspending":  # (not suspended yet: the controller may still make a step)
+        conds = set_condition(conds, st.COND_SUSPENDED, "False", st.REASON_SUSPENDING,
+                              f"{message}; waiting for controller pod {', '.join(i.suspend_waits_for)} to stop "
+                              "(it ends its step, checkpoints it and exits; its workers are kept until then)", g, now)
+    else:
+        conds = set_condition(conds, st.COND_SUSPENDED, _bool(i.job.spec.suspend and not finished),
+                              (st.REASON_SUSPENDED_WITHOUT_CHECKPOINT if lost else st.REASON_SUSPENDED)
+                              if i.job.spec.suspend else st.REASON_NOT_SUSPENDED, message, g, now)
     if i.rejected_fields:
         conds = set_condition(conds, st.COND_SPEC_REJECTED, "True", st.REASON_IMMUTABLE_WHILE_RUNNING,
                               f"{', '.join(i.rejected_fields)} cannot change on an existing job; the job keeps "

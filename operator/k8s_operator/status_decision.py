@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 from typing import Any, Mapping
 
-from elastic_jax.api.status import COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, ElasticTrainingJobStatus
+from elastic_jax.api.status import COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, ElasticTrainingJobStatus, Goodput
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, JOB_STOPPED, get_condition, set_condition
@@ -97,17 +97,23 @@ class StatusObserved:
 
 @dataclasses.dataclass
 class StatusDecision:
-    """The status half's effects, in order, and the status written (None: the job failed instead)."""
+    """The status half's effects, in order, and the status written (None: the job failed instead).
+
+    `unwritten_goodput` is this pass's `status.goodput` total when only its time counters moved and it was
+    held back (`goodput.held_back`): the handler keeps it for `counters.carry` (None: nothing held back).
+    """
 
     effects: list[Effect]
     written: dict[str, Any] | None
+    unwritten_goodput: Goodput | None = None
 
 
 def decide_status(o: StatusObserved) -> StatusDecision:
     """The job's new status and the Events due with it (pure).
 
     Returns:
-      A `StatusDecision`: Events, goodput counts, then one `PatchStatus` of the fields that changed; or,
+      A `StatusDecision`: Events, goodput counts, then one `PatchStatus` of the fields that changed (none when
+      only the goodput ledger's time counters moved, held back: `goodput.held_back`); or,
       when the API server refuses the worker pod template as invalid, the job's failure
       (`invalid_failure`) with `written` None.
     """
@@ -155,11 +161,19 @@ def decide_status(o: StatusObserved) -> StatusDecision:
     if i.rejected_fields and not (rejected_before is not None and rejected_before.status == "True"):
         out.append(PostEvent("Warning", REASON_SPEC_CHANGE_REJECTED,
                              f"{', '.join(i.rejected_fields)} cannot change on an existing job"))
-    out += [CountGoodput(category, seconds)
-            for category, seconds in goodput_ledger.increments(i.previous.goodput, new.goodput).items()]
     written = new.to_kube()
-    out.append(PatchStatus({k: v for k, v in written.items() if o.status.get(k) != v}))
-    return StatusDecision(out, written)
+    changed = {k: v for k, v in written.items() if o.status.get(k) != v}
+    held = None
+    if set(changed) == {"goodput"} and goodput_ledger.held_back(i.previous.goodput, new.goodput, o.running):
+        # only the ledger's clock moved: no write (a quiet job's `kubectl get -w` printed the same line every
+        # long poll); the operator keeps the total for a new controller's base (`goodput.QUIET_WRITE_S`)
+        held, written["goodput"] = new.goodput, o.status["goodput"]
+        changed = {}
+    else:
+        out += [CountGoodput(category, seconds)
+                for category, seconds in goodput_ledger.increments(i.previous.goodput, new.goodput).items()]
+    out.append(PatchStatus(changed))
+    return StatusDecision(out, written, held)
 
 
 def expiry(ttl_s: int | None, written: Mapping[str, Any], now: dt.datetime) -> list[Effect]:

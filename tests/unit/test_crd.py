@@ -73,7 +73,8 @@ def test_names_printer_columns_and_status_subresource():
     spares = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Spares")
     assert spares["type"] == "integer" and spares["jsonPath"] == ".status.spareCount"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    assert status["phase"]["enum"] == ["Pending", "Running", "Degraded", "Recovering", "Suspended", "Succeeded", "Failed"]
+    assert status["phase"]["enum"] == ["Pending", "Running", "Degraded", "Recovering", "Suspending", "Suspended",
+                                        "Succeeded", "Failed"]
     assert {"conditions", "slices", "controllerRestarts", "lastCheckpointStep", "failureReason", "goodput",
             "spareSlices"} <= set(status)
     assert set(status["goodput"]["properties"]["seconds"]["properties"]) == {

@@ -115,3 +115,100 @@ def test_the_operators_counter_gets_what_each_pass_added():
     later = gp.total(gp.base_from_total(None), gp.live_ledger(_status({"starting": 10, "productive": 7}, 0.41)))
     assert gp.increments(first, later) == {"productive": 2}
     assert gp.increments(later, None) == {} and gp.increments(later, first) == {}  # never negative
+
+
+# -- when status.goodput is written (issue 11 trial: a quiet Pending job rewritten every ~26 s) ------------------
+
+def _observed(status: dict, ctrl: ControllerStatus | None, total: Goodput | None, **kw):
+    """The status decision's input for a job whose controller answered `ctrl` (its ledger: `total`)."""
+    from elastic_jax.k8s_operator.reconcile import JobSetView
+    from elastic_jax.k8s_operator.status_decision import StatusObserved
+    inputs = _inputs(previous=status, controller=ctrl, goodput=total, **kw)
+    return StatusObserved(inputs=inputs, status=status, finished=False, refusal=None, controller_pods=[],
+                          worker_pods=[], jobsets={i: JobSetView(f"demo-slice-{i}", i) for i in range(2)},
+                          current=None, controller_created_now=False)
+
+
+def _starting(seconds: float) -> ControllerStatus:
+    """A controller still waiting for its slices at start (the job Pending), `seconds` booked to starting."""
+    c = _status({"starting": seconds}, None)
+    c.phase, c.step, c.active_slices = "WaitingForSlices", 0, []
+    return c
+
+
+def _pass(status: dict, ctrl: ControllerStatus, unwritten: Goodput | None = None, **kw):
+    """One operator pass: counters carried, the status decided; (status after it, its patch, the decision)."""
+    from elastic_jax.k8s_operator.effects import CountGoodput, PatchStatus
+    from elastic_jax.k8s_operator.status_decision import decide_status
+    c = _carry(status, 2, "pod-a", 0, {}, gp.live_ledger(ctrl), unwritten)
+    d = decide_status(_observed(status, ctrl, c.goodput, counter_base=c.base, recoveries=c.recoveries, **kw))
+    (patch,) = [e.fields for e in d.effects if isinstance(e, PatchStatus)]
+    counted = sum(e.seconds for e in d.effects if isinstance(e, CountGoodput))
+    return {**status, **patch}, patch, d, counted
+
+
+def test_a_quiet_jobs_status_is_not_rewritten_for_its_goodput_clock_alone():
+    """Only the ledger's seconds moved (nothing `kubectl get ejob` shows): no write until QUIET_WRITE_S of booked
+    time passed since the last one; the metric counts what is written, never twice."""
+    status, patch, d, counted = _pass({}, _starting(1.0))
+    assert patch["phase"] == "Pending" and patch["goodput"]["seconds"]["starting"] == 1.0 and counted == 1.0
+    status, patch, d, _ = _pass(status, _starting(2.0))
+    assert patch == {} and d.unwritten_goodput.seconds.starting == 2.0  # a second more: held back
+    writes, total_counted = [], 0.0
+    for n in range(1, 15):  # a status long poll every 26 s
+        status, patch, d, counted = _pass(status, _starting(2.0 + 26.0 * n))
+        total_counted += counted
+        if patch:
+            writes.append((n, sorted(patch)))
+        else:
+            assert d.unwritten_goodput is not None and d.unwritten_goodput.seconds.starting == 2.0 + 26.0 * n
+            assert d.written["goodput"] == status["goodput"]  # (what the object holds)
+    # 14 x 26 s: one write, of the goodput alone, at the first answer 300 s past the one written (12 x 26 s)
+    assert gp.QUIET_WRITE_S == 300.0 and writes == [(12, ["goodput"])], writes
+    assert total_counted == status["goodput"]["seconds"]["starting"] - 1.0 == 2.0 + 26.0 * 12 - 1.0
+    # anything else that changes writes the ledger with it: a first step (phase, STEP column)
+    trained = _starting(2.0 + 26.0 * 15)
+    trained.phase, trained.step, trained.active_slices = "Running", 1, [0, 1]
+    status, patch, d, _ = _pass(status, trained)
+    assert patch["phase"] == "Running" and patch["goodput"]["seconds"]["starting"] == 2.0 + 26.0 * 15, patch
+    assert d.unwritten_goodput is None
+
+
+def test_the_goodput_column_moving_or_a_stop_writes_the_ledger_at_once():
+    from tests.unit.test_operator_status import _job
+    ctrl = _status({"productive": 90, "waiting": 10}, 0.9)
+    status, _, _, _ = _pass({}, ctrl)
+    status, _, _, _ = _pass(status, ctrl)
+    # paused: the GOODPUT column falls 90.0% -> 89.9%: shown, so written
+    status, patch, _, _ = _pass(status, _status({"productive": 90, "waiting": 10.2}, 90 / 100.2))
+    assert patch["goodput"]["percent"] == "89.8%", patch
+    status, patch, _, _ = _pass(status, _status({"productive": 90, "waiting": 10.25}, 90 / 100.25))
+    assert patch == {}, patch  # (89.8% still)
+    # a suspend's (or a finishing job's) last seconds are always written
+    held = held_before = _status({"productive": 90, "waiting": 10.3}, 90 / 100.3)
+    assert not gp.held_back(Goodput.model_validate(status["goodput"]),
+                            gp.total(gp.base_from_total(None), gp.live_ledger(held)), running=False)
+    _, patch, _, _ = _pass(status, held_before, job=_job(suspend=True), suspend_waits_for=["demo-controller-0"])
+    assert patch["goodput"]["seconds"]["waiting"] == 10.3, patch
+
+
+def test_the_seconds_held_back_reach_the_next_controllers_base():
+    """The ledger held back when its controller went (a loss between two writes): the next controller's base is
+    the newest total the operator computed, not the older one written, so the job's seconds lose nothing."""
+    status, _, _, _ = _pass({}, _starting(1.0))
+    status, _, _, _ = _pass(status, _starting(2.0))
+    status, patch, d, _ = _pass(status, _starting(100.0))
+    assert patch == {} and d.unwritten_goodput.seconds.starting == 100.0
+    unwritten = d.unwritten_goodput
+    assert status["goodput"]["seconds"]["starting"] == 1.0  # what the object says
+    # pod-a lost without another answer; pod-b answers
+    c = _carry(status, 2, "pod-b", 0, {}, gp.live_ledger(_starting(5.0)), unwritten)
+    assert c.base.goodput.seconds.starting == 100.0 and c.goodput.seconds.starting == 105.0
+    # without the operator's memory (it restarted): the base is the total written
+    c = _carry(status, 2, "pod-b", 0, {}, gp.live_ledger(_starting(5.0)), None)
+    assert c.base.goodput.seconds.starting == 1.0
+    # an older total kept in memory never lowers the base
+    c = _carry({**status, "goodput": unwritten.model_dump(mode="json", by_alias=True, exclude_none=True)}, 2,
+               "pod-b", 0, {}, gp.live_ledger(_starting(5.0)), gp.total(gp.base_from_total(None),
+                                                                       gp.live_ledger(_starting(50.0))))
+    assert c.base.goodput.seconds.starting == 100.0

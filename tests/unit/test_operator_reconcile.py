@@ -244,6 +244,28 @@ def test_suspend_keeps_workers_while_the_stopping_controller_is_no_longer_ready_
     assert plan.delete_jobsets == [] and plan.events == []
 
 
+def test_a_suspend_waits_for_the_controller_pods_whose_container_still_runs():
+    """Issue 11 (trial): the phase read Suspended ~2 s while the stopping controller still made steps. The plan
+    names the controller pods a suspend still waits for (the job is Suspending), by the rule that keeps the
+    workers for them: from the first suspend pass (the pod not yet deleted) until its container terminated."""
+    running = _ctrl()
+    assert decide(_job(suspend=True), Observed({"controllerPod": "demo-controller-0"}, [running],
+                                               _both_jobsets())).suspend_waits_for == ["demo-controller-0"]
+    stopping = dataclasses.replace(_ctrl(deleting=True), ready=False, deletion_grace_s=60,
+                                   deletion_deadline="2026-12-02T01:01:00Z")
+    # (also past its grace period, when its workers go anyway: it still runs until the kubelet's SIGKILL)
+    for now in ("2026-12-02T01:00:30Z", "2026-12-02T01:01:05Z"):
+        plan = decide(_job(suspend=True), Observed({"controllerPod": ""}, [stopping], _both_jobsets(), now=now))
+        assert plan.suspend_waits_for == ["demo-controller-0"], now
+    # stopped: its container terminated (the pod's phase may lag), it is terminal, or gone; never started
+    for pods in ([dataclasses.replace(stopping, exit_code=75)], [_ctrl(phase="Failed", exit_code=75, deleting=True)],
+                 [], [_ctrl(phase="Pending", deleting=True)]):
+        assert decide(_job(suspend=True), Observed({"controllerPod": ""}, pods,
+                                                   _both_jobsets())).suspend_waits_for == [], pods
+    assert decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [running],
+                                   _both_jobsets())).suspend_waits_for == []
+
+
 def test_pod_view_reads_the_deletion_deadline():
     body = {"metadata": {"name": "demo-controller-0", "deletionTimestamp": "2026-12-02T01:01:00Z",
                          "deletionGracePeriodSeconds": 60, "labels": {}}, "status": {"phase": "Running"}}

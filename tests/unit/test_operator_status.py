@@ -251,9 +251,33 @@ def test_a_suspended_jobs_status_takes_the_step_its_stopping_controller_saved():
     assert out["activeSlices"] == 0 and out["spareSlices"] == []
     # still stopping (saving), mesh not yet released: it trains no more either way
     saving = _ctrl(phase="Running", active=(0, 1), step=9)
-    out = build_status(_inputs(previous=prev, controller=saving, job=_job(suspend=True)))
-    assert out["phase"] == "Suspended" and out["activeSlices"] == 0 and out["step"] == 9
+    out = build_status(_inputs(previous=prev, controller=saving, job=_job(suspend=True),
+                               suspend_waits_for=["demo-controller-0"]))
+    assert out["phase"] == "Suspending" and out["activeSlices"] == 0 and out["step"] == 9
     ElasticTrainingJobStatus.model_validate(out)
+
+
+def test_a_suspended_job_is_suspending_until_its_controller_container_has_stopped():
+    """Issue 11 (trial): after `suspend: true` the phase read Suspended ~2 s while the stopping controller still
+    made steps. While a controller pod still runs (`reconcile.Plan.suspend_waits_for`) the phase is Suspending
+    and the Suspended condition False, reason Suspending, naming the pod; Suspended once it has stopped."""
+    prev = build_status(_inputs(controller=_ctrl(step=5)))
+    job = _job(suspend=True, checkpoint={"uri": "gs://b/ck"})
+    stopping = build_status(_inputs(previous=prev, controller=_ctrl(step=7), job=job, controller_pod="",
+                                    suspend_waits_for=["demo-controller-0"]))
+    assert stopping["phase"] == "Suspending" and stopping["step"] == 7, stopping
+    cond = get_condition(stopping["conditions"], "Suspended")
+    assert (cond["status"], cond["reason"]) == ("False", "Suspending"), cond
+    assert "demo-controller-0" in cond["message"] and "checkpoints" in cond["message"], cond
+    running = get_condition(stopping["conditions"], "Running")
+    assert (running["status"], running["reason"]) == ("False", "Suspending"), running
+    done = build_status(_inputs(previous=stopping, controller=None, job=job, controller_pod=""))
+    assert done["phase"] == "Suspended", done
+    cond = get_condition(done["conditions"], "Suspended")
+    assert (cond["status"], cond["reason"]) == ("True", "Suspended"), cond
+    # a finished job is never Suspending, whatever still runs
+    assert derive_phase(finished="Failed", suspended=True, stopping=True, controller_phase=None, slice_states=[],
+                        active_slices=0, desired_slices=2) == "Failed"
 
 
 def test_a_suspended_job_whose_checkpoints_go_with_its_controller_pod_says_so():

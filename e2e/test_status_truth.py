@@ -1,0 +1,174 @@
+"""Issue 11 (status that tells the truth), two findings of session 9's new-user trial, on the local control plane
+with the real operator (least-privilege process) and real controller and worker processes:
+
+- after `suspend: true` the phase read `Suspended` ~2 s while the stopping controller still made steps: the job
+  is now `Suspending` until the controller container has terminated, and no watch event shows `Suspended` with a
+  step other than the one the controller's own log says it stopped at;
+- a quiet Pending job's status was rewritten every ~26 s (each status long poll) with only `goodput.seconds` /
+  `wallSeconds` changed, so `kubectl get ejob -w` printed an identical line: over 70 s no watch event of that job
+  differs from the one before it only in the goodput ledger's clock (`goodput.QUIET_WRITE_S`).
+
+Both read every version of the job the API server sends on a watch (no polling that could miss one); nothing is
+timed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from e2e.helpers import pods, wait_for
+from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
+    apply_job, ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
+)
+from e2e.test_operator_counters import _differences, _finished_event, _reconciles
+
+GROUP, VERSION, PLURAL = "elasticjax.dev", "v1alpha1", "elastictrainingjobs"
+
+
+class JobWatch:
+    """Every version of one job the API server sends on a watch from `resource_version`, on a thread.
+
+    Stop it with `stop()` (the watch requests end within 5 s each, so the thread does too).
+    """
+
+    def __init__(self, kube, namespace: str, name: str, resource_version: str):
+        from kubernetes import client
+        self.api = client.CustomObjectsApi(kube)
+        self.namespace, self.name, self.rv = namespace, name, resource_version
+        self.objects: list[dict] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"watch-{name}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        from kubernetes import watch
+        while not self._stop.is_set():
+            w = watch.Watch()
+            try:
+                for event in w.stream(self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                                      PLURAL, field_selector=f"metadata.name={self.name}",
+                                      resource_version=self.rv, timeout_seconds=5, allow_watch_bookmarks=False):
+                    obj = event["object"]
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self.objects.append(obj)
+                        self.rv = obj["metadata"]["resourceVersion"]
+                    if self._stop.is_set():
+                        break
+            except Exception as e:  # (an expired resourceVersion would hide versions: the test fails on it)
+                self.errors.append(repr(e)[:500])
+                return
+            finally:
+                w.stop()
+
+    def stop(self) -> list[dict]:
+        """Ends the watch; returns the versions seen, oldest first."""
+        self._stop.set()
+        self._thread.join(30)
+        assert not self._thread.is_alive(), "the watch thread did not end"
+        assert not self.errors, self.errors
+        return self.objects
+
+
+def _steps(objects: list[dict]) -> list[tuple[str, str, int]]:
+    """(resourceVersion, phase, step) of each version."""
+    return [(o["metadata"]["resourceVersion"], (o.get("status") or {}).get("phase", ""),
+             int((o.get("status") or {}).get("step") or 0)) for o in objects]
+
+
+def test_a_suspend_reads_suspending_until_the_controller_stopped_and_suspended_never_moves(
+        cluster, kube, namespace, operator):
+    manifest = example_manifest()
+    name = manifest["metadata"]["name"]
+    manifest["spec"]["training"]["steps"] = 200000  # never finishes during the test
+    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-status-truth/{namespace}/checkpoints"
+    status, explain = apply_job(cluster, namespace, manifest, operator)
+    running = wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("step", 0) >= 5 else None)(
+        status()), timeout_s=300, what="the job training", interval_s=0.5, explain=explain)
+    controller = running["controllerPod"]
+    controller_uid = running["counterBase"]["controllerUid"]
+    job = get_job(cluster, namespace, name)
+    watch = JobWatch(kube, namespace, name, job["metadata"]["resourceVersion"])
+    try:
+        cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+        wait_phase(cluster, namespace, name, ("Suspended",), timeout_s=180, explain=explain)
+        wait_for(lambda: not pods(cluster, namespace, f"elasticjax.dev/job-name={name}"), timeout_s=180,
+                 what="the job's pods gone", explain=explain)
+        # a few more passes: anything the operator still writes after the teardown is on the watch too
+        passes = _reconciles(operator)
+        wait_for(lambda: _reconciles(operator) >= passes + 5, timeout_s=120, what="five more operator passes",
+                 explain=explain)
+    finally:
+        seen = watch.stop()
+    # what the controller itself says it reached: the step its SIGTERM stop checkpointed, its last one
+    finished = _finished_event(cluster.container_log(namespace, controller, "controller", controller_uid))
+    assert finished["stop"] == "signal" and finished["last_committed_checkpoint_step"] == finished["steps"], finished
+    steps = _steps(seen)
+    phases = [p for _, p, _ in steps]
+    assert "Suspending" in phases, steps
+    first = phases.index("Suspended")
+    assert "Suspending" in phases[:first], steps  # (never Suspended before it said Suspending)
+    assert all(p == "Suspended" for p in phases[first:]), steps  # (and it stays so)
+    # No Suspended while the controller's step still moves: every Suspended version has its last step.
+    assert {s for _, p, s in steps if p == "Suspended"} == {finished["steps"]}, (steps, finished)
+    suspended = seen[first]["status"]
+    cond = next(c for c in suspended["conditions"] if c["type"] == "Suspended")
+    assert cond["status"] == "True", cond
+    stopping = next(o["status"] for o in seen if o["status"].get("phase") == "Suspending")
+    cond = next(c for c in stopping["conditions"] if c["type"] == "Suspended")
+    assert (cond["status"], cond["reason"]) == ("False", "Suspending") and controller in cond["message"], cond
+
+
+def _without_clock(obj: dict) -> dict:
+    """The job without what any write changes (resourceVersion, managedFields) and without the goodput ledger's
+    time counters (its seconds, wallSeconds, reducedEquivalentSeconds, fraction); the GOODPUT column
+    (`percent`) stays."""
+    out = json.loads(json.dumps(obj))
+    for key in ("resourceVersion", "managedFields"):
+        out["metadata"].pop(key, None)
+    goodput = (out.get("status") or {}).get("goodput")
+    if goodput:
+        for key in ("seconds", "wallSeconds", "reducedEquivalentSeconds", "fraction"):
+            goodput.pop(key, None)
+    return out
+
+
+def test_a_quiet_pending_job_is_not_rewritten_for_its_goodput_clock_alone(cluster, kube, namespace, operator):
+    manifest = example_manifest()
+    name = manifest["metadata"]["name"]
+    # The workers can never be scheduled (no node has this pool): the controller waits for its slices at start,
+    # booking `starting` seconds, and the job stays Pending with PodsNotStarting saying why.
+    manifest["spec"]["worker"] = {"nodeSelector": {"cloud.google.com/gke-nodepool": "no-such-pool"}}
+    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-status-truth/{namespace}/checkpoints"
+    status, explain = apply_job(cluster, namespace, manifest, operator)
+
+    def waiting():
+        s = status()
+        cond = next((c for c in s.get("conditions") or [] if c["type"] == "PodsNotStarting"), {})
+        return s if (s.get("phase") == "Pending" and (s.get("goodput") or {}).get("seconds")
+                     and cond.get("status") == "True") else None
+    wait_for(waiting, timeout_s=300, what="a Pending job whose controller answers, PodsNotStarting", interval_s=0.5,
+             explain=explain)
+    job = get_job(cluster, namespace, name)
+    watch = JobWatch(kube, namespace, name, job["metadata"]["resourceVersion"])
+    started, passes = time.monotonic(), _reconciles(operator)
+    try:
+        # 70 s: more than two status long polls (25 s each), each of which rewrote the job before
+        wait_for(lambda: time.monotonic() - started >= 70 and _reconciles(operator) >= passes + 30,
+                 timeout_s=600, what="70 s and 30 operator passes", interval_s=1, explain=explain)
+    finally:
+        seen = watch.stop()
+    before = job
+    clock_only = []
+    for obj in seen:
+        if _without_clock(obj) == _without_clock(before):
+            clock_only.append(_differences(before, obj))
+        before = obj
+    assert not clock_only, "".join(clock_only)
+    last = seen[-1] if seen else job
+    assert last["status"]["phase"] == "Pending", last["status"]
+    # the ledger written is never lower than before the window
+    for category, seconds in job["status"]["goodput"]["seconds"].items():
+        assert last["status"]["goodput"]["seconds"][category] >= seconds, (category, job["status"], last["status"])
