@@ -6,7 +6,9 @@
 would, in this process. MaxText's trainer
 (``maxtext.trainers.pre_train.train``) is the program this is for: it has
 its own loop, elastic retry and checkpoints, and never calls ``connect()``
-itself, so without this the controller pod's probes would never pass.
+itself, so without this the controller pod's probes would never pass. On
+the pathways backend its elastic manager is then fed by the operator's slice
+reports (`maxtext_plug`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import runpy
 import sys
 from typing import Sequence
 
+from elastic_jax import maxtext_plug
 from elastic_jax.exit_codes import ControllerExit
 
 USAGE = "usage: python -m elastic_jax.run_module MODULE [ARG ...]   (spec.controller.args)"
@@ -57,6 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ControllerExit.BAD_INPUT
     code: int = ControllerExit.FAILED
     try:
+        try:
+            if maxtext_plug.plug(module, runtime.job.spec.backend, runtime.slice_set) is not None:
+                print(f"elastic_jax.run_module: MaxText's elastic manager ({maxtext_plug.ELASTIC_UTILS}."
+                      f"{maxtext_plug.MANAGER_GLOBAL}) takes the operator's slice reports", file=sys.stderr)
+        except ImportError as e:
+            # MaxText's own import of the same module fails the same way, with its traceback.
+            print(f"elastic_jax.run_module: MaxText's elastic manager not plugged: {e}", file=sys.stderr)
         sys.argv = [module, *argv[1:]]
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -42,3 +42,18 @@ def test_pathways_utils_manager_on_slice_reports(tmp_path):
     # pathways-utils' public wait_for_slices takes the checker as is; its default probe sees both.
     assert r["wait_with_checker"] == [0] and r["default_probe"] == [0, 1]
     assert r["pathways_utils_own_manager_on_cpu"].startswith("AttributeError")
+
+
+def test_maxtexts_calls_on_the_plugged_manager_follow_the_operators_reports():
+    """`elastic_jax.maxtext_plug` in MaxText's `elastic_manager` global, driven the way MaxText 0.2.5's
+    elastic_utils drives it: built on first use, a Down report ends the attempt's slices, the retry runs on
+    slice 0, and the replacement's Ready report is what `available_inactive_slices` (MaxText's scale-up
+    check) shows."""
+    proc = subprocess.run([sys.executable, str(HERE / "maxtext_plug_child.py")], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    r = json.loads(lines[-1][len("RESULT "):])
+    assert r["plugged"] and r["built_by"] == "SliceReportManager" and r["total_slice_count"] == 2
+    assert r["attempts"] == [[0, 1], [0]] and len(r["events"]) == 1  # one elastic event, then the retry on slice 0
+    assert r["scale_up_seen"] == [1] and r["result"] == "done"

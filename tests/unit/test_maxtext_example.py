@@ -85,10 +85,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(tmp_path, *argv: str, port: int | None = None) -> subprocess.CompletedProcess:
-    """`python -m elastic_jax.run_module argv...` with the example as the job and tmp_path on PYTHONPATH."""
+def _run(tmp_path, *argv: str, port: int | None = None, manifest_text: str | None = None) -> subprocess.CompletedProcess:
+    """`python -m elastic_jax.run_module argv...` with the example (or `manifest_text`) as the job and tmp_path
+    on PYTHONPATH."""
     manifest = tmp_path / "job.yaml"
-    manifest.write_text(EXAMPLE.read_text())
+    manifest.write_text(EXAMPLE.read_text() if manifest_text is None else manifest_text)
     token = tmp_path / "token"
     token.write_text(TOKEN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
@@ -151,3 +152,61 @@ def test_runtime_that_cannot_start_is_bad_input_without_a_traceback(tmp_path):
     assert result.returncode == ControllerExit.BAD_INPUT
     assert contract.ENV_PORT in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert "trained" not in result.stdout
+
+
+# -- MaxText's elastic manager takes the operator's reports (elastic_jax.maxtext_plug) ----------------------
+
+# The part of MaxText 0.2.5's maxtext/utils/elastic_utils.py the plug relies on (its wheel; MaxText itself
+# needs Python >= 3.12 and Pathways): the module global and the one place it builds its own Manager.
+_STANDIN_ELASTIC_UTILS = """
+from pathwaysutils.elastic import manager
+elastic_manager = None
+def ensure_elastic_manager_initialized(config=None):
+    global elastic_manager
+    if elastic_manager is None:
+        elastic_manager = manager.Manager()
+"""
+_STANDIN_TRAIN = """
+from maxtext.utils import elastic_utils
+if __name__ == "__main__":
+    before = elastic_utils.elastic_manager
+    print("before", type(before).__name__, getattr(before, "built", None))
+    try:
+        elastic_utils.ensure_elastic_manager_initialized()
+        print("after", type(elastic_utils.elastic_manager).__name__, elastic_utils.elastic_manager is before)
+    except Exception as e:  # pathways-utils' own Manager cannot start on CPU devices (no slice_index)
+        print("own manager failed", type(e).__name__)
+"""
+
+
+def _standin_maxtext(tmp_path) -> None:
+    for sub in ("maxtext", "maxtext/utils", "maxtext/trainers", "maxtext/trainers/pre_train"):
+        (tmp_path / sub).mkdir(parents=True, exist_ok=True)
+        (tmp_path / sub / "__init__.py").write_text("")
+    (tmp_path / "maxtext/utils/elastic_utils.py").write_text(_STANDIN_ELASTIC_UTILS)
+    (tmp_path / "maxtext/trainers/pre_train/train.py").write_text(_STANDIN_TRAIN)
+
+
+def test_maxtexts_elastic_manager_is_ours_and_built_only_when_maxtext_uses_it(tmp_path):
+    """Under run_module on pathways, MaxText's `elastic_manager` global is a `LazyManager` before its trainer
+    runs (nothing built: building lists jax.devices(), which must wait for pathwaysutils.initialize()), and
+    MaxText's own `ensure_elastic_manager_initialized` keeps it instead of building pathways-utils' Manager."""
+    _standin_maxtext(tmp_path)
+    result = _run(tmp_path, "maxtext.trainers.pre_train.train", "src/maxtext/configs/base.yml")
+    assert result.returncode == 0, result.stderr
+    assert "before LazyManager False" in result.stdout, result.stdout
+    assert "after LazyManager True" in result.stdout, result.stdout
+    assert "takes the operator's slice reports" in result.stderr, result.stderr
+
+
+def test_maxtext_keeps_its_own_manager_off_pathways(tmp_path):
+    _standin_maxtext(tmp_path)
+    manifest = yaml.safe_load(EXAMPLE.read_text())
+    manifest["spec"]["backend"] = "cpu"
+    for key in ("accelerator", "topology"):
+        manifest["spec"]["slices"].pop(key, None)
+    manifest["spec"].pop("worker", None)
+    manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt")
+    result = _run(tmp_path, "maxtext.trainers.pre_train.train", manifest_text=yaml.safe_dump(manifest))
+    assert "before NoneType None" in result.stdout, (result.stdout, result.stderr)
+    assert "takes the operator's slice reports" not in result.stderr, result.stderr
