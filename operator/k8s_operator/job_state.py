@@ -1,6 +1,6 @@
 """Everything the operator keeps in memory about one job: one `JobState` per job, in one registry (`Jobs`).
 
-Owner and lifecycle: `Jobs.open` makes a job's state on its first reconcile pass (the timer), and
+Owner and lifecycle: `Jobs.open` makes a job's state on its first reconcile pass (its daemon's), and
 replaces it when a new job (a new UID) takes the name, closing the old one; `Jobs.forget` closes and
 drops it when the job's delete event comes. Nothing about a job lives anywhere else in the operator:
 the handlers read it from here, the `effects.Applier` writes what applying a pass's effects observed,
@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 from elastic_jax.api import job as job_api
 from elastic_jax.k8s_operator.tracker import JobTracker
+from elastic_jax.k8s_operator.wake import Waker
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -53,6 +54,7 @@ class JobState:
       created_controller: (pod name, monotonic time) of the controller pod this process created last:
         how long `reconcile.decide` waits for the pod index to show it.
       node_lost_pods: UIDs of its pods force-deleted for a lost node (their NodeLost Event is posted once).
+      waker: wakes its reconcile daemon (`wake`); its tracker's controller link news wakes it too.
     """
 
     namespace: str
@@ -70,8 +72,12 @@ class JobState:
     status_refused: tuple[str, float] | None = None
     created_controller: tuple[str, float] | None = None
     node_lost_pods: set[str] = dataclasses.field(default_factory=set)
+    waker: Waker = dataclasses.field(default_factory=Waker)
     # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
     _patched_from: tuple[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        self.tracker.on_news = self.waker.wake  # the link's news (a new answer, a failure) wakes the pass
 
     @property
     def key(self) -> Key:
@@ -109,6 +115,11 @@ class JobState:
         controller link stops."""
         self.tracker.deleting = True
         self.tracker.close()
+
+
+    def wake(self) -> None:
+        """Asks for a pass of this job soon (`wake.Waker.wake`): something it reads may have changed."""
+        self.waker.wake()
 
 
 class Jobs:
@@ -165,6 +176,13 @@ class Jobs:
         with self._lock:
             seen = self._earlier.get(key)
         return seen is not None and seen[0] != uid and time.monotonic() - seen[1] < EARLIER_SECRET_WAIT_S
+
+    def wake(self, key: Key, uid: str | None = None) -> None:
+        """Wakes the pass of the job of that name (only if it is job `uid`, when given); a no-op for a job
+        not reconciled yet (its daemon passes every `wake.PASS_INTERVAL_S` until its first pass)."""
+        job = self.get(key)
+        if job is not None and (uid is None or job.uid == uid):
+            job.wake()
 
     def __iter__(self) -> Iterator[JobState]:
         with self._lock:
