@@ -171,3 +171,19 @@ def test_the_daemon_sleeps_out_a_quiet_jobs_window_and_a_pod_event_runs_its_pass
     assert len(passes) == 2  # the first pass, then the one the pod event woke
     # quiet: it slept for (most of) the resync window, not the old timer's 1 s
     assert len(waits) == 1 and waits[0] > wake.PASS_INTERVAL_S
+
+
+def test_the_job_object_and_a_change_in_the_not_ready_nodes_wake_the_pass():
+    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
+    memo = {"elasticjax": state}
+    js = state.jobs.add(JobState("ns", "j", "uid-j", "", JobTracker("ns", "j", 1, 1)))
+    asyncio.run(handlers.job_event(namespace="ns", name="j", uid="uid-old", memo=memo))
+    assert not _woken(js)  # an earlier job of the name: not this one's news
+    asyncio.run(handlers.job_event(namespace="ns", name="j", uid="uid-j", memo=memo))
+    assert _woken(js)
+    asyncio.run(handlers.node_event(memo=memo, unready_nodes={"node-a": ["view"]}))
+    assert _woken(js)  # a node went not Ready: every job's pass reads the lost nodes
+    asyncio.run(handlers.node_event(memo=memo, unready_nodes={"node-a": ["view"]}))
+    assert not _woken(js)  # a heartbeat of the same node: no news
+    asyncio.run(handlers.node_event(memo=memo, unready_nodes={}))
+    assert _woken(js)  # Ready again
