@@ -301,6 +301,7 @@ def _worker_pod_changed(namespace, labels: dict, job_pods, memo, unready_nodes, 
 
 # -- wake-ups: something a job's pass reads changed ---------------------------------------------
 # (kopf updates the indexes before it calls these: the woken pass reads the change.)
+# (their names are `wake.WAKE_HANDLERS`)
 
 
 @kopf.on.event(*JOBS)

@@ -104,14 +104,16 @@ REPORTING_COMPONENT = "elastic-jax-operator"
 def _use_product_log_schema(log_format: str, quiet_timers: bool = True) -> None:
     """Gives kopf's log handler the product's formatter (`elastic_jax.logs`): JSON lines with the
     controller's and workers' keys (ts, level, logger, msg, namespace, job), or text lines with the
-    time and the job (kopf's plain format had neither). With `quiet_timers`, kopf's per-second
-    "Timer 'reconcile_job' succeeded." lines are dropped (`--verbose` keeps them)."""
+    time and the job (kopf's plain format had neither). With `quiet_timers`, kopf's "Timer '...'
+    succeeded." lines and those of the wake-up handlers (one per watch event, `wake.WAKE_HANDLERS`) are
+    dropped (`--verbose` keeps them)."""
+    from elastic_jax.k8s_operator.wake import WAKE_HANDLERS
     from elastic_jax.logs import JsonFormatter, TextFormatter, TimerSuccessFilter
 
     for handler in logging.getLogger().handlers:
         handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
         if quiet_timers:
-            handler.addFilter(TimerSuccessFilter())
+            handler.addFilter(TimerSuccessFilter(WAKE_HANDLERS))
 
 
 def _port(text: str) -> int:

@@ -19,6 +19,10 @@ import asyncio
 import threading
 from typing import Awaitable
 
+# The kopf ids of the handlers that only wake jobs (`handlers.job_event` ...): one call per watch event, so the
+# operator drops their "succeeded" log lines (`logs.TimerSuccessFilter`).
+WAKE_HANDLERS = ("job_event", "job_pod_event", "job_jobset_event", "node_event")
+
 # Seconds between two passes of a job that is not quiet (what the per-job timer's interval was): the
 # pass retries what it could not finish (a create, a read of Events, a body not back from the watch).
 PASS_INTERVAL_S = 1.0
