@@ -138,12 +138,21 @@ class TextFormatter(logging.Formatter):
 
 
 class TimerSuccessFilter(logging.Filter):
-    """Drops kopf's "Timer '...' succeeded." line: the operator's 1 s reconcile timer wrote one per job
-    per second, half of its log. Failures and every other handler's lines pass."""
+    """Drops kopf's "Timer '...' succeeded." line (the operator's 1 s reconcile timer wrote one per job
+    per second, half of its log) and the "Handler '<name>' succeeded." lines of the handlers named in
+    `quiet_handlers` (the operator's wake-ups: one per watch event). Failures and every other line pass.
+
+    Args:
+      quiet_handlers: kopf handler ids whose successes are dropped.
+    """
+
+    def __init__(self, quiet_handlers: tuple[str, ...] = ()):
+        super().__init__()
+        self._quiet = frozenset(f"Handler '{name}' succeeded." for name in quiet_handlers)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not (message.startswith("Timer '") and message.endswith("' succeeded."))
+        return not ((message.startswith("Timer '") and message.endswith("' succeeded.")) or message in self._quiet)
 
 
 def read_events(text: str) -> list[dict]:

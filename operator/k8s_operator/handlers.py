@@ -4,10 +4,13 @@
   the nodes that are not Ready (node loss, issue 9 item 5);
 - a pod event handler that notifies the controller the moment a worker pod
   changes (the latency path);
-- one timer per job that reconciles children, reads the controller's last
+- one daemon per job that reconciles children, reads the controller's last
   status (its link watches it) and writes status (the convergence path; it
-  also rebuilds everything after an operator restart); a pass that would
-  find nothing new is skipped on the event loop (`pass_inputs`);
+  also rebuilds everything after an operator restart); it sleeps until
+  something its pass reads may have changed (`wake`: the job, its pods and
+  JobSets, the not-Ready nodes, its controller link's news, a 30 s resync),
+  and a woken pass that would find nothing new is skipped on the event loop
+  (`pass_inputs`);
 - create validates the spec: a bad one ends `Failed` with a condition naming
   the field (`kopf.PermanentError`, never a retry loop).
 """
@@ -38,7 +41,7 @@ from elastic_jax.k8s_operator import (
 )
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
-from elastic_jax.k8s_operator import effects, status_write
+from elastic_jax.k8s_operator import effects, status_write, wake
 from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
@@ -101,9 +104,13 @@ class OperatorState:
         self.node_lost_s = node_lost_s
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
         self.jobs = Jobs()
-        # The threads the timer's passes run on (`reconcile_job`; main sets the operator's own);
+        # The threads the daemons' passes run on (`reconcile_once`; main sets the operator's own);
         # None: the event loop's default executor.
         self.pass_executor: concurrent.futures.Executor | None = None
+        # kopf's settings (main's startup sets them): the daemons apply their passes' patches with them.
+        self.kopf_settings: kopf.OperatorSettings | None = None
+        # Names of the nodes not Ready at the last node event (`node_event`): a change wakes every job.
+        self.unready_seen: frozenset[str] = frozenset()
 
     @property
     def kube(self) -> Kube:
@@ -227,13 +234,14 @@ def unready_nodes(name, body, **_):
 
 
 def register_node_index() -> None:
-    """Registers the Node index, so handlers get `unready_nodes`.
+    """Registers the Node index, so handlers get `unready_nodes`, and `node_event` (it wakes the jobs).
 
     Only when node-loss handling is on (`--node-lost-seconds` > 0): watching
     Nodes needs cluster-wide read access, which an operator that never acts on
     nodes should not need (and an install without that rule keeps working).
     """
     kopf.index("v1", "nodes", id="unready_nodes")(unready_nodes)
+    kopf.on.event("v1", "nodes", id="node_event")(node_event)
 
 
 def _lost_nodes(state: OperatorState, unready_nodes) -> dict[str, NodeLoss]:
@@ -271,7 +279,7 @@ def _worker_pod_changed(namespace, labels: dict, job_pods, memo, unready_nodes, 
     state = _state(memo)
     job = state.jobs.get((namespace, labels[lbl.JOB_NAME]))
     if job is None or job.ref is None:
-        return  # job not reconciled yet (operator starting): its timer will sync
+        return  # job not reconciled yet (operator starting): its daemon will sync
     if not incarnation.belongs(labels, job.uid):
         return  # a pod of an earlier job of the same name (terminating): not this job's news
     tracker = job.tracker
@@ -289,6 +297,46 @@ def _worker_pod_changed(namespace, labels: dict, job_pods, memo, unready_nodes, 
             effects.Applier(state.kube, job, events).apply([effects.ReportSlices(retries=3)])
     finally:
         events.flush()
+
+
+# -- wake-ups: something a job's pass reads changed ---------------------------------------------
+# (kopf updates the indexes before it calls these: the woken pass reads the change.)
+# (their names are `wake.WAKE_HANDLERS`)
+
+
+@kopf.on.event(*JOBS)
+async def job_event(namespace, name, uid, memo, **_):
+    """The job object changed (spec, status, annotations, deletion): its pass runs (`reconcile_job`)."""
+    _state(memo).jobs.wake((namespace, name), uid)
+
+
+@kopf.on.event("v1", "pods", labels=_HAS_JOB)
+async def job_pod_event(namespace, labels: dict, memo, **_):
+    """One of a job's pods (controller or worker) changed: the job's pass runs."""
+    _wake_owner(_state(memo), namespace, labels)
+
+
+@kopf.on.event(contract.JOBSET_GROUP, contract.JOBSET_VERSION, contract.JOBSET_PLURAL, labels=_HAS_JOB)
+async def job_jobset_event(namespace, labels: dict, memo, **_):
+    """One of a job's worker JobSets changed: the job's pass runs."""
+    _wake_owner(_state(memo), namespace, labels)
+
+
+def _wake_owner(state: OperatorState, namespace: str, labels: dict) -> None:
+    job = state.jobs.get((namespace, labels[lbl.JOB_NAME]))
+    if job is not None and incarnation.belongs(labels, job.uid):
+        job.wake()
+
+
+async def node_event(memo, unready_nodes=None, **_):
+    """A node changed: when the set of nodes that are not Ready changed, every job's pass runs (a pass reads
+    them: `_lost_nodes`). Registered with the Node index (`register_node_index`)."""
+    state = _state(memo)
+    unready = frozenset(unready_nodes or {})
+    if unready != state.unready_seen:
+        state.unready_seen = unready
+        for job in state.jobs:
+            job.wake()
 
 
 # -- the job ----------------------------------------------------------------------------------
@@ -399,13 +447,69 @@ def pass_inputs(body, js: JobState, job_pods, job_jobsets, unready_nodes) -> tup
             tracker.answers, tracker.controller_uid, tracker.answer_uid, bool(unready_nodes))
 
 
-@kopf.timer(*JOBS, interval=1.0, id="reconcile_job")
-async def reconcile_job(body, namespace, name, memo, job_pods, job_jobsets, unready_nodes=None, **kwargs):
-    """The job's 1 s timer: a pass (`reconcile_pass`) on the operator's pass threads, unless it would do nothing.
+@kopf.daemon(*JOBS, id="reconcile_job")
+async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, patch, **kwargs):
+    """The job's reconcile daemon: a pass (`reconcile_once`) whenever something it reads may have changed.
+
+    It sleeps until its `JobState.waker` is woken (the job object, its pods or JobSets, the not-Ready
+    nodes, its controller link's news: `wake`), or PASS_INTERVAL_S after a pass that was not quiet, or
+    the end of a quiet pass's QUIET_RESYNC_S window; a woken pass still skips itself when its inputs did
+    not move. It applies each pass's patch as kopf applies a timer's (`application.patch_and_check`, so
+    `status_write`'s net catches a refused one), and after a pass that raised it waits kopf's
+    `execution.default_backoff` as kopf's timer did. It ends when kopf stops it (the job deleted, the
+    operator stopping), after the pass in progress.
+    """
+    from kopf._core.actions import application
+
+    state = _state(memo)
+    if state.kopf_settings is None:
+        raise RuntimeError("OperatorState.kopf_settings is unset: the operator's startup sets it (main)")
+    key, uid = (namespace, name), body["metadata"].get("uid")
+    last_end: float | None = None
+    while not stopped:
+        js = state.jobs.get(key)
+        js = js if js is not None and js.uid == uid else None
+        delay = wake.next_pass_delay(time.monotonic(), last_end, js.tracker.quiet_until() if js is not None else None)
+        if js is None:  # no pass made its state yet (or a newer job holds the name): nothing to wake it
+            if delay > 0:
+                await stopped.wait(delay)
+        elif await js.waker.wait(delay, stopped.wait()):
+            gap = wake.woken_pass_delay(time.monotonic(), last_end)
+            if gap > 0:
+                await stopped.wait(gap)
+        if stopped:
+            break
+        error: Exception | None = None
+        remaining = None
+        try:
+            await reconcile_once(body=body, namespace=namespace, name=name, memo=memo, patch=patch, logger=logger,
+                                 **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as kopf's timer did: logged (and posted), tried again later
+            error = e
+        try:  # (also after a pass that raised, as kopf's timer did: what it put in the patch is written)
+            _, remaining = await application.patch_and_check(settings=state.kopf_settings, resource=resource,
+                                                             body=body, patch=patch, logger=logger)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a failed write must not end the job's daemon: the next pass retries
+            error = error or e
+        if error is not None:
+            backoff = state.kopf_settings.execution.default_backoff
+            logger.error(f"reconcile pass failed with an exception and will try again in {backoff} seconds: "
+                         f"{str(error) or repr(error)}", exc_info=error)
+            await stopped.wait(backoff)
+        patch = kopf.Patch(remaining or {}, body=body)
+        last_end = time.monotonic()
+
+
+async def reconcile_once(body, namespace, name, memo, job_pods, job_jobsets, unready_nodes=None, **kwargs):
+    """One wake of the job: a pass (`reconcile_pass`) on the operator's pass threads, unless it would do nothing.
 
     A pass is skipped, on the event loop, when nothing it reads moved since a pass that found the job
     whole and changed nothing (`pass_inputs`, `JobTracker.quiet`; at most QUIET_RESYNC_S apart), so a
-    healthy job with no news costs no thread, no render and no status build a second.
+    healthy job woken with no news costs no thread, no render and no status build.
     """
     state = _state(memo)
     js = state.jobs.get((namespace, name))
@@ -419,8 +523,8 @@ async def reconcile_job(body, namespace, name, memo, job_pods, job_jobsets, unre
                             name=name, memo=memo, job_pods=job_pods, job_jobsets=job_jobsets,
                             unready_nodes=unready_nodes, inputs=inputs, **kwargs)
     future = asyncio.get_running_loop().run_in_executor(state.pass_executor, run)
-    # As kopf runs a sync handler: a cancelled timer (the job deleted, the operator stopping) still waits
-    # for its pass in progress, which may be deleting the job (TTL), so no pass outlives its timer.
+    # As kopf runs a sync handler: a cancelled daemon (the job deleted, the operator stopping) still waits
+    # for its pass in progress, which may be deleting the job (TTL), so no pass outlives its daemon.
     cancelled: asyncio.CancelledError | None = None
     while not future.done():
         try:
@@ -757,7 +861,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     js.patched(resource_version, len(patch.status) > 0, time.monotonic())
     applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, dt.datetime.now(dt.timezone.utc)))
     # Quiet: whole and running, its controller answering well, nothing created, written or posted. The same
-    # inputs would give the same nothing: the timer skips such passes (`reconcile_job`).
+    # inputs would give the same nothing: the daemon skips such passes (`reconcile_once`).
     tracker.last_pass_quiet = (observed.running and observed.whole and observed.answer_fault is None
                                and observed.unresponsive is None and refusal is None and not lost and ctrl is not None
                                and tracker.answer_uid == tracker.controller_uid and not tracker.token_refused

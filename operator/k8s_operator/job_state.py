@@ -1,6 +1,6 @@
 """Everything the operator keeps in memory about one job: one `JobState` per job, in one registry (`Jobs`).
 
-Owner and lifecycle: `Jobs.open` makes a job's state on its first reconcile pass (the timer), and
+Owner and lifecycle: `Jobs.open` makes a job's state on its first reconcile pass (its daemon's), and
 replaces it when a new job (a new UID) takes the name, closing the old one; `Jobs.forget` closes and
 drops it when the job's delete event comes. Nothing about a job lives anywhere else in the operator:
 the handlers read it from here, the `effects.Applier` writes what applying a pass's effects observed,
@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 from elastic_jax.api import job as job_api
 from elastic_jax.api.status import Goodput
 from elastic_jax.k8s_operator.tracker import JobTracker
+from elastic_jax.k8s_operator.wake import Waker
 
 Key = tuple[str, str]  # (namespace, name)
 
@@ -56,6 +57,7 @@ class JobState:
       node_lost_pods: UIDs of its pods force-deleted for a lost node (their NodeLost Event is posted once).
       unwritten_goodput: the newest `status.goodput` total a pass held back (only its time counters moved:
         `goodput.held_back`), carried into a new controller's base (`counters.carry`); None: none held.
+      waker: wakes its reconcile daemon (`wake`); its tracker's controller link news wakes it too.
     """
 
     namespace: str
@@ -74,8 +76,12 @@ class JobState:
     created_controller: tuple[str, float] | None = None
     node_lost_pods: set[str] = dataclasses.field(default_factory=set)
     unwritten_goodput: Goodput | None = None
+    waker: Waker = dataclasses.field(default_factory=Waker)
     # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
     _patched_from: tuple[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        self.tracker.on_news = self.waker.wake  # the link's news (a new answer, a failure) wakes the pass
 
     @property
     def key(self) -> Key:
@@ -113,6 +119,11 @@ class JobState:
         controller link stops."""
         self.tracker.deleting = True
         self.tracker.close()
+
+
+    def wake(self) -> None:
+        """Asks for a pass of this job soon (`wake.Waker.wake`): something it reads may have changed."""
+        self.waker.wake()
 
 
 class Jobs:
@@ -169,6 +180,13 @@ class Jobs:
         with self._lock:
             seen = self._earlier.get(key)
         return seen is not None and seen[0] != uid and time.monotonic() - seen[1] < EARLIER_SECRET_WAIT_S
+
+    def wake(self, key: Key, uid: str | None = None) -> None:
+        """Wakes the pass of the job of that name (only if it is job `uid`, when given); a no-op for a job
+        not reconciled yet (its daemon passes every `wake.PASS_INTERVAL_S` until its first pass)."""
+        job = self.get(key)
+        if job is not None and (uid is None or job.uid == uid):
+            job.wake()
 
     def __iter__(self) -> Iterator[JobState]:
         with self._lock:

@@ -3,8 +3,8 @@
 Settings are set once here: progress and a small "creation handled" marker (not kopf's usual copy
 of the spec: `HandledMarkerDiffBase`) kept in annotations under `elasticjax.dev/` (the status
 schema stays ours), kopf's finalizer named
-`elasticjax.dev/operator` (kopf puts one on every object with a timer so the
-timer stops before the object goes; children are garbage-collected through
+`elasticjax.dev/operator` (kopf puts one on every object with a daemon so the
+daemon stops before the object goes; children are garbage-collected through
 owner references), only warnings posted as Events by kopf's own logging,
 standalone unless `--peering` names a peering object (two operators with the
 same peering never act at once), JSON logs.
@@ -86,7 +86,7 @@ class HandledMarkerDiffBase(kopf.AnnotationsDiffBaseStorage):
     API server's 256 KiB limit (262144 bytes, all annotations together; kubectl's last-applied copy
     counts too): every kopf patch was refused, status froze, and the finalizer could never be
     removed, so `kubectl delete` hung. No handler here reads `diff`/`old`/`new` or reacts to an
-    update (`on.create`, `on.delete`, a timer, events and indexes only), so kopf needs only
+    update (`on.create`, `on.delete`, a daemon, events and indexes only), so kopf needs only
     "stored or not": `store` writes a fixed small marker, and `fetch` answers with the object's
     current essence once a marker (or an older operator's full copy) is there, so every later
     change is a no-op to kopf and no patch of it is ever sent again.
@@ -121,8 +121,8 @@ def _configure(settings: kopf.OperatorSettings, args: argparse.Namespace) -> Non
     settings.watching.server_timeout = 300
     settings.execution.max_workers = args.workers
     settings.networking.request_timeout = 30
-    # The reconcile timer itself deletes a job whose TTL passed, so it is still running when
-    # the deletion arrives. kopf's default waits only a few zero-time loop cycles for a timer
+    # The reconcile daemon itself deletes a job whose TTL passed, so it is still running when
+    # the deletion arrives. kopf's default waits only a few zero-time loop cycles for a daemon
     # to exit and otherwise re-checks after `cancellation_polling` (60 s), holding the
     # finalizer (and the job) for a minute. Wait for the pass in progress instead; poll fast
     # as a fallback.
@@ -137,14 +137,16 @@ REPORTING_COMPONENT = "elastic-jax-operator"
 def _use_product_log_schema(log_format: str, quiet_timers: bool = True) -> None:
     """Gives kopf's log handler the product's formatter (`elastic_jax.logs`): JSON lines with the
     controller's and workers' keys (ts, level, logger, msg, namespace, job), or text lines with the
-    time and the job (kopf's plain format had neither). With `quiet_timers`, kopf's per-second
-    "Timer 'reconcile_job' succeeded." lines are dropped (`--verbose` keeps them)."""
+    time and the job (kopf's plain format had neither). With `quiet_timers`, kopf's "Timer '...'
+    succeeded." lines and those of the wake-up handlers (one per watch event, `wake.WAKE_HANDLERS`) are
+    dropped (`--verbose` keeps them)."""
+    from elastic_jax.k8s_operator.wake import WAKE_HANDLERS
     from elastic_jax.logs import JsonFormatter, TextFormatter, TimerSuccessFilter
 
     for handler in logging.getLogger().handlers:
         handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
         if quiet_timers:
-            handler.addFilter(TimerSuccessFilter())
+            handler.addFilter(TimerSuccessFilter(WAKE_HANDLERS))
 
 
 def _threads(text: str) -> int:
@@ -324,8 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         handlers.register_node_index()
 
     @kopf.on.startup()
-    def _startup(settings: kopf.OperatorSettings, **_):
+    def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_):
         _configure(settings, args)
+        memo["elasticjax"].kopf_settings = settings  # (the daemons write their passes' patches with them)
 
     @kopf.on.cleanup()
     async def _stopping(**_):
@@ -343,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     state = handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
                                    controller_threads=True)
-    # The timer's passes: their own threads, as many as kopf's (the timer itself is async: a quiet pass is
-    # skipped on the event loop).
+    # The daemons' passes: their own threads, as many as kopf's (the daemons themselves are async: a quiet
+    # pass is skipped on the event loop).
     state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,
                                                                 thread_name_prefix="reconcile-pass")
     handlers.install_status_net(state)

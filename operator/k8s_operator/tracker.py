@@ -133,8 +133,12 @@ class JobTracker:
         self._pod_versions: dict[str, int] = {}
         # The job is being deleted (deletionTimestamp, or its delete event): its children's end is no news.
         self.deleting = False
-        # Exchanges of the status watch that ended (answered or failed): a pass input (`quiet`).
+        # Exchanges of the status watch that brought news (failed, or an answer other than the last): a pass
+        # input (`quiet`). An answer the same as the last one (a long poll's end) is no news.
         self.answers = 0
+        # Called (from any thread, with or without the lock; must not block) when the controller link brings
+        # news: a status answer that differs from the last one, or a failed exchange (`wake.Waker.wake`).
+        self.on_news: Callable[[], None] | None = None
         # (inputs, monotonic time) of the last pass that found the job whole and changed nothing (`settle`).
         self._quiet: tuple[tuple, float] | None = None
         self.last_pass_quiet = False  # the last pass found the job whole and changed nothing (`handlers._pass`)
@@ -143,12 +147,24 @@ class JobTracker:
         """Whether a pass would do nothing: its `inputs` are those of the last pass that found the job whole and
         changed nothing (`settle`), less than QUIET_RESYNC_S ago (`now`: monotonic).
 
-        The timer then skips the pass: a healthy job with no news costs no pass a second
+        The woken daemon then skips the pass: a healthy job with no news costs no pass
         (issue 12 item 4). What a pass reads that can change is in `inputs` (the job object's
         resourceVersion, its pods and JobSets, the watch's answers, `handlers.pass_inputs`).
         """
         quiet = self._quiet
         return quiet is not None and quiet[0] == inputs and now - quiet[1] < QUIET_RESYNC_S
+
+    def quiet_until(self) -> float | None:
+        """When (monotonic) the last quiet pass's window ends (QUIET_RESYNC_S after it, then a full pass is
+        due); None when the last pass was not quiet."""
+        quiet = self._quiet
+        return None if quiet is None else quiet[1] + QUIET_RESYNC_S
+
+    def _news(self) -> None:
+        """The link brought news: counted as a pass input (`answers`), and the job's pass woken."""
+        self.answers += 1
+        if self.on_news is not None:
+            self.on_news()
 
     def settle(self, inputs: tuple | None, quiet: bool, now: float) -> None:
         """Records a pass's end: `quiet` (whole, nothing written, posted or created) keeps its `inputs` (read
@@ -246,13 +262,15 @@ class JobTracker:
             status = client.status(after=after, wait_s=wait_s)
         except ControlApiError as e:
             with self.lock:
-                self.answers += 1
                 if client is self.client:
                     self.poll_result, self.answer_uid, self._answer_fresh = None, "", False
                     self._answer_failed(e)
+                self._news()  # (a failure is always news: the controller may be gone, a new one due)
             return None
         with self.lock:
-            self.answers += 1
+            if client is not self.client or self.poll_result is None or self.answer_uid != uid \
+                    or status != self.poll_result or self.answer_fault is not None or self.unanswered is not None:
+                self._news()  # (also a good answer after refused or unanswered ones: a condition to clear)
             if client is self.client:
                 self.last_status = self.poll_result = status
                 self.answer_uid, self._answer_fresh = uid, True
@@ -471,6 +489,8 @@ class JobTracker:
                 with self.lock:
                     if e.status_code == 401:
                         self.token_refused = str(e)
+                    if client is self.client:
+                        self._news()  # (a failed report: the controller refused the token, or may be gone)
                     # A new controller's pod runs before its control API listens: a refused connection
                     # then is its start-up, not a failed report (it counted one error per job start).
                     starting = e.kind == ControlApiError.UNREACHABLE and self.last_status is None

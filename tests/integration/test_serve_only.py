@@ -98,3 +98,37 @@ def test_serve_only_stops_on_request(serve_only):
     proc, client, _ = serve_only
     client.stop("benchmark done")
     assert proc.wait(timeout_s=60) == ControllerExit.STOPPED
+
+
+def test_a_sigkilled_controller_wakes_its_jobs_pass_at_once(serve_only):
+    """Trial finding: after the controller was SIGKILLed, `kubectl get ejob` kept its old step and slices for
+    ~12 s. The operator's link to it (its status watch, a long poll of the real process) fails the moment the
+    process dies, and that failure wakes the job's reconcile daemon (`JobState.waker`) at once, without a
+    timer tick; before it, nothing but the next 1 s tick would look."""
+    import asyncio
+    import os
+
+    from elastic_jax.api import labels as lbl
+    from elastic_jax.k8s_operator.job_state import JobState
+    from elastic_jax.k8s_operator.slices import pod_view
+    from elastic_jax.k8s_operator.tracker import JobTracker
+
+    proc, _, port = serve_only
+    tracker = JobTracker("ns", "j", 3, 1, background=True, client_factory=lambda url, token: ControlClient(
+        f"http://127.0.0.1:{port}", token, timeout_s=30.0))
+    job = JobState("ns", "j", "uid-j", "", tracker)
+    tracker.token = TOKEN
+    try:
+        tracker.set_controller(pod_view({
+            "metadata": {"name": "j-controller-0", "uid": "ctrl-uid", "resourceVersion": "1",
+                         "labels": {lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "uid-j",
+                                    lbl.CONTROLLER_ATTEMPT: "0"}},
+            "status": {"phase": "Running", "podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}))
+        assert wait_until(lambda: tracker.poll_result is not None, timeout_s=60), "the watch never got an answer"
+        assert asyncio.run(job.waker.wait(0))  # the first answer woke it: consumed
+        answers = tracker.answers
+        os.kill(proc.pid, signal.SIGKILL)
+        assert asyncio.run(job.waker.wait(600))  # woken by the failed exchange (the bound only ends a broken test)
+        assert tracker.answers > answers and tracker.poll_result is None
+    finally:
+        tracker.close()

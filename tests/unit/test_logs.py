@@ -116,6 +116,10 @@ def test_operator_text_lines_have_the_time_and_the_job_and_no_timer_successes():
         assert not handler.filter(_kopf_record("ElasticTrainingJob", "cpu-job", "Timer 'reconcile_job' succeeded."))
         assert handler.filter(_kopf_record("ElasticTrainingJob", "cpu-job", "Timer 'reconcile_job' failed: boom"))
         assert handler.filter(_kopf_record("ElasticTrainingJob", "cpu-job", "Handler 'job_created' succeeded."))
+        # the wake-ups of the reconcile daemons: one line per watch event
+        assert not handler.filter(_kopf_record("ElasticTrainingJob", "cpu-job", "Handler 'job_event' succeeded."))
+        assert not handler.filter(_kopf_record("Pod", "cpu-job-w0", "Handler 'job_pod_event' succeeded."))
+        assert handler.filter(_kopf_record("Pod", "cpu-job-w0", "Handler 'job_pod_event' failed: boom"))
     finally:
         for h in list(root.handlers):
             if h not in before:

@@ -1,6 +1,6 @@
 """Operator races a new-user trial found (issue 9 follow-up): stale snapshots, teardown read as loss, taken names.
 
-The kopf shell (`handlers.reconcile_job`, `handlers.worker_pod_event`) runs with real pod and
+The kopf shell (`handlers.reconcile_once`, `handlers.worker_pod_event`) runs with real pod and
 JobSet objects (as the API returns them, read through `pod_view`/`jobset_view`), the real
 `JobTracker`, and a stand-in only for the API server and the controller's HTTP API.
 """
@@ -572,9 +572,9 @@ def test_the_timer_skips_a_whole_jobs_pass_until_something_it_reads_moves(monkey
         body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta,
                 "spec": job.spec}
         patch = _Patch()
-        asyncio.run(handlers.reconcile_job(body=body, spec=job.spec, status=dict(job.status), meta=meta,
-                                           namespace="ns", name="j", patch=patch, memo={"elasticjax": job.state},
-                                           job_pods=job.pods, job_jobsets=job.jobsets, unready_nodes={}))
+        asyncio.run(handlers.reconcile_once(body=body, spec=job.spec, status=dict(job.status), meta=meta,
+                                            namespace="ns", name="j", patch=patch, memo={"elasticjax": job.state},
+                                            job_pods=job.pods, job_jobsets=job.jobsets, unready_nodes={}))
         job.pending.update(patch.status)
         job.land()
 
