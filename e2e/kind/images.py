@@ -1,9 +1,9 @@
 """Build the project's three images here, offline from any registry.
 
 No container registry is reachable on these machines, so the ``python:slim``
-base the Dockerfiles pin by digest cannot be pulled. :func:`python_base`
+base images/Dockerfile pins by digest cannot be pulled. :func:`python_base`
 makes a Debian bookworm base with ``mmdebstrap`` (Python 3.11 from Debian,
-``python3-venv`` for the Dockerfiles' venv, ``passwd`` for their ``useradd``)
+``python3-venv`` for the venv stages, ``passwd`` for the ``useradd`` of build.sh)
 and ``docker import``s it; :func:`build_project_images` builds the three
 targets of ``images/Dockerfile`` on it with ``--build-arg PYTHON_IMAGE=...``. pip inside the build
 reaches PyPI through ``--network host`` and trusts the CA bundle pip is

@@ -1,4 +1,4 @@
-"""The project's container images: names, Dockerfiles, and what each one runs.
+"""The project's container images: names, their targets of one Dockerfile, and what each one runs.
 
 One table for three readers: the targets of ``images/Dockerfile`` (one per image), the Helm
 chart's default operator image, and the local control plane's image table
