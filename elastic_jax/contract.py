@@ -48,7 +48,7 @@ MANIFEST_DIR = "/etc/elastic-jax/manifest"
 TOKEN_DIR = "/etc/elastic-jax/token"
 SCRATCH_DIR = "/tmp/elastic-jax-scratch"
 # The images' working directory (their user's home): the controller image keeps the examples there, and a
-# user's own image its program (`spec.controller.command: [python, train.py]`). Checked against the Dockerfiles.
+# user's own image its program (`spec.controller.command: [python, train.py]`). Checked against images/Dockerfile.
 IMAGE_WORKDIR = "/home/elastic"
 # Where the kubelet reads a container's termination message (the pod's terminationMessagePath).
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"

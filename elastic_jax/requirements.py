@@ -1,6 +1,6 @@
 """The requirements of a ``pyproject.toml`` optional-dependency group, one per line.
 
-The Dockerfiles install an image's dependencies in a layer of their own, before
+images/Dockerfile installs an image's dependencies in a layer of their own, before
 the project's code is copied in, so a change to our code reinstalls only the
 project. That layer has ``pyproject.toml`` and this file and nothing else, so
 this file runs on the standard library alone::

@@ -1,6 +1,6 @@
 #!/bin/sh
-# The build steps the project's Dockerfiles share (operator/, controller_image/, worker_image/
-# and controller_image/Dockerfile.maxtext), in one place; each Dockerfile RUNs it with a step name.
+# The build steps of images/Dockerfile, in one place: every image's venv stage RUNs the venv and
+# project steps, the shared runtime stage the user step.
 #
 #   sh build.sh venv EXTRAS PIP_ARGS...  builder stage, in /src holding pyproject.toml,
 #                                        requirements.py and the constraints file: /opt/venv with

@@ -6,7 +6,7 @@
   them beside ``tests/`` and the Go build. Skips, saying why, only where the engine cannot run (not root,
   no Debian packages): in CI (root, Debian) these tests always run.
 - ``product_images`` (session): the controller, worker and operator images,
-  built from their Dockerfiles on the offline Debian base (:mod:`e2e.kind.images`).
+  built from their targets of images/Dockerfile on the offline Debian base (:mod:`e2e.kind.images`).
 - ``kind_cluster`` (session, from :mod:`e2e.kind.cluster_fixtures`): a real kind
   cluster from a node image built here.
 - ``elastic_jax`` (session): the chart installed in ``elastic-jax-system``

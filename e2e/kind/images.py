@@ -1,11 +1,11 @@
 """Build the project's three images here, offline from any registry.
 
 No container registry is reachable on these machines, so the ``python:slim``
-base the Dockerfiles pin by digest cannot be pulled. :func:`python_base`
+base images/Dockerfile pins by digest cannot be pulled. :func:`python_base`
 makes a Debian bookworm base with ``mmdebstrap`` (Python 3.11 from Debian,
-``python3-venv`` for the Dockerfiles' venv, ``passwd`` for their ``useradd``)
+``python3-venv`` for the venv stages, ``passwd`` for the ``useradd`` of build.sh)
 and ``docker import``s it; :func:`build_project_images` builds the three
-Dockerfiles on it with ``--build-arg PYTHON_IMAGE=...``. pip inside the build
+targets of ``images/Dockerfile`` on it with ``--build-arg PYTHON_IMAGE=...``. pip inside the build
 reaches PyPI through ``--network host`` and trusts the CA bundle pip is
 configured with on the host, handed in as the build secret ``pip-ca`` (it
 reaches the builder stage only, never a layer).
@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 BASE_SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates", "passwd")
-"""Debian packages of the offline base: what the Dockerfiles' two stages use."""
+"""Debian packages of the offline base: what the Dockerfile's builder and runtime stages use."""
 
 BASE_REPOSITORY = "elastic-jax/python-base"
 
@@ -109,7 +109,7 @@ def pip_ca_bundle() -> Path | None:
 
 
 def build_project_images(engine: Engine, base: str | None = None, log=print) -> list[Built]:
-    """Build the controller, worker and operator images from their Dockerfiles.
+    """Build the controller, worker and operator images: their targets of ``images/Dockerfile``.
 
     Args:
       engine: the engine to build with.
@@ -127,7 +127,7 @@ def build_project_images(engine: Engine, base: str | None = None, log=print) -> 
     built = []
     for image in PROJECT_IMAGES.values():
         args = ["build", "--network", "host", "--build-arg", f"PYTHON_IMAGE={base}",
-                "-f", str(REPO_ROOT / image.dockerfile), "-t", image.name]
+                "-f", str(REPO_ROOT / image.dockerfile), "--target", image.target, "-t", image.name]
         if ca:
             args += ["--secret", f"id=pip-ca,src={ca}"]
         t0 = time.monotonic()

@@ -95,20 +95,20 @@ else
   created=1
 fi
 
-# 2. Images: names and Dockerfiles from elastic_jax.api.images (the one table the
-# chart, the job defaults and the local control plane also use).
+# 2. Images: names and targets of images/Dockerfile from elastic_jax.api.images (the
+# one table the chart, the job defaults and the local control plane also use).
 mapfile -t IMAGES < <(PYTHONPATH="$ROOT" "$PYTHON" -c '
 from elastic_jax.api.images import PROJECT_IMAGES
 for image in PROJECT_IMAGES.values():
-    print(image.dockerfile, image.name)')
+    print(image.dockerfile, image.target, image.name)')
 (( ${#IMAGES[@]} == 3 )) || die "expected 3 images from elastic_jax.api.images, got: ${IMAGES[*]}"
 for line in "${IMAGES[@]}"; do
-  read -r dockerfile name <<<"$line"
-  log "building $name from $dockerfile"
-  docker build -f "$ROOT/$dockerfile" -t "$name" "$ROOT"
+  read -r dockerfile target name <<<"$line"
+  log "building $name: $dockerfile, target $target"
+  docker build -f "$ROOT/$dockerfile" --target "$target" -t "$name" "$ROOT"
   kind load docker-image "$name" --name "$CLUSTER"
 done
-operator_image="$(printf '%s\n' "${IMAGES[@]}" | awk '$1 == "operator/Dockerfile" {print $2}')"
+operator_image="$(printf '%s\n' "${IMAGES[@]}" | awk '$2 == "operator" {print $3}')"
 
 # 3. JobSet, from its pinned release manifest.
 log "installing JobSet $JOBSET_VERSION"

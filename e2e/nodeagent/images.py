@@ -1,7 +1,7 @@
 """The only place that says which container images the node agent can "run".
 
 There is no container runtime: an image stands for a local command. Each
-entry gives the image's ENTRYPOINT and CMD (as in its Dockerfile) and extra
+entry gives the image's ENTRYPOINT and CMD (as its target of images/Dockerfile sets them) and extra
 environment; the container's ``command`` replaces ENTRYPOINT and its ``args``
 replace CMD, exactly as Kubernetes defines it. Bare names (``python``) are
 looked up on the container's PATH, whose first entry is the bin folder of the
@@ -41,10 +41,10 @@ RM_HOLD_DIR = "/tmp/elastic-jax-e2e-rm-holds"
 _STANDIN_ENV = {"PYTHONUNBUFFERED": "1"}
 
 IMAGES: dict[str, Image] = {
-    # The project's images (controller_image/Dockerfile, worker_image/Dockerfile).
+    # The project's images (targets controller and worker of images/Dockerfile).
     "ghcr.io/elastic-jax/controller:0.1.0": Image(entrypoint=("elastic-jax-controller",)),
     "ghcr.io/elastic-jax/worker:0.1.0": Image(entrypoint=("elastic-jax-worker",)),
-    "ghcr.io/elastic-jax/operator:0.1.0": Image(entrypoint=("elastic-jax-operator",)),  # operator/Dockerfile
+    "ghcr.io/elastic-jax/operator:0.1.0": Image(entrypoint=("elastic-jax-operator",)),  # target operator
     # Generic images for the e2e suite's own pods: the command runs as given.
     "python:*": Image(cmd=("python3",), env={"PYTHONUNBUFFERED": "1"}),
     "busybox:*": Image(cmd=("sh",)),

@@ -1,6 +1,6 @@
-"""The project's container images: names, Dockerfiles, and what each one runs.
+"""The project's container images: names, their targets of one Dockerfile, and what each one runs.
 
-One table for three readers: the Dockerfiles' ``ENTRYPOINT`` lines, the Helm
+One table for three readers: the targets of ``images/Dockerfile`` (one per image), the Helm
 chart's default operator image, and the local control plane's image table
 (``e2e/nodeagent/images.py``, where an image stands for a local command).
 ``tests/unit/test_images.py`` fails when any of them drifts from this table.
@@ -20,6 +20,15 @@ REGISTRY = "ghcr.io/elastic-jax"
 CONTROLLER_IMAGE = f"{REGISTRY}/controller:{__version__}"
 WORKER_IMAGE = f"{REGISTRY}/worker:{__version__}"
 OPERATOR_IMAGE = f"{REGISTRY}/operator:{__version__}"
+MAXTEXT_CONTROLLER_IMAGE = f"{REGISTRY}/controller-maxtext:{__version__}"
+
+DOCKERFILE = "images/Dockerfile"
+"""The one Dockerfile every image is a target of, relative to the repository root (the build context)."""
+
+MAXTEXT_PYTHON_IMAGE = (
+    "python:3.12.12-slim-bookworm@sha256:593bd06efe90efa80dc4eee3948be7c0fde4134606dd40d8dd8dbcade98e669c")
+"""The ``PYTHON_IMAGE`` build argument of the ``controller-maxtext`` target: MaxText 0.2.5 needs Python >= 3.12,
+the Dockerfile's default base is 3.11 (exact tag and digest, like that default)."""
 
 
 @dataclass(frozen=True)
@@ -28,15 +37,17 @@ class ProjectImage:
 
     Attributes:
       name: default reference, ``repository:tag``.
-      dockerfile: its Dockerfile, relative to the repository root (the build context).
+      target: its stage in :data:`DOCKERFILE` (``docker build --target``).
       extra: the ``pyproject.toml`` optional-dependency group the image installs.
       entrypoint: its ``ENTRYPOINT``: a console script from ``[project.scripts]``.
+      dockerfile: the Dockerfile, relative to the repository root (the build context).
     """
 
     name: str
-    dockerfile: str
+    target: str
     extra: str
     entrypoint: tuple[str, ...]
+    dockerfile: str = DOCKERFILE
 
     @property
     def repository(self) -> str:
@@ -52,11 +63,15 @@ class ProjectImage:
 PROJECT_IMAGES: dict[str, ProjectImage] = {
     image.name: image
     for image in (
-        ProjectImage(CONTROLLER_IMAGE, "controller_image/Dockerfile", "controller", ("elastic-jax-controller",)),
-        ProjectImage(WORKER_IMAGE, "worker_image/Dockerfile", "worker", ("elastic-jax-worker",)),
-        ProjectImage(OPERATOR_IMAGE, "operator/Dockerfile", "operator", ("elastic-jax-operator",)),
+        ProjectImage(CONTROLLER_IMAGE, "controller", "controller", ("elastic-jax-controller",)),
+        ProjectImage(WORKER_IMAGE, "worker", "worker", ("elastic-jax-worker",)),
+        ProjectImage(OPERATOR_IMAGE, "operator", "operator", ("elastic-jax-operator",)),
     )
 }
+"""The images CI builds and the kind tier runs."""
+
+MAXTEXT_IMAGE = ProjectImage(MAXTEXT_CONTROLLER_IMAGE, "controller-maxtext", "maxtext", ("elastic-jax-controller",))
+"""The controller's MaxText variant: opt-in, built on :data:`MAXTEXT_PYTHON_IMAGE`, not by CI."""
 
 
 # -- Pathways (backend pathways): Google's images, pinned to the jax the controller runs --

@@ -32,7 +32,7 @@ SINGULAR = "elastictrainingjob"
 SHORT_NAMES = ("ejob",)
 
 # Default images; the local control plane maps them to local commands and the
-# Dockerfiles build them (one source of truth: elastic_jax.api.images).
+# images/Dockerfile builds them (one source of truth: elastic_jax.api.images).
 DEFAULT_CONTROLLER_IMAGE = images.CONTROLLER_IMAGE
 DEFAULT_WORKER_IMAGE = images.WORKER_IMAGE
 BUILTIN_TRAINER = "elastic_jax.controller.builtin_lm:make_trainer"

@@ -1,8 +1,8 @@
-"""The Dockerfiles: hadolint-clean, and in agreement with elastic_jax.api.images.
+"""images/Dockerfile, one target per image: hadolint-clean, and in agreement with elastic_jax.api.images.
 
 The kind tier (e2e/kind/) builds and runs the images for real; these checks
-need no engine and fail in seconds: the linter, what each image runs and
-installs, that the build context holds every package folder setuptools maps,
+need no engine and fail in seconds: one Dockerfile whose targets share one
+builder and one runtime stage, the linter, what each image runs and installs, that the build context holds every package folder setuptools maps,
 that the final stage is non-root and carries nothing from the build, and that
 the local control plane's image table runs the same entry points.
 """
@@ -94,14 +94,74 @@ def _arg_default(stage: Stage, name: str) -> str | None:
     return None
 
 
+DOCKERFILE = ROOT / images.DOCKERFILE
+ALL_IMAGES = [*IMAGES, images.MAXTEXT_IMAGE]
+
+
 def _image_id(image: images.ProjectImage) -> str:
-    return image.dockerfile
+    return image.target
 
 
-@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
-def test_hadolint_clean(image):
+def _stage(dockerfile: Dockerfile, alias: str) -> Stage:
+    (stage,) = [s for s in dockerfile.stages if s.alias == alias] or [None]
+    assert stage is not None, f"{images.DOCKERFILE} has no stage {alias!r}"
+    return stage
+
+
+def lineage(dockerfile: Dockerfile, alias: str) -> list[Stage]:
+    """The stage ``alias`` and every stage it is built FROM, the first (FROM an image) first."""
+    chain = [_stage(dockerfile, alias)]
+    aliases = {s.alias for s in dockerfile.stages}
+    while chain[0].base in aliases:
+        chain.insert(0, _stage(dockerfile, chain[0].base))
+    return chain
+
+
+def flatten(dockerfile: Dockerfile, alias: str) -> Stage:
+    """The stage ``alias`` with every instruction it inherits, in build order, as one stage."""
+    chain = lineage(dockerfile, alias)
+    return Stage(base=chain[0].base, alias=alias, instructions=[ins for stage in chain for ins in stage.instructions])
+
+
+def _final(dockerfile: Dockerfile, image: images.ProjectImage) -> Stage:
+    """The image's target, flattened: what ``docker build --target`` makes."""
+    return flatten(dockerfile, image.target)
+
+
+def _venv(dockerfile: Dockerfile, image: images.ProjectImage) -> Stage:
+    """The builder stage the image copies its venv from (``<target>-venv``), flattened."""
+    return flatten(dockerfile, f"{image.target}-venv")
+
+
+def test_every_image_is_a_target_of_the_one_dockerfile():
+    # Issue 11: the images share one builder/runtime skeleton, written once. A Dockerfile per
+    # component folder had to copy it (a Dockerfile cannot include another on Debian's docker.io).
+    assert {image.dockerfile for image in ALL_IMAGES} == {images.DOCKERFILE}
+    strays = sorted(str(p.relative_to(ROOT)) for folder in ("operator", "controller_image", "worker_image", "images")
+                    for p in (ROOT / folder).rglob("*Dockerfile*") if p != DOCKERFILE)
+    assert not strays, f"a second product Dockerfile: {strays}"
+    dockerfile = parse(DOCKERFILE)
+    targets = [image.target for image in ALL_IMAGES]
+    assert len(set(targets)) == len(targets)
+    for image in ALL_IMAGES:
+        # Each target is FROM the shared runtime stage, its venv stage FROM the shared builder.
+        assert [s.alias for s in lineage(dockerfile, image.target)] == ["runtime", image.target]
+        assert [s.alias for s in lineage(dockerfile, f"{image.target}-venv")] == ["builder", f"{image.target}-venv"]
+
+
+def test_a_build_without_target_fails_naming_the_targets():
+    # Without --target BuildKit builds the last stage: it must fail and say what to pass.
+    last = parse(DOCKERFILE).stages[-1]
+    assert last.alias == "usage"
+    (run,) = last.all("RUN")
+    assert run.rstrip().endswith("exit 2") and "--target" in run, run
+    for image in ALL_IMAGES:
+        assert image.target in run, f"the usage message does not name {image.target}"
+
+
+def test_hadolint_clean():
     # Every rule at every severity: a finding of any level fails.
-    proc = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "style", str(ROOT / image.dockerfile)],
+    proc = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "style", str(DOCKERFILE)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
@@ -115,24 +175,24 @@ def test_hadolint_reports_a_bad_dockerfile(tmp_path):
     assert "DL3006" in proc.stdout and "DL3008" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+@pytest.mark.parametrize("image", ALL_IMAGES, ids=_image_id)
 def test_entrypoint_and_extra_match_the_images_module(image):
-    dockerfile = parse(ROOT / image.dockerfile)
-    builder, final = dockerfile.stages[0], dockerfile.stages[-1]
-    (entrypoint,) = final.all("ENTRYPOINT")
+    dockerfile = parse(DOCKERFILE)
+    (entrypoint,) = _final(dockerfile, image).all("ENTRYPOINT")
     # Exec form (JSON): the console script is PID 1 and gets SIGTERM from the kubelet.
     assert json.loads(entrypoint) == list(image.entrypoint)
     (script,) = image.entrypoint
     assert script in PYPROJECT["project"]["scripts"], f"{script} is not a console script in pyproject.toml"
-    assert _arg_default(builder, "EXTRAS") == image.extra
+    assert _arg_default(_venv(dockerfile, image), "EXTRAS") == image.extra
     assert image.extra in PYPROJECT["project"]["optional-dependencies"]
-    assert f"-t {image.name} ." in (ROOT / image.dockerfile).read_text(), "the build comment names the image"
+    assert f"--target {image.target} " in DOCKERFILE.read_text(), "the build comment names the target"
+    assert f"-t {image.name} ." in DOCKERFILE.read_text(), "the build comment names the image"
 
 
-@pytest.mark.parametrize("image", IMAGES, ids=_image_id)
+@pytest.mark.parametrize("image", ALL_IMAGES, ids=_image_id)
 def test_the_working_directory_is_the_contracts(image):
     """`spec.checkpoint.uri` may not cover it (elastic_jax.api.cluster): it must be the image's real one."""
-    final = parse(ROOT / image.dockerfile).stages[-1]
+    final = _final(parse(DOCKERFILE), image)
     assert final.all("WORKDIR")[-1] == contract.IMAGE_WORKDIR
 
 
@@ -147,7 +207,7 @@ def test_node_agent_image_table_runs_the_same_entry_points():
     for image in IMAGES:
         entry = node_images.resolve(image.name)
         assert entry.entrypoint == image.entrypoint, (image.name, entry)
-        assert entry.cmd == (), f"{image.name}: the Dockerfiles set no CMD"
+        assert entry.cmd == (), f"{image.name}: the Dockerfile sets no CMD"
     ours = {key for key in node_images.IMAGES if key.startswith(images.REGISTRY + "/")}
     assert ours <= set(images.PROJECT_IMAGES), f"stale project images in the node agent's table: {ours}"
 
@@ -159,20 +219,18 @@ def _pinned(reference: str) -> bool:
 
 @pytest.mark.parametrize("image", IMAGES, ids=_image_id)
 def test_base_is_pinned_and_final_stage_is_minimal_and_non_root(image):
-    dockerfile = parse(ROOT / image.dockerfile)
-    assert len(dockerfile.stages) == 2, "a builder stage and a final stage"
-    builder, final = dockerfile.stages
-    assert builder.alias == "builder"
-    bases = {dockerfile.expand(stage.base) for stage in dockerfile.stages}
-    assert len(bases) == 1, f"both stages share one base (the venv's interpreter path): {bases}"
+    dockerfile = parse(DOCKERFILE)
+    final, venv = _final(dockerfile, image), _venv(dockerfile, image)
+    bases = {dockerfile.expand(stage.base) for stage in (final, venv)}
+    assert len(bases) == 1, f"builder and final stage share one base (the venv's interpreter path): {bases}"
     (base,) = bases
     assert _pinned(base) and base.startswith("python:3.11."), base
 
-    # Nothing is built or fetched in the final stage: only the builder's venv is copied in.
+    # Nothing is built or fetched in the final stage: only its own builder's venv is copied in.
     for rest in final.all("RUN"):
         assert not re.search(r"\b(pip|apt-get|apt|gcc|make|curl|wget)\b", rest), rest
-    copies = final.all("COPY")
-    assert copies and all(c.startswith("--from=builder ") for c in copies), copies
+    copies = [c for c in final.all("COPY") if c.startswith("--from=")]
+    assert copies == [f"--from={image.target}-venv /opt/venv /opt/venv"], final.all("COPY")
     # No secret or cache reaches it: its one mount is images/build.sh, for the user step.
     assert [_mounts(rest) for rest in final.all("RUN")] == [["type=bind,source=images/build.sh,target=/build.sh"]]
 
@@ -200,22 +258,20 @@ def _in_context(path: str, included: set[str]) -> bool:
     return any(path == i or path.startswith(i + "/") for i in included)
 
 
-MAXTEXT_DOCKERFILE = ROOT / "controller_image" / "Dockerfile.maxtext"
-ALL_DOCKERFILES = [*(ROOT / i.dockerfile for i in IMAGES), MAXTEXT_DOCKERFILE]
-
-
-@pytest.mark.parametrize("image", ALL_DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("image", ALL_IMAGES, ids=_image_id)
 def test_build_context_holds_every_package_folder(image):
     # setuptools maps folders from several design-card directories into one
     # import root; the project step installs from the build context bind-mounted,
     # so a folder .dockerignore leaves out would only show when the image is built.
-    builder = parse(image).stages[0]
+    dockerfile = parse(DOCKERFILE)
+    builder = _venv(dockerfile, image)
     included = _included()
     sources: list[str] = []
-    for rest in builder.all("COPY"):
-        words = shlex.split(rest)
-        assert not words[0].startswith("--from"), rest
-        sources += [w.rstrip("/") for w in words[:-1]]
+    for stage in (builder, _final(dockerfile, image)):
+        for rest in stage.all("COPY"):
+            words = shlex.split(rest)
+            if not words[0].startswith("--from"):
+                sources += [w.rstrip("/") for w in words[:-1]]
     for source in sources:
         assert (ROOT / source).exists(), f"COPY {source}: no such path"
         assert _in_context(source, included), f"COPY {source}: not in the build context"
@@ -230,9 +286,9 @@ def test_build_context_holds_every_package_folder(image):
     for path in ("pyproject.toml", "images/build.sh"):
         assert _in_context(path, included), path
     # Every dependency at the version the tests ran with (tests/unit/test_constraints.py).
-    if image.name == "Dockerfile":
-        assert "constraints.txt" in sources
-        assert any("-c constraints.txt" in rest for rest in builder.all("RUN")), "pip does not use constraints.txt"
+    constraints = "constraints-maxtext.txt" if image is images.MAXTEXT_IMAGE else "constraints.txt"
+    assert any(s.endswith(constraints) for s in sources), sources
+    assert any(f"-c {constraints}" in rest for rest in builder.all("RUN")), f"pip does not use {constraints}"
 
 
 def test_parser_reads_continuations_and_stages(tmp_path):
@@ -258,28 +314,30 @@ def test_pathways_images_are_pinned_to_the_jax_in_constraints():
 
 # -- the MaxText variant of the controller image (opt-in, not built by CI) --------------------------------------
 
-
-def test_maxtext_variant_is_hadolint_clean():
-    proc = subprocess.run([str(BIN / "hadolint"), "--failure-threshold", "style", str(MAXTEXT_DOCKERFILE)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+MAXTEXT = images.MAXTEXT_IMAGE
 
 
 def test_maxtext_variant_is_pinned_like_the_controller_image():
-    dockerfile = parse(MAXTEXT_DOCKERFILE)
-    builder, final = dockerfile.stages
-    (base,) = {dockerfile.expand(stage.base) for stage in dockerfile.stages}
-    # MaxText 0.2.5 requires Python >= 3.12.
-    assert _pinned(base) and base.startswith("python:3.12."), base
-    assert _arg_default(builder, "EXTRAS") == "maxtext"
+    dockerfile = parse(DOCKERFILE)
+    # MaxText 0.2.5 requires Python >= 3.12: its base is a build argument, pinned in one place.
+    assert _pinned(images.MAXTEXT_PYTHON_IMAGE) and images.MAXTEXT_PYTHON_IMAGE.startswith("python:3.12.")
+    command = f"--target {MAXTEXT.target} \\\n#     --build-arg PYTHON_IMAGE={images.MAXTEXT_PYTHON_IMAGE} \\\n"
+    assert command in DOCKERFILE.read_text(), "the MaxText build comment passes the pinned 3.12 base"
+    for doc in ("docs/bring-your-own-loop.md", "examples/03-maxtext-pathways.yaml"):
+        assert images.MAXTEXT_PYTHON_IMAGE in (ROOT / doc).read_text(), f"{doc}: the MaxText build command"
+    venv = _venv(dockerfile, MAXTEXT)
+    # On the 3.11 default the build stops first, naming the build argument.
+    assert "sys.version_info < (3, 12)" in venv.all("RUN")[0] and "PYTHON_IMAGE" in venv.all("RUN")[0]
+    assert _arg_default(venv, "EXTRAS") == "maxtext"
     assert "maxtext[tpu]==0.2.5" in PYPROJECT["project"]["optional-dependencies"]["maxtext"]
-    assert any("-c constraints-maxtext.txt" in rest for rest in builder.all("RUN"))
-    assert any("sh build.sh project" in rest for rest in builder.all("RUN"))  # which ends in `pip check`
+    assert any("-c constraints-maxtext.txt" in rest for rest in venv.all("RUN"))
+    assert any("sh build.sh project" in rest for rest in venv.all("RUN"))  # which ends in `pip check`
     # The same entry point, non-root user and copy-only final stage as the controller image.
+    final = _final(dockerfile, MAXTEXT)
     assert json.loads(final.all("ENTRYPOINT")[0]) == list(images.PROJECT_IMAGES[images.CONTROLLER_IMAGE].entrypoint)
     assert final.all("USER") == ["65532:65532"]
-    assert all(c.startswith("--from=builder ") for c in final.all("COPY"))
-    # The build context is checked with the other Dockerfiles' (test_build_context_holds_every_package_folder).
+    assert final.all("COPY") == [f"--from={MAXTEXT.target}-venv /opt/venv /opt/venv"]
+    # The build context is checked with the other images' (test_build_context_holds_every_package_folder).
 
 
 def test_maxtext_constraints_pin_the_jax_of_the_example_and_agree_with_pyproject():
@@ -297,20 +355,19 @@ def test_maxtext_constraints_pin_the_jax_of_the_example_and_agree_with_pyproject
     assert pins["jax"] == pins["jaxlib"] and f"jax-{pins['jax']}" in (ROOT / "examples" / "03-maxtext-pathways.yaml").read_text()
 
 
-# -- images/build.sh: the build steps every Dockerfile shares (issue 11) ----------------------------------------
+# -- images/build.sh: the build steps every image shares (issue 11) ----------------------------------------
 
-@pytest.mark.parametrize("path", ALL_DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_dockerfile_runs_the_shared_build_steps(path):
+@pytest.mark.parametrize("image", ALL_IMAGES, ids=_image_id)
+def test_every_image_runs_the_shared_build_steps(image):
     # The venv, the project install, the pip CA secret and the user are written once, in images/build.sh.
-    dockerfile = parse(path)
-    builder, final = dockerfile.stages
-    runs = builder.all("RUN")
+    dockerfile = parse(DOCKERFILE)
+    runs = [r for r in _venv(dockerfile, image).all("RUN") if "sh build.sh " in r]
     assert [r.split("sh build.sh ", 1)[1].split()[0] for r in runs] == ["venv", "project"], runs
     assert all("type=secret,id=pip-ca" in _mounts(r) for r in runs), runs
-    assert [r.split("sh /build.sh ", 1)[1] for r in final.all("RUN")] == ["user"]
-    text = path.read_text()
+    assert [r.split("sh /build.sh ", 1)[1] for r in _final(dockerfile, image).all("RUN")] == ["user"]
+    text = DOCKERFILE.read_text()
     for written_once in ("PIP_CERT", "useradd", "python3 -m venv", "pip check", "requirements.py pyproject.toml"):
-        assert written_once not in text, f"{path.name}: {written_once!r} belongs in images/build.sh"
+        assert written_once not in text, f"{images.DOCKERFILE}: {written_once!r} belongs in images/build.sh"
 
 
 def _build_sh(*args: str) -> subprocess.CompletedProcess:

@@ -1,4 +1,4 @@
-"""elastic_jax/requirements.py: the dependency layer of the Dockerfiles."""
+"""elastic_jax/requirements.py: the dependency layer of images/Dockerfile."""
 
 from __future__ import annotations
 
