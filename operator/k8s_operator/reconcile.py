@@ -166,8 +166,10 @@ def _teardown(observed: Observed, plan: Plan, keep_finished_controller: bool, wo
     (`SUSPEND_CONTROLLER_NOT_STOPPED`). Without `observed.now` the bound is
     not checked (the wait lasts until the pod stops).
     """
+    # A finished job keeps the controller pod that ended it (its logs, `kubectl logs`): `dead`, not only a
+    # terminal phase, which may lag the container's exit the job was decided on.
     plan.delete_pods = [p.name for p in observed.controller_pods
-                        if not p.deleting and not (keep_finished_controller and p.terminal)]
+                        if not p.deleting and not (keep_finished_controller and dead(p))]
     overdue: list[PodView] = []
     if workers_last:
         holding = [p for p in observed.controller_pods if _holds_workers(p, observed)]

@@ -165,6 +165,14 @@ def test_finished_job_tears_down_workers_keeps_finished_controller():
     assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"] and plan.delete_pods == []
 
 
+def test_a_finished_jobs_controller_pod_is_kept_while_its_phase_still_lags_its_exited_container():
+    """kind run: the job Succeeded on the container's exit code while the pod's phase still read Running
+    (the kubelet reports the container first); teardown deleted the pod, and its logs with it."""
+    exited = _ctrl(phase="Running", exit_code=0)
+    plan = decide(_job(), Observed({"phase": "Succeeded"}, [exited], _both_jobsets()))
+    assert plan.delete_pods == [] and plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
+
+
 def test_suspend_tears_everything_down_without_counting():
     # First the status lets go of the controller (the handler writes controllerPod ""), nothing deleted yet ...
     plan = decide(_job(suspend=True), Observed({"controllerPod": "demo-controller-0"}, [_ctrl()], _both_jobsets()))
