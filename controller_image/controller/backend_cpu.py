@@ -37,9 +37,13 @@ import numpy as np
 from elastic_jax.controller.elastic.errors import SliceDownError, SliceExecutionError, StopRequested, UserCodeError
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.slice_client import SliceClient, StepProgram, export_program
+from elastic_jax.controller.stall_clock import GAP_S, StallClock
 from elastic_jax.controller.trainer import Trainer
 
 _logger = logging.getLogger(__name__)
+
+STALL_RESENDS = 3
+"""Times a step is sent again after a deadline this process's own stall explains (then the slices are blamed)."""
 
 
 def split_sizes(global_batch_size: int, slice_count: int) -> list[int]:
@@ -111,6 +115,7 @@ class CpuBackend:
         self._lock = threading.Lock()
         self._events: queue.Queue | None = None  # the in-flight step's, for `interrupt`
         self._interrupted = threading.Event()
+        self._stalls = StallClock().start()  # this process's own stalls: they excuse a missed step deadline
 
     # -- slices ------------------------------------------------------------
 
@@ -303,12 +308,40 @@ class CpuBackend:
 
         Raises:
           SliceDownError: a slice was lost, hung past its deadline, or the
-            operator reported it Down during the step.
+            operator reported it Down during the step. A deadline that
+            expired while this process itself was stalled (SIGSTOP, a frozen
+            VM or cgroup, CPU starvation: `stall_clock`) blames no slice: the
+            step is sent again, at most `STALL_RESENDS` times.
           UserCodeError: every slice failed running the program with the same error.
         """
         active = sorted(active)
         if not active:
             raise SliceDownError("no active slices", [])
+        for resend in range(STALL_RESENDS + 1):
+            try:
+                return self._map_sum_once(fn, params, batch, active)
+            except SliceDownError as error:
+                if error.cause != "step_deadline" or error.deadline_s is None:
+                    raise
+                elapsed = time.monotonic() - error.failed_since
+                stalled = self._stalls.stalled_seconds(error.failed_since)
+                # Excused only by a stall long enough to have eaten the slice's deadline: without one, or
+                # with the slice silent for a whole deadline of running time anyway, it is a hang.
+                if resend == STALL_RESENDS or stalled < GAP_S or elapsed - stalled >= error.deadline_s:
+                    self.slice_set.mark_down(error.slice_indices, "step deadline exceeded", error.generations)
+                    raise
+                _logger.warning(
+                    "step deadline expired while the controller itself was stalled for %.1f of the %.1f s since "
+                    "the step was sent (SIGSTOP, a frozen VM, CPU starvation): slices %s are not blamed, the "
+                    "step is sent again", stalled, elapsed, error.slice_indices,
+                    extra={"event": "controller_stalled", "stalled_s": round(stalled, 3),
+                           "slices": error.slice_indices})
+        raise AssertionError("not reached")
+
+    def _map_sum_once(self, fn: Any, params: Any, batch: Mapping[str, np.ndarray], active: list[int]) -> Any:
+        """One dispatch of `map_sum`'s chunks. A slice that missed its deadline raises
+        `SliceDownError(cause="step_deadline")` with `failed_since`, `deadline_s` and `generations` set and
+        the slice not marked down (`map_sum` decides)."""
         dispatched_at = time.monotonic()
         sizes = split_sizes(next(iter(batch.values())).shape[0], self.slice_set.count)
         params_np = jax.tree_util.tree_map(np.asarray, params)
@@ -326,6 +359,7 @@ class CpuBackend:
             if self._interrupted.is_set():
                 raise StopRequested("stop requested before the step was sent")
             generations: dict[int, int] = {}
+            timeouts: dict[int, float] = {}  # by slice: its step's deadline (first steps compile)
             deadline_s = 0.0
             offset = 0
             for chunk, size in enumerate(sizes):
@@ -341,6 +375,7 @@ class CpuBackend:
                 generations[index] = generation
                 warm_key = (index, generation, program.hash)
                 timeout_s = self.step_deadline_s if warm_key in self._warm else self.first_step_deadline_s
+                timeouts[index] = timeout_s
                 deadline_s = max(deadline_s, timeout_s)
                 future = client.step_async(program, param_leaves + jax.tree_util.tree_leaves(share), timeout_s)
                 future.add_done_callback(lambda f, i=index, c=chunk, k=warm_key: events.put(("done", i, c, (f, k))))
@@ -353,9 +388,8 @@ class CpuBackend:
                     kind, index, chunk, payload = events.get(timeout=max(0.0, end - time.monotonic()))
                 except queue.Empty:
                     missing = sorted(set(pending.values()))
-                    self.slice_set.mark_down(missing, "step deadline exceeded", generations)
                     error = SliceDownError(f"slices {missing} missed the step deadline", missing, cause="step_deadline")
-                    error.failed_since = dispatched_at
+                    error.failed_since, error.deadline_s, error.generations = dispatched_at, deadline_s, generations
                     raise error from None
                 if kind == "stop":
                     # The run is stopping: abandon the step (a hung slice may hold it until its deadline).
@@ -375,10 +409,13 @@ class CpuBackend:
                         continue
                 errors.setdefault(index, error)
                 if isinstance(error, SliceDownError):
-                    self.slice_set.mark_down(error.slice_indices or [index], str(error), generations)
                     if error.cause == "step_deadline":
-                        # A hang started when the step was sent, not when the deadline fired.
-                        error.failed_since = dispatched_at
+                        # A hang started when the step was sent, not when the deadline fired; map_sum marks it.
+                        error.slice_indices = error.slice_indices or (index,)
+                        error.failed_since, error.deadline_s, error.generations = (
+                            dispatched_at, timeouts.get(index, deadline_s), generations)
+                        raise error
+                    self.slice_set.mark_down(error.slice_indices or [index], str(error), generations)
                     raise error
             if errors:
                 self._raise_execution_errors(errors, active, generations)
@@ -439,6 +476,7 @@ class CpuBackend:
 
     def close(self) -> None:
         """Stops warming and closes every worker connection."""
+        self._stalls.stop()
         self._warmer.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             for _, _, client in self._clients.values():

@@ -37,6 +37,9 @@ class SliceDownError(jax.errors.JaxRuntimeError):
         or "draining" (the operator announced the slice is going away).
       failed_since: `time.monotonic()` when the failure began, if earlier than
         when it was raised (a hang began when the stuck step was sent); None otherwise.
+      deadline_s, generations: for a cpu-backend "step_deadline" raised inside one dispatch: the
+        deadline (seconds) and the slices' generations, so the backend can still decide whether to
+        blame the slices (`backend_cpu.CpuBackend.map_sum`); None otherwise.
     """
 
     def __init__(self, message: str, slice_indices: Iterable[int], cause: str = "slice_down"):
@@ -44,6 +47,8 @@ class SliceDownError(jax.errors.JaxRuntimeError):
         self.slice_indices = tuple(sorted(set(slice_indices)))
         self.cause = cause
         self.failed_since: float | None = None
+        self.deadline_s: float | None = None
+        self.generations: dict[int, int] | None = None
 
 
 class SliceExecutionError(RuntimeError):
