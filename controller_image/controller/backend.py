@@ -75,13 +75,14 @@ class BackendContext:
 
     Attributes:
       job: the validated manifest.
-      trainer: the user's trainer.
+      trainer: the user's trainer; None for the library's cpu backend (`elastic_jax.Runtime`: only
+        `map_sum`, no `grad_step`).
       slice_set: the slices, fed by the control API.
       token: the job's control/worker token (the cpu backend's workers require it).
     """
 
     job: ElasticTrainingJob
-    trainer: Trainer
+    trainer: Trainer | None
     slice_set: SliceSet
     token: str
 
