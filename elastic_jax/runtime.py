@@ -33,7 +33,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -84,7 +84,7 @@ class HostParts:
     Attributes:
       slice_set: the `SliceSet` the host's control API feeds.
       metrics: the host's `ControllerMetrics` (what its `/metrics` serves).
-      backend: the job's `Backend` (`controller/backend.py`, built with the trainer); its `visible_slices`
+      backend: the job's `Backend` (`controller/backend.py`: `map_sum`, on pathways too); its `visible_slices`
         and `prepare` become the manager's hooks (pathways: only slices with devices; cpu: warm spares).
       checkpointer: the job's open `Checkpointer` (`run_checkpoints.job_checkpointer`).
       started_at: `time.monotonic()` when the host process started (the goodput ledger's `starting`); None: now.
@@ -129,6 +129,7 @@ class Runtime:
         (`ControllerExit.RESTART`: a controller loss, restart me) after a
         signal; None while no stop was requested. A request overrides an earlier
         signal; a later signal never downgrades a request (as the built-in trainer).
+      stop_state: the `StopState` (`controller/signals.py`): `kind` None, "requested" or "signal", `reason`.
       step: the last step given to `report_step` (0 before).
       initial_loss: the first loss given to `report_step` by this process (None before).
       record: the elastic events, recovery times, goodput ledger and steps run
@@ -200,12 +201,12 @@ class Runtime:
         self._handoff = FinalStatusHandoff()
 
     def _build_backend(self):
-        """The cpu backend without a trainer (only `map_sum`); None on pathways (the user's jitted step runs there)."""
+        """The cpu backend (`map_sum` on the workers); None on pathways (the user's jitted step runs there)."""
         if self.job.spec.backend != "cpu":
             return None
         from elastic_jax.controller.backend import BACKENDS, BackendContext
 
-        return BACKENDS["cpu"](BackendContext(self.job, None, self.slice_set, self._token))
+        return BACKENDS["cpu"](BackendContext(self.job, self.slice_set, self._token))
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -472,7 +473,7 @@ class Runtime:
             raise ScaleUpSignalError(f"slices {sorted(joining)} are ready to join")
 
     def map_sum(self, fn: Callable[[Any, Mapping[str, Any]], Any], params: Any,
-                batch: Mapping[str, Any]) -> Any:
+                batch: Mapping[str, Any], active: Sequence[int] | None = None) -> Any:
         """cpu backend: `fn(params, chunk)` on the active slices' workers, summed over the chunks of `batch`.
 
         The global batch (a dict of arrays, leading axis = global batch size,
@@ -480,10 +481,19 @@ class Runtime:
         fixed chunks spread round robin over the active slices, so the sum does
         not depend on how many slices are up. `fn` must be jit-traceable and
         return sums (see `CpuBackend.map_sum`); its outputs come back as numpy
-        arrays of the same tree, shapes and dtypes.
+        arrays of the same tree, shapes and dtypes. Embedded in the built-in
+        trainer (`HostParts`) it is the host backend's `map_sum`, on pathways
+        too (one program over the active slices' mesh, replicated jax arrays).
+
+        Args:
+          fn: `(params, chunk) -> pytree of arrays`, jit-traceable; pass the same object every step.
+          params: the parameter pytree.
+          batch: the global batch.
+          active: the slices to run on (default: the active slices now); the built-in trainer passes
+            its attempt's slices, so a slice reported Down since is an error of this call, not skipped.
 
         Raises:
-          RuntimeError: not the cpu backend (pathways: run your jitted step on
+          RuntimeError: a library runtime not on the cpu backend (pathways: run your jitted step on
             `jax.devices()` inside `elastic_retry`).
           SliceDownError: a slice was lost during the call (`elastic_retry` retries).
           UserCodeError: `fn` failed the same way on every slice (not retried).
@@ -491,7 +501,7 @@ class Runtime:
         """
         if self._backend is None:
             raise RuntimeError(f"map_sum runs on the cpu backend; this job's spec.backend is {self.job.spec.backend}")
-        return self._backend.map_sum(fn, params, batch, sorted(self.slice_set.active))
+        return self._backend.map_sum(fn, params, batch, sorted(self.slice_set.active if active is None else active))
 
     def report_step(self, step: int, loss: float | None = None) -> None:
         """Records a completed optimizer step for `GET /v1/status` and `/metrics` (the operator shows it).

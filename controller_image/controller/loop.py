@@ -15,7 +15,7 @@ checkpoint restore.
 Global batch rule: `spec.training.globalBatchSize` is kept constant when slices
 leave or join; the per-slice batch is rescaled: the global batch is cut into
 one fixed chunk per desired slice and the chunks are spread over the active
-slices (`backend_cpu.CpuBackend.grad_step`). The gradient is therefore the
+slices (`backend_cpu.CpuBackend.map_sum`). The gradient is therefore the
 same as with all slices, and so is the loss curve.
 """
 
@@ -36,6 +36,7 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.checkpoints import CheckpointMismatchError
 from elastic_jax.controller.backend import Backend
+from elastic_jax.controller.backend_cpu import make_slice_step
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
@@ -70,8 +71,8 @@ class TrainingRun:
     Args:
       job: the validated manifest.
       trainer: the user's trainer.
-      backend: an object with `grad_step(params, batch, active)`,
-        `health_check(indices)`, `cleanup()` (e.g. `CpuBackend`).
+      backend: the job's `Backend` (`CpuBackend`, `PathwaysBackend`); the
+        runtime runs the trainer's per-slice step with its `map_sum`.
       slice_set: the slices (fed by the control API).
       checkpointer: a `checkpointing.Checkpointer`.
       metrics: the Prometheus metrics.
@@ -114,6 +115,7 @@ class TrainingRun:
             return params, opt_state, all_finite((params, opt_state))
 
         self._apply_update = apply_update
+        self._slice_step = make_slice_step(trainer)  # one object: its programs are cached by identity
 
     # -- what the runtime holds -----------------------------------------------
 
@@ -327,7 +329,9 @@ class TrainingRun:
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
             # on a replaced slice it includes the first compile. The runtime books the ledger so.
             category = self.record.category(len(active), self.slice_set.count)
-            loss_sum, weight, grads = self.backend.grad_step(self.state["params"], batch, active)
+            # The library's per-slice run-and-sum (`Runtime.map_sum`), over this attempt's slices.
+            loss_sum, weight, grads = self.runtime.map_sum(self._slice_step, self.state["params"], batch, active)
+            loss_sum, weight = float(loss_sum), float(weight)
             try:
                 params, opt_state, finite = self._apply_update(
                     self.state["params"], self.state["opt_state"], grads, np.float32(weight))
