@@ -7,7 +7,7 @@ Side by side in one run, on the same global batch:
 * the runtime: the controller's path for one step with 2 CPU slice worker
   processes — the global batch cut in 2 chunks, each worker computes loss
   and gradients of its chunk (exported program over gRPC), the controller adds
-  them and applies the same optax update (`CpuBackend.grad_step` + the loop's
+  them and applies the same optax update (`CpuBackend.map_sum` of the trainer's per-slice step + the loop's
   jitted update).
 
 Blocks of `--steps` steps alternate between the two `--repeats` times; the
@@ -38,7 +38,7 @@ import numpy as np
 import optax
 
 from elastic_jax.api.control import SliceReport
-from elastic_jax.controller.backend_cpu import CpuBackend
+from elastic_jax.controller.backend_cpu import CpuBackend, make_slice_step
 from elastic_jax.controller.builtin_lm import make_trainer
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.slice_set import SliceSet
@@ -98,7 +98,8 @@ def main() -> None:
         for i, (_, port) in enumerate(workers):
             slice_set.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"127.0.0.1:{port}"]))
         slice_set.set_active({0, 1})
-        backend = CpuBackend(trainer, slice_set, token=TOKEN)
+        backend = CpuBackend(slice_set, token=TOKEN)
+        slice_step = make_slice_step(trainer)
 
         def one_process(p, o, step):
             p, o, loss = full_step(p, o, batches[step])
@@ -106,7 +107,7 @@ def main() -> None:
             return p, o, float(loss)
 
         def runtime(p, o, step):
-            loss_sum, weight, grads = backend.grad_step(p, batches[step], [0, 1])
+            loss_sum, weight, grads = backend.map_sum(slice_step, p, batches[step], [0, 1])
             p, o = apply_update(p, o, grads, np.float32(weight))
             jax.block_until_ready(p)
             return p, o, loss_sum / weight

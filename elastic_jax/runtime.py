@@ -27,12 +27,13 @@ The API is documented in docs/bring-your-own-loop.md.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -71,6 +72,31 @@ class Restored(NamedTuple):
     data: dict
 
 
+@dataclasses.dataclass(frozen=True)
+class HostParts:
+    """What a host process gives the `Runtime` it embeds instead of letting it build its own.
+
+    The built-in trainer host (`controller/main.py`) serves its own control API
+    before the trainer is built (so `/readyz` can say not ready) and checks the
+    checkpoint location and resume before ready; its `TrainingRun` then holds a
+    `Runtime` over these parts, so both loops run one code path.
+
+    Attributes:
+      slice_set: the `SliceSet` the host's control API feeds.
+      metrics: the host's `ControllerMetrics` (what its `/metrics` serves).
+      backend: the job's `Backend` (`controller/backend.py`: `map_sum`, on pathways too); its `visible_slices`
+        and `prepare` become the manager's hooks (pathways: only slices with devices; cpu: warm spares).
+      checkpointer: the job's open `Checkpointer` (`run_checkpoints.job_checkpointer`).
+      started_at: `time.monotonic()` when the host process started (the goodput ledger's `starting`); None: now.
+    """
+
+    slice_set: Any
+    metrics: Any
+    backend: Any
+    checkpointer: Any
+    started_at: float | None = None
+
+
 class Runtime:
     """The elastic runtime of one job inside the user's program.
 
@@ -86,6 +112,9 @@ class Runtime:
         `elastic-jax run` sets; the built-in controller's `RunSummary`); None: not written.
       environ: the environment the checkpoints' writer identity is read from (the operator's job
         UID variables; `elastic_jax.api.identity.identity_from_env`); default `os.environ`.
+      host_parts: the slice set, metrics, backend and checkpointer of a host that built them (the built-in
+        trainer, `HostParts`); the runtime then serves nothing itself (`token` may be empty and `start`
+        is refused). None: the runtime builds its own.
 
     Attributes:
       job: the manifest.
@@ -100,6 +129,7 @@ class Runtime:
         (`ControllerExit.RESTART`: a controller loss, restart me) after a
         signal; None while no stop was requested. A request overrides an earlier
         signal; a later signal never downgrades a request (as the built-in trainer).
+      stop_state: the `StopState` (`controller/signals.py`): `kind` None, "requested" or "signal", `reason`.
       step: the last step given to `report_step` (0 before).
       initial_loss: the first loss given to `report_step` by this process (None before).
       record: the elastic events, recovery times, goodput ledger and steps run
@@ -107,37 +137,46 @@ class Runtime:
       port: the control API's port once started.
 
     Raises:
-      ValueError: empty token.
+      ValueError: empty token (without `host_parts`).
     """
 
     def __init__(self, job: Any, token: str, host: str = "127.0.0.1", port: int = 0,
-                 summary_file: str | None = None, environ: Mapping[str, str] | None = None):
+                 summary_file: str | None = None, environ: Mapping[str, str] | None = None,
+                 host_parts: HostParts | None = None):
         from elastic_jax.controller.elastic.manager import Manager
         from elastic_jax.controller.elastic.slice_set import SliceSet
         from elastic_jax.controller.metrics import ControllerMetrics
         from elastic_jax.controller.run_record import RunRecord
         from elastic_jax.controller.watchdog import ProgressWatchdog
 
-        self._started = time.monotonic()
+        parts = host_parts
+        self._started = time.monotonic() if parts is None or parts.started_at is None else parts.started_at
 
-        if not token:
+        if not token and parts is None:
             raise ValueError("the control API needs a non-empty bearer token")
         self.job = job
         self._token = token
-        self.slice_set = SliceSet(job.spec.slices.count, job.spec.slices.spares)
-        self.metrics = ControllerMetrics()
+        self._hosted = parts is not None
+        if parts is None:
+            self.slice_set = SliceSet(job.spec.slices.count, job.spec.slices.spares)
+            self.metrics = ControllerMetrics()
+        else:
+            self.slice_set, self.metrics = parts.slice_set, parts.metrics
         self.metrics.desired_slices.set(self.slice_set.count)
         from elastic_jax.controller.signals import StopState
 
         self.stop_requested = threading.Event()
-        self._stop = StopState()  # the built-in trainer's rule: a request overrides an earlier signal
-        self._backend = self._build_backend()
+        self.stop_state = StopState()  # the built-in trainer's rule: a request overrides an earlier signal
+        self._backend = self._build_backend() if parts is None else parts.backend
         self.record = RunRecord(self.metrics, self._started)
+        # A host's backend brings its hooks (pathways: slices with devices; cpu: warm spares before a join).
+        hooks = {} if parts is None else {"visible": parts.backend.visible_slices, "prepare": parts.backend.prepare}
         self.manager = Manager(
             self.slice_set,
             health_check=self._backend.health_check if self._backend is not None else None,
             stop_event=self.stop_requested,
             on_wait=self.record.on_wait,
+            **hooks,
         )
         self.step = 0
         self.loss: float | None = None
@@ -145,6 +184,7 @@ class Runtime:
         self.restored_from_step: int | None = None
         self._environ = os.environ if environ is None else environ
         self._checkpoints = None  # RunCheckpoints, opened by the first restore() or save()
+        self._checkpointer = None if parts is None else parts.checkpointer  # None: opened on first use
         self.watchdog = ProgressWatchdog(job.spec.elasticity.progress_timeout_seconds)
         self._lock = threading.Lock()
         self._phase = "Starting"
@@ -161,14 +201,12 @@ class Runtime:
         self._handoff = FinalStatusHandoff()
 
     def _build_backend(self):
+        """The cpu backend (`map_sum` on the workers); None on pathways (the user's jitted step runs there)."""
         if self.job.spec.backend != "cpu":
             return None
-        from elastic_jax.controller.backend_cpu import CpuBackend
+        from elastic_jax.controller.backend import BACKENDS, BackendContext
 
-        e = self.job.spec.elasticity
-        return CpuBackend(None, self.slice_set, devices_per_host=self.job.spec.slices.devices_per_host,
-                          step_deadline_s=e.step_deadline_seconds,
-                          first_step_deadline_s=e.first_step_deadline_seconds, token=self._token)
+        return BACKENDS["cpu"](BackendContext(self.job, self.slice_set, self._token))
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -180,6 +218,8 @@ class Runtime:
         """
         from elastic_jax.controller.control_api import ControlApiServer, create_app
 
+        if self._hosted:
+            raise RuntimeConfigError("this runtime is embedded in a host that serves the control API itself")
         app = create_app(self.slice_set, self.status, self.metrics, self._token, ready=lambda: True,
                          stop=self._on_stop, stalled=self.stall_reason)
         self._server = ControlApiServer(app, host=self._host, port=self.port)
@@ -223,14 +263,25 @@ class Runtime:
     def stop_exit_code(self) -> int | None:
         """4 after a stop request (`POST /v1/stop`), 75 after a signal, None before; a request overrides an
         earlier signal, a later signal never downgrades a request (`controller/signals.py`'s `StopState`)."""
-        return self._stop.exit_code
+        return self.stop_state.exit_code
 
     def _on_stop(self, reason: str, requested: bool = True) -> bool:
-        self._stop.note(reason, requested=requested)
+        """The control API's `POST /v1/stop` callback: `request_stop`; True (accepted)."""
+        self.request_stop(reason, requested=requested)
+        return True
+
+    def request_stop(self, reason: str, *, requested: bool) -> None:
+        """Stops the run: sets `stop_requested` and interrupts an in-flight `map_sum` (thread-safe).
+
+        Args:
+          reason: for the summary and the log (e.g. "SIGTERM", "suspend").
+          requested: True for a stop request (exit 4), False for a signal (75, a controller loss);
+            a request overrides an earlier signal, a later signal never downgrades a request.
+        """
+        self.stop_state.note(reason, requested=requested)
         self.stop_requested.set()  # a wait for slices sees it within the manager's poll interval (1 s)
         if self._backend is not None:
             self._backend.interrupt()
-        return True
 
     def close(self, error: BaseException | None = None, exit_code: int | None = None) -> None:
         """Ends the run: final phase, summary file, control API and worker connections (idempotent).
@@ -330,7 +381,7 @@ class Runtime:
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.committed_step(),
             failure_reason=self._failure_reason, resumed_from=self._resumed_from(),
             wall_seconds=time.monotonic() - self._started, pid=os.getpid(),
-            stop=self._stop.kind,
+            stop=self.stop_state.kind,
             exit_code=int(code))
         try:
             write_summary(self._summary_file, summary)
@@ -422,7 +473,7 @@ class Runtime:
             raise ScaleUpSignalError(f"slices {sorted(joining)} are ready to join")
 
     def map_sum(self, fn: Callable[[Any, Mapping[str, Any]], Any], params: Any,
-                batch: Mapping[str, Any]) -> Any:
+                batch: Mapping[str, Any], active: Sequence[int] | None = None) -> Any:
         """cpu backend: `fn(params, chunk)` on the active slices' workers, summed over the chunks of `batch`.
 
         The global batch (a dict of arrays, leading axis = global batch size,
@@ -430,10 +481,19 @@ class Runtime:
         fixed chunks spread round robin over the active slices, so the sum does
         not depend on how many slices are up. `fn` must be jit-traceable and
         return sums (see `CpuBackend.map_sum`); its outputs come back as numpy
-        arrays of the same tree, shapes and dtypes.
+        arrays of the same tree, shapes and dtypes. Embedded in the built-in
+        trainer (`HostParts`) it is the host backend's `map_sum`, on pathways
+        too (one program over the active slices' mesh, replicated jax arrays).
+
+        Args:
+          fn: `(params, chunk) -> pytree of arrays`, jit-traceable; pass the same object every step.
+          params: the parameter pytree.
+          batch: the global batch.
+          active: the slices to run on (default: the active slices now); the built-in trainer passes
+            its attempt's slices, so a slice reported Down since is an error of this call, not skipped.
 
         Raises:
-          RuntimeError: not the cpu backend (pathways: run your jitted step on
+          RuntimeError: a library runtime not on the cpu backend (pathways: run your jitted step on
             `jax.devices()` inside `elastic_retry`).
           SliceDownError: a slice was lost during the call (`elastic_retry` retries).
           UserCodeError: `fn` failed the same way on every slice (not retried).
@@ -441,7 +501,7 @@ class Runtime:
         """
         if self._backend is None:
             raise RuntimeError(f"map_sum runs on the cpu backend; this job's spec.backend is {self.job.spec.backend}")
-        return self._backend.map_sum(fn, params, batch, sorted(self.slice_set.active))
+        return self._backend.map_sum(fn, params, batch, sorted(self.slice_set.active if active is None else active))
 
     def report_step(self, step: int, loss: float | None = None) -> None:
         """Records a completed optimizer step for `GET /v1/status` and `/metrics` (the operator shows it).
@@ -463,6 +523,31 @@ class Runtime:
         self.metrics.goodput.set(self.record.goodput() or 0.0)
         self._book_next_step()
 
+    def set_phase(self, phase: str, failure_reason: str | None = None) -> None:
+        """Sets the phase `/v1/status` shows (a `ControllerStatus` phase) and the failure reason.
+
+        For a host that decides the run's phases itself (the built-in trainer: `Running` from the
+        restore on, so a first wait for slices reads `WaitingForSlices`; its own final phase).
+        """
+        with self._lock:
+            self._phase, self._failure_reason = phase, failure_reason
+
+    def rewind(self, step: int) -> int:
+        """Sets the step back to `step`: the state of the later steps was lost (pathways: restored from an
+        older host snapshot or checkpoint); `report_step` continues from there.
+
+        Returns:
+          The steps lost (the old step minus `step`, >= 0).
+
+        Raises:
+          ValueError: `step` negative or beyond the current step.
+        """
+        with self._lock:
+            if not 0 <= step <= self.step:
+                raise ValueError(f"cannot rewind to step {step}: must be 0..{self.step}")
+            lost, self.step = self.step - step, step
+        return lost
+
     def _book_next_step(self) -> None:
         """The goodput ledger's category from now to the next `report_step`: productive, reduced or recovering."""
         active, desired = len(self.slice_set.active), self.slice_set.count
@@ -471,11 +556,11 @@ class Runtime:
 
     def status(self):
         """The `ControllerStatus` served at `GET /v1/status` (a read the final-status handoff counts)."""
-        status = self._snapshot()
+        status = self.snapshot()
         self._handoff.served()
         return status
 
-    def _snapshot(self):
+    def snapshot(self):
         """The current `ControllerStatus`, without counting as a supervisor's read (the watchdog's view)."""
         from elastic_jax.api.control import ControllerStatus
 
@@ -502,7 +587,7 @@ class Runtime:
         Recovering (inside `elastic_retry`, not while waiting for slices), no `report_step` with a
         new step for `spec.elasticity.progressTimeoutSeconds` (0 disables) is a stall, logged once.
         """
-        status = self._snapshot()  # a liveness probe is not the supervisor reading the final status
+        status = self.snapshot()  # a liveness probe is not the supervisor reading the final status
         return self.watchdog.stall_reason(status.phase, status.step)
 
     # -- checkpoints ---------------------------------------------------------
@@ -516,10 +601,21 @@ class Runtime:
             from elastic_jax.api.identity import identity_from_env
             from elastic_jax.controller.run_checkpoints import RunCheckpoints, job_checkpointer
 
-            writer = identity_from_env(self._environ, self.job.metadata.name, self.job.spec.checkpoint.uri)
-            checkpointer = job_checkpointer(self.job, self.metrics, writer)
+            checkpointer = self._checkpointer
+            if checkpointer is None:
+                writer = identity_from_env(self._environ, self.job.metadata.name, self.job.spec.checkpoint.uri)
+                checkpointer = job_checkpointer(self.job, self.metrics, writer)
             self._checkpoints = RunCheckpoints(self.job.spec, checkpointer, self.record.ledger, self.metrics)
         return self._checkpoints
+
+    @property
+    def checkpoints(self):
+        """The job's `RunCheckpoints` (`controller/run_checkpoints.py`), opened on first use.
+
+        Raises:
+          CheckpointUriError: `spec.checkpoint.uri` is unusable (first use only).
+        """
+        return self._run_checkpoints()
 
     @property
     def last_committed_checkpoint_step(self) -> int | None:
@@ -613,13 +709,16 @@ class Runtime:
         if self.slice_set.draining_active():
             self._run_checkpoints().drain(self.slice_set, step, state, self._data_state(step, data))
 
-    def check_finite(self, step: int, loss: float | None = None, state: Any = None) -> None:
+    def check_finite(self, step: int, loss: float | None = None, state: Any = None,
+                     finite: bool | None = None) -> None:
         """Stops a run whose loss or state turned NaN/inf, as the built-in trainer does (before saving it).
 
         Args:
           step: the step just computed (for the message).
           loss: its loss (a Python or numpy scalar), or None.
           state: the new state (a pytree), or None; every floating-point leaf is checked.
+          finite: `bool(all_finite(new_state))` when the loop computed it already (inside its jitted
+            update, as the built-in trainer does); `state` is then not checked again.
 
         Raises:
           FloatingPointError: the loss or a state leaf is NaN or inf (message names the step and the
@@ -627,7 +726,8 @@ class Runtime:
         """
         from elastic_jax.controller.numerics import all_finite, check_step_finite
 
-        finite = None if state is None else bool(all_finite(state))
+        if finite is None and state is not None:
+            finite = bool(all_finite(state))
         check_step_finite(step, loss, finite, self.last_committed_checkpoint_step)
 
 

@@ -23,7 +23,6 @@ import numpy as np
 
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.controller.elastic.slice_set import SliceSet
-from elastic_jax.controller.trainer import Trainer
 
 
 class Backend(Protocol):
@@ -50,8 +49,13 @@ class Backend(Protocol):
     def place_state(self, state: Any, active: Sequence[int]) -> Any:
         """`state` (a pytree) laid out for a mesh of the `active` slices; the cpu backend returns it as is."""
 
-    def grad_step(self, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> tuple[float, float, Any]:
-        """Summed loss, summed weight and summed gradients of the global `batch` over the `active` slices.
+    def map_sum(self, fn: Callable[[Any, Mapping[str, Any]], Any], params: Any, batch: Mapping[str, np.ndarray],
+                active: Sequence[int]) -> Any:
+        """`fn(params, examples)` over the global `batch` on the `active` slices, summed over the examples' shares.
+
+        `fn` returns sums over the examples it is given (a pytree of arrays), so the result does not
+        depend on how many slices run it (the trainer's step: `backend_cpu.make_slice_step`, loss
+        sum, weight, gradient sum). The library's `Runtime.map_sum` and the built-in trainer call it.
 
         Raises:
           SliceDownError: a slice was lost, hung past its deadline, or reported down during the step.
@@ -60,7 +64,7 @@ class Backend(Protocol):
         """
 
     def interrupt(self) -> None:
-        """Makes the in-flight `grad_step` end with `StopRequested` as soon as it can (thread-safe)."""
+        """Makes the in-flight `map_sum` end with `StopRequested` as soon as it can (thread-safe)."""
 
     def cleanup(self) -> None:
         """After an elastic event, before the next attempt (drop what belongs to the old mesh)."""
@@ -75,13 +79,11 @@ class BackendContext:
 
     Attributes:
       job: the validated manifest.
-      trainer: the user's trainer.
       slice_set: the slices, fed by the control API.
       token: the job's control/worker token (the cpu backend's workers require it).
     """
 
     job: ElasticTrainingJob
-    trainer: Trainer
     slice_set: SliceSet
     token: str
 
@@ -90,7 +92,7 @@ def _cpu(ctx: BackendContext) -> Backend:
     from elastic_jax.controller.backend_cpu import CpuBackend
 
     e = ctx.job.spec.elasticity
-    return CpuBackend(ctx.trainer, ctx.slice_set, devices_per_host=ctx.job.spec.slices.devices_per_host,
+    return CpuBackend(ctx.slice_set, devices_per_host=ctx.job.spec.slices.devices_per_host,
                       step_deadline_s=e.step_deadline_seconds, first_step_deadline_s=e.first_step_deadline_seconds,
                       token=ctx.token)
 
@@ -98,7 +100,7 @@ def _cpu(ctx: BackendContext) -> Backend:
 def _pathways(ctx: BackendContext) -> Backend:
     from elastic_jax.controller.pathways_connect import connect
 
-    return connect(ctx.trainer, ctx.slice_set)
+    return connect(ctx.slice_set)
 
 
 BACKENDS: dict[str, Callable[[BackendContext], Backend]] = {"cpu": _cpu, "pathways": _pathways}

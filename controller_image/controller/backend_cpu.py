@@ -5,9 +5,10 @@ global batch into one fixed-size chunk per desired slice, sends each chunk
 and the current parameters to an active slice (round robin, so with fewer
 slices some run two chunks), and adds up what each chunk returns: data
 parallelism over slices, as DCN does across TPU slices. `map_sum` is that
-primitive for any per-slice function (the library's, `elastic_jax.runtime`);
-`grad_step` is `map_sum` of the `Trainer.loss_fn` step, returning
-`(loss_sum, weight, grads_sum)`. A per-slice function is lowered once per
+primitive for any per-slice function: the library's `Runtime.map_sum` calls
+it, and so does the built-in trainer, through its `Runtime`, with the
+`Trainer.loss_fn` step (`make_slice_step`, returning `(loss_sum, weight,
+grads_sum)`). A per-slice function is lowered once per
 per-slice batch shape with `jax.export`; workers cache it by hash.
 
 Failure classification (docs/failure-handling.md, flows 1, 5, 6):
@@ -76,8 +77,6 @@ class CpuBackend:
     """Runs the per-slice step on CPU slice workers over gRPC.
 
     Args:
-      trainer: the user's trainer; None in library mode (only `map_sum` is
-        used; `grad_step` raises ValueError).
       slice_set: slice addresses and states (fed by the control API).
       devices_per_host: host devices per worker (`--xla_force_host_platform_device_count`);
         the per-slice batch is sharded across them when it divides evenly.
@@ -89,20 +88,17 @@ class CpuBackend:
 
     def __init__(
         self,
-        trainer: Trainer | None,
         slice_set: SliceSet,
         devices_per_host: int = 1,
         step_deadline_s: float = 60.0,
         first_step_deadline_s: float = 120.0,
         token: str = "",
     ):
-        self.trainer = trainer
         self.token = token
         self.slice_set = slice_set
         self.devices_per_host = devices_per_host
         self.step_deadline_s = step_deadline_s
         self.first_step_deadline_s = first_step_deadline_s
-        self._slice_step = make_slice_step(trainer) if trainer is not None else None
         # (function, shapes) -> (program, the function's output tree: how the summed leaves are rebuilt)
         self._programs: dict[Any, tuple[StepProgram, Any]] = {}
         self._clients: dict[int, tuple[int, tuple[str, ...], SliceClient]] = {}
@@ -261,25 +257,6 @@ class CpuBackend:
         return program, out_tree
 
     # -- the step ----------------------------------------------------------
-
-    def grad_step(
-        self, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]
-    ) -> tuple[float, float, Any]:
-        """Runs one step's forward/backward on the active slices and adds the results.
-
-        `map_sum` of the trainer's per-slice step (`make_slice_step`).
-
-        Returns:
-          (loss_sum, weight, grads_sum): float, float, numpy pytree shaped like params.
-
-        Raises:
-          ValueError: no trainer (library mode: call `map_sum`).
-          SliceDownError, UserCodeError, StopRequested: as `map_sum`.
-        """
-        if self._slice_step is None:
-            raise ValueError("grad_step needs a trainer; in library mode call map_sum with the per-slice function")
-        loss_sum, weight, grads = self.map_sum(self._slice_step, params, batch, active)
-        return float(loss_sum), float(weight), grads
 
     def map_sum(self, fn: Any, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> Any:
         """Runs `fn(params, chunk)` for each chunk of the global `batch` on the active slices; returns the sum.
@@ -448,7 +425,7 @@ class CpuBackend:
         return jax.tree_util.tree_unflatten(out_tree, total)
 
     def interrupt(self) -> None:
-        """Makes the in-flight `grad_step` (and every later one) raise `StopRequested` at once.
+        """Makes the in-flight `map_sum` (and every later one) raise `StopRequested` at once.
 
         Called from a signal handler or the control API when the run stops, so
         a step hung on a stopped worker does not hold the stop (and the final

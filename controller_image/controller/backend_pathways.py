@@ -37,10 +37,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from elastic_jax.controller.backend_cpu import make_slice_step
 from elastic_jax.controller.elastic.errors import SliceDownError, is_slice_down
 from elastic_jax.controller.elastic.slice_set import SliceSet
-from elastic_jax.controller.trainer import Trainer
 
 _logger = logging.getLogger(__name__)
 
@@ -100,7 +98,6 @@ class PathwaysBackend:
     """Runs the step over all active slices' devices in one program.
 
     Args:
-      trainer: the user's trainer (same object as on the cpu backend).
       slice_set: slice states; the operator's reports still arrive here and are
         preferred over polling, health checks confirm them.
       devices: all devices, or a function listing them now (default `jax.devices`).
@@ -114,9 +111,8 @@ class PathwaysBackend:
 
     keeps_state_on_slice_loss = False
 
-    def __init__(self, trainer: Trainer, slice_set: SliceSet, devices: Devices | None = None,
+    def __init__(self, slice_set: SliceSet, devices: Devices | None = None,
                  slice_of: SliceOf = default_slice_of):
-        self.trainer = trainer
         self.slice_set = slice_set
         if devices is None:
             self._list_devices = jax.devices
@@ -136,7 +132,6 @@ class PathwaysBackend:
             _logger.warning("slices %s have no devices yet (node pool provisioning, or workers not registered); "
                             "waiting for them as for any lost slice", missing,
                             extra={"event": "slices_missing_at_start", "slices": missing})
-        self._slice_step = make_slice_step(trainer)
         self._compiled: dict[tuple[int, ...], Any] = {}
 
     # -- which slices exist -------------------------------------------------
@@ -209,24 +204,35 @@ class PathwaysBackend:
 
     # -- the step -----------------------------------------------------------
 
-    def _step_fn(self, active: tuple[int, ...], batch_size: int):
-        fn = self._compiled.get((*active, batch_size))
-        if fn is None:
+    def _step_fn(self, fn: Any, active: tuple[int, ...], batch_size: int):
+        key = (fn, *active, batch_size)
+        jitted = self._compiled.get(key)
+        if jitted is None:
             mesh = mesh_for(self.slices, active)
             replicated = NamedSharding(mesh, PartitionSpec())
-            fn = jax.jit(
-                self._slice_step,
+            jitted = jax.jit(
+                fn,
                 in_shardings=(replicated, NamedSharding(mesh, batch_spec(batch_size, mesh))),
                 out_shardings=replicated,
             )
-            self._compiled[(*active, batch_size)] = fn
-        return fn
+            self._compiled[key] = jitted
+        return jitted
 
-    def grad_step(self, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> tuple[float, float, Any]:
-        """Loss sum, weight and gradient sum of the global batch over the active slices.
+    def map_sum(self, fn: Any, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> Any:
+        """`fn(params, batch)` as one program over the active slices' devices, the batch sharded across them.
+
+        `fn` returns sums over its examples (as on the cpu backend), so XLA's reduction across the
+        slices (over DCN) makes the result the sum over the global batch. Jitted once per `fn`
+        (by identity), mesh and batch size; `cleanup` drops the programs of an old mesh.
+
+        Args:
+          fn: `(params, batch) -> pytree of arrays`, jit-traceable.
+          params: placed on the active slices' mesh (`place_state`).
+          batch: the global batch, dict of arrays with leading axis = global batch size.
+          active: active slice indices.
 
         Returns:
-          (loss_sum, weight, grads_sum): floats and a pytree of replicated jax arrays.
+          `fn`'s output tree as replicated jax arrays, computed (blocked on: a lost slice raises here).
 
         Raises:
           SliceDownError: a slice-down `JaxRuntimeError`; the slices that fail
@@ -236,8 +242,7 @@ class PathwaysBackend:
         active = tuple(sorted(active))
         batch_size = next(iter(batch.values())).shape[0]
         try:
-            loss_sum, weight, grads = self._step_fn(active, batch_size)(params, dict(batch))
-            return float(loss_sum), float(weight), grads
+            return jax.block_until_ready(self._step_fn(fn, active, batch_size)(params, dict(batch)))
         except jax.errors.JaxRuntimeError as e:
             if not is_slice_down(e):
                 raise

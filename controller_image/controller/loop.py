@@ -4,16 +4,18 @@ The loop owns the authoritative training state (parameters, optimizer state,
 step, data position). Each step it asks the backend for the summed
 loss and gradients of the global batch over the active slices, applies the
 optimizer update, and checkpoints every `spec.checkpoint.intervalSteps`.
-The `Manager` wraps the loop: a slice loss abandons the current step, which is
-retried on the remaining slices (replica resize) or after the slice returns
-(pause and resume). Because the state never left this process and batch `i`
+It is a caller of the library's `elastic_jax.Runtime`, as a user's own loop is:
+the runtime's `elastic_retry` wraps the loop (a slice loss abandons the current
+step, which is retried on the remaining slices, replica resize, or after the
+slice returns, pause and resume), and its `restore`, `save`, `check_drain`,
+`check_scale_up`, `check_finite` and `report_step` are the loop's. Because the state never left this process and batch `i`
 is the same whatever the slice count, a worker loss costs no step and no
 checkpoint restore.
 
 Global batch rule: `spec.training.globalBatchSize` is kept constant when slices
 leave or join; the per-slice batch is rescaled: the global batch is cut into
 one fixed chunk per desired slice and the chunks are spread over the active
-slices (`backend_cpu.CpuBackend.grad_step`). The gradient is therefore the
+slices (`backend_cpu.CpuBackend.map_sum`). The gradient is therefore the
 same as with all slices, and so is the loss curve.
 """
 
@@ -34,39 +36,43 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.checkpoints import CheckpointMismatchError
 from elastic_jax.controller.backend import Backend
+from elastic_jax.controller.backend_cpu import make_slice_step
 from elastic_jax.controller.data import global_batches
 from elastic_jax.controller.elastic.errors import (
     ElasticRuntimeError,
-    ScaleUpSignalError,
     StopRequested,
     UserCodeError,
     is_slice_down,
     one_line_reason,
 )
-from elastic_jax.controller.elastic.manager import Manager, job_retry_settings
 from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
-from elastic_jax.controller.numerics import all_finite, check_step_finite
-from elastic_jax.controller.run_checkpoints import RunCheckpoints
-from elastic_jax.controller.run_record import RunRecord, RunSummary  # noqa: F401 - RunSummary: re-exported
-from elastic_jax.controller.signals import StopState
+from elastic_jax.controller.numerics import all_finite
+from elastic_jax.controller.run_record import RunSummary
 from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
-from elastic_jax.controller.watchdog import ProgressWatchdog
 from elastic_jax.exit_codes import ControllerExit
+from elastic_jax.runtime import HostParts, Runtime
 
 _logger = logging.getLogger(__name__)
 
 
 class TrainingRun:
-    """Runs one job to completion through slice failures.
+    """Runs one job to completion through slice failures, as a caller of the library's `elastic_jax.Runtime`.
+
+    The runtime (embedded over the host's parts, `HostParts`) holds the slice
+    set, the elastic manager and retry, the stop rule, the run's books and
+    watchdog, the checkpoints (restore, save schedule, drain) and the NaN/inf
+    checks: the code a library-mode program runs. What stays here is the
+    trainer's own: the optimizer update, the data position, tokens per second,
+    and on pathways the restore of device state lost with a slice.
 
     Args:
       job: the validated manifest.
       trainer: the user's trainer.
-      backend: an object with `grad_step(params, batch, active)`,
-        `health_check(indices)`, `cleanup()` (e.g. `CpuBackend`).
+      backend: the job's `Backend` (`CpuBackend`, `PathwaysBackend`); the
+        runtime runs the trainer's per-slice step with its `map_sum`.
       slice_set: the slices (fed by the control API).
       checkpointer: a `checkpointing.Checkpointer`.
       metrics: the Prometheus metrics.
@@ -80,37 +86,26 @@ class TrainingRun:
         self.spec = job.spec
         self.trainer = trainer
         self.backend = backend
-        self.slice_set = slice_set
         self.checkpointer = checkpointer
         self.metrics = metrics
-        self._stop = threading.Event()
-        self._stop_state = StopState()  # the library's Runtime follows the same rule
-        # recoveries, their times, goodput ledger, steps run: the same books as the library's Runtime
-        self.record = RunRecord(metrics, started_at)
+        self.runtime = Runtime(job, "", host_parts=HostParts(slice_set, metrics, backend, checkpointer, started_at))
+        self.slice_set = self.runtime.slice_set
+        self.manager = self.runtime.manager
+        self.record = self.runtime.record
         self.ledger = self.record.ledger
-        # restore with the writer checks and fallback, save schedule: the same code as the library's Runtime
-        self.checkpoints = RunCheckpoints(self.spec, checkpointer, self.ledger, metrics)
+        self.checkpoints = self.runtime.checkpoints
+        self.watchdog = self.runtime.watchdog
         self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
-        self.manager = Manager(slice_set, health_check=backend.health_check, stop_event=self._stop,
-                               visible=backend.visible_slices, on_wait=self.record.on_wait, prepare=backend.prepare)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
-        self.phase = "Starting"
-        self.step = 0
-        self.loss: float | None = None
-        self.initial_loss: float | None = None
         self.tokens_per_second: float | None = None
         self.steps_lost = 0
-        self.failure_reason: str | None = None
-        self.restored_from_step: int | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; keep host snapshots.
         self.keeps_state = backend.keeps_state_on_slice_loss
         self.snapshotter = HostSnapshotter(0 if self.keeps_state else self.spec.elasticity.host_snapshot_interval_steps)
         self._state_lost = False
-        self.watchdog = ProgressWatchdog(self.spec.elasticity.progress_timeout_seconds)
-        metrics.desired_slices.set(slice_set.count)
 
         @jax.jit
         def apply_update(params, opt_state, grads_sum, weight):
@@ -120,6 +115,29 @@ class TrainingRun:
             return params, opt_state, all_finite((params, opt_state))
 
         self._apply_update = apply_update
+        self._slice_step = make_slice_step(trainer)  # one object: its programs are cached by identity
+
+    # -- what the runtime holds -----------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """Steps completed (the runtime's `step`: restored, then one per `report_step`)."""
+        return self.runtime.step
+
+    @property
+    def loss(self) -> float | None:
+        """The last step's loss (None before any)."""
+        return self.runtime.loss
+
+    @property
+    def initial_loss(self) -> float | None:
+        """The first loss of the run (the restored step's, when resumed)."""
+        return self.runtime.initial_loss
+
+    @property
+    def restored_from_step(self) -> int | None:
+        """The checkpoint step this run resumed from (None: started at 0)."""
+        return self.runtime.restored_from_step
 
     # -- status ---------------------------------------------------------------
 
@@ -134,36 +152,16 @@ class TrainingRun:
 
     def stall_reason(self) -> str | None:
         """None while the controller makes progress, else why it is stuck (see `watchdog`); `/healthz` serves it."""
-        status = self.status()
-        return self.watchdog.stall_reason(status.phase, status.step)  # logged once, as the library's
+        return self.runtime.stall_reason()  # logged once, as the library's
 
     def status(self) -> ControllerStatus:
-        """A consistent snapshot for `GET /v1/status`."""
+        """A consistent snapshot for `GET /v1/status`: the runtime's, with the trainer's own fields."""
         with self._lock:
-            phase = self.record.live_phase(self.phase, self.manager.waiting)
-            active = sorted(self.slice_set.active) if phase not in ("Succeeded", "Failed", "Stopped", "Interrupted") else []
-            return ControllerStatus(
-                phase=phase,
-                step=self.step,
-                total_steps=self.spec.training.steps,
-                desired_slices=self.slice_set.count,
-                min_slices=self.spec.slices.minimum,
-                active_slices=active,
-                inactive_slices=sorted(set(range(self.slice_set.total)) - set(active)),
-                slices=self.slice_set.statuses(),
-                loss=self.loss,
-                initial_loss=self.initial_loss,
-                tokens_per_second=self.tokens_per_second,
-                last_committed_checkpoint_step=self.checkpointer.last_committed_step,
-                recoveries=self.record.counts(),
-                recovery_history=self.record.history(),
-                steps_lost=self.steps_lost,
-                goodput=self.goodput(),
-                goodput_seconds=self.ledger.seconds(),
-                failure_reason=self.failure_reason,
-                pid=os.getpid(),
-                resumed_from=self.checkpoints.resumed_from,
-            )
+            status = self.runtime.snapshot()
+            update: dict[str, Any] = {"tokens_per_second": self.tokens_per_second, "steps_lost": self.steps_lost}
+        if status.phase in ("Succeeded", "Failed", "Stopped", "Interrupted"):
+            update.update(active_slices=[], inactive_slices=list(range(self.slice_set.total)))
+        return status.model_copy(update=update)
 
     # -- the run --------------------------------------------------------------
 
@@ -177,26 +175,14 @@ class TrainingRun:
         return init(jax.random.key(self.spec.training.seed))
 
     def _restore_or_init(self) -> dict[str, Any]:
-        state = self._initial_state()
-        restored = self.checkpoints.restore(state)
-        if restored is None:
-            return state
-        state, data_state, step = restored
-        self.step = int(data_state.get("next_batch_index", step))
-        self.restored_from_step = self.step
-        self.initial_loss = data_state.get("initial_loss")
-        self.loss = data_state.get("loss")
-        _logger.info("restored checkpoint step %d (data position: batch %d)", step, self.step)
+        state, step, _ = self.runtime.restore(self._initial_state())
+        if self.restored_from_step is not None:
+            _logger.info("restored checkpoint step %d (data position: batch %d)", step, step)
         return state
 
-    def _data_state(self) -> dict[str, Any]:
-        return {
-            "next_batch_index": self.step,
-            "global_batch_size": self.spec.training.global_batch_size,
-            "seed": self.spec.training.seed,
-            "initial_loss": self.initial_loss,
-            "loss": self.loss,
-        }
+    def _data(self) -> dict[str, Any]:
+        """What is saved with each step beside the runtime's step and losses (the batch index is the step)."""
+        return {"global_batch_size": self.spec.training.global_batch_size, "seed": self.spec.training.seed}
 
     def request_stop(self, reason: str, *, requested: bool) -> None:
         """Stops the run: the in-flight step is abandoned, the last completed one checkpointed.
@@ -208,20 +194,18 @@ class TrainingRun:
         kill) ends it as `RESTART`, a controller loss that its supervisor
         recovers by starting a new controller. A request overrides an earlier
         signal (the user's intent is known); a later signal never downgrades a
-        request.
+        request (`Runtime.request_stop`).
 
         Args:
           reason: for the summary and the log, e.g. "SIGTERM" or "suspend".
           requested: True for a stop request, False for a signal.
         """
-        self._stop_state.note(reason, requested=requested)
-        self._stop.set()
-        self.backend.interrupt()  # abandon a step that may hang until its deadline
+        self.runtime.request_stop(reason, requested=requested)
 
     @property
     def stop_requested(self) -> bool:
         """True once `request_stop` was called (a stop request or a signal, not a failure of the job)."""
-        return self._stop.is_set()
+        return self.runtime.stop_requested.is_set()
 
     def run(self) -> RunSummary:
         """Trains to `spec.training.steps`; never raises for training failures.
@@ -230,33 +214,30 @@ class TrainingRun:
           The summary; `succeeded` False with `failure_reason` on failure.
         """
         started = time.monotonic()
+        stop = self.runtime.stop_state
         try:
             self.state = self._restore_or_init()
-            self.phase = "Running"
-            retry = self.manager.elastic_retry(
-                **job_retry_settings(self.spec),  # the same settings as the library's (elastic_jax.runtime)
-                retry_policy=self.budget,
-                on_elastic_event_callback=self._on_elastic_event,
-                cleanup=self.backend.cleanup,
-            )
+            self.runtime.set_phase("Running")
+            retry = self.runtime.elastic_retry(retry_policy=self.budget,
+                                               on_elastic_event_callback=self._on_elastic_event)
             try:
                 retry(self._train)()
             except StopRequested as e:
                 _logger.info("stopping at step %d: %s", self.step, e)
             if not self._state_lost:  # never save state that went down with a slice
-                self.checkpoints.save_and_wait(self.step, self.state, self._data_state())
+                self.runtime.save(self.step, self.state, self._data(), force=True)
             self.checkpointer.wait_until_finished()
             self.ledger.stop()
-            with self._lock:
-                if self.step >= self.spec.training.steps:
-                    self.phase, exit_code = "Succeeded", ControllerExit.SUCCEEDED
-                elif self._stop_state.kind == "requested":
-                    self.phase, exit_code = "Stopped", ControllerExit.STOPPED
-                    self.failure_reason = f"stopped on request ({self._stop_state.reason}) at step {self.step}"
-                else:
-                    self.phase, exit_code = "Interrupted", ControllerExit.RESTART
-                    self.failure_reason = (f"controller interrupted by {self._stop_state.reason or 'a signal'} at step "
-                                           f"{self.step}; a new controller resumes from the last committed step")
+            if self.step >= self.spec.training.steps:
+                phase, reason, exit_code = "Succeeded", None, ControllerExit.SUCCEEDED
+            elif stop.kind == "requested":
+                phase, exit_code = "Stopped", ControllerExit.STOPPED
+                reason = f"stopped on request ({stop.reason}) at step {self.step}"
+            else:
+                phase, exit_code = "Interrupted", ControllerExit.RESTART
+                reason = (f"controller interrupted by {stop.reason or 'a signal'} at step "
+                          f"{self.step}; a new controller resumes from the last committed step")
+            self.runtime.set_phase(phase, reason)
         except (Exception, SystemExit) as e:  # noqa: BLE001 - every failure ends the run with a reason
             if isinstance(e, SystemExit):
                 # User code called sys.exit() mid-training: exiting 0 would read as "trained every
@@ -267,17 +248,15 @@ class TrainingRun:
             _logger.error("training failed: %s", e if _is_user_facing(e) else reason, exc_info=not _is_user_facing(e),
                           extra={"event": "training_failed", "reason": reason, "step": self.step})
             exit_code = ControllerExit.FAILED
-            with self._lock:
-                self.phase = "Failed"
-                self.failure_reason = reason
+            self.runtime.set_phase("Failed", reason)
             try:
                 self.checkpointer.wait_until_finished()
             except Exception:  # noqa: BLE001 - the failure above is the one to report
                 _logger.exception("waiting for the last checkpoint failed")
         self.ledger.stop()
-        committed = self.checkpoints.committed_step()  # (the gauge is the Checkpointer's `on_commit`)
+        final = self.runtime.snapshot()
         return RunSummary(
-            succeeded=self.phase == "Succeeded",
+            succeeded=final.phase == "Succeeded",
             steps=self.step,
             total_steps=self.spec.training.steps,
             initial_loss=self.initial_loss,
@@ -287,19 +266,18 @@ class TrainingRun:
             goodput=self.goodput(),
             goodput_seconds=self.ledger.seconds(),
             restored_from_step=self.restored_from_step,
-            last_committed_checkpoint_step=committed,
-            failure_reason=self.failure_reason,
+            last_committed_checkpoint_step=self.checkpoints.committed_step(),  # (the gauge: the Checkpointer's `on_commit`)
+            failure_reason=final.failure_reason,
             wall_seconds=time.monotonic() - started,
             pid=os.getpid(),
-            stop=self._stop_state.kind,
+            stop=stop.kind,
             exit_code=int(exit_code),
             resumed_from=self.checkpoints.resumed_from,
         )
 
     def _on_elastic_event(self, error: Exception) -> None:
-        self.watchdog.restart()
-        # Booked as the library's Runtime books it; a hang's recovery counts from when the stuck step was sent.
-        event = self.record.elastic_event_of(error, self.slice_set, self.step)
+        # Booked by the runtime as the library's; a hang's recovery counts from when the stuck step was sent.
+        event = self.record.history()[-1]
         if not self.keeps_state and event.cause in ("slice_down", "step_deadline"):
             self._state_lost = True
         _logger.warning("elastic event at step %d: %s on slices %s", self.step, event.cause, event.slices)
@@ -319,7 +297,6 @@ class TrainingRun:
             self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
         else:
             state, step = self._initial_state(), 0
-        lost = self.step - step
         # Steps done but lost: their seconds were progress that did not last.
         for done_step, seconds, category in self._step_seconds:
             if done_step > step:
@@ -327,7 +304,8 @@ class TrainingRun:
         self._step_seconds = collections.deque((x for x in self._step_seconds if x[0] <= step), maxlen=100_000)
         self.ledger.switch("recovering")
         with self._lock:
-            self.state, self.step = state, step
+            self.state = state
+            lost = self.runtime.rewind(step)
             self.steps_lost += lost
         self.metrics.steps_lost.inc(lost)
         _logger.warning("restored lost state from %s at step %d (%d steps lost)", source, step, lost)
@@ -340,23 +318,20 @@ class TrainingRun:
                 self._recover_lost_state()
                 self._state_lost = False
             self.state = self.backend.place_state(self.state, active)
-        self.metrics.active_slices.set(len(active))
         tokens_per_step = spec.training.global_batch_size * self.trainer.tokens_per_example
         window_start, window_steps = time.monotonic(), 0
-        while self.step < spec.training.steps and not self._stop.is_set():
-            joining = self.manager.available_inactive_slices()
-            if joining:
-                raise ScaleUpSignalError(f"slices {sorted(joining)} ready to join")
+        while self.step < spec.training.steps and not self.stop_requested:
+            self.runtime.check_scale_up()
             # Flow 4: a draining slice is let go after a save while every slice still exists.
-            self.checkpoints.drain(self.slice_set, self.step, self.state, self._data_state())
+            self.runtime.check_drain(self.step, self.state, self._data())
             batch = self.batches[self.step]
             t0 = time.monotonic()
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
-            # on a replaced slice it includes the first compile.
+            # on a replaced slice it includes the first compile. The runtime books the ledger so.
             category = self.record.category(len(active), self.slice_set.count)
-            capacity = min(1.0, len(active) / self.slice_set.count)
-            self.ledger.switch(category, at=t0, capacity=capacity)
-            loss_sum, weight, grads = self.backend.grad_step(self.state["params"], batch, active)
+            # The library's per-slice run-and-sum (`Runtime.map_sum`), over this attempt's slices.
+            loss_sum, weight, grads = self.runtime.map_sum(self._slice_step, self.state["params"], batch, active)
+            loss_sum, weight = float(loss_sum), float(weight)
             try:
                 params, opt_state, finite = self._apply_update(
                     self.state["params"], self.state["opt_state"], grads, np.float32(weight))
@@ -367,32 +342,24 @@ class TrainingRun:
                 # Runs on the controller: no slice can have caused it (a host callback in
                 # the optimizer that raised, a bad shape): the user's error, not retried.
                 raise UserCodeError(f"the optimizer update of step {self.step + 1} failed: {one_line_reason(e)}") from None
-            loss = loss_sum / weight
-            check_step_finite(self.step + 1, loss, finite, self.checkpoints.last_committed_step)
-            now = time.monotonic()
+            loss = float(loss_sum / weight)
+            self.runtime.check_finite(self.step + 1, loss, finite=finite)
             with self._lock:
                 self.state = {"params": params, "opt_state": opt_state}
-                self.step += 1
-                self.loss = float(loss)
-                if self.initial_loss is None:
-                    self.initial_loss = self.loss
-                self.record.step_completed(now)
+                self.runtime.report_step(self.step + 1, loss)
+            now = time.monotonic()
             self._step_seconds.append((self.step, now - t0, category))
-            self.metrics.step.set(self.step)
             self.metrics.step_seconds.observe(now - t0)
-            self.metrics.loss.set(self.loss)
             window_steps += 1
             if window_steps >= spec.training.log_every_steps or self.step == spec.training.steps:
                 self.tokens_per_second = window_steps * tokens_per_step / max(1e-9, now - window_start)
                 self.metrics.tokens_per_second.set(self.tokens_per_second)
-                self.metrics.goodput.set(self.goodput() or 0.0)
                 _logger.info("step %d loss %.4f", self.step, self.loss, extra={
                     "event": "step", "step": self.step, "loss": round(self.loss, 4),
                     "tokens_per_s": round(self.tokens_per_second, 1), "active_slices": active})
                 window_start, window_steps = now, 0
-            self.snapshotter.maybe_take(self.step, self.state, self._data_state())
-            if self.checkpoints.maybe_save(self.step, self.state, self._data_state()):
-                self.ledger.switch(category, capacity=capacity)
+            self.snapshotter.maybe_take(self.step, self.state, self._data())
+            self.runtime.save(self.step, self.state, self._data())
 
 
 def _is_user_facing(error: Exception) -> bool:

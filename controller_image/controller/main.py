@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             _close_quietly("checkpointer", checkpointer.close)
             return _fail(str(e))
         try:
-            backend = build(BackendContext(job, trainer, slice_set, token))
+            backend = build(BackendContext(job, slice_set, token))
         except (ImportError, ValueError) as e:
             return _fail(f"spec.backend {job.spec.backend}: {e}")
         run = TrainingRun(job, trainer, backend, slice_set, checkpointer, metrics, started_at=_STARTED_AT)

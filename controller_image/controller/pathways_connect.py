@@ -12,7 +12,7 @@ import os
 PERSISTENCE_ENV = "ENABLE_PATHWAYS_PERSISTENCE"
 
 
-def connect(trainer, slice_set):
+def connect(slice_set):
     """Connects to the Pathways proxy beside this container and builds the backend.
 
     Turns Pathways persistence on (`PERSISTENCE_ENV`, unless the environment
@@ -34,4 +34,4 @@ def connect(trainer, slice_set):
     pathwaysutils.initialize()
     from elastic_jax.controller.backend_pathways import PathwaysBackend
 
-    return PathwaysBackend(trainer, slice_set)
+    return PathwaysBackend(slice_set)

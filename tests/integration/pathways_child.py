@@ -46,21 +46,22 @@ def main(tmp):
     slice_set = SliceSet(2)
     for i in range(2):
         ready(slice_set, i, 1)
-    backend = PathwaysBackend(trainer, slice_set, slice_of=slice_of)
+    backend = PathwaysBackend(slice_set, slice_of=slice_of)
     batch = global_batches(trainer.dataset, 8, 0)[0]
     params = jax.jit(trainer.init_params)(jax.random.key(0))
-    ref_loss, ref_weight, ref_grads = jax.jit(make_slice_step(trainer))(params, batch)
+    slice_step = make_slice_step(trainer)
+    ref_loss, ref_weight, ref_grads = jax.jit(slice_step)(params, batch)
 
     def close(grads):
         return all(np.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in
                    zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)))
 
     both = backend.place_state(params, [0, 1])
-    loss, weight, grads = backend.grad_step(both, batch, [0, 1])
+    loss, weight, grads = backend.map_sum(slice_step, both, batch, [0, 1])
     out["two_slices_match"] = bool(np.isclose(loss, ref_loss, rtol=1e-5) and weight == ref_weight and close(grads))
     out["mesh_devices"] = len(jax.tree_util.tree_leaves(grads)[0].sharding.device_set)
     one = backend.place_state(both, [0])
-    loss1, _, grads1 = backend.grad_step(one, batch, [0])
+    loss1, _, grads1 = backend.map_sum(slice_step, one, batch, [0])
     out["one_slice_match"] = bool(np.isclose(loss1, ref_loss, rtol=1e-5) and close(grads1))
     out["healthy_before"] = sorted(backend.health_check([0, 1]))
 
@@ -75,9 +76,9 @@ def main(tmp):
     backend._probe = broken_probe
     out["healthy_after"] = sorted(backend.health_check([0, 1]))
     real_step_fn = backend._step_fn
-    backend._step_fn = lambda active, size: (_ for _ in ()).throw(jax.errors.JaxRuntimeError("DATA_LOSS: lost"))
+    backend._step_fn = lambda fn, active, size: (_ for _ in ()).throw(jax.errors.JaxRuntimeError("DATA_LOSS: lost"))
     try:
-        backend.grad_step(both, batch, [0, 1])
+        backend.map_sum(slice_step, both, batch, [0, 1])
     except SliceDownError as e:
         out["slice_down_slices"] = list(e.slice_indices)
     out["slice1_state"] = slice_set.record(1).state
@@ -95,11 +96,11 @@ def main(tmp):
     slice_set = SliceSet(2)
     for i in range(2):
         ready(slice_set, i, 1)
-    backend = PathwaysBackend(trainer, slice_set, slice_of=slice_of)
+    backend = PathwaysBackend(slice_set, slice_of=slice_of)
     calls = {"n": 0}
-    real = backend.grad_step
+    real = backend.map_sum
 
-    def flaky(params, batch, active):
+    def flaky(fn, params, batch, active):
         calls["n"] += 1
         if calls["n"] == 26:  # the 26th step: 25 done, the lost one would be step 26
             slice_set.mark_down([1], "test: slice lost")
@@ -109,9 +110,9 @@ def main(tmp):
             # here raced the recovery under load: the slice could come back before the loss was handled).
             assert active == [0], active
             ready(slice_set, 1, 2)
-        return real(params, batch, active)
+        return real(fn, params, batch, active)
 
-    backend.grad_step = flaky
+    backend.map_sum = flaky
     checkpointer = Checkpointer(job.spec.checkpoint.uri, 100, 2)
     run = TrainingRun(job, trainer, backend, slice_set, checkpointer, ControllerMetrics())
     summary = run.run()
@@ -128,17 +129,17 @@ def main(tmp):
     shown = {"n": 2}
     slice_set = SliceSet(2)
     ready(slice_set, 0, 1)
-    backend = PathwaysBackend(trainer, slice_set, devices=lambda: all_devices[:shown["n"]], slice_of=slice_of)
+    backend = PathwaysBackend(slice_set, devices=lambda: all_devices[:shown["n"]], slice_of=slice_of)
     out["missing_at_start"] = backend.missing_slices()
     first_active = []
-    real_missing = backend.grad_step
+    real_missing = backend.map_sum
 
-    def recording(params, batch, active):
+    def recording(fn, params, batch, active):
         if not first_active:
             first_active.extend(active)
-        return real_missing(params, batch, active)
+        return real_missing(fn, params, batch, active)
 
-    backend.grad_step = recording
+    backend.map_sum = recording
 
     def pool_appears():
         shown["n"] = 4

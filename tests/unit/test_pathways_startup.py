@@ -33,7 +33,7 @@ def test_persistence_is_enabled_before_pathways_initializes(monkeypatch):
     monkeypatch.setitem(sys.modules, "pathwaysutils", fake)
     monkeypatch.delenv("ENABLE_PATHWAYS_PERSISTENCE", raising=False)
     with pytest.raises(ValueError, match="no slice_index"):  # CPU devices here: past initialize, as wanted
-        pathways_connect.connect(trainer=None, slice_set=SliceSet(1))
+        pathways_connect.connect(slice_set=SliceSet(1))
     assert seen["env"] == "1"
 
 
@@ -43,14 +43,13 @@ def test_a_user_can_still_turn_persistence_off(monkeypatch, caplog):
     monkeypatch.setitem(sys.modules, "pathwaysutils", fake)
     monkeypatch.setenv("ENABLE_PATHWAYS_PERSISTENCE", "0")
     with pytest.raises(ValueError):
-        pathways_connect.connect(trainer=None, slice_set=SliceSet(1))
+        pathways_connect.connect(slice_set=SliceSet(1))
     assert "checkpoints pass through the Pathways proxy" in caplog.text
 
 
 def _backend(listing, count=2, monkeypatch=None):
-    monkeypatch.setattr("elastic_jax.controller.backend_pathways.make_slice_step", lambda trainer: None)
     monkeypatch.setattr("elastic_jax.controller.backend_pathways.DEVICE_REFRESH_S", 0.0)
-    return PathwaysBackend(trainer=None, slice_set=SliceSet(count), devices=listing)
+    return PathwaysBackend(slice_set=SliceSet(count), devices=listing)
 
 
 def test_a_slice_missing_at_start_is_waited_for(monkeypatch):

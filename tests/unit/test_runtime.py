@@ -331,3 +331,83 @@ def test_stop_state_a_request_overrides_a_signal_and_a_signal_never_downgrades_a
     stop.note("suspend", requested=True)
     stop.note("SIGHUP", requested=False)
     assert (stop.kind, stop.reason, stop.exit_code) == ("requested", "suspend", ControllerExit.STOPPED)
+
+
+class _FakeBackend:
+    """A backend with the hooks a host brings (`Backend`'s `visible_slices`, `prepare`); records interrupts."""
+
+    keeps_state_on_slice_loss = True
+
+    def __init__(self):
+        self.interrupted = 0
+        self.prepared: list[frozenset[int]] = []
+
+    def health_check(self, indices):
+        return frozenset(indices)
+
+    def visible_slices(self):
+        return frozenset({0})  # slice 1 has no devices yet
+
+    def prepare(self, indices):
+        self.prepared.append(frozenset(indices))
+        return frozenset()  # nothing warmed yet
+
+    def interrupt(self):
+        self.interrupted += 1
+
+    def cleanup(self):
+        pass
+
+
+def _hosted(tmp_path, backend=None):
+    from elastic_jax.controller.checkpointing import Checkpointer
+    from elastic_jax.controller.elastic.slice_set import SliceSet
+    from elastic_jax.controller.metrics import ControllerMetrics
+    from elastic_jax.runtime import HostParts
+
+    job = parse_manifest(_job())
+    parts = HostParts(SliceSet(2), ControllerMetrics(), backend or _FakeBackend(),
+                      Checkpointer(str(tmp_path / "ckpt"), 10, 2), started_at=time.monotonic() - 5.0)
+    return Runtime(job, "", host_parts=parts), parts
+
+
+def test_an_embedded_runtime_runs_on_the_hosts_parts_and_serves_nothing(tmp_path):
+    # The built-in trainer's TrainingRun holds a Runtime over what controller/main.py built.
+    rt, parts = _hosted(tmp_path)
+    try:
+        assert rt.slice_set is parts.slice_set and rt.metrics is parts.metrics
+        assert rt.checkpoints.checkpointer is parts.checkpointer  # no second Orbax location opened
+        assert rt.record.ledger.seconds()["starting"] >= 5.0  # the host's start time
+        with pytest.raises(RuntimeConfigError, match="embedded"):
+            rt.start()
+        # The host backend's hooks are the manager's: a Ready slice without devices does not join,
+        # the visible ones are prepared before they may.
+        for i in range(2):
+            rt.slice_set.apply_report(i, SliceReport(state="Ready", generation=time.time_ns(), addresses=[f"a:{i}"]))
+        assert rt.manager.available_inactive_slices() == frozenset()
+        assert parts.backend.prepared == [frozenset({0})]
+        rt.request_stop("SIGTERM", requested=False)
+        assert rt.stop_requested.is_set() and parts.backend.interrupted == 1
+        assert rt.stop_exit_code == ControllerExit.RESTART
+    finally:
+        parts.checkpointer.close()
+
+
+def test_set_phase_rewind_and_a_precomputed_finite_check(tmp_path):
+    rt, parts = _hosted(tmp_path)
+    try:
+        rt.set_phase("Running")
+        rt.report_step(5, loss=2.0)
+        assert rt.snapshot().phase == "Running" and rt.snapshot().step == 5
+        assert rt.rewind(3) == 2 and rt.step == 3  # pathways: state after step 3 went down with a slice
+        rt.report_step(4, loss=1.9)  # continues from there
+        with pytest.raises(ValueError, match="rewind"):
+            rt.rewind(9)
+        with pytest.raises(FloatingPointError, match="step 5"):
+            rt.check_finite(5, 1.0, finite=False)  # the finiteness a jitted update computed
+        rt.check_finite(5, 1.0, finite=True)
+        rt.set_phase("Stopped", "stopped on request (suspend) at step 4")
+        s = rt.snapshot()
+        assert (s.phase, s.failure_reason) == ("Stopped", "stopped on request (suspend) at step 4")
+    finally:
+        parts.checkpointer.close()
