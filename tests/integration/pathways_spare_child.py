@@ -44,13 +44,13 @@ def main(tmp):
     slice_set = SliceSet(job.spec.slices.count, job.spec.slices.spares)
     for i in range(slice_set.total):
         ready(slice_set, i, 1)
-    backend = PathwaysBackend(trainer, slice_set, slice_of=lambda d: d.id // 2)
+    backend = PathwaysBackend(slice_set, slice_of=lambda d: d.id // 2)
     calls = {"n": 0}
     actives: list[list[int]] = []
     spares_seen: list[list[int]] = []
-    real = backend.grad_step
+    real = backend.map_sum
 
-    def step(params, batch, active):
+    def step(fn, params, batch, active):
         calls["n"] += 1
         if calls["n"] == LOST_AT_CALL:
             # What Pathways raises when a slice's workers go away mid-step (the backend's own path is
@@ -61,9 +61,9 @@ def main(tmp):
             ready(slice_set, 1, 2)  # the operator replaced slice 1: it comes back as the spare
         actives.append(sorted(active))
         spares_seen.append(sorted(slice_set.spare_indices()))
-        return real(params, batch, active)
+        return real(fn, params, batch, active)
 
-    backend.grad_step = step
+    backend.map_sum = step
     checkpointer = Checkpointer(job.spec.checkpoint.uri, 100, 2)
     summary = TrainingRun(job, trainer, backend, slice_set, checkpointer, ControllerMetrics()).run()
     checkpointer.close()
