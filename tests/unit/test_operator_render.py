@@ -149,7 +149,8 @@ def _worker_pod_spec(jobset: dict) -> dict:
 def test_cpu_pods_meet_pod_security_restricted():
     from tests.support.pod_security import restricted_violations
 
-    for job in (_job(), _job(checkpoint={"uri": "gs://b/ck"})):
+    for job in (_job(), _job(checkpoint={"uri": "gs://b/ck"}),
+                _job(compilationCache={"persistentVolumeClaim": {"claimName": "xla-cache"}})):
         controller = renderer_for("cpu").controller_pod(job, 0)["spec"]
         worker = _worker_pod_spec(renderer_for("cpu").worker_jobset(job, 0))
         for spec in (controller, worker):
