@@ -64,7 +64,7 @@ def test_a_replaced_worker_pod_loads_its_step_program_from_the_shared_cache(clus
                                     worker_env=[{"name": "JAX_LOG_COMPILES", "value": "1"}])
             cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest))
 
-            def training() -> int:
+            def training() -> bool:
                 job = cluster.api().get(f"/apis/elasticjax.dev/v1alpha1/namespaces/{ns}/elastictrainingjobs/{name}")
                 return int((job.get("status") or {}).get("step") or 0) >= 3
 
