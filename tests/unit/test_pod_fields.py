@@ -159,9 +159,15 @@ def test_a_cache_claim_is_mounted_only_when_the_admin_listed_it_for_the_namespac
                                  compilationCache={"uri": "gs://b/xla"}), "ml")
 
 
-def test_the_cache_claims_flag_reaches_the_policy_and_a_bad_entry_stops_the_operator(monkeypatch):
+def test_the_cache_claims_flag_reaches_the_policy_and_a_bad_entry_stops_the_operator(monkeypatch, capsys):
+    from elastic_jax.k8s_operator import main
+    with pytest.raises(SystemExit) as info:
+        main.main(["--allowed-compilation-cache-claims", "xla-cache", "--metrics-port", "0"])
+    assert info.value.code == 2 and "--allowed-compilation-cache-claims" in capsys.readouterr().err
     policy = pod_fields.configure("", "", "", "ml/xla-cache, ml2/*")
     assert policy.cache_claims == {("ml", "xla-cache"), ("ml2", "*")}
-    with pytest.raises(ValueError, match="'xla-cache' is not namespace/name"):
-        pod_fields.configure("", "", "", "xla-cache")
-    pod_fields.configure("", "", "")
+    try:
+        with pytest.raises(ValueError, match="'xla-cache' is not namespace/name"):
+            pod_fields.configure("", "", "", "xla-cache")
+    finally:
+        pod_fields.configure("", "", "")
