@@ -46,6 +46,8 @@ workers on a pool of three one-worker nodes added for the run:
   node lost instead (`LocalCluster.fail_node`, out-of-service taint;
   restored `--node-down` s later); the operator SIGKILLed half a period after
   tick `--operator-kill-tick` and restarted `--operator-down` s later.
+  `--cluster-unit step` counts `--period` in completed steps instead, so two
+  runs under different loads inject the same failures at the same steps.
 
 The job's workers share a compilation cache (`spec.compilationCache` on a
 claim the arm makes, as an admin would: `e2e.chaos.cache_claim`), so a
@@ -297,7 +299,8 @@ def run_cluster(cluster_ctx, workdir: Path, args, rng: random.Random, chaos: boo
     from e2e.chaos import Plan, run_arm
 
     cluster, kubeconfig = cluster_ctx()
-    plan = Plan(every=args.period, node_loss_tick=args.node_loss_tick, operator_kill_tick=args.operator_kill_tick,
+    plan = Plan(every=args.period, unit=args.cluster_unit, node_loss_tick=args.node_loss_tick,
+                operator_kill_tick=args.operator_kill_tick,
                 node_down_s=args.node_down, operator_down_s=args.operator_down) if chaos else Plan()
     run = run_arm(cluster, kubeconfig, workdir, args.steps, plan, rng, ckpt_interval=args.ckpt_interval,
                   timeout_s=MAX_ARM_SECONDS, compilation_cache=not args.no_compilation_cache)
@@ -362,6 +365,9 @@ def main() -> None:
     parser.add_argument("--node-down", type=float, default=20.0, help="cluster arm: seconds before the node is back")
     parser.add_argument("--operator-down", type=float, default=5.0,
                         help="cluster arm: seconds before the operator is restarted")
+    parser.add_argument("--cluster-unit", choices=("s", "step"), default="s",
+                        help="cluster arm: --period in seconds (default) or in completed steps (the same failures "
+                             "at the same steps whatever the machine's load)")
     parser.add_argument("--no-compilation-cache", action="store_true",
                         help="cluster arms: no spec.compilationCache (replaced worker pods compile again; the "
                              "measurement before the shared cache)")
