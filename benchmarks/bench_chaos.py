@@ -46,6 +46,13 @@ workers on a pool of three one-worker nodes added for the run:
   node lost instead (`LocalCluster.fail_node`, out-of-service taint;
   restored `--node-down` s later); the operator SIGKILLed half a period after
   tick `--operator-kill-tick` and restarted `--operator-down` s later.
+  `--cluster-unit step` counts `--period` in completed steps instead, so two
+  runs under different loads inject the same failures at the same steps.
+
+The job's workers share a compilation cache (`spec.compilationCache` on a
+claim the arm makes, as an admin would: `e2e.chaos.cache_claim`), so a
+replaced worker pod loads its step program instead of compiling it again;
+`--no-compilation-cache` measures without it.
 
 Their time to N is from `kubectl apply` to the job's `Succeeded` in status;
 ratio = cluster / cluster-none; steps lost and final loss from the
@@ -59,6 +66,7 @@ cluster-none, 0 steps lost, final loss identical.
 Usage:
   .venv/bin/python benchmarks/bench_chaos.py [--steps 600] [--period 15] [--repeats 1] [--seed 0] [--keep DIR]
       [--arms none,elastic,spare,restart,cluster]   (cluster arms: root, E2E_BUILD_DIR with the Go binaries)
+      [--no-compilation-cache]
 
 Prints a table, then one ``BENCH {...}`` JSON line.
 """
@@ -291,10 +299,11 @@ def run_cluster(cluster_ctx, workdir: Path, args, rng: random.Random, chaos: boo
     from e2e.chaos import Plan, run_arm
 
     cluster, kubeconfig = cluster_ctx()
-    plan = Plan(every=args.period, node_loss_tick=args.node_loss_tick, operator_kill_tick=args.operator_kill_tick,
+    plan = Plan(every=args.period, unit=args.cluster_unit, node_loss_tick=args.node_loss_tick,
+                operator_kill_tick=args.operator_kill_tick,
                 node_down_s=args.node_down, operator_down_s=args.operator_down) if chaos else Plan()
     run = run_arm(cluster, kubeconfig, workdir, args.steps, plan, rng, ckpt_interval=args.ckpt_interval,
-                  timeout_s=MAX_ARM_SECONDS)
+                  timeout_s=MAX_ARM_SECONDS, compilation_cache=not args.no_compilation_cache)
     log = run.controller_log
     losses = run.kills("pod", "node")
     steps = step_times(log) if log is not None else []
@@ -376,6 +385,12 @@ def main() -> None:
     parser.add_argument("--node-down", type=float, default=20.0, help="cluster arm: seconds before the node is back")
     parser.add_argument("--operator-down", type=float, default=5.0,
                         help="cluster arm: seconds before the operator is restarted")
+    parser.add_argument("--cluster-unit", choices=("s", "step"), default="s",
+                        help="cluster arm: --period in seconds (default) or in completed steps (the same failures "
+                             "at the same steps whatever the machine's load)")
+    parser.add_argument("--no-compilation-cache", action="store_true",
+                        help="cluster arms: no spec.compilationCache (replaced worker pods compile again; the "
+                             "measurement before the shared cache)")
     parser.add_argument("--keep", type=Path, help="write the arms' logs under this directory (kept) instead of a temporary one")
     args = parser.parse_args()
     _check_args(parser, args)

@@ -20,6 +20,12 @@ Placement is made deterministic with a node pool of our own
 (400m CPU; a worker requests 250m), three nodes for two slices, so a node loss
 takes exactly one slice and its replacement has a node to go to. The
 controller stays on `cpu-pool` (its `nodeSelector`), which no failure touches.
+
+With `compilation_cache` (the default) the job's workers share a persistent
+XLA compilation cache (`spec.compilationCache.persistentVolumeClaim`): the arm,
+as a cluster admin would, makes a hostPath PersistentVolume on a folder of its
+own, a claim bound to it in the job's namespace (:func:`cache_claim`), and
+allows that claim to the operator (`--allowed-compilation-cache-claims`).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import yaml
 
 from e2e.harness import layout
 from e2e.harness.cluster import LocalCluster
-from e2e.helpers import create_namespace, is_ready, pods
+from e2e.helpers import create_namespace, is_ready, pods, wait_for
 from e2e.operator_fixtures import OperatorProcess, get_job, install_crd, write_operator_kubeconfig
 from elastic_jax.api import labels
 from elastic_jax.logs import read_events
@@ -47,6 +53,7 @@ from elastic_jax.local.processes import free_port
 POOL = layout.PoolSpec("chaos-pool", 3, "e2-standard-2", cpu="400m", memory="8Gi")
 CONTROLLER_POOL = "cpu-pool"
 POLL_S = 0.1
+CACHE_CLAIM = "xla-cache"
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,42 @@ def chaos_nodes(cluster: LocalCluster) -> Iterator[list[str]]:
             cluster.remove_node(name)
 
 
-def job_manifest(name: str, steps: int, ckpt_dir: Path, ckpt_interval: int) -> dict:
+def cache_claim(cluster: LocalCluster, namespace: str, host_dir: Path, name: str = CACHE_CLAIM,
+                timeout_s: float = 60) -> str:
+    """An admin's compilation cache for `namespace`: a hostPath PersistentVolume on `host_dir` (created) and the
+    claim `name` bound to it (ReadWriteMany, no storage class: kube-controller-manager binds it). The volume is
+    named after the namespace, so deleting the namespace releases it; `delete_cache_volume` deletes it.
+
+    Returns:
+      `namespace/name`, the operator's `--allowed-compilation-cache-claims` entry.
+
+    Raises:
+      TimeoutError: the claim was not Bound within `timeout_s`.
+    """
+    host_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"accessModes": ["ReadWriteMany"], "storageClassName": ""}
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-{name}"},
+          "spec": {**spec, "capacity": {"storage": "1Gi"}, "persistentVolumeReclaimPolicy": "Retain",
+                   "hostPath": {"path": str(host_dir), "type": "Directory"},
+                   "claimRef": {"namespace": namespace, "name": name}}}
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+           "spec": {**spec, "volumeName": pv["metadata"]["name"], "resources": {"requests": {"storage": "1Gi"}}}}
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pv))
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(pvc))
+    wait_for(lambda: (cluster.api().get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}")
+                      .get("status") or {}).get("phase") == "Bound",
+             timeout_s=timeout_s, what=f"claim {namespace}/{name} Bound")
+    return f"{namespace}/{name}"
+
+
+def delete_cache_volume(cluster: LocalCluster, namespace: str, name: str = CACHE_CLAIM) -> None:
+    """Deletes the PersistentVolume `cache_claim` made for `namespace` (the host folder stays: the caller's)."""
+    cluster.kubectl("delete", "persistentvolume", f"{namespace}-{name}", "--ignore-not-found", "--wait=false",
+                    check=False)
+
+
+def job_manifest(name: str, steps: int, ckpt_dir: Path, ckpt_interval: int, cache_claim_name: str | None = None,
+                 worker_env: list[dict] | None = None) -> dict:
     """The chaos job for the operator: the local arms' job (2 slices, minSlices 1, the built-in LM at its
     defaults, a log line per step), workers on :data:`POOL`, the controller on `cpu-pool`.
 
@@ -133,16 +175,20 @@ def job_manifest(name: str, steps: int, ckpt_dir: Path, ckpt_interval: int) -> d
       steps: N.
       ckpt_dir: an absolute host folder (pods are host processes here).
       ckpt_interval: steps between checkpoints.
+      cache_claim_name: the claim of the workers' compilation cache; None: no cache.
+      worker_env: spec.worker.env.
     """
     spec = {
         "backend": "cpu",
         "slices": {"count": 2, "minSlices": 1},
         "controller": {"nodeSelector": {layout.NODEPOOL_LABEL: CONTROLLER_POOL}},
-        "worker": {"nodeSelector": {layout.NODEPOOL_LABEL: POOL.name}},
+        "worker": {"nodeSelector": {layout.NODEPOOL_LABEL: POOL.name}, "env": list(worker_env or [])},
         "training": {"steps": steps, "globalBatchSize": 24, "logEverySteps": 1},
         "checkpoint": {"uri": str(ckpt_dir), "intervalSteps": ckpt_interval, "maxToKeep": 2},
         "elasticity": {"stepDeadlineSeconds": 30, "maxRestarts": 1000, "maxRestartsPerSlice": 1000},
     }
+    if cache_claim_name is not None:
+        spec["compilationCache"] = {"persistentVolumeClaim": {"claimName": cache_claim_name}}
     return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
             "metadata": {"name": name}, "spec": spec}
 
@@ -183,7 +229,7 @@ def _steps(log: Path | None) -> list[dict]:
 
 
 def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, plan: Plan, rng: random.Random,
-            ckpt_interval: int = 50, timeout_s: float = 1800.0) -> ArmRun:
+            ckpt_interval: int = 50, timeout_s: float = 1800.0, compilation_cache: bool = True) -> ArmRun:
     """One cluster arm: its own namespace and operator, the job applied and followed to the end, `plan` injected.
 
     The namespace is deleted (and waited for, so the next arm finds the pool empty) and the operator stopped by
@@ -198,6 +244,7 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
       rng: draws the victims.
       ckpt_interval: steps between checkpoints.
       timeout_s: the job must end within this.
+      compilation_cache: the workers share a compilation cache (`cache_claim`, under `workdir/xla-cache`).
 
     Raises:
       TimeoutError: the job did not end within `timeout_s`.
@@ -211,9 +258,11 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
     operator_back_at: float | None = None
     log: Path | None = None
     try:
+        if compilation_cache:  # the admin's part: the volume, the claim, the operator's allow list
+            op.extra_args.append(f"--allowed-compilation-cache-claims={cache_claim(cluster, ns, workdir / 'xla-cache')}")
         op.start()
         op.wait_up()
-        manifest = job_manifest(name, steps, workdir / "ckpt", ckpt_interval)
+        manifest = job_manifest(name, steps, workdir / "ckpt", ckpt_interval, CACHE_CLAIM if compilation_cache else None)
         t0 = time.time()
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest))
         tick, origin = 0, None  # origin: the first step's time (unit s) or 0 (unit step)
@@ -275,6 +324,7 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
         # Before the operator stops: the job's finalizer is the operator's to remove.
         cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=180s", check=False, timeout_s=200)
         op.stop()
+        delete_cache_volume(cluster, ns)
 
 
 def setup(cluster: LocalCluster, workdir: Path) -> Path:

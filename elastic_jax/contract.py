@@ -77,10 +77,15 @@ ENV_LOG_FORMAT = "ELASTIC_JAX_LOG_FORMAT"  # controller and operator: json | tex
 ENV_TOKEN = "ELASTIC_JAX_TOKEN"  # the token itself, when there is no token file
 ENV_SUMMARY_FILE = "ELASTIC_JAX_SUMMARY_FILE"  # where the controller writes its JSON summary
 ENV_RUN_DIR = "ELASTIC_JAX_RUN_DIR"  # the launcher's run folder, for the controllers it starts
-# JAX's own variables (not ours: no ELASTIC_JAX_ prefix) the local launcher gives its cpu workers: one persistent compilation cache per run, so a
-# restarted worker reads its step program's executable instead of compiling it again (every compile cached).
+# JAX's own variables (not ours: no ELASTIC_JAX_ prefix) the local launcher gives its cpu workers (one persistent
+# compilation cache per run) and the operator renders from spec.compilationCache (cpu workers, the pathways
+# controller): a restarted worker reads its step program's executable instead of compiling it again (every
+# compile cached: JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS 0).
 JAX_ENV_COMPILATION_CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"
 JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+# Where a pod mounts spec.compilationCache.persistentVolumeClaim (the operator renders it; the root file system
+# stays read-only).
+COMPILATION_CACHE_DIR = "/var/cache/elastic-jax/xla"
 
 # The operator's own settings (the chart sets them; each is also a command-line flag).
 ENV_OPERATOR_KEY_FILE = "ELASTIC_JAX_OPERATOR_KEY_FILE"

@@ -3,8 +3,10 @@
 Supported: ``emptyDir``, ``secret``, ``configMap``, ``downwardAPI``,
 ``projected`` (serviceAccountToken via the TokenRequest API, configMap,
 secret, downwardAPI; this is how the ServiceAccount admission plugin gives
-every pod its token, ``ca.crt`` and ``namespace``) and ``hostPath`` (used as
-is). Contents are written once when the pod starts; unlike the kubelet, later
+every pod its token, ``ca.crt`` and ``namespace``), ``hostPath`` (used as
+is) and ``persistentVolumeClaim`` (a Bound claim's PersistentVolume, which
+must be a ``hostPath`` or ``local`` one: its folder used as is; the claim
+unbound or missing is retried, as the kubelet waits). Contents are written once when the pod starts; unlike the kubelet, later
 Secret/ConfigMap updates and token refreshes are not synced (tokens are valid
 for an hour, longer than any test).
 """
@@ -112,6 +114,28 @@ def _projected(api: KubeApi, pod: dict, vol: dict) -> dict[str, bytes]:
     return files
 
 
+def _claim_path(api: KubeApi, ns: str, claim: str) -> Path:
+    """The host folder of PersistentVolumeClaim `claim`'s bound PersistentVolume (hostPath or local).
+
+    Raises:
+        VolumeError: the claim is missing or not Bound yet, or its volume is of another kind.
+    """
+    try:
+        pvc = api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
+    except ApiError as e:
+        if e.status == 404:
+            raise VolumeError(f'persistentvolumeclaim "{claim}" not found') from None
+        raise
+    volume = (pvc.get("spec") or {}).get("volumeName")
+    if (pvc.get("status") or {}).get("phase") != "Bound" or not volume:
+        raise VolumeError(f'persistentvolumeclaim "{claim}" is not bound')
+    pv = api.get(f"/api/v1/persistentvolumes/{volume}")["spec"]
+    source = pv.get("hostPath") or pv.get("local")
+    if not source:
+        raise VolumeError(f"persistentvolume {volume}: only hostPath and local volumes are supported")
+    return Path(source["path"])
+
+
 def materialize(api: KubeApi, pod: dict, pod_dir: Path) -> dict[str, Path]:
     """Write every volume of ``pod`` under ``pod_dir/volumes``.
 
@@ -130,6 +154,8 @@ def materialize(api: KubeApi, pod: dict, pod_dir: Path) -> dict[str, Path]:
             dest.mkdir(parents=True, exist_ok=True)
         elif "hostPath" in vol:
             dest = Path(vol["hostPath"]["path"])
+        elif "persistentVolumeClaim" in vol:
+            dest = _claim_path(api, ns, vol["persistentVolumeClaim"]["claimName"])
         elif "secret" in vol or "configMap" in vol:
             kind, ref = ("Secret", vol["secret"]) if "secret" in vol else ("ConfigMap", vol["configMap"])
             obj_name = ref.get("secretName") if kind == "Secret" else ref.get("name")

@@ -593,6 +593,56 @@ class CheckpointSpec(_Model):
         return self
 
 
+# spec.compilationCache: the field names its errors use, once.
+COMPILATION_CACHE_FIELD = "spec.compilationCache"
+# A gs:// cache location: a bucket name, then an optional prefix (JAX writes it through etils/gcsfs).
+COMPILATION_CACHE_URI_PATTERN = r"^gs://[^/]+(/.*)?$"
+
+
+class PersistentVolumeClaimReference(_Model):
+    """A PersistentVolumeClaim in the job's namespace, by name (as a Pod volume's `persistentVolumeClaim`)."""
+
+    claim_name: str = Field(min_length=1, max_length=253, json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN},
+                            description="Name of a PersistentVolumeClaim in the job's namespace.")
+
+    @model_validator(mode="after")
+    def _name_shape(self) -> "PersistentVolumeClaimReference":
+        _object_name(self.claim_name, f"{COMPILATION_CACHE_FIELD}.persistentVolumeClaim.claimName")
+        return self
+
+
+class CompilationCacheSpec(_Model):
+    """A persistent XLA compilation cache shared by the job's pods across replacements (JAX's
+    `jax_compilation_cache_dir`): a replaced worker loads its step program's executable instead of compiling it.
+
+    Exactly one of `uri` or `persistentVolumeClaim`. Unset: backend pathways uses
+    `<spec.checkpoint.uri>/compilation-cache` (already shared, always gs://); backend cpu has no cache (its
+    workers share no storage unless a claim is named).
+    """
+
+    # (the CRD's rule for `_one_source` sits on the spec, so it can name this field)
+
+    uri: str | None = Field(
+        default=None, max_length=4096, json_schema_extra={"pattern": COMPILATION_CACHE_URI_PATTERN},
+        description=("gs://bucket/prefix the pods read and write the cache at, with their own credentials "
+                     "(Workload Identity). Backend pathways only: the cpu worker image has no GCS client."))
+    persistent_volume_claim: PersistentVolumeClaimReference | None = Field(
+        default=None,
+        description=(f"A claim of the job's namespace mounted at {contract.COMPILATION_CACHE_DIR} in the pods "
+                     "that compile (cpu: every worker; pathways: the controller). Worker pods of a slice run on "
+                     "different nodes, so ReadWriteMany (e.g. Filestore); the volume must be writable by uid/gid "
+                     "65532 (fsGroup, or a volume made so). Only claims the cluster admin allowed (operator's "
+                     "podFields.compilationCacheClaims) are accepted."))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "CompilationCacheSpec":
+        if (self.uri is None) == (self.persistent_volume_claim is None):
+            raise ValueError(f"{COMPILATION_CACHE_FIELD} needs exactly one of uri or persistentVolumeClaim")
+        if self.uri is not None and not re.fullmatch(COMPILATION_CACHE_URI_PATTERN, self.uri):
+            raise ValueError(f"{COMPILATION_CACHE_FIELD}.uri: {self.uri!r}: must be gs://bucket[/prefix]")
+        return self
+
+
 class ElasticitySpec(_Model):
     """Recovery policy."""
 
@@ -678,6 +728,14 @@ class ElasticTrainingJobSpec(_Model):
         {"rule": "self.backend != 'cpu' || !has(self.slices.hostsPerSlice) || self.slices.hostsPerSlice == 1",
          "message": "spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)",
          "fieldPath": ".slices.hostsPerSlice"},
+        {"rule": "!has(self.compilationCache) || has(self.compilationCache.uri) != "
+                 "has(self.compilationCache.persistentVolumeClaim)",
+         "message": "spec.compilationCache needs exactly one of uri or persistentVolumeClaim",
+         "fieldPath": ".compilationCache", "reason": "FieldValueInvalid"},
+        {"rule": "self.backend != 'cpu' || !has(self.compilationCache) || !has(self.compilationCache.uri)",
+         "message": "spec.compilationCache.uri: backend cpu reads its cache from a volume "
+                    "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways",
+         "fieldPath": ".compilationCache.uri", "reason": "FieldValueForbidden"},
         {"rule": "self.training.globalBatchSize >= self.slices.count",
          "message": "spec.training.globalBatchSize must be at least spec.slices.count: every slice needs one "
                     "example per step",
@@ -696,6 +754,10 @@ class ElasticTrainingJobSpec(_Model):
     training: TrainingSpec = Field(description="Steps and global batch.")
     checkpoint: CheckpointSpec = Field(description="Where and how often to checkpoint.")
     elasticity: ElasticitySpec = Field(default_factory=ElasticitySpec, description="Recovery policy and budgets.")
+    compilation_cache: CompilationCacheSpec | None = Field(
+        default=None, description=("Where the pods keep XLA's persistent compilation cache, so a replaced worker "
+                                   "does not compile its step program again. Unset: pathways derives it from "
+                                   "spec.checkpoint.uri; cpu has none."))
     suspend: bool = Field(default=False, description="True: checkpoint, then stop the controller and workers; false resumes.")
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, le=INT64_MAX, description="Delete the job this many seconds after it Succeeded or Failed."
@@ -745,6 +807,9 @@ class ElasticTrainingJobSpec(_Model):
                 )
         if self.backend == "cpu" and self.slices.hosts_per_slice != 1:
             raise ValueError("spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)")
+        if self.backend == "cpu" and self.compilation_cache is not None and self.compilation_cache.uri is not None:
+            raise ValueError("spec.compilationCache.uri: backend cpu reads its cache from a volume "
+                             "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways")
         return self
 
 

@@ -44,6 +44,10 @@ PATHWAYS_WORKER = ("POD_NAMESPACE", "PATHWAYS_HEAD", "TPU_MIN_LOG_LEVEL", "TF_CP
                    "MEGASCALE_SLICE_ID", "MEGASCALE_COORDINATOR_ADDRESS", "JOBSET_NAME", "REPLICATED_JOB_NAME")
 # The cpu worker's entry point sets JAX_PLATFORMS=cpu itself (worker_image/worker/main.py).
 CPU_WORKER = ("JAX_PLATFORMS",)
+# JAX's persistent compilation cache, rendered from spec.compilationCache in the containers that compile
+# (cpu workers, the pathways controller): one way to say where it is, so a user value cannot point a job's
+# pods at another cache behind the operator's back (backends/cpu.py `compilation_cache`).
+COMPILATION_CACHE = (contract.JAX_ENV_COMPILATION_CACHE_DIR, contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS)
 
 
 def operator_set(role: str, backend: str) -> frozenset[str]:
@@ -60,12 +64,12 @@ def operator_set(role: str, backend: str) -> frozenset[str]:
         names = {POD_IP, *SCRATCH, CONTROLLER_HOST, CONTROLLER_PORT, MANIFEST, MANIFEST_DIGEST, TOKEN_FILE,
                  *IDENTITY}
         if backend == "pathways":
-            names |= set(PATHWAYS_CONTROLLER)
+            names |= {*PATHWAYS_CONTROLLER, *COMPILATION_CACHE}
         return frozenset(names)
     if role == "worker":
         if backend == "pathways":
             return frozenset(PATHWAYS_WORKER)
-        return frozenset({POD_IP, *SCRATCH, TOKEN_FILE, *CPU_WORKER})
+        return frozenset({POD_IP, *SCRATCH, TOKEN_FILE, *CPU_WORKER, *COMPILATION_CACHE})
     raise ValueError(f"unknown role {role!r}")
 
 

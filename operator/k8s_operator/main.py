@@ -274,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get(contract.ENV_ALLOWED_IMAGE_PULL_SECRETS, ""),
                         help="namespace/name (or namespace/*) of Secrets jobs in that namespace may name in "
                              "spec.imagePullSecrets (comma-separated); default: none")
+    parser.add_argument("--allowed-compilation-cache-claims",
+                        default=os.environ.get("ELASTIC_JAX_ALLOWED_COMPILATION_CACHE_CLAIMS", ""),
+                        help="namespace/name (or namespace/*) of PersistentVolumeClaims jobs in that namespace may "
+                             "mount in spec.compilationCache.persistentVolumeClaim (comma-separated); default: none")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
     # A string default goes through `type` (argparse checks `choices` only for given arguments).
     parser.add_argument("--pod-listen-address", type=_listen_word,
@@ -301,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     from elastic_jax.k8s_operator import pod_fields
     try:
         pod_fields.configure(args.allowed_priority_classes, args.allowed_toleration_keys,
-                             args.allowed_image_pull_secrets)
+                             args.allowed_image_pull_secrets, args.allowed_compilation_cache_claims)
     except ValueError as e:
-        parser.error(f"--allowed-image-pull-secrets: {e}")
+        parser.error(f"--allowed-image-pull-secrets / --allowed-compilation-cache-claims: {e}")
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)

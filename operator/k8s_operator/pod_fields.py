@@ -10,14 +10,19 @@ shape of `service_accounts`):
 - `spec.controller.tolerations` / `spec.worker.tolerations`: tolerating the
   control plane's or a reserved pool's taints puts the pods there;
 - `spec.imagePullSecrets`: the kubelet pulls with any Secret of the namespace,
-  so the job may run images the tenant could not otherwise pull.
+  so the job may run images the tenant could not otherwise pull;
+- `spec.compilationCache.persistentVolumeClaim`: the job's pods mount the claim
+  read-write, so the tenant could read, fill or poison any volume of the
+  namespace (one bound to an admin's hostPath PersistentVolume included), and
+  whatever is in a compilation cache is run as the job's code.
 
 Each is accepted only when a cluster admin listed it in the operator's
 settings (Helm value `podFields`, flags `--allowed-priority-classes`,
-`--allowed-toleration-keys`, `--allowed-image-pull-secrets`), which tenants
-cannot edit. Defaults: no priority class, no pull Secret, and only the
+`--allowed-toleration-keys`, `--allowed-image-pull-secrets`,
+`--allowed-compilation-cache-claims`), which tenants cannot edit. Defaults: no
+priority class, no pull Secret, no cache claim, and only the
 `google.com/tpu` toleration (what GKE itself adds to TPU pods). `*` allows
-any value of a list (pull Secrets: `namespace/*`). Anything else fails the
+any value of a list (pull Secrets, cache claims: `namespace/*`). Anything else fails the
 job naming the field (docs/security.md).
 """
 
@@ -30,6 +35,7 @@ from elastic_jax.k8s_operator.allow_lists import ANY, parse_names, parse_namespa
 
 PRIORITY_FIELD = "spec.priorityClassName"
 PULL_SECRETS_FIELD = "spec.imagePullSecrets"
+CACHE_CLAIM_FIELD = "spec.compilationCache.persistentVolumeClaim.claimName"
 
 # Tolerations any job may set: GKE adds this one to every pod requesting TPUs, so tolerating it
 # gives nothing a TPU job does not already have.
@@ -37,7 +43,8 @@ ALWAYS_ALLOWED_TOLERATION_KEYS = frozenset({"google.com/tpu"})
 
 
 class PodFieldRefused(ValueError):
-    """The job sets a priority class, toleration or pull Secret the admin did not allow; `str()` names the field."""
+    """The job sets a priority class, toleration, pull Secret or cache claim the admin did not allow; `str()` names
+    the field."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,14 +56,17 @@ class PodFieldsPolicy:
       toleration_keys: taint keys jobs may tolerate, besides `ALWAYS_ALLOWED_TOLERATION_KEYS`; `*`: any,
         including a toleration without a key (which tolerates every taint).
       pull_secrets: (namespace, name) of Secrets jobs in that namespace may name; name `*`: any of it.
+      cache_claims: (namespace, name) of PersistentVolumeClaims jobs in that namespace may mount as their
+        compilation cache; name `*`: any of it.
     """
 
     priority_classes: frozenset[str] = frozenset()
     toleration_keys: frozenset[str] = frozenset()
     pull_secrets: frozenset[tuple[str, str]] = frozenset()
+    cache_claims: frozenset[tuple[str, str]] = frozenset()
 
     def check(self, job: ElasticTrainingJob, namespace: str) -> None:
-        """Refuses the first priority class, toleration or pull Secret of `job` the admin did not allow.
+        """Refuses the first priority class, toleration, pull Secret or cache claim of `job` the admin did not allow.
 
         Args:
           job: the spec to check.
@@ -86,23 +96,38 @@ class PodFieldsPolicy:
                         f"spec.{role}.tolerations[{i}].key {key!r} is not allowed: a cluster admin must list it "
                         "in the operator's podFields.tolerationKeys (Helm value)")
         for i, ref in enumerate(spec.image_pull_secrets):
-            if (namespace, ref.name) not in self.pull_secrets and (namespace, ANY) not in self.pull_secrets:
-                raise PodFieldRefused(
-                    f"{PULL_SECRETS_FIELD}[{i}].name {ref.name!r} is not allowed in namespace {namespace}: a cluster "
-                    f"admin must list {namespace}/{ref.name} in the operator's podFields.imagePullSecrets (Helm value)")
+            _check_namespaced(self.pull_secrets, namespace, ref.name, f"{PULL_SECRETS_FIELD}[{i}].name",
+                              "imagePullSecrets")
+        claim = spec.compilation_cache.persistent_volume_claim if spec.compilation_cache is not None else None
+        if claim is not None:
+            _check_namespaced(self.cache_claims, namespace, claim.claim_name, CACHE_CLAIM_FIELD,
+                              "compilationCacheClaims")
+
+
+def _check_namespaced(allowed: frozenset[tuple[str, str]], namespace: str, name: str, field: str, value: str) -> None:
+    """Refuses `name` of `namespace` unless `allowed` lists it (or `namespace/*`).
+
+    Raises:
+      PodFieldRefused: naming `field`, the value and the Helm value `podFields.<value>` that would allow it.
+    """
+    if (namespace, name) not in allowed and (namespace, ANY) not in allowed:
+        raise PodFieldRefused(
+            f"{field} {name!r} is not allowed in namespace {namespace}: a cluster admin must list "
+            f"{namespace}/{name} in the operator's podFields.{value} (Helm value)")
 
 
 # Set once by `main` from its flags; the handlers read it. Default: the safe lists above.
 POLICY = PodFieldsPolicy()
 
 
-def configure(priority_classes: str | None, toleration_keys: str | None, pull_secrets: str | None) -> PodFieldsPolicy:
+def configure(priority_classes: str | None, toleration_keys: str | None, pull_secrets: str | None,
+              cache_claims: str | None = None) -> PodFieldsPolicy:
     """Sets the operator's `POLICY` from the flags' text and returns it.
 
     Raises:
-      ValueError: a pull Secret entry that is not `namespace/name`.
+      ValueError: a pull Secret or cache claim entry that is not `namespace/name`.
     """
     global POLICY
     POLICY = PodFieldsPolicy(parse_names(priority_classes), parse_names(toleration_keys),
-                             parse_namespaced(pull_secrets, any_name=True))
+                             parse_namespaced(pull_secrets, any_name=True), parse_namespaced(cache_claims, any_name=True))
     return POLICY

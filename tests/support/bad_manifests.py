@@ -115,6 +115,19 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("node-selector-key", _set(cpu_job, "spec.controller.nodeSelector", {"bad key": "v"}),
      "spec.controller.nodeSelector"),
     ("node-selector-value", _set(cpu_job, "spec.worker.nodeSelector", {"pool": "a b"}), "spec.worker.nodeSelector"),
+    # spec.compilationCache: one source; gs:// only where a GCS client runs (pathways); no other volume kind
+    ("compilation-cache-gs-on-cpu", _set(cpu_job, "spec.compilationCache", {"uri": "gs://b/xla"}),
+     "spec.compilationCache.uri"),
+    ("compilation-cache-two-sources",
+     _set(pathways_job, "spec.compilationCache", {"uri": "gs://b/xla", "persistentVolumeClaim": {"claimName": "c"}}),
+     "spec.compilationCache"),
+    ("compilation-cache-no-source", _set(pathways_job, "spec.compilationCache", {}), "spec.compilationCache"),
+    ("compilation-cache-local-uri", _set(pathways_job, "spec.compilationCache", {"uri": "/var/cache/x"}),
+     "spec.compilationCache.uri"),
+    ("compilation-cache-claim-name", _set(cpu_job, "spec.compilationCache", {"persistentVolumeClaim": {"claimName": "A_b"}}),
+     "spec.compilationCache.persistentVolumeClaim.claimName"),
+    ("compilation-cache-host-path", _set(cpu_job, "spec.compilationCache", {"hostPath": {"path": "/"}}),
+     "spec.compilationCache"),
     ("slices-plus-spares-above-64",
      _set(_set(cpu_job, "spec.slices", {"count": 60, "spares": 8}), "spec.training.globalBatchSize", 64),
      "spec.slices.spares"),
@@ -208,6 +221,9 @@ ACCEPTED: list[tuple[str, Callable[[], dict]]] = [
      _set(cpu_job, "spec.elasticity", {"stepDeadlineSeconds": 7200, "progressTimeoutSeconds": 0})),
     ("global-batch-size-at-the-bound", _set(cpu_job, "spec.training.globalBatchSize", 2**20)),
     ("labels-and-annotations", _set(cpu_job, "metadata.labels", {"example.com/team": "ml-1", "empty": ""})),
+    ("compilation-cache-claim-on-cpu",
+     _set(cpu_job, "spec.compilationCache", {"persistentVolumeClaim": {"claimName": "xla-cache"}})),
+    ("compilation-cache-gs-on-pathways", _set(pathways_job, "spec.compilationCache", {"uri": "gs://b/xla/"})),
 ]
 
 # YAML text as a user writes it, read as kubectl reads it (go-yaml: `1e3` is a number, `y` a boolean, `1:30` a

@@ -305,13 +305,16 @@ def test_pod_field_allow_lists_reach_the_operator_and_bad_entries_fail_the_schem
     assert not [a for a in args() if a.startswith("--allowed-")]
     got = args("--set", "podFields.priorityClassNames={training-low,training-high}",
                "--set", "podFields.tolerationKeys={ml-pool}",
-               "--set", "podFields.imagePullSecrets={ml/registry,ml2/*}")
+               "--set", "podFields.imagePullSecrets={ml/registry,ml2/*}",
+               "--set", "podFields.compilationCacheClaims={ml/xla-cache}")
     assert "--allowed-priority-classes=training-low,training-high" in got
     assert "--allowed-toleration-keys=ml-pool" in got
     assert "--allowed-image-pull-secrets=ml/registry,ml2/*" in got
-    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
-                    "--set", "podFields.imagePullSecrets={registry}", check=False)
-    assert proc.returncode != 0 and "/podFields/imagePullSecrets/0" in proc.stderr, proc.stderr
+    assert "--allowed-compilation-cache-claims=ml/xla-cache" in got
+    for value in ("podFields.imagePullSecrets={registry}", "podFields.compilationCacheClaims={xla-cache}"):
+        proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "--set", value,
+                        check=False)
+        assert proc.returncode != 0 and f"/{value.split('=')[0].replace('.', '/')}/0" in proc.stderr, proc.stderr
 
 
 def test_pod_listen_address_reaches_the_operator_as_a_word(helm):

@@ -64,6 +64,9 @@ CASES = {
     "example-03-maxtext": lambda: example_job("03-maxtext-pathways.yaml"),
     # Two slices that train and one hot spare: three JobSets, the head sized for three.
     "v5e-2x2-x2-spare1": lambda: pathways_job("tpu-v5-lite-podslice", "2x2", count=2, slices={"spares": 1}),
+    # The controller's compilation cache on an admin-allowed claim instead of under the checkpoint URI.
+    "v5e-2x2-x2-cache-claim": lambda: pathways_job("tpu-v5-lite-podslice", "2x2", count=2, compilationCache={
+        "persistentVolumeClaim": {"claimName": "xla-cache"}}),
     "v6e-4x4-x3": lambda: pathways_job("tpu-v6e-slice", "4x4", count=3,
                                        worker={"image": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:2025-06-01",
                                                "env": [{"name": "W", "value": "x"}]}),
@@ -361,3 +364,18 @@ def test_the_longest_accepted_name_fits_every_child_of_every_shape(accelerator, 
         pathways_job(accelerator, topology, name="a" * (MAX_NAME_LENGTH + 1))
     with pytest.raises(Exception, match="DNS-1035"):
         pathways_job(accelerator, topology, name="1" + "a" * 5)
+
+
+def test_the_controller_caches_under_the_checkpoint_uri_or_where_the_spec_says():
+    def cache_env(job):
+        pod = PathwaysRenderer().controller_pod(job, 0)
+        return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}["JAX_COMPILATION_CACHE_DIR"]
+
+    assert cache_env(pathways_job(checkpoint={"uri": "gs://my-bucket/tpu-job/"})) == \
+        "gs://my-bucket/tpu-job/compilation-cache"
+    assert cache_env(pathways_job(compilationCache={"uri": "gs://cache-bucket/xla"})) == "gs://cache-bucket/xla"
+    # Pathways workers compile nothing of ours: no cache env, no cache volume.
+    js = PathwaysRenderer().worker_jobset(pathways_job(compilationCache={"persistentVolumeClaim": {"claimName": "c"}}), 0)
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert "volumes" not in pod
+    assert "JAX_COMPILATION_CACHE_DIR" not in {e["name"] for e in pod["containers"][0]["env"]}

@@ -149,7 +149,8 @@ def _worker_pod_spec(jobset: dict) -> dict:
 def test_cpu_pods_meet_pod_security_restricted():
     from tests.support.pod_security import restricted_violations
 
-    for job in (_job(), _job(checkpoint={"uri": "gs://b/ck"})):
+    for job in (_job(), _job(checkpoint={"uri": "gs://b/ck"}),
+                _job(compilationCache={"persistentVolumeClaim": {"claimName": "xla-cache"}})):
         controller = renderer_for("cpu").controller_pod(job, 0)["spec"]
         worker = _worker_pod_spec(renderer_for("cpu").worker_jobset(job, 0))
         for spec in (controller, worker):
@@ -268,7 +269,7 @@ def test_every_variable_the_renderers_set_is_in_the_runtime_contract():
     from elastic_jax.api import runtime_env
     from tests.unit.test_operator_pathways import pathways_job
 
-    for backend, job in (("cpu", _job()), ("pathways", pathways_job())):
+    for backend, job in (("cpu", _job(compilationCache=CACHE_CLAIM)), ("pathways", pathways_job())):
         from elastic_jax.k8s_operator import backends
         job = backends.resolve(job)
         r = renderer_for(backend)
@@ -285,3 +286,66 @@ def test_pod_listen_address_pod_ip_binds_the_pod_ip(monkeypatch):
     monkeypatch.setattr(cpu, "LISTEN_ADDRESS", cpu.LISTEN_ADDRESSES["pod-ip"])
     env = {e["name"]: e.get("value") for e in renderer_for("cpu").controller_pod(_job(), 0)["spec"]["containers"][0]["env"]}
     assert env[contract.ENV_HOST] == "$(POD_IP)"
+
+
+# -- spec.compilationCache ----------------------------------------------------------------------
+
+CACHE_CLAIM = {"persistentVolumeClaim": {"claimName": "xla-cache"}}
+
+
+def _worker_pod(job, index=0):
+    return renderer_for("cpu").worker_jobset(job, index)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+
+
+def test_cpu_workers_of_every_slice_mount_the_cache_claim_and_point_jax_at_it():
+    job = _job(compilationCache=CACHE_CLAIM)
+    for index in (0, 1):
+        spec = _worker_pod(job, index)["spec"]
+        c = spec["containers"][0]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env[contract.JAX_ENV_COMPILATION_CACHE_DIR] == contract.COMPILATION_CACHE_DIR
+        assert env[contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS] == "0"  # every compile cached, as the launcher does
+        assert {"name": "compilation-cache", "mountPath": contract.COMPILATION_CACHE_DIR} in c["volumeMounts"]
+        assert {"name": "compilation-cache", "persistentVolumeClaim": {"claimName": "xla-cache"}} in spec["volumes"]
+        # Writable by the non-root user through the pod's fsGroup; the root file system stays read-only.
+        assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsUser"] == 65532
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        # No hostPath, whatever the spec says: only the named claim.
+        assert not any("hostPath" in v for v in spec["volumes"])
+    # The user's env still comes last, and the controller gets no cache (workers compile the step program).
+    assert _worker_pod(job)["spec"]["containers"][0]["env"][-1] == {"name": "A", "value": "1"}
+    ctl = renderer_for("cpu").controller_pod(job, 0)["spec"]
+    assert contract.JAX_ENV_COMPILATION_CACHE_DIR not in {e["name"] for e in ctl["containers"][0]["env"]}
+
+
+def test_cpu_workers_without_a_cache_spec_get_none():
+    spec = _worker_pod(_job())["spec"]
+    assert contract.JAX_ENV_COMPILATION_CACHE_DIR not in {e["name"] for e in spec["containers"][0]["env"]}
+    assert [v["name"] for v in spec["volumes"]] == ["token", "scratch"]
+
+
+def test_the_cache_mount_is_outside_every_folder_the_operator_mounts():
+    from elastic_jax.api import cluster
+    for folder in cluster.RESERVED_DIRS:
+        assert not contract.COMPILATION_CACHE_DIR.startswith(folder.rstrip("/") + "/")
+        assert not folder.startswith(contract.COMPILATION_CACHE_DIR)
+
+
+@pytest.mark.parametrize("cache, message", [
+    ({"uri": "gs://b/xla"}, "spec.compilationCache.uri: backend cpu reads its cache from a volume"),
+    ({}, "spec.compilationCache needs exactly one of uri or persistentVolumeClaim"),
+    ({"uri": "gs://b/x", **CACHE_CLAIM}, "spec.compilationCache needs exactly one of uri or persistentVolumeClaim"),
+    ({"persistentVolumeClaim": {"claimName": "Bad_Name"}}, "spec.compilationCache.persistentVolumeClaim.claimName"),
+    ({"hostPath": {"path": "/"}}, "hostPath"),
+])
+def test_a_bad_compilation_cache_is_refused_naming_the_field(cache, message):
+    from elastic_jax.api.manifest import ManifestError
+    with pytest.raises(ManifestError, match=message.replace(".", r"\.")):
+        _job(compilationCache=cache)
+
+
+@pytest.mark.parametrize("name", [contract.JAX_ENV_COMPILATION_CACHE_DIR, contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS])
+def test_worker_env_cannot_point_jax_at_another_cache(name):
+    from elastic_jax.api.manifest import ManifestError
+    with pytest.raises(ManifestError, match=rf"spec\.worker\.env\[0\]\.name: {name} is set by the operator"):
+        _job(worker={"env": [{"name": name, "value": "/tmp/mine"}]})

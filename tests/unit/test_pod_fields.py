@@ -137,3 +137,37 @@ def test_the_operator_flags_reach_the_policy_and_a_bad_entry_stops_it(monkeypatc
         assert policy == PodFieldsPolicy(frozenset({"a", "b"}), frozenset({"ml-pool"}), frozenset({("ml", "registry")}))
     finally:
         pod_fields.configure("", "", "")
+
+
+CACHE = {"persistentVolumeClaim": {"claimName": "xla-cache"}}
+
+
+def test_a_cache_claim_is_mounted_only_when_the_admin_listed_it_for_the_namespace():
+    job = _job(backend="cpu", checkpoint={"uri": "/ck"}, compilationCache=CACHE)
+    with pytest.raises(PodFieldRefused, match=r"spec\.compilationCache\.persistentVolumeClaim\.claimName 'xla-cache' "
+                                              r"is not allowed in namespace ml: .* list ml/xla-cache in the operator's "
+                                              r"podFields\.compilationCacheClaims"):
+        PodFieldsPolicy().check(job, "ml")
+    PodFieldsPolicy(cache_claims=parse_namespaced("ml/xla-cache", any_name=True)).check(job, "ml")
+    PodFieldsPolicy(cache_claims=parse_namespaced("ml/*", any_name=True)).check(job, "ml")
+    # Listed for another namespace: a tenant of `ml` cannot reach it by name.
+    with pytest.raises(PodFieldRefused, match="not allowed in namespace ml"):
+        PodFieldsPolicy(cache_claims=parse_namespaced("other/xla-cache", any_name=True)).check(job, "ml")
+    # A gs:// cache mounts nothing: nothing to allow.
+    PodFieldsPolicy().check(_job(backend="pathways", slices={"count": 1, "accelerator": "tpu-v5-lite-podslice",
+                                                             "topology": "2x2"},
+                                 compilationCache={"uri": "gs://b/xla"}), "ml")
+
+
+def test_the_cache_claims_flag_reaches_the_policy_and_a_bad_entry_stops_the_operator(monkeypatch, capsys):
+    from elastic_jax.k8s_operator import main
+    with pytest.raises(SystemExit) as info:
+        main.main(["--allowed-compilation-cache-claims", "xla-cache", "--metrics-port", "0"])
+    assert info.value.code == 2 and "--allowed-compilation-cache-claims" in capsys.readouterr().err
+    policy = pod_fields.configure("", "", "", "ml/xla-cache, ml2/*")
+    assert policy.cache_claims == {("ml", "xla-cache"), ("ml2", "*")}
+    try:
+        with pytest.raises(ValueError, match="'xla-cache' is not namespace/name"):
+            pod_fields.configure("", "", "", "xla-cache")
+    finally:
+        pod_fields.configure("", "", "")

@@ -111,6 +111,39 @@ def checkpoint_volume(job: ElasticTrainingJob) -> tuple[list[dict[str, Any]], li
             [{"name": CHECKPOINT_VOLUME, "mountPath": mount_path(job.spec.checkpoint.uri)}])
 
 
+COMPILATION_CACHE_VOLUME = "compilation-cache"
+
+
+def compilation_cache(job: ElasticTrainingJob, default_uri: str | None = None
+                      ) -> tuple[list[dict[str, str]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(env, volumes, volumeMounts) giving a container JAX's persistent compilation cache of `job`.
+
+    `spec.compilationCache.uri`: JAX reads and writes it itself (env only).
+    `spec.compilationCache.persistentVolumeClaim`: the claim mounted read-write at
+    `contract.COMPILATION_CACHE_DIR`; the pod's fsGroup (65532) makes a volume that supports ownership
+    management writable by the non-root user. Unset: `default_uri` (pathways: under the checkpoint URI),
+    else no cache ([], [], []). Every compile is cached (minimum compile time 0 s), as the local launcher does.
+    The claim is the admin's to allow (`pod_fields`): checked before anything is rendered.
+    """
+    cache = job.spec.compilation_cache
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if cache is not None and cache.persistent_volume_claim is not None:
+        location = contract.COMPILATION_CACHE_DIR
+        volumes = [{"name": COMPILATION_CACHE_VOLUME,
+                    "persistentVolumeClaim": {"claimName": cache.persistent_volume_claim.claim_name}}]
+        mounts = [{"name": COMPILATION_CACHE_VOLUME, "mountPath": location}]
+    elif cache is not None and cache.uri is not None:
+        location = cache.uri
+    elif default_uri is not None:
+        location = default_uri
+    else:
+        return [], [], []
+    env = [{"name": contract.JAX_ENV_COMPILATION_CACHE_DIR, "value": location},
+           {"name": contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS, "value": "0"}]
+    return env, volumes, mounts
+
+
 def _env(extra: list[EnvVar]) -> list[dict[str, str]]:
     return [{"name": e.name, "value": e.value} for e in extra]
 
@@ -294,6 +327,8 @@ class CpuRenderer:
         w = job.spec.worker
         # (the job's UID reaches the Jobs and pods the JobSet and Job controllers create from the templates)
         selector = pod_labels(name, labels.ROLE_WORKER, {labels.SLICE_INDEX: str(index)}, job.metadata.uid)
+        # A replaced worker loads its step program from here instead of compiling it again.
+        cache_env, cache_volumes, cache_mounts = compilation_cache(job)
         return {
             "apiVersion": contract.JOBSET_API_VERSION,
             "kind": "JobSet",
@@ -329,15 +364,16 @@ class CpuRenderer:
                                         ],
                                         # The job's token authenticates the controller's calls.
                                         "env": [_POD_IP_ENV, {"name": contract.ENV_TOKEN_FILE, "value": TOKEN_FILE},
-                                                *SCRATCH_ENV, *_env(w.env)],
+                                                *SCRATCH_ENV, *cache_env, *_env(w.env)],
                                         "ports": [{"name": "grpc", "containerPort": names.WORKER_PORT}],
                                         "readinessProbe": {"tcpSocket": {"port": names.WORKER_PORT},
                                                            "periodSeconds": 1, "failureThreshold": 1},
                                         "resources": w.resources.effective("worker"),
                                         "securityContext": container_security_context(),
-                                        "volumeMounts": [copy.deepcopy(TOKEN_MOUNT), copy.deepcopy(SCRATCH_MOUNT)],
+                                        "volumeMounts": [copy.deepcopy(TOKEN_MOUNT), copy.deepcopy(SCRATCH_MOUNT),
+                                                         *cache_mounts],
                                     }],
-                                    "volumes": [token_volume(job), copy.deepcopy(SCRATCH_VOLUME)],
+                                    "volumes": [token_volume(job), copy.deepcopy(SCRATCH_VOLUME), *cache_volumes],
                                 },
                             },
                         },

@@ -92,6 +92,9 @@ HOSTS_FIELD = "spec.slices.hostsPerSlice"
 DEVICES_FIELD = "spec.slices.devicesPerHost"
 CHECKPOINT_FIELD = "spec.checkpoint.uri"
 SCRATCH_SUBDIR = "pathways-scratch"
+# spec.compilationCache's default: JAX's persistent cache of the controller (the JAX client that compiles
+# every program Pathways runs), kept across controller restarts and slice replacements.
+COMPILATION_CACHE_SUBDIR = "compilation-cache"
 TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 TPU_RESOURCE = "google.com/tpu"
@@ -223,9 +226,20 @@ def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
     return job.model_copy(update={"spec": job.spec.model_copy(update={"slices": slices})})
 
 
+def _under_checkpoint(job: ElasticTrainingJob, subdir: str) -> str:
+    """A folder under the checkpoint URI (always gs:// here; Orbax skips non-step folders)."""
+    return f"{job.spec.checkpoint.uri.rstrip('/')}/{subdir}"
+
+
 def scratch_location(job: ElasticTrainingJob) -> str:
-    """Pathways' `--gcs_scratch_location`: a folder under the checkpoint URI (Orbax skips non-step folders)."""
-    return f"{job.spec.checkpoint.uri.rstrip('/')}/{SCRATCH_SUBDIR}"
+    """Pathways' `--gcs_scratch_location`: a folder under the checkpoint URI."""
+    return _under_checkpoint(job, SCRATCH_SUBDIR)
+
+
+def compilation_cache_location(job: ElasticTrainingJob) -> str:
+    """The default of `spec.compilationCache` for pathways: a folder under the checkpoint URI, which every
+    pod of the job may already write (`<uri>/compilation-cache`)."""
+    return _under_checkpoint(job, COMPILATION_CACHE_SUBDIR)
 
 
 def server_image(job: ElasticTrainingJob) -> str:
@@ -339,7 +353,10 @@ class PathwaysRenderer:
         pod = CpuRenderer().controller_pod(job, attempt, job_uid)
         spec = pod["spec"]
         controller = spec["containers"][0]
-        # A user's env may not name these (elastic_jax.api.runtime_env.PATHWAYS_CONTROLLER).
+        # The JAX client compiles every program Pathways runs: its persistent cache (MaxText: pass
+        # jax_cache_dir=$(JAX_COMPILATION_CACHE_DIR), as examples/03 does, else its own default wins).
+        cache_env, cache_volumes, cache_mounts = cpu.compilation_cache(job, compilation_cache_location(job))
+        # A user's env may not name these (elastic_jax.api.runtime_env.PATHWAYS_CONTROLLER, COMPILATION_CACHE).
         controller["env"] = [
             {"name": "JAX_PLATFORMS", "value": "proxy"},
             {"name": "JAX_BACKEND_TARGET", "value": f"grpc://127.0.0.1:{PROXY_PORT}"},
@@ -348,8 +365,11 @@ class PathwaysRenderer:
             # pulling every array through the proxy into this pod's memory (pathwaysutils registers
             # its persistence handlers in initialize() when this is 1).
             {"name": "ENABLE_PATHWAYS_PERSISTENCE", "value": "1"},
+            *cache_env,
             *controller["env"],
         ]
+        controller["volumeMounts"].extend(cache_mounts)
+        spec["volumes"].extend(cache_volumes)
         spec["initContainers"] = _sidecars(job, shape)
         user = {k: spec["securityContext"].pop(k) for k in ("runAsNonRoot", "runAsUser", "runAsGroup")}
         spec["securityContext"] = copy.deepcopy(_PATHWAYS_POD_SECURITY_CONTEXT)
