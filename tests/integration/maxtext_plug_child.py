@@ -13,26 +13,16 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 
 import json  # noqa: E402
 import sys  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 
 import jax  # noqa: E402
 
 from elastic_jax import maxtext_plug  # noqa: E402
-from elastic_jax.api.control import SliceReport  # noqa: E402
 from elastic_jax.controller.backend_pathways import slice_to_devices  # noqa: E402
 from elastic_jax.controller.elastic.pathways_utils import SliceReportManager  # noqa: E402
 from elastic_jax.controller.elastic.slice_set import SliceSet  # noqa: E402
-
-
-def report(slice_set, index, state, generation):
-    """As the control API thread applies `PUT /v1/slices/{index}`."""
-    addresses = [f"127.0.0.1:{8470 + index}"] if state == "Ready" else []
-    t = threading.Thread(target=slice_set.apply_report,
-                         args=(index, SliceReport(state=state, generation=generation, addresses=addresses)))
-    t.start()
-    t.join()
+from tests.integration.pathways_utils_child import report  # noqa: E402  (the control API's way to apply one)
 
 
 def standin_maxtext():
