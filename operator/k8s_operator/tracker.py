@@ -52,8 +52,9 @@ class SliceTrack:
     pods: tuple[str, ...] = ()
     reason: str = ""
     since: str = ""
-    # (controller uid, state, addresses) the controller acknowledged, and with which generation.
-    acked: tuple[str, str, tuple[str, ...]] | None = None
+    # (controller uid, state, addresses, pods) the controller acknowledged, and with which generation. The pods
+    # count: a replacement pod at the same address is a new worker the controller must be told of.
+    acked: tuple[str, str, tuple[str, ...], tuple[str, ...]] | None = None
     acked_generation: int = 0
     # the generation last sent for this slice, accepted or not (`next_generation` stays above it).
     sent_generation: int = 0
@@ -475,13 +476,13 @@ class JobTracker:
             for track in self.slices:
                 if track.state == "Provisioning":
                     continue  # the controller treats an unreported slice as not there yet
-                want = (uid, track.state, track.addresses)
+                want = (uid, track.state, track.addresses, track.pods)
                 if track.acked == want:
                     continue
                 track.sent_generation = next_generation(track.sent_generation)
                 pending.append((track, want, track.sent_generation, track.reason or None))
         for track, want, generation, reason in pending:
-            _, state, addresses = want
+            _, state, addresses, _ = want
             try:
                 client.report_slice(track.index, state, generation, list(addresses), reason,
                                     retries=retries, backoff_s=0.05)
@@ -537,8 +538,11 @@ class JobTracker:
             for view in status.slices:
                 if 0 <= view.index < len(self.slices):
                     track = self.slices[view.index]
-                    accepted = track.acked is not None and track.acked[0] == self.controller_uid \
-                        and track.acked[1] == "Ready"
+                    # Only a Down of the pods the controller was last told of: while a newer state of the
+                    # slice (its replacement) has not reached it, its Down is about the pods before, and
+                    # acting on it deletes the fresh worker (trial: a worker lost while the controller was
+                    # frozen cost two replacements).
+                    accepted = track.acked == (self.controller_uid, "Ready", track.addresses, track.pods)
                     if controller_saw_down(view.state, view.generation, track.state,
                                            track.acked_generation if accepted else None):
                         out.append(view.index)

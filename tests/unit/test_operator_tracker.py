@@ -111,6 +111,32 @@ def test_a_controller_being_stopped_by_a_suspend_is_still_polled():
     assert t.client is clients[-1] and t.controller_uid == "u1"  # ... unless a suspend stops it: read until it exits
 
 
+def test_a_down_about_the_pods_before_a_replacement_not_yet_told_replaces_nothing():
+    """Trial: slice 0's worker was SIGKILLed while the controller was frozen; the operator's Down and the
+    replacement's Ready both timed out; once it ran again the controller held slice 0 Down at the generation
+    of the old pod, and the operator deleted the fresh, healthy replacement (two replacements for one loss).
+    The replacement here even has the old pod's address."""
+    t, clients = _tracker()
+    t.set_controller(_ctrl("u1"))
+    t.sync([_worker(0, "a"), _worker(1, "b")], lambda *e: None)
+    gen0 = clients[0].reports[0][2]
+    clients[0].down = True  # frozen
+    t.sync([_worker(0, "a", "Failed", False, 137), _worker(1, "b")], lambda *e: None)
+    t.sync([_worker(0, "a2", attempt=1), _worker(1, "b")], lambda *e: None)
+    clients[0].down = False
+    saw_old_pod_fail = ControllerStatus(phase="Recovering", step=3, total_steps=9, desired_slices=2, min_slices=1,
+                                        active_slices=[1], inactive_slices=[0],
+                                        slices=[SliceStatus(index=0, state="Down", generation=gen0)], pid=1)
+    assert t.slices_down_by_controller(saw_old_pod_fail) == []
+    t.sync([_worker(0, "a2", attempt=1), _worker(1, "b")], lambda *e: None)  # the replacement's Ready arrives
+    new_gen = clients[0].reports[-1][2]
+    assert clients[0].reports[-1][:2] == (0, "Ready") and new_gen > gen0
+    assert t.slices_down_by_controller(saw_old_pod_fail) == []  # older than the Ready it accepted: stale
+    saw_new_pod_fail = saw_old_pod_fail.model_copy(
+        update={"slices": [SliceStatus(index=0, state="Down", generation=new_gen)]})
+    assert t.slices_down_by_controller(saw_new_pod_fail) == [0]
+
+
 def test_a_newer_down_from_another_reporter_is_flagged_too():
     """The supervision core's replace rule: a Down above our accepted Ready's generation (someone else's)
     leaves the controller without the slice until a newer Ready; before, the operator waited forever."""
