@@ -62,6 +62,10 @@ def test_a_replaced_worker_pod_loads_its_step_program_from_the_shared_cache(clus
             op.wait_up()
             manifest = job_manifest(name, STEPS, tmp_path / "ckpt", 50, CACHE_CLAIM,
                                     worker_env=[{"name": "JAX_LOG_COMPILES", "value": "1"}])
+            # Pause and resume (minSlices = count): the job waits for the replacement, which loads its
+            # program before it joins. With replica resize a quiet machine trained all 40 steps on slice 1
+            # before the replacement ran a step (CI: no hit within 600 s, the job long Succeeded).
+            manifest["spec"]["slices"]["minSlices"] = 2
             cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest))
 
             def training() -> bool:

@@ -118,6 +118,10 @@ class ControlClient:
                                   kind=ControlApiError.INVALID)
         kind, value = outcome[0]
         if kind == "error":
+            if self._closed and isinstance(value, RuntimeError):
+                # httpx's "the client has been closed": a request sent as `close` ran (the job's controller
+                # pod changed); the same answer as a caller already waiting gets.
+                raise ControlApiError(f"{method} {path}: client closed", kind=ControlApiError.UNREACHABLE) from None
             raise value
         return value
 
