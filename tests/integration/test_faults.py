@@ -82,6 +82,17 @@ def _summary(stdout: str) -> dict:
     return json.loads(last.removeprefix("SUMMARY "))
 
 
+def _run_beside(action, manifest: dict, tmp_path: Path, join_s: float, *flags: str):
+    """`run_cli(manifest, tmp_path, *flags)` with `action()` on a thread beside it (a fault to inject),
+    joined for up to `join_s` seconds after the run ends."""
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    try:
+        return run_cli(manifest, tmp_path, *flags)
+    finally:
+        thread.join(timeout=join_s)
+
+
 # -- item 1: a signal to the controller is a controller loss, not the end of the job ----------------
 
 
@@ -103,10 +114,7 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
         except AssertionError as e:
             signalled["error"] = str(e)
 
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
-    run = run_cli(m, tmp_path, "--no-failure")
-    thread.join(timeout=10)
+    run = _run_beside(killer, m, tmp_path, 10, "--no-failure")
     assert "pid" in signalled, signalled
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
@@ -170,10 +178,7 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
                 except ProcessLookupError:
                     pass
 
-    thread = threading.Thread(target=freezer, daemon=True)
-    thread.start()
-    run = run_cli(m, tmp_path, "--no-failure")
-    thread.join(timeout=60)
+    run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
     assert "pids" in frozen, frozen
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
@@ -314,12 +319,9 @@ def test_save_failure_reaches_the_summary_with_the_last_committed_step(tmp_path)
         except (AssertionError, subprocess.CalledProcessError) as e:
             frozen["error"] = str(e)
 
-    thread = threading.Thread(target=freezer, daemon=True)
-    thread.start()
     try:
-        run = run_cli(m, tmp_path, "--no-failure")
+        run = _run_beside(freezer, m, tmp_path, 10, "--no-failure")
     finally:
-        thread.join(timeout=10)
         subprocess.run(["chattr", "-i", str(ckpt)], check=False)
     assert "steps" in frozen, frozen
     assert run.returncode == 1, run.stderr[-3000:]
