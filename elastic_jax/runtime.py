@@ -19,7 +19,10 @@ from a background thread, so the operator's or launcher's slice reports
   fallback to older steps, the save schedule, the committed step in status and
   the summary);
 * `check_finite` (NaN/inf) and the no-progress watchdog behind `/healthz`
-  (`stall_reason`), as the built-in trainer has them.
+  (`stall_reason`), as the built-in trainer has them;
+* `take_host_snapshot` / `state_lost` / `recover` (pathways): the restore of
+  state lost with a slice from the newer of a host snapshot and the last
+  committed checkpoint (`controller/snapshot.py`), counting `steps_lost`.
 
 The API is documented in docs/bring-your-own-loop.md.
 """
@@ -27,6 +30,7 @@ The API is documented in docs/bring-your-own-loop.md.
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import logging
 import os
@@ -38,6 +42,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from elastic_jax import contract
+
+
+#: Elastic-event causes after which device state on the lost slice is gone (a drain saves first).
+LOSES_DEVICE_STATE = frozenset({"slice_down", "step_deadline"})
 
 
 class RuntimeConfigError(ValueError):
@@ -180,6 +188,20 @@ class Runtime:
         )
         self.step = 0
         self.loss: float | None = None
+        # Device state lost with a slice (pathways: the arrays lived on its chips) is restored by
+        # `recover` from the newer of a host snapshot and the last committed checkpoint; on the cpu
+        # backend the state lives in this process and survives every slice loss.
+        from elastic_jax.controller.snapshot import HostSnapshotter
+
+        self.keeps_state = self._backend.keeps_state_on_slice_loss if self._backend is not None else False
+        self._snapshots = HostSnapshotter(0 if self.keeps_state else job.spec.elasticity.host_snapshot_interval_steps)
+        self._state_lost = False
+        self._recovered = False  # `recover` ran once: `steps_lost` is measured, not n/a
+        self.steps_lost = 0
+        # (step, seconds, ledger category) of each reported step: a rewind moves the lost ones' seconds.
+        self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
+        self._step_t0 = time.monotonic()
+        self._step_category = "starting"
         self.initial_loss: float | None = None
         self.restored_from_step: int | None = None
         self._environ = os.environ if environ is None else environ
@@ -376,7 +398,7 @@ class Runtime:
         summary = RunSummary(
             succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=self.initial_loss,
             final_loss=self.loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
-            steps_lost=None, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
+            steps_lost=self.steps_lost if self._recovered else None, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
             restored_from_step=self.restored_from_step,
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.committed_step(),
             failure_reason=self._failure_reason, resumed_from=self._resumed_from(),
@@ -443,7 +465,9 @@ class Runtime:
         policy = retry_policy or RestartBudget(e.max_restarts, e.max_restarts_per_slice)
 
         def on_event(error: Exception) -> None:
-            self.record.elastic_event_of(error, self.slice_set, self.step)  # as the built-in loop books it
+            event = self.record.elastic_event_of(error, self.slice_set, self.step)  # as the built-in loop books it
+            if not self.keeps_state and event.cause in LOSES_DEVICE_STATE:
+                self._state_lost = True  # the next attempt calls `recover` (the device copies went with the slice)
             self.watchdog.restart()  # a recovery may restore a checkpoint before its next step
             if on_elastic_event_callback is not None:
                 on_elastic_event_callback(error)
@@ -513,6 +537,9 @@ class Runtime:
             raise ValueError(f"step {step} is lower than the last reported step {self.step}")
         if step > self.step:
             self.record.step_completed()  # ends a pending recovery (its seconds), as the built-in loop's step does
+            seconds = time.monotonic() - self._step_t0
+            self._step_seconds.append((step, seconds, self._step_category))
+            self.metrics.step_seconds.observe(seconds)
         with self._lock:
             self.step, self.loss = step, loss
             if self.initial_loss is None and loss is not None:
@@ -548,11 +575,109 @@ class Runtime:
             lost, self.step = self.step - step, step
         return lost
 
+    # -- state lost with a slice (pathways) ------------------------------------
+
+    @property
+    def state_lost(self) -> bool:
+        """True from a slice loss that took device state with it until `recover` ran.
+
+        Only on a backend whose state lives on the slices' devices (pathways, a library program's own
+        jitted step there): the attempt `elastic_retry` starts next must call `recover` before it
+        places the state on the new mesh. Never true on the cpu backend (the state is this process's).
+        """
+        return self._state_lost
+
+    def take_host_snapshot(self, step: int, state: Any, data: Mapping[str, Any] | None = None) -> bool:
+        """Copies `state` to host memory (`jax.device_get`) every `spec.elasticity.hostSnapshotIntervalSteps`.
+
+        Call after `report_step(step, ...)`. The newest snapshot is what `recover` restores when it is
+        newer than the last committed checkpoint (memory in well under a second instead of a storage
+        read). A no-op on the cpu backend and when the interval is 0.
+
+        Args:
+          step: the step `state` belongs to (steps completed).
+          state: a pytree of `jax.Array`s (any shardings); copied, not kept.
+          data: a small JSON dict (your data position), returned by `recover` as `data`.
+
+        Returns:
+          True when a snapshot was taken.
+        """
+        taken = self._snapshots.maybe_take(step, state, self._data_state(step, data))
+        if taken:
+            self._step_t0 = time.monotonic()  # the copy is not the next step's time (`step_seconds`)
+        return taken
+
+    def recover(self, target: Any) -> Restored:
+        """Restores the state lost with a slice: the newer of the host snapshot and the last committed checkpoint.
+
+        The built-in trainer's recovery (flow 1 on pathways), now the library's: a tie goes to the
+        snapshot; with neither, `target` itself at step 0. The step is rewound to the restored one
+        (`steps_lost` counts the difference; `report_step` continues from there), the seconds of the
+        lost steps move from their ledger category to `recovering` (progress that did not last), and
+        `state_lost` is cleared. A committed step that does not restore is skipped for the next
+        older one, as `restore` does, without changing `resumedFrom`; when none restores, or only one
+        older than the snapshot, the snapshot is used.
+
+        Args:
+          target: the initial state (pytree of `jax.Array`s or `jax.ShapeDtypeStruct`s with the
+            state's structure): the shapes, dtypes and shardings a checkpoint is restored onto, and
+            the state returned when nothing was saved.
+
+        Returns:
+          `Restored(state, step, data)`. A snapshot's `state` holds host (numpy) arrays: put them on
+          the new mesh's devices (`jax.device_put` with your shardings) before the next step.
+
+        Raises:
+          CheckpointMismatchError: no committed step restores onto `target` and there is no snapshot.
+          CheckpointForeignError: the newest committed step is another job's.
+        """
+        from elastic_jax.api.checkpoints import CheckpointMismatchError
+        from elastic_jax.controller.snapshot import choose_restore_source
+
+        ledger = self.record.ledger
+        ledger.switch("restoring")
+        snap = self._snapshots.latest
+        committed = self._run_checkpoints().checkpointer.last_committed_step
+        restored = None
+        if choose_restore_source(None if snap is None else snap.step, committed) == "checkpoint":
+            try:
+                restored = self._run_checkpoints().restore(target, during_run=True)
+            except CheckpointMismatchError as e:
+                if snap is None:
+                    raise
+                # No committed step restores (corrupt, NaN): the older snapshot still beats starting over.
+                logging.getLogger(__name__).warning("no committed checkpoint restores (%s); using the host snapshot", e)
+            if restored is not None and snap is not None and snap.step >= restored[2]:
+                restored = None  # the newest steps did not restore, and the snapshot is newer than the one that did
+        if restored is not None:
+            source, (state, data_state, step) = "checkpoint", restored
+            data = dict(data_state.get("data") or {})
+        elif snap is not None:
+            source, state, step, data = "snapshot", snap.state, snap.step, dict(snap.data_state.get("data") or {})
+        else:  # neither (or the committed steps went since): start over
+            source, state, step, data = "init", target, 0, {}
+        for done_step, seconds, category in self._step_seconds:
+            if done_step > step:
+                ledger.move(seconds, category, "recovering")
+        self._step_seconds = collections.deque((x for x in self._step_seconds if x[0] <= step), maxlen=100_000)
+        ledger.switch("recovering")
+        lost = self.rewind(step)
+        self.steps_lost += lost
+        self._recovered = True
+        self.metrics.steps_lost.inc(lost)
+        self._state_lost = False
+        logging.getLogger(__name__).warning("restored lost state from %s at step %d (%d steps lost)", source, step, lost,
+                                            extra={"event": "state_recovered", "source": source, "step": step,
+                                                   "steps_lost": lost})
+        return Restored(state, step, data)
+
     def _book_next_step(self) -> None:
         """The goodput ledger's category from now to the next `report_step`: productive, reduced or recovering."""
         active, desired = len(self.slice_set.active), self.slice_set.count
+        self._step_t0 = time.monotonic()  # the next step's seconds count from here (after a save, not during it)
         if active:
-            self.record.ledger.switch(self.record.category(active, desired), capacity=min(1.0, active / desired))
+            self._step_category = self.record.category(active, desired)
+            self.record.ledger.switch(self._step_category, capacity=min(1.0, active / desired))
 
     def status(self):
         """The `ControllerStatus` served at `GET /v1/status` (a read the final-status handoff counts)."""
@@ -577,7 +702,7 @@ class Runtime:
             goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
             failure_reason=self._failure_reason,
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.last_committed_step,
-            resumed_from=self._resumed_from(),
+            resumed_from=self._resumed_from(), steps_lost=self.steps_lost,
         )
 
     def stall_reason(self) -> str | None:

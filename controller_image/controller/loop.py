@@ -21,7 +21,6 @@ same as with all slices, and so is the loss curve.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
@@ -50,7 +49,6 @@ from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
 from elastic_jax.controller.numerics import all_finite
 from elastic_jax.controller.run_record import RunSummary
-from elastic_jax.controller.snapshot import HostSnapshotter, choose_restore_source
 from elastic_jax.controller.trainer import Trainer
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.runtime import HostParts, Runtime
@@ -65,8 +63,8 @@ class TrainingRun:
     set, the elastic manager and retry, the stop rule, the run's books and
     watchdog, the checkpoints (restore, save schedule, drain) and the NaN/inf
     checks: the code a library-mode program runs. What stays here is the
-    trainer's own: the optimizer update, the data position, tokens per second,
-    and on pathways the restore of device state lost with a slice.
+    trainer's own: the optimizer update, the data position and tokens per second
+    (on pathways the runtime's `recover` restores device state lost with a slice).
 
     Args:
       job: the validated manifest.
@@ -95,17 +93,14 @@ class TrainingRun:
         self.ledger = self.record.ledger
         self.checkpoints = self.runtime.checkpoints
         self.watchdog = self.runtime.watchdog
-        self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
         self.tokens_per_second: float | None = None
-        self.steps_lost = 0
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
-        # pathways backend: device state on a lost slice is gone; keep host snapshots.
-        self.keeps_state = backend.keeps_state_on_slice_loss
-        self.snapshotter = HostSnapshotter(0 if self.keeps_state else self.spec.elasticity.host_snapshot_interval_steps)
-        self._state_lost = False
+        # pathways backend: device state on a lost slice is gone; the runtime keeps host snapshots
+        # and restores it (`Runtime.recover`).
+        self.keeps_state = self.runtime.keeps_state
 
         @jax.jit
         def apply_update(params, opt_state, grads_sum, weight):
@@ -135,6 +130,11 @@ class TrainingRun:
         return self.runtime.initial_loss
 
     @property
+    def steps_lost(self) -> int:
+        """Steps whose state was lost with a slice and redone (the runtime's `recover` counts them)."""
+        return self.runtime.steps_lost
+
+    @property
     def restored_from_step(self) -> int | None:
         """The checkpoint step this run resumed from (None: started at 0)."""
         return self.runtime.restored_from_step
@@ -158,7 +158,7 @@ class TrainingRun:
         """A consistent snapshot for `GET /v1/status`: the runtime's, with the trainer's own fields."""
         with self._lock:
             status = self.runtime.snapshot()
-            update: dict[str, Any] = {"tokens_per_second": self.tokens_per_second, "steps_lost": self.steps_lost}
+            update: dict[str, Any] = {"tokens_per_second": self.tokens_per_second}
         if status.phase in ("Succeeded", "Failed", "Stopped", "Interrupted"):
             update.update(active_slices=[], inactive_slices=list(range(self.slice_set.total)))
         return status.model_copy(update=update)
@@ -224,7 +224,7 @@ class TrainingRun:
                 retry(self._train)()
             except StopRequested as e:
                 _logger.info("stopping at step %d: %s", self.step, e)
-            if not self._state_lost:  # never save state that went down with a slice
+            if not self.runtime.state_lost:  # never save state that went down with a slice
                 self.runtime.save(self.step, self.state, self._data(), force=True)
             self.checkpointer.wait_until_finished()
             self.ledger.stop()
@@ -276,47 +276,18 @@ class TrainingRun:
         )
 
     def _on_elastic_event(self, error: Exception) -> None:
-        # Booked by the runtime as the library's; a hang's recovery counts from when the stuck step was sent.
+        # Booked by the runtime as the library's (and whether it took device state with it).
         event = self.record.history()[-1]
-        if not self.keeps_state and event.cause in ("slice_down", "step_deadline"):
-            self._state_lost = True
         _logger.warning("elastic event at step %d: %s on slices %s", self.step, event.cause, event.slices)
-
-    def _recover_lost_state(self) -> None:
-        """Restores state lost with a slice: the newer of the host snapshot and the last committed checkpoint."""
-        self.ledger.switch("restoring")
-        snap = self.snapshotter.latest
-        committed = self.checkpointer.last_committed_step
-        source = choose_restore_source(None if snap is None else snap.step, committed)
-        t0 = time.perf_counter()
-        if source == "snapshot":
-            state, step = snap.state, snap.step
-        elif source == "checkpoint":
-            state, data_state, _ = self.checkpointer.restore(self._initial_state(), committed)
-            step = int(data_state.get("next_batch_index", committed))
-            self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
-        else:
-            state, step = self._initial_state(), 0
-        # Steps done but lost: their seconds were progress that did not last.
-        for done_step, seconds, category in self._step_seconds:
-            if done_step > step:
-                self.ledger.move(seconds, category, "recovering")
-        self._step_seconds = collections.deque((x for x in self._step_seconds if x[0] <= step), maxlen=100_000)
-        self.ledger.switch("recovering")
-        with self._lock:
-            self.state = state
-            lost = self.runtime.rewind(step)
-            self.steps_lost += lost
-        self.metrics.steps_lost.inc(lost)
-        _logger.warning("restored lost state from %s at step %d (%d steps lost)", source, step, lost)
 
     def _train(self) -> None:
         spec = self.spec
         active = sorted(self.slice_set.active)
         if not self.keeps_state:
-            if self._state_lost:
-                self._recover_lost_state()
-                self._state_lost = False
+            if self.runtime.state_lost:
+                state = self.runtime.recover(self._initial_state()).state  # (a storage read: not under the lock)
+                with self._lock:
+                    self.state = state
             self.state = self.backend.place_state(self.state, active)
         tokens_per_step = spec.training.global_batch_size * self.trainer.tokens_per_example
         window_start, window_steps = time.monotonic(), 0
@@ -325,10 +296,8 @@ class TrainingRun:
             # Flow 4: a draining slice is let go after a save while every slice still exists.
             self.runtime.check_drain(self.step, self.state, self._data())
             batch = self.batches[self.step]
-            t0 = time.monotonic()
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
             # on a replaced slice it includes the first compile. The runtime books the ledger so.
-            category = self.record.category(len(active), self.slice_set.count)
             # The library's per-slice run-and-sum (`Runtime.map_sum`), over this attempt's slices.
             loss_sum, weight, grads = self.runtime.map_sum(self._slice_step, self.state["params"], batch, active)
             loss_sum, weight = float(loss_sum), float(weight)
@@ -347,9 +316,7 @@ class TrainingRun:
             with self._lock:
                 self.state = {"params": params, "opt_state": opt_state}
                 self.runtime.report_step(self.step + 1, loss)
-            now = time.monotonic()
-            self._step_seconds.append((self.step, now - t0, category))
-            self.metrics.step_seconds.observe(now - t0)
+            now = time.monotonic()  # (the step's seconds and histogram: booked by `report_step`)
             window_steps += 1
             if window_steps >= spec.training.log_every_steps or self.step == spec.training.steps:
                 self.tokens_per_second = window_steps * tokens_per_step / max(1e-9, now - window_start)
@@ -358,7 +325,7 @@ class TrainingRun:
                     "event": "step", "step": self.step, "loss": round(self.loss, 4),
                     "tokens_per_s": round(self.tokens_per_second, 1), "active_slices": active})
                 window_start, window_steps = now, 0
-            self.snapshotter.maybe_take(self.step, self.state, self._data())
+            self.runtime.take_host_snapshot(self.step, self.state, self._data())
             self.runtime.save(self.step, self.state, self._data())
 
 

@@ -63,7 +63,7 @@ class RunCheckpoints:
         """The newest step seen committed (no storage read: cheap enough for every status request)."""
         return self.checkpointer.last_committed_step
 
-    def restore(self, target: Any) -> tuple[Any, dict[str, Any], int] | None:
+    def restore(self, target: Any, during_run: bool = False) -> tuple[Any, dict[str, Any], int] | None:
         """Restores the newest committed step that is this job's and restores cleanly onto `target`.
 
         A step that fails to restore (corrupt, another shape, NaN/inf in it) is
@@ -73,6 +73,9 @@ class RunCheckpoints:
         Args:
           target: the state's pytree (`jax.Array`s or `jax.ShapeDtypeStruct`s): the structure,
             shapes, dtypes and shardings to restore onto.
+          during_run: a restore of state lost mid-run (`Runtime.recover`), not the run's resume:
+            `resumed_from` keeps the step the run resumed from, and the ledger stays `restoring`
+            (the caller books what follows as `recovering`, not `starting`).
 
         Returns:
           `(state, data_state, step)`, or None when no step is committed.
@@ -114,20 +117,22 @@ class RunCheckpoints:
             raise CheckpointMismatchError(
                 f"spec.checkpoint.uri {uri!r}: checkpoint step {latest} does not fit this trainer's state (another "
                 f"job's checkpoints, or a changed model?), and no older committed step restores either; {reasons[0]}")
+        fallback = "newer committed steps unreadable: " + "; ".join(reasons) if unreadable else None
         if unreadable:
             # Keep the unreadable steps for inspection; a good save of the same number replaces one.
             self.checkpointer.set_aside(unreadable, step)
-            self.resumed_from = {"step": step, "fallbackReason": "newer committed steps unreadable: " + "; ".join(reasons)}
-        else:
-            self.resumed_from = {"step": step, "fallbackReason": None}
-        self.resumed_from["writer"] = None if writer is None else writer.model_dump(by_alias=True)
+        self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
+        if during_run:
+            if unreadable:
+                _logger.warning("recovered from checkpoint step %d (%s)", step, fallback,
+                                extra={"event": "recovered_from_checkpoint", "step": step, "fallback_reason": fallback})
+            return restored, data_state, step
+        self.resumed_from = {"step": step, "fallbackReason": fallback,
+                             "writer": None if writer is None else writer.model_dump(by_alias=True)}
         written_by = "an unknown job" if writer is None else writer.describe()
         (_logger.warning if unreadable else _logger.info)(
-            "resumed from checkpoint step %d written by %s%s", step, written_by,
-            f" ({self.resumed_from['fallbackReason']})" if unreadable else "",
-            extra={"event": "resumed", "step": step, "fallback_reason": self.resumed_from["fallbackReason"],
-                   "writer": self.resumed_from["writer"]})
-        self.metrics.checkpoint_restore_seconds.observe(time.perf_counter() - t0)
+            "resumed from checkpoint step %d written by %s%s", step, written_by, f" ({fallback})" if unreadable else "",
+            extra={"event": "resumed", "step": step, "fallback_reason": fallback, "writer": self.resumed_from["writer"]})
         self.ledger.switch("starting")  # what follows until the first step: slices, placement, compile
         return restored, data_state, step
 

@@ -1,0 +1,170 @@
+"""`Runtime.take_host_snapshot` / `state_lost` / `recover`: the pathways restore of state lost with a slice, as a library.
+
+A library-mode pathways job (its runtime has no cpu workers: the state is the
+program's, on the slices' devices), real HTTP slice reports, real Orbax
+checkpoints on local disk. A slice loss inside `elastic_retry` marks the state
+lost; the next attempt's `recover` restores the newer of the host snapshot and
+the last committed checkpoint, rewinds the step, counts the steps lost and
+moves their seconds to `recovering`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import elastic_jax
+from elastic_jax.api.client import ControlClient
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.runtime import Runtime
+from tests.support.bad_manifests import pathways_job
+
+TOKEN = "t0ken"
+
+
+def _job(ckpt_uri: str, snapshot_every: int, checkpoint_every: int = 1000) -> dict:
+    manifest = pathways_job("recover")
+    manifest["spec"]["slices"].update(count=2, minSlices=1)
+    manifest["spec"]["training"].update(steps=50, globalBatchSize=4)
+    manifest["spec"]["controller"] = {"command": ["python", "train.py"]}
+    manifest["spec"]["checkpoint"] = {"uri": ckpt_uri, "intervalSteps": checkpoint_every}
+    manifest["spec"]["elasticity"] = {"maxRestarts": 3, "sliceWaitTimeoutSeconds": 600,
+                                      "hostSnapshotIntervalSteps": snapshot_every}
+    return manifest
+
+
+@pytest.fixture
+def runtime_of(tmp_path):
+    opened = []
+
+    def make(**kw):
+        rt = Runtime(parse_manifest(_job(str(tmp_path / "ckpt"), **kw)), TOKEN, host="127.0.0.1", port=0,
+                     summary_file=str(tmp_path / "summary.json")).start()
+        client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
+        opened.append((rt, client))
+        for index in (0, 1):
+            client.report_slice(index, "Ready", time.time_ns(), addresses=[f"10.0.0.{index}:8471"])
+        return rt, client
+
+    yield make
+    for rt, client in opened:
+        client.close()
+        rt.close()
+
+
+def _state(value: float) -> dict:
+    return {"w": jnp.full((4,), value, jnp.float32)}
+
+
+def _train_losing_slice_1_at(rt, client, lose_at: int, until: int, save_at: tuple[int, ...] = (),
+                             after_step: dict | None = None):
+    """A user's loop: one step adds 1 to w; slice 1 is lost once, after step `lose_at` completed
+    (`after_step`: step -> a call made once after it). Returns the attempts' (first step, w[0] at the start) and what `recover` returned."""
+    attempts, recovered = [], []
+    state = {"s": _state(0.0)}
+
+    @rt.elastic_retry()
+    def train():
+        if rt.state_lost:
+            restored = rt.recover(_state(0.0))
+            recovered.append(restored)
+            state["s"] = {"w": jnp.asarray(restored.state["w"])}
+        attempts.append((rt.step, float(state["s"]["w"][0])))
+        while rt.step < until:
+            step = rt.step + 1
+            state["s"] = {"w": state["s"]["w"] + 1.0}
+            rt.report_step(step, loss=1.0 / step)
+            rt.take_host_snapshot(step, state["s"], data={"position": step})
+            if step in save_at:
+                rt.save(step, state["s"], data={"position": step}, force=True)
+            if step in (after_step or {}) and len(attempts) == 1:
+                after_step[step]()
+            if step == lose_at and len(attempts) == 1:
+                client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
+                raise elastic_jax.SliceDownError("slice 1 lost", [1])
+        return state["s"]
+
+    final = train()
+    return attempts, recovered, final
+
+
+def test_recover_restores_the_newest_host_snapshot_and_counts_the_steps_lost(runtime_of, tmp_path):
+    rt, client = runtime_of(snapshot_every=5)
+    attempts, recovered, final = _train_losing_slice_1_at(rt, client, lose_at=7, until=10)
+    # steps 6 and 7 lived only on the devices: redone from the snapshot of step 5
+    assert [(r.step, r.data) for r in recovered] == [(5, {"position": 5})]
+    assert isinstance(recovered[0].state["w"], np.ndarray)  # a host copy: the caller places it
+    assert attempts == [(0, 0.0), (5, 5.0)]
+    assert float(final["w"][0]) == 10.0  # 10 steps of +1, none counted twice
+    assert rt.steps_lost == 2 and not rt.state_lost
+    status = client.status()
+    assert status.step == 10
+    assert 'elastic_jax_steps_lost_total 2.0' in client.metrics_text()
+    rt.close()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps_lost"] == 2  # measured now, no longer n/a for a loop that recovers
+
+
+def test_recover_prefers_a_newer_committed_checkpoint_and_keeps_resumed_from(runtime_of):
+    rt, client = runtime_of(snapshot_every=5)
+    attempts, recovered, _ = _train_losing_slice_1_at(rt, client, lose_at=8, until=9, save_at=(6,))
+    assert [(r.step, r.data) for r in recovered] == [(6, {"position": 6})]
+    assert float(recovered[0].state["w"][0]) == 6.0
+    assert rt.steps_lost == 2
+    assert client.status().resumed_from is None  # a mid-run recovery is not the run's resume
+
+
+def test_a_corrupt_newer_checkpoint_falls_back_to_the_host_snapshot(runtime_of, tmp_path):
+    rt, client = runtime_of(snapshot_every=5)
+
+    def corrupt_step_6():  # step 6 was saved and committed (forced); now its files are damaged
+        metadata = tmp_path / "ckpt" / "6" / "state" / "_METADATA"
+        metadata.write_bytes(metadata.read_bytes()[: metadata.stat().st_size // 2])
+
+    attempts, recovered, _ = _train_losing_slice_1_at(rt, client, lose_at=8, until=9, save_at=(6,),
+                                                      after_step={7: corrupt_step_6})
+    # the newest committed step (6) does not restore: the snapshot of step 5 beats starting over at 0
+    assert [(r.step, r.data) for r in recovered] == [(5, {"position": 5})]
+    assert rt.steps_lost == 3
+
+
+def test_the_seconds_of_lost_steps_move_from_productive_to_recovering(runtime_of):
+    rt, client = runtime_of(snapshot_every=100)  # no snapshot before the loss: back to step 0
+    booked = {}
+
+    @rt.elastic_retry()
+    def train():
+        if rt.state_lost:
+            booked["before"] = dict(rt.record.ledger.seconds())
+            assert rt.recover(_state(0.0)).step == 0
+            booked["after"] = dict(rt.record.ledger.seconds())
+            return
+        for step in (1, 2, 3):
+            time.sleep(0.2)  # each step takes 0.2 s of productive time
+            rt.report_step(step, loss=1.0)
+        client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
+        raise elastic_jax.SliceDownError("slice 1 lost", [1])
+
+    train()
+    before, after = booked["before"], booked["after"]
+    assert before["productive"] >= 0.6
+    assert after["productive"] <= before["productive"] - 0.6 + 0.05  # the three lost steps' 0.6 s left productive
+    assert after["recovering"] >= before["recovering"] + 0.6 - 0.05
+    assert rt.steps_lost == 3 and rt.step == 0
+
+
+def test_a_cpu_runtime_never_marks_state_lost():
+    from tests.support.bad_manifests import cpu_job
+
+    manifest = cpu_job("keeps")
+    manifest["spec"]["controller"] = {"command": ["python", "train.py"]}
+    rt = Runtime(parse_manifest(manifest), TOKEN)
+    try:
+        assert rt.keeps_state and not rt.state_lost
+        assert rt.take_host_snapshot(0, _state(1.0)) is False  # the state is this process's: no copies
+    finally:
+        rt.close()
