@@ -116,6 +116,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         desired_slices=i.job.spec.slices.count,
         trained=c is not None and c.step > (c.resumed_from.step if c.resumed_from is not None else 0),
         stopping=bool(i.suspend_waits_for),
+        started=prev.phase != "Pending",
     )
     if c is None and not finished and not i.job.spec.suspend and prev.phase in ("Running", "Degraded", "Recovering"):
         # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.
