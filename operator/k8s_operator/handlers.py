@@ -41,7 +41,7 @@ from elastic_jax.k8s_operator import (
 )
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
-from elastic_jax.k8s_operator import effects, status_write, wake
+from elastic_jax.k8s_operator import effects, invalid_spec_events, status_write, wake
 from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
@@ -133,7 +133,12 @@ def _ref(body: Any) -> dict[str, Any]:
 
 
 def _event_sink(ref: dict[str, Any]):
+    """Posts Events on `ref`; an `InvalidSpec` refusal once per job and cause (`invalid_spec_events`)."""
+    uid = (ref.get("metadata") or {}).get("uid") or ""
+
     def post(type_: str, reason: str, message: str) -> None:
+        if reason == REASON_INVALID_SPEC and not invalid_spec_events.POSTED.first(uid, message[:1000]):
+            return
         kopf.event(ref, type=type_, reason=reason, message=message[:1000])
     return post
 
