@@ -46,6 +46,7 @@ from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_sta
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
 from elastic_jax.k8s_operator.missed_losses import missed_loss_events
+from elastic_jax.k8s_operator.slice_warming import with_warming
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
                                                  now_rfc3339, set_condition)
@@ -840,6 +841,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                                 js.unwritten_goodput)
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
         _post_missed_losses(js, previous_slices, counts.slice_restarts, post)
+        slice_entries = with_warming(slice_entries, None if job.spec.suspend else ctrl)
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
         job_goodput = counts.goodput
     now = now_rfc3339()  # (one time for the whole status of this pass)
