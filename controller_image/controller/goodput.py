@@ -5,8 +5,9 @@ add up to the ledger's wall time (from the controller process's start, or
 what a previous controller of the job carried over, to now or to `stop`).
 
 Categories (`CATEGORIES`):
-  starting       process start to the first training step: JAX start-up,
-                 waiting for the job's first slices, the first compile.
+  starting       process start to the first completed training step: JAX
+                 start-up, waiting for the job's first slices, the first
+                 compile, and a first step that failed and was retried.
   restoring      reading a checkpoint or host snapshot back.
   productive     training steps (and the loop around them) on every desired
                  slice.

@@ -86,7 +86,15 @@ class RunRecord:
             return self._pending is not None
 
     def category(self, active: int, desired: int) -> str:
-        """The ledger category of a step on `active` of `desired` slices (the step ending a recovery is part of it)."""
+        """The ledger category of a step on `active` of `desired` slices (the step ending a recovery is part of it).
+
+        Until this process completed a step it is `starting`, whatever failed before: the first step
+        compiles the step program, and a first step that failed and was retried made no progress to book
+        (it booked `productive` seconds before any step completed, then `recovering` for a recovery that
+        had nothing to recover).
+        """
+        if self.steps_run == 0:
+            return "starting"
         return "recovering" if self.recovering else "productive" if active >= desired else "reduced"
 
     def on_wait(self, blocked: bool) -> None:

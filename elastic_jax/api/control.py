@@ -17,6 +17,8 @@ from elastic_jax.api.identity import JobIdentity
 from elastic_jax.api.job import INT64_MAX
 
 SliceState = Literal["Ready", "Down", "Draining"]
+# A slice as the controller sees it (`SliceStatus.state`).
+SliceView = Literal["Active", "Ready", "Warming", "Spare", "Down", "Draining", "Unknown"]
 # How far ahead of the controller's own clock a report's generation may be.
 # Generations are nanosecond timestamps of the sender (the operator or the
 # launcher), so they keep increasing across restarts of either without a
@@ -126,9 +128,11 @@ class SliceStatus(_Msg):
     """The controller's view of one slice."""
 
     index: Count
-    state: Literal["Active", "Ready", "Spare", "Down", "Draining", "Unknown"] = Field(
+    state: SliceView = Field(
         description="Active: in the training mesh. Ready: up, joins at the next step boundary. Spare: up, kept "
-                    "out of a full mesh (spec.slices.spares), swapped in when an active slice is lost."
+                    "out of a full mesh (spec.slices.spares), swapped in when an active slice is lost. Warming: "
+                    "up and outside the mesh, its worker still compiling the step programs: it joins (or is a "
+                    "warm spare) once that ends."
     )
     generation: Generation
     addresses: list[Annotated[str, StringConstraints(max_length=300)]] = Field(default_factory=list, max_length=256)

@@ -120,7 +120,9 @@ class SliceStatusEntry(_Model):
                                                        "over every JobSet the slice had (suspend/resume keeps it).")
     pods: list[str] = Field(default_factory=list, description="Names of the slice's current worker pods.")
     addresses: list[str] = Field(default_factory=list, description="host:port of each worker (when Ready).")
-    reason: str = Field(default="", description="Why the slice is in this state (e.g. exit code 137).")
+    reason: str = Field(default="", description="Why the slice is in this state (e.g. exit code 137); of a Ready "
+                                                "slice outside the training mesh, that its worker still compiles "
+                                                "the step programs (warming) before it joins or is a warm spare.")
     last_transition_time: str = Field(default="", description="RFC 3339 time of the last state change.")
 
 
@@ -162,7 +164,8 @@ class GoodputSeconds(_Model):
     checkpointing: float = Field(default=0.0, ge=0, description="Seconds the training loop blocked on a checkpoint save.")
     restoring: float = Field(default=0.0, ge=0, description="Seconds reading a checkpoint or host snapshot back.")
     starting: float = Field(default=0.0, ge=0, description="Seconds from a controller process's start to its first "
-                                                           "step (start-up, first slices, first compile).")
+                                                           "completed step (start-up, first slices, first compile, "
+                                                           "and a first step that failed and was retried).")
 
 
 class Goodput(_Model):

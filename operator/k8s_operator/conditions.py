@@ -60,6 +60,7 @@ def derive_phase(
     desired_slices: int,
     trained: bool = True,
     stopping: bool = False,
+    started: bool = True,
 ) -> Phase:
     """The job's phase from what the operator observed.
 
@@ -73,6 +74,9 @@ def derive_phase(
       trained: this controller has completed a step (beyond the one it resumed from).
       stopping: with `suspended`, a controller container still runs (`reconcile.Plan.suspend_waits_for`): it may
         still make a step before it checkpoints and exits.
+      started: the job left Pending before (its previous phase was not Pending). While it has not, and
+        `trained` is False, it stays Pending whatever the controller says: a first step that fails while
+        it compiles is no recovery of a job that never trained (it flapped Pending/Recovering).
 
     Returns:
       Succeeded/Failed when finished; Suspending while a suspended job's controller still runs, then
@@ -86,6 +90,8 @@ def derive_phase(
         return finished  # type: ignore[return-value]
     if suspended:
         return "Suspending" if stopping else "Suspended"
+    if not started and not trained:
+        return "Pending"
     lost = any(s in ("Down", "Draining") for s in slice_states)
     waiting = controller_phase == "WaitingForSlices"
     if controller_phase in (None, "Starting") or (waiting and not lost and

@@ -35,6 +35,8 @@ from elastic_jax.api.status import GOODPUT_CATEGORIES, Goodput, GoodputBase, Goo
 # Seconds of booked time (`wallSeconds`) a job's `status.goodput` may move by before it is written on its own,
 # when nothing else of the status changed (`held_back`).
 QUIET_WRITE_S = 300.0
+# Categories that need a completed step: before a controller's first one, their seconds are `starting` (`live_ledger`).
+_BEFORE_FIRST_STEP = ("productive", "reduced", "recovering")
 
 
 def live_ledger(controller: ControllerStatus) -> GoodputBase:
@@ -43,11 +45,18 @@ def live_ledger(controller: ControllerStatus) -> GoodputBase:
     The controller reports `goodput` = (productive + reduced_equivalent) / wall, so
     reduced_equivalent = goodput x wall - productive (0 while goodput is None: no step yet).
     Categories this operator does not know are ignored (a newer controller image).
+    A controller that completed no step yet (goodput None) has made no progress: what it booked as
+    training or recovering (a controller image before session 12 booked a first step that failed while it
+    compiled so) is `starting` here.
     """
     seconds = {c: max(0.0, float(controller.goodput_seconds.get(c, 0.0))) for c in GOODPUT_CATEGORIES}
     wall = sum(seconds.values())
     equivalent = 0.0
-    if controller.goodput is not None:
+    if controller.goodput is None:
+        for c in _BEFORE_FIRST_STEP:
+            seconds["starting"] += seconds[c]
+            seconds[c] = 0.0
+    else:
         equivalent = min(seconds["reduced"], max(0.0, controller.goodput * wall - seconds["productive"]))
     return GoodputBase(seconds=GoodputSeconds(**seconds), reduced_equivalent_seconds=equivalent)
 

@@ -41,10 +41,12 @@ from elastic_jax.k8s_operator import (
 )
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
-from elastic_jax.k8s_operator import effects, status_write, wake
+from elastic_jax.k8s_operator import effects, invalid_spec_events, status_write, wake
 from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
+from elastic_jax.k8s_operator.missed_losses import missed_loss_events
+from elastic_jax.k8s_operator.slice_warming import with_warming
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
                                                  now_rfc3339, set_condition)
@@ -133,7 +135,12 @@ def _ref(body: Any) -> dict[str, Any]:
 
 
 def _event_sink(ref: dict[str, Any]):
+    """Posts Events on `ref`; an `InvalidSpec` refusal once per job and cause (`invalid_spec_events`)."""
+    uid = (ref.get("metadata") or {}).get("uid") or ""
+
     def post(type_: str, reason: str, message: str) -> None:
+        if reason == REASON_INVALID_SPEC and not invalid_spec_events.POSTED.first(uid, message[:1000]):
+            return
         kopf.event(ref, type=type_, reason=reason, message=message[:1000])
     return post
 
@@ -833,6 +840,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                                 None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl),
                                 js.unwritten_goodput)
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
+        _post_missed_losses(js, previous_slices, counts.slice_restarts, post)
+        slice_entries = with_warming(slice_entries, None if job.spec.suspend else ctrl)
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
         job_goodput = counts.goodput
     now = now_rfc3339()  # (one time for the whole status of this pass)
@@ -868,6 +877,19 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                                and plan.create_controller is None and not created_controller
                                and not post.pending and _nothing_patched(patch))
     return True
+
+
+def _post_missed_losses(js: JobState, previous: list[SliceStatusEntry], restarts: list[int], post: EventLog) -> None:
+    """On the job's first counted pass in this process: SliceDown for the losses while no operator ran
+    (`missed_losses`), each also a slice replacement in the operator's metric."""
+    if js.missed_losses_checked:
+        return
+    js.missed_losses_checked = True
+    with js.tracker.lock:
+        down_now = {t.index for t in js.tracker.slices if t.state == "Down"}
+    for event in missed_loss_events(previous, restarts, down_now):
+        post(*event)
+        metrics.SLICE_REPLACEMENTS.inc()
 
 
 def _nothing_patched(patch) -> bool:

@@ -58,6 +58,8 @@ class JobState:
       unwritten_goodput: the newest `status.goodput` total a pass held back (only its time counters moved:
         `goodput.held_back`), carried into a new controller's base (`counters.carry`); None: none held.
       waker: wakes its reconcile daemon (`wake`); its tracker's controller link news wakes it too.
+      missed_losses_checked: its first pass compared the slices' restarts with the ones written before this
+        process (`missed_losses`): worker losses while no operator ran get their SliceDown Event once.
     """
 
     namespace: str
@@ -76,6 +78,7 @@ class JobState:
     created_controller: tuple[str, float] | None = None
     node_lost_pods: set[str] = dataclasses.field(default_factory=set)
     unwritten_goodput: Goodput | None = None
+    missed_losses_checked: bool = False
     waker: Waker = dataclasses.field(default_factory=Waker)
     # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
     _patched_from: tuple[str, float] | None = None

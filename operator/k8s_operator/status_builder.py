@@ -14,6 +14,7 @@ from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER
                                                  REASON_CONTROLLER_NOT_ANSWERING, derive_phase, get_condition,
                                                  set_condition)
 from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
+from elastic_jax.k8s_operator.slice_warming import spare_indices
 
 
 @dataclasses.dataclass
@@ -82,7 +83,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         if c.resumed_from is not None:
             out.resumed_from = resumed_from_status(c, i.controller_pod)
         # (by the controller's word: the operator's own slice states do not know which Ready slice trains)
-        out.spare_slices = [] if i.job.spec.suspend else sorted(s.index for s in c.slices if s.state == "Spare")
+        out.spare_slices = [] if i.job.spec.suspend else spare_indices(c)
         timed = [r.seconds for r in c.recovery_history if r.seconds is not None and r.cause != "scale_up"]
         if timed:
             out.last_recovery_seconds = round(timed[-1], 3)
@@ -116,6 +117,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         desired_slices=i.job.spec.slices.count,
         trained=c is not None and c.step > (c.resumed_from.step if c.resumed_from is not None else 0),
         stopping=bool(i.suspend_waits_for),
+        started=prev.phase != "Pending",
     )
     if c is None and not finished and not i.job.spec.suspend and prev.phase in ("Running", "Degraded", "Recovering"):
         # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.

@@ -242,6 +242,38 @@ def test_spares_are_prepared_while_the_mesh_trains_and_a_warm_one_is_swapped_in(
     assert seen == [[0, 1], [1, 3]]  # the warm spare, not the lowest index
 
 
+def _states(s):
+    return {v.index: v.state for v in s.statuses()}
+
+
+def test_a_slice_still_compiling_reads_warming_until_it_joins_or_is_a_warm_spare():
+    """Issue 11 (status truth, session 10's trial): a replaced slice compiling its step programs read `Ready`
+    with no word until it joined. It reads `Warming` (the rejoining slice, and a spare) until prepared."""
+    s = SliceSet(2, spares=1)
+    for i in range(3):
+        s.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"h:{i}"]))
+    prepare = Preparer()
+    m = Manager(s, poll_interval_s=0.05, prepare=prepare)
+    s.set_active([0])  # a mesh below count: slices 1 and 2 (both back Ready) may join once prepared
+    assert m.available_inactive_slices() == frozenset()
+    assert _states(s) == {0: "Active", 1: "Warming", 2: "Warming"}
+    prepare.warm.add(1)
+    assert m.available_inactive_slices() == {1}
+    assert _states(s)[1] == "Ready" and _states(s)[2] == "Warming"
+    s.set_active([0, 1])  # slice 1 joined: slice 2 is a spare that still compiles
+    m.available_inactive_slices()
+    assert _states(s) == {0: "Active", 1: "Active", 2: "Warming"}
+    prepare.warm.add(2)
+    m.available_inactive_slices()
+    assert _states(s)[2] == "Spare"
+    # a new worker on slice 2 (reported again) compiles again, and is Warming only once prepare says so
+    prepare.warm.discard(2)
+    s.apply_report(2, SliceReport(state="Ready", generation=2, addresses=["h:22"]))
+    assert _states(s)[2] == "Spare"
+    m.available_inactive_slices()
+    assert _states(s)[2] == "Warming"
+
+
 def test_choose_active_prefers_given_slices_after_the_active_ones():
     s = SliceSet(2, spares=2)
     s.set_active([1])

@@ -345,3 +345,32 @@ def test_validate_names_the_refused_env_entry(tmp_path):
         code, out = _validate(tmp_path, job)
         assert code == 2 and expected in out, out
     assert all("messageExpression" not in r for r in runtime_env.cel_rules())
+
+
+def test_one_refusal_posts_one_invalid_spec_event_whichever_handler_sees_it_first(monkeypatch):
+    """Session 10's trial: one refusal of `spec.compilationCache` posted two identical InvalidSpec Events (the
+    create handler and the job's first reconcile pass run side by side, both before the Failed status is
+    back). Each cause is posted once per job; another job, or another cause, gets its own."""
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((ref["metadata"]["uid"],
+                                                                                         reason, message)))
+    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+
+    def refused(uid):
+        body = _body()
+        body["metadata"]["uid"] = uid
+        body["spec"]["compilationCache"] = {"persistentVolumeClaim": {"claimName": "xla"}}  # not on the admin's list
+        return body
+
+    def both_paths(body):
+        with pytest.raises(kopf.PermanentError, match="spec.compilationCache"):
+            handlers.job_created(body=body, spec=body["spec"], status={}, meta=body["metadata"], patch=_Patch())
+        for _ in range(2):  # the status the passes read is not Failed yet
+            handlers.reconcile_pass(body=body, spec=body["spec"], status={}, meta=body["metadata"], namespace="ns",
+                                   name="j", patch=_Patch(), memo={"elasticjax": state}, job_pods={}, job_jobsets={})
+
+    both_paths(refused("uid-once-a"))
+    invalid = [e for e in events if e[1] == "InvalidSpec"]
+    assert len(invalid) == 1 and "spec.compilationCache" in invalid[0][2], events
+    both_paths(refused("uid-once-b"))  # a new job of the same name: its own Event
+    assert [e[0] for e in events if e[1] == "InvalidSpec"] == ["uid-once-a", "uid-once-b"], events

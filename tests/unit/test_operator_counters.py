@@ -198,3 +198,65 @@ def test_a_pass_that_sees_nothing_new_writes_nothing(monkeypatch):
         status = {**status, **patch.status}
     assert patches[0] and patches[3], patches  # the first pass of each writes the news
     assert patches[1:3] == [{}, {}] and patches[4:] == [{}, {}], patches
+
+
+def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_event(monkeypatch):
+    """Session 10's trial: a worker lost while the operator itself was down (its pod already replaced when
+    the operator came back) was counted (`restarts`, `sliceReplacements`) but got no SliceDown Event. The
+    new operator's first pass posts it, once: not again on the next passes."""
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    _Controller.recoveries[0] = 0
+
+    def worker(uid):
+        return pod_view({"metadata": {"name": f"j-slice-0-w-{uid}", "uid": uid, "labels": {
+            lbl.ROLE: lbl.ROLE_WORKER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.SLICE_INDEX: "0", lbl.JOB_COMPLETION_INDEX: "0"}},
+            "status": {"phase": "Running", "podIP": "127.0.0.2", "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "worker", "ready": True, "state": {"running": {}}}]}})
+
+    def run(state, pod, restarts):
+        nonlocal status
+        patch = _Patch()
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                               memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [_controller_pod(0, "c0"), pod]},
+                               job_jobsets={("ns", "j", "u1"): [jobset_view(_jobset("js-a", restarts), 0)]})
+        status = {**status, **patch.status}
+
+    def slice_downs():
+        return [e for e in events if e[1] == "SliceDown"]
+
+    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), worker("w0"), 0)
+    assert status["slices"][0]["state"] == "Ready" and not slice_downs(), events
+    # the operator is down; worker w0 is lost and the JobSet replaces it (restarts 1) before it comes back
+    restarted = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    for _ in range(3):
+        run(restarted, worker("w1"), 1)
+    assert status["sliceReplacements"] == 1 and status["slices"][0]["restarts"] == 1
+    assert len(slice_downs()) == 1, events
+    assert slice_downs()[0][0] == "Warning" and "slice 0 was replaced 1 time(s) while the operator was not running" \
+        in slice_downs()[0][2]
+    # an operator that was up for the loss posts its own SliceDown, and nothing more for the restart it counts
+    events.clear()
+    run(restarted, pod_view({**{"metadata": {"name": "j-slice-0-w-w1", "uid": "w1", "labels": {
+        lbl.ROLE: lbl.ROLE_WORKER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.SLICE_INDEX: "0", lbl.JOB_COMPLETION_INDEX: "0"}}},
+        "status": {"phase": "Failed"}}), 1)
+    run(restarted, worker("w2"), 2)
+    assert len(slice_downs()) == 1 and "Ready -> Down" in slice_downs()[0][2], events
+
+
+def test_missed_losses_leave_out_the_ones_an_operator_announced():
+    from elastic_jax.api.status import SliceStatusEntry
+    from elastic_jax.k8s_operator.missed_losses import missed_loss_events
+
+    written = [SliceStatusEntry(index=0, state="Ready", restarts=1), SliceStatusEntry(index=1, state="Down", restarts=0),
+               SliceStatusEntry(index=2, state="Ready", restarts=0)]
+    events = missed_loss_events(written, [3, 1, 1], down_now={2})
+    # slice 0: two losses unseen; slice 1: its one loss was posted by the previous operator (it wrote Down);
+    # slice 2: this operator holds it Down, it posted its SliceDown itself
+    assert [(t, r) for t, r, _ in events] == [("Warning", "SliceDown")] and "slice 0 was replaced 2 time(s)" in events[0][2]
+    assert missed_loss_events([], [2]) == []  # nothing was written about the slice: no claim about it

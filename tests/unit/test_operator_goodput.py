@@ -51,6 +51,17 @@ def test_no_fraction_before_a_step_but_the_seconds_are_booked():
     assert total.fraction is None and total.percent == "" and total.seconds.starting == 12.5
 
 
+def test_a_controller_that_completed_no_step_books_no_progress():
+    """Issue 11 (status truth): a first step that failed while it compiled booked `productive` (then
+    `recovering`) seconds before any step completed. The operator books what a controller that has no
+    step yet (goodput None) put there as `starting`, so `status.goodput` shows no progress either."""
+    live = gp.live_ledger(_status({"starting": 5, "productive": 3, "recovering": 2, "restoring": 1}, None))
+    assert live.seconds.starting == 10 and live.seconds.productive == 0 and live.seconds.recovering == 0
+    assert live.seconds.restoring == 1
+    total = gp.total(gp.base_from_total(None), live)
+    assert total.fraction is None and total.wall_seconds == 11
+
+
 def test_a_new_controller_pods_ledger_adds_to_the_jobs_never_resets():
     s: dict = {}
     c = _carry(s, 2, "pod-a", 0, {}, gp.live_ledger(_status({"starting": 10, "productive": 90}, 0.9)))

@@ -288,3 +288,25 @@ def test_a_suspended_job_whose_checkpoints_go_with_its_controller_pod_says_so():
     kept = build_status(_inputs(job=_job(suspend=True, checkpoint={"uri": "gs://b/ck"}), controller=None,
                                 controller_pod=""))
     assert get_condition(kept["conditions"], "Suspended")["reason"] == "Suspended"
+
+
+def test_a_job_that_never_trained_stays_pending_through_a_failed_first_step():
+    """Issue 11 (status truth, session 10's trial): a failure during the first step (while its program
+    compiles) flapped the phase Pending/Recovering. Until a first step completes the job is Pending,
+    whatever the controller says meanwhile; the completed step makes it Running."""
+    status: dict = {}
+    phases = []
+    for phase, active, slices in (("Running", (0, 1), ("Ready", "Ready")),
+                                  ("Recovering", (0,), ("Ready", "Down")),  # slice 1 lost in step 1
+                                  ("WaitingForSlices", (), ("Ready", "Down")),
+                                  ("Recovering", (0, 1), ("Ready", "Ready"))):
+        c = _ctrl(phase=phase, active=active, step=0)
+        status = build_status(_inputs(previous=status, controller=c,
+                                      slices=[{"index": i, "state": s} for i, s in enumerate(slices)]))
+        phases.append(status["phase"])
+    assert phases == ["Pending"] * 4, phases
+    assert get_condition(status["conditions"], "Running")["status"] == "False"
+    status = build_status(_inputs(previous=status, controller=_ctrl(step=1)))
+    assert status["phase"] == "Running"
+    # A job that trained before keeps the recovery phases (a later failure is a recovery).
+    assert build_status(_inputs(previous=status, controller=_ctrl(phase="Recovering", step=2)))["phase"] == "Recovering"

@@ -411,3 +411,27 @@ def test_set_phase_rewind_and_a_precomputed_finite_check(tmp_path):
         assert (s.phase, s.failure_reason) == ("Stopped", "stopped on request (suspend) at step 4")
     finally:
         parts.checkpointer.close()
+
+
+def test_a_first_step_that_fails_while_it_compiles_books_starting_not_productive(runtime):
+    """Issue 11 (status truth, session 10's trial): the seconds of a first step that failed (its program
+    compiling) and of its retry were booked `productive`, then `recovering`, before any step completed.
+    Until the first completed step it is all `starting`; productive time starts after that step."""
+    rt, client = runtime
+    _ready(client, 0)
+    _ready(client, 1)
+    attempts = []
+
+    @rt.elastic_retry()
+    def train():
+        attempts.append(sorted(rt.active_slices))
+        time.sleep(0.4)  # the first step compiles ...
+        if len(attempts) == 1:
+            raise elastic_jax.SliceDownError("slice 1 lost in the first step", [1])
+        rt.report_step(1, 2.0)  # ... the retried one completes
+        time.sleep(0.2)
+
+    train()
+    seconds = client.status().goodput_seconds
+    assert seconds["starting"] >= 0.8, seconds
+    assert seconds["recovering"] == 0.0 and seconds["productive"] < 0.6, seconds

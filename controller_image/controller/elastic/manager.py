@@ -124,8 +124,14 @@ class Manager:
         joining = joining if visible is None else joining & visible
         if self.prepare is None:
             return joining
-        idle = joining | self.slice_set.spare_indices()
-        return joining & self.prepare(idle) if idle else joining
+        return joining & self._prepared(joining | self.slice_set.spare_indices())
+
+    def _prepared(self, idle: frozenset[int]) -> frozenset[int]:
+        """The slices of `idle` (Ready, outside the mesh) that are prepared; the others read `Warming` in
+        status (`SliceSet.set_warming`) until a later call finds them prepared."""
+        prepared = self.prepare(idle) if self.prepare is not None and idle else idle
+        self.slice_set.set_warming(idle - prepared)
+        return prepared
 
     def _candidates(self) -> frozenset[int]:
         """Ready slices the backend can place work on."""
@@ -227,8 +233,7 @@ class Manager:
                     healthy = self._wait(target, timeout_s, startup_grace_s if attempt == 1 else 0.0)
                     # Hot spares: at most `count` train; a spare replaces a lost slice here, at once
                     # (a prepared one first: it runs the retried step without compiling).
-                    idle = healthy - self.slice_set.active
-                    prepared = self.prepare(idle) if self.prepare is not None and idle else idle
+                    prepared = self._prepared(healthy - self.slice_set.active)
                     self.slice_set.set_active(self.slice_set.choose_active(healthy, prefer=prepared))
                     _logger.info("elastic attempt %d on slices %s", attempt, sorted(self.slice_set.active))
                     if pre_callback is not None:

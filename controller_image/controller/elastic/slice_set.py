@@ -17,6 +17,12 @@ which at most `count` are active. A Ready slice outside the active set is a
 scale-up signal only while fewer than `count` slices train; otherwise it is a
 spare (`Spare` in status), swapped in by the manager's next attempt when an
 active slice is lost.
+
+Warming (`set_warming`): a Ready slice outside the mesh whose worker still
+compiles the step programs (the manager's `prepare` has not found it ready)
+reads `Warming` in status, not `Ready`/`Spare`: it joins, or is a warm spare,
+once that compile ended (a replaced slice sat `Ready` with no word for the
+20-34 s of its compile).
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ class SliceSet:
         self.total = count + spares
         self._records = [SliceRecord(i) for i in range(self.total)]
         self._active: frozenset[int] = frozenset()
+        self._warming: dict[int, int] = {}  # slice index -> the generation (worker) that compiles
         self._cond = threading.Condition()
         self._listeners: list[Listener] = []
 
@@ -138,6 +145,15 @@ class SliceSet:
                 rec.state = "Down"
                 rec.reason = reason
             self._cond.notify_all()
+
+    def set_warming(self, indices: Iterable[int]) -> None:
+        """The Ready slices outside the mesh that are compiling the step programs now (all others are not).
+
+        Held per worker: a slice reported again (a new generation, a replaced worker) is no longer
+        warming until the next call names it.
+        """
+        with self._cond:
+            self._warming = {i: self._records[i].generation for i in indices if 0 <= i < self.total}
 
     def set_active(self, indices: Iterable[int]) -> None:
         """Sets the slices that train (called by the manager at an attempt start)."""
@@ -237,7 +253,9 @@ class SliceSet:
             out = []
             for r in self._records:
                 state = "Active" if r.index in self._active and r.state == "Ready" else r.state
-                if state == "Ready" and len(self._active) >= self.count:
+                if state == "Ready" and self._warming.get(r.index) == r.generation:
+                    state = "Warming"
+                elif state == "Ready" and len(self._active) >= self.count:
                     state = "Spare"
                 out.append(
                     SliceStatus(

@@ -1,0 +1,76 @@
+"""Issue 11 (status truth for slices), two findings of session 10's new-user trials, on the local control plane
+with the real operator (least-privilege process) and real controller and worker processes:
+
+- a worker lost while the operator itself was down (its pod already replaced by the JobSet when the operator
+  came back) was counted (`sliceReplacements`, the slice's `restarts`) but got no `SliceDown` Event: the new
+  operator posts exactly one, and no more on its later passes;
+- the replacement, Ready again, compiles its step programs before the controller lets it join: it read `Ready`
+  with no reason meanwhile. While the controller warms it, `status.slices[0].reason` says so (read on a watch:
+  every version of the job the API server sends, nothing polled that could miss one).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from e2e.helpers import is_ready, pods, wait_for
+from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
+    apply_job, ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
+)
+from e2e.test_operator_counters import _counts, _reconciles
+from e2e.test_status_truth import JobWatch
+from elastic_jax.k8s_operator.slice_warming import WARMING_TO_JOIN
+
+
+def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_and_its_replacement_reads_warming(
+        cluster, kube, namespace, operator):
+    manifest = example_manifest()
+    name = manifest["metadata"]["name"]
+    manifest["spec"]["training"]["steps"] = 200000  # never finishes during the test
+    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-slice-truth/{namespace}/checkpoints"
+    status, explain = apply_job(cluster, namespace, manifest, operator)
+    wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("activeSlices") == 2
+                      and s.get("step", 0) >= 5 else None)(status()),
+             timeout_s=300, what="the job training on both slices", interval_s=0.5, explain=explain)
+    assert _counts(status())[1:] == (0, 0), status()
+    selector = f"elasticjax.dev/job-name={name},elasticjax.dev/slice-index=0"
+    victim = next(p for p in pods(cluster, namespace, selector)
+                  if p["status"].get("phase") == "Running" and is_ready(p) and not p["metadata"].get("deletionTimestamp"))
+
+    operator.kill()  # an operator crash: no pass sees what follows
+    os.kill(cluster.container_pid(namespace, victim["metadata"]["name"], "worker", victim["metadata"]["uid"]),
+            signal.SIGKILL)
+
+    def replaced():
+        fresh = [p for p in pods(cluster, namespace, selector) if p["metadata"]["uid"] != victim["metadata"]["uid"]
+                 and p["status"].get("phase") == "Running" and is_ready(p)]
+        gone = all(p["metadata"]["uid"] != victim["metadata"]["uid"] for p in pods(cluster, namespace, selector))
+        return fresh if fresh and gone else None
+    wait_for(replaced, timeout_s=300, what="slice 0's worker replaced by its JobSet (no operator running)",
+             interval_s=0.5, explain=explain)
+    job = get_job(cluster, namespace, name)
+    watch = JobWatch(kube, namespace, name, job["metadata"]["resourceVersion"])
+    try:
+        operator.start()
+        operator.wait_up()
+        # (its first pass, before the controller answered it, keeps the old operator's Running on 2 slices)
+        wait_for(lambda: (lambda s: s if s.get("sliceReplacements") == 1 and s.get("phase") == "Degraded" else None)(
+            status()), timeout_s=300, what="the replacement counted, the controller training on slice 1",
+            interval_s=0.5, explain=explain)
+        # the replacement compiles (tens of seconds on a loaded machine) before it joins
+        wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("activeSlices") == 2 else None)(
+            status()), timeout_s=600, what="the replacement back in the mesh", interval_s=0.5, explain=explain)
+        passes = _reconciles(operator)
+        wait_for(lambda: _reconciles(operator) >= passes + 10, timeout_s=120, what="ten more operator passes",
+                 explain=explain)
+    finally:
+        seen = watch.stop()
+    downs = [e for e in job_events(cluster, namespace, name) if e.get("reason") == "SliceDown"]
+    assert len(downs) == 1 and sum(e.get("count") or 1 for e in downs) == 1, downs
+    assert "slice 0 was replaced 1 time(s) while the operator was not running" in downs[0]["message"], downs
+    assert downs[0]["type"] == "Warning", downs
+    # the replacement, Ready to the operator, warmed before it joined: some version says so
+    slice0 = [next(s for s in o["status"]["slices"] if s["index"] == 0) for o in seen if (o.get("status") or {}).get("slices")]
+    assert any(s["state"] == "Ready" and s["reason"] == WARMING_TO_JOIN for s in slice0), slice0
+    assert seen[-1]["status"]["slices"][0]["reason"] == "", seen[-1]["status"]["slices"]
