@@ -657,7 +657,7 @@ class Runtime:
         else:  # neither (or the committed steps went since): start over
             source, state, step, data = "init", target, 0, {}
         for done_step, seconds, category in self._step_seconds:
-            if done_step > step:
+            if done_step > step and category in ("productive", "reduced"):  # progress that did not last
                 ledger.move(seconds, category, "recovering")
         self._step_seconds = collections.deque((x for x in self._step_seconds if x[0] <= step), maxlen=100_000)
         ledger.switch("recovering")

@@ -144,16 +144,18 @@ def test_the_seconds_of_lost_steps_move_from_productive_to_recovering(runtime_of
             booked["after"] = dict(rt.record.ledger.seconds())
             return
         for step in (1, 2, 3):
-            time.sleep(0.2)  # each step takes 0.2 s of productive time
+            time.sleep(0.2)  # each step takes 0.2 s
             rt.report_step(step, loss=1.0)
         client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
         raise elastic_jax.SliceDownError("slice 1 lost", [1])
 
     train()
     before, after = booked["before"], booked["after"]
-    assert before["productive"] >= 0.6
-    assert after["productive"] <= before["productive"] - 0.6 + 0.05  # the three lost steps' 0.6 s left productive
-    assert after["recovering"] >= before["recovering"] + 0.6 - 0.05
+    # step 1 was start-up (it compiled: `starting`, not progress); steps 2 and 3 were productive
+    assert before["productive"] >= 0.4
+    assert after["productive"] <= before["productive"] - 0.4 + 0.05  # the lost steps' 0.4 s left productive
+    assert after["recovering"] >= before["recovering"] + 0.4 - 0.05
+    assert after["starting"] == pytest.approx(before["starting"])  # start-up stays start-up
     assert rt.steps_lost == 3 and rt.step == 0
 
 
