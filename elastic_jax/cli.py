@@ -141,6 +141,8 @@ def _print_report(s: dict) -> None:
             print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
+    elif s.get("goodput") is None:  # (None exactly when no controller of the run completed a step)
+        print("  loss n/a (no step made)", file=out)
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])
     if s.get("unfinished_recoveries"):
         rec += ("; " if rec else "") + f"{s['unfinished_recoveries']} unfinished when the run ended"

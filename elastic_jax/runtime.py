@@ -374,9 +374,10 @@ class Runtime:
         self._phase = phase
         if not self._summary_file:
             return
+        initial_loss, final_loss = self.record.losses(self.initial_loss, self.loss)
         summary = RunSummary(
-            succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=self.initial_loss,
-            final_loss=self.loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
+            succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=initial_loss,
+            final_loss=final_loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
             steps_lost=None, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
             restored_from_step=self.restored_from_step,
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.committed_step(),

@@ -524,7 +524,9 @@ class LocalLauncher:
             if not run:
                 # No summary (the program never closed its runtime): the last status it served says how it went.
                 last = self._last_status
-                run = {"steps": last.step, "final_loss": last.loss, "initial_loss": last.initial_loss,
+                stepped = last is not None and last.goodput is not None  # (None: it completed no step)
+                run = {"steps": last.step, "final_loss": last.loss if stepped else None,
+                       "initial_loss": last.initial_loss if stepped else None,
                        "recoveries": [r.model_dump(mode="json") for r in last.recovery_history],
                        "goodput": last.goodput, "goodput_seconds": dict(last.goodput_seconds)} if last else {}
             run["succeeded"] = exited_ok and run.get("succeeded", True)

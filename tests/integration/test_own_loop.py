@@ -77,6 +77,14 @@ def test_own_loop_saves_through_the_library_and_a_new_run_resumes_from_it(tmp_pa
     assert s["resumed_from"]["step"] == 40 and s["resumed_from"]["fallbackReason"] is None, s
     assert s["last_committed_checkpoint_step"] == 60, s
     assert s["initial_loss"] > s["final_loss"], s  # the first run's first loss, saved with the step
+    # Run again once finished: the program restores step 60 and makes no step, so no loss is reported
+    # (it printed the restored `loss 0.9xx -> 0.00x` as this run's).
+    done = run_cli(_manifest(tmp_path, steps=60), tmp_path, "--no-failure", cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = done.summary
+    assert s["succeeded"] and s["steps"] == 60 and s["restored_from_step"] == 60, s
+    assert s["initial_loss"] is None and s["final_loss"] is None, s
+    assert "loss n/a (no step made)" in done.stderr and " -> " not in done.stderr, done.stderr[-2000:]
 
 
 def _chunk_sum(params, chunk):
