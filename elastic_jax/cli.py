@@ -68,8 +68,9 @@ def run(
         if no_failure and value is not None:
             raise _error(f"{flag} and --no-failure contradict each other")
     if fresh and job.spec.controller.library_mode:
-        raise _error("--fresh: spec.controller.command runs your own program, which owns its checkpoints; "
-                     "delete them yourself")
+        raise _error(f"--fresh: spec.controller.command runs your own program, which owns its checkpoints; "
+                     f"to start over, delete what it saved under spec.checkpoint.uri "
+                     f"({_where(job.spec.checkpoint.uri)}: `Runtime.save` writes there) and run without --fresh")
     if fresh and "://" in job.spec.checkpoint.uri:
         raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
     # Before any process starts: a checkpoint location that is a file or not writable, another
@@ -105,6 +106,13 @@ def run(
         typer.echo("interrupted: every process stopped", err=True)
     typer.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
     raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
+
+
+def _where(uri: str) -> str:
+    """`uri` as a user finds it: a relative local folder also as the absolute path it names from here."""
+    if "://" in uri or Path(uri).is_absolute():
+        return uri
+    return f"{uri}, i.e. {Path(uri).resolve()}"
 
 
 def _finished_at(job, fresh: bool):

@@ -244,10 +244,13 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     if pod.phase == "Succeeded" or pod.exit_code == ControllerExit.SUCCEEDED:
         return "Succeeded", f"trained {job.spec.training.steps} steps"
     detail = termination_reason(pod.termination_message).removeprefix("error: ")
+    # Nothing said why: which log says it (a finished job keeps its controller pod).
+    namespace = f" -n {job.metadata.namespace}" if job.metadata.namespace else ""
+    log_hint = f"no reason given; see kubectl logs {pod.name}{namespace} -c controller"
     if pod.exit_code == ControllerExit.FAILED:
-        return "Failed", f"training failed: {observed.controller_failure_reason or detail or 'see the controller log'}"
+        return "Failed", f"training failed: {observed.controller_failure_reason or detail or log_hint}"
     if pod.exit_code == ControllerExit.BAD_INPUT:
-        return "Failed", f"the controller refused its input: {detail or 'see the controller log'}"
+        return "Failed", f"the controller refused its input: {detail or log_hint}"
     return None
 
 

@@ -584,3 +584,16 @@ def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
     m["spec"]["controller"]["trainer"]["config"]["seqlen"] = 32  # (a config mistake: stops at the controller)
     resumed = _cli(tmp_path, m, "run", "--no-failure")
     assert resumed.returncode == 2 and "seqlen" in resumed.stderr and "already finished" not in resumed.stderr
+
+
+def test_a_program_that_exits_before_ready_names_its_log(tmp_path):
+    """Library mode: the user's program dies before serving (its own words, not an `error:` line). The
+    message gave that last line alone; it now says which log holds the rest."""
+    m = job_manifest("early", tmp_path, controller={"command": [sys.executable, "-c", "raise SystemExit('no data here')"]})
+    code, out, err = run_bad(tmp_path, m)
+    assert code == 1, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert "controller exited with 1 before it was ready: no data here; see " in errors[0], errors[0]
+    log = Path(errors[0].rsplit("see ", 1)[1])
+    assert log == tmp_path / "run" / "controller.log" and "no data here" in log.read_text(), errors[0]

@@ -99,6 +99,15 @@ def test_controller_exit_codes_end_the_job():
         plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), "boom"))
         assert plan.finish[0] == phase and words in plan.finish[1]
         assert plan.create_controller is None
+    # No reason anywhere (no termination message, nothing logged): the reason names the pod's log, not
+    # "see the controller log".
+    for code, words in [(1, "training failed: "), (2, "the controller refused its input: ")]:
+        pod = _ctrl(phase="Failed", exit_code=code, message="")
+        job = _job()
+        job.metadata.namespace = "ml"
+        plan = decide(job, Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), None))
+        assert plan.finish == ("Failed", f"{words}no reason given; see kubectl logs demo-controller-0 -n ml "
+                                         "-c controller"), plan.finish
 
 
 def test_controller_asking_to_be_restarted_is_a_loss_recreated_and_counted():
