@@ -5,8 +5,8 @@
                                   (--trainer: also build the trainer and open its data)
 
 A user mistake (bad manifest, bad trainer config, unusable checkpoint URI,
-checkpoints another job wrote) prints one `error: ...` line and exits 2; no
-traceback. What can be checked without starting a process is checked before
+checkpoints another job wrote) prints `error: ...` lines (a manifest: one per
+problem, each naming its field) and exits 2; no traceback. What can be checked without starting a process is checked before
 one starts (`elastic_jax.api.checkpoints.preflight` for the checkpoint location).
 """
 
@@ -31,6 +31,13 @@ def _error(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _errors(messages: list[str], code: int = 2) -> typer.Exit:
+    """Every problem on its own `error:` line (as the API server lists them all, not the first)."""
+    for message in messages[:-1]:
+        typer.echo(f"error: {message}", err=True)
+    return _error(messages[-1], code)
+
+
 @app.command()
 def run(
     manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
@@ -51,7 +58,7 @@ def run(
     try:
         job = load_manifest(manifest, as_written=True)
     except ManifestError as e:
-        raise _error(str(e))
+        raise _errors(e.problems)
     if job.spec.backend != "cpu":
         raise _error(f"spec.backend: {job.spec.backend!r} runs on GKE; `elastic-jax run` runs the cpu backend only")
     steps = job.spec.training.steps
@@ -199,7 +206,7 @@ def validate(
     try:
         job = load_manifest(manifest, as_written=True)
     except ManifestError as e:
-        raise _error(str(e))
+        raise _errors(e.problems)
     if cluster:
         _check_cluster(job)
     else:
@@ -250,10 +257,8 @@ def _check_cluster(job) -> None:
             resolve(job)
         except UnsupportedBackend as e:
             found = [str(e)]
-    for message in found[:-1]:
-        typer.echo(f"error: {message}", err=True)
     if found:
-        raise _error(found[-1])
+        raise _errors(found)
 
 
 def _warn_suspend(job) -> None:
