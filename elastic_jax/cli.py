@@ -5,8 +5,8 @@
                                   (--trainer: also build the trainer and open its data)
 
 A user mistake (bad manifest, bad trainer config, unusable checkpoint URI,
-checkpoints another job wrote) prints one `error: ...` line and exits 2; no
-traceback. What can be checked without starting a process is checked before
+checkpoints another job wrote) prints `error: ...` lines (a manifest: one per
+problem, each naming its field) and exits 2; no traceback. What can be checked without starting a process is checked before
 one starts (`elastic_jax.api.checkpoints.preflight` for the checkpoint location).
 """
 
@@ -31,6 +31,13 @@ def _error(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _errors(messages: list[str], code: int = 2) -> typer.Exit:
+    """Every problem on its own `error:` line (as the API server lists them all, not the first)."""
+    for message in messages[:-1]:
+        typer.echo(f"error: {message}", err=True)
+    return _error(messages[-1], code)
+
+
 @app.command()
 def run(
     manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
@@ -51,7 +58,7 @@ def run(
     try:
         job = load_manifest(manifest, as_written=True)
     except ManifestError as e:
-        raise _error(str(e))
+        raise _errors(e.problems)
     if job.spec.backend != "cpu":
         raise _error(f"spec.backend: {job.spec.backend!r} runs on GKE; `elastic-jax run` runs the cpu backend only")
     steps = job.spec.training.steps
@@ -68,8 +75,9 @@ def run(
         if no_failure and value is not None:
             raise _error(f"{flag} and --no-failure contradict each other")
     if fresh and job.spec.controller.library_mode:
-        raise _error("--fresh: spec.controller.command runs your own program, which owns its checkpoints; "
-                     "delete them yourself")
+        raise _error(f"--fresh: spec.controller.command runs your own program, which owns its checkpoints; "
+                     f"to start over, delete what it saved under spec.checkpoint.uri "
+                     f"({_where(job.spec.checkpoint.uri)}: `Runtime.save` writes there) and run without --fresh")
     if fresh and "://" in job.spec.checkpoint.uri:
         raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
     # Before any process starts: a checkpoint location that is a file or not writable, another
@@ -107,6 +115,13 @@ def run(
     raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
 
 
+def _where(uri: str) -> str:
+    """`uri` as a user finds it: a relative local folder also as the absolute path it names from here."""
+    if "://" in uri or Path(uri).is_absolute():
+        return uri
+    return f"{uri}, i.e. {Path(uri).resolve()}"
+
+
 def _finished_at(job, fresh: bool):
     """`checkpoints.finished_at` for `run`: the job's local checkpoints already hold its last step (so a run
     would start every process, restore, and train nothing); None with --fresh or in library mode (the user's
@@ -141,6 +156,8 @@ def _print_report(s: dict) -> None:
             print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
+    elif s.get("goodput") is None:  # (None exactly when no controller of the run completed a step)
+        print("  loss n/a (no step made)", file=out)
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])
     if s.get("unfinished_recoveries"):
         rec += ("; " if rec else "") + f"{s['unfinished_recoveries']} unfinished when the run ended"
@@ -189,7 +206,7 @@ def validate(
     try:
         job = load_manifest(manifest, as_written=True)
     except ManifestError as e:
-        raise _error(str(e))
+        raise _errors(e.problems)
     if cluster:
         _check_cluster(job)
     else:
@@ -240,10 +257,8 @@ def _check_cluster(job) -> None:
             resolve(job)
         except UnsupportedBackend as e:
             found = [str(e)]
-    for message in found[:-1]:
-        typer.echo(f"error: {message}", err=True)
     if found:
-        raise _error(found[-1])
+        raise _errors(found)
 
 
 def _warn_suspend(job) -> None:

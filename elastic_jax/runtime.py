@@ -204,6 +204,7 @@ class Runtime:
         self._step_category = "starting"
         self.initial_loss: float | None = None
         self.restored_from_step: int | None = None
+        self._attempt_slices: frozenset[int] | None = None  # set at each `elastic_retry` attempt
         self._environ = os.environ if environ is None else environ
         self._checkpoints = None  # RunCheckpoints, opened by the first restore() or save()
         self._checkpointer = None if parts is None else parts.checkpointer  # None: opened on first use
@@ -395,9 +396,10 @@ class Runtime:
         self._phase = phase
         if not self._summary_file:
             return
+        initial_loss, final_loss = self.record.losses(self.initial_loss, self.loss)
         summary = RunSummary(
-            succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=self.initial_loss,
-            final_loss=self.loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
+            succeeded=phase == "Succeeded", steps=self.step, total_steps=total, initial_loss=initial_loss,
+            final_loss=final_loss, recoveries=[r.model_dump(mode="json") for r in self.record.history()],
             steps_lost=self.steps_lost if self._recovered else None, goodput=self.record.goodput(), goodput_seconds=self.record.ledger.seconds(),
             restored_from_step=self.restored_from_step,
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.committed_step(),
@@ -473,6 +475,7 @@ class Runtime:
                 on_elastic_event_callback(error)
 
         def before() -> None:
+            self._attempt_slices = self.slice_set.active  # `map_sum`'s default: this attempt's slices
             self.metrics.active_slices.set(len(self.slice_set.active))
             self._book_next_step()
             self._phase = "Running"
@@ -513,19 +516,23 @@ class Runtime:
           fn: `(params, chunk) -> pytree of arrays`, jit-traceable; pass the same object every step.
           params: the parameter pytree.
           batch: the global batch.
-          active: the slices to run on (default: the active slices now); the built-in trainer passes
-            its attempt's slices, so a slice reported Down since is an error of this call, not skipped.
+          active: the slices to run on; default the slices `elastic_retry` started the current attempt
+            on (before the first attempt: the active slices now). A slice of them reported Down since is
+            a `SliceDownError` of this call, never skipped: the sum would silently run on fewer slices
+            and the attempt would go on without the recovery (`elastic_retry` starts the next one).
 
         Raises:
           RuntimeError: a library runtime not on the cpu backend (pathways: run your jitted step on
             `jax.devices()` inside `elastic_retry`).
-          SliceDownError: a slice was lost during the call (`elastic_retry` retries).
+          SliceDownError: a slice was lost during the call or since the attempt began (`elastic_retry` retries).
           UserCodeError: `fn` failed the same way on every slice (not retried).
           StopRequested: a stop was requested.
         """
         if self._backend is None:
             raise RuntimeError(f"map_sum runs on the cpu backend; this job's spec.backend is {self.job.spec.backend}")
-        return self._backend.map_sum(fn, params, batch, sorted(self.slice_set.active if active is None else active))
+        if active is None:
+            active = self.slice_set.active if self._attempt_slices is None else self._attempt_slices
+        return self._backend.map_sum(fn, params, batch, sorted(active))
 
     def report_step(self, step: int, loss: float | None = None) -> None:
         """Records a completed optimizer step for `GET /v1/status` and `/metrics` (the operator shows it).

@@ -284,8 +284,9 @@ class CpuBackend:
           `fn`'s output tree with numpy leaves: the sum over all chunks.
 
         Raises:
-          SliceDownError: a slice was lost, hung past its deadline, or the
-            operator reported it Down during the step. A deadline that
+          SliceDownError: a slice of `active` was lost, hung past its deadline,
+            or the operator reported it Down during the step or before it
+            (a slice of `active` no longer in `slice_set.active` is not sent the step). A deadline that
             expired while this process itself was stalled (SIGSTOP, a frozen
             VM or cgroup, CPU starvation: `stall_clock`) blames no slice: the
             step is sent again, at most `STALL_RESENDS` times.
@@ -335,6 +336,12 @@ class CpuBackend:
         try:
             if self._interrupted.is_set():
                 raise StopRequested("stop requested before the step was sent")
+            # `active` is the caller's attempt; a slice that left the active set since (reported Down
+            # between two steps: the listener above hears only reports from now on) must end the attempt,
+            # not get the step anyway (its worker may still answer: a node the operator gave up on).
+            gone = sorted(set(active) - self.slice_set.active)
+            if gone:
+                raise SliceDownError(f"slices {gone} went down since this attempt began on slices {active}", gone)
             generations: dict[int, int] = {}
             timeouts: dict[int, float] = {}  # by slice: its step's deadline (first steps compile)
             deadline_s = 0.0

@@ -255,12 +255,13 @@ class TrainingRun:
                 _logger.exception("waiting for the last checkpoint failed")
         self.ledger.stop()
         final = self.runtime.snapshot()
+        initial_loss, final_loss = self.record.losses(self.initial_loss, self.loss)
         return RunSummary(
             succeeded=final.phase == "Succeeded",
             steps=self.step,
             total_steps=self.spec.training.steps,
-            initial_loss=self.initial_loss,
-            final_loss=self.loss,
+            initial_loss=initial_loss,
+            final_loss=final_loss,
             recoveries=[r.model_dump(mode="json") for r in self.record.history()],
             steps_lost=self.steps_lost,
             goodput=self.goodput(),

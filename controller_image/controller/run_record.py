@@ -163,6 +163,12 @@ class RunRecord:
             counts[r.cause] = counts.get(r.cause, 0) + 1
         return counts
 
+    def losses(self, initial: float | None, final: float | None) -> tuple[float | None, float | None]:
+        """The summary's `(initial_loss, final_loss)`: `(initial, final)`, or `(None, None)` when this process
+        completed no step. A run that trained nothing measured no loss; the losses a restore brought back
+        belong to the run that made them (a finished job run again printed them as its own)."""
+        return (initial, final) if self.steps_run > 0 else (None, None)
+
     def goodput(self) -> float | None:
         """The ledger's ratio in [0, 1]; None before this process completed a step (not applicable, rather than 0)."""
         return None if self.steps_run == 0 else self.ledger.goodput()

@@ -13,11 +13,14 @@ so a typo in a manifest is an error naming the field, never silently ignored.
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from typing import Annotated, Any, Literal
+import types
+from typing import Annotated, Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError, WithJsonSchema,
+                      field_validator, model_validator)
 from pydantic.alias_generators import to_camel
 
 from elastic_jax import contract
@@ -68,6 +71,26 @@ INT64_MAX = 2**63 - 1024
 # typo, and a timer that large overflows Python's waits.
 MAX_GLOBAL_BATCH_SIZE = 2**20
 MAX_DURATION_SECONDS = 30 * 24 * 3600
+
+
+# One rule, one line: a model validator collects every rule it breaks and raises them together, one
+# problem a line (`manifest.format_validation_error` splits them), as the API server lists every failed
+# rule instead of the first.
+PROBLEM_SEPARATOR = "\n"
+
+
+def collect(found: list[str], check: Callable[..., Any], *args: Any) -> None:
+    """Runs `check(*args)`; a `ValueError` it raises is appended to `found` (one problem a line)."""
+    try:
+        check(*args)
+    except ValueError as e:
+        found.extend(str(e).split(PROBLEM_SEPARATOR))
+
+
+def raise_all(found: list[str]) -> None:
+    """Raises `found` as one `ValueError` (nothing when empty)."""
+    if found:
+        raise ValueError(PROBLEM_SEPARATOR.join(found))
 
 
 def _quantity(value: Any) -> str:
@@ -199,8 +222,7 @@ class Toleration(_Model):
     def _as_the_api_server_checks(self) -> "Toleration":
         found = pod_rules.toleration_problems(self.key, self.value, self.operator, self.effect,
                                               self.toleration_seconds)
-        if found:
-            raise ValueError("; ".join(found))
+        raise_all(found)
         return self
 
     def to_pod(self) -> dict[str, Any]:
@@ -237,8 +259,7 @@ def _pod_fields(image: str, resources: "Resources", role: str) -> None:
     if image != image.strip():
         found.append(f"{role}.image {image!r} must not have leading or trailing whitespace")
     found += resources.problems(f"{role}.resources")
-    if found:
-        raise ValueError("; ".join(found))
+    raise_all(found)
 
 
 # The CRD's rules of a nodeSelector (as `_node_selector` checks): label keys, label values.
@@ -346,14 +367,12 @@ class SliceSpec(_Model):
 
     @model_validator(mode="after")
     def _min_not_above_count(self) -> "SliceSpec":
+        found = []
         if self.min_slices is not None and self.min_slices > self.count:
-            raise ValueError(
-                f"spec.slices.minSlices ({self.min_slices}) must not exceed spec.slices.count ({self.count})"
-            )
+            found.append(f"spec.slices.minSlices ({self.min_slices}) must not exceed spec.slices.count ({self.count})")
         if self.count + self.spares > 64:
-            raise ValueError(
-                f"spec.slices.spares: count + spares ({self.count} + {self.spares}) must be at most 64"
-            )
+            found.append(f"spec.slices.spares: count + spares ({self.count} + {self.spares}) must be at most 64")
+        raise_all(found)
         return self
 
     @property
@@ -485,19 +504,21 @@ class ControllerSpec(_Model):
 
     @model_validator(mode="after")
     def _names(self) -> "ControllerSpec":
+        found = []
         # Compared with the default, not "was it given": the operator's manifest ConfigMap writes every
         # field back, defaults included, and the program must read the same spec.
         if self.command is not None and self.trainer != TrainerSpec():
-            raise ValueError(LIBRARY_MODE_TRAINER)
+            found.append(LIBRARY_MODE_TRAINER)
         if self.args and self.command is None:
-            raise ValueError("spec.controller.args: needs spec.controller.command (the built-in trainer host "
-                             "takes no arguments)")
-        _node_selector(self.node_selector, "spec.controller.nodeSelector")
-        _pod_fields(self.image, self.resources, "spec.controller")
+            found.append("spec.controller.args: needs spec.controller.command (the built-in trainer host "
+                         "takes no arguments)")
+        collect(found, _node_selector, self.node_selector, "spec.controller.nodeSelector")
+        collect(found, _pod_fields, self.image, self.resources, "spec.controller")
         if self.service_account_name is not None:
-            _object_name(self.service_account_name, "spec.controller.serviceAccountName")
+            collect(found, _object_name, self.service_account_name, "spec.controller.serviceAccountName")
         if self.automount_service_account_token and self.service_account_name is None:
-            raise ValueError(AUTOMOUNT_NEEDS_ACCOUNT)
+            found.append(AUTOMOUNT_NEEDS_ACCOUNT)
+        raise_all(found)
         return self
 
 
@@ -539,8 +560,10 @@ class WorkerSpec(_Model):
 
     @model_validator(mode="after")
     def _names(self) -> "WorkerSpec":
-        _node_selector(self.node_selector, "spec.worker.nodeSelector")
-        _pod_fields(self.image, self.resources, "spec.worker")
+        found: list[str] = []
+        collect(found, _node_selector, self.node_selector, "spec.worker.nodeSelector")
+        collect(found, _pod_fields, self.image, self.resources, "spec.worker")
+        raise_all(found)
         return self
 
 
@@ -773,44 +796,97 @@ class ElasticTrainingJobSpec(_Model):
                      "classes the cluster admin allowed (operator's podFields.priorityClassNames) are accepted."))
 
     @model_validator(mode="after")
-    def _env_not_reserved(self) -> "ElasticTrainingJobSpec":
-        for role, env in (("controller", self.controller.env), ("worker", self.worker.env)):
-            seen: set[str] = set()
-            for i, var in enumerate(env):
-                field = f"spec.{role}.env[{i}]"
-                problem = runtime_env.reserved_problem(var.name, role, self.backend)
-                if problem:
-                    raise ValueError(f"{field}.name: {problem}")
-                if var.name in seen:
-                    raise ValueError(f"{field}.name: {var.name} is set twice (the later one would win silently)")
-                seen.add(var.name)
-        if self.priority_class_name is not None:
-            _object_name(self.priority_class_name, "spec.priorityClassName")
+    def _spec_rules(self) -> "ElasticTrainingJobSpec":
+        raise_all(spec_rule_problems(self))
         return self
 
-    @model_validator(mode="after")
-    def _batch_covers_slices(self) -> "ElasticTrainingJobSpec":
-        if self.training.global_batch_size < self.slices.count:
-            raise ValueError(
-                f"spec.training.globalBatchSize ({self.training.global_batch_size}) must be at least "
-                f"spec.slices.count ({self.slices.count}): every slice needs one example per step"
-            )
-        return self
 
-    @model_validator(mode="after")
-    def _backend_fields(self) -> "ElasticTrainingJobSpec":
-        if self.backend == "pathways":
-            missing = [n for n in ("accelerator", "topology") if getattr(self.slices, n) is None]
-            if missing:
-                raise ValueError(
-                    "backend pathways needs " + " and ".join(f"spec.slices.{m}" for m in missing)
-                )
-        if self.backend == "cpu" and self.slices.hosts_per_slice != 1:
-            raise ValueError("spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)")
-        if self.backend == "cpu" and self.compilation_cache is not None and self.compilation_cache.uri is not None:
-            raise ValueError("spec.compilationCache.uri: backend cpu reads its cache from a volume "
-                             "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways")
-        return self
+def spec_rule_problems(spec: Any) -> list[str]:
+    """Every rule of `ElasticTrainingJobSpec` across its sections that `spec` breaks (the API server lists all).
+
+    Args:
+      spec: the spec, or a stand-in holding only the sections that validated on their own
+        (`problems_beside`): a rule reading a missing section is skipped, as the API server skips a
+        CEL rule over a field of the wrong type.
+    """
+    found: list[str] = []
+    for rule in (_env_not_reserved, _batch_covers_slices, _backend_fields):
+        try:
+            found += rule(spec)
+        except AttributeError:  # (a section it reads did not validate: its own errors say why)
+            pass
+    return found
+
+
+def _env_not_reserved(spec: Any) -> list[str]:
+    found = []
+    for role, env in (("controller", spec.controller.env), ("worker", spec.worker.env)):
+        seen: set[str] = set()
+        for i, var in enumerate(env):
+            field = f"spec.{role}.env[{i}]"
+            problem = runtime_env.reserved_problem(var.name, role, spec.backend)
+            if problem:
+                found.append(f"{field}.name: {problem}")
+            elif var.name in seen:
+                found.append(f"{field}.name: {var.name} is set twice (the later one would win silently)")
+            seen.add(var.name)
+    if spec.priority_class_name is not None:
+        collect(found, _object_name, spec.priority_class_name, "spec.priorityClassName")
+    return found
+
+
+def _batch_covers_slices(spec: Any) -> list[str]:
+    if spec.training.global_batch_size < spec.slices.count:
+        return [f"spec.training.globalBatchSize ({spec.training.global_batch_size}) must be at least "
+                f"spec.slices.count ({spec.slices.count}): every slice needs one example per step"]
+    return []
+
+
+def _backend_fields(spec: Any) -> list[str]:
+    found = []
+    if spec.backend == "pathways":
+        missing = [n for n in ("accelerator", "topology") if getattr(spec.slices, n) is None]
+        if missing:
+            found.append("backend pathways needs " + " and ".join(f"spec.slices.{m}" for m in missing))
+    if spec.backend == "cpu" and spec.slices.hosts_per_slice != 1:
+        found.append("spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)")
+    if spec.backend == "cpu" and spec.compilation_cache is not None and spec.compilation_cache.uri is not None:
+        found.append("spec.compilationCache.uri: backend cpu reads its cache from a volume "
+                     "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways")
+    return found
+
+
+def problems_beside(raw_spec: Any) -> list[str]:
+    """`spec_rule_problems` of a spec that failed validation: over the sections of `raw_spec` (the spec as
+    JSON-ready data, camelCase) that validate on their own, absent ones at their defaults.
+
+    Pydantic runs a model's rules only once all its fields validated, so a bad `spec.slices.count` hid
+    a too-small `globalBatchSize`; the API server reports both (a CEL rule runs beside the field errors).
+    """
+    if not isinstance(raw_spec, dict):
+        return []
+    return spec_rule_problems(_valid_parts(ElasticTrainingJobSpec, raw_spec))
+
+
+def _valid_parts(model: type[BaseModel], raw: dict[str, Any]) -> types.SimpleNamespace:
+    """The fields of `raw` (camelCase) that validate alone as `model`'s fields, absent ones at their
+    defaults; a section (a nested model) that fails whole gives its own valid fields the same way."""
+    values: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key not in raw:
+            if not field.is_required():
+                values[name] = field.get_default(call_default_factory=True)
+            continue
+        adapter = TypeAdapter(Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation)
+        try:
+            values[name] = adapter.validate_json(json.dumps(raw[key], default=str), strict=True)
+        except ValidationError:
+            section = field.annotation
+            if isinstance(section, type) and issubclass(section, BaseModel) and isinstance(raw[key], dict):
+                values[name] = _valid_parts(section, raw[key])
+            # (else left out: the whole validation reports it)
+    return types.SimpleNamespace(**values)
 
 
 # The API server's bound on all annotations of one object (TotalAnnotationSizeLimitB).
@@ -848,26 +924,26 @@ class ObjectMeta(_Model):
     @model_validator(mode="after")
     def _dns_name(self) -> "ObjectMeta":
         problem = name_problem(self.name)
-        if problem:
-            raise ValueError(problem)
+        found = [problem] if problem else []
         # The API server refuses these before any CRD rule runs (ValidateObjectMeta).
         for k, v in self.labels.items():
             if not _LABEL_KEY.fullmatch(k) or len(k.rpartition("/")[0]) > 253:
-                raise ValueError(f"metadata.labels key {k!r} is not a valid label key (an optional DNS prefix and "
-                                 "'/', then at most 63 letters, digits, '-', '_', '.')")
+                found.append(f"metadata.labels key {k!r} is not a valid label key (an optional DNS prefix and "
+                             "'/', then at most 63 letters, digits, '-', '_', '.')")
             if not _LABEL_VALUE.fullmatch(v):
-                raise ValueError(f"metadata.labels[{k!r}] value {v!r} is not a valid label value (at most 63 "
-                                 "letters, digits, '-', '_', '.', starting and ending with a letter or digit)")
+                found.append(f"metadata.labels[{k!r}] value {v!r} is not a valid label value (at most 63 "
+                             "letters, digits, '-', '_', '.', starting and ending with a letter or digit)")
         for k in self.annotations:
             if not _LABEL_KEY.fullmatch(k.lower()) or len(k.rpartition("/")[0]) > 253:
-                raise ValueError(f"metadata.annotations key {k!r} is not a valid annotation key (an optional DNS "
-                                 "prefix and '/', then at most 63 letters, digits, '-', '_', '.')")
+                found.append(f"metadata.annotations key {k!r} is not a valid annotation key (an optional DNS "
+                             "prefix and '/', then at most 63 letters, digits, '-', '_', '.')")
         if sum(len(k.encode()) + len(v.encode()) for k, v in self.annotations.items()) > MAX_ANNOTATIONS_BYTES:
-            raise ValueError(f"metadata.annotations: at most {MAX_ANNOTATIONS_BYTES} bytes of keys and values")
+            found.append(f"metadata.annotations: at most {MAX_ANNOTATIONS_BYTES} bytes of keys and values")
         if self.namespace is not None and (len(self.namespace) > 63 or not _DNS1123_LABEL.fullmatch(self.namespace)):
             # The API server refuses such a namespace before any CRD rule runs.
-            raise ValueError(f"metadata.namespace {self.namespace!r} must be a DNS-1123 label: at most 63 lowercase "
-                             "letters, digits and '-', starting and ending with a letter or digit")
+            found.append(f"metadata.namespace {self.namespace!r} must be a DNS-1123 label: at most 63 lowercase "
+                         "letters, digits and '-', starting and ending with a letter or digit")
+        raise_all(found)
         return self
 
 

@@ -11,11 +11,21 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from elastic_jax.api.job import ElasticTrainingJob, as_written_problem
+from elastic_jax.api.job import PROBLEM_SEPARATOR, ElasticTrainingJob, as_written_problem, problems_beside
 
 
 class ManifestError(ValueError):
-    """A manifest is unreadable or invalid. `str()` is one line naming the field."""
+    """A manifest is unreadable or invalid. `str()` is one line naming the field(s).
+
+    Args:
+      message: the one line (several problems joined with "; ").
+      problems: each problem alone, every one prefixed with the source (`elastic-jax validate` prints
+        one `error:` line each); default `[message]`.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
 
 
 # YAML aliases let a few hundred bytes stand for billions of nodes ("billion laughs"):
@@ -206,6 +216,14 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     Returns:
       One line; several problems are joined with "; ".
     """
+    return "; ".join(validation_problems(error, prefix))
+
+
+def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
+    """Every problem of a pydantic error, each `field.path: message` (camelCase paths), in its order.
+
+    A model validator's several problems (one a line, `job.raise_all`) are one problem each.
+    """
     parts = []
     for item in error.errors():
         # Kubernetes' spelling of a path: list indexes in brackets (spec.worker.tolerations[0].key).
@@ -215,9 +233,11 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
             msg = msg[len("Value error, "):]
         if item["type"] == "extra_forbidden":
             msg = "unknown field"
-        # A model validator's message already names its fields.
-        parts.append(f"{prefix}{loc}: {msg}" if loc and not msg.startswith(("spec.", "metadata.", "backend ")) else msg)
-    return "; ".join(parts)
+        for one in msg.split(PROBLEM_SEPARATOR):
+            # A model validator's message already names its fields.
+            parts.append(f"{prefix}{loc}: {one}" if loc and not one.startswith(("spec.", "metadata.", "backend "))
+                         else one)
+    return parts
 
 
 # Free-form fields: kept exactly as written (the trainer reads them, and `1.0` there may mean a float).
@@ -290,13 +310,19 @@ def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = Fa
     if not isinstance(data, dict):
         raise ManifestError(f"{where}expected a YAML mapping with apiVersion, kind, metadata, spec")
     data = integral_floats_as_ints(prune_nulls(data))
+    problems: list[str] = []
+    job = None
     try:
         job = ElasticTrainingJob.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as e:
-        raise ManifestError(f"{where}{format_validation_error(e)}") from None
+        problems = validation_problems(e)
+        # The rules across spec sections did not run (a section failed); the API server runs them too.
+        problems += [p for p in problems_beside(data.get("spec")) if p not in problems]
     problem = as_written_problem(data) if as_written else None
     if problem:
-        raise ManifestError(f"{where}{problem}")
+        problems.append(problem)
+    if problems:
+        raise ManifestError(where + "; ".join(problems), [where + p for p in problems]) from None
     return job
 
 

@@ -216,8 +216,10 @@ class LocalLauncher:
         ok = wait_until(lambda: self.client.ready() or not self.controller.alive(), self.options.ready_timeout_s, 0.1)
         if not self.controller.alive():
             code = self.controller.exit_code()
-            raise LaunchError(self.controller.last_error_line().removeprefix("error: ") or f"controller exited with {code}",
-                              exit_code=2 if code == ControllerExit.BAD_INPUT else 1)
+            line = self.controller.last_error_line()
+            message = (line.removeprefix("error: ") if line.startswith("error: ")
+                       else f"controller exited with {code} before it was ready: {self._log_tail()}")
+            raise LaunchError(message, exit_code=2 if code == ControllerExit.BAD_INPUT else 1)
         if not ok or not self.client.ready():
             raise LaunchError(f"controller not ready after {self.options.ready_timeout_s:.0f} s; see {self.controller.log_path}", 1)
         self._cleared = True  # ready means --fresh is done; a restart must resume, not wipe again
@@ -403,8 +405,7 @@ class LocalLauncher:
         if not interrupted and self.budget_failure is None \
                 and code not in (ControllerExit.SUCCEEDED, ControllerExit.FAILED):
             raise LaunchError(f"controller lost {controller_restarts + 1} times (last exit {code}; "
-                              f"{max_controller_restarts} restarts allowed): "
-                              f"{self.controller.last_error_line()}", exit_code=1)
+                              f"{max_controller_restarts} restarts allowed): {self._log_tail()}", exit_code=1)
         summary = self.summary(time.monotonic() - started, controller_restarts)
         if interrupted:
             summary["succeeded"] = False
@@ -506,6 +507,12 @@ class LocalLauncher:
         run = json.loads(path.read_text()) if path.exists() else {}
         return self._summary(run, wall_seconds, controller_restarts)
 
+    def _log_tail(self) -> str:
+        """The controller log's last line (a traceback's last line, a user program's own words) and where the
+        log is: that line alone rarely says enough, and "see the log" must say which."""
+        line = self.controller.last_error_line()
+        return f"{line + '; ' if line else ''}see {self.controller.log_path}"
+
     def finished_summary(self, step: int, writer: identity.JobIdentity | None) -> dict[str, Any]:
         """The summary of a run that started nothing: the job's checkpoint directory already holds its last
         `step` (`checkpoints.finished_at`), written by `writer`. `already_finished` is true, `succeeded` too
@@ -524,7 +531,9 @@ class LocalLauncher:
             if not run:
                 # No summary (the program never closed its runtime): the last status it served says how it went.
                 last = self._last_status
-                run = {"steps": last.step, "final_loss": last.loss, "initial_loss": last.initial_loss,
+                stepped = last is not None and last.goodput is not None  # (None: it completed no step)
+                run = {"steps": last.step, "final_loss": last.loss if stepped else None,
+                       "initial_loss": last.initial_loss if stepped else None,
                        "recoveries": [r.model_dump(mode="json") for r in last.recovery_history],
                        "goodput": last.goodput, "goodput_seconds": dict(last.goodput_seconds)} if last else {}
             run["succeeded"] = exited_ok and run.get("succeeded", True)

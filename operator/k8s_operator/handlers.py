@@ -791,10 +791,12 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
             {i: list(tracker.slices[i].pods) for i in tracker.slices_down_by_controller(ctrl)}))
 
     jobsets = {v.slice_index: v for v in jobset_list}
-    last_reason = (ctrl or tracker.last_status).failure_reason if (ctrl or tracker.last_status) else None
+    last = ctrl or tracker.last_status
+    last_reason = last.failure_reason if last else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
-                                js.expected_pod_age_s(status.get("controllerPod") or ""), lost))
+                                js.expected_pod_age_s(status.get("controllerPod") or ""), lost,
+                                controller_phase=last.phase if last else None))
     renderer = renderer_for(job.spec.backend)
 
     def adopted(child: dict) -> dict:

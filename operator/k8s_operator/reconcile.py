@@ -66,6 +66,7 @@ class Observed:
       controller_pods: the job's controller pods (any incarnation).
       jobsets: worker JobSets by slice index.
       controller_failure_reason: the controller's last reported failure reason, if any.
+      controller_phase: the controller's last reported phase (`GET /v1/status`), None before any.
       worker_pods: the job's worker pods (for images that cannot be pulled).
       now: RFC 3339 time of this pass ("": time-based decisions are skipped).
       expected_pod_age_s: seconds since this operator process created the pod
@@ -83,6 +84,7 @@ class Observed:
     now: str = ""
     expected_pod_age_s: float | None = None
     lost_nodes: Mapping[str, NodeLoss] = dataclasses.field(default_factory=dict)
+    controller_phase: str | None = None
 
 
 @dataclasses.dataclass
@@ -242,12 +244,21 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     controller losses: recreated and counted.
     """
     if pod.phase == "Succeeded" or pod.exit_code == ControllerExit.SUCCEEDED:
+        if job.spec.controller.library_mode and observed.controller_phase == "Failed":
+            # The library's books (its final status, read before the program exits): the program closed its
+            # runtime short of spec.training.steps without an exit code saying it succeeded; exit 0 then
+            # is not "trained N steps" (`elastic-jax run` reads the same books: failed).
+            return "Failed", (f"the program exited 0 but "
+                              f"{observed.controller_failure_reason or 'its runtime ended Failed'}")
         return "Succeeded", f"trained {job.spec.training.steps} steps"
     detail = termination_reason(pod.termination_message).removeprefix("error: ")
+    # Nothing said why: which log says it (a finished job keeps its controller pod).
+    namespace = f" -n {job.metadata.namespace}" if job.metadata.namespace else ""
+    log_hint = f"no reason given; see kubectl logs {pod.name}{namespace} -c controller"
     if pod.exit_code == ControllerExit.FAILED:
-        return "Failed", f"training failed: {observed.controller_failure_reason or detail or 'see the controller log'}"
+        return "Failed", f"training failed: {observed.controller_failure_reason or detail or log_hint}"
     if pod.exit_code == ControllerExit.BAD_INPUT:
-        return "Failed", f"the controller refused its input: {detail or 'see the controller log'}"
+        return "Failed", f"the controller refused its input: {detail or log_hint}"
     return None
 
 

@@ -584,3 +584,39 @@ def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
     m["spec"]["controller"]["trainer"]["config"]["seqlen"] = 32  # (a config mistake: stops at the controller)
     resumed = _cli(tmp_path, m, "run", "--no-failure")
     assert resumed.returncode == 2 and "seqlen" in resumed.stderr and "already finished" not in resumed.stderr
+
+
+def test_a_program_that_exits_before_ready_names_its_log(tmp_path):
+    """Library mode: the user's program dies before serving (its own words, not an `error:` line). The
+    message gave that last line alone; it now says which log holds the rest."""
+    m = job_manifest("early", tmp_path, controller={"command": [sys.executable, "-c", "raise SystemExit('no data here')"]})
+    code, out, err = run_bad(tmp_path, m)
+    assert code == 1, err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert "controller exited with 1 before it was ready: no data here; see " in errors[0], errors[0]
+    log = Path(errors[0].rsplit("see ", 1)[1])
+    assert log == tmp_path / "run" / "controller.log" and "no data here" in log.read_text(), errors[0]
+
+
+def test_validate_and_run_report_every_field_error_not_the_first(tmp_path):
+    """A manifest with five mistakes in three sections: both commands list all five, one `error:` line each
+    naming its field, as the API server lists every failed rule. Before, a rule of one section
+    (minSlices > count) hid the others' and every rule across sections (globalBatchSize, hostsPerSlice, a
+    repeated env name)."""
+    m = job_manifest("many", tmp_path)
+    m["spec"]["slices"].update(count=4, minSlices=5, hostsPerSlice=2)
+    m["spec"]["training"]["globalBatchSize"] = 2
+    m["spec"]["controller"].update(args=["x"], env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])
+    fields = ["spec.slices.minSlices (5) must not exceed spec.slices.count (4)", "spec.controller.args:",
+              "spec.controller.env[1].name: A is set twice", "spec.training.globalBatchSize (2) must be at least",
+              "spec.slices.hostsPerSlice must be 1"]
+    proc = _validate(tmp_path, m)
+    run_code, run_out, run_err = run_bad(tmp_path, m)
+    for code, out, err in ((proc.returncode, proc.stdout, proc.stderr), (run_code, run_out, run_err)):
+        assert code == 2 and "Traceback" not in err and "SUMMARY" not in out, err
+        errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+        assert len(errors) == len(fields), err
+        for line, fragment in zip(errors, fields):
+            assert line.startswith(f"error: {tmp_path / 'job.yaml'}: ") and fragment in line, (line, fragment)
+    assert not (tmp_path / "run").exists()  # refused before anything started

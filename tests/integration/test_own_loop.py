@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
+import pytest
 import yaml
 
-from tests.support.runs import ROOT, run_cli
+from elastic_jax import SliceDownError
+from elastic_jax.api.client import ControlClient
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.runtime import Runtime
+from tests.support import workers as test_workers
+from tests.support.runs import ROOT, job_manifest, run_cli
 
 LOOP = ROOT / "examples" / "04-own-loop.py"
 
@@ -68,3 +77,57 @@ def test_own_loop_saves_through_the_library_and_a_new_run_resumes_from_it(tmp_pa
     assert s["resumed_from"]["step"] == 40 and s["resumed_from"]["fallbackReason"] is None, s
     assert s["last_committed_checkpoint_step"] == 60, s
     assert s["initial_loss"] > s["final_loss"], s  # the first run's first loss, saved with the step
+    # Run again once finished: the program restores step 60 and makes no step, so no loss is reported
+    # (it printed the restored `loss 0.9xx -> 0.00x` as this run's).
+    done = run_cli(_manifest(tmp_path, steps=60), tmp_path, "--no-failure", cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    s = done.summary
+    assert s["succeeded"] and s["steps"] == 60 and s["restored_from_step"] == 60, s
+    assert s["initial_loss"] is None and s["final_loss"] is None, s
+    assert "loss n/a (no step made)" in done.stderr and " -> " not in done.stderr, done.stderr[-2000:]
+
+
+def _chunk_sum(params, chunk):
+    return {"sum": jnp.sum(chunk["x"]) * params["w"], "examples": jnp.asarray(chunk["x"].shape[0], jnp.float32)}
+
+
+def test_map_sum_runs_on_the_attempts_slices_and_a_slice_down_since_ends_the_attempt(tmp_path, worker_factory):
+    """A slice reported Down between two `map_sum` calls of one attempt, its worker still answering (a node
+    the operator gave up on): the next call raises `SliceDownError` and `elastic_retry` recovers onto the
+    survivor. Before, `map_sum` without `active` took the slices active at the call and summed on slice 0
+    alone, the attempt going on with no recovery booked; with `active` given (the built-in trainer) it sent
+    the step to the Down slice's worker."""
+    workers = worker_factory.start_many(2)
+    manifest = job_manifest("mapsum", tmp_path, controller={"command": ["python", "train.py"]})
+    manifest["spec"]["elasticity"].update(maxRestarts=3, sliceWaitTimeoutSeconds=60)
+    rt = Runtime(parse_manifest(manifest), test_workers.TOKEN).start()
+    client = ControlClient(f"http://127.0.0.1:{rt.port}", test_workers.TOKEN)
+    try:
+        for w in workers:
+            client.report_slice(w.slice_index, "Ready", time.time_ns(), addresses=[w.address])
+        params, batch = {"w": np.float32(2.0)}, {"x": np.arange(8, dtype=np.float32)}
+        attempts, sums, events = [], [], []
+
+        @rt.elastic_retry(on_elastic_event_callback=events.append)
+        def train():
+            attempts.append(sorted(rt.active_slices))
+            sums.append(rt.map_sum(_chunk_sum, params, batch))
+            if len(attempts) == 1:
+                client.report_slice(1, "Down", time.time_ns(), reason="node lost")
+                sums.append(rt.map_sum(_chunk_sum, params, batch))  # the attempt's slices: 1 is gone
+            return "done"
+
+        assert train() == "done"
+        assert attempts == [[0, 1], [0]], attempts
+        assert [type(e).__name__ for e in events] == ["SliceDownError"], events
+        assert "slices [1] went down since this attempt began" in str(events[0])
+        assert [(float(s["sum"]), float(s["examples"])) for s in sums] == [(56.0, 8.0), (56.0, 8.0)], sums
+        assert client.status().recoveries == {"slice_down": 1}
+        # The built-in trainer's call (its attempt's slices given): slice 1 is still Down, its worker alive.
+        assert workers[1].popen.poll() is None
+        with pytest.raises(SliceDownError, match=r"slices \[1\] went down"):
+            rt.map_sum(_chunk_sum, params, batch, active=[0, 1])
+    finally:
+        client.close()
+        rt.close()
+

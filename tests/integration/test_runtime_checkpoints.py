@@ -73,6 +73,21 @@ def test_save_on_schedule_then_a_new_runtime_resumes_from_the_last_committed_ste
     assert s["restored_from_step"] == 5 and s["resumed_from"]["step"] == 5
 
 
+def test_a_run_that_restores_the_last_step_and_makes_none_reports_no_loss(tmp_path):
+    """A finished job run again: `restore` brings back step 6 and the losses saved with it, and no step is
+    made. Its summary gave those losses as its own (`loss 1.000 -> 0.167`); now null: no step, no loss."""
+    rt = _runtime(tmp_path)
+    _train(rt, 0, 6)
+    rt.save(6, _state(6.0), force=True)
+    rt.close()
+    again = _runtime(tmp_path, summary="again.json")
+    assert again.restore(_state(0.0)).step == 6 and again.loss == 1.0 / 6  # (its books still say where it is)
+    again.close()
+    s = json.loads((tmp_path / "again.json").read_text())
+    assert s["succeeded"] and s["steps"] == 6 and s["restored_from_step"] == 6, s
+    assert s["initial_loss"] is None and s["final_loss"] is None and s["goodput"] is None, s
+
+
 def test_a_corrupt_newest_step_falls_back_to_the_older_one(tmp_path):
     rt = _runtime(tmp_path)
     _train(rt, 0, 4)

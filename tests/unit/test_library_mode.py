@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -72,5 +74,11 @@ def test_run_refuses_fresh_and_validate_refuses_trainer_in_library_mode(tmp_path
     path.write_text(yaml.safe_dump(manifest))
     result = CliRunner().invoke(app, ["run", str(path), "--fresh", "--workdir", str(tmp_path / "run")])
     assert result.exit_code == 2 and "--fresh" in result.output and "Traceback" not in result.output
+    # It says where the checkpoints to delete are ("delete them yourself" named no place).
+    assert f"spec.checkpoint.uri ({tmp_path / 'ck'}:" in result.output, result.output
+    manifest["spec"]["checkpoint"] = {"uri": "ck"}  # relative: also the folder it is from here
+    path.write_text(yaml.safe_dump(manifest))
+    result = CliRunner().invoke(app, ["run", str(path), "--fresh", "--workdir", str(tmp_path / "run")])
+    assert result.exit_code == 2 and f"(ck, i.e. {Path.cwd() / 'ck'}:" in result.output, result.output
     result = CliRunner().invoke(app, ["validate", "--trainer", str(path)])
     assert result.exit_code == 2 and "--trainer" in result.output and "Traceback" not in result.output

@@ -99,6 +99,33 @@ def test_controller_exit_codes_end_the_job():
         plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), "boom"))
         assert plan.finish[0] == phase and words in plan.finish[1]
         assert plan.create_controller is None
+    # No reason anywhere (no termination message, nothing logged): the reason names the pod's log, not
+    # "see the controller log".
+    for code, words in [(1, "training failed: "), (2, "the controller refused its input: ")]:
+        pod = _ctrl(phase="Failed", exit_code=code, message="")
+        job = _job()
+        job.metadata.namespace = "ml"
+        plan = decide(job, Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), None))
+        assert plan.finish == ("Failed", f"{words}no reason given; see kubectl logs demo-controller-0 -n ml "
+                                         "-c controller"), plan.finish
+
+
+def test_library_mode_exit_0_short_of_the_steps_is_the_librarys_failure_not_trained_n_steps():
+    """Library mode: the program closed its runtime at step 0 of 10 without an exit code saying it succeeded
+    (its final status: Failed, "the program ended at step 0 of 10"), then exited 0. The job read Succeeded,
+    "trained 10 steps"; `elastic-jax run` said FAILED from the same books."""
+    pod = _ctrl(phase="Succeeded", exit_code=0)
+    ended = "the program ended at step 0 of 10"
+    library = _job(controller={"command": ["python", "train.py"]})
+    plan = decide(library, Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), ended,
+                                    controller_phase="Failed"))
+    assert plan.finish == ("Failed", f"the program exited 0 but {ended}"), plan.finish
+    # Its own word that it succeeded (it reached the steps, or `close(exit_code=0)`: the MaxText wrapper,
+    # which reports no steps), or no final status read: exit 0 is success, as documented.
+    for phase in ("Succeeded", None):
+        plan = decide(library, Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), None,
+                                        controller_phase=phase))
+        assert plan.finish == ("Succeeded", "trained 10 steps"), (phase, plan.finish)
 
 
 def test_controller_asking_to_be_restarted_is_a_loss_recreated_and_counted():
