@@ -763,7 +763,10 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         stopping = max((p for p in controller_pods if not p.terminal), key=lambda p: p.attempt, default=None)
         tracker.set_controller(None if finished else stopping, stopping=True)
     else:
-        tracker.set_controller(None if finished else current)
+        # a controller pod deleted by someone else is read until it exits (its replacement waits for that:
+        # `Plan.replace_after_stop`): the step its stop checkpoints is the status's, and what the next resumes
+        parting = None if current is not None or finished else _deleted_controller(controller_pods, status)
+        tracker.set_controller(None if finished else (current or parting), stopping=parting is not None)
     ctrl = tracker.refresh_status()
     # The poll may be HTTP in this thread (up to its timeout): the pod-event handler may have applied newer pods
     # meanwhile. Read the index again after it, marked, so neither the slice states nor the
@@ -845,7 +848,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                       controller_restarts=restarts, slice_replacements=replacements, recoveries=recoveries,
                       counter_base=counter_base, finish=plan.finish, rejected_fields=rejected, now=now,
                       goodput=job_goodput, suspend_waits_for=plan.suspend_waits_for, steps_lost=lost_steps,
-                      controller_lost=plan.controller_restarted,
+                      controller_lost=plan.controller_restarted or bool(plan.replace_after_stop),
                       answered_by=_answered_by(tracker.answer_uid if ctrl is not None else "", controller_pods)),
         status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
         current=current, controller_created_now=plan.create_controller is not None,
@@ -872,6 +875,12 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                                and plan.create_controller is None and not created_controller
                                and not post.pending and _nothing_patched(patch))
     return True
+
+
+def _deleted_controller(controller_pods: list, status) -> Any:
+    """The pod `status.controllerPod` names while it is being deleted and has not stopped yet, else None."""
+    name = status.get("controllerPod") or ""
+    return next((p for p in controller_pods if name and p.name == name and p.deleting and not p.terminal), None)
 
 
 def _answered_by(uid: str, controller_pods: list) -> str:
