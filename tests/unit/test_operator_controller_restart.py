@@ -99,3 +99,53 @@ def test_the_restarted_condition_names_a_pod_or_says_none_runs():
               job=_job(suspend=True), controller=None, controller_pod="")
     assert get_condition(s["conditions"], "ControllerRestarted")["reason"] == "ControllerPodLost"
     assert s["phase"] == "Suspended"
+
+
+def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped_and_reads_it_until_then(
+        monkeypatch):
+    """Issue 11: `kubectl delete pod` of the controller. It checkpoints on SIGTERM; its replacement was created at
+    once (restoring before that commit) and the stopping pod was no longer read (its final step unread)."""
+    import kopf
+
+    from elastic_jax.api import labels as lbl
+    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator.reconcile import jobset_view
+    from elastic_jax.k8s_operator.slices import pod_view
+    from tests.support.fake_kube import FakeKube
+
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://b/c"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    labels = {lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}
+    deleting = {"name": "j-controller-0", "uid": "c0", "labels": labels, "deletionTimestamp": "2099-01-01T00:00:30Z",
+                "deletionGracePeriodSeconds": 30}
+    stopping = pod_view({"metadata": deleting, "status": {"phase": "Running", "podIP": "127.0.0.9", "containerStatuses": [
+        {"name": "controller", "ready": False, "state": {"running": {}}}]}})
+    stopped = pod_view({"metadata": deleting, "status": {"phase": "Failed", "podIP": "127.0.0.9", "containerStatuses": [
+        {"name": "controller", "state": {"terminated": {"exitCode": 75}}}]}})
+    jobset = jobset_view({"metadata": {"name": "j-slice-0", "labels": {lbl.JOB_UID: "u1"}}}, 0)
+    status = {"phase": "Running", "step": 7, "controllerPod": "j-controller-0", "tokenSecret": "j-token",
+              "controllerRestarts": 0}
+
+    def reconcile(pods):
+        nonlocal status
+        patch = type("Patch", (), {"status": {}})()
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                                job_jobsets={("ns", "j", "u1"): [jobset]})
+        status = {**status, **patch.status}
+
+    reconcile([stopping])
+    assert not any(n.startswith("j-controller-") for n in state.kube.created), state.kube.created
+    assert status["controllerRestarts"] == 0 and not any(e[1] == "ControllerRestarted" for e in events)
+    assert status["phase"] == "Recovering"
+    assert get_condition(status["conditions"], "ControllerRestarted")["reason"] == "ControllerRestarting"
+    # (still read: the step its stop commits reaches status)
+    assert state.jobs.get(("ns", "j")).tracker.controller_uid == "c0"
+    reconcile([stopped])
+    assert "j-controller-1" in state.kube.created and status["controllerRestarts"] == 1
+    assert [e[1] for e in events].count("ControllerRestarted") == 1
+    assert status["phase"] == "Recovering" and status["controllerPod"] == "j-controller-1"
