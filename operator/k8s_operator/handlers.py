@@ -878,9 +878,11 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
 
 
 def _deleted_controller(controller_pods: list, status) -> Any:
-    """The pod `status.controllerPod` names while it is being deleted and has not stopped yet, else None."""
+    """The pod `status.controllerPod` names while it is being deleted gracefully and has not stopped yet, else
+    None (a force delete, grace 0: nothing runs there to read)."""
     name = status.get("controllerPod") or ""
-    return next((p for p in controller_pods if name and p.name == name and p.deleting and not p.terminal), None)
+    return next((p for p in controller_pods if name and p.name == name and p.deleting and not p.terminal
+                 and p.deletion_grace_s != 0), None)
 
 
 def _answered_by(uid: str, controller_pods: list) -> str:
