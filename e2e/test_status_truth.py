@@ -220,7 +220,7 @@ def test_a_killed_controller_reads_recovering_until_its_replacement_trains_and_c
     during = [o["status"] for o in seen[first:end]]
     # no flap: Recovering from the restart's first version until the replacement trained, then Running
     assert all(s["phase"] == "Recovering" for s in during), _steps(seen)
-    assert seen[end]["status"]["phase"] == "Running", _steps(seen)
+    assert seen[end]["status"]["phase"] in ("Running", "Degraded"), _steps(seen)  # (its first step may be on one)
     assert not [o for o in seen[end:] if o["status"]["phase"] == "Pending"], _steps(seen)
     assert during[0]["activeSlices"] == 0, during[0]
     # the steps lost: the step the job had reached (kept while the replacement restores) minus where it resumed
