@@ -70,7 +70,7 @@ def phase(derived: st.Phase, previous_phase: str, restarting_now: bool) -> st.Ph
 
 
 def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool, resumed_from: int | None,
-                        suspended: bool, finished: str | None) -> tuple[str, str] | None:
+                        suspended: bool, finished: str | None, stopping: str = "") -> tuple[str, str] | None:
     """(reason, message) of the ControllerRestarted condition (True), None while the pod was never recreated.
 
     Args:
@@ -79,10 +79,15 @@ def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool
       restarting_now: `restarting`.
       resumed_from: the step the current controller pod resumed from (None: not reported yet).
       suspended, finished: spec.suspend; the finished phase, if any.
+      stopping: the lost controller pod whose container still stops (`Plan.replace_after_stop`), "" when none.
     """
     if not restarts and not restarting_now:
         return None
     times = f"controller pod recreated {restarts} time(s)" if restarts else "controller pod lost"
+    if restarting_now and stopping:
+        return st.REASON_CONTROLLER_RESTARTING, (
+            f"{times}; controller pod {stopping} is being deleted: its replacement is created once its container "
+            "has stopped (on SIGTERM it checkpoints the step it reached, which the replacement resumes)")
     if restarting_now:
         who = f"its replacement {controller_pod}" if controller_pod else "its replacement"
         return st.REASON_CONTROLLER_RESTARTING, (

@@ -40,6 +40,7 @@ class Inputs:
         the phase is Suspending until there are none.
       steps_lost: `status.stepsLost` (`counters.Counts.steps_lost`); None keeps the previous one.
       controller_lost: this pass found the controller pod lost and replaces it (`controller_restart.restarting`).
+      replace_after_stop: the lost controller pod whose container still stops (`Plan.replace_after_stop`).
       answered_by: the controller pod `controller` answered from; None: the current one (`controller_pod`).
     """
 
@@ -60,6 +61,7 @@ class Inputs:
     suspend_waits_for: list[str] = dataclasses.field(default_factory=list)
     steps_lost: int | None = None
     controller_lost: bool = False
+    replace_after_stop: str = ""
     answered_by: str | None = None
 
 
@@ -74,8 +76,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         out.completion_time = i.now
     c = i.controller
     from_current = c is not None and (i.answered_by is None or i.answered_by == i.controller_pod)
-    restarting = controller_restart.restarting(prev, i.controller_lost, c, from_current,
-                                               stopped=bool(finished or i.job.spec.suspend))
+    restarting = controller_restart.restarting(prev, i.controller_lost or bool(i.replace_after_stop), c,
+                                               from_current, stopped=bool(finished or i.job.spec.suspend))
     if c is not None:
         # A new controller reports step 0 until its restore ends (phase Starting): keep the step the
         # job had, or the STEP column reads 10361 -> 0 -> 10411 around a suspend or a controller loss.
@@ -153,7 +155,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     restarted = controller_restart.restarted_condition(
         i.controller_restarts, i.controller_pod, restarting,
         out.resumed_from.step if out.resumed_from is not None and out.resumed_from.controller_pod == i.controller_pod
-        else None, i.job.spec.suspend, finished)
+        else None, i.job.spec.suspend, finished, i.replace_after_stop)
     if restarted is not None:
         conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", *restarted, g, now)
     # A suspended job whose checkpoints go with its controller pod says so while it is suspended.

@@ -142,7 +142,9 @@ def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped
     assert not any(n.startswith("j-controller-") for n in state.kube.created), state.kube.created
     assert status["controllerRestarts"] == 0 and not any(e[1] == "ControllerRestarted" for e in events)
     assert status["phase"] == "Recovering"
-    assert get_condition(status["conditions"], "ControllerRestarted")["reason"] == "ControllerRestarting"
+    restarted = get_condition(status["conditions"], "ControllerRestarted")
+    assert restarted["reason"] == "ControllerRestarting"
+    assert "controller pod j-controller-0 is being deleted: its replacement is created once" in restarted["message"]
     # (still read: the step its stop commits reaches status)
     assert state.jobs.get(("ns", "j")).tracker.controller_uid == "c0"
     reconcile([stopped])
