@@ -30,3 +30,17 @@ def test_spares_column_is_a_count_zero_for_none(cluster, namespace, ejob_crd):  
     cluster.api().merge_patch(f"{path}/cols/status", {"status": status.to_kube()})
     assert _wide_row(cluster, namespace, "cols")["SPARES"] == "2"
     cluster.api().delete(f"{path}/cols")
+
+
+def test_lost_column_counts_the_steps_lost_zero_for_none(cluster, namespace, ejob_crd):  # noqa: F811
+    """Issue 11: `-o wide` shows `status.stepsLost` (steps a new controller pod did not resume) as LOST."""
+    path = f"/apis/elasticjax.dev/v1alpha1/namespaces/{namespace}/elastictrainingjobs"
+    cluster.api().create(path, cpu_job("lost"))
+    status = ElasticTrainingJobStatus(phase="Running", steps_lost=0)
+    cluster.api().merge_patch(f"{path}/lost/status", {"status": status.to_kube()})
+    assert _wide_row(cluster, namespace, "lost")["LOST"] == "0"
+    status = ElasticTrainingJobStatus(phase="Recovering", steps_lost=40)
+    cluster.api().merge_patch(f"{path}/lost/status", {"status": status.to_kube()})
+    row = _wide_row(cluster, namespace, "lost")
+    assert row["LOST"] == "40" and row["PHASE"] == "Recovering", row
+    cluster.api().delete(f"{path}/lost")

@@ -8,13 +8,19 @@ with the real operator (least-privilege process) and real controller and worker 
   `wallSeconds` changed, so `kubectl get ejob -w` printed an identical line: over 70 s no watch event of that job
   differs from the one before it only in the goodput ledger's clock (`goodput.QUIET_WRITE_S`).
 
-Both read every version of the job the API server sends on a watch (no polling that could miss one); nothing is
+- after the controller process was SIGKILLed the job kept `Running` with the old step and slice count until the
+  new controller answered: every version from the restart's start until the replacement trained is now
+  `Recovering` (reason `ControllerRestarting`), and `stepsLost` counts the steps it did not resume.
+
+All read every version of the job the API server sends on a watch (no polling that could miss one); nothing is
 timed.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -172,3 +178,56 @@ def test_a_quiet_pending_job_is_not_rewritten_for_its_goodput_clock_alone(cluste
     # the ledger written is never lower than before the window
     for category, seconds in job["status"]["goodput"]["seconds"].items():
         assert last["status"]["goodput"]["seconds"][category] >= seconds, (category, job["status"], last["status"])
+
+
+def _restart_reason(obj: dict) -> str:
+    """The reason of a job version's ControllerRestarted condition ("" when it has none)."""
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return next((c.get("reason", "") for c in conds if c["type"] == "ControllerRestarted"), "")
+
+
+def test_a_killed_controller_reads_recovering_until_its_replacement_trains_and_counts_the_steps_lost(
+        cluster, kube, namespace, operator):
+    """Session 9/10 trials: after the controller process was SIGKILLed, `kubectl get ejob` kept `Running` with the
+    old step and slice count until the new controller answered (then Pending while it restored). Now every version
+    from the restart's start until the replacement trained reads Recovering (reason ControllerRestarting, 0 active
+    at first), then Running, never Pending; and `stepsLost` is the step reached minus the step the new one resumed."""
+    manifest = example_manifest()
+    name = manifest["metadata"]["name"]
+    manifest["spec"]["training"]["steps"] = 200000  # never finishes during the test
+    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-status-truth/{namespace}/restart-checkpoints"
+    status, explain = apply_job(cluster, namespace, manifest, operator)
+    running = wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("step", 0) >= 5 else None)(
+        status()), timeout_s=300, what="the job training", interval_s=0.5, explain=explain)
+    controller, uid = running["controllerPod"], running["counterBase"]["controllerUid"]
+    job = get_job(cluster, namespace, name)
+    watch = JobWatch(kube, namespace, name, job["metadata"]["resourceVersion"])
+    try:
+        os.kill(cluster.container_pid(namespace, controller, "controller", uid), signal.SIGKILL)
+
+        def trained_again():
+            s = status()
+            return s if (s.get("controllerRestarts") == 1 and s.get("phase") == "Running"
+                         and _restart_reason({"status": s}) == "ControllerPodLost") else None
+        after = wait_for(trained_again, timeout_s=300, what="the replacement controller training", interval_s=0.5,
+                         explain=explain)
+    finally:
+        seen = watch.stop()
+    reasons = [_restart_reason(o) for o in seen]
+    assert "ControllerRestarting" in reasons, _steps(seen)
+    first = reasons.index("ControllerRestarting")
+    end = reasons.index("ControllerPodLost", first)
+    during = [o["status"] for o in seen[first:end]]
+    # no flap: Recovering from the restart's first version until the replacement trained, then Running
+    assert all(s["phase"] == "Recovering" for s in during), _steps(seen)
+    assert seen[end]["status"]["phase"] in ("Running", "Degraded"), _steps(seen)  # (its first step may be on one)
+    assert not [o for o in seen[end:] if o["status"]["phase"] == "Pending"], _steps(seen)
+    assert during[0]["activeSlices"] == 0, during[0]
+    # the steps lost: the step the job had reached (kept while the replacement restores) minus where it resumed
+    reached = during[0]["step"]
+    resumed = (after.get("resumedFrom") or {}).get("step", 0) \
+        if (after.get("resumedFrom") or {}).get("controllerPod") == after["controllerPod"] else 0
+    assert after["stepsLost"] == max(0, reached - resumed), (reached, resumed, after)
+    # once the replacement reported where it resumed, the step is that one, not the lost controller's
+    moved = [s["step"] for s in during if s["step"] != reached]
+    assert not moved or moved[0] == resumed, (moved, resumed, _steps(seen))

@@ -64,6 +64,8 @@ PRINTER_COLUMNS = [
      "description": "Seconds from failures to the next completed step, and steps lost."},
     {"name": "Waiting", "type": "number", "jsonPath": ".status.goodput.seconds.waiting", "priority": 1,
      "description": "Seconds paused for lack of slices."},
+    {"name": "Lost", "type": "integer", "jsonPath": ".status.stepsLost", "priority": 1,
+     "description": "Training steps done and then thrown away (a controller resumed from an earlier step)."},
     # (a count: a list column prints "[]" for none; status.spareSlices names them)
     {"name": "Spares", "type": "integer", "jsonPath": ".status.spareCount", "priority": 1,
      "description": "Hot spare slices now (status.spareSlices names them)."},

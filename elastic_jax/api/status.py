@@ -55,8 +55,11 @@ COND_WAITING_FOR_RESOURCE_MANAGER = "WaitingForResourceManager"
 REASON_SLICES_DOWN = "SlicesDown"  # fewer slices train than desired (Degraded or Recovering)
 REASON_ALL_SLICES_ACTIVE = "AllSlicesActive"
 REASON_NOT_TRAINING = "NotTraining"  # finished, suspended or not started
-# ControllerRestarted
+# ControllerRestarted (and Degraded, while it lasts)
 REASON_CONTROLLER_POD_LOST = "ControllerPodLost"
+# From the pass that finds the controller pod lost (or being deleted by someone else) until its replacement
+# has completed a step: no controller trains meanwhile, so the phase is Recovering (`controller_restart`).
+REASON_CONTROLLER_RESTARTING = "ControllerRestarting"
 # Suspended
 REASON_SUSPENDED = "Suspended"
 # Suspended, and spec.checkpoint.uri is local to the controller pod: a resume starts again from step 0.
@@ -201,6 +204,15 @@ class CounterBase(_Model):
     slices: list[SliceCounterBase] = Field(default_factory=list, description="Per slice: restarts of its earlier JobSets.")
     goodput: GoodputBase | None = Field(
         default=None, description="The goodput ledger of the job's earlier controller pods, added to `goodput`.")
+    steps_lost: int = Field(default=0, ge=0, description="`stepsLost` of the job's earlier controller pods, added to "
+                                                         "`stepsLost`.")
+    step_reached: int | None = Field(
+        default=None, ge=0, description="`step` when the live controller pod took over: the steps it does not resume "
+                                        "(reached minus the step it resumed from) are lost. Unset: not known.")
+    trained_from_step: int | None = Field(
+        default=None, ge=0, description="The lowest step the job's controllers resumed from: the goodput ledger's "
+                                        "productive and reduced seconds trained the steps from here to `step_reached`. "
+                                        "Unset until a controller reported where it resumed.")
 
 
 class ElasticTrainingJobStatus(_Model):
@@ -233,6 +245,12 @@ class ElasticTrainingJobStatus(_Model):
                                           "of the training mesh; spec.slices.spares), as it last reported.")
     spare_count: int = Field(default=0, ge=0, description="How many slices spareSlices names (the SPARES column of "
                                                            "`kubectl get ejob -o wide`: 0 for none).")
+    steps_lost: int = Field(
+        default=0, ge=0, description="Training steps completed and then thrown away, over every controller pod of the "
+                                     "job: a new controller pod (a controller loss, a resume) that resumes from an "
+                                     "earlier step than the job had reached (`step` then) loses the difference, and a "
+                                     "controller that restores lost state itself (pathways) the steps it re-does. Their "
+                                     "seconds are booked `recovering` in `goodput`, not `productive`.")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
     resumed_from: ResumedFrom | None = Field(

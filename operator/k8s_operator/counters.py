@@ -36,12 +36,14 @@ class Counts:
       slice_restarts: `status.slices[i].restarts` by slice index, over every JobSet of slice i.
       base: `status.counterBase` to write with them.
       goodput: `status.goodput` over every controller pod; None keeps the one written (no controller answered).
+      steps_lost: `status.stepsLost` over every controller pod (`steps_lost.carry_steps_lost`).
     """
 
     recoveries: int
     slice_restarts: list[int]
     base: CounterBase
     goodput: Goodput | None = None
+    steps_lost: int = 0
 
     @property
     def slice_replacements(self) -> int:
@@ -140,5 +142,7 @@ def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: 
         ledger_base = ledger_base or GoodputBase()
         goodput = gp.total(ledger_base, controller_ledger)
     restarts, slice_bases = carry_slices(previous, slice_count, jobsets)
-    out = CounterBase(controller_uid=controller, recoveries=carried, slices=slice_bases, goodput=ledger_base)
+    # (the steps-lost fields are `steps_lost.carry_steps_lost`'s: kept as they were)
+    out = CounterBase(controller_uid=controller, recoveries=carried, slices=slice_bases, goodput=ledger_base,
+                      **base.model_dump(include={"steps_lost", "step_reached", "trained_from_step"}))
     return Counts(recoveries=recoveries, slice_restarts=restarts, base=out, goodput=goodput)

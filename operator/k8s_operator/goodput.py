@@ -5,7 +5,8 @@ from its start, reported in `GET /v1/status` (`goodputSeconds`, `goodput`). A
 new controller pod (a controller loss, a resume after `spec.suspend`) starts
 again at 0, so, as for the recovery counter (`counters`), the operator keeps
 what earlier controllers booked in `status.counterBase.goodput` and writes
-base + live. The totals never go down.
+base + live. The booked seconds (`wallSeconds`) never go down; the steps a new controller
+does not resume move their share of `productive`/`reduced` to `recovering` (`steps_lost`).
 
 When it is written: a ledger's seconds move every second a controller runs, but
 a user sees nothing of that on `kubectl get ejob` until the GOODPUT column
@@ -116,8 +117,9 @@ def total(base: GoodputBase, live: GoodputBase) -> Goodput:
 def increments(previous: Goodput | None, current: Goodput | None) -> dict[str, float]:
     """Seconds per category `current` booked past `previous` (for `elasticjax_operator_goodput_seconds_total`).
 
-    Both are `status.goodput` totals, which never go down; a category that did (a status
-    edited by hand) adds nothing rather than a negative increment, which a counter refuses.
+    Both are `status.goodput` totals; a category that went down (steps lost re-booked from productive to
+    recovering, `steps_lost`; a status edited by hand) adds nothing rather than a negative increment,
+    which a counter refuses.
     """
     if current is None:
         return {}

@@ -41,7 +41,7 @@ from elastic_jax.k8s_operator import (
 )
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
-from elastic_jax.k8s_operator import effects, invalid_spec_events, status_write, wake
+from elastic_jax.k8s_operator import effects, invalid_spec_events, status_write, steps_lost, wake
 from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
@@ -770,7 +770,10 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         stopping = max((p for p in controller_pods if not p.terminal), key=lambda p: p.attempt, default=None)
         tracker.set_controller(None if finished else stopping, stopping=True)
     else:
-        tracker.set_controller(None if finished else current)
+        # a controller pod deleted by someone else is read until it exits (its replacement waits for that:
+        # `Plan.replace_after_stop`): the step its stop checkpoints is the status's, and what the next resumes
+        parting = None if current is not None or finished else _deleted_controller(controller_pods, status)
+        tracker.set_controller(None if finished else (current or parting), stopping=parting is not None)
     ctrl = tracker.refresh_status()
     # The poll may be HTTP in this thread (up to its timeout): the pod-event handler may have applied newer pods
     # meanwhile. Read the index again after it, marked, so neither the slice states nor the
@@ -833,7 +836,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         # A finished job keeps its last slice states: its teardown (JobSets deleted, pods gone, or a
         # tracker new after an operator restart) is not news, and rewriting it every pass never ends.
         slice_entries, replacements = previous_slices, previous.slice_replacements
-        recoveries, counter_base, job_goodput = previous.recoveries, None, None
+        recoveries, counter_base, job_goodput, lost_steps = previous.recoveries, None, None, None
     else:
         # (totals over every controller pod and JobSet the job had: suspend/resume or a new controller
         # pod start their own counts at 0)
@@ -841,11 +844,13 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                                 None if finished else counters.controller_recoveries(ctrl), jobsets,
                                 None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl),
                                 js.unwritten_goodput)
+        counts = steps_lost.carry_steps_lost(previous, counts, None if finished else ctrl,
+                                             tracker.answer_uid if ctrl is not None else "")
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
         _post_missed_losses(js, previous_slices, counts.slice_restarts, post)
         slice_entries = with_warming(slice_entries, None if job.spec.suspend else ctrl)
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
-        job_goodput = counts.goodput
+        job_goodput, lost_steps = counts.goodput, counts.steps_lost
     now = now_rfc3339()  # (one time for the whole status of this pass)
     rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
     observed = StatusObserved(
@@ -853,7 +858,9 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                       controller=None if finished else ctrl, controller_pod=controller_pod,
                       controller_restarts=restarts, slice_replacements=replacements, recoveries=recoveries,
                       counter_base=counter_base, finish=plan.finish, rejected_fields=rejected, now=now,
-                      goodput=job_goodput, suspend_waits_for=plan.suspend_waits_for),
+                      goodput=job_goodput, suspend_waits_for=plan.suspend_waits_for, steps_lost=lost_steps,
+                      controller_lost=plan.controller_restarted, replace_after_stop=plan.replace_after_stop,
+                      answered_by=_answered_by(tracker.answer_uid if ctrl is not None else "", controller_pods)),
         status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
         current=current, controller_created_now=plan.create_controller is not None,
         node_lost_messages=node_lost_messages)
@@ -892,6 +899,19 @@ def _post_missed_losses(js: JobState, previous: list[SliceStatusEntry], restarts
     for event in missed_loss_events(previous, restarts, down_now):
         post(*event)
         metrics.SLICE_REPLACEMENTS.inc()
+
+
+def _deleted_controller(controller_pods: list, status) -> Any:
+    """The pod `status.controllerPod` names while it is being deleted gracefully and has not stopped yet, else
+    None (a force delete, grace 0: nothing runs there to read)."""
+    name = status.get("controllerPod") or ""
+    return next((p for p in controller_pods if name and p.name == name and p.deleting and not p.terminal
+                 and p.deletion_grace_s != 0), None)
+
+
+def _answered_by(uid: str, controller_pods: list) -> str:
+    """The name of the controller pod of UID `uid` ("" when none of `controller_pods` is that one)."""
+    return next((p.name for p in controller_pods if uid and p.uid == uid), "")
 
 
 def _nothing_patched(patch) -> bool:

@@ -103,6 +103,9 @@ class Plan:
       events: (type, reason, message) Kubernetes Events to post.
       pathways_head: backend pathways: the head incarnation (`backends.pathways.head_incarnation`)
         the JobSets created now register with; the handler records it on each.
+      replace_after_stop: the controller pod someone else deletes gracefully (`kubectl delete pod`, a drain):
+        its replacement is created once its container has stopped (`_holds_workers`), not before: on SIGTERM
+        it checkpoints its last step, which the replacement must be able to restore ("" when none).
       suspend_waits_for: spec.suspend: the controller pods whose container still runs (`_holds_workers`):
         the job is Suspending, not Suspended, until they have stopped.
     """
@@ -114,6 +117,7 @@ class Plan:
     delete_jobsets: list[str] = dataclasses.field(default_factory=list)
     finish: tuple[str, str] | None = None
     controller_restarted: bool = False
+    replace_after_stop: str = ""
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     pathways_head: str = ""
     suspend_waits_for: list[str] = dataclasses.field(default_factory=list)
@@ -490,6 +494,11 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
         elif not budgets.controller_restart_allowed(restarts, elasticity.max_restarts):
             why = _loss_reason(newest, observed.lost_nodes)
             plan.finish = ("Failed", f"controller pod lost {restarts + 1} times (elasticity.maxRestarts={elasticity.max_restarts}); last: {why}")
+        elif newest is not None and newest.deleting and not stranded and _holds_workers(newest, observed):
+            # A graceful delete: on SIGTERM the controller ends its step and checkpoints it. A replacement
+            # created now would restore before that commit (an older step; two controllers at once on one
+            # checkpoint directory and one set of workers). Counted, announced and created once it stopped.
+            plan.replace_after_stop = newest.name
         else:
             last = newest.attempt if newest is not None else expected_attempt
             plan.create_controller = max(last, expected_attempt or 0) + 1
@@ -528,4 +537,5 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
         plan.create_controller = None
         plan.create_jobsets = []
         plan.controller_restarted = False
+        plan.replace_after_stop = ""
     return plan

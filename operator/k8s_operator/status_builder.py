@@ -13,6 +13,7 @@ from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER
                                                  COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_ANSWER_INVALID,
                                                  REASON_CONTROLLER_NOT_ANSWERING, derive_phase, get_condition,
                                                  set_condition)
+from elastic_jax.k8s_operator import controller_restart
 from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
 from elastic_jax.k8s_operator.slice_warming import spare_indices
 
@@ -38,6 +39,10 @@ class Inputs:
       goodput: `status.goodput` over every controller pod (`counters.Counts.goodput`); None keeps the previous one.
       suspend_waits_for: spec.suspend: the controller pods still running (`reconcile.Plan.suspend_waits_for`);
         the phase is Suspending until there are none.
+      steps_lost: `status.stepsLost` (`counters.Counts.steps_lost`); None keeps the previous one.
+      controller_lost: this pass found the controller pod lost and replaces it (`controller_restart.restarting`).
+      replace_after_stop: the lost controller pod whose container still stops (`Plan.replace_after_stop`).
+      answered_by: the controller pod `controller` answered from; None: the current one (`controller_pod`).
     """
 
     job: ElasticTrainingJob
@@ -55,6 +60,10 @@ class Inputs:
     now: str
     goodput: st.Goodput | None = None
     suspend_waits_for: list[str] = dataclasses.field(default_factory=list)
+    steps_lost: int | None = None
+    controller_lost: bool = False
+    replace_after_stop: str = ""
+    answered_by: str | None = None
 
 
 def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
@@ -67,6 +76,9 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         out.failure_reason = i.finish[1] if finished == "Failed" else ""
         out.completion_time = i.now
     c = i.controller
+    from_current = c is not None and (i.answered_by is None or i.answered_by == i.controller_pod)
+    restarting = controller_restart.restarting(prev, i.controller_lost or bool(i.replace_after_stop), c,
+                                               from_current, stopped=bool(finished or i.job.spec.suspend))
     if c is not None:
         # A new controller reports step 0 until its restore ends (phase Starting): keep the step the
         # job had, or the STEP column reads 10361 -> 0 -> 10411 around a suspend or a controller loss.
@@ -90,6 +102,9 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     elif finished or i.job.spec.suspend or not i.controller_pod:
         out.active_slices = 0
         out.spare_slices = []
+    if restarting and not from_current:
+        out.active_slices = 0  # (the lost controller's mesh trains no more; the replacement's answer says its own)
+    out.steps_lost = prev.steps_lost if i.steps_lost is None else i.steps_lost
     if i.goodput is not None:
         out.goodput = i.goodput
     if finished == "Succeeded":
@@ -122,21 +137,29 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     if c is None and not finished and not i.job.spec.suspend and prev.phase in ("Running", "Degraded", "Recovering"):
         # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.
         phase = prev.phase
+    phase = controller_restart.phase(phase, prev.phase, restarting)
     out.phase = phase
     conds = list(prev.conditions)
     g, now = i.generation, i.now
     training = phase in ("Running", "Degraded", "Recovering")
     conds = set_condition(conds, st.COND_RUNNING, _bool(training), phase, f"phase {phase}", g, now)
     degraded = phase in ("Degraded", "Recovering")
-    if degraded or training:
+    if restarting and degraded:
+        conds = set_condition(conds, st.COND_DEGRADED, "True", st.REASON_CONTROLLER_RESTARTING,
+                              f"the controller pod is being replaced: {out.active_slices}/{i.job.spec.slices.count} "
+                              "slices active", g, now)
+    elif degraded or training:
         conds = set_condition(conds, st.COND_DEGRADED, _bool(degraded),
                               st.REASON_SLICES_DOWN if degraded else st.REASON_ALL_SLICES_ACTIVE,
                               f"{out.active_slices}/{i.job.spec.slices.count} slices active", g, now)
     else:  # finished, suspended or not started: "AllSlicesActive, 0/2 active" would contradict itself
         conds = set_condition(conds, st.COND_DEGRADED, "False", st.REASON_NOT_TRAINING, f"phase {phase}", g, now)
-    if i.controller_restarts:
-        conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", st.REASON_CONTROLLER_POD_LOST,
-                              f"controller pod recreated {i.controller_restarts} time(s); now {i.controller_pod}", g, now)
+    restarted = controller_restart.restarted_condition(
+        i.controller_restarts, i.controller_pod, restarting,
+        out.resumed_from.step if out.resumed_from is not None and out.resumed_from.controller_pod == i.controller_pod
+        else None, i.job.spec.suspend, finished, i.replace_after_stop)
+    if restarted is not None:
+        conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", *restarted, g, now)
     # A suspended job whose checkpoints go with its controller pod says so while it is suspended.
     lost = local_checkpoint_loss(i.job) if i.job.spec.suspend and not finished else None
     message = f"spec.suspend: {lost}; a resume starts again from step 0" if lost else "spec.suspend"

@@ -65,10 +65,10 @@ def test_names_printer_columns_and_status_subresource():
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
     assert columns == ["Phase", "Step", "Active", "Desired", "Restarts", "Goodput", "Age",
-                       "Productive", "Reduced", "Recovering", "Waiting", "Spares"]
+                       "Productive", "Reduced", "Recovering", "Waiting", "Lost", "Spares"]
     # the default view stays short: the breakdown only with -o wide
     assert {c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1} == {
-        "Productive", "Reduced", "Recovering", "Waiting", "Spares"}
+        "Productive", "Reduced", "Recovering", "Waiting", "Lost", "Spares"}
     # -o wide shows a count (0 for none), never a JSON list ("[]"), for the spares
     spares = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Spares")
     assert spares["type"] == "integer" and spares["jsonPath"] == ".status.spareCount"

@@ -227,10 +227,30 @@ def test_a_controller_released_by_suspend_is_never_a_loss_when_the_job_resumes()
     # Resumed before the pod was deleted at all: it is the job's controller again; nothing created.
     plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [_ctrl()], _both_jobsets()))
     assert plan.create_controller is None and plan.delete_pods == [] and plan.events == []
-    # The same pod deleted by someone else while the status names it is still a loss.
+    # The same pod deleted by someone else while the status names it is still a loss (replaced once it
+    # stopped: `test_a_gracefully_deleted_controller_is_replaced_only_once_it_has_stopped`).
     plan = decide(_job(), Observed({"controllerPod": "demo-controller-0", "controllerRestarts": 0}, [stopping],
                                    _both_jobsets()))
-    assert plan.create_controller == 1 and plan.controller_restarted
+    assert plan.replace_after_stop == "demo-controller-0" and plan.create_controller is None
+
+
+def test_a_gracefully_deleted_controller_is_replaced_only_once_it_has_stopped():
+    """Issue 11: `kubectl delete pod` of the controller: on SIGTERM it checkpoints its last step; a replacement
+    created at once restored before that commit (an older step of a gs:// checkpoint)."""
+    status = {"controllerPod": "demo-controller-0", "controllerRestarts": 0}
+    stopping = _ctrl(deleting=True)
+    plan = decide(_job(), Observed(status, [stopping], _both_jobsets()))
+    assert plan.create_controller is None and not plan.controller_restarted and plan.events == []
+    assert plan.replace_after_stop == "demo-controller-0" and plan.delete_pods == []
+    # its container stopped (exit 75: it checkpointed): now the replacement, counted and announced
+    stopped = _ctrl(phase="Failed", exit_code=75, deleting=True)
+    plan = decide(_job(), Observed(status, [stopped], _both_jobsets()))
+    assert plan.create_controller == 1 and plan.controller_restarted and plan.replace_after_stop == ""
+    assert [e[1] for e in plan.events] == ["ControllerRestarted"]
+    # a force delete (grace 0) or a pod on a lost node never stops gracefully: no wait
+    forced = dataclasses.replace(_ctrl(deleting=True), deletion_grace_s=0)
+    plan = decide(_job(), Observed(status, [forced], _both_jobsets()))
+    assert plan.create_controller == 1 and plan.replace_after_stop == ""
 
 
 def test_suspend_keeps_workers_until_the_controller_checkpointed_and_exited():

@@ -1,0 +1,102 @@
+"""A controller pod's replacement as the job's status tells it (pure).
+
+From the pass that finds the controller pod lost (it exited, vanished, or is
+being deleted by someone else: `reconcile.Plan.controller_restarted`) until
+its replacement has completed a training step, no controller trains. Before
+this module the status kept the last phase, step and slice count of the lost
+controller (`Running`, its step, 2/2 active) until the new one answered, then
+read `Pending` while it restored (a flap). Now:
+
+- phase `Recovering` (for a job that was training: a job still `Pending`
+  stays `Pending`), `activeSlices` 0 while no answer of the replacement says
+  otherwise;
+- condition `ControllerRestarted` True with reason `ControllerRestarting`
+  (and `Degraded` True with that reason), which is also what keeps the state
+  from one pass to the next (and across an operator restart): it lasts until
+  the replacement pod's own answer shows a step completed beyond the one it
+  resumed from (or the job stops: suspended, finished);
+- `step`: the lost controller's last one until the replacement has reported
+  where it resumed, then that step (`status_builder`: a controller still
+  `Starting` does not reset it).
+
+After that the condition stays True with reason `ControllerPodLost` ("the pod
+was recreated N times"), naming the pod that runs now, or saying that none
+does (a suspended or finished job: there is no pod to name).
+"""
+
+from __future__ import annotations
+
+from elastic_jax.api import status as st
+from elastic_jax.api.control import ControllerStatus
+from elastic_jax.k8s_operator.conditions import get_condition
+from elastic_jax.k8s_operator.steps_lost import resumed_step
+
+TRAINING_PHASES = ("Running", "Degraded", "Recovering")
+_CONTROLLER_ENDED = ("Succeeded", "Failed", "Stopped", "Interrupted")
+
+
+def restarting(previous: st.ElasticTrainingJobStatus, controller_lost: bool, controller: ControllerStatus | None,
+               from_current: bool, stopped: bool) -> bool:
+    """Whether the job's controller is being replaced after this pass.
+
+    Args:
+      previous: the job's `.status` before this pass (its ControllerRestarted condition carries the state).
+      controller_lost: this pass found the controller pod lost (`Plan.controller_restarted`, whether or not
+        the replacement could be created yet, or `Plan.replace_after_stop`: waiting for it to stop first).
+      controller: this pass's controller answer (None: none).
+      from_current: `controller` is the current controller pod's (not the lost one's parting word).
+      stopped: the job is suspended or finished: nothing is being replaced.
+    """
+    if stopped:
+        return False
+    if controller_lost:
+        return True
+    before = get_condition(previous.conditions, st.COND_CONTROLLER_RESTARTED)
+    if before is None or before.status != "True" or before.reason != st.REASON_CONTROLLER_RESTARTING:
+        return False
+    if controller is None or not from_current:
+        return True
+    if controller.phase in _CONTROLLER_ENDED:
+        return False
+    resumed = resumed_step(controller)
+    return resumed is None or controller.step <= resumed
+
+
+def phase(derived: st.Phase, previous_phase: str, restarting_now: bool) -> st.Phase:
+    """The job's phase: `Recovering` while a training job's controller is replaced, else `derived`."""
+    if restarting_now and previous_phase in TRAINING_PHASES:
+        return "Recovering"
+    return derived
+
+
+def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool, resumed_from: int | None,
+                        suspended: bool, finished: str | None, stopping: str = "") -> tuple[str, str] | None:
+    """(reason, message) of the ControllerRestarted condition (True), None while the pod was never recreated.
+
+    Args:
+      restarts: `status.controllerRestarts` after this pass.
+      controller_pod: `status.controllerPod` after this pass ("" when none: suspended, or not yet created).
+      restarting_now: `restarting`.
+      resumed_from: the step the current controller pod resumed from (None: not reported yet).
+      suspended, finished: spec.suspend; the finished phase, if any.
+      stopping: the lost controller pod whose container still stops (`Plan.replace_after_stop`), "" when none.
+    """
+    if not restarts and not restarting_now:
+        return None
+    times = f"controller pod recreated {restarts} time(s)" if restarts else "controller pod lost"
+    if restarting_now and stopping:
+        return st.REASON_CONTROLLER_RESTARTING, (
+            f"{times}; controller pod {stopping} is being deleted: its replacement is created once its container "
+            "has stopped (on SIGTERM it checkpoints the step it reached, which the replacement resumes)")
+    if restarting_now:
+        who = f"its replacement {controller_pod}" if controller_pod else "its replacement"
+        return st.REASON_CONTROLLER_RESTARTING, (
+            f"{times}; no controller trains until {who} has resumed from the latest committed checkpoint "
+            "and completed a step")
+    if finished:
+        now = f"the job {finished}; its last controller pod was {controller_pod or 'deleted'}"
+    elif controller_pod and not suspended:
+        now = f"now {controller_pod}" + (f", resumed from step {resumed_from}" if resumed_from is not None else "")
+    else:
+        now = "no controller pod runs now (spec.suspend)" if suspended else "no controller pod runs now"
+    return st.REASON_CONTROLLER_POD_LOST, f"{times}; {now}"

@@ -1,0 +1,116 @@
+"""`status.stepsLost`: steps a new controller pod did not resume, and their goodput seconds (pure).
+
+A new controller pod (a controller loss, a resume after `spec.suspend`) resumes
+from the newest committed checkpoint it can read; the job had reached
+`status.step` before. The steps in between were trained and thrown away: a
+local `spec.checkpoint.uri` restores nothing (step 0), a `gs://` one the last
+checkpoint committed before the loss. So, per controller pod:
+
+  lost at its start = max(0, `counterBase.stepReached` - the step it resumed from)
+
+counted once it has reported where it resumed (its phase is no longer `Starting`:
+`resumedFrom.step`, or 0 when it resumed nothing). `status.stepsLost` is the
+earlier pods' total (`counterBase.stepsLost`) + that + the steps the live
+controller itself re-did after restoring lost state (pathways; `stepsLost` of
+`GET /v1/status`).
+
+Their seconds: the earlier controllers' ledger (`counterBase.goodput`) booked the
+steps from `counterBase.trainedFromStep` to `stepReached` as `productive` or
+`reduced`. The lost share of those steps, lost / (stepReached - trainedFromStep),
+of each of the two categories (and of `reducedEquivalentSeconds`) is re-booked
+as `recovering`: the lost steps are booked at the mean training seconds per step
+of the work they were part of. The re-booking is applied to the total each pass
+from the same base, so it is never applied twice; the total written becomes the
+next controller's base with it.
+
+Not seen (as for every counter, `counters`): steps the old controller trained
+after the operator's last read of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.status import ElasticTrainingJobStatus, Goodput, GoodputBase, GoodputSeconds
+from elastic_jax.k8s_operator import goodput as gp
+from elastic_jax.k8s_operator.counters import Counts
+
+
+def resumed_step(controller: ControllerStatus) -> int | None:
+    """The step `controller` resumed from: its `resumedFrom.step`, 0 when it resumed nothing; None while it is
+    still `Starting` (its restore may not have ended)."""
+    if controller.phase == "Starting":
+        return None
+    return controller.resumed_from.step if controller.resumed_from is not None else 0
+
+
+def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, controller: ControllerStatus | None,
+                     controller_uid: str) -> Counts:
+    """`counts` (from `counters.carry`) with `stepsLost`, its base fields and the lost steps' goodput re-booked.
+
+    Args:
+      previous: the job's `.status` before this pass.
+      counts: this pass's counts; `counts.base.controller_uid` is the live controller's pod UID.
+      controller: the answer of this pass (None: none).
+      controller_uid: the pod UID `controller` came from ("" when none).
+
+    Returns:
+      The counts; `steps_lost` never lower than `previous.steps_lost`.
+    """
+    before = previous.counter_base
+    base = counts.base
+    if base.controller_uid and (before is None or before.controller_uid != base.controller_uid):
+        # a new controller pod took over: the job's total so far is its base, the step it had reached is
+        # what it must resume (unknown for a status an older operator wrote: nothing is counted)
+        reached = previous.step if before is not None else None
+        base = base.model_copy(update={"steps_lost": previous.steps_lost, "step_reached": reached})
+    live = controller if controller is not None and controller_uid and controller_uid == base.controller_uid else None
+    resumed = resumed_step(live) if live is not None else None
+    lost_at_start = 0
+    goodput = counts.goodput
+    if resumed is not None:
+        trained_from = base.trained_from_step
+        if trained_from is None:
+            # the first resume reported: the ledger's training seconds (none yet, unless an older operator
+            # wrote them, then taken as from step 0) start at this controller's step
+            trained_from = resumed if _training_seconds(base.goodput) == 0 else 0
+        trained_from = min(trained_from, resumed)
+        base = base.model_copy(update={"trained_from_step": trained_from})
+        if base.step_reached is not None:
+            lost_at_start = max(0, base.step_reached - resumed)
+            if goodput is not None and lost_at_start:
+                goodput = rebook_lost(goodput, base.goodput, lost_at_start / (base.step_reached - trained_from))
+    total = base.steps_lost + lost_at_start + (live.steps_lost if live is not None else 0)
+    if live is None:
+        total = previous.steps_lost  # (nobody answered for the live controller: the total written stays)
+    return dataclasses.replace(counts, base=base, goodput=goodput, steps_lost=max(previous.steps_lost, total))
+
+
+def rebook_lost(total: Goodput, earlier: GoodputBase | None, share: float) -> Goodput:
+    """`total` with `share` (0..1) of the earlier controllers' productive and reduced seconds booked `recovering`.
+
+    Args:
+      total: `status.goodput` of this pass (earlier controllers + the live one).
+      earlier: the earlier controllers' ledger (`counterBase.goodput`); None: nothing to re-book.
+      share: the lost steps over the steps that ledger trained.
+    """
+    if earlier is None or share <= 0:
+        return total
+    share = min(1.0, share)
+    productive = earlier.seconds.productive * share
+    reduced = earlier.seconds.reduced * share
+    seconds = total.seconds.model_copy(update={
+        "productive": max(0.0, total.seconds.productive - productive),
+        "reduced": max(0.0, total.seconds.reduced - reduced),
+        "recovering": total.seconds.recovering + productive + reduced,
+    })
+    # (gp.total recomputes fraction, percent and wall from the seconds)
+    equivalent = max(0.0, total.reduced_equivalent_seconds - earlier.reduced_equivalent_seconds * share)
+    return gp.total(GoodputBase(seconds=GoodputSeconds(**seconds.model_dump()), reduced_equivalent_seconds=equivalent),
+                    GoodputBase())
+
+
+def _training_seconds(ledger: GoodputBase | None) -> float:
+    return 0.0 if ledger is None else ledger.seconds.productive + ledger.seconds.reduced
+

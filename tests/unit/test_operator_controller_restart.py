@@ -1,0 +1,153 @@
+"""Issue 11: the status while a lost controller pod is replaced (`k8s_operator.controller_restart`): phase
+Recovering with reason ControllerRestarting until the replacement trained a step, no flap, the step it
+resumed from, and a ControllerRestarted message that names a pod (or says none runs)."""
+
+from __future__ import annotations
+
+from elastic_jax.api.control import ResumeInfo
+from tests.unit.test_operator_status import _ctrl, _inputs, _job, build_status, get_condition
+
+_SLICES = [{"index": 0, "state": "Ready"}, {"index": 1, "state": "Ready"}]
+
+
+def _running_at_step_50() -> dict:
+    s = build_status(_inputs(controller=_ctrl(step=50)))
+    assert s["phase"] == "Running" and s["step"] == 50 and s["activeSlices"] == 2
+    return s
+
+
+def _next(previous: dict, **kw) -> dict:
+    base = dict(previous=previous, controller_pod="demo-controller-1", controller_restarts=1, slices=_SLICES)
+    base.update(kw)
+    return build_status(_inputs(**base))
+
+
+def test_a_lost_controller_reads_recovering_until_its_replacement_trained_a_step():
+    """Trial: after a controller SIGKILL `kubectl get ejob` kept Running with the old step and slice count
+    until the new controller answered, then Pending while it restored (a flap)."""
+    s = _running_at_step_50()
+    phases = []
+    # the pass that finds the pod dead and creates demo-controller-1 (nothing answers)
+    s = _next(s, controller=None, controller_lost=True)
+    phases.append(s["phase"])
+    assert s["phase"] == "Recovering" and s["activeSlices"] == 0 and s["step"] == 50
+    restarted = get_condition(s["conditions"], "ControllerRestarted")
+    assert restarted["status"] == "True" and restarted["reason"] == "ControllerRestarting"
+    assert "demo-controller-1" in restarted["message"]
+    degraded = get_condition(s["conditions"], "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "ControllerRestarting"
+    # the new pod is not up yet; then it answers while it restores (Starting, step 0): still Recovering, step kept
+    s = _next(s, controller=None)
+    phases.append(s["phase"])
+    s = _next(s, controller=_ctrl(phase="Starting", step=0, active=()))
+    phases.append(s["phase"])
+    assert s["step"] == 50 and s["activeSlices"] == 0
+    # it restored step 40 and runs, no step yet: the step is the one it resumed from
+    resumed = _ctrl(step=40)
+    resumed.resumed_from = ResumeInfo(step=40)
+    s = _next(s, controller=resumed)
+    phases.append(s["phase"])
+    assert s["step"] == 40
+    assert get_condition(s["conditions"], "ControllerRestarted")["reason"] == "ControllerRestarting"
+    # its first step: the restart is over
+    trained = _ctrl(step=41)
+    trained.resumed_from = ResumeInfo(step=40)
+    s = _next(s, controller=trained)
+    phases.append(s["phase"])
+    assert phases == ["Recovering"] * 4 + ["Running"], phases
+    restarted = get_condition(s["conditions"], "ControllerRestarted")
+    assert restarted["reason"] == "ControllerPodLost"
+    assert restarted["message"] == "controller pod recreated 1 time(s); now demo-controller-1, resumed from step 40"
+    assert get_condition(s["conditions"], "Degraded")["reason"] == "AllSlicesActive"
+
+
+def test_the_lost_controllers_parting_word_does_not_end_the_restart():
+    """The watch hands over the old pod's last answer once after it went: it says nothing of the new one."""
+    s = _running_at_step_50()
+    s = _next(s, controller=None, controller_lost=True)
+    s = _next(s, controller=_ctrl(step=51), answered_by="demo-controller-0")
+    assert s["phase"] == "Recovering" and s["activeSlices"] == 0
+    assert get_condition(s["conditions"], "ControllerRestarted")["reason"] == "ControllerRestarting"
+
+
+def test_a_job_still_pending_stays_pending_while_its_controller_is_replaced():
+    s = build_status(_inputs(controller=_ctrl(phase="Starting", step=0, active=())))
+    assert s["phase"] == "Pending"
+    s = _next(s, controller=None, controller_lost=True)
+    assert s["phase"] == "Pending"
+    assert get_condition(s["conditions"], "ControllerRestarted")["reason"] == "ControllerRestarting"
+
+
+def test_the_restarted_condition_names_a_pod_or_says_none_runs():
+    """Trial: after a suspend/resume the condition read "controller pod recreated 1 time(s); now " (no pod)."""
+    s = _running_at_step_50()
+    s = _next(s, controller=_ctrl(step=55))
+    assert get_condition(s["conditions"], "ControllerRestarted")["message"].endswith("now demo-controller-1")
+    # suspended: no controller pod
+    s = _next(s, job=_job(suspend=True), controller=None, controller_pod="")
+    message = get_condition(s["conditions"], "ControllerRestarted")["message"]
+    assert message == "controller pod recreated 1 time(s); no controller pod runs now (spec.suspend)"
+    # resumed, the new pod not created yet
+    s = _next(s, controller=None, controller_pod="")
+    assert not get_condition(s["conditions"], "ControllerRestarted")["message"].endswith("now ")
+    # finished
+    s = _next(s, controller=None, finish=("Succeeded", ""))
+    message = get_condition(s["conditions"], "ControllerRestarted")["message"]
+    assert message == "controller pod recreated 1 time(s); the job Succeeded; its last controller pod was demo-controller-1"
+    # a suspend ends a restart in progress (nothing is replaced while suspended)
+    s = _next(_next(_running_at_step_50(), controller=None, controller_lost=True),
+              job=_job(suspend=True), controller=None, controller_pod="")
+    assert get_condition(s["conditions"], "ControllerRestarted")["reason"] == "ControllerPodLost"
+    assert s["phase"] == "Suspended"
+
+
+def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped_and_reads_it_until_then(
+        monkeypatch):
+    """Issue 11: `kubectl delete pod` of the controller. It checkpoints on SIGTERM; its replacement was created at
+    once (restoring before that commit) and the stopping pod was no longer read (its final step unread)."""
+    import kopf
+
+    from elastic_jax.api import labels as lbl
+    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator.reconcile import jobset_view
+    from elastic_jax.k8s_operator.slices import pod_view
+    from tests.support.fake_kube import FakeKube
+
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://b/c"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    labels = {lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}
+    deleting = {"name": "j-controller-0", "uid": "c0", "labels": labels, "deletionTimestamp": "2099-01-01T00:00:30Z",
+                "deletionGracePeriodSeconds": 30}
+    stopping = pod_view({"metadata": deleting, "status": {"phase": "Running", "podIP": "127.0.0.9", "containerStatuses": [
+        {"name": "controller", "ready": False, "state": {"running": {}}}]}})
+    stopped = pod_view({"metadata": deleting, "status": {"phase": "Failed", "podIP": "127.0.0.9", "containerStatuses": [
+        {"name": "controller", "state": {"terminated": {"exitCode": 75}}}]}})
+    jobset = jobset_view({"metadata": {"name": "j-slice-0", "labels": {lbl.JOB_UID: "u1"}}}, 0)
+    status = {"phase": "Running", "step": 7, "controllerPod": "j-controller-0", "tokenSecret": "j-token",
+              "controllerRestarts": 0}
+
+    def reconcile(pods):
+        nonlocal status
+        patch = type("Patch", (), {"status": {}})()
+        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
+                                job_jobsets={("ns", "j", "u1"): [jobset]})
+        status = {**status, **patch.status}
+
+    reconcile([stopping])
+    assert not any(n.startswith("j-controller-") for n in state.kube.created), state.kube.created
+    assert status["controllerRestarts"] == 0 and not any(e[1] == "ControllerRestarted" for e in events)
+    assert status["phase"] == "Recovering"
+    restarted = get_condition(status["conditions"], "ControllerRestarted")
+    assert restarted["reason"] == "ControllerRestarting"
+    assert "controller pod j-controller-0 is being deleted: its replacement is created once" in restarted["message"]
+    # (still read: the step its stop commits reaches status)
+    assert state.jobs.get(("ns", "j")).tracker.controller_uid == "c0"
+    reconcile([stopped])
+    assert "j-controller-1" in state.kube.created and status["controllerRestarts"] == 1
+    assert [e[1] for e in events].count("ControllerRestarted") == 1
+    assert status["phase"] == "Recovering" and status["controllerPod"] == "j-controller-1"

@@ -1,0 +1,117 @@
+"""Issue 11: `status.stepsLost` and the goodput of the steps a new controller pod does not resume
+(`k8s_operator.steps_lost`, on top of `counters.carry`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from elastic_jax.api.control import ControllerStatus, ResumeInfo
+from elastic_jax.api.status import ElasticTrainingJobStatus
+from elastic_jax.k8s_operator import counters, steps_lost
+from elastic_jax.k8s_operator import goodput as gp
+
+
+def _ctrl(step: int, seconds: dict[str, float], phase: str = "Running", resumed: int | None = None,
+          lost: int = 0) -> ControllerStatus:
+    wall = sum(seconds.values())
+    return ControllerStatus(phase=phase, step=step, total_steps=1000, desired_slices=2, min_slices=1,
+                            active_slices=[0, 1], inactive_slices=[], slices=[], pid=1, steps_lost=lost,
+                            goodput_seconds=seconds, goodput=seconds.get("productive", 0) / wall if wall else None,
+                            resumed_from=None if resumed is None else ResumeInfo(step=resumed))
+
+
+def _pass(status: dict, uid: str, ctrl: ControllerStatus | None) -> tuple[counters.Counts, dict]:
+    """One operator pass's counters, and the status it writes (what the next pass reads)."""
+    previous = ElasticTrainingJobStatus.from_kube(status)
+    counts = counters.carry(previous, 2, uid if ctrl else "", counters.controller_recoveries(ctrl), {},
+                            None if ctrl is None else gp.live_ledger(ctrl))
+    counts = steps_lost.carry_steps_lost(previous, counts, ctrl, uid if ctrl else "")
+    written = {**status, "stepsLost": counts.steps_lost,
+               "counterBase": counts.base.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    if ctrl is not None and not (ctrl.phase == "Starting" and ctrl.step == 0):
+        written["step"] = ctrl.step
+    if counts.goodput is not None:
+        written["goodput"] = counts.goodput.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return counts, written
+
+
+def _trained_to_100(uid: str = "pod-a") -> dict:
+    """A job whose first controller trained steps 0..100 in 100 productive seconds (10 starting)."""
+    s: dict = {}
+    _, s = _pass(s, uid, _ctrl(0, {"starting": 5}, phase="Starting"))
+    _, s = _pass(s, uid, _ctrl(100, {"starting": 10, "productive": 100}))
+    assert s["stepsLost"] == 0 and s["step"] == 100
+    return s
+
+
+def test_a_new_controller_that_starts_again_from_step_0_loses_the_steps_and_their_productive_seconds():
+    """Trial: a local checkpoint.uri on a cluster: the new controller pod restores nothing; status kept the
+    thrown-away 100 s as productive and no field counted the 100 steps."""
+    s = _trained_to_100()
+    # pod-b restores: nothing known yet (it may still find a checkpoint)
+    c, s = _pass(s, "pod-b", _ctrl(0, {"starting": 3}, phase="Starting"))
+    assert c.steps_lost == 0 and c.goodput.seconds.productive == 100 and s["step"] == 100
+    # it resumed nothing: it starts from 0, the 100 steps are lost, their seconds were no progress
+    c, s = _pass(s, "pod-b", _ctrl(0, {"starting": 8}))
+    assert c.steps_lost == 100 and s["stepsLost"] == 100
+    assert c.goodput.seconds.productive == 0 and c.goodput.seconds.recovering == 100
+    assert c.goodput.wall_seconds == pytest.approx(118)  # (re-booked, not dropped)
+    # it trains: its own productive seconds count; the loss is not booked again pass after pass
+    c, s = _pass(s, "pod-b", _ctrl(30, {"starting": 8, "productive": 30}))
+    assert c.steps_lost == 100 and c.goodput.seconds.productive == 30 and c.goodput.seconds.recovering == 100
+    c, s = _pass(s, "pod-b", _ctrl(30, {"starting": 8, "productive": 31}))
+    assert c.goodput.seconds.recovering == 100
+    # and a third pod, from step 0 again, loses pod-b's 30 as well: 130 in all, and pod-b's seconds
+    c, s = _pass(s, "pod-c", _ctrl(0, {"starting": 2}))
+    assert c.steps_lost == 130 and c.goodput.seconds.productive == 0 and c.goodput.seconds.recovering == 131
+
+
+def test_a_resume_from_an_older_checkpoint_loses_the_steps_since_it_at_the_mean_step_seconds():
+    """gs://: the controller lost at step 100 had committed step 80; 20 of its 100 steps are redone."""
+    before = _trained_to_100()
+    c, s = _pass(before, "pod-b", _ctrl(80, {"starting": 4, "restoring": 2}, resumed=80))
+    assert c.steps_lost == 20 and s["step"] == 80
+    assert c.goodput.seconds.productive == pytest.approx(80) and c.goodput.seconds.recovering == pytest.approx(20)
+    # the same pass twice (a pass on a status read before the last write) gives the same counts
+    assert _pass(before, "pod-b", _ctrl(80, {"starting": 4, "restoring": 2}, resumed=80))[0] == c
+    # and the next passes keep it, not re-booked again
+    c, s = _pass(s, "pod-b", _ctrl(90, {"starting": 4, "restoring": 2, "productive": 10}, resumed=80))
+    assert c.steps_lost == 20 and c.goodput.seconds.productive == pytest.approx(90)
+    assert c.goodput.seconds.recovering == pytest.approx(20)
+
+
+def test_a_resume_from_the_step_reached_loses_nothing():
+    """A suspend (or a graceful delete) whose stop checkpointed the step status shows: nothing is lost."""
+    s = _trained_to_100()
+    c, s = _pass(s, "pod-b", _ctrl(100, {"starting": 4}, resumed=100))
+    assert c.steps_lost == 0 and c.goodput.seconds.productive == 100 and c.goodput.seconds.recovering == 0
+
+
+def test_a_job_that_resumed_another_jobs_step_books_its_seconds_over_the_steps_it_trained():
+    """The first controller resumed step 500 (written by an earlier job of the name) and trained to 600 in
+    100 s: a loss back to 550 re-books 50 of those 100 steps' seconds, not 50/600 of them."""
+    s: dict = {}
+    _, s = _pass(s, "pod-a", _ctrl(500, {"starting": 5}, resumed=500))
+    _, s = _pass(s, "pod-a", _ctrl(600, {"starting": 5, "productive": 100}, resumed=500))
+    c, s = _pass(s, "pod-b", _ctrl(550, {"starting": 5}, resumed=550))
+    assert c.steps_lost == 50 and c.goodput.seconds.recovering == pytest.approx(50)
+
+
+def test_the_steps_a_live_controller_redid_itself_add_to_the_jobs():
+    """Pathways: a controller that restored lost state from an older snapshot reports its own stepsLost."""
+    s = _trained_to_100()
+    c, s = _pass(s, "pod-a", _ctrl(100, {"starting": 10, "productive": 100}, lost=7))
+    assert c.steps_lost == 7
+    c, s = _pass(s, "pod-b", _ctrl(0, {"starting": 1}))
+    assert c.steps_lost == 107
+    # nobody answers: the total written stays
+    c, s = _pass(s, "", None)
+    assert c.steps_lost == 107
+
+
+def test_a_status_written_by_an_older_operator_counts_no_loss_it_cannot_know():
+    """No `counterBase` (an operator upgrade): the live controller's start is not compared with anything."""
+    s = {"step": 100, "goodput": None}
+    s.pop("goodput")
+    c, s = _pass(s, "pod-a", _ctrl(100, {"productive": 50}, resumed=60))
+    assert c.steps_lost == 0 and c.goodput.seconds.recovering == 0
