@@ -539,8 +539,9 @@ class LocalLauncher:
             run["succeeded"] = exited_ok and run.get("succeeded", True)
         history = self._previous_recoveries + run.get("recoveries", [])
         recoveries = [r for r in history if r.get("cause") != "scale_up"]
-        # None in library mode: the user's loop owns its state, the library does not measure what it redoes.
-        steps_lost = None if self.job.spec.controller.library_mode else run.get("steps_lost") or 0
+        # Library mode: what the library measured (the steps its `recover` rewound), None when the user's
+        # loop never called it (it owns its state; what it redoes is not measured).
+        steps_lost = run.get("steps_lost") if self.job.spec.controller.library_mode else run.get("steps_lost") or 0
         if steps_lost is not None and self._reached_before_restart and run.get("restored_from_step") is not None:
             # At least these steps were redone after the last controller restart.
             steps_lost += max(0, self._reached_before_restart[-1] - run["restored_from_step"])

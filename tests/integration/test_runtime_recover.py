@@ -170,3 +170,34 @@ def test_a_cpu_runtime_never_marks_state_lost():
         assert rt.take_host_snapshot(0, _state(1.0)) is False  # the state is this process's: no copies
     finally:
         rt.close()
+
+
+RECOVERING_PROGRAM = """
+import elastic_jax, jax.numpy as jnp
+rt = elastic_jax.connect()
+with rt:
+    state, step, _ = rt.restore({"w": jnp.zeros((4,), jnp.float32)})
+    while rt.step < rt.job.spec.training.steps:
+        state = {"w": state["w"] + 1.0}
+        rt.report_step(rt.step + 1, loss=1.0 / (rt.step + 1))
+        if rt.step == 4:
+            rt.save(4, state, force=True)
+        if rt.step == 6 and not rt.steps_lost:
+            state = rt.recover({"w": jnp.zeros((4,), jnp.float32)}).state  # back to step 4: 2 steps lost
+    rt.save(rt.step, state, force=True)
+"""
+
+
+def test_elastic_jax_run_reports_the_steps_a_library_loop_recovered(tmp_path):
+    """Trial: the program's summary said 20 steps lost, `elastic-jax run` printed n/a (library mode was n/a always)."""
+    from tests.support.runs import job_manifest, run_cli
+
+    (tmp_path / "prog.py").write_text(RECOVERING_PROGRAM)
+    manifest = job_manifest("librecover", tmp_path)
+    manifest["spec"]["controller"] = {"command": ["python", str(tmp_path / "prog.py")]}
+    manifest["spec"]["training"]["steps"] = 8
+    manifest["spec"]["checkpoint"] = {"uri": str(tmp_path / "ckpt"), "intervalSteps": 100}
+    run = run_cli(manifest, tmp_path, "--no-failure")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.summary["steps_lost"] == 2 and run.summary["steps"] == 8, run.summary
+    assert "steps lost 2" in run.stderr + run.stdout, run.stderr[-2000:]
