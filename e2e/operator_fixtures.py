@@ -236,6 +236,26 @@ def apply_job(cluster, namespace: str, manifest: dict, operator: OperatorProcess
     return status, explain
 
 
+def start_training_job(cluster, namespace: str, operator: OperatorProcess, folder: str, slices: int | None = None):
+    """Applies the CPU example as a job that never finishes during a test, and waits until it trained 5 steps.
+
+    Args:
+      folder: the checkpoint folder's last part (under /tmp/elastic-jax/<folder>/<namespace>/).
+      slices: also wait until this many slices are active (None: any).
+
+    Returns:
+      (manifest, status, explain, running): `apply_job`'s two callables and the status that was training.
+    """
+    manifest = example_manifest()
+    manifest["spec"]["training"]["steps"] = 200000  # never finishes during the test
+    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/{folder}/{namespace}/checkpoints"
+    status, explain = apply_job(cluster, namespace, manifest, operator)
+    running = wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("step", 0) >= 5 and (
+        slices is None or s.get("activeSlices") == slices) else None)(status()),
+        timeout_s=300, what="the job training", interval_s=0.5, explain=explain)
+    return manifest, status, explain, running
+
+
 def job_events(cluster, namespace: str, name: str) -> list[dict]:
     """Events about the job, oldest first."""
     items = cluster.api().get(f"/api/v1/namespaces/{namespace}/events",

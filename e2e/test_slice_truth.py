@@ -16,7 +16,7 @@ import signal
 
 from e2e.helpers import is_ready, pods, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    apply_job, ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
+    ejob_crd, get_job, job_events, operator, operator_kubeconfig, start_training_job,
 )
 from e2e.test_operator_counters import _counts, _reconciles
 from e2e.test_status_truth import JobWatch
@@ -25,14 +25,8 @@ from elastic_jax.k8s_operator.slice_warming import WARMING_TO_JOIN
 
 def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_and_its_replacement_reads_warming(
         cluster, kube, namespace, operator):
-    manifest = example_manifest()
+    manifest, status, explain, _ = start_training_job(cluster, namespace, operator, "e2e-slice-truth", slices=2)
     name = manifest["metadata"]["name"]
-    manifest["spec"]["training"]["steps"] = 200000  # never finishes during the test
-    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-slice-truth/{namespace}/checkpoints"
-    status, explain = apply_job(cluster, namespace, manifest, operator)
-    wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("activeSlices") == 2
-                      and s.get("step", 0) >= 5 else None)(status()),
-             timeout_s=300, what="the job training on both slices", interval_s=0.5, explain=explain)
     assert _counts(status())[1:] == (0, 0), status()
     selector = f"elasticjax.dev/job-name={name},elasticjax.dev/slice-index=0"
     victim = next(p for p in pods(cluster, namespace, selector)

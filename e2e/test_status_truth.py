@@ -26,7 +26,7 @@ import time
 
 from e2e.helpers import pods, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    apply_job, ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
+    apply_job, ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, start_training_job, wait_phase,
 )
 from e2e.test_operator_counters import _differences, _finished_event, _reconciles
 
@@ -86,13 +86,8 @@ def _steps(objects: list[dict]) -> list[tuple[str, str, int]]:
 
 def test_a_suspend_reads_suspending_until_the_controller_stopped_and_suspended_never_moves(
         cluster, kube, namespace, operator):
-    manifest = example_manifest()
+    manifest, status, explain, running = start_training_job(cluster, namespace, operator, "e2e-status-truth")
     name = manifest["metadata"]["name"]
-    manifest["spec"]["training"]["steps"] = 200000  # never finishes during the test
-    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-status-truth/{namespace}/checkpoints"
-    status, explain = apply_job(cluster, namespace, manifest, operator)
-    running = wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("step", 0) >= 5 else None)(
-        status()), timeout_s=300, what="the job training", interval_s=0.5, explain=explain)
     controller = running["controllerPod"]
     controller_uid = running["counterBase"]["controllerUid"]
     job = get_job(cluster, namespace, name)
@@ -192,13 +187,8 @@ def test_a_killed_controller_reads_recovering_until_its_replacement_trains_and_c
     old step and slice count until the new controller answered (then Pending while it restored). Now every version
     from the restart's start until the replacement trained reads Recovering (reason ControllerRestarting, 0 active
     at first), then Running, never Pending; and `stepsLost` is the step reached minus the step the new one resumed."""
-    manifest = example_manifest()
+    manifest, status, explain, running = start_training_job(cluster, namespace, operator, "e2e-status-truth-restart")
     name = manifest["metadata"]["name"]
-    manifest["spec"]["training"]["steps"] = 200000  # never finishes during the test
-    manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-status-truth/{namespace}/restart-checkpoints"
-    status, explain = apply_job(cluster, namespace, manifest, operator)
-    running = wait_for(lambda: (lambda s: s if s.get("phase") == "Running" and s.get("step", 0) >= 5 else None)(
-        status()), timeout_s=300, what="the job training", interval_s=0.5, explain=explain)
     controller, uid = running["controllerPod"], running["counterBase"]["controllerUid"]
     job = get_job(cluster, namespace, name)
     watch = JobWatch(kube, namespace, name, job["metadata"]["resourceVersion"])
