@@ -70,7 +70,8 @@ def phase(derived: st.Phase, previous_phase: str, restarting_now: bool) -> st.Ph
 
 
 def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool, resumed_from: int | None,
-                        suspended: bool, finished: str | None, stopping: str = "") -> tuple[str, str] | None:
+                        suspended: bool, finished: str | None, stopping: str = "",
+                        local_uri: str = "") -> tuple[str, str] | None:
     """(reason, message) of the ControllerRestarted condition (True), None while the pod was never recreated.
 
     Args:
@@ -80,19 +81,29 @@ def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool
       resumed_from: the step the current controller pod resumed from (None: not reported yet).
       suspended, finished: spec.suspend; the finished phase, if any.
       stopping: the lost controller pod whose container still stops (`Plan.replace_after_stop`), "" when none.
+      local_uri: spec.checkpoint.uri when it is local to the controller pod (an emptyDir: its checkpoints,
+        the one a SIGTERM saves too, go with the pod, so a replacement starts again from step 0); "" for
+        shared storage (gs://), whose latest committed checkpoint the replacement restores.
     """
     if not restarts and not restarting_now:
         return None
     times = f"controller pod recreated {restarts} time(s)" if restarts else "controller pod lost"
+    # What the replacement starts from depends on where the checkpoints live: a promise of the latest (or the
+    # SIGTERM's) checkpoint is false for a local uri, whose emptyDir goes with the pod (the trial's Event
+    # said step 0 while this condition said "the latest committed checkpoint").
+    local = f"spec.checkpoint.uri {local_uri} is local to the controller pod" if local_uri else ""
     if restarting_now and stopping:
+        saves = (f"on SIGTERM it checkpoints the step it reached, but {local}: that checkpoint goes with the pod "
+                 "and the replacement starts again from step 0" if local
+                 else "on SIGTERM it checkpoints the step it reached, which the replacement resumes")
         return st.REASON_CONTROLLER_RESTARTING, (
             f"{times}; controller pod {stopping} is being deleted: its replacement is created once its container "
-            "has stopped (on SIGTERM it checkpoints the step it reached, which the replacement resumes)")
+            f"has stopped ({saves})")
     if restarting_now:
         who = f"its replacement {controller_pod}" if controller_pod else "its replacement"
-        return st.REASON_CONTROLLER_RESTARTING, (
-            f"{times}; no controller trains until {who} has resumed from the latest committed checkpoint "
-            "and completed a step")
+        start = (f"has started again from step 0 ({local}: the lost pod's checkpoints went with it)" if local
+                 else "has resumed from the latest committed checkpoint")
+        return st.REASON_CONTROLLER_RESTARTING, f"{times}; no controller trains until {who} {start} and completed a step"
     if finished:
         now = f"the job {finished}; its last controller pod was {controller_pod or 'deleted'}"
     elif controller_pod and not suspended:

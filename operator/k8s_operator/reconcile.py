@@ -271,13 +271,17 @@ SUSPEND_DROPS_CHECKPOINTS = "SuspendDropsCheckpoints"
 RESUMED_FROM_STEP_ZERO = "ResumedFromStepZero"
 
 
-def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
-    """Why a new controller pod of `job` cannot see the last one's checkpoints, or None when it can.
+def checkpoints_go_with_pod(job: ElasticTrainingJob) -> bool:
+    """Whether `job`'s checkpoints live in its controller pod: a local `spec.checkpoint.uri` is an emptyDir of
+    the pod (`backends.cpu.checkpoint_volume`) and goes with it, on a suspend as on a loss; shared storage
+    (`gs://`) outlives it."""
+    return "://" not in job.spec.checkpoint.uri
 
-    A local `spec.checkpoint.uri` is an emptyDir of the controller pod (`backends.cpu.checkpoint_volume`): it
-    goes with the pod, on a suspend as on a loss.
-    """
-    if "://" in job.spec.checkpoint.uri:
+
+def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
+    """Why a new controller pod of `job` cannot see the last one's checkpoints, or None when it can
+    (`checkpoints_go_with_pod`)."""
+    if not checkpoints_go_with_pod(job):
         return None
     return (f"spec.checkpoint.uri {job.spec.checkpoint.uri} is local to the controller pod (an emptyDir), so its "
             "checkpoints go with the pod (use gs:// to keep them across a suspend)")
@@ -301,7 +305,7 @@ def _resume_warning(job: ElasticTrainingJob, status: dict, plan: "Plan") -> None
 def resume_text(job: ElasticTrainingJob) -> str:
     """What a new controller pod resumes from: the latest checkpoint, or nothing when spec.checkpoint.uri is local
     (an emptyDir of the lost pod: its checkpoints went with it)."""
-    if "://" in job.spec.checkpoint.uri:
+    if not checkpoints_go_with_pod(job):
         return "which resumes from the latest checkpoint"
     return (f"which starts again from step 0: spec.checkpoint.uri {job.spec.checkpoint.uri} is local to the lost "
             "pod, so its checkpoints went with it (use gs:// to keep them)")

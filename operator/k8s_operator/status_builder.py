@@ -14,7 +14,7 @@ from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER
                                                  REASON_CONTROLLER_NOT_ANSWERING, derive_phase, get_condition,
                                                  set_condition)
 from elastic_jax.k8s_operator import controller_restart
-from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
+from elastic_jax.k8s_operator.reconcile import checkpoints_go_with_pod, local_checkpoint_loss
 from elastic_jax.k8s_operator.slice_warming import spare_indices
 
 
@@ -157,7 +157,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     restarted = controller_restart.restarted_condition(
         i.controller_restarts, i.controller_pod, restarting,
         out.resumed_from.step if out.resumed_from is not None and out.resumed_from.controller_pod == i.controller_pod
-        else None, i.job.spec.suspend, finished, i.replace_after_stop)
+        else None, i.job.spec.suspend, finished, i.replace_after_stop,
+        local_uri=i.job.spec.checkpoint.uri if checkpoints_go_with_pod(i.job) else "")
     if restarted is not None:
         conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", *restarted, g, now)
     # A suspended job whose checkpoints go with its controller pod says so while it is suspended.

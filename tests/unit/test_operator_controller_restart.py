@@ -151,3 +151,28 @@ def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped
     assert "j-controller-1" in state.kube.created and status["controllerRestarts"] == 1
     assert [e[1] for e in events].count("ControllerRestarted") == 1
     assert status["phase"] == "Recovering" and status["controllerPod"] == "j-controller-1"
+
+
+def test_the_restarting_message_says_what_the_replacement_starts_from_per_checkpoint_storage():
+    """Session 12's trial: with a local spec.checkpoint.uri (the pod's emptyDir) the condition promised "the
+    latest committed checkpoint" (and after a graceful delete the SIGTERM's) while the replacement starts from
+    step 0, as the ControllerRestarted Event said."""
+    for uri, says, never in (("/tmp/ck", "started again from step 0", "latest committed checkpoint"),
+                             ("gs://b/ck", "resumed from the latest committed checkpoint", "step 0")):
+        job = _job(checkpoint={"uri": uri})
+        s = build_status(_inputs(job=job, controller=_ctrl(step=50)))
+        lost = _next(s, job=job, controller=None, controller_lost=True)
+        message = get_condition(lost["conditions"], "ControllerRestarted")["message"]
+        assert says in message and never not in message, message
+        assert (uri in message) == uri.startswith("/"), message
+        # a graceful delete: the replacement waits for the SIGTERM's checkpoint, which a local uri loses too
+        stopping = _next(s, job=job, controller=_ctrl(step=51), controller_pod="demo-controller-0",
+                         controller_restarts=0, replace_after_stop="demo-controller-0")
+        message = get_condition(stopping["conditions"], "ControllerRestarted")["message"]
+        assert "is being deleted" in message, message
+        if uri.startswith("/"):
+            assert "that checkpoint goes with the pod and the replacement starts again from step 0" in message
+            assert "which the replacement resumes" not in message, message
+        else:
+            assert "which the replacement resumes" in message and "step 0" not in message, message
+
