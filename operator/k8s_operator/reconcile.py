@@ -294,10 +294,12 @@ def _was_suspended(status: dict) -> bool:
 
 
 def _resume_warning(job: ElasticTrainingJob, status: dict, plan: "Plan") -> None:
-    """Adds the `RESUMED_FROM_STEP_ZERO` Warning to `plan` when a resume's new controller cannot restore."""
+    """Adds the `RESUMED_FROM_STEP_ZERO` Warning to `plan` when a resume's new controller cannot restore a step
+    the job had reached. None at step 0: starting again from step 0 then loses nothing (a suspend while a
+    restart's replacement was still at step 0 posted "resumed from step 0, not step 0")."""
     why = local_checkpoint_loss(job)
-    if why:
-        step = int(status.get("step") or 0)
+    step = int(status.get("step") or 0)
+    if why and step > 0:
         plan.events.append(("Warning", RESUMED_FROM_STEP_ZERO,
                             f"resumed from step 0, not step {step}: {why}; the suspended controller pod took them"))
 
@@ -446,10 +448,13 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             return plan
         _teardown(observed, plan, keep_finished_controller=False, workers_last=True)
         why = local_checkpoint_loss(job)
-        if why and plan.delete_pods:  # said when the pod goes (a toggle before that loses nothing), not at resume
+        step = int(status.get("step") or 0)
+        # said when the pod goes (a toggle before that loses nothing), not at resume; not at step 0, where the
+        # resume's start from step 0 loses nothing
+        if why and plan.delete_pods and step > 0:
             plan.events.append(("Warning", SUSPEND_DROPS_CHECKPOINTS,
-                                f"suspend: deleting {', '.join(plan.delete_pods)} at step "
-                                f"{int(status.get('step') or 0)}: {why}; the resume will start again from step 0"))
+                                f"suspend: deleting {', '.join(plan.delete_pods)} at step {step}: {why}; the resume "
+                                "will start again from step 0"))
         return plan
 
     name = job.metadata.name

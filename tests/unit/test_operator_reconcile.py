@@ -362,6 +362,21 @@ def test_a_suspend_of_a_job_with_local_checkpoints_warns_at_suspend_and_at_resum
     assert decide(_job(), Observed({}, [], {})).events == []
 
 
+def test_a_suspend_and_resume_at_step_0_warn_of_no_loss():
+    """Session 12's trial: a suspend while Recovering from a restart at step 0 posted "resumed from step 0, not
+    step 0" on resume. Starting again from step 0 loses nothing at step 0: neither the suspend's Warning
+    (`deleting ... at step 0`) nor the resume's is posted; every phrasing names a step above 0 or is not said."""
+    released = {"controllerPod": "", "step": 0, "phase": "Suspending"}
+    assert decide(_job(suspend=True), Observed(released, [_ctrl(attempt=1)], _both_jobsets())).events == []
+    for pods, status in (([_ctrl(attempt=1, phase="Failed", exit_code=75, deleting=True)], released),
+                         ([], {"controllerPod": "", "step": 0, "phase": "Suspended"})):
+        plan = decide(_job(), Observed(status, pods, _both_jobsets()))
+        assert plan.create_controller is not None and plan.events == [], plan.events
+    # (one step made is one step lost: said)
+    plan = decide(_job(), Observed({"controllerPod": "", "step": 1, "phase": "Suspended"}, [], _both_jobsets()))
+    assert [e[2].split(":")[0] for e in plan.events] == ["resumed from step 0, not step 1"]
+
+
 def test_resume_after_suspend_starts_fresh_controller():
     plan = decide(_job(), Observed({"controllerPod": "", "controllerRestarts": 0}, [], {}))
     assert plan.create_controller == 0 and not plan.controller_restarted
