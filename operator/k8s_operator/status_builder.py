@@ -77,6 +77,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         out.completion_time = i.now
     c = i.controller
     from_current = c is not None and (i.answered_by is None or i.answered_by == i.controller_pod)
+    local = checkpoints_go_with_pod(i.job)
     restarting = controller_restart.restarting(prev, i.controller_lost or bool(i.replace_after_stop), c,
                                                from_current, stopped=bool(finished or i.job.spec.suspend))
     if c is not None:
@@ -90,7 +91,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
             out.loss = round(c.loss, 5)
         if c.initial_loss is not None:
             out.initial_loss = round(c.initial_loss, 5)
-        if c.last_committed_checkpoint_step is not None:
+        if c.last_committed_checkpoint_step is not None or (local and from_current):
+            # (local: the current pod's emptyDir holds its own checkpoints only; None until it commits one)
             out.last_checkpoint_step = c.last_committed_checkpoint_step
         if c.resumed_from is not None:
             out.resumed_from = resumed_from_status(c, i.controller_pod)
@@ -104,6 +106,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         out.spare_slices = []
     if restarting and not from_current:
         out.active_slices = 0  # (the lost controller's mesh trains no more; the replacement's answer says its own)
+    if local and not finished and _checkpoints_gone(prev, i, restarting, from_current):
+        out.last_checkpoint_step = None  # (unset: no committed checkpoint exists for the job now)
     out.steps_lost = prev.steps_lost if i.steps_lost is None else i.steps_lost
     if i.goodput is not None:
         out.goodput = i.goodput
@@ -190,6 +194,24 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
                               st.REASON_JOB_FAILED if finished == "Failed" else st.REASON_JOB_SUCCEEDED, reason, g, now)
     out.conditions = conds
     return out
+
+
+def _checkpoints_gone(prev: st.ElasticTrainingJobStatus, i: Inputs, restarting: bool, from_current: bool) -> bool:
+    """For a job whose checkpoints go with its controller pod (`reconcile.checkpoints_go_with_pod`): the
+    checkpoint `lastCheckpointStep` names went with a pod that is gone or going, and no answer of the
+    current pod says otherwise.
+
+    True on the passes that find the controller pod lost (`restarting`, no answer of the replacement yet)
+    and once a new controller pod is named (a replacement, or the pod of a resume after a suspend) before it
+    answered: the trial's `lastCheckpointStep` kept naming the lost pod's emptyDir checkpoint until the new
+    controller committed one. A Suspended job keeps the step its stop saved (what the suspend cost, said by
+    the Suspended condition) until the resume names a new pod.
+    """
+    if from_current:
+        return False  # the current pod's own word (`build_status` took it)
+    if restarting:
+        return True
+    return bool(i.controller_pod) and i.controller_pod != prev.controller_pod
 
 
 def _bool(value: bool) -> st.ConditionStatus:

@@ -27,6 +27,9 @@ from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, Inputs
                                                      with_create_failure, with_node_loss,
                                                      with_pod_faults)
 
+# The status fields this operator writes (camelCase), as `ElasticTrainingJobStatus.to_kube` names them.
+_STATUS_FIELDS = tuple(f.alias or n for n, f in ElasticTrainingJobStatus.model_fields.items())
+
 # Event reason of an edit to a spec field that cannot change on an existing job.
 REASON_SPEC_CHANGE_REJECTED = "SpecChangeRejected"
 
@@ -163,6 +166,9 @@ def decide_status(o: StatusObserved) -> StatusDecision:
                              f"{', '.join(i.rejected_fields)} cannot change on an existing job"))
     written = new.to_kube()
     changed = {k: v for k, v in written.items() if o.status.get(k) != v}
+    # A field the new status unsets (None: `lastCheckpointStep` once the checkpoint it named went with a lost
+    # pod) is left out of `written`; only a null in the merge patch removes it from the object.
+    changed.update({k: None for k in _STATUS_FIELDS if o.status.get(k) is not None and k not in written})
     held = None
     if set(changed) == {"goodput"} and goodput_ledger.held_back(i.previous.goodput, new.goodput, o.running):
         # only the ledger's clock moved: no write (a quiet job's `kubectl get -w` printed the same line every

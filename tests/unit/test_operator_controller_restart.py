@@ -176,3 +176,40 @@ def test_the_restarting_message_says_what_the_replacement_starts_from_per_checkp
         else:
             assert "which the replacement resumes" in message and "step 0" not in message, message
 
+
+def test_last_checkpoint_step_is_cleared_when_a_local_checkpoint_went_with_its_pod():
+    """Session 12's trial: `lastCheckpointStep` kept naming the lost pod's emptyDir checkpoint until the new
+    controller committed one. Local uri: unset from the pass that finds the pod lost (also against the lost
+    pod's parting word) until the replacement reports its own; gs://: kept (the replacement restores it)."""
+    local = _job()
+    s = _running_at_step_50()
+    assert s["lastCheckpointStep"] == 4  # (`_ctrl` reports checkpoint 4)
+    lost = _next(s, controller=None, controller_lost=True)
+    assert "lastCheckpointStep" not in lost
+    parting = _next(lost, controller=_ctrl(step=51), answered_by="demo-controller-0")
+    assert "lastCheckpointStep" not in parting
+    starting = _ctrl(phase="Starting", step=0, active=())
+    starting.last_committed_checkpoint_step = None
+    s = _next(parting, job=local, controller=starting)
+    assert "lastCheckpointStep" not in s
+    committed = _ctrl(step=3)
+    committed.last_committed_checkpoint_step = 2
+    assert _next(s, controller=committed)["lastCheckpointStep"] == 2
+    # shared storage: the checkpoint outlives the pod
+    gs = _job(checkpoint={"uri": "gs://b/ck"})
+    s = build_status(_inputs(job=gs, controller=_ctrl(step=50)))
+    assert _next(s, job=gs, controller=None, controller_lost=True)["lastCheckpointStep"] == 4
+
+
+def test_the_status_patch_removes_a_last_checkpoint_step_that_went_with_the_lost_pod():
+    """The written status leaves an unset field out: the patch must carry a null for the API server to drop it."""
+    from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status
+
+    before = _running_at_step_50()
+    decision = decide_status(StatusObserved(
+        inputs=_inputs(previous=before, controller=None, controller_pod="demo-controller-1", controller_restarts=1,
+                       controller_lost=True),
+        status=before, finished=False, refusal=None, controller_pods=[], worker_pods=[], jobsets={}, current=None,
+        controller_created_now=True))
+    patch = next(e for e in decision.effects if type(e).__name__ == "PatchStatus")
+    assert patch.fields["lastCheckpointStep"] is None and patch.fields["phase"] == "Recovering"
