@@ -55,6 +55,9 @@ COND_WAITING_FOR_RESOURCE_MANAGER = "WaitingForResourceManager"
 REASON_SLICES_DOWN = "SlicesDown"  # fewer slices train than desired (Degraded or Recovering)
 REASON_ALL_SLICES_ACTIVE = "AllSlicesActive"
 REASON_NOT_TRAINING = "NotTraining"  # finished, suspended or not started
+# The running controller does not answer (condition ControllerUnresponsive True): no slice is known to train,
+# so a training job reads Degraded with 0 active slices until it answers again or its pod is replaced.
+REASON_CONTROLLER_UNRESPONSIVE = "ControllerUnresponsive"
 # ControllerRestarted (and Degraded, while it lasts)
 REASON_CONTROLLER_POD_LOST = "ControllerPodLost"
 # From the pass that finds the controller pod lost (or being deleted by someone else) until its replacement
@@ -218,8 +221,10 @@ class CounterBase(_Model):
 class ElasticTrainingJobStatus(_Model):
     """Observed state of an elastic training job."""
 
-    phase: Phase = Field(default="Pending", description="Pending, Running, Degraded, Recovering, Suspending (the "
-                                                        "controller still stopping), Suspended, Succeeded or Failed.")
+    phase: Phase = Field(default="Pending", description="Pending, Running, Degraded (fewer slices train than "
+                                                        "desired, or the controller does not answer), Recovering, "
+                                                        "Suspending (the controller still stopping), Suspended, "
+                                                        "Succeeded or Failed.")
     observed_generation: int = Field(default=0, description="metadata.generation last reconciled.")
     conditions: list[Condition] = Field(default_factory=list, description="Kubernetes-style conditions.")
     desired_slices: int = Field(default=0, description="spec.slices.count.")

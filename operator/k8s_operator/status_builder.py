@@ -43,6 +43,8 @@ class Inputs:
       controller_lost: this pass found the controller pod lost and replaces it (`controller_restart.restarting`).
       replace_after_stop: the lost controller pod whose container still stops (`Plan.replace_after_stop`).
       answered_by: the controller pod `controller` answered from; None: the current one (`controller_pod`).
+      controller_unresponsive: the running controller has not answered for `tracker.UNRESPONSIVE_GRACE_S`
+        (condition ControllerUnresponsive True after this pass): a training job reads Degraded, 0 active.
     """
 
     job: ElasticTrainingJob
@@ -64,6 +66,7 @@ class Inputs:
     controller_lost: bool = False
     replace_after_stop: str = ""
     answered_by: str | None = None
+    controller_unresponsive: bool = False
 
 
 def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
@@ -142,6 +145,15 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.
         phase = prev.phase
     phase = controller_restart.phase(phase, prev.phase, restarting)
+    unresponsive = i.controller_unresponsive and not restarting and phase in controller_restart.TRAINING_PHASES
+    if unresponsive:
+        # A frozen or wedged controller: its last answer's step and mesh are all that is known, and no step is
+        # seen to move. `kubectl get ejob` kept Running 2/2; now Degraded with 0 active (STEP stays the last
+        # step read: those steps were made). Not a phase of its own: the livenessProbe ends the freeze (then
+        # Recovering) or the controller answers again (then its answer's phase), and an older CRD's phase
+        # enum refuses a new phase's status writes.
+        phase = "Recovering" if phase == "Recovering" else "Degraded"
+        out.active_slices = 0
     out.phase = phase
     conds = list(prev.conditions)
     g, now = i.generation, i.now
@@ -152,6 +164,11 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         conds = set_condition(conds, st.COND_DEGRADED, "True", st.REASON_CONTROLLER_RESTARTING,
                               f"the controller pod is being replaced: {out.active_slices}/{i.job.spec.slices.count} "
                               "slices active", g, now)
+    elif unresponsive:
+        conds = set_condition(conds, st.COND_DEGRADED, "True", st.REASON_CONTROLLER_UNRESPONSIVE,
+                              f"the controller does not answer (condition ControllerUnresponsive): 0/"
+                              f"{i.job.spec.slices.count} slices known to train; step {out.step} is the last it "
+                              "reported", g, now)
     elif degraded or training:
         conds = set_condition(conds, st.COND_DEGRADED, _bool(degraded),
                               st.REASON_SLICES_DOWN if degraded else st.REASON_ALL_SLICES_ACTIVE,

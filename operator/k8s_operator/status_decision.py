@@ -121,6 +121,8 @@ def decide_status(o: StatusObserved) -> StatusDecision:
       (`invalid_failure`) with `written` None.
     """
     i = o.inputs
+    if o.running and o.unresponsive is not None:
+        i = dataclasses.replace(i, controller_unresponsive=True)  # (the phase and ACTIVE say it too)
     job, generation, now = i.job, i.generation, i.now
     new = build_status(i)
     out: list[Effect] = []

@@ -310,3 +310,33 @@ def test_a_job_that_never_trained_stays_pending_through_a_failed_first_step():
     assert status["phase"] == "Running"
     # A job that trained before keeps the recovery phases (a later failure is a recovery).
     assert build_status(_inputs(previous=status, controller=_ctrl(phase="Recovering", step=2)))["phase"] == "Recovering"
+
+
+def test_a_frozen_controllers_job_reads_degraded_with_no_slice_active_until_it_answers():
+    """Session 10/12 trials: while the controller was frozen (condition ControllerUnresponsive True) `kubectl get
+    ejob` kept Running with the old step and 2/2 active. Now PHASE Degraded, ACTIVE 0 and the Degraded condition
+    says why (reason ControllerUnresponsive); STEP stays the last step it reported; Running once it answers."""
+    from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status
+
+    running = build_status(_inputs(controller=_ctrl(step=7)))
+    assert (running["phase"], running["activeSlices"]) == ("Running", 2)
+
+    def decided(previous, controller, unresponsive):
+        return decide_status(StatusObserved(
+            inputs=_inputs(previous=previous, controller=controller), status=previous, finished=False, refusal=None,
+            controller_pods=[], worker_pods=[], jobsets={}, current=None, controller_created_now=False,
+            unresponsive=unresponsive)).written
+
+    frozen = decided(running, None, "the controller pod runs but its control API has not answered for 21 s")
+    assert (frozen["phase"], frozen["step"], frozen["activeSlices"]) == ("Degraded", 7, 0)
+    degraded = get_condition(frozen["conditions"], "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "ControllerUnresponsive")
+    assert "0/2 slices" in degraded["message"] and "step 7" in degraded["message"]
+    assert get_condition(frozen["conditions"], "ControllerUnresponsive")["status"] == "True"
+    again = decided(frozen, _ctrl(step=8), None)
+    assert (again["phase"], again["step"], again["activeSlices"]) == ("Running", 8, 2)
+    assert get_condition(again["conditions"], "Degraded")["reason"] == "AllSlicesActive"
+    # a job whose controller is being replaced stays Recovering (the restart's own reason), and one not running
+    # yet is not said to be degraded
+    pending = build_status(_inputs(controller=_ctrl(phase="Starting", step=0, active=())))
+    assert decided(pending, None, "not answered for 21 s")["phase"] == "Pending"
