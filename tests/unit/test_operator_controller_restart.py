@@ -213,3 +213,106 @@ def test_the_status_patch_removes_a_last_checkpoint_step_that_went_with_the_lost
         controller_created_now=True))
     patch = next(e for e in decision.effects if type(e).__name__ == "PatchStatus")
     assert patch.fields["lastCheckpointStep"] is None and patch.fields["phase"] == "Recovering"
+
+
+def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_recovering(monkeypatch):
+    """Session 9's trial: after a controller SIGKILL the status read Running with the old step for ~12 s under
+    load. The path from the container's end to the status write: the pod event (`handlers.job_pod_event`)
+    wakes the job's sleeping daemon at once (not its next timeout), and that very pass decides the loss,
+    creates the replacement and writes Recovering, 0 active (the daemon, the pass and the decisions are the
+    real ones; kopf's patch step and the API server are stood in for)."""
+    import asyncio
+
+    import kopf
+    from kopf._core.actions import application
+
+    from elastic_jax.api import labels as lbl
+    from elastic_jax.k8s_operator import handlers, wake
+    from elastic_jax.k8s_operator.reconcile import jobset_view
+    from elastic_jax.k8s_operator.slices import pod_view
+    from tests.support.fake_kube import FakeKube
+
+    events = []
+    monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://b/c"}}
+    meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "resourceVersion": "1"}
+    status = {"phase": "Running", "step": 7, "activeSlices": 1, "controllerPod": "j-controller-0",
+              "tokenSecret": "j-token", "controllerRestarts": 0}
+    body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec,
+            "status": status}
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state.kopf_settings = kopf.OperatorSettings()
+    memo = {"elasticjax": state}
+    labels = {lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}
+    pod_meta = {"name": "j-controller-0", "uid": "c0", "labels": labels}
+    running = pod_view({"metadata": pod_meta, "status": {"phase": "Running", "podIP": "127.0.0.9", "containerStatuses": [
+        {"name": "controller", "ready": True, "state": {"running": {}}}]}})
+    # SIGKILL: the kubelet reports the container terminated (137) before the pod's phase follows
+    killed = pod_view({"metadata": {**pod_meta, "resourceVersion": "2"}, "status": {
+        "phase": "Running", "podIP": "127.0.0.9", "containerStatuses": [
+            {"name": "controller", "ready": False, "state": {"terminated": {"exitCode": 137, "reason": "Error"}}}]}})
+    pods = [running]
+    job_pods = {("ns", "j", "u1"): pods}
+    job_jobsets = {("ns", "j", "u1"): [jobset_view({"metadata": {"name": "j-slice-0", "labels": {lbl.JOB_UID: "u1"}}},
+                                                   0)]}
+    written: list[dict] = []
+    waits: list[tuple[float, bool]] = []
+    stopped: list = []
+
+    async def patch_and_check(settings, resource, body, patch, logger):
+        # (the API server's write and the watch bringing it back: the daemon's live status and resourceVersion)
+        written.append(dict(patch.status))
+        status.update({k: v for k, v in patch.status.items()})
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        if len(written) == 2:
+            stopped[0].event.set()
+        return None, None
+
+    real_wait = wake.Waker.wait
+
+    async def wait_then_kill(self, timeout_s, stop=None):
+        if len(waits) == 0:  # the daemon sleeps after its first pass: the controller is SIGKILLed now
+            # (the first pass's own news, its failed poll of the controller, is consumed first: only the pod
+            # event may end the wait below)
+            await real_wait(self, 0)
+
+            def pod_event():
+                pods[:] = [killed]  # (kopf updates the index before it calls the handler)
+                asyncio.ensure_future(handlers.job_pod_event(namespace="ns", labels=labels, memo=memo))
+            asyncio.get_running_loop().call_soon(pod_event)
+        woken = await real_wait(self, timeout_s, stop)
+        waits.append((timeout_s, woken))
+        return woken
+
+    monkeypatch.setattr(application, "patch_and_check", patch_and_check)
+    monkeypatch.setattr(wake.Waker, "wait", wait_then_kill)
+    # (the timeout must never be what runs the pass: far beyond the time the test takes)
+    monkeypatch.setattr(wake, "PASS_INTERVAL_S", 600.0)
+
+    class Stopped:
+        def __init__(self):
+            self.event = asyncio.Event()
+
+        def __bool__(self):
+            return self.event.is_set()
+
+        async def wait(self, timeout=None):
+            try:
+                await asyncio.wait_for(self.event.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    async def run():
+        stopped.append(Stopped())
+        await asyncio.wait_for(handlers.reconcile_job(
+            body=body, namespace="ns", name="j", memo=memo, stopped=stopped[0], resource=None, logger=handlers._logger,
+            patch=kopf.Patch(), spec=spec, status=status, meta=meta, job_pods=job_pods, job_jobsets=job_jobsets), 60)
+
+    asyncio.run(run())
+    assert written[0].get("phase", "Running") == "Running"  # (before the kill: the controller only did not answer)
+    assert len(waits) == 1 and waits[0][1] is True and waits[0][0] > 500, waits  # woken by the pod event
+    after = written[1]
+    assert after["phase"] == "Recovering" and after["activeSlices"] == 0 and after["controllerPod"] == "j-controller-1"
+    restarted = get_condition(after["conditions"], "ControllerRestarted")
+    assert (restarted["status"], restarted["reason"]) == ("True", "ControllerRestarting")
+    assert "j-controller-1" in state.kube.created and [e[1] for e in events].count("ControllerRestarted") == 1
