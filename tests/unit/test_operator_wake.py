@@ -187,3 +187,59 @@ def test_the_job_object_and_a_change_in_the_not_ready_nodes_wake_the_pass():
     assert not _woken(js)  # a heartbeat of the same node: no news
     asyncio.run(handlers.node_event(memo=memo, unready_nodes={}))
     assert _woken(js)  # Ready again
+
+
+def test_a_new_controllers_first_step_wakes_the_pass_within_its_long_poll_not_at_its_end():
+    """Session 12's trial: STEP and ACTIVE lagged a resume by 8-10 s. The operator's half of that path, with the
+    job's real link threads (`ControllerLink`) and a controller that holds each long poll until its status
+    changes: the new controller is asked at once, and each change (its first step among them) wakes the pass
+    within a poll pause (`MIN_POLL_INTERVAL_S`), not at the end of the 25 s wait."""
+    import time
+
+    from elastic_jax.k8s_operator import controller_link
+    from elastic_jax.k8s_operator.slices import pod_view
+
+    status = {**STATUS, "phase": "Starting", "step": 0, "activeSlices": [], "inactiveSlices": [0], "version": 1}
+    changed = threading.Condition()
+
+    class LongPolling:
+        def __init__(self, url, token):
+            pass
+
+        def status(self, after=None, wait_s=0.0, **_):
+            end = time.monotonic() + wait_s
+            with changed:
+                while after is not None and status["version"] == after and time.monotonic() < end:
+                    changed.wait(end - time.monotonic())
+                return ControllerStatus.model_validate(status)
+
+        def report_slice(self, *args, **kwargs):
+            pass
+
+        def close(self):
+            pass
+
+    t = JobTracker("ns", "j", 1, 1, client_factory=LongPolling, background=True)
+    woken: list[float] = []
+    t.on_news = lambda: woken.append(time.monotonic())
+    t.token = "token"
+    try:
+        t.set_controller(pod_view({"metadata": {"name": "j-controller-1", "uid": "c1", "labels": {}},
+                                   "status": {"phase": "Running", "podIP": "10.0.0.1"}}))
+        deadline = time.monotonic() + 10
+        while not woken and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert woken, "the new controller was not asked at once"
+        for change in ({"phase": "Running", "activeSlices": [0], "inactiveSlices": []}, {"step": 1}):
+            time.sleep(controller_link.MIN_POLL_INTERVAL_S + 0.2)  # (the watch is inside its long poll now)
+            before = len(woken)
+            with changed:
+                status.update(change, version=status["version"] + 1)
+                changed.notify_all()
+                at = time.monotonic()
+            while len(woken) == before and time.monotonic() < at + 10:
+                time.sleep(0.01)
+            assert len(woken) > before and woken[before] - at < 3.0, (change, woken, at)
+        assert t.refresh_status().step == 1 and t.refresh_status().active_slices == [0]
+    finally:
+        t.close()
