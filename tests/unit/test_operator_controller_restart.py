@@ -231,6 +231,7 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
     from elastic_jax.k8s_operator.reconcile import jobset_view
     from elastic_jax.k8s_operator.slices import pod_view
     from tests.support.fake_kube import FakeKube
+    from tests.unit.test_operator_wake import _Stopped
 
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
@@ -289,21 +290,8 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
     # (the timeout must never be what runs the pass: far beyond the time the test takes)
     monkeypatch.setattr(wake, "PASS_INTERVAL_S", 600.0)
 
-    class Stopped:
-        def __init__(self):
-            self.event = asyncio.Event()
-
-        def __bool__(self):
-            return self.event.is_set()
-
-        async def wait(self, timeout=None):
-            try:
-                await asyncio.wait_for(self.event.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
-
     async def run():
-        stopped.append(Stopped())
+        stopped.append(_Stopped())
         await asyncio.wait_for(handlers.reconcile_job(
             body=body, namespace="ns", name="j", memo=memo, stopped=stopped[0], resource=None, logger=handlers._logger,
             patch=kopf.Patch(), spec=spec, status=status, meta=meta, job_pods=job_pods, job_jobsets=job_jobsets), 60)
