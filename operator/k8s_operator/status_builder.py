@@ -179,7 +179,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         i.controller_restarts, i.controller_pod, restarting,
         out.resumed_from.step if out.resumed_from is not None and out.resumed_from.controller_pod == i.controller_pod
         else None, i.job.spec.suspend, finished, i.replace_after_stop,
-        local_uri=i.job.spec.checkpoint.uri if checkpoints_go_with_pod(i.job) else "")
+        local_uri=i.job.spec.checkpoint.uri if local else "")
     if restarted is not None:
         conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", *restarted, g, now)
     # A suspended job whose checkpoints go with its controller pod says so while it is suspended.
