@@ -7,6 +7,8 @@
   no Debian packages): in CI (root, Debian) these tests always run.
 - ``product_images`` (session): the controller, worker and operator images,
   built from their targets of images/Dockerfile on the offline Debian base (:mod:`e2e.kind.images`).
+- ``maxtext_image`` (session): the ``controller-maxtext`` target on a Python 3.12 base made here
+  from this machine's CPython 3.12 (:func:`e2e.kind.images.python312_base`); skips, saying why, where none is.
 - ``kind_cluster`` (session, from :mod:`e2e.kind.cluster_fixtures`): a real kind
   cluster from a node image built here.
 - ``elastic_jax`` (session): the chart installed in ``elastic-jax-system``
@@ -109,6 +111,16 @@ def product_images(request, docker_engine):
     base = images.python_base(docker_engine, log=lambda m: _say(request, m))
     built = images.build_project_images(docker_engine, base.name, log=lambda m: _say(request, m))
     return {b.name: b for b in built}
+
+
+@pytest.fixture(scope="session")
+def maxtext_image(request, docker_engine) -> str:
+    """The ``controller-maxtext`` image (Python 3.12, MaxText), built here on a copy of this machine's CPython 3.12."""
+    prefix = images.find_python312()
+    if prefix is None:
+        pytest.skip("no CPython 3.12 on this machine for the MaxText image's base (set E2E_PYTHON312 to a "
+                    "python3.12 executable built for Debian bookworm)")
+    return images.build_maxtext_image(docker_engine, prefix, log=lambda m: _say(request, m)).name
 
 
 @pytest.fixture(scope="session")

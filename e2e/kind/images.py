@@ -24,6 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.kind.engine import Engine
-from elastic_jax.api.images import PROJECT_IMAGES
+from elastic_jax.api.images import MAXTEXT_IMAGE, PROJECT_IMAGES, ProjectImage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,6 +110,28 @@ def pip_ca_bundle() -> Path | None:
     return None
 
 
+def _build_target(engine: Engine, image: ProjectImage, base: str, log) -> Built:
+    """Build one target of ``images/Dockerfile`` on the base ``base`` (``PYTHON_IMAGE``).
+
+    Raises:
+        subprocess.CalledProcessError: the build failed (BuildKit's output in ``stderr``).
+    """
+    ca = pip_ca_bundle()
+    args = ["build", "--network", "host", "--build-arg", f"PYTHON_IMAGE={base}",
+            "-f", str(REPO_ROOT / image.dockerfile), "--target", image.target, "-t", image.name]
+    if ca:
+        args += ["--secret", f"id=pip-ca,src={ca}"]
+    t0 = time.monotonic()
+    proc = engine.docker(*args, str(REPO_ROOT), check=False, timeout=1800)
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, ["docker", *args], proc.stdout,
+                                            proc.stderr[-6000:])
+    built = Built(image.name, image_size(engine, image.name), seconds)
+    log(f"images: {image.name} {built.size_bytes / 2**20:.0f} MiB in {seconds:.0f}s")
+    return built
+
+
 def build_project_images(engine: Engine, base: str | None = None, log=print) -> list[Built]:
     """Build the controller, worker and operator images: their targets of ``images/Dockerfile``.
 
@@ -123,22 +147,90 @@ def build_project_images(engine: Engine, base: str | None = None, log=print) -> 
         subprocess.CalledProcessError: a build failed (BuildKit's output in ``stderr``).
     """
     base = base or python_base(engine, log).name
-    ca = pip_ca_bundle()
-    built = []
-    for image in PROJECT_IMAGES.values():
-        args = ["build", "--network", "host", "--build-arg", f"PYTHON_IMAGE={base}",
-                "-f", str(REPO_ROOT / image.dockerfile), "--target", image.target, "-t", image.name]
-        if ca:
-            args += ["--secret", f"id=pip-ca,src={ca}"]
-        t0 = time.monotonic()
-        proc = engine.docker(*args, str(REPO_ROOT), check=False, timeout=1800)
-        seconds = time.monotonic() - t0
+    return [_build_target(engine, image, base, log) for image in PROJECT_IMAGES.values()]
+
+
+# -- the MaxText controller: the same Dockerfile on a Python 3.12 base --------------------------------
+
+PYTHON312_PACKAGES = ("ca-certificates", "passwd", "libffi8", "libssl3", "libsqlite3-0", "libncursesw6",
+                      "libuuid1", "libnsl2", "libbz2-1.0", "liblzma5", "zlib1g", "libreadline8")
+"""Debian packages the copied CPython's extension modules link against (``ldd`` of its lib-dynload,
+less Tk), plus what the Dockerfile's stages use (``passwd`` for build.sh's ``useradd``)."""
+
+PYTHON312_REPOSITORY = "elastic-jax/python312-base"
+
+
+def find_python312() -> Path | None:
+    """The installation prefix of a CPython 3.12 on this machine, or None.
+
+    Debian bookworm ships Python 3.11 only and no registry is reachable for
+    ``python:3.12-slim`` (:data:`elastic_jax.api.images.MAXTEXT_PYTHON_IMAGE`),
+    so the MaxText base copies one built for this Debian: ``E2E_PYTHON312``
+    (a ``python3.12`` executable), else ``python3.12`` on PATH, else pyenv's
+    ``~/.pyenv/versions/3.12.*`` (these machines have 3.12.1 there).
+    """
+    candidates = [os.environ.get("E2E_PYTHON312", ""), shutil.which("python3.12") or ""]
+    candidates += [str(p / "bin" / "python3.12") for p in sorted(Path.home().glob(".pyenv/versions/3.12.*"))]
+    for exe in filter(None, candidates):
+        try:
+            out = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 12), sys.base_prefix)"],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        ok, _, prefix = out.stdout.strip().partition(" ")
+        if out.returncode == 0 and ok == "True":
+            return Path(prefix)
+    return None
+
+
+def python312_base(engine: Engine, prefix: Path, log=print) -> Built:
+    """A Debian bookworm base with the CPython 3.12 at ``prefix`` copied to ``/usr/local``.
+
+    The stand-in, built here, for ``python:3.12-slim-bookworm`` (which has its
+    CPython in ``/usr/local`` too): same Debian, so the copy's C extensions
+    find their libraries (:data:`PYTHON312_PACKAGES`); ``ldconfig`` makes a
+    shared ``libpython3.12.so`` found from ``/usr/local/lib`` whatever RUNPATH
+    the build recorded. Tagged by recipe and by the interpreter's version and
+    binary, so another CPython makes another base.
+
+    Raises:
+        subprocess.CalledProcessError: mmdebstrap, the copy or ``docker import`` failed.
+    """
+    binary = prefix / "bin" / "python3.12"
+    recipe = json.dumps({"suite": BASE_SUITE, "packages": PYTHON312_PACKAGES, "binary":
+                         hashlib.sha256(binary.read_bytes()).hexdigest()})
+    tag = f"{PYTHON312_REPOSITORY}:{BASE_SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    if image_exists(engine, tag):
+        return Built(tag, image_size(engine, tag), 0.0)
+    log(f"images: making {tag} with mmdebstrap and the CPython 3.12 of {prefix}")
+    t0 = time.monotonic()
+    # Tests, Tk and IDLE are not needed by any image and are a third of the copy.
+    copy = (f'tar -C {shlex.quote(str(prefix))} --exclude=python3.12/test --exclude=python3.12/idlelib '
+            f'--exclude=python3.12/tkinter --exclude=__pycache__ -cf - . | tar -C "$1/usr/local" -xf - '
+            '&& chroot "$1" ldconfig && chroot "$1" /usr/local/bin/python3.12 -c "import ssl, sqlite3, venv"'
+            ' && ln -sf python3.12 "$1/usr/local/bin/python3"')
+    with tempfile.TemporaryDirectory(prefix="ejx-base312-") as tmp:
+        tar = Path(tmp) / "rootfs.tar"
+        subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(PYTHON312_PACKAGES)}",
+                        f"--customize-hook={copy}", BASE_SUITE, str(tar)], check=True, capture_output=True)
+        with open(tar, "rb") as f:
+            proc = subprocess.run(["/usr/bin/docker", "import", "--change", 'CMD ["python3"]', "-", tag],
+                                  stdin=f, env=engine.env(), capture_output=True)
         if proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, ["docker", *args], proc.stdout,
-                                                proc.stderr[-6000:])
-        built.append(Built(image.name, image_size(engine, image.name), seconds))
-        log(f"images: {image.name} {built[-1].size_bytes / 2**20:.0f} MiB in {seconds:.0f}s")
-    return built
+            raise subprocess.CalledProcessError(proc.returncode, proc.args, proc.stdout, proc.stderr)
+    return Built(tag, image_size(engine, tag), time.monotonic() - t0)
+
+
+def build_maxtext_image(engine: Engine, prefix: Path, log=print) -> Built:
+    """The ``controller-maxtext`` target (MaxText 0.2.5 and its pinned closure) on :func:`python312_base`.
+
+    About 7 minutes and 3 GiB the first time (pip downloads; BuildKit's pip
+    cache keeps them for the next build), seconds once cached.
+
+    Raises:
+        subprocess.CalledProcessError: the base or the build failed.
+    """
+    return _build_target(engine, MAXTEXT_IMAGE, python312_base(engine, prefix, log).name, log)
 
 
 def main() -> int:

@@ -71,7 +71,8 @@ PROJECT_IMAGES: dict[str, ProjectImage] = {
 """The images CI builds and the kind tier runs."""
 
 MAXTEXT_IMAGE = ProjectImage(MAXTEXT_CONTROLLER_IMAGE, "controller-maxtext", "maxtext", ("elastic-jax-controller",))
-"""The controller's MaxText variant: opt-in, built on :data:`MAXTEXT_PYTHON_IMAGE`, not by CI."""
+"""The controller's MaxText variant, built on :data:`MAXTEXT_PYTHON_IMAGE` (CI builds it on a Python 3.12 base made
+here, ``e2e/kind/images.py``, and runs MaxText's trainer in it: ``e2e/kind/test_maxtext_image.py``)."""
 
 
 # -- Pathways (backend pathways): Google's images, pinned to the jax the controller runs --

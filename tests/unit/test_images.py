@@ -312,7 +312,7 @@ def test_pathways_images_are_pinned_to_the_jax_in_constraints():
     assert not images.pathways_image("server").endswith(":latest")
 
 
-# -- the MaxText variant of the controller image (opt-in, not built by CI) --------------------------------------
+# -- the MaxText variant of the controller image (built and run by e2e/kind/test_maxtext_image.py) ------------
 
 MAXTEXT = images.MAXTEXT_IMAGE
 
