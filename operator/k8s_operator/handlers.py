@@ -407,8 +407,14 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
 def _job_state(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -> JobState:
     """The job's `JobState` (a new one for a new UID of the name: nothing carries over), its ref current."""
     meta = body["metadata"]
-    js = state.jobs.open(key, meta["uid"], meta.get("creationTimestamp") or "", lambda: JobTracker(
-        key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice, background=state.controller_threads))
+    def tracker() -> JobTracker:
+        made = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice,
+                          background=state.controller_threads)
+        # (from the slice states the previous operator wrote: a restart is no transition)
+        made.seed(ElasticTrainingJobStatus.from_kube(body.get("status") or {}).slices)
+        return made
+
+    js = state.jobs.open(key, meta["uid"], meta.get("creationTimestamp") or "", tracker)
     js.applied = js.applied or job
     js.ref = _ref(body)
     return js
