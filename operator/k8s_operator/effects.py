@@ -376,14 +376,18 @@ def setup_effects(job: Any, recorded_secret: str, token_secret: Callable[[], dic
                     if (c["kind"], c["metadata"]["name"]) not in job.static_created]
 
 
-def worker_replacements(slices_down: Mapping[int, Iterable[str]]) -> list[Effect]:
+def worker_replacements(slices_down: Mapping[int, Iterable[str]], causes: Mapping[int, str] | None = None
+                        ) -> list[Effect]:
     """The controller saw these slices fail while their pods run (slice index -> pod names): each pod goes
-    at once (grace 0), said first."""
+    at once (grace 0), said first, naming the cause the controller gave (`causes`: slice index -> e.g.
+    `step_deadline` for a hung worker; a slice without one is said without)."""
     out: list[Effect] = []
     for i, pods in slices_down.items():
+        cause = (causes or {}).get(i)
+        why = f" ({cause})" if cause else ""
         for pod in pods:
             out += [PostEvent("Warning", REASON_WORKER_REPLACED,
-                              f"controller saw slice {i} fail while pod {pod} runs; deleting it"),
+                              f"controller saw slice {i} fail{why} while pod {pod} runs; deleting it"),
                     DeletePod(pod, grace_s=0)]
     return out
 

@@ -46,6 +46,7 @@ from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_sta
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
 from elastic_jax.k8s_operator.missed_losses import missed_loss_events
+from elastic_jax.supervision.slice_state import down_cause
 from elastic_jax.k8s_operator.slice_warming import with_warming
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
@@ -796,8 +797,11 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
     if ctrl is not None and not job.spec.suspend and tracker.answer_uid == tracker.controller_uid:
-        applier.apply(effects.worker_replacements(
-            {i: list(tracker.slices[i].pods) for i in tracker.slices_down_by_controller(ctrl)}))
+        seen_down = tracker.slices_down_by_controller(ctrl)
+        causes = {i: down_cause(ctrl, i) for i in seen_down}
+        for i in seen_down:
+            tracker.replacing(i, causes[i])
+        applier.apply(effects.worker_replacements({i: list(tracker.slices[i].pods) for i in seen_down}, causes))
 
     jobsets = {v.slice_index: v for v in jobset_list}
     last = ctrl or tracker.last_status

@@ -60,6 +60,8 @@ class SliceTrack:
     sent_generation: int = 0
     # monotonic time the current Down was first seen (for the notify-latency metric).
     down_seen_at: float | None = None
+    # why the controller failed the slice whose pods the operator deletes for it (`replacing`): its Down says so
+    controller_cause: str = ""
 
 
 # Seconds a controller's answers must stay unusable (too big, too slow, malformed, refused) before the job
@@ -457,7 +459,13 @@ class JobTracker:
                         track.reason = obs.reason
                     continue
                 old = track.state
-                track.state, track.reason, track.since = new, obs.reason, now_rfc3339()
+                reason = obs.reason
+                if new == "Down" and track.controller_cause:
+                    reason = f"the controller saw the slice fail ({track.controller_cause}), so the operator " \
+                             f"replaced its worker; {reason}"
+                if new in ("Down", "Ready"):
+                    track.controller_cause = ""  # (said once, on the Down it caused)
+                track.state, track.reason, track.since = new, reason, now_rfc3339()
                 track.addresses = obs.addresses if new == "Ready" else ()
                 if new in ("Down", "Draining") and track.down_seen_at is None:
                     track.down_seen_at = now if seen_at is None else min(seen_at, now)
@@ -467,7 +475,7 @@ class JobTracker:
                 if is_loss(old, new, teardown):
                     metrics.SLICE_REPLACEMENTS.inc()
                 kind = "Normal" if new in ("Ready", "Provisioning") else "Warning"
-                detail = f": {obs.reason}" if obs.reason else ""
+                detail = f": {reason}" if reason else ""
                 where = f" at {', '.join(track.addresses)}" if new == "Ready" else ""
                 if not teardown:
                     events(kind, f"Slice{new}", f"slice {i} {old} -> {new}{where}{detail}")
@@ -554,6 +562,14 @@ class JobTracker:
         the controller: re-sent, one loss was three `controller told slice N Down` Events.
         """
         return uid, track.state, track.addresses, track.pods if track.state == "Ready" else ()
+
+    def replacing(self, index: int, cause: str) -> None:
+        """The operator deletes slice `index`'s pods because the controller saw it fail (`cause`, e.g.
+        `step_deadline`): the slice's Down (its Event, its status reason) names that cause, not only the
+        delete the operator made. Forgotten once the slice is Ready again."""
+        with self.lock:
+            if 0 <= index < len(self.slices):
+                self.slices[index].controller_cause = cause or "cause not given"
 
     def slices_down_by_controller(self, status: ControllerStatus) -> list[int]:
         """Slices the controller saw fail itself (e.g. a hung step) while their pods look Ready.
