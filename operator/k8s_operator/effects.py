@@ -134,8 +134,16 @@ class CountGoodput:
     seconds: float
 
 
+@dataclasses.dataclass(frozen=True)
+class CountStepsLost:
+    """`steps` more steps lost (`steps_lost.newly_lost`), in the operator's metric."""
+
+    steps: int
+
+
 Effect = Union[CreateChild, CreateTokenSecret, CreateStatic, DeletePod, DeleteJobSet, DeleteJob, PostEvent,
-               PatchStatus, NodeLostPodSeen, CountControllerRestart, CountGoodput, ReportSlices, MarkFinished]
+               PatchStatus, NodeLostPodSeen, CountControllerRestart, CountGoodput, CountStepsLost, ReportSlices,
+               MarkFinished]
 
 
 # -- the one accumulator of a pass's Events -------------------------------------------------
@@ -304,6 +312,8 @@ class Applier:
                 metrics.CONTROLLER_RESTARTS.inc()
             elif isinstance(effect, CountGoodput):
                 metrics.GOODPUT_SECONDS.labels(effect.category).inc(effect.seconds)
+            elif isinstance(effect, CountStepsLost):
+                metrics.STEPS_LOST.inc(effect.steps)
             else:
                 raise TypeError(f"not an effect: {effect!r}")
         return out
