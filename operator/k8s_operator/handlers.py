@@ -993,8 +993,9 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
     any state after an operator restart) has no time of its own: it keeps the
     previous status's time when the state is the same, else it takes `now`;
     the next pass finds that time in `previous` (a pass waits for its last
-    status write to come back, `JobState.body_behind`). A pure read: the
-    tracker is not changed.
+    status write to come back, `JobState.body_behind`). A slice Down before
+    and now keeps the pods written when it went Down (the ones it lost),
+    outside a teardown. A pure read: the tracker is not changed.
     """
     before = {s.index: s for s in previous}
     out = []
@@ -1005,12 +1006,18 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
                 prev = before.get(t.index)
                 same = prev is not None and prev.state == t.state and prev.last_transition_time
                 since = prev.last_transition_time if same else now
-            reason = t.reason
+            reason, pods = t.reason, list(t.pods)
+            prev = before.get(t.index)
+            if t.state == "Down" and prev is not None and prev.state == "Down" and not tracker.teardown:
+                # the pods it lost (its reason names them), until it is Ready again: its pods changing while
+                # Down (the failed pod, none, the replacement Pending) rewrote status with no printed change.
+                # (a teardown's slices show their pods going: nothing replaces them)
+                pods = list(prev.pods)
             if (tracker.suspended or tracker.finished) and t.state in ("Down", "Draining"):
                 # the operator stopped these workers: "exit code 143" would read as a failure
                 reason = SUSPENDED_SLICE_REASON if tracker.suspended else FINISHED_SLICE_REASON
             out.append(SliceStatusEntry(index=t.index, state=t.state,
                                         restarts=restarts[t.index] if t.index < len(restarts) else 0,
-                                        pods=list(t.pods), addresses=list(t.addresses), reason=reason,
+                                        pods=pods, addresses=list(t.addresses), reason=reason,
                                         last_transition_time=since))
     return out

@@ -148,3 +148,24 @@ def test_a_hung_workers_events_name_the_controllers_reason(monkeypatch):
     assert "step_deadline" in next(s for s in status["slices"] if s["index"] == 1)["reason"]
     _Controller.answer = _Controller.answer.model_copy(update={"slices": [], "recovery_history": [],
                                                                "active_slices": [0, 1], "inactive_slices": []})
+
+
+def test_a_down_slices_pods_changing_rewrites_no_status(monkeypatch):
+    """`kubectl get ejob -w` printed identical lines while a paused job's slice was Down: each pod change
+    (the failed pod, none, the replacement Pending) rewrote `status.slices[i].pods` alone, a field not
+    printed. A Down slice keeps the pods it lost (its reason names them) until it is Ready again."""
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    run, events = _runner(monkeypatch, status)
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    _Controller.answer = _Controller.answer.model_copy(update={"slices": [], "recovery_history": []})
+    c = _controller_pod(0, "c0")
+    run(state, [c, _worker(0), _worker(1)])
+    assert run(state, [c, _worker(0), _worker(1)]) == {}
+    run(state, [c, _worker(0), _worker(1, phase="Failed")])
+    down = next(s for s in status["slices"] if s["index"] == 1)
+    assert down["state"] == "Down" and down["pods"] == ["j-slice-1-w1"] and "exit code 137" in down["reason"]
+    assert run(state, [c, _worker(0)]) == {}
+    assert run(state, [c, _worker(0), _worker(1, uid="w9", phase="Pending", ready=False)]) == {}
+    run(state, [c, _worker(0), _worker(1, uid="w9")])
+    back = next(s for s in status["slices"] if s["index"] == 1)
+    assert back["state"] == "Ready" and back["pods"] == ["j-slice-1-w9"]
