@@ -254,6 +254,12 @@ class CpuBackend:
         out_tree = jax.tree_util.tree_structure(jax.eval_shape(fn, params_spec, batch_spec))
         with self._lock:
             self._programs[key] = (program, out_tree)
+        # The Ready slices outside the mesh (hot spares, a slice waiting to join) have not compiled this new
+        # program: warm them now, beside the step, and say so. Before, the manager's next step boundary did,
+        # so a spare read a plain, warm-looking `Spare` through the first step (session 12's trial).
+        idle = self.slice_set.ready() - self.slice_set.active
+        if idle:
+            self.slice_set.set_warming(idle - self.prepare(idle))
         return program, out_tree
 
     # -- the step ----------------------------------------------------------

@@ -124,7 +124,9 @@ class SliceStatusEntry(_Model):
     state: SliceState = Field(description="Provisioning, Ready, Down or Draining.")
     restarts: int = Field(default=0, ge=0, description="Times the slice's workers were replaced (its JobSet restarted), "
                                                        "over every JobSet the slice had (suspend/resume keeps it).")
-    pods: list[str] = Field(default_factory=list, description="Names of the slice's current worker pods.")
+    pods: list[str] = Field(default_factory=list, description="Names of the slice's current worker pods; of a slice "
+                                                               "lost while the job runs, the ones it lost, until it "
+                                                               "is Ready again.")
     addresses: list[str] = Field(default_factory=list, description="host:port of each worker (when Ready).")
     reason: str = Field(default="", description="Why the slice is in this state (e.g. exit code 137); of a Ready "
                                                 "slice outside the training mesh, that its worker still compiles "

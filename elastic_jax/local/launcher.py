@@ -48,8 +48,8 @@ from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
 from elastic_jax.supervision import budgets
-from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, next_generation, \
-    next_slice_state, reported
+from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, down_cause, \
+    next_generation, next_slice_state, reported
 
 _logger = logging.getLogger(__name__)
 
@@ -289,7 +289,9 @@ class LocalLauncher:
         for view in status.slices:
             s = self.slices[view.index]
             if controller_saw_down(view.state, view.generation, s.state, s.ready_generation) and s.child.alive():
-                _logger.warning("controller reports slice %d down while its worker runs; replacing it", s.index)
+                cause = down_cause(status, s.index)
+                _logger.warning("controller reports slice %d down%s while its worker runs; replacing it", s.index,
+                                f" ({cause})" if cause else "", extra={"slice": s.index, "cause": cause})
                 s.child.signal(signal.SIGKILL)  # the next supervise pass sees the exit and restarts it
                 s.ready_generation = None  # one kill per accepted Ready
 

@@ -74,6 +74,14 @@ def next_generation(last: int, now_ns: int | None = None) -> int:
     return max(last + 1, time.time_ns() if now_ns is None else now_ns)
 
 
+def down_cause(status, index: int) -> str:
+    """Why the controller lost slice `index`, as it said: the cause of the newest record of its
+    `recovery_history` (a `ControllerStatus`'s) naming the slice (`slice_down`, `step_deadline` for a
+    hung step, `draining`), "" when none does. A supervisor replacing the slice's worker names it."""
+    return next((r.cause for r in reversed(status.recovery_history) if index in r.slices and r.cause != "scale_up"),
+                "")
+
+
 def controller_saw_down(controller_state: str, controller_generation: int, state: SliceState,
                         ready_generation: int | None) -> bool:
     """The replace rule: the controller holds a slice Down that its supervisor sees Ready.

@@ -134,8 +134,16 @@ class CountGoodput:
     seconds: float
 
 
+@dataclasses.dataclass(frozen=True)
+class CountStepsLost:
+    """`steps` more steps lost (`steps_lost.newly_lost`), in the operator's metric."""
+
+    steps: int
+
+
 Effect = Union[CreateChild, CreateTokenSecret, CreateStatic, DeletePod, DeleteJobSet, DeleteJob, PostEvent,
-               PatchStatus, NodeLostPodSeen, CountControllerRestart, CountGoodput, ReportSlices, MarkFinished]
+               PatchStatus, NodeLostPodSeen, CountControllerRestart, CountGoodput, CountStepsLost, ReportSlices,
+               MarkFinished]
 
 
 # -- the one accumulator of a pass's Events -------------------------------------------------
@@ -304,6 +312,8 @@ class Applier:
                 metrics.CONTROLLER_RESTARTS.inc()
             elif isinstance(effect, CountGoodput):
                 metrics.GOODPUT_SECONDS.labels(effect.category).inc(effect.seconds)
+            elif isinstance(effect, CountStepsLost):
+                metrics.STEPS_LOST.inc(effect.steps)
             else:
                 raise TypeError(f"not an effect: {effect!r}")
         return out
@@ -376,14 +386,18 @@ def setup_effects(job: Any, recorded_secret: str, token_secret: Callable[[], dic
                     if (c["kind"], c["metadata"]["name"]) not in job.static_created]
 
 
-def worker_replacements(slices_down: Mapping[int, Iterable[str]]) -> list[Effect]:
+def worker_replacements(slices_down: Mapping[int, Iterable[str]], causes: Mapping[int, str] | None = None
+                        ) -> list[Effect]:
     """The controller saw these slices fail while their pods run (slice index -> pod names): each pod goes
-    at once (grace 0), said first."""
+    at once (grace 0), said first, naming the cause the controller gave (`causes`: slice index -> e.g.
+    `step_deadline` for a hung worker; a slice without one is said without)."""
     out: list[Effect] = []
     for i, pods in slices_down.items():
+        cause = (causes or {}).get(i)
+        why = f" ({cause})" if cause else ""
         for pod in pods:
             out += [PostEvent("Warning", REASON_WORKER_REPLACED,
-                              f"controller saw slice {i} fail while pod {pod} runs; deleting it"),
+                              f"controller saw slice {i} fail{why} while pod {pod} runs; deleting it"),
                     DeletePod(pod, grace_s=0)]
     return out
 

@@ -46,6 +46,7 @@ from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_sta
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
 from elastic_jax.k8s_operator.missed_losses import missed_loss_events
+from elastic_jax.supervision.slice_state import down_cause
 from elastic_jax.k8s_operator.slice_warming import with_warming
 from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                                  REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
@@ -407,8 +408,14 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
 def _job_state(state: OperatorState, key, job: job_api.ElasticTrainingJob, body) -> JobState:
     """The job's `JobState` (a new one for a new UID of the name: nothing carries over), its ref current."""
     meta = body["metadata"]
-    js = state.jobs.open(key, meta["uid"], meta.get("creationTimestamp") or "", lambda: JobTracker(
-        key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice, background=state.controller_threads))
+    def tracker() -> JobTracker:
+        made = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice,
+                          background=state.controller_threads)
+        # (from the slice states the previous operator wrote: a restart is no transition)
+        made.seed(ElasticTrainingJobStatus.from_kube(body.get("status") or {}).slices)
+        return made
+
+    js = state.jobs.open(key, meta["uid"], meta.get("creationTimestamp") or "", tracker)
     js.applied = js.applied or job
     js.ref = _ref(body)
     return js
@@ -790,8 +797,11 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     if refusal is None and tracker.token_refused and not finished:
         refusal = token_refused(tracker.token_refused)
     if ctrl is not None and not job.spec.suspend and tracker.answer_uid == tracker.controller_uid:
-        applier.apply(effects.worker_replacements(
-            {i: list(tracker.slices[i].pods) for i in tracker.slices_down_by_controller(ctrl)}))
+        seen_down = tracker.slices_down_by_controller(ctrl)
+        causes = {i: down_cause(ctrl, i) for i in seen_down}
+        for i in seen_down:
+            tracker.replacing(i, causes[i])
+        applier.apply(effects.worker_replacements({i: list(tracker.slices[i].pods) for i in seen_down}, causes))
 
     jobsets = {v.slice_index: v for v in jobset_list}
     last = ctrl or tracker.last_status
@@ -983,8 +993,9 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
     any state after an operator restart) has no time of its own: it keeps the
     previous status's time when the state is the same, else it takes `now`;
     the next pass finds that time in `previous` (a pass waits for its last
-    status write to come back, `JobState.body_behind`). A pure read: the
-    tracker is not changed.
+    status write to come back, `JobState.body_behind`). A slice Down before
+    and now keeps the pods written when it went Down (the ones it lost),
+    outside a teardown. A pure read: the tracker is not changed.
     """
     before = {s.index: s for s in previous}
     out = []
@@ -995,12 +1006,18 @@ def slice_status(tracker: JobTracker, restarts: list[int], previous: list[SliceS
                 prev = before.get(t.index)
                 same = prev is not None and prev.state == t.state and prev.last_transition_time
                 since = prev.last_transition_time if same else now
-            reason = t.reason
+            reason, pods = t.reason, list(t.pods)
+            prev = before.get(t.index)
+            if t.state == "Down" and prev is not None and prev.state == "Down" and not tracker.teardown:
+                # the pods it lost (its reason names them), until it is Ready again: its pods changing while
+                # Down (the failed pod, none, the replacement Pending) rewrote status with no printed change.
+                # (a teardown's slices show their pods going: nothing replaces them)
+                pods = list(prev.pods)
             if (tracker.suspended or tracker.finished) and t.state in ("Down", "Draining"):
                 # the operator stopped these workers: "exit code 143" would read as a failure
                 reason = SUSPENDED_SLICE_REASON if tracker.suspended else FINISHED_SLICE_REASON
             out.append(SliceStatusEntry(index=t.index, state=t.state,
                                         restarts=restarts[t.index] if t.index < len(restarts) else 0,
-                                        pods=list(t.pods), addresses=list(t.addresses), reason=reason,
+                                        pods=pods, addresses=list(t.addresses), reason=reason,
                                         last_transition_time=since))
     return out

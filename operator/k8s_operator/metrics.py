@@ -29,3 +29,8 @@ GOODPUT_SECONDS = Counter(
     "elasticjax_operator_goodput_seconds_total",
     "Wall seconds the jobs' controllers booked, by goodput category (status.goodput.seconds; carried across "
     "controller pods, so a new controller never takes it back).", ["category"])
+STEPS_LOST = Counter(
+    "elasticjax_operator_steps_lost_total",
+    "Steps the jobs trained and then lost (status.stepsLost): a new controller pod resumed from an older step, "
+    "or a controller redid steps after restoring lost state. Counted once per loss, as status.stepsLost grows "
+    "over the status written before (so an operator restart does not count a loss again).")

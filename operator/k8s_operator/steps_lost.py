@@ -87,6 +87,16 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
     return dataclasses.replace(counts, base=base, goodput=goodput, steps_lost=max(previous.steps_lost, total))
 
 
+def newly_lost(previous: ElasticTrainingJobStatus, written: int | None) -> int:
+    """Steps lost since the status written before (for `elasticjax_operator_steps_lost_total`): the growth of
+    `status.stepsLost` from `previous` to `written` (this pass's value, None: not counted), never negative.
+
+    Carried like the goodput seconds (`goodput.increments`): the status is the memory, so a restarted
+    operator counts only losses its predecessor did not write.
+    """
+    return max(0, (written or 0) - previous.steps_lost) if written is not None else 0
+
+
 def rebook_lost(total: Goodput, earlier: GoodputBase | None, share: float) -> Goodput:
     """`total` with `share` (0..1) of the earlier controllers' productive and reduced seconds booked `recovering`.
 

@@ -26,11 +26,11 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
-from elastic_jax.api.status import SliceState
+from elastic_jax.api.status import SliceState, SliceStatusEntry
 from elastic_jax.k8s_operator import metrics, names
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, REASON_CONTROLLER_GONE, now_rfc3339
 from elastic_jax.k8s_operator.controller_link import ControllerLink
@@ -60,6 +60,8 @@ class SliceTrack:
     sent_generation: int = 0
     # monotonic time the current Down was first seen (for the notify-latency metric).
     down_seen_at: float | None = None
+    # why the controller failed the slice whose pods the operator deletes for it (`replacing`): its Down says so
+    controller_cause: str = ""
 
 
 # Seconds a controller's answers must stay unusable (too big, too slow, malformed, refused) before the job
@@ -360,6 +362,22 @@ class JobTracker:
 
     # -- slices ------------------------------------------------------------
 
+    def seed(self, entries: Iterable[SliceStatusEntry]) -> None:
+        """Starts from the slice states the previous operator wrote (`status.slices`), not from Provisioning.
+
+        A new operator process (restarted, rescheduled) otherwise announced `Provisioning -> Ready` for
+        slices Ready all along. State, addresses, reason and time are taken; the pods are not: a pod missing
+        now from pods this process never saw proves no loss (the JobSet's restarts say so,
+        `missed_losses`). The controller is still told every state (`acked` stays empty). Entries of
+        indices this job does not have are ignored.
+        """
+        with self.lock:
+            for e in entries:
+                if 0 <= e.index < len(self.slices) and e.state != "Provisioning":
+                    track = self.slices[e.index]
+                    track.state, track.reason, track.since = e.state, e.reason, e.last_transition_time or ""
+                    track.addresses = tuple(e.addresses) if e.state == "Ready" else ()
+
     def sync(self, pods: list[PodView], events: EventSink, retries: int = 1,
              lost_nodes: Mapping[str, str] | None = None, observed_at: int | None = None,
              jobsets_alive: set[int] | None = None, seen_at: float | None = None) -> None:
@@ -441,7 +459,13 @@ class JobTracker:
                         track.reason = obs.reason
                     continue
                 old = track.state
-                track.state, track.reason, track.since = new, obs.reason, now_rfc3339()
+                reason = obs.reason
+                if new == "Down" and track.controller_cause:
+                    reason = f"the controller saw the slice fail ({track.controller_cause}), so the operator " \
+                             f"replaced its worker; {reason}"
+                if new in ("Down", "Ready"):
+                    track.controller_cause = ""  # (said once, on the Down it caused)
+                track.state, track.reason, track.since = new, reason, now_rfc3339()
                 track.addresses = obs.addresses if new == "Ready" else ()
                 if new in ("Down", "Draining") and track.down_seen_at is None:
                     track.down_seen_at = now if seen_at is None else min(seen_at, now)
@@ -451,7 +475,7 @@ class JobTracker:
                 if is_loss(old, new, teardown):
                     metrics.SLICE_REPLACEMENTS.inc()
                 kind = "Normal" if new in ("Ready", "Provisioning") else "Warning"
-                detail = f": {obs.reason}" if obs.reason else ""
+                detail = f": {reason}" if reason else ""
                 where = f" at {', '.join(track.addresses)}" if new == "Ready" else ""
                 if not teardown:
                     events(kind, f"Slice{new}", f"slice {i} {old} -> {new}{where}{detail}")
@@ -476,7 +500,7 @@ class JobTracker:
             for track in self.slices:
                 if track.state == "Provisioning":
                     continue  # the controller treats an unreported slice as not there yet
-                want = (uid, track.state, track.addresses, track.pods)
+                want = self._report_of(track, uid)
                 if track.acked == want:
                     continue
                 track.sent_generation = next_generation(track.sent_generation)
@@ -512,18 +536,40 @@ class JobTracker:
                     self._answered()
                 if client is not self.client or generation <= track.acked_generation:
                     continue  # another controller since, or a newer answer recorded meanwhile
+                # (two reports of one state, e.g. from the pod-event handler and the pass: one Event)
+                news = track.acked != want
                 track.acked, track.acked_generation = want, generation
                 seconds = None
-                if state == "Down" and track.down_seen_at is not None:
+                if state == "Down" and track.down_seen_at is not None and news:
                     seconds = time.monotonic() - track.down_seen_at
                     metrics.NOTIFY_SECONDS.observe(seconds)
                 if state == "Ready" and track.state == "Ready":
                     track.down_seen_at = None
+            if not news:
+                continue
             _logger.info("controller told slice %d %s", track.index, state,
                          extra={"job": self.name, "slice": track.index, "state": state,
                                 "generation": generation, "notify_seconds": seconds})
             events("Normal", "ControllerNotified",
                    f"controller told slice {track.index} {state} (generation {generation})")
+
+    @staticmethod
+    def _report_of(track: SliceTrack, uid: str) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+        """What the controller `uid` must have acknowledged of `track`: (uid, state, addresses, pods).
+
+        The pods count only for Ready (a replacement at the same address is a new worker to join); a Down's
+        or Draining's pods changing (the failed pod, then none, then its replacement Pending) is no news to
+        the controller: re-sent, one loss was three `controller told slice N Down` Events.
+        """
+        return uid, track.state, track.addresses, track.pods if track.state == "Ready" else ()
+
+    def replacing(self, index: int, cause: str) -> None:
+        """The operator deletes slice `index`'s pods because the controller saw it fail (`cause`, e.g.
+        `step_deadline`): the slice's Down (its Event, its status reason) names that cause, not only the
+        delete the operator made. Forgotten once the slice is Ready again."""
+        with self.lock:
+            if 0 <= index < len(self.slices):
+                self.slices[index].controller_cause = cause or "cause not given"
 
     def slices_down_by_controller(self, status: ControllerStatus) -> list[int]:
         """Slices the controller saw fail itself (e.g. a hung step) while their pods look Ready.

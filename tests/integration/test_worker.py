@@ -344,3 +344,34 @@ def test_messages_over_the_cap_fail_with_a_clear_error(worker_factory, grad_step
     with SliceClient(worker.slice_index, worker.address, TOKEN) as client:
         with pytest.raises(wire.MessageTooLargeError, match=contract.ENV_MAX_MESSAGE_BYTES):
             client.step_async(program, flat(make_params(), make_batch(0)), STEP_TIMEOUT_S)
+
+
+def test_a_spare_reads_warming_from_the_first_step_until_it_compiled(worker_factory):
+    """Session 12's trial: a hot spare read plain `Spare` (the job's status: plain Ready, no warming reason)
+    from the start until after the first step, though it had compiled nothing: the first program exists only
+    once the first step exports it, and the spare was warmed (and said `Warming`) only at the next step
+    boundary. The cpu backend warms the Ready slices outside the mesh as soon as it exports a program."""
+    from elastic_jax.api.control import SliceReport
+    from elastic_jax.controller.backend_cpu import CpuBackend
+    from elastic_jax.controller.elastic.slice_set import SliceSet
+
+    active, spare = worker_factory.start_many(2)
+    slices = SliceSet(1, spares=1)
+    for w in (active, spare):
+        slices.apply_report(w.slice_index, SliceReport(state="Ready", generation=time.time_ns(), addresses=[w.address]))
+    slices.set_active({active.slice_index})
+    backend = CpuBackend(slices, token=TOKEN, first_step_deadline_s=STEP_TIMEOUT_S)
+
+    def sum_step(params, chunk):
+        return {"loss": jnp.sum((chunk["x"] @ params["w"]) ** 2)}
+
+    params, batch = {"w": np.ones((2, 1), np.float32)}, {"x": np.ones((4, 2), np.float32)}
+    out = backend.map_sum(sum_step, params, batch, [active.slice_index])
+    assert float(out["loss"]) == 16.0
+    # said at once (the manager's next step boundary then finds it warm: `Spare` again)
+    assert [s.state for s in slices.statuses()] == ["Active", "Warming"]
+    deadline = time.monotonic() + STEP_TIMEOUT_S
+    while time.monotonic() < deadline and not backend.prepare({spare.slice_index}):
+        time.sleep(0.1)
+    assert backend.prepare({spare.slice_index}) == {spare.slice_index}
+    assert _compiles(spare) == ["load"]  # compiled ahead, never inside a step

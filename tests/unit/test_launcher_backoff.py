@@ -88,7 +88,7 @@ def test_a_worker_that_never_listened_is_not_reported_until_it_dies(tmp_path, mo
 def _status(state: str, generation: int):
     """The part of `GET /v1/status` the replace rule reads."""
     from types import SimpleNamespace
-    return SimpleNamespace(slices=[SimpleNamespace(index=0, state=state, generation=generation)])
+    return SimpleNamespace(slices=[SimpleNamespace(index=0, state=state, generation=generation)], recovery_history=[])
 
 
 def test_a_down_read_before_the_ready_was_accepted_kills_no_worker(tmp_path, monkeypatch):

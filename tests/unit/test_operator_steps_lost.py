@@ -115,3 +115,40 @@ def test_a_status_written_by_an_older_operator_counts_no_loss_it_cannot_know():
     s.pop("goodput")
     c, s = _pass(s, "pod-a", _ctrl(100, {"productive": 50}, resumed=60))
     assert c.steps_lost == 0 and c.goodput.seconds.recovering == 0
+
+
+def test_the_operators_steps_lost_counter_counts_each_loss_once_across_operator_restarts(monkeypatch):
+    """Session 12's trial: a restart's steps lost were in `status.stepsLost` but in no Prometheus series.
+    `elasticjax_operator_steps_lost_total` grows by what status.stepsLost grew over the status written before:
+    once per loss, not again on the next pass nor from a restarted operator."""
+    from prometheus_client import REGISTRY
+
+    from elastic_jax.api.status import CounterBase
+    from elastic_jax.k8s_operator import handlers
+    from tests.support.fake_kube import FakeKube
+    from tests.unit.test_operator_counters import _controller_pod
+    from tests.unit.test_operator_events import _Controller, _runner, _worker
+
+    def counted() -> float:
+        return REGISTRY.get_sample_value("elasticjax_operator_steps_lost_total") or 0.0
+
+    # the previous controller pod (c0) had reached step 50; its replacement c1 resumed from step 40
+    status = {"phase": "Recovering", "controllerPod": "j-controller-1", "tokenSecret": "j-token", "step": 50,
+              "controllerRestarts": 1,
+              "counterBase": CounterBase(controller_uid="c0").model_dump(mode="json", by_alias=True, exclude_none=True)}
+    run, _ = _runner(monkeypatch, status)
+    monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={
+        "step": 41, "resumed_from": ResumeInfo(step=40)}))
+    pods = [_controller_pod(1, "c1"), _worker(0), _worker(1)]
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    before = counted()
+    run(state, pods)
+    assert status["stepsLost"] == 10 and counted() - before == 10
+    run(state, pods)
+    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)  # a restarted operator
+    assert status["stepsLost"] == 10 and counted() - before == 10
+    # the live controller redid 5 steps itself (pathways: lost state restored): counted once more
+    monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={"steps_lost": 5}))
+    run(state, pods)
+    run(state, pods)
+    assert status["stepsLost"] == 15 and counted() - before == 15
