@@ -12,7 +12,6 @@ the operator as a least-privilege process and real controller and worker process
 from __future__ import annotations
 
 import json
-import socket
 
 import yaml
 
@@ -23,15 +22,10 @@ from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
 )
 from elastic_jax.api import labels
 from elastic_jax.k8s_operator import claims
+from elastic_jax.local.processes import free_port
 
 FINALIZER = labels.FINALIZER
 CLAIM = claims.CLAIM_ANNOTATION
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _apply(cluster, namespace: str, manifest: dict) -> None:
@@ -45,7 +39,7 @@ def _gone(cluster, namespace: str, name: str) -> bool:
 
 def test_a_job_stays_deletable_after_its_claiming_operator_is_uninstalled(cluster, namespace, operator,
                                                                           operator_kubeconfig, tmp_path):
-    second = OperatorProcess(operator_kubeconfig, tmp_path / "second-operator.log", _free_port(),
+    second = OperatorProcess(operator_kubeconfig, tmp_path / "second-operator.log", free_port(),
                              extra_args=("--identity", "host/second", "--namespace", namespace,
                                          "--node-lost-seconds", "0"))
     second.start()

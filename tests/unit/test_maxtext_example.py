@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -27,6 +26,7 @@ from elastic_jax.cli import app
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.k8s_operator import backends
 from elastic_jax.k8s_operator.backends.pathways import proxy_image, server_image
+from elastic_jax.local.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "03-maxtext-pathways.yaml"
@@ -79,12 +79,6 @@ def test_example_pathways_images_are_the_release_of_the_maxtext_images_jax():
 # -- run_module ---------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(tmp_path, *argv: str, port: int | None = None, manifest_text: str | None = None) -> subprocess.CompletedProcess:
     """`python -m elastic_jax.run_module argv...` with the example (or `manifest_text`) as the job and tmp_path
     on PYTHONPATH."""
@@ -94,7 +88,7 @@ def _run(tmp_path, *argv: str, port: int | None = None, manifest_text: str | Non
     token.write_text(TOKEN)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
            contract.ENV_MANIFEST: str(manifest), contract.ENV_TOKEN_FILE: str(token),
-           contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: str(port if port is not None else _free_port())}
+           contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: str(port if port is not None else free_port())}
     proc = subprocess.Popen([sys.executable, "-m", "elastic_jax.run_module", *argv], env=env, cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -107,7 +101,7 @@ def _run(tmp_path, *argv: str, port: int | None = None, manifest_text: str | Non
 
 
 def test_module_runs_as_main_with_its_args_while_the_control_api_serves(tmp_path):
-    port = _free_port()
+    port = free_port()
     (tmp_path / "fake_trainer.py").write_text(textwrap.dedent(f"""
         import sys, urllib.request
         if __name__ == "__main__":
