@@ -150,7 +150,7 @@ def _own_loop_controller_pid(run_dir: Path) -> int | None:
     return None
 
 
-def test_a_restarted_worker_rejoins_the_own_loop_when_its_ready_report_was_lost(tmp_path):
+def test_a_restarted_worker_rejoins_the_own_loop_through_a_frozen_controller(tmp_path):
     """A worker of the user's loop killed and restarted while the controller is frozen (SIGSTOP, ~30 s: a
     CPU-starved or paused controller): the launcher's `Down` and the replacement's `Ready` get no answer in
     time. The restarted worker must still rejoin the user's loop (`scale_ups: 1`), which the other test of
