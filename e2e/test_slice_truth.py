@@ -60,11 +60,18 @@ def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_and_its_r
                  explain=explain)
     finally:
         seen = watch.stop()
-    # Slice 0's loss (the one while no operator ran). Under load the surviving slice 1 is sometimes lost too
-    # once the replacement joins (2 of 5 runs in session 12: its own SliceDown, "force-deleted (grace 0)";
-    # cause not found yet, in the closing note): that is another loss with its own Event, not this one's.
-    downs = [e for e in job_events(cluster, namespace, name)
-             if e.get("reason") == "SliceDown" and not e.get("message", "").startswith("slice 1 ")]
+    events = job_events(cluster, namespace, name)
+    # The surviving slice 1 is never lost. In 2 of 5 runs of session 12 (loaded machine) it was, once the
+    # replacement joined: its own SliceDown, "force-deleted (grace 0)", i.e. the controller marked it Down
+    # and the operator replaced its worker. Not reproduced in 7 runs of session 13; the one check at a join
+    # without the step path's stall excuse, the 5 s health-check ping of every Ready slice, now has it
+    # (tests/integration/test_faults.py::test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_slice).
+    # Should it happen again, the failure shows the controller's own account of slice 1.
+    lost = [e for e in events if e.get("reason") in ("SliceDown", "WorkerReplaced")
+            and e.get("message", "").startswith(("slice 1 ", "controller saw slice 1 "))]
+    assert not lost, (lost, _controller_account(cluster, namespace, status().get("controllerPod") or f"{name}-controller-0"))
+    # Slice 0's loss (the one while no operator ran): exactly one Event.
+    downs = [e for e in events if e.get("reason") == "SliceDown" and e.get("message", "").startswith("slice 0 ")]
     assert len(downs) == 1 and sum(e.get("count") or 1 for e in downs) == 1, downs
     assert "slice 0 was replaced 1 time(s) while the operator was not running" in downs[0]["message"], downs
     assert downs[0]["type"] == "Warning", downs
@@ -72,3 +79,13 @@ def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_and_its_r
     slice0 = [next(s for s in o["status"]["slices"] if s["index"] == 0) for o in seen if (o.get("status") or {}).get("slices")]
     assert any(s["state"] == "Ready" and s["reason"] == WARMING_TO_JOIN for s in slice0), slice0
     assert seen[-1]["status"]["slices"][0]["reason"] == "", seen[-1]["status"]["slices"]
+
+
+def _controller_account(cluster, namespace: str, pod: str) -> str:
+    """The controller's log lines about slice 1 and its elastic events (why it marked a slice Down)."""
+    try:
+        log = cluster.container_log(namespace, pod, "controller")
+    except FileNotFoundError as e:
+        return f"no controller log: {e}"
+    keys = ("slice 1", "slices [1", "elastic", "health check", "stalled", "deadline")
+    return "\n".join(line[:400] for line in log.splitlines() if any(k in line for k in keys))[-6000:]

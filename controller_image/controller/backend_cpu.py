@@ -130,7 +130,13 @@ class CpuBackend:
             return client, generation
 
     def health_check(self, indices: Iterable[int], timeout_s: float = 5.0) -> frozenset[int]:
-        """Pings the slices concurrently; returns those that answered within `timeout_s` seconds."""
+        """Pings the slices concurrently; returns those that answered within `timeout_s` seconds.
+
+        A ping whose deadline expired while this process itself was stalled (as for a step: `map_sum`)
+        blames no slice: it is sent again, at most `STALL_RESENDS` times. The manager health-checks every
+        Ready slice at each attempt, the active ones too, and marks the ones that fail Down (a supervisor
+        then replaces their workers): before, a controller starved or frozen across the ping of the attempt
+        that scales up had a healthy surviving slice replaced."""
         indices = sorted(indices)
         healthy = set()
         futures = {}
@@ -143,13 +149,29 @@ class CpuBackend:
         return frozenset(healthy)
 
     def _ping(self, index: int, timeout_s: float) -> bool:
-        try:
-            client, _ = self._client(index)
-            client.ping(timeout_s)
-            return True
-        except Exception as e:  # noqa: BLE001 - any failure means not healthy
-            _logger.info("slice %d failed health check: %s", index, e)
-            return False
+        for resend in range(STALL_RESENDS + 1):
+            sent = time.monotonic()
+            try:
+                client, _ = self._client(index)
+                client.ping(timeout_s)
+                return True
+            except SliceDownError as e:
+                elapsed = time.monotonic() - sent
+                stalled = self._stalls.stalled_seconds(sent)
+                # the step path's rule: only a stall long enough to have eaten the deadline excuses it
+                if (e.cause == "step_deadline" and resend < STALL_RESENDS and stalled >= GAP_S
+                        and elapsed - stalled < timeout_s):
+                    _logger.warning(
+                        "health check of slice %d expired while the controller itself was stalled for %.1f of "
+                        "the %.1f s since the ping was sent: not blamed, pinged again", index, stalled, elapsed,
+                        extra={"event": "controller_stalled", "stalled_s": round(stalled, 3), "slices": [index]})
+                    continue
+                _logger.info("slice %d failed health check: %s", index, e)
+                return False
+            except Exception as e:  # noqa: BLE001 - any failure means not healthy
+                _logger.info("slice %d failed health check: %s", index, e)
+                return False
+        return False
 
     # -- warming idle slices -------------------------------------------------
 

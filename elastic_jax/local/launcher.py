@@ -111,6 +111,12 @@ class _Slice:
     consecutive_failures: int = 0  # deaths since it was last Ready (the crash-loop backoff)
     deaths: int = 0  # worker deaths the launcher did not cause: the slice's replacements, against the budgets
     restart_at: float | None = None
+    # The reported state the controller has not taken yet (its answer failed: unreachable, or slower than
+    # the client's deadline, when uvicorn drops the request of a client that gave up), and when it is
+    # sent again (monotonic seconds). Without this a lost `Ready` was never sent again: the slice's state
+    # did not change, so no report followed, and the restarted worker never rejoined (`scale_ups: 0`).
+    unsent: tuple[str, str | None] | None = None
+    resend_at: float = 0.0
 
 
 class LocalLauncher:
@@ -238,13 +244,46 @@ class LocalLauncher:
     def _report(self, s: _Slice, state: str, reason: str | None = None) -> None:
         s.generation = next_generation(s.generation)
         addresses = [f"127.0.0.1:{s.port}"] if state == "Ready" else []
+        s.ready_generation = None
         try:
             self.client.report_slice(s.index, state, s.generation, addresses, reason, retries=3)
         except ControlApiError as e:
-            # The controller may be restarting; the supervise loop re-reports every slice after a restart.
-            _logger.warning("could not report slice %d %s: %s", s.index, state, e)
+            # A loaded or frozen controller, or one restarting: `_resend_unsent` sends the slice's state
+            # again (with a new generation) until the controller takes it.
+            _logger.warning("could not report slice %d %s: %s; sending it again", s.index, state, e)
+            s.unsent, s.resend_at = (state, reason), time.monotonic() + self.RESEND_S
             return
+        s.unsent = None
         s.ready_generation = s.generation if state == "Ready" else None
+
+    RESEND_S = 1.0
+    """Seconds after a failed slice report before it may be sent again (each try itself retries connection
+    errors 3 times and waits up to the client's 2 s deadline)."""
+
+    def _resend_unsent(self, status: ControllerStatus) -> None:
+        """Sends again each slice's last state that did not reach the controller, if it is still the state.
+
+        `status` is an answer read after the failure: a report that was applied though its answer came too
+        late shows there with the generation sent, and is not sent again (a new generation of an active
+        slice's Ready would make the controller reconnect to it, ending the step in flight).
+        """
+        now = time.monotonic()
+        views = {v.index: v for v in status.slices}
+        for s in self.slices:
+            if s.unsent is None or now < s.resend_at:
+                continue
+            state, reason = s.unsent
+            if state != s.state:  # a newer state was reported since (and is unsent itself if it failed)
+                s.unsent = None
+                continue
+            view = views.get(s.index)
+            if view is not None and view.generation == s.generation:
+                s.unsent = None  # it was applied; only its answer was lost
+                s.ready_generation = s.generation if state == "Ready" else None
+                continue
+            _logger.warning("slice %d: sending %s again (the controller has generation %s, not %d)", s.index,
+                            state, None if view is None else view.generation, s.generation)
+            self._report(s, state, reason)
 
     # -- supervision ------------------------------------------------------------
 
@@ -396,6 +435,7 @@ class LocalLauncher:
                     self._last_status = status
                     self._note_resume(status)
                     self.on_status(self._with_earlier_recoveries(status))
+                    self._resend_unsent(status)
                     self._replace_slices_seen_down(status)
                     self._inject_failure(status)
                 time.sleep(0.1)

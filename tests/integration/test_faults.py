@@ -192,6 +192,45 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
     assert all(e["stalled_s"] >= 15 for e in stalls), stalls
 
 
+def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_slice(worker_factory, tmp_path):
+    """The manager pings every Ready slice, the active ones too, at the start of each attempt (the scale-up
+    after a replacement joins, say) and marks those that do not answer within 5 s Down: a supervisor then
+    replaces their workers. Here the controller (this test process, its `CpuBackend`) and the worker are
+    frozen (SIGSTOP) mid-ping for 4 s, the controller resumed 0.5 s first: the ping's 2 s deadline expired
+    while the controller did not run. Before, that failed the health check, as the step deadline did before
+    the stall clock (e2e/test_slice_truth.py: the surviving slice 1 was replaced at a rejoin under load, in
+    2 of 5 runs of session 12; that this was the cause is not shown). Now it is pinged again and answers."""
+    from elastic_jax.api.control import SliceReport
+    from elastic_jax.controller.backend_cpu import CpuBackend
+    from elastic_jax.controller.elastic.slice_set import SliceSet
+    from tests.support.workers import TOKEN
+
+    worker = worker_factory.start_many(1)[0]
+    slices = SliceSet(1)
+    slices.apply_report(0, SliceReport(state="Ready", generation=1, addresses=[worker.address]))
+    backend = CpuBackend(slices, token=TOKEN)
+    try:
+        assert backend.health_check([0], timeout_s=2.0) == frozenset({0})  # connected, answering
+        os.kill(worker.popen.pid, signal.SIGSTOP)  # the ping below stays unanswered until the end
+        freezer = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -STOP {os.getpid()}; sleep 4; "
+                                    f"kill -CONT {os.getpid()}; sleep 0.5; kill -CONT {worker.popen.pid}"])
+        try:
+            started = time.monotonic()
+            assert backend.health_check([0], timeout_s=2.0) == frozenset({0})
+            assert time.monotonic() - started >= 4.0  # the freeze happened during the check
+        finally:
+            freezer.wait(timeout=30)
+            os.kill(worker.popen.pid, signal.SIGCONT)
+        # a worker frozen on its own (the controller runs) is still unhealthy
+        os.kill(worker.popen.pid, signal.SIGSTOP)
+        try:
+            assert backend.health_check([0], timeout_s=1.0) == frozenset()
+        finally:
+            os.kill(worker.popen.pid, signal.SIGCONT)
+    finally:
+        backend.close()
+
+
 # -- item 4: a stop during a hung step abandons the step and checkpoints the last completed one -----
 
 

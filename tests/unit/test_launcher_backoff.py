@@ -136,3 +136,51 @@ def test_workers_share_a_private_compilation_cache_in_the_run_folder(tmp_path):
     assert cache == (tmp_path / "run" / "xla-cache").resolve() and cache.is_dir()
     assert cache.stat().st_mode & 0o077 == 0  # not readable or writable by other users
     assert env[contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS] == "0"
+
+
+class _FlakyClient:
+    """A control client whose first `fails` slice reports get no usable answer (ControlApiError)."""
+
+    def __init__(self, fails: int):
+        self.fails, self.sent = fails, []
+
+    def report_slice(self, index, state, generation, addresses, reason, retries=0):
+        from elastic_jax.api.client import ControlApiError
+        self.sent.append((state, generation))
+        if len(self.sent) <= self.fails:
+            raise ControlApiError("PUT /v1/slices/0: answer not complete within 2.0 s")
+
+
+def _real_reports(tmp_path, fails):
+    launcher, s, _ = _launcher(tmp_path)
+    del launcher._report  # the launcher's own, against the stand-in client
+    launcher.client = _FlakyClient(fails)
+    launcher.RESEND_S = 0.0  # sent again at the next status read
+    return launcher, s, launcher.client
+
+
+def test_a_ready_the_controller_did_not_take_is_sent_again_until_it_holds_it(tmp_path, monkeypatch):
+    """Before, a slice's state was sent only when it changed: a Ready whose report failed was never sent
+    again, and the restarted worker never rejoined (the controller held it Down)."""
+    launcher, s, client = _real_reports(tmp_path, fails=2)
+    monkeypatch.setattr("elastic_jax.local.launcher.port_open", lambda host, port: True)
+    launcher._supervise_workers(0.0)  # Ready: its report fails
+    assert s.state == "Ready" and s.unsent is not None and s.ready_generation is None
+    launcher._resend_unsent(_status("Down", 5))  # the controller still has an older generation: again
+    launcher._resend_unsent(_status("Down", 5))
+    assert [state for state, _ in client.sent] == ["Ready"] * 3
+    assert s.unsent is None and s.ready_generation == client.sent[-1][1]
+    launcher._resend_unsent(_status("Active", s.generation))
+    assert len(client.sent) == 3  # taken: nothing more
+
+
+def test_a_ready_applied_though_its_answer_was_lost_is_not_sent_again(tmp_path, monkeypatch):
+    """The controller applied the report but its answer came too late: the status shows the generation sent.
+    It is not sent again (a new generation of an active slice would reconnect the controller to it), and
+    the replace rule works for it (before, its accepted generation stayed unknown: a later hang of that
+    worker was never replaced)."""
+    launcher, s, client = _real_reports(tmp_path, fails=1)
+    monkeypatch.setattr("elastic_jax.local.launcher.port_open", lambda host, port: True)
+    launcher._supervise_workers(0.0)
+    launcher._resend_unsent(_status("Active", s.generation))
+    assert len(client.sent) == 1 and s.unsent is None and s.ready_generation == s.generation
