@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from elastic_jax import contract
 from elastic_jax.api.images import MAXTEXT_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,9 +78,9 @@ def test_the_maxtext_image_has_the_pinned_maxtext_and_jax(docker_engine, maxtext
 def test_maxtext_trains_under_run_module_in_the_image(docker_engine, maxtext_image):
     job_dir = _job_dir()
     name = f"ejx-maxtext-{os.getpid()}"
-    env = {"ELASTIC_JAX_MANIFEST": "/job/job.yaml", "ELASTIC_JAX_TOKEN_FILE": "/job/token",
-           "ELASTIC_JAX_HOST": "127.0.0.1", "ELASTIC_JAX_PORT": "8080",
-           "ELASTIC_JAX_SUMMARY_FILE": "/out/summary.json"}
+    env = {contract.ENV_MANIFEST: "/job/job.yaml", contract.ENV_TOKEN_FILE: "/job/token",
+           contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: "8080",
+           contract.ENV_SUMMARY_FILE: "/out/summary.json"}
     env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
     docker_engine.docker(
         "run", "-d", "--name", name, "--network", "none", "--read-only", "--user", "65532:65532",
