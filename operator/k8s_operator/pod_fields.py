@@ -80,7 +80,7 @@ class PodFieldsPolicy:
         if pc is not None and pc not in self.priority_classes and ANY not in self.priority_classes:
             raise PodFieldRefused(
                 f"{PRIORITY_FIELD} {pc!r} is not allowed: a cluster admin must list it in the operator's "
-                "podFields.priorityClassNames (Helm value)")
+                "podFields.priorityClassNames (Helm value; operator flag --allowed-priority-classes)")
         for role, part in (("controller", spec.controller), ("worker", spec.worker)):
             for i, t in enumerate(part.tolerations):
                 key = t.key or ""
@@ -94,7 +94,7 @@ class PodFieldsPolicy:
                 if key not in self.toleration_keys:
                     raise PodFieldRefused(
                         f"spec.{role}.tolerations[{i}].key {key!r} is not allowed: a cluster admin must list it "
-                        "in the operator's podFields.tolerationKeys (Helm value)")
+                        "in the operator's podFields.tolerationKeys (Helm value; operator flag --allowed-toleration-keys)")
         for i, ref in enumerate(spec.image_pull_secrets):
             _check_namespaced(self.pull_secrets, namespace, ref.name, f"{PULL_SECRETS_FIELD}[{i}].name",
                               "imagePullSecrets")
@@ -102,6 +102,10 @@ class PodFieldsPolicy:
         if claim is not None:
             _check_namespaced(self.cache_claims, namespace, claim.claim_name, CACHE_CLAIM_FIELD,
                               "compilationCacheClaims")
+
+
+_FLAGS = {"imagePullSecrets": "image-pull-secrets", "compilationCacheClaims": "compilation-cache-claims"}
+"""The operator flag (``--allowed-<flag>``, ``main.py``) behind each namespaced ``podFields`` Helm value."""
 
 
 def _check_namespaced(allowed: frozenset[tuple[str, str]], namespace: str, name: str, field: str, value: str) -> None:
@@ -113,7 +117,8 @@ def _check_namespaced(allowed: frozenset[tuple[str, str]], namespace: str, name:
     if (namespace, name) not in allowed and (namespace, ANY) not in allowed:
         raise PodFieldRefused(
             f"{field} {name!r} is not allowed in namespace {namespace}: a cluster admin must list "
-            f"{namespace}/{name} in the operator's podFields.{value} (Helm value)")
+            f"{namespace}/{name} in the operator's podFields.{value} (Helm value; operator flag "
+            f"--allowed-{_FLAGS[value]})")
 
 
 # Set once by `main` from its flags; the handlers read it. Default: the safe lists above.

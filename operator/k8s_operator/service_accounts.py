@@ -58,11 +58,13 @@ class ServiceAccountPolicy:
         if key not in self.allowed and key not in self.token_allowed:
             raise ServiceAccountRefused(
                 f"{FIELD} {c.service_account_name!r} is not allowed in namespace {key[0]}: a cluster admin must "
-                f"list {key[0]}/{key[1]} in the operator's controllerServiceAccounts.allowed (Helm value)")
+                f"list {key[0]}/{key[1]} in the operator's controllerServiceAccounts.allowed (Helm value; "
+                "operator flag --allowed-service-accounts)")
         if c.automount_service_account_token and key not in self.token_allowed:
             raise ServiceAccountRefused(
                 f"{TOKEN_FIELD}: the token of ServiceAccount {key[0]}/{key[1]} may not be mounted: a cluster admin "
-                "must list it in the operator's controllerServiceAccounts.allowTokenMount (Helm value); "
+                "must list it in the operator's controllerServiceAccounts.allowTokenMount (Helm value; "
+                "operator flag --allowed-token-service-accounts); "
                 "Workload Identity does not need the token")
 
 

@@ -522,7 +522,8 @@ class JobTracker:
                     if client is self.client:
                         self._answer_failed(e)
                 metrics.NOTIFICATIONS.labels(state, "starting" if starting else "error").inc()
-                (_logger.info if starting else _logger.warning)(
+                # A starting controller refuses each report until it listens: at debug, not a line per try.
+                (_logger.debug if starting else _logger.warning)(
                     "could not report slice %d %s%s: %s", track.index, state,
                     " (controller starting)" if starting else "", e,
                     extra={"job": self.name, "slice": track.index})

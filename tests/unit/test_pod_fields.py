@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from elastic_jax.api import labels as lbl
@@ -67,6 +70,21 @@ def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace,
     with pytest.raises(PodFieldRefused) as info:
         POLICY.check(_job(namespace, **spec), namespace)
     assert message in str(info.value) and "\n" not in str(info.value)
+    assert_names_the_operator_flag(str(info.value))
+
+
+MAIN_SOURCE = (Path(__file__).resolve().parents[2] / "operator" / "k8s_operator" / "main.py").read_text()
+
+
+def assert_names_the_operator_flag(message: str) -> None:
+    """A refusal that names the Helm value also names the flag of an operator run without Helm (a trial's
+    operator from the CLI was told only of Helm), and that flag exists."""
+    if "Helm value" not in message:
+        return
+    flags = re.findall(r"--allowed-[a-z-]+", message)
+    assert flags, message
+    for flag in flags:
+        assert f'"{flag}"' in MAIN_SOURCE, flag
 
 
 def test_a_star_allows_any_value():

@@ -9,6 +9,7 @@ from elastic_jax.k8s_operator import handlers, service_accounts
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.service_accounts import ServiceAccountPolicy, ServiceAccountRefused
 from elastic_jax.k8s_operator.allow_lists import parse_namespaced
+from tests.unit.test_pod_fields import assert_names_the_operator_flag
 
 
 def _body(namespace="ml", **controller):
@@ -58,6 +59,7 @@ def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace,
     with pytest.raises(ServiceAccountRefused) as info:
         POLICY.check(_job(namespace, **controller), namespace)
     assert message in str(info.value) and "\n" not in str(info.value)
+    assert_names_the_operator_flag(str(info.value))
 
 
 def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
