@@ -381,7 +381,7 @@ def _trainer_problems(job, manifest: Path) -> list[str]:
         return [f"--trainer needs the controller extra (pip install 'elastic-jax[controller]'): {e}"]
     spec = job.spec.controller.trainer
     try:
-        built = load_trainer(spec.entry_point, spec.config)
+        built = load_trainer(spec.entry_point, spec.config, manifest.parent)
     except TrainerConfigError as e:
         return [f"{manifest}: {e}"]
     try:

@@ -669,3 +669,32 @@ def test_validate_reports_every_problem_of_every_stage_in_one_run(tmp_path):
                      "'tpu-v9' is not a TPU accelerator", "spec.worker.nodeSelector["):
         assert sum(fragment in ln for ln in found) == 1, (fragment, found)
     assert len(found) == 5, found
+
+
+def test_a_trainer_module_beside_the_manifest_is_named_with_the_path_that_would_find_it(tmp_path):
+    """A new-user trial: `trainer: mytrainer:make_trainer` with mytrainer.py next to the yaml failed with
+    `cannot import module 'mytrainer' (No module named 'mytrainer')` and no hint. The manifest's folder is
+    not searched (a cluster's controller has no such folder): the error names the field, says the module
+    must be installed or on PYTHONPATH, and names the folder it is in; `run` and `validate --trainer` alike."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "mytrainer.py").write_text("def make_trainer(config):\n    raise SystemExit('not reached')\n")
+    m = job_manifest("beside", tmp_path)
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "mytrainer:make_trainer"
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(m))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    fragments = ("spec.controller.trainer.entryPoint 'mytrainer:make_trainer'", "No module named 'mytrainer'",
+                 "must be installed", "on PYTHONPATH", f"mytrainer.py is beside the manifest in {folder}",
+                 f"PYTHONPATH={folder}")
+    for args in (["run", str(path), "--workdir", str(tmp_path / "run"), "--no-failure"],
+                 ["validate", "--trainer", str(path)]):
+        proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, *fragments)
+    assert not leftover_processes(str(tmp_path))
+    # Not beside the manifest either: the error says where it looked.
+    (folder / "mytrainer.py").unlink()
+    proc = subprocess.run([CLI, "validate", "--trainer", str(path)], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path, env=env)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "must be installed",
+                          f"not found beside the manifest either (looked in {folder})")
