@@ -48,6 +48,7 @@ from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
 from elastic_jax.supervision import budgets
+from elastic_jax.supervision import steps_lost as steps_lost_rule
 from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, next_generation, \
     next_slice_state, reported
 
@@ -147,8 +148,14 @@ class LocalLauncher:
         self._last_metrics_scrape = 0.0
         self._cleared = False
         self._previous_recoveries: list[dict[str, Any]] = []
-        self._previous_ledgers: list[tuple[dict[str, float], float | None]] = []  # (seconds, goodput) of dead controllers
-        self._reached_before_restart: list[int] = []
+        # The dead controllers' goodput ledgers summed, with the steps their successors redid re-booked
+        # `recovering` (`supervision.steps_lost`, as the operator re-books them), and their reduced seconds'
+        # equivalent; `_earlier_stepped`: one of them completed a step (else goodput is n/a).
+        self._earlier_seconds: dict[str, float] = {}
+        self._earlier_equivalent = 0.0
+        self._earlier_stepped = False
+        # The step the run's first controller resumed from (what the earlier ledgers trained from), once known.
+        self._trained_from: int | None = None
         # One entry per controller that ended without ending the job (see `_carry_over_from_dead_controller`).
         self.controller_losses: list[dict[str, Any]] = []
         self.kill_skipped: str | None = None
@@ -442,19 +449,37 @@ class LocalLauncher:
         status = self.last_status
         self._previous_recoveries += [r.model_dump(mode="json") for r in (status.recovery_history if status else [])]
         if status is not None:  # its goodput ledger as last polled (up to 0.1 s short)
-            self._previous_ledgers.append((dict(status.goodput_seconds), status.goodput))
+            seconds = dict(status.goodput_seconds)
+            self._earlier_seconds = _sum_seconds([self._earlier_seconds, seconds])
+            self._earlier_equivalent += _equivalent(seconds, status.goodput)
+            self._earlier_stepped |= status.goodput is not None
         reached = status.step if status else 0
         self.controller_losses.append({
             "cause": "interrupted" if exit_code == ControllerExit.RESTART else "lost",
-            "exit_code": exit_code, "at_step": reached, "resumed_from_step": None})
-        self._reached_before_restart.append(reached)
+            "exit_code": exit_code, "at_step": reached, "resumed_from_step": None, "steps_lost": None})
         self.last_status = None
 
     def _note_resume(self, status: ControllerStatus) -> None:
-        """Fills in the step a restarted controller resumed from, once it has restored (it has left `Starting`)."""
-        if self.controller_losses and self.controller_losses[-1]["resumed_from_step"] is None \
-                and status.phase != "Starting":
-            self.controller_losses[-1]["resumed_from_step"] = status.resumed_from.step if status.resumed_from else 0
+        """Notes the step a controller resumed from, once it has restored (it has left `Starting`)."""
+        if status.phase == "Starting":
+            return
+        self._resumed_at(status.resumed_from.step if status.resumed_from else 0)
+
+    def _resumed_at(self, resumed: int) -> None:
+        """A controller resumed from step `resumed`: the run's first sets where the ledgers trained from; a
+        restarted one's predecessors lost the steps from there to the step they had reached, whose seconds
+        are re-booked `recovering` in the earlier ledgers (the operator's rule, `supervision.steps_lost`)."""
+        if self._trained_from is None:
+            self._trained_from = resumed
+        loss = self.controller_losses[-1] if self.controller_losses else None
+        if loss is None or loss["resumed_from_step"] is not None:
+            return
+        loss["resumed_from_step"] = resumed
+        loss["steps_lost"] = lost = steps_lost_rule.lost_at_resume(loss["at_step"], resumed)
+        share = steps_lost_rule.lost_share(lost, loss["at_step"], self._trained_from)
+        self._earlier_seconds, self._earlier_equivalent = steps_lost_rule.rebook_lost(
+            self._earlier_seconds, self._earlier_seconds, share, self._earlier_equivalent, self._earlier_equivalent)
+        self._trained_from = min(self._trained_from, resumed)
 
     def _with_earlier_recoveries(self, status: ControllerStatus) -> ControllerStatus:
         """`status` with the slice recoveries of controllers before this one added to its counts (progress display)."""
@@ -495,11 +520,13 @@ class LocalLauncher:
         the run ended before the next step completed, so there is no duration), steps_lost (None: not
         measured, library mode),
         controller_pid_changed, controller_restarts, controller_losses (list of
-        {cause: interrupted|lost, exit_code, at_step, resumed_from_step}; a controller
-        restart is not a slice recovery), worker_restarts, injected_failure,
+        {cause: interrupted|lost, exit_code, at_step, resumed_from_step, steps_lost: what its successor
+        redid}; a controller restart is not a slice recovery), worker_restarts, injected_failure,
         injected_failure_skipped (why none was injected), goodput (None: not applicable,
-        no step run; over every controller of the run, each weighted by its wall seconds),
-        goodput_seconds (seconds per goodput category summed over the controllers), checkpoint_uri, last_committed_checkpoint_step,
+        no step run; (productive + reduced equivalent) / wall over every controller of the run),
+        goodput_seconds (seconds per goodput category summed over the controllers, the seconds of the steps a
+        restarted controller redid re-booked from productive/reduced to recovering, as the operator does:
+        `supervision.steps_lost`), checkpoint_uri, last_committed_checkpoint_step,
         restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
         metrics_file, logs_dir, wall_seconds, failure_reason; `finished_summary` adds already_finished.
         """
@@ -542,9 +569,17 @@ class LocalLauncher:
         # Library mode: what the library measured (the steps its `recover` rewound), None when the user's
         # loop never called it (it owns its state; what it redoes is not measured).
         steps_lost = run.get("steps_lost") if self.job.spec.controller.library_mode else run.get("steps_lost") or 0
-        if steps_lost is not None and self._reached_before_restart and run.get("restored_from_step") is not None:
-            # At least these steps were redone after the last controller restart.
-            steps_lost += max(0, self._reached_before_restart[-1] - run["restored_from_step"])
+        if self.controller_losses and self.controller_losses[-1]["resumed_from_step"] is None \
+                and run.get("restored_from_step") is not None:
+            self._resumed_at(run["restored_from_step"])  # (the last one ended before a poll saw it resume)
+        if steps_lost is not None:
+            # At least these steps were redone after the controller restarts.
+            steps_lost += sum(loss["steps_lost"] or 0 for loss in self.controller_losses)
+        live = run.get("goodput_seconds") or {}
+        seconds = _sum_seconds([self._earlier_seconds, live])
+        stepped = self._earlier_stepped or run.get("goodput") is not None
+        goodput = steps_lost_rule.goodput_fraction(
+            seconds, self._earlier_equivalent + _equivalent(live, run.get("goodput"))) if stepped else None
         return {
             "job": self.job.metadata.name,
             "succeeded": bool(run.get("succeeded")),
@@ -563,8 +598,8 @@ class LocalLauncher:
             "worker_restarts": sum(max(0, s.child.starts - 1) for s in self.slices),
             "injected_failure": self.killed,
             "injected_failure_skipped": self.kill_skipped,
-            "goodput": _overall_goodput(self._previous_ledgers + [(run.get("goodput_seconds") or {}, run.get("goodput"))]),
-            "goodput_seconds": _sum_seconds([led for led, _ in self._previous_ledgers] + [run.get("goodput_seconds") or {}]),
+            "goodput": None if goodput is None else round(goodput, 4),
+            "goodput_seconds": seconds,
             "checkpoint_uri": self.job.spec.checkpoint.uri,
             "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
             "restored_from_step": run.get("restored_from_step"),
@@ -585,13 +620,13 @@ def _sum_seconds(ledgers: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in total.items()}
 
 
-def _overall_goodput(ledgers: list[tuple[dict[str, float], float | None]]) -> float | None:
-    """Goodput of the whole run: each controller's ratio weighted by its wall seconds (one that ran no step
-    adds wall and no progress); None when no controller ran a step."""
-    if all(g is None for _, g in ledgers):
-        return None
-    wall = sum(sum(seconds.values()) for seconds, _ in ledgers)
-    return sum((g or 0.0) * sum(seconds.values()) for seconds, g in ledgers) / wall if wall > 0 else None
+def _equivalent(seconds: dict[str, float], goodput: float | None) -> float:
+    """A controller's reduced seconds x active/desired slices, from its ledger and goodput ratio
+    (goodput x wall - productive, which the controller's ledger defines it by); 0 before its first step."""
+    if goodput is None:
+        return 0.0
+    derived = goodput * sum(seconds.values()) - seconds.get("productive", 0.0)
+    return min(max(0.0, derived), seconds.get("reduced", 0.0))
 
 
 class RunLock:

@@ -133,12 +133,52 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
     # a recovery the progress line never showed. It says what happened instead.
     assert s["recoveries"] == 0 and s["recovery_seconds"] == [] and s["unfinished_recoveries"] == 0
     assert s["controller_losses"] == [{"cause": "interrupted", "exit_code": 75, "at_step": s["controller_losses"][0]["at_step"],
-                                       "resumed_from_step": stopped_at}]
+                                       "resumed_from_step": stopped_at, "steps_lost": 0}]
     assert 60 <= s["controller_losses"][0]["at_step"] <= stopped_at
     assert "null" not in json.dumps(s["recovery_seconds"])
     assert (f"controller interrupted by a signal (it checkpointed the step it reached) at step "
             f"{s['controller_losses'][0]['at_step']}; its successor resumed from step {stopped_at}") in run.stderr
     assert "recoveries 0 (-)" in run.stderr and "controller restarts 1" in run.stderr
+
+
+def test_steps_a_restarted_controller_redid_are_booked_recovering_not_productive(tmp_path):
+    """A new-user trial: `elastic-jax run` booked the steps a restarted controller redid as `productive`,
+    where the operator re-books them `recovering` (`steps_lost`). The controller SIGKILLed at step >= 60
+    with nothing committed (a local checkpoint every 1000 steps): its successor resumes from 0, so every
+    training second of the first controller was lost and is booked `recovering` (the shared rule,
+    `elastic_jax.supervision.steps_lost`); the summary's productive seconds are the successor's own."""
+    m = job_manifest("redone", tmp_path, training={"steps": 200, "globalBatchSize": 8, "logEverySteps": 10},
+                     checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
+    killed: dict = {}
+
+    def killer():
+        try:
+            log = tmp_path / "run" / "controller.log"
+            _wait_for(lambda: _logged_step(log) >= 60, "step 60")
+            pid = _ready_pids(tmp_path / "run")[0]
+            os.kill(pid, signal.SIGKILL)
+            killed["pid"] = pid
+        except AssertionError as e:
+            killed["error"] = str(e)
+
+    run = _run_beside(killer, m, tmp_path, 10, "--no-failure")
+    assert "pid" in killed, killed
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert s["succeeded"] and s["controller_restarts"] == 1
+    loss = s["controller_losses"][0]
+    # (at_step: the last step the launcher polled, up to 0.1 s before the kill)
+    assert loss["cause"] == "lost" and loss["resumed_from_step"] == 0 and loss["at_step"] >= 30
+    assert loss["steps_lost"] == loss["at_step"] and s["steps_lost"] == loss["at_step"]
+    # The successor's own ledger (its summary.json): all that is left productive once the lost steps moved.
+    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
+    booked = s["goodput_seconds"]
+    assert abs(booked["productive"] - own["productive"]) < 0.01, (booked, own)
+    assert abs(booked.get("reduced", 0.0) - own.get("reduced", 0.0)) < 0.01, (booked, own)
+    # The first controller trained >= 60 steps: those seconds are now recovering, beside the successor's own.
+    assert booked["recovering"] > own.get("recovering", 0.0) + 0.05, (booked, own)
+    wall = sum(booked.values())
+    assert abs(s["goodput"] - own["productive"] / wall) < 0.01, (s["goodput"], booked)
 
 
 # -- a frozen controller is not a hung worker ---------------------------------------------------------
