@@ -104,7 +104,7 @@ def run(
                 summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
             else:
                 with ProgressView(steps) as view:
-                    launcher = LocalLauncher(job, manifest, options, on_status=view.update)
+                    launcher = LocalLauncher(job, manifest, options, on_status=view.update, on_message=view.message)
                     summary = launcher.run()
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
@@ -170,6 +170,11 @@ def _print_report(s: dict) -> None:
         resumed = loss.get("resumed_from_step")
         print(f"    controller {what} at step {loss['at_step']}"
               + ("" if resumed is None else f"; its successor resumed from step {resumed}"), file=out)
+    for spell in s.get("controller_unresponsive") or []:
+        ended = {"answered": "then answered again", "exited": "then its process ended",
+                 "run_ended": "until the run ended"}.get(spell["ended"], "")
+        print(f"    controller (pid {spell['pid']}) unresponsive at step {spell['at_step']} for "
+              f"{spell['seconds']:.0f} s, {ended} (booked recovering, not productive)", file=out)
     if s.get("injected_failure_skipped"):
         print(f"  injected failure: none ({s['injected_failure_skipped']})", file=out)
     print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%')}", file=out)

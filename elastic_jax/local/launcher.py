@@ -47,7 +47,7 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
-from elastic_jax.supervision import budgets
+from elastic_jax.supervision import budgets, controller_watch
 from elastic_jax.supervision import steps_lost as steps_lost_rule
 from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, next_generation, \
     next_slice_state, reported
@@ -122,6 +122,8 @@ class LocalLauncher:
       manifest_path: passed to the controller process.
       options: see `LaunchOptions`.
       on_status: called with each polled `ControllerStatus` (progress display).
+      on_message: called with a line for the progress output (a controller that stopped answering, and
+        when it answers again); default: logged as a warning.
     """
 
     def __init__(
@@ -130,11 +132,13 @@ class LocalLauncher:
         manifest_path: Path,
         options: LaunchOptions,
         on_status: Callable[[ControllerStatus], None] | None = None,
+        on_message: Callable[[str], None] | None = None,
     ):
         self.job = job
         self.manifest_path = manifest_path
         self.options = options
         self.on_status = on_status or (lambda status: None)
+        self.on_message = on_message or (lambda line: _logger.warning("%s", line))
         self.workdir = options.workdir
         self.token = secrets.token_urlsafe(24)
         self.controller_port = 0
@@ -156,6 +160,14 @@ class LocalLauncher:
         self._earlier_stepped = False
         # The step the run's first controller resumed from (what the earlier ledgers trained from), once known.
         self._trained_from: int | None = None
+        # A live controller that stopped answering (`supervision.controller_watch`): when the current one last
+        # answered (None: not yet, or it is new), the spell in progress once past the grace, every spell of
+        # the run (the summary's `controller_unresponsive`), and the seconds of the spells the live
+        # controller's ledger booked as training (it answered again after them), re-booked at the summary.
+        self._answered_at: float | None = None
+        self._unresponsive: dict[str, Any] | None = None
+        self.controller_unresponsive: list[dict[str, Any]] = []
+        self._frozen_training_s = 0.0
         # One entry per controller that ended without ending the job (see `_carry_over_from_dead_controller`).
         self.controller_losses: list[dict[str, Any]] = []
         self.kill_skipped: str | None = None
@@ -397,6 +409,7 @@ class LocalLauncher:
                     _logger.error("%s; stopping the job", self.budget_failure)
                     break
                 status = self._poll_status()
+                self._watch_controller(status)
                 if status is not None:
                     self._last_status = status
                     self._note_resume(status)
@@ -448,16 +461,68 @@ class LocalLauncher:
         """
         status = self.last_status
         self._previous_recoveries += [r.model_dump(mode="json") for r in (status.recovery_history if status else [])]
+        self._end_unresponsive("exited")
         if status is not None:  # its goodput ledger as last polled (up to 0.1 s short)
             seconds = dict(status.goodput_seconds)
+            # (a freeze it answered again after is in that ledger as training: re-booked first)
+            seconds, equivalent = controller_watch.rebook_frozen(seconds, self._frozen_training_s,
+                                                                 _equivalent(seconds, status.goodput))
             self._earlier_seconds = _sum_seconds([self._earlier_seconds, seconds])
-            self._earlier_equivalent += _equivalent(seconds, status.goodput)
+            self._earlier_equivalent += equivalent
             self._earlier_stepped |= status.goodput is not None
+        self._frozen_training_s = 0.0
+        self._answered_at = None
         reached = status.step if status else 0
         self.controller_losses.append({
             "cause": "interrupted" if exit_code == ControllerExit.RESTART else "lost",
             "exit_code": exit_code, "at_step": reached, "resumed_from_step": None, "steps_lost": None})
         self.last_status = None
+
+    def _watch_controller(self, status: ControllerStatus | None) -> None:
+        """Tracks whether the live controller answers (`status`: this poll's answer, None: no answer).
+
+        Once it answered and then went `LOCAL_UNRESPONSIVE_GRACE_S` without an answer while its process
+        lives (frozen: SIGSTOP, a VM pause, a native call holding the GIL), says so on the progress output
+        and opens a spell in `controller_unresponsive`; when it answers again the spell ends, and if it was
+        training its ledger booked the frozen seconds as training: they are re-booked `recovering`.
+        """
+        now = time.monotonic()
+        if status is not None:
+            if self._unresponsive is not None:
+                spell = self._unresponsive
+                spell["seconds"] = round(now - spell["_since"], 1)
+                if spell["_training"]:
+                    self._frozen_training_s += now - spell["_since"]
+                self.on_message(f"controller (pid {spell['pid']}) answers again after {spell['seconds']:.0f} s "
+                                f"without an answer; that time is booked recovering, not productive")
+                self._end_unresponsive("answered")
+            self._answered_at = now
+            return
+        if self._unresponsive is not None or self.controller.exit_code() is not None:
+            return  # (a spell already open; or the process ended: its exit code tells, next loop)
+        seconds = controller_watch.unresponsive_seconds(self._answered_at, now,
+                                                        controller_watch.LOCAL_UNRESPONSIVE_GRACE_S)
+        if seconds is None:
+            return
+        last = self._last_status
+        self._unresponsive = spell = {
+            "pid": self.controller.pid, "at_step": last.step if last is not None else 0, "seconds": None,
+            "ended": None, "_since": self._answered_at,
+            # (a controller that was training books the freeze as training; paused, it books it waiting)
+            "_training": last is not None and last.phase in ("Running", "Recovering") and last.goodput is not None}
+        self.controller_unresponsive.append(spell)
+        self.on_message(f"controller (pid {spell['pid']}) is alive but its control API has not answered for "
+                        f"{seconds:.0f} s, at step {spell['at_step']}: frozen (SIGSTOP? a paused machine?) or "
+                        f"wedged; no step is made meanwhile")
+
+    def _end_unresponsive(self, how: str) -> None:
+        """Closes the open unresponsive spell, if any: `how` it ended (answered, exited, run_ended)."""
+        spell, self._unresponsive = self._unresponsive, None
+        if spell is None:
+            return
+        spell["ended"] = how
+        if spell["seconds"] is None:
+            spell["seconds"] = round(time.monotonic() - spell["_since"], 1)
 
     def _note_resume(self, status: ControllerStatus) -> None:
         """Notes the step a controller resumed from, once it has restored (it has left `Starting`)."""
@@ -521,7 +586,10 @@ class LocalLauncher:
         measured, library mode),
         controller_pid_changed, controller_restarts, controller_losses (list of
         {cause: interrupted|lost, exit_code, at_step, resumed_from_step, steps_lost: what its successor
-        redid}; a controller restart is not a slice recovery), worker_restarts, injected_failure,
+        redid}; a controller restart is not a slice recovery), controller_unresponsive (list of {pid, at_step,
+        seconds, ended: answered|exited|run_ended}: a live controller that went
+        `controller_watch.LOCAL_UNRESPONSIVE_GRACE_S` without answering; seconds from its last answer),
+        worker_restarts, injected_failure,
         injected_failure_skipped (why none was injected), goodput (None: not applicable,
         no step run; (productive + reduced equivalent) / wall over every controller of the run),
         goodput_seconds (seconds per goodput category summed over the controllers, the seconds of the steps a
@@ -575,11 +643,15 @@ class LocalLauncher:
         if steps_lost is not None:
             # At least these steps were redone after the controller restarts.
             steps_lost += sum(loss["steps_lost"] or 0 for loss in self.controller_losses)
+        self._end_unresponsive("run_ended")
         live = run.get("goodput_seconds") or {}
+        # (the live controller's ledger booked a freeze it answered again after as training)
+        live, live_equivalent = controller_watch.rebook_frozen(live, self._frozen_training_s,
+                                                               _equivalent(live, run.get("goodput")))
         seconds = _sum_seconds([self._earlier_seconds, live])
         stepped = self._earlier_stepped or run.get("goodput") is not None
         goodput = steps_lost_rule.goodput_fraction(
-            seconds, self._earlier_equivalent + _equivalent(live, run.get("goodput"))) if stepped else None
+            seconds, self._earlier_equivalent + live_equivalent) if stepped else None
         return {
             "job": self.job.metadata.name,
             "succeeded": bool(run.get("succeeded")),
@@ -595,6 +667,8 @@ class LocalLauncher:
             "controller_pid_changed": len(set(self.controller_pids)) > 1,
             "controller_restarts": controller_restarts,
             "controller_losses": self.controller_losses,
+            "controller_unresponsive": [{k: v for k, v in spell.items() if not k.startswith("_")}
+                                        for spell in self.controller_unresponsive],
             "worker_restarts": sum(max(0, s.child.starts - 1) for s in self.slices),
             "injected_failure": self.killed,
             "injected_failure_skipped": self.kill_skipped,

@@ -232,6 +232,53 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
     assert all(e["stalled_s"] >= 15 for e in stalls), stalls
 
 
+def test_a_frozen_controller_is_reported_and_not_booked_productive(tmp_path):
+    """A new-user trial: the controller SIGSTOPped under `elastic-jax run` (alive, making no step) was not
+    reported and its frozen seconds counted as productive (its ledger's clock runs on while it is stopped).
+    The launcher applies the operator's ControllerUnresponsive rule (`supervision.controller_watch`): once
+    the controller that answered goes 10 s without an answer it says so on the progress output, the summary
+    lists the spell, and its seconds are booked recovering."""
+    m = job_manifest("frozenctl", tmp_path, training={"steps": 600, "globalBatchSize": 8, "logEverySteps": 10},
+                     checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
+    frozen: dict = {}
+
+    def freezer():
+        pid = None
+        try:
+            log = tmp_path / "run" / "controller.log"
+            _wait_for(lambda: _logged_step(log) >= 60, "step 60")
+            pid = _ready_pids(tmp_path / "run")[0]
+            os.kill(pid, signal.SIGSTOP)
+            frozen["pid"] = pid
+            time.sleep(16)
+        except AssertionError as e:
+            frozen["error"] = str(e)
+        finally:
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
+    run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
+    assert "pid" in frozen, frozen
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert s["succeeded"] and s["steps"] == 600 and s["controller_restarts"] == 0
+    [spell] = s["controller_unresponsive"]
+    assert spell["pid"] == frozen["pid"] and spell["ended"] == "answered" and 14 <= spell["seconds"] <= 60, spell
+    assert spell["at_step"] >= 30
+    assert f"controller (pid {frozen['pid']}) is alive but its control API has not answered for" in run.stderr
+    assert f"controller (pid {frozen['pid']}) answers again after" in run.stderr
+    # The controller's own ledger booked the freeze productive; the run's books it recovering.
+    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
+    booked = s["goodput_seconds"]
+    assert booked["productive"] <= own["productive"] - 14, (booked, own)
+    assert booked["recovering"] >= own.get("recovering", 0.0) + 14, (booked, own)
+    assert abs(sum(booked.values()) - sum(own.values())) < 0.05  # (the wall is unchanged)
+    assert "unresponsive at step" in run.stderr and "booked recovering, not productive" in run.stderr
+
+
 # -- item 4: a stop during a hung step abandons the step and checkpoints the last completed one -----
 
 
