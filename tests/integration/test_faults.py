@@ -93,6 +93,28 @@ def _run_beside(action, manifest: dict, tmp_path: Path, join_s: float, *flags: s
         thread.join(timeout=join_s)
 
 
+def _signal_first_controller(tmp_path: Path, sig: int, at_step: int, into: dict):
+    """An action for `_run_beside`: `sig` to the run's first controller once it logged `at_step`; its PID is
+    put in `into["pid"]` (or why not in `into["error"]`)."""
+    def action():
+        try:
+            _wait_for(lambda: _logged_step(tmp_path / "run" / "controller.log") >= at_step, f"step {at_step}")
+            pid = _ready_pids(tmp_path / "run")[0]
+            os.kill(pid, sig)
+            into["pid"] = pid
+        except AssertionError as e:
+            into["error"] = str(e)
+    return action
+
+
+def _continue(pid: int) -> None:
+    """SIGCONT to `pid`, if it still exists (the run may have stopped it meanwhile)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 # -- item 1: a signal to the controller is a controller loss, not the end of the job ----------------
 
 
@@ -103,18 +125,8 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
     m = job_manifest("ctrlterm", tmp_path, training={"steps": 400, "globalBatchSize": 8, "logEverySteps": 10},
                      checkpoint={"uri": str(ckpt), "intervalSteps": 1000})  # no periodic save: only the stop's
     signalled: dict = {}
-
-    def killer():
-        try:
-            log = tmp_path / "run" / "controller.log"
-            _wait_for(lambda: _logged_step(log) >= 60, "step 60")
-            pid = _ready_pids(tmp_path / "run")[0]
-            os.kill(pid, signal.SIGTERM)
-            signalled["pid"] = pid
-        except AssertionError as e:
-            signalled["error"] = str(e)
-
-    run = _run_beside(killer, m, tmp_path, 10, "--no-failure")
+    run = _run_beside(_signal_first_controller(tmp_path, signal.SIGTERM, 60, signalled), m, tmp_path, 10,
+                      "--no-failure")
     assert "pid" in signalled, signalled
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
@@ -150,18 +162,8 @@ def test_steps_a_restarted_controller_redid_are_booked_recovering_not_productive
     m = job_manifest("redone", tmp_path, training={"steps": 200, "globalBatchSize": 8, "logEverySteps": 10},
                      checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
     killed: dict = {}
-
-    def killer():
-        try:
-            log = tmp_path / "run" / "controller.log"
-            _wait_for(lambda: _logged_step(log) >= 60, "step 60")
-            pid = _ready_pids(tmp_path / "run")[0]
-            os.kill(pid, signal.SIGKILL)
-            killed["pid"] = pid
-        except AssertionError as e:
-            killed["error"] = str(e)
-
-    run = _run_beside(killer, m, tmp_path, 10, "--no-failure")
+    run = _run_beside(_signal_first_controller(tmp_path, signal.SIGKILL, 60, killed), m, tmp_path, 10,
+                      "--no-failure")
     assert "pid" in killed, killed
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
@@ -213,10 +215,7 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
             frozen["error"] = str(e)
         finally:
             for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+                _continue(pid)
 
     run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
     assert "pids" in frozen, frozen
@@ -243,22 +242,10 @@ def test_a_frozen_controller_is_reported_and_not_booked_productive(tmp_path):
     frozen: dict = {}
 
     def freezer():
-        pid = None
-        try:
-            log = tmp_path / "run" / "controller.log"
-            _wait_for(lambda: _logged_step(log) >= 60, "step 60")
-            pid = _ready_pids(tmp_path / "run")[0]
-            os.kill(pid, signal.SIGSTOP)
-            frozen["pid"] = pid
+        _signal_first_controller(tmp_path, signal.SIGSTOP, 60, frozen)()
+        if "pid" in frozen:
             time.sleep(16)
-        except AssertionError as e:
-            frozen["error"] = str(e)
-        finally:
-            if pid is not None:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+            _continue(frozen["pid"])
 
     run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
     assert "pid" in frozen, frozen
