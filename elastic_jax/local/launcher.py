@@ -114,6 +114,10 @@ class _Slice:
     restart_at: float | None = None
 
 
+# Phases after which a controller stops answering on purpose (it closes its API, then exits).
+ENDED_PHASES = ("Succeeded", "Failed", "Stopped", "Interrupted")
+
+
 class LocalLauncher:
     """Runs one `ElasticTrainingJob` with local processes.
 
@@ -502,9 +506,10 @@ class LocalLauncher:
             return  # (a spell already open; or the process ended: its exit code tells, next loop)
         seconds = controller_watch.unresponsive_seconds(self._answered_at, now,
                                                         controller_watch.LOCAL_UNRESPONSIVE_GRACE_S)
-        if seconds is None:
-            return
         last = self._last_status
+        # (a controller that said it ended stops its API, then exits: no freeze)
+        if seconds is None or (last is not None and last.phase in ENDED_PHASES):
+            return
         self._unresponsive = spell = {
             "pid": self.controller.pid, "at_step": last.step if last is not None else 0, "seconds": None,
             "ended": None, "_since": self._answered_at,
