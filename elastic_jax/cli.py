@@ -104,7 +104,7 @@ def run(
                 summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
             else:
                 with ProgressView(steps) as view:
-                    launcher = LocalLauncher(job, manifest, options, on_status=view.update)
+                    launcher = LocalLauncher(job, manifest, options, on_status=view.update, on_message=view.message)
                     summary = launcher.run()
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
@@ -170,6 +170,11 @@ def _print_report(s: dict) -> None:
         resumed = loss.get("resumed_from_step")
         print(f"    controller {what} at step {loss['at_step']}"
               + ("" if resumed is None else f"; its successor resumed from step {resumed}"), file=out)
+    for spell in s.get("controller_unresponsive") or []:
+        ended = {"answered": "then answered again", "exited": "then its process ended",
+                 "run_ended": "until the run ended"}.get(spell["ended"], "")
+        print(f"    controller (pid {spell['pid']}) unresponsive at step {spell['at_step']} for "
+              f"{spell['seconds']:.0f} s, {ended} (booked recovering, not productive)", file=out)
     if s.get("injected_failure_skipped"):
         print(f"  injected failure: none ({s['injected_failure_skipped']})", file=out)
     print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%')}", file=out)
@@ -202,24 +207,54 @@ def validate(
     `elastic-jax run` would not resume from (another job's, or beyond spec.training.steps).
     With --trainer, everything `run` checks before starting: the trainer, and whether
     checkpoints can be written at spec.checkpoint.uri (a gs:// bucket is probed).
+
+    Every stage runs whatever an earlier one found (the manifest, then the TPU table or the --cluster
+    rules, then the trainer and the checkpoint folder), each over the fields that validated (a check
+    reading a field that failed is skipped: that field's error says why), and every problem is one
+    `error:` line (exit 2), as the API server lists every failed rule of an object at once.
     """
+    problems: list[str] = []
     try:
-        job = load_manifest(manifest, as_written=True)
+        job = checked = load_manifest(manifest, as_written=True)
     except ManifestError as e:
-        raise _errors(e.problems)
-    if cluster:
-        _check_cluster(job)
-    else:
-        _check_tpu(job)
-    _warn_suspend(job)
-    if trainer and job.spec.controller.library_mode:
-        raise _error("--trainer: spec.controller.command runs your own program; there is no trainer to build")
-    if trainer:
-        _check_trainer(job, manifest)
-        _check_checkpoint(job, fresh=False, check_gcs=True)
-    elif not cluster:  # (on a cluster the folder is in the controller pod, not here)
-        _check_resume(job)
+        problems += e.problems
+        job, checked = None, e.partial  # (None: unreadable, or no mapping: nothing to check further)
+    if checked is not None:
+        problems += _stage_problems(_cluster_problems if cluster else _tpu_problems, checked, job)
+        if job is not None:
+            _warn_suspend(job)
+        library_mode = _attr(checked, "spec.controller.command") is not None
+        if trainer and library_mode:
+            problems.append("--trainer: spec.controller.command runs your own program; there is no trainer to build")
+        elif trainer:
+            problems += _stage_problems(_trainer_problems, checked, manifest)
+            problems += _stage_problems(_checkpoint_problems, checked, False, True)
+        elif not cluster:  # (on a cluster the folder is in the controller pod, not here)
+            problems += _stage_problems(_resume_problems, checked)
+    if problems:
+        # A later stage may refuse a field the manifest's own rules refused (the `s3://` uri the checkpoint
+        # folder check refuses too): one line for it, the manifest's (it names the file).
+        unprefixed = {p.removeprefix(f"{manifest}: ") for p in problems if p.startswith(f"{manifest}: ")}
+        raise _errors([p for p in dict.fromkeys(problems) if p.startswith(f"{manifest}: ") or p not in unprefixed])
     typer.echo(dump_yaml(as_applied(job)))
+
+
+def _attr(obj, dotted: str, default=None):
+    """`obj.a.b.c` for `dotted` "a.b.c", or `default` where a part is missing (a field that failed validation)."""
+    for name in dotted.split("."):
+        obj = getattr(obj, name, default)
+        if obj is default:
+            return default
+    return obj
+
+
+def _stage_problems(check, job, *args) -> list[str]:
+    """The problems `check(job, *args)` finds; [] when it reads a field the manifest did not validate
+    (`job` is then `ManifestError.partial`, whose failed fields are absent: their own errors were printed)."""
+    try:
+        return check(job, *args)
+    except AttributeError:
+        return []
 
 
 def as_applied(job) -> dict:
@@ -235,30 +270,33 @@ def as_applied(job) -> dict:
     return out
 
 
-def _check_cluster(job) -> None:
+def _cluster_problems(checked, job) -> list[str]:
     """The rules `kubectl apply` (the CRD's CEL, `elastic_jax.api.cluster`) and then the operator apply to a job
-    on a cluster; each problem on its own `error:` line (exit 2)."""
+    on a cluster, over `checked` (the job, or as far as it validated); `job` None when it did not (the
+    manifest's size and the operator's rendering need the whole job, and are then not checked)."""
     from elastic_jax.api import cluster
 
+    # (the cluster rules read only these two fields; a failed one is absent and skips them)
+    found = cluster.problems({"backend": checked.spec.backend, "checkpoint": {"uri": checked.spec.checkpoint.uri}})
+    if job is None:
+        return found + _tpu_problems(checked, job)
     from elastic_jax.k8s_operator.children import client_apply_size_problem, manifest_size_problem
 
-    found = cluster.problems(job.spec.to_manifest())
     too_large_for_client_apply = client_apply_size_problem(job)
     if too_large_for_client_apply:  # (a warning: `kubectl apply --server-side` takes it)
         typer.echo(f"warning: {too_large_for_client_apply}", err=True)
     too_large = manifest_size_problem(job)
     if too_large:  # (the API server refuses it only when the operator creates the ConfigMap)
         found.append(too_large)
-    if not found:
-        # What the operator checks when rendering (the TPU table of backend pathways), with its messages.
-        from elastic_jax.k8s_operator.backends import UnsupportedBackend, resolve
+    # What the operator checks when rendering (the TPU table of backend pathways), with its messages.
+    from elastic_jax.k8s_operator.backends import UnsupportedBackend, resolve
 
-        try:
-            resolve(job)
-        except UnsupportedBackend as e:
-            found = [str(e)]
-    if found:
-        raise _errors(found)
+    try:
+        resolve(job)
+    except UnsupportedBackend as e:
+        found.append(str(e))
+    # (resolve stops at its first refusal; the TPU checks each alone, the duplicates dropped)
+    return list(dict.fromkeys(found + _tpu_problems(job)))
 
 
 def _warn_suspend(job) -> None:
@@ -273,24 +311,39 @@ def _warn_suspend(job) -> None:
         typer.echo(f"warning: spec.suspend: true: on a cluster, {why}; the resume starts again from step 0", err=True)
 
 
-def _check_tpu(job) -> None:
+def _tpu_problems(checked, job=None) -> list[str]:
     """The TPU accelerator/topology table and the TPU node selectors (backend pathways): the CRD's CEL applies
-    them to every job, so `validate` does too, with or without --cluster (exit 2 naming the field)."""
-    if job.spec.backend != "pathways":
-        return
+    them to every job, so `validate` does too, with or without --cluster; each checked alone over `checked`
+    (the job, or as far as it validated: a check reading a field that failed is skipped)."""
+    if checked.spec.backend != "pathways":
+        return []
     from elastic_jax.k8s_operator.backends import UnsupportedBackend
     from elastic_jax.k8s_operator.backends.pathways import check_node_selectors
     from elastic_jax.k8s_operator.backends.tpu_shapes import slice_shape
 
-    try:
-        slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
-        check_node_selectors(job)  # (also a CEL rule of the CRD)
-    except UnsupportedBackend as e:
-        raise _error(str(e))
+    found = []
+    slices = checked.spec.slices
+    for check in (lambda: slice_shape(slices.accelerator, slices.topology) if slices.accelerator and slices.topology
+                  else None,  # (a missing one is the manifest's own error: "backend pathways needs ...")
+                  lambda: check_node_selectors(checked)):  # (also a CEL rule of the CRD)
+        try:
+            check()
+        except UnsupportedBackend as e:
+            found.append(str(e))
+        except AttributeError:
+            pass
+    return found
 
 
 def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:
-    """The checkpoint checks `run` makes before starting anything (`checkpoints.preflight`); one `error:` line.
+    """`_checkpoint_problems` for `run`: one `error:` line (exit 2) when there is one."""
+    found = _checkpoint_problems(job, fresh, check_gcs)
+    if found:
+        raise _errors(found)
+
+
+def _checkpoint_problems(job, fresh: bool, check_gcs: bool) -> list[str]:
+    """The checkpoint checks `run` makes before starting anything (`checkpoints.preflight`); [] or one problem.
 
     The identity is the one `elastic-jax run` gives the job (namespace `local`).
     """
@@ -302,12 +355,13 @@ def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:
         checkpoints.preflight(ckpt.uri, job.spec.training.steps, me, ckpt.resume_from, fresh=fresh,
                               check_gcs=check_gcs)
     except (checkpoints.CheckpointUriError, checkpoints.CheckpointMismatchError) as e:
-        raise _error(str(e))
+        return [str(e)]
+    return []
 
 
-def _check_resume(job) -> None:
+def _resume_problems(job) -> list[str]:
     """`validate` without `--trainer`: reads (never writes) a local checkpoint directory that exists here,
-    and refuses checkpoints `elastic-jax run` would refuse to resume from."""
+    and refuses checkpoints `elastic-jax run` would refuse to resume from; [] or one problem."""
     from elastic_jax.api import checkpoints, identity
 
     ckpt = job.spec.checkpoint
@@ -315,30 +369,32 @@ def _check_resume(job) -> None:
         checkpoints.check_resume(ckpt.uri, job.spec.training.steps,
                                  identity.local_identity(job.metadata.name, ckpt.uri), ckpt.resume_from)
     except checkpoints.CheckpointMismatchError as e:
-        raise _error(str(e))
+        return [str(e)]
+    return []
 
 
-def _check_trainer(job, manifest: Path) -> None:
-    """Builds the job's trainer (config checked, data opened); one `error:` line on a config mistake.
+def _trainer_problems(job, manifest: Path) -> list[str]:
+    """Builds the job's trainer (config checked, data opened); [] or the one problem, with the manifest's name.
 
-    An entry point that raises (a missing config key, a function that is no trainer) is one `error:`
-    line too (`load_trainer` names the field, the exception and where it was raised), as the
+    An entry point that raises (a missing config key, a function that is no trainer) is one problem
+    too (`load_trainer` names the field, the exception and where it was raised), as the
     controller reports it under `elastic-jax run` and in a pod.
     """
     try:
         from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
     except ImportError as e:
-        raise _error(f"--trainer needs the controller extra (pip install 'elastic-jax[controller]'): {e}")
+        return [f"--trainer needs the controller extra (pip install 'elastic-jax[controller]'): {e}"]
     spec = job.spec.controller.trainer
     try:
-        built = load_trainer(spec.entry_point, spec.config)
+        built = load_trainer(spec.entry_point, spec.config, manifest.parent)
     except TrainerConfigError as e:
-        raise _error(f"{manifest}: {e}")
+        return [f"{manifest}: {e}"]
     try:
         examples = f"{len(built.dataset):,} examples"
     except TypeError:  # an iterable dataset has no length
         examples = "an unsized dataset"
     typer.echo(f"trainer {built.name!r} from {spec.entry_point}: config ok, {examples}", err=True)
+    return []
 
 
 def main() -> None:

@@ -217,7 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(e))
     try:
         try:
-            trainer = load_trainer(job.spec.controller.trainer.entry_point, job.spec.controller.trainer.config)
+            # The manifest's folder names a trainer module left beside it, except the operator's mount of
+            # the manifest ConfigMap (a cluster: the user's folder is not there).
+            manifest_dir = Path(args.manifest).resolve().parent
+            local_dir = None if manifest_dir.is_relative_to(Path(contract.MANIFEST_DIR).resolve()) else manifest_dir
+            trainer = load_trainer(job.spec.controller.trainer.entry_point, job.spec.controller.trainer.config,
+                                   local_dir)
             ckpt = job.spec.checkpoint
             writer = identity_from_env(os.environ, job.metadata.name, ckpt.uri)
             if args.fresh:  # only now: a manifest mistake must not cost the old checkpoints

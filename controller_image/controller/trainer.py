@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import traceback
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -69,12 +71,37 @@ def _raised(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}{where}"
 
 
-def load_trainer(entry_point: str, config: Mapping[str, Any]) -> Trainer:
+def _not_on_path(field: str, entry_point: str, module_name: str, error: ModuleNotFoundError,
+                 manifest_dir: Path | None) -> str:
+    """The one line for an entry point whose module (or a package above it) is not on the Python path."""
+    top = module_name.split(".")[0]
+    where = os.environ.get("PYTHONPATH") or "unset"
+    message = (f"{field} {entry_point!r}: cannot import module {module_name!r} ({error}): the module must be "
+               f"installed in the controller's Python environment or its folder be on PYTHONPATH (now {where})")
+    if manifest_dir is None:
+        return message + "; on a cluster, build it into the controller image"
+    folder = manifest_dir.resolve()
+    beside = next((p for p in (folder / f"{top}.py", folder / top) if p.exists()), None)
+    if beside is None:
+        return message + f"; not found beside the manifest either (looked in {folder})"
+    return (message + f"; {beside.name} is beside the manifest in {folder}, which is not on the path (the "
+            f"manifest's folder is not searched: a cluster's controller has none): run with PYTHONPATH={folder}, "
+            "or install the module")
+
+
+def load_trainer(entry_point: str, config: Mapping[str, Any], manifest_dir: Path | None = None) -> Trainer:
     """Imports `module:function` and calls it with `config`.
+
+    The module is imported from the Python path only (installed packages, PYTHONPATH): never from the
+    manifest's folder, which a cluster's controller pod does not have (it mounts the manifest alone), so a
+    job that trains locally must not start to depend on it.
 
     Args:
       entry_point: `package.module:function`.
       config: passed as the only argument.
+      manifest_dir: the folder of the manifest as the user wrote it (`elastic-jax run` / `validate`), or
+        None (a cluster): a module that is not importable but sits there is named in the error, with the
+        PYTHONPATH that would find it.
 
     Returns:
       The `Trainer` the function built.
@@ -90,7 +117,10 @@ def load_trainer(entry_point: str, config: Mapping[str, Any]) -> Trainer:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as e:
-        raise TrainerConfigError(f"{field}: cannot import module {module_name!r} ({e})") from None
+        if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise TrainerConfigError(_not_on_path(field, entry_point, module_name, e, manifest_dir)) from None
+        # (a module the user's module imports is missing: that is the user's module's import failing)
+        raise TrainerConfigError(f"{field}: importing module {module_name!r} raised {_raised(e)}") from None
     except Exception as e:  # noqa: BLE001 - the user's module failed while importing: one line naming it
         raise TrainerConfigError(f"{field}: importing module {module_name!r} raised {_raised(e)}") from None
     func = getattr(module, func_name, None)

@@ -17,7 +17,7 @@ import json
 import math
 import re
 import types
-from typing import Annotated, Any, Callable, Literal
+from typing import Annotated, Any, Callable, ClassVar, Literal
 
 from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter, ValidationError, WithJsonSchema,
                       field_validator, model_validator)
@@ -87,10 +87,49 @@ def collect(found: list[str], check: Callable[..., Any], *args: Any) -> None:
         found.extend(str(e).split(PROBLEM_SEPARATOR))
 
 
+def problems_of(check: Callable[..., Any], *args: Any) -> list[str]:
+    """The problems `check(*args)` raises as a `ValueError` (`collect`), [] when it returns."""
+    found: list[str] = []
+    collect(found, check, *args)
+    return found
+
+
 def raise_all(found: list[str]) -> None:
     """Raises `found` as one `ValueError` (nothing when empty)."""
     if found:
         raise ValueError(PROBLEM_SEPARATOR.join(found))
+
+
+def run_rules(section: Any, rules: tuple[Callable[[Any], list[str]], ...]) -> list[str]:
+    """Every problem the `rules` of one section find in `section`, rule by rule (one problem a line).
+
+    Args:
+      section: the section's model, or a stand-in holding only the fields that validated
+        (`partial_problems`): a rule reading a field that is absent there raises `AttributeError` and
+        is skipped alone (its field's own error says what is wrong; a rule over it would be noise),
+        while the section's other rules still run, as the API server runs each CEL rule beside the
+        field errors.
+
+    Returns:
+      The messages in rule order; a `ValueError` a rule raises counts as its problems.
+    """
+    found: list[str] = []
+    for rule in rules:
+        try:
+            found += rule(section)
+        except AttributeError:
+            pass
+        except ValueError as e:
+            found.extend(str(e).split(PROBLEM_SEPARATOR))
+    return found
+
+
+def _checked(rules: tuple[Callable[[Any], list[str]], ...]) -> Callable[[Any], Any]:
+    """A pydantic after-validator body raising every problem of `rules` (`run_rules`) at once."""
+    def validate(self: Any) -> Any:
+        raise_all(run_rules(self, rules))
+        return self
+    return validate
 
 
 def _quantity(value: Any) -> str:
@@ -365,15 +404,14 @@ class SliceSpec(_Model):
     )
     topology: str | None = Field(default=None, max_length=63, description="pathways backend: TPU topology of one slice, e.g. 2x2.")
 
-    @model_validator(mode="after")
-    def _min_not_above_count(self) -> "SliceSpec":
-        found = []
-        if self.min_slices is not None and self.min_slices > self.count:
-            found.append(f"spec.slices.minSlices ({self.min_slices}) must not exceed spec.slices.count ({self.count})")
-        if self.count + self.spares > 64:
-            found.append(f"spec.slices.spares: count + spares ({self.count} + {self.spares}) must be at most 64")
-        raise_all(found)
-        return self
+    # Each rule reads only its own fields, so one invalid field skips only the rules over it (`run_rules`).
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
+        lambda s: [f"spec.slices.minSlices ({s.min_slices}) must not exceed spec.slices.count ({s.count})"]
+        if s.min_slices is not None and s.min_slices > s.count else [],
+        lambda s: [f"spec.slices.spares: count + spares ({s.count} + {s.spares}) must be at most 64"]
+        if s.count + s.spares > 64 else [],
+    )
+    _min_not_above_count = model_validator(mode="after")(_checked(RULES))
 
     @property
     def total(self) -> int:
@@ -396,13 +434,11 @@ class TrainerSpec(_Model):
     )
     config: dict[str, Any] = Field(default_factory=dict, description="Free-form configuration passed to the entry point.")
 
-    @model_validator(mode="after")
-    def _entry_point_shape(self) -> "TrainerSpec":
-        if not _ENTRY_POINT.fullmatch(self.entry_point):
-            raise ValueError(
-                f"spec.controller.trainer.entryPoint {self.entry_point!r} must look like 'package.module:function'"
-            )
-        return self
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
+        lambda s: [] if _ENTRY_POINT.fullmatch(s.entry_point) else
+        [f"spec.controller.trainer.entryPoint {s.entry_point!r} must look like 'package.module:function'"],
+    )
+    _entry_point_shape = model_validator(mode="after")(_checked(RULES))
 
 
 LIBRARY_MODE_TRAINER = ("spec.controller.trainer: not used with spec.controller.command (library mode: the command "
@@ -502,24 +538,20 @@ class ControllerSpec(_Model):
         """True when the controller runs the user's `command` (elastic_jax as a library), not the trainer host."""
         return self.command is not None
 
-    @model_validator(mode="after")
-    def _names(self) -> "ControllerSpec":
-        found = []
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
         # Compared with the default, not "was it given": the operator's manifest ConfigMap writes every
         # field back, defaults included, and the program must read the same spec.
-        if self.command is not None and self.trainer != TrainerSpec():
-            found.append(LIBRARY_MODE_TRAINER)
-        if self.args and self.command is None:
-            found.append("spec.controller.args: needs spec.controller.command (the built-in trainer host "
-                         "takes no arguments)")
-        collect(found, _node_selector, self.node_selector, "spec.controller.nodeSelector")
-        collect(found, _pod_fields, self.image, self.resources, "spec.controller")
-        if self.service_account_name is not None:
-            collect(found, _object_name, self.service_account_name, "spec.controller.serviceAccountName")
-        if self.automount_service_account_token and self.service_account_name is None:
-            found.append(AUTOMOUNT_NEEDS_ACCOUNT)
-        raise_all(found)
-        return self
+        lambda s: [LIBRARY_MODE_TRAINER] if s.command is not None and s.trainer != TrainerSpec() else [],
+        lambda s: ["spec.controller.args: needs spec.controller.command (the built-in trainer host "
+                   "takes no arguments)"] if s.args and s.command is None else [],
+        lambda s: problems_of(_node_selector, s.node_selector, "spec.controller.nodeSelector"),
+        lambda s: problems_of(_pod_fields, s.image, s.resources, "spec.controller"),
+        lambda s: [] if s.service_account_name is None else
+        problems_of(_object_name, s.service_account_name, "spec.controller.serviceAccountName"),
+        lambda s: [AUTOMOUNT_NEEDS_ACCOUNT] if s.automount_service_account_token and s.service_account_name is None
+        else [],
+    )
+    _names = model_validator(mode="after")(_checked(RULES))
 
 
 class WorkerSpec(_Model):
@@ -558,13 +590,11 @@ class WorkerSpec(_Model):
         ),
     )
 
-    @model_validator(mode="after")
-    def _names(self) -> "WorkerSpec":
-        found: list[str] = []
-        collect(found, _node_selector, self.node_selector, "spec.worker.nodeSelector")
-        collect(found, _pod_fields, self.image, self.resources, "spec.worker")
-        raise_all(found)
-        return self
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
+        lambda s: problems_of(_node_selector, s.node_selector, "spec.worker.nodeSelector"),
+        lambda s: problems_of(_pod_fields, s.image, s.resources, "spec.worker"),
+    )
+    _names = model_validator(mode="after")(_checked(RULES))
 
 
 class TrainingSpec(_Model):
@@ -608,12 +638,10 @@ class CheckpointSpec(_Model):
         ),
     )
 
-    @model_validator(mode="after")
-    def _supported_uri(self) -> "CheckpointSpec":
-        problem = checkpoints.uri_problem(self.uri)
-        if problem:
-            raise ValueError(problem)
-        return self
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
+        lambda s: [problem] if (problem := checkpoints.uri_problem(s.uri)) else [],
+    )
+    _supported_uri = model_validator(mode="after")(_checked(RULES))
 
 
 # spec.compilationCache: the field names its errors use, once.
@@ -657,13 +685,13 @@ class CompilationCacheSpec(_Model):
                      "65532 (fsGroup, or a volume made so). Only claims the cluster admin allowed (operator's "
                      "podFields.compilationCacheClaims) are accepted."))
 
-    @model_validator(mode="after")
-    def _one_source(self) -> "CompilationCacheSpec":
-        if (self.uri is None) == (self.persistent_volume_claim is None):
-            raise ValueError(f"{COMPILATION_CACHE_FIELD} needs exactly one of uri or persistentVolumeClaim")
-        if self.uri is not None and not re.fullmatch(COMPILATION_CACHE_URI_PATTERN, self.uri):
-            raise ValueError(f"{COMPILATION_CACHE_FIELD}.uri: {self.uri!r}: must be gs://bucket[/prefix]")
-        return self
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
+        lambda s: [f"{COMPILATION_CACHE_FIELD} needs exactly one of uri or persistentVolumeClaim"]
+        if (s.uri is None) == (s.persistent_volume_claim is None) else [],
+        lambda s: [f"{COMPILATION_CACHE_FIELD}.uri: {s.uri!r}: must be gs://bucket[/prefix]"]
+        if s.uri is not None and not re.fullmatch(COMPILATION_CACHE_URI_PATTERN, s.uri) else [],
+    )
+    _one_source = model_validator(mode="after")(_checked(RULES))
 
 
 class ElasticitySpec(_Model):
@@ -728,14 +756,16 @@ class ElasticitySpec(_Model):
     )
 
 
-    @model_validator(mode="after")
-    def _progress_timeout_covers_a_step(self) -> "ElasticitySpec":
-        longest = max(self.step_deadline_seconds, self.first_step_deadline_seconds)
-        if self.progress_timeout_seconds and self.progress_timeout_seconds <= longest:
-            raise ValueError(
-                f"spec.elasticity.progressTimeoutSeconds ({self.progress_timeout_seconds:g}) must be 0 (off) or more "
-                f"than the longest step deadline ({longest:g} s): a slow step is the step deadline's to handle")
-        return self
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (lambda s: _progress_timeout_problems(s),)
+    _progress_timeout_covers_a_step = model_validator(mode="after")(_checked(RULES))
+
+
+def _progress_timeout_problems(s: Any) -> list[str]:
+    longest = max(s.step_deadline_seconds, s.first_step_deadline_seconds)
+    if s.progress_timeout_seconds and s.progress_timeout_seconds <= longest:
+        return [f"spec.elasticity.progressTimeoutSeconds ({s.progress_timeout_seconds:g}) must be 0 (off) or more "
+                f"than the longest step deadline ({longest:g} s): a slow step is the step deadline's to handle"]
+    return []
 
 
 class ElasticTrainingJobSpec(_Model):
@@ -795,27 +825,20 @@ class ElasticTrainingJobSpec(_Model):
         description=("PriorityClass of the controller and worker pods (the scheduler's preemption order). Only "
                      "classes the cluster admin allowed (operator's podFields.priorityClassNames) are accepted."))
 
-    @model_validator(mode="after")
-    def _spec_rules(self) -> "ElasticTrainingJobSpec":
-        raise_all(spec_rule_problems(self))
-        return self
+    # (rules across sections: they read sections that may have failed, `run_rules` skips those)
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
+        lambda s: _env_not_reserved(s), lambda s: _batch_covers_slices(s), lambda s: _backend_fields(s))
+    _spec_rules = model_validator(mode="after")(_checked(RULES))
 
 
 def spec_rule_problems(spec: Any) -> list[str]:
     """Every rule of `ElasticTrainingJobSpec` across its sections that `spec` breaks (the API server lists all).
 
     Args:
-      spec: the spec, or a stand-in holding only the sections that validated on their own
-        (`problems_beside`): a rule reading a missing section is skipped, as the API server skips a
-        CEL rule over a field of the wrong type.
+      spec: the spec, or a stand-in holding only the fields that validated on their own
+        (`partial_problems`): a rule reading a missing one is skipped (`run_rules`).
     """
-    found: list[str] = []
-    for rule in (_env_not_reserved, _batch_covers_slices, _backend_fields):
-        try:
-            found += rule(spec)
-        except AttributeError:  # (a section it reads did not validate: its own errors say why)
-            pass
-    return found
+    return run_rules(spec, ElasticTrainingJobSpec.RULES)
 
 
 def _env_not_reserved(spec: Any) -> list[str]:
@@ -842,35 +865,69 @@ def _batch_covers_slices(spec: Any) -> list[str]:
     return []
 
 
+def _pathways_shape(spec: Any) -> list[str]:
+    if spec.backend != "pathways":
+        return []
+    # (a field that failed its own validation is absent: its error says so, "needs" it would not be true)
+    missing = [n for n in ("accelerator", "topology") if getattr(spec.slices, n, "invalid") is None]
+    return ["backend pathways needs " + " and ".join(f"spec.slices.{m}" for m in missing)] if missing else []
+
+
 def _backend_fields(spec: Any) -> list[str]:
-    found = []
-    if spec.backend == "pathways":
-        missing = [n for n in ("accelerator", "topology") if getattr(spec.slices, n) is None]
-        if missing:
-            found.append("backend pathways needs " + " and ".join(f"spec.slices.{m}" for m in missing))
-    if spec.backend == "cpu" and spec.slices.hosts_per_slice != 1:
-        found.append("spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)")
-    if spec.backend == "cpu" and spec.compilation_cache is not None and spec.compilation_cache.uri is not None:
-        found.append("spec.compilationCache.uri: backend cpu reads its cache from a volume "
-                     "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways")
-    return found
+    """The rules tying fields to `spec.backend`, each skipped alone when a field it reads failed (`run_rules`)."""
+    return run_rules(spec, (
+        _pathways_shape,
+        lambda s: ["spec.slices.hostsPerSlice must be 1 for backend cpu (one worker process per slice)"]
+        if s.backend == "cpu" and s.slices.hosts_per_slice != 1 else [],
+        lambda s: ["spec.compilationCache.uri: backend cpu reads its cache from a volume "
+                   "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways"]
+        if s.backend == "cpu" and s.compilation_cache is not None and s.compilation_cache.uri is not None else [],
+    ))
+
+
+def located(loc: tuple[Any, ...] | list[Any], message: str) -> str:
+    """`message` of a problem at `loc` as `elastic-jax validate` prints it: `spec.slices.count: message`
+    (Kubernetes' path spelling, list indexes in brackets), or the message alone when it already names its
+    field (a model rule's message starts with `spec.`, `metadata.` or `backend `)."""
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    return f"{path}: {message}" if path and not message.startswith(("spec.", "metadata.", "backend ")) else message
+
+
+def partial_problems(raw: Any) -> tuple[types.SimpleNamespace | None, list[str]]:
+    """The rules of every section of a manifest that failed validation, over the fields that did validate.
+
+    Pydantic runs a model's rules only once all its fields validated, so one bad field hid every rule of
+    its section and of the sections around it (`checkpoint.intervalSteps: 0` hid a `file://` uri; a bad
+    `spec.slices.count` a too-small `globalBatchSize`); the API server runs each CEL rule beside the
+    field errors. A rule reading a field that failed is skipped (its own error says why), the others run.
+
+    Args:
+      raw: the whole manifest as JSON-ready data (camelCase), as `manifest.parse_manifest` validates it.
+
+    Returns:
+      (the job's valid fields as nested namespaces, absent ones at their defaults, or None when `raw` is no
+      mapping; the problems the rules found, each located as `validation_problems` locates pydantic's).
+    """
+    if not isinstance(raw, dict):
+        return None, []
+    found: list[str] = []
+    return _valid_parts(ElasticTrainingJob, raw, (), found), found
 
 
 def problems_beside(raw_spec: Any) -> list[str]:
-    """`spec_rule_problems` of a spec that failed validation: over the sections of `raw_spec` (the spec as
-    JSON-ready data, camelCase) that validate on their own, absent ones at their defaults.
-
-    Pydantic runs a model's rules only once all its fields validated, so a bad `spec.slices.count` hid
-    a too-small `globalBatchSize`; the API server reports both (a CEL rule runs beside the field errors).
-    """
+    """`partial_problems` of a spec alone (`raw_spec`: camelCase data)."""
     if not isinstance(raw_spec, dict):
         return []
-    return spec_rule_problems(_valid_parts(ElasticTrainingJobSpec, raw_spec))
+    found: list[str] = []
+    _valid_parts(ElasticTrainingJobSpec, raw_spec, ("spec",), found)
+    return found
 
 
-def _valid_parts(model: type[BaseModel], raw: dict[str, Any]) -> types.SimpleNamespace:
-    """The fields of `raw` (camelCase) that validate alone as `model`'s fields, absent ones at their
-    defaults; a section (a nested model) that fails whole gives its own valid fields the same way."""
+def _valid_parts(model: type[BaseModel], raw: dict[str, Any], loc: tuple[Any, ...],
+                 found: list[str]) -> types.SimpleNamespace:
+    """The fields of `raw` (camelCase, at `loc`) that validate alone as `model`'s fields, absent ones at their
+    defaults; a section (a nested model) that fails whole gives its own valid fields the same way, and the
+    rules of every such section (`RULES`) run over what validated, appending their problems to `found`."""
     values: dict[str, Any] = {}
     for name, field in model.model_fields.items():
         key = field.alias or name
@@ -882,11 +939,24 @@ def _valid_parts(model: type[BaseModel], raw: dict[str, Any]) -> types.SimpleNam
         try:
             values[name] = adapter.validate_json(json.dumps(raw[key], default=str), strict=True)
         except ValidationError:
-            section = field.annotation
-            if isinstance(section, type) and issubclass(section, BaseModel) and isinstance(raw[key], dict):
-                values[name] = _valid_parts(section, raw[key])
+            section = _section_model(field.annotation)
+            if section is not None and isinstance(raw[key], dict):
+                values[name] = _valid_parts(section, raw[key], loc + (key,), found)
             # (else left out: the whole validation reports it)
-    return types.SimpleNamespace(**values)
+    partial = types.SimpleNamespace(**values)
+    for problem in run_rules(partial, getattr(model, "RULES", ())):
+        problem = located(loc, problem)
+        if problem not in found:
+            found.append(problem)
+    return partial
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (`CompilationCacheSpec | None` holds `CompilationCacheSpec`), else None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    models = [a for a in getattr(annotation, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return models[0] if len(models) == 1 else None
 
 
 # The API server's bound on all annotations of one object (TotalAnnotationSizeLimitB).

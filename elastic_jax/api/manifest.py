@@ -11,7 +11,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from elastic_jax.api.job import PROBLEM_SEPARATOR, ElasticTrainingJob, as_written_problem, problems_beside
+from elastic_jax.api.job import (PROBLEM_SEPARATOR, ElasticTrainingJob, as_written_problem, located,
+                                 partial_problems)
 
 
 class ManifestError(ValueError):
@@ -21,11 +22,18 @@ class ManifestError(ValueError):
       message: the one line (several problems joined with "; ").
       problems: each problem alone, every one prefixed with the source (`elastic-jax validate` prints
         one `error:` line each); default `[message]`.
+      partial: the job as far as it validated (`job.partial_problems`: the fields that failed are absent),
+        so later checks (`elastic-jax validate`'s TPU table, cluster rules, checkpoint folder) still run
+        over the rest; None when the manifest could not be read or was no mapping.
+      data: the manifest as validated (camelCase, nulls pruned), or None.
     """
 
-    def __init__(self, message: str, problems: list[str] | None = None):
+    def __init__(self, message: str, problems: list[str] | None = None, *, partial: Any = None,
+                 data: dict[str, Any] | None = None):
         super().__init__(message)
         self.problems = problems or [message]
+        self.partial = partial
+        self.data = data
 
 
 # YAML aliases let a few hundred bytes stand for billions of nodes ("billion laughs"):
@@ -226,17 +234,15 @@ def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
     """
     parts = []
     for item in error.errors():
-        # Kubernetes' spelling of a path: list indexes in brackets (spec.worker.tolerations[0].key).
-        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in item["loc"]).lstrip(".")
         msg = item["msg"]
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         if item["type"] == "extra_forbidden":
             msg = "unknown field"
         for one in msg.split(PROBLEM_SEPARATOR):
-            # A model validator's message already names its fields.
-            parts.append(f"{prefix}{loc}: {one}" if loc and not one.startswith(("spec.", "metadata.", "backend "))
-                         else one)
+            # Kubernetes' spelling of a path (spec.worker.tolerations[0].key); a model validator's message
+            # already names its fields.
+            parts.append(located((prefix.rstrip("."), *item["loc"]) if prefix and item["loc"] else item["loc"], one))
     return parts
 
 
@@ -311,18 +317,21 @@ def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = Fa
         raise ManifestError(f"{where}expected a YAML mapping with apiVersion, kind, metadata, spec")
     data = integral_floats_as_ints(prune_nulls(data))
     problems: list[str] = []
-    job = None
+    job = partial = None
     try:
         job = ElasticTrainingJob.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as e:
         problems = validation_problems(e)
-        # The rules across spec sections did not run (a section failed); the API server runs them too.
-        problems += [p for p in problems_beside(data.get("spec")) if p not in problems]
+        # The rules of every section that failed did not run (pydantic runs a model's rules once all its
+        # fields validated); the API server runs them beside the field errors.
+        partial, beside = partial_problems(data)
+        problems += [p for p in beside if p not in problems]
     problem = as_written_problem(data) if as_written else None
     if problem:
         problems.append(problem)
     if problems:
-        raise ManifestError(where + "; ".join(problems), [where + p for p in problems]) from None
+        raise ManifestError(where + "; ".join(problems), [where + p for p in problems],
+                            partial=partial or job, data=data) from None
     return job
 
 

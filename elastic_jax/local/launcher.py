@@ -47,7 +47,8 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
-from elastic_jax.supervision import budgets
+from elastic_jax.supervision import budgets, controller_watch
+from elastic_jax.supervision import steps_lost as steps_lost_rule
 from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, down_cause, \
     next_generation, next_slice_state, reported
 
@@ -119,6 +120,10 @@ class _Slice:
     resend_at: float = 0.0
 
 
+# Phases after which a controller stops answering on purpose (it closes its API, then exits).
+ENDED_PHASES = ("Succeeded", "Failed", "Stopped", "Interrupted")
+
+
 class LocalLauncher:
     """Runs one `ElasticTrainingJob` with local processes.
 
@@ -127,6 +132,8 @@ class LocalLauncher:
       manifest_path: passed to the controller process.
       options: see `LaunchOptions`.
       on_status: called with each polled `ControllerStatus` (progress display).
+      on_message: called with a line for the progress output (a controller that stopped answering, and
+        when it answers again); default: logged as a warning.
     """
 
     def __init__(
@@ -135,11 +142,13 @@ class LocalLauncher:
         manifest_path: Path,
         options: LaunchOptions,
         on_status: Callable[[ControllerStatus], None] | None = None,
+        on_message: Callable[[str], None] | None = None,
     ):
         self.job = job
         self.manifest_path = manifest_path
         self.options = options
         self.on_status = on_status or (lambda status: None)
+        self.on_message = on_message or (lambda line: _logger.warning("%s", line))
         self.workdir = options.workdir
         self.token = secrets.token_urlsafe(24)
         self.controller_port = 0
@@ -153,8 +162,22 @@ class LocalLauncher:
         self._last_metrics_scrape = 0.0
         self._cleared = False
         self._previous_recoveries: list[dict[str, Any]] = []
-        self._previous_ledgers: list[tuple[dict[str, float], float | None]] = []  # (seconds, goodput) of dead controllers
-        self._reached_before_restart: list[int] = []
+        # The dead controllers' goodput ledgers summed, with the steps their successors redid re-booked
+        # `recovering` (`supervision.steps_lost`, as the operator re-books them), and their reduced seconds'
+        # equivalent; `_earlier_stepped`: one of them completed a step (else goodput is n/a).
+        self._earlier_seconds: dict[str, float] = {}
+        self._earlier_equivalent = 0.0
+        self._earlier_stepped = False
+        # The step the run's first controller resumed from (what the earlier ledgers trained from), once known.
+        self._trained_from: int | None = None
+        # A live controller that stopped answering (`supervision.controller_watch`): when the current one last
+        # answered (None: not yet, or it is new), the spell in progress once past the grace, every spell of
+        # the run (the summary's `controller_unresponsive`), and the seconds of the spells the live
+        # controller's ledger booked as training (it answered again after them), re-booked at the summary.
+        self._answered_at: float | None = None
+        self._unresponsive: dict[str, Any] | None = None
+        self.controller_unresponsive: list[dict[str, Any]] = []
+        self._frozen_training_s = 0.0
         # One entry per controller that ended without ending the job (see `_carry_over_from_dead_controller`).
         self.controller_losses: list[dict[str, Any]] = []
         self.kill_skipped: str | None = None
@@ -431,6 +454,7 @@ class LocalLauncher:
                     _logger.error("%s; stopping the job", self.budget_failure)
                     break
                 status = self._poll_status()
+                self._watch_controller(status)
                 if status is not None:
                     self._last_status = status
                     self._note_resume(status)
@@ -483,20 +507,91 @@ class LocalLauncher:
         """
         status = self.last_status
         self._previous_recoveries += [r.model_dump(mode="json") for r in (status.recovery_history if status else [])]
+        self._end_unresponsive("exited")
         if status is not None:  # its goodput ledger as last polled (up to 0.1 s short)
-            self._previous_ledgers.append((dict(status.goodput_seconds), status.goodput))
+            seconds = dict(status.goodput_seconds)
+            # (a freeze it answered again after is in that ledger as training: re-booked first)
+            seconds, equivalent = controller_watch.rebook_frozen(seconds, self._frozen_training_s,
+                                                                 _equivalent(seconds, status.goodput))
+            self._earlier_seconds = _sum_seconds([self._earlier_seconds, seconds])
+            self._earlier_equivalent += equivalent
+            self._earlier_stepped |= status.goodput is not None
+        self._frozen_training_s = 0.0
+        self._answered_at = None
         reached = status.step if status else 0
         self.controller_losses.append({
             "cause": "interrupted" if exit_code == ControllerExit.RESTART else "lost",
-            "exit_code": exit_code, "at_step": reached, "resumed_from_step": None})
-        self._reached_before_restart.append(reached)
+            "exit_code": exit_code, "at_step": reached, "resumed_from_step": None, "steps_lost": None})
         self.last_status = None
 
+    def _watch_controller(self, status: ControllerStatus | None) -> None:
+        """Tracks whether the live controller answers (`status`: this poll's answer, None: no answer).
+
+        Once it answered and then went `LOCAL_UNRESPONSIVE_GRACE_S` without an answer while its process
+        lives (frozen: SIGSTOP, a VM pause, a native call holding the GIL), says so on the progress output
+        and opens a spell in `controller_unresponsive`; when it answers again the spell ends, and if it was
+        training its ledger booked the frozen seconds as training: they are re-booked `recovering`.
+        """
+        now = time.monotonic()
+        if status is not None:
+            if self._unresponsive is not None:
+                spell = self._unresponsive
+                spell["seconds"] = round(now - spell["_since"], 1)
+                if spell["_training"]:
+                    self._frozen_training_s += now - spell["_since"]
+                self.on_message(f"controller (pid {spell['pid']}) answers again after {spell['seconds']:.0f} s "
+                                f"without an answer; that time is booked recovering, not productive")
+                self._end_unresponsive("answered")
+            self._answered_at = now
+            return
+        if self._unresponsive is not None or self.controller.exit_code() is not None:
+            return  # (a spell already open; or the process ended: its exit code tells, next loop)
+        seconds = controller_watch.unresponsive_seconds(self._answered_at, now,
+                                                        controller_watch.LOCAL_UNRESPONSIVE_GRACE_S)
+        last = self._last_status
+        # (a controller that said it ended stops its API, then exits: no freeze)
+        if seconds is None or (last is not None and last.phase in ENDED_PHASES):
+            return
+        self._unresponsive = spell = {
+            "pid": self.controller.pid, "at_step": last.step if last is not None else 0, "seconds": None,
+            "ended": None, "_since": self._answered_at,
+            # (a controller that was training books the freeze as training; paused, it books it waiting)
+            "_training": last is not None and last.phase in ("Running", "Recovering") and last.goodput is not None}
+        self.controller_unresponsive.append(spell)
+        self.on_message(f"controller (pid {spell['pid']}) is alive but its control API has not answered for "
+                        f"{seconds:.0f} s, at step {spell['at_step']}: frozen (SIGSTOP? a paused machine?) or "
+                        f"wedged; no step is made meanwhile")
+
+    def _end_unresponsive(self, how: str) -> None:
+        """Closes the open unresponsive spell, if any: `how` it ended (answered, exited, run_ended)."""
+        spell, self._unresponsive = self._unresponsive, None
+        if spell is None:
+            return
+        spell["ended"] = how
+        if spell["seconds"] is None:
+            spell["seconds"] = round(time.monotonic() - spell["_since"], 1)
+
     def _note_resume(self, status: ControllerStatus) -> None:
-        """Fills in the step a restarted controller resumed from, once it has restored (it has left `Starting`)."""
-        if self.controller_losses and self.controller_losses[-1]["resumed_from_step"] is None \
-                and status.phase != "Starting":
-            self.controller_losses[-1]["resumed_from_step"] = status.resumed_from.step if status.resumed_from else 0
+        """Notes the step a controller resumed from, once it has restored (it has left `Starting`)."""
+        if status.phase == "Starting":
+            return
+        self._resumed_at(status.resumed_from.step if status.resumed_from else 0)
+
+    def _resumed_at(self, resumed: int) -> None:
+        """A controller resumed from step `resumed`: the run's first sets where the ledgers trained from; a
+        restarted one's predecessors lost the steps from there to the step they had reached, whose seconds
+        are re-booked `recovering` in the earlier ledgers (the operator's rule, `supervision.steps_lost`)."""
+        if self._trained_from is None:
+            self._trained_from = resumed
+        loss = self.controller_losses[-1] if self.controller_losses else None
+        if loss is None or loss["resumed_from_step"] is not None:
+            return
+        loss["resumed_from_step"] = resumed
+        loss["steps_lost"] = lost = steps_lost_rule.lost_at_resume(loss["at_step"], resumed)
+        share = steps_lost_rule.lost_share(lost, loss["at_step"], self._trained_from)
+        self._earlier_seconds, self._earlier_equivalent = steps_lost_rule.rebook_lost(
+            self._earlier_seconds, self._earlier_seconds, share, self._earlier_equivalent, self._earlier_equivalent)
+        self._trained_from = min(self._trained_from, resumed)
 
     def _with_earlier_recoveries(self, status: ControllerStatus) -> ControllerStatus:
         """`status` with the slice recoveries of controllers before this one added to its counts (progress display)."""
@@ -537,11 +632,16 @@ class LocalLauncher:
         the run ended before the next step completed, so there is no duration), steps_lost (None: not
         measured, library mode),
         controller_pid_changed, controller_restarts, controller_losses (list of
-        {cause: interrupted|lost, exit_code, at_step, resumed_from_step}; a controller
-        restart is not a slice recovery), worker_restarts, injected_failure,
+        {cause: interrupted|lost, exit_code, at_step, resumed_from_step, steps_lost: what its successor
+        redid}; a controller restart is not a slice recovery), controller_unresponsive (list of {pid, at_step,
+        seconds, ended: answered|exited|run_ended}: a live controller that went
+        `controller_watch.LOCAL_UNRESPONSIVE_GRACE_S` without answering; seconds from its last answer),
+        worker_restarts, injected_failure,
         injected_failure_skipped (why none was injected), goodput (None: not applicable,
-        no step run; over every controller of the run, each weighted by its wall seconds),
-        goodput_seconds (seconds per goodput category summed over the controllers), checkpoint_uri, last_committed_checkpoint_step,
+        no step run; (productive + reduced equivalent) / wall over every controller of the run),
+        goodput_seconds (seconds per goodput category summed over the controllers, the seconds of the steps a
+        restarted controller redid re-booked from productive/reduced to recovering, as the operator does:
+        `supervision.steps_lost`), checkpoint_uri, last_committed_checkpoint_step,
         restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
         metrics_file, logs_dir, wall_seconds, failure_reason; `finished_summary` adds already_finished.
         """
@@ -584,9 +684,21 @@ class LocalLauncher:
         # Library mode: what the library measured (the steps its `recover` rewound), None when the user's
         # loop never called it (it owns its state; what it redoes is not measured).
         steps_lost = run.get("steps_lost") if self.job.spec.controller.library_mode else run.get("steps_lost") or 0
-        if steps_lost is not None and self._reached_before_restart and run.get("restored_from_step") is not None:
-            # At least these steps were redone after the last controller restart.
-            steps_lost += max(0, self._reached_before_restart[-1] - run["restored_from_step"])
+        if self.controller_losses and self.controller_losses[-1]["resumed_from_step"] is None \
+                and run.get("restored_from_step") is not None:
+            self._resumed_at(run["restored_from_step"])  # (the last one ended before a poll saw it resume)
+        if steps_lost is not None:
+            # At least these steps were redone after the controller restarts.
+            steps_lost += sum(loss["steps_lost"] or 0 for loss in self.controller_losses)
+        self._end_unresponsive("run_ended")
+        live = run.get("goodput_seconds") or {}
+        # (the live controller's ledger booked a freeze it answered again after as training)
+        live, live_equivalent = controller_watch.rebook_frozen(live, self._frozen_training_s,
+                                                               _equivalent(live, run.get("goodput")))
+        seconds = _sum_seconds([self._earlier_seconds, live])
+        stepped = self._earlier_stepped or run.get("goodput") is not None
+        goodput = steps_lost_rule.goodput_fraction(
+            seconds, self._earlier_equivalent + live_equivalent) if stepped else None
         return {
             "job": self.job.metadata.name,
             "succeeded": bool(run.get("succeeded")),
@@ -602,11 +714,13 @@ class LocalLauncher:
             "controller_pid_changed": len(set(self.controller_pids)) > 1,
             "controller_restarts": controller_restarts,
             "controller_losses": self.controller_losses,
+            "controller_unresponsive": [{k: v for k, v in spell.items() if not k.startswith("_")}
+                                        for spell in self.controller_unresponsive],
             "worker_restarts": sum(max(0, s.child.starts - 1) for s in self.slices),
             "injected_failure": self.killed,
             "injected_failure_skipped": self.kill_skipped,
-            "goodput": _overall_goodput(self._previous_ledgers + [(run.get("goodput_seconds") or {}, run.get("goodput"))]),
-            "goodput_seconds": _sum_seconds([led for led, _ in self._previous_ledgers] + [run.get("goodput_seconds") or {}]),
+            "goodput": None if goodput is None else round(goodput, 4),
+            "goodput_seconds": seconds,
             "checkpoint_uri": self.job.spec.checkpoint.uri,
             "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
             "restored_from_step": run.get("restored_from_step"),
@@ -627,13 +741,13 @@ def _sum_seconds(ledgers: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(v, 3) for k, v in total.items()}
 
 
-def _overall_goodput(ledgers: list[tuple[dict[str, float], float | None]]) -> float | None:
-    """Goodput of the whole run: each controller's ratio weighted by its wall seconds (one that ran no step
-    adds wall and no progress); None when no controller ran a step."""
-    if all(g is None for _, g in ledgers):
-        return None
-    wall = sum(sum(seconds.values()) for seconds, _ in ledgers)
-    return sum((g or 0.0) * sum(seconds.values()) for seconds, g in ledgers) / wall if wall > 0 else None
+def _equivalent(seconds: dict[str, float], goodput: float | None) -> float:
+    """A controller's reduced seconds x active/desired slices, from its ledger and goodput ratio
+    (goodput x wall - productive, which the controller's ledger defines it by); 0 before its first step."""
+    if goodput is None:
+        return 0.0
+    derived = goodput * sum(seconds.values()) - seconds.get("productive", 0.0)
+    return min(max(0.0, derived), seconds.get("reduced", 0.0))
 
 
 class RunLock:

@@ -13,6 +13,8 @@ behaves the same under either:
 - `budgets`: what counts against `spec.elasticity.maxRestarts` /
   `maxRestartsPerSlice`, the controller-restart budget, and the restart delay
   of a local worker.
+- `steps_lost`: the steps a restarted controller redid, and the re-booking of
+  their goodput seconds from productive/reduced to recovering.
 
 The controller's exit codes, the third part of the contract between a
 supervisor and the controller, stay in `elastic_jax.exit_codes`

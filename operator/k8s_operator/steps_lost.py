@@ -35,6 +35,7 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import ElasticTrainingJobStatus, Goodput, GoodputBase, GoodputSeconds
 from elastic_jax.k8s_operator import goodput as gp
 from elastic_jax.k8s_operator.counters import Counts
+from elastic_jax.supervision import steps_lost as rule
 
 
 def resumed_step(controller: ControllerStatus) -> int | None:
@@ -78,9 +79,10 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
         trained_from = min(trained_from, resumed)
         base = base.model_copy(update={"trained_from_step": trained_from})
         if base.step_reached is not None:
-            lost_at_start = max(0, base.step_reached - resumed)
+            lost_at_start = rule.lost_at_resume(base.step_reached, resumed)
             if goodput is not None and lost_at_start:
-                goodput = rebook_lost(goodput, base.goodput, lost_at_start / (base.step_reached - trained_from))
+                goodput = rebook_lost(goodput, base.goodput,
+                                      rule.lost_share(lost_at_start, base.step_reached, trained_from))
     total = base.steps_lost + lost_at_start + (live.steps_lost if live is not None else 0)
     if live is None:
         total = previous.steps_lost  # (nobody answered for the live controller: the total written stays)
@@ -98,26 +100,20 @@ def newly_lost(previous: ElasticTrainingJobStatus, written: int | None) -> int:
 
 
 def rebook_lost(total: Goodput, earlier: GoodputBase | None, share: float) -> Goodput:
-    """`total` with `share` (0..1) of the earlier controllers' productive and reduced seconds booked `recovering`.
+    """`total` with `share` (0..1) of the earlier controllers' productive and reduced seconds booked `recovering`
+    (the shared rule, `elastic_jax.supervision.steps_lost.rebook_lost`, which `elastic-jax run` applies too).
 
     Args:
       total: `status.goodput` of this pass (earlier controllers + the live one).
       earlier: the earlier controllers' ledger (`counterBase.goodput`); None: nothing to re-book.
-      share: the lost steps over the steps that ledger trained.
+      share: the lost steps over the steps that ledger trained (`lost_share`).
     """
     if earlier is None or share <= 0:
         return total
-    share = min(1.0, share)
-    productive = earlier.seconds.productive * share
-    reduced = earlier.seconds.reduced * share
-    seconds = total.seconds.model_copy(update={
-        "productive": max(0.0, total.seconds.productive - productive),
-        "reduced": max(0.0, total.seconds.reduced - reduced),
-        "recovering": total.seconds.recovering + productive + reduced,
-    })
+    seconds, equivalent = rule.rebook_lost(total.seconds.model_dump(), earlier.seconds.model_dump(), share,
+                                           total.reduced_equivalent_seconds, earlier.reduced_equivalent_seconds)
     # (gp.total recomputes fraction, percent and wall from the seconds)
-    equivalent = max(0.0, total.reduced_equivalent_seconds - earlier.reduced_equivalent_seconds * share)
-    return gp.total(GoodputBase(seconds=GoodputSeconds(**seconds.model_dump()), reduced_equivalent_seconds=equivalent),
+    return gp.total(GoodputBase(seconds=GoodputSeconds(**seconds), reduced_equivalent_seconds=equivalent),
                     GoodputBase())
 
 

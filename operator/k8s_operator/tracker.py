@@ -36,6 +36,7 @@ from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, REASON_CONTROLLE
 from elastic_jax.k8s_operator.controller_link import ControllerLink
 from elastic_jax.k8s_operator.slices import PodView, group_by_slice, next_slice_state, observe_slice
 from elastic_jax.supervision.slice_state import controller_saw_down, is_loss, next_generation
+from elastic_jax.supervision import controller_watch
 
 _logger = logging.getLogger(__name__)
 
@@ -70,9 +71,8 @@ ANSWER_FAULT_GRACE_S = 5.0
 
 # Seconds the current controller, once it has answered, may go without answering any exchange (its exchanges
 # failing with no HTTP answer: timeouts, refused or reset connections) before the job says so (condition
-# ControllerUnresponsive, a Warning Event): above one status long poll's wait (25 s, its deadline 27 s: a frozen
-# controller's watch fails once), well under the bound of the controller pod's livenessProbe (~150 s).
-UNRESPONSIVE_GRACE_S = 20.0
+# ControllerUnresponsive, a Warning Event); the rule `elastic-jax run` applies too (`supervision.controller_watch`).
+UNRESPONSIVE_GRACE_S = controller_watch.UNRESPONSIVE_GRACE_S
 
 # Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
 QUIET_RESYNC_S = 30.0
@@ -350,9 +350,10 @@ class JobTracker:
         answering (`now`: monotonic), else None. Logs a warning the first time it says so."""
         with self.lock:
             unanswered = self.unanswered
-            if unanswered is None or now - unanswered[1] < UNRESPONSIVE_GRACE_S:
+            seconds = controller_watch.unresponsive_seconds(unanswered[1] if unanswered else None, now,
+                                                            UNRESPONSIVE_GRACE_S)
+            if seconds is None:
                 return None
-            seconds = now - unanswered[1]
             if not self._unresponsive_logged:
                 self._unresponsive_logged = True
                 _logger.warning("controller has not answered for %.0f s: %s", seconds, unanswered[0],

@@ -620,3 +620,81 @@ def test_validate_and_run_report_every_field_error_not_the_first(tmp_path):
         for line, fragment in zip(errors, fields):
             assert line.startswith(f"error: {tmp_path / 'job.yaml'}: ") and fragment in line, (line, fragment)
     assert not (tmp_path / "run").exists()  # refused before anything started
+
+
+def test_validate_reports_every_problem_of_every_stage_in_one_run(tmp_path):
+    """A new-user trial: one field error in a section hid the section's other rules (`intervalSteps: 0` hid
+    a `file://` uri; `hostsPerSlice: 0` a `minSlices` above `count`), and `validate` stopped between its
+    stages (the manifest, then the TPU table / --cluster rules, then the checkpoint folder). Now every
+    problem of every stage is one `error:` line naming its field, as the API server lists every CEL rule
+    beside the field errors; a rule over a field that itself failed is skipped (no line about it)."""
+    def errors(proc):
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        return [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+
+    m = job_manifest("every-stage", tmp_path)
+    m["spec"]["slices"] = {"count": 2, "minSlices": 3, "hostsPerSlice": 0}
+    m["spec"]["checkpoint"] = {"uri": "file:///tmp/x", "intervalSteps": 0}
+    found = errors(_validate(tmp_path, m))
+    assert len(found) == 4, found
+    for fragment in ("spec.slices.hostsPerSlice: Input should be greater than or equal to 1",
+                     "spec.slices.minSlices (3) must not exceed spec.slices.count (2)",
+                     "spec.checkpoint.intervalSteps: Input should be greater than or equal to 1",
+                     "spec.checkpoint.uri: 'file:///tmp/x': file:// is not supported"):
+        assert sum(fragment in ln for ln in found) == 1, (fragment, found)
+    # A rule over an invalid field is skipped: `count: 0` says so once, `minSlices` beside it stays quiet.
+    m["spec"]["slices"] = {"count": 0, "minSlices": 1}
+    found = errors(_validate(tmp_path, m))
+    assert [ln for ln in found if "spec.slices" in ln] == [
+        f"error: {tmp_path / 'job.yaml'}: spec.slices.count: Input should be greater than or equal to 1"], found
+
+    # The stages after the manifest: the TPU table and node selectors, the cluster rules, the checkpoint folder.
+    ckpt = tmp_path / "shared"
+    _fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
+    m = job_manifest("every-stage", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 0})
+    m["spec"]["backend"] = "pathways"
+    m["spec"]["slices"] = {"count": 2, "accelerator": "tpu-v9", "topology": "2x2"}
+    m["spec"]["worker"] = {"nodeSelector": {"cloud.google.com/gke-tpu-topology": "2x2"}}
+    found = errors(_validate(tmp_path, m))
+    for fragment in ("spec.checkpoint.intervalSteps: Input should be greater than or equal to 1",
+                     "spec.slices.accelerator 'tpu-v9' is not a TPU accelerator",
+                     "spec.worker.nodeSelector['cloud.google.com/gke-tpu-topology']",
+                     "checkpoint step 10 was written by another job, local/writer-a"):
+        assert sum(fragment in ln for ln in found) == 1, (fragment, found)
+    assert len(found) == 4, found
+    m["spec"]["checkpoint"]["uri"] = "relative/ckpt"
+    found = errors(_validate(tmp_path, m, "--cluster"))
+    for fragment in ("spec.checkpoint.intervalSteps", "spec.checkpoint.uri: a local path must be an absolute folder",
+                     "spec.checkpoint.uri must be gs://bucket/prefix for backend pathways",
+                     "'tpu-v9' is not a TPU accelerator", "spec.worker.nodeSelector["):
+        assert sum(fragment in ln for ln in found) == 1, (fragment, found)
+    assert len(found) == 5, found
+
+
+def test_a_trainer_module_beside_the_manifest_is_named_with_the_path_that_would_find_it(tmp_path):
+    """A new-user trial: `trainer: mytrainer:make_trainer` with mytrainer.py next to the yaml failed with
+    `cannot import module 'mytrainer' (No module named 'mytrainer')` and no hint. The manifest's folder is
+    not searched (a cluster's controller has no such folder): the error names the field, says the module
+    must be installed or on PYTHONPATH, and names the folder it is in; `run` and `validate --trainer` alike."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "mytrainer.py").write_text("def make_trainer(config):\n    raise SystemExit('not reached')\n")
+    m = job_manifest("beside", tmp_path)
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "mytrainer:make_trainer"
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(m))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    fragments = ("spec.controller.trainer.entryPoint 'mytrainer:make_trainer'", "No module named 'mytrainer'",
+                 "must be installed", "on PYTHONPATH", f"mytrainer.py is beside the manifest in {folder}",
+                 f"PYTHONPATH={folder}")
+    for args in (["run", str(path), "--workdir", str(tmp_path / "run"), "--no-failure"],
+                 ["validate", "--trainer", str(path)]):
+        proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, *fragments)
+    assert not leftover_processes(str(tmp_path))
+    # Not beside the manifest either: the error says where it looked.
+    (folder / "mytrainer.py").unlink()
+    proc = subprocess.run([CLI, "validate", "--trainer", str(path)], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path, env=env)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "must be installed",
+                          f"not found beside the manifest either (looked in {folder})")

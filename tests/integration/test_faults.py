@@ -93,6 +93,28 @@ def _run_beside(action, manifest: dict, tmp_path: Path, join_s: float, *flags: s
         thread.join(timeout=join_s)
 
 
+def _signal_first_controller(tmp_path: Path, sig: int, at_step: int, into: dict):
+    """An action for `_run_beside`: `sig` to the run's first controller once it logged `at_step`; its PID is
+    put in `into["pid"]` (or why not in `into["error"]`)."""
+    def action():
+        try:
+            _wait_for(lambda: _logged_step(tmp_path / "run" / "controller.log") >= at_step, f"step {at_step}")
+            pid = _ready_pids(tmp_path / "run")[0]
+            os.kill(pid, sig)
+            into["pid"] = pid
+        except AssertionError as e:
+            into["error"] = str(e)
+    return action
+
+
+def _continue(pid: int) -> None:
+    """SIGCONT to `pid`, if it still exists (the run may have stopped it meanwhile)."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
 # -- item 1: a signal to the controller is a controller loss, not the end of the job ----------------
 
 
@@ -103,18 +125,8 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
     m = job_manifest("ctrlterm", tmp_path, training={"steps": 400, "globalBatchSize": 8, "logEverySteps": 10},
                      checkpoint={"uri": str(ckpt), "intervalSteps": 1000})  # no periodic save: only the stop's
     signalled: dict = {}
-
-    def killer():
-        try:
-            log = tmp_path / "run" / "controller.log"
-            _wait_for(lambda: _logged_step(log) >= 60, "step 60")
-            pid = _ready_pids(tmp_path / "run")[0]
-            os.kill(pid, signal.SIGTERM)
-            signalled["pid"] = pid
-        except AssertionError as e:
-            signalled["error"] = str(e)
-
-    run = _run_beside(killer, m, tmp_path, 10, "--no-failure")
+    run = _run_beside(_signal_first_controller(tmp_path, signal.SIGTERM, 60, signalled), m, tmp_path, 10,
+                      "--no-failure")
     assert "pid" in signalled, signalled
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
@@ -133,12 +145,42 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
     # a recovery the progress line never showed. It says what happened instead.
     assert s["recoveries"] == 0 and s["recovery_seconds"] == [] and s["unfinished_recoveries"] == 0
     assert s["controller_losses"] == [{"cause": "interrupted", "exit_code": 75, "at_step": s["controller_losses"][0]["at_step"],
-                                       "resumed_from_step": stopped_at}]
+                                       "resumed_from_step": stopped_at, "steps_lost": 0}]
     assert 60 <= s["controller_losses"][0]["at_step"] <= stopped_at
     assert "null" not in json.dumps(s["recovery_seconds"])
     assert (f"controller interrupted by a signal (it checkpointed the step it reached) at step "
             f"{s['controller_losses'][0]['at_step']}; its successor resumed from step {stopped_at}") in run.stderr
     assert "recoveries 0 (-)" in run.stderr and "controller restarts 1" in run.stderr
+
+
+def test_steps_a_restarted_controller_redid_are_booked_recovering_not_productive(tmp_path):
+    """A new-user trial: `elastic-jax run` booked the steps a restarted controller redid as `productive`,
+    where the operator re-books them `recovering` (`steps_lost`). The controller SIGKILLed at step >= 60
+    with nothing committed (a local checkpoint every 1000 steps): its successor resumes from 0, so every
+    training second of the first controller was lost and is booked `recovering` (the shared rule,
+    `elastic_jax.supervision.steps_lost`); the summary's productive seconds are the successor's own."""
+    m = job_manifest("redone", tmp_path, training={"steps": 200, "globalBatchSize": 8, "logEverySteps": 10},
+                     checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
+    killed: dict = {}
+    run = _run_beside(_signal_first_controller(tmp_path, signal.SIGKILL, 60, killed), m, tmp_path, 10,
+                      "--no-failure")
+    assert "pid" in killed, killed
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert s["succeeded"] and s["controller_restarts"] == 1
+    loss = s["controller_losses"][0]
+    # (at_step: the last step the launcher polled, up to 0.1 s before the kill)
+    assert loss["cause"] == "lost" and loss["resumed_from_step"] == 0 and loss["at_step"] >= 30
+    assert loss["steps_lost"] == loss["at_step"] and s["steps_lost"] == loss["at_step"]
+    # The successor's own ledger (its summary.json): all that is left productive once the lost steps moved.
+    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
+    booked = s["goodput_seconds"]
+    assert abs(booked["productive"] - own["productive"]) < 0.01, (booked, own)
+    assert abs(booked.get("reduced", 0.0) - own.get("reduced", 0.0)) < 0.01, (booked, own)
+    # The first controller trained >= 60 steps: those seconds are now recovering, beside the successor's own.
+    assert booked["recovering"] > own.get("recovering", 0.0) + 0.05, (booked, own)
+    wall = sum(booked.values())
+    assert abs(s["goodput"] - own["productive"] / wall) < 0.01, (s["goodput"], booked)
 
 
 # -- a frozen controller is not a hung worker ---------------------------------------------------------
@@ -173,10 +215,7 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
             frozen["error"] = str(e)
         finally:
             for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
+                _continue(pid)
 
     run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
     assert "pids" in frozen, frozen
@@ -229,6 +268,41 @@ def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_s
             os.kill(worker.popen.pid, signal.SIGCONT)
     finally:
         backend.close()
+
+
+def test_a_frozen_controller_is_reported_and_not_booked_productive(tmp_path):
+    """A new-user trial: the controller SIGSTOPped under `elastic-jax run` (alive, making no step) was not
+    reported and its frozen seconds counted as productive (its ledger's clock runs on while it is stopped).
+    The launcher applies the operator's ControllerUnresponsive rule (`supervision.controller_watch`): once
+    the controller that answered goes 10 s without an answer it says so on the progress output, the summary
+    lists the spell, and its seconds are booked recovering."""
+    m = job_manifest("frozenctl", tmp_path, training={"steps": 600, "globalBatchSize": 8, "logEverySteps": 10},
+                     checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
+    frozen: dict = {}
+
+    def freezer():
+        _signal_first_controller(tmp_path, signal.SIGSTOP, 60, frozen)()
+        if "pid" in frozen:
+            time.sleep(16)
+            _continue(frozen["pid"])
+
+    run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
+    assert "pid" in frozen, frozen
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = run.summary
+    assert s["succeeded"] and s["steps"] == 600 and s["controller_restarts"] == 0
+    [spell] = s["controller_unresponsive"]
+    assert spell["pid"] == frozen["pid"] and spell["ended"] == "answered" and 14 <= spell["seconds"] <= 60, spell
+    assert spell["at_step"] >= 30
+    assert f"controller (pid {frozen['pid']}) is alive but its control API has not answered for" in run.stderr
+    assert f"controller (pid {frozen['pid']}) answers again after" in run.stderr
+    # The controller's own ledger booked the freeze productive; the run's books it recovering.
+    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
+    booked = s["goodput_seconds"]
+    assert booked["productive"] <= own["productive"] - 14, (booked, own)
+    assert booked["recovering"] >= own.get("recovering", 0.0) + 14, (booked, own)
+    assert abs(sum(booked.values()) - sum(own.values())) < 0.05  # (the wall is unchanged)
+    assert "unresponsive at step" in run.stderr and "booked recovering, not productive" in run.stderr
 
 
 # -- item 4: a stop during a hung step abandons the step and checkpoints the last completed one -----

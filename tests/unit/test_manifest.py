@@ -299,3 +299,44 @@ def test_an_env_name_the_api_server_refuses_is_refused_naming_the_field(name):
 def test_env_names_kubernetes_takes_are_accepted():
     job = parse_manifest(_job(worker={"env": [{"name": "my.setting-1", "value": "x"}, {"name": "A B", "value": ""}]}))
     assert [e.name for e in job.spec.worker.env] == ["my.setting-1", "A B"]
+
+
+@pytest.mark.parametrize("spec, expected", [
+    # (a field error in the section, then the rules that field's error hid)
+    ({"checkpoint": {"uri": "file:///tmp/x", "intervalSteps": 0}},
+     ["spec.checkpoint.intervalSteps: Input should be greater than or equal to 1",
+      "spec.checkpoint.uri: 'file:///tmp/x': file:// is not supported"]),
+    ({"slices": {"count": 2, "minSlices": 3, "devicesPerHost": 0}},
+     ["spec.slices.devicesPerHost: Input should be greater than or equal to 1",
+      "spec.slices.minSlices (3) must not exceed spec.slices.count (2)"]),
+    ({"controller": {"image": " x ", "automountServiceAccountToken": True, "args": ["a"],
+                     "resources": {"requests": {"cpu": "lots"}}}},
+     ["spec.controller.resources.requests.cpu: 'lots' is not a non-negative Kubernetes quantity",
+      "spec.controller.args: needs spec.controller.command",
+      "spec.controller.automountServiceAccountToken needs spec.controller.serviceAccountName"]),
+    ({"compilationCache": {"uri": "/local", "persistentVolumeClaim": {"claimName": "Bad_Name"}}},
+     ["spec.compilationCache.persistentVolumeClaim.claimName", "spec.compilationCache needs exactly one of",
+      "spec.compilationCache.uri: '/local': must be gs://", "spec.compilationCache.uri: backend cpu reads"]),
+    ({"elasticity": {"maxRestarts": -1, "progressTimeoutSeconds": 5}},
+     ["spec.elasticity.maxRestarts: Input should be greater than or equal to 0",
+      "spec.elasticity.progressTimeoutSeconds (5) must be 0 (off) or more than the longest step deadline"]),
+])
+def test_a_field_error_hides_no_other_rule_of_its_section(spec, expected):
+    """A new-user trial: pydantic runs a section's rules only once all its fields validated, so one bad field
+    hid the section's other rules; the API server runs each CEL rule beside the field errors."""
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(_job(**spec), "job.yaml")
+    problems = info.value.problems
+    for fragment in expected:
+        assert sum(fragment in p for p in problems) == 1, (fragment, problems)
+    assert len(problems) == len(expected), problems
+    assert all(p.startswith("job.yaml: ") and "\n" not in p for p in problems)
+
+
+def test_a_rule_over_a_field_that_failed_is_skipped():
+    """`minSlices` and `spares` are compared with `count`; a `count` that failed says so alone (no line saying
+    `minSlices (1) must not exceed spec.slices.count (0)`), and the spec's rules over it are skipped too."""
+    with pytest.raises(ManifestError) as info:
+        parse_manifest(_job(slices={"count": "two", "minSlices": 1, "spares": 8},
+                            training={"steps": 10, "globalBatchSize": 1}), "job.yaml")
+    assert info.value.problems == ["job.yaml: spec.slices.count: Input should be a valid integer"]

@@ -1,0 +1,72 @@
+"""Whether a live controller has stopped answering, and what its ledger booked meanwhile (pure; both supervisors).
+
+A controller process that lives but does not answer its control API (SIGSTOPped,
+a VM pause, wedged in a native call holding the GIL) makes no steps; its
+process does not exit, so no exit code tells. Both supervisors watch the same
+thing: the seconds since its last answer, counted once it answered at least
+once (before that it is starting, which the pod or the process start tells).
+The operator says so in condition `ControllerUnresponsive`
+(`elastic_jax.k8s_operator.tracker`, grace `UNRESPONSIVE_GRACE_S`: above one
+status long poll's wait); `elastic-jax run` on its progress output and in its
+summary (`elastic_jax.local.launcher`, grace `LOCAL_UNRESPONSIVE_GRACE_S`: it
+polls every 0.1 s with a 2 s timeout, so a few missed polls are no news).
+
+The controller's own goodput ledger cannot see the freeze: its monotonic clock
+ran on while it was stopped, so the frozen seconds land in the category it was
+in, `productive` for a training controller. `rebook_frozen` moves them to
+`recovering` (a fault's time until training goes on), so a freeze is never
+counted as goodput.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from elastic_jax.supervision.steps_lost import TRAINING
+
+# Seconds (cluster) a controller may go without answering before the job says so: above one status long
+# poll's wait (25 s, its deadline 27 s: a frozen controller's watch fails once), well under the bound of the
+# controller pod's livenessProbe (~150 s).
+UNRESPONSIVE_GRACE_S = 20.0
+# Seconds (`elastic-jax run`): the launcher polls every 0.1 s with a 2 s timeout; several failed polls in a
+# row, not one slow answer on a loaded machine.
+LOCAL_UNRESPONSIVE_GRACE_S = 10.0
+
+
+def unresponsive_seconds(answered_at: float | None, now: float, grace_s: float) -> float | None:
+    """Seconds the controller has gone without answering, once that reached `grace_s`; else None.
+
+    Args:
+      answered_at: when it last answered (monotonic seconds); None when it never answered (starting:
+        not this rule's to tell) or answers now.
+      now: monotonic seconds.
+      grace_s: `UNRESPONSIVE_GRACE_S` or `LOCAL_UNRESPONSIVE_GRACE_S`.
+    """
+    if answered_at is None or now - answered_at < grace_s:
+        return None
+    return now - answered_at
+
+
+def rebook_frozen(seconds: Mapping[str, float], frozen_s: float,
+                  equivalent: float = 0.0) -> tuple[dict[str, float], float]:
+    """`seconds` (per goodput category) with `frozen_s` taken from productive, then reduced, into recovering.
+
+    Args:
+      seconds: a ledger that booked a freeze as training (the controller answered again after it).
+      frozen_s: the freeze's seconds.
+      equivalent: the ledger's reduced seconds x active/desired; lowered by the same share of reduced taken.
+
+    Returns:
+      (seconds, equivalent); the wall is unchanged, no category goes negative (at most the training seconds
+      move).
+    """
+    out = dict(seconds)
+    left = max(0.0, frozen_s)
+    for category in TRAINING:
+        taken = min(left, out.get(category, 0.0))
+        if category == "reduced" and taken > 0:
+            equivalent = max(0.0, equivalent * (1 - taken / out["reduced"]))
+        out[category] = out.get(category, 0.0) - taken
+        out["recovering"] = out.get("recovering", 0.0) + taken
+        left -= taken
+    return out, equivalent
