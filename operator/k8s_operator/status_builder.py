@@ -161,6 +161,12 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     running_message = f"phase {phase}"
     if phase == "Pending" and c is not None and from_current:
         running_message += f": {pending_stage(c, i.controller_pod, out.step, local)}"
+    elif phase == "Pending" and c is None and i.controller_pod and prev.controller_pod == i.controller_pod:
+        # A failed poll (a timeout on a loaded node) is no news of the pod's stage: keep its last word rather
+        # than fall back to a bare "phase Pending" and forward again at the next answer.
+        before = get_condition(prev.conditions, st.COND_RUNNING)
+        if before is not None and before.message.startswith(f"phase Pending: controller pod {i.controller_pod} "):
+            running_message = before.message
     conds = set_condition(conds, st.COND_RUNNING, _bool(training), phase, running_message, g, now)
     degraded = phase in ("Degraded", "Recovering")
     if restarting and degraded:

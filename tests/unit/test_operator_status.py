@@ -362,6 +362,9 @@ def test_a_resumed_jobs_pending_status_says_which_stage_of_its_new_controller_st
         "phase Pending: controller pod demo-controller-1 is starting: building its trainer, then restoring its "
         "latest committed checkpoint or initializing its state; step 88 is the step the job reached before it "
         "(this pod starts again from step 0: spec.checkpoint.uri is local to the earlier controller pod)")
+    # a failed poll (None) while it starts is no news of its stage: the message stays
+    unanswered = build_status(_inputs(previous=status, controller=None, controller_pod="demo-controller-1"))
+    assert running_message(unanswered) == running_message(status)
     compiling = _ctrl(phase="Running", step=0)
     compiling.resumed_from = ResumeInfo(step=0)
     status = build_status(_inputs(previous=status, controller=compiling, controller_pod="demo-controller-1"))
