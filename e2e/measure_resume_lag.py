@@ -18,28 +18,16 @@ import time
 import pytest
 
 from e2e.helpers import pods, wait_for
-from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    OperatorProcess, apply_job, ejob_crd, example_manifest, get_job, operator_kubeconfig, start_training_job,
-    wait_phase,
-)
-from elastic_jax.local.processes import free_port
+from e2e.operator_fixtures import ejob_crd, get_job, operator_kubeconfig, run_operator  # noqa: F401  (fixtures)
+from e2e.test_resume_lag import train_then_suspend
 
 GROUP, VERSION, PLURAL = "elasticjax.dev", "v1alpha1", "elastictrainingjobs"
 
 
 @pytest.fixture
 def verbose_operator(operator_kubeconfig, tmp_path):
-    op = OperatorProcess(operator_kubeconfig, tmp_path / "operator.log", free_port(), ("--verbose",))
-    op.start()
-    op.wait_up()
-    try:
-        yield op
-    finally:
-        op.stop()
-        for proc in op.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+    """The operator with `--verbose` (kopf logs each status patch it sends)."""
+    yield from run_operator(operator_kubeconfig, tmp_path / "operator.log", ("--verbose",))
 
 
 class TimedWatch:
@@ -76,14 +64,7 @@ class TimedWatch:
 
 def test_measure_resume(cluster, kube, namespace, verbose_operator):
     operator = verbose_operator
-    manifest, status, explain, running = start_training_job(cluster, namespace, operator, "e2e-resume-lag")
-    name = manifest["metadata"]["name"]
-    cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
-    wait_phase(cluster, namespace, name, ("Suspended",), timeout_s=180, explain=explain)
-    wait_for(lambda: not pods(cluster, namespace, f"elasticjax.dev/job-name={name}"), timeout_s=180,
-             what="pods gone", explain=explain)
-    time.sleep(3)
-    job = get_job(cluster, namespace, name)
+    name, status, explain, job = train_then_suspend(cluster, namespace, operator)
     watch = TimedWatch(kube, namespace, name, job["metadata"]["resourceVersion"])
     from elastic_jax.api.client import ControlClient
     from elastic_jax.k8s_operator import tokens

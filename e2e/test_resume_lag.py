@@ -39,14 +39,23 @@ def _stage(obj: dict, pod: str) -> str:
     return "no answer" if message == "phase Pending" else ""
 
 
-def test_a_resumed_jobs_status_follows_its_new_controllers_stages_in_order(cluster, kube, namespace, operator):
-    manifest, status, explain, running = start_training_job(cluster, namespace, operator, "e2e-resume-lag")
+def train_then_suspend(cluster, namespace: str, operator):
+    """The CPU example trained 5 steps, then `spec.suspend: true` until Suspended with its pods gone.
+
+    Returns:
+      (name, status, explain, job): `start_training_job`'s two callables and the suspended job object.
+    """
+    manifest, status, explain, _ = start_training_job(cluster, namespace, operator, "e2e-resume-lag")
     name = manifest["metadata"]["name"]
     cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
     wait_phase(cluster, namespace, name, ("Suspended",), timeout_s=180, explain=explain)
     wait_for(lambda: not pods(cluster, namespace, f"elasticjax.dev/job-name={name}"), timeout_s=180,
              what="the job's pods gone", explain=explain)
-    job = get_job(cluster, namespace, name)
+    return name, status, explain, get_job(cluster, namespace, name)
+
+
+def test_a_resumed_jobs_status_follows_its_new_controllers_stages_in_order(cluster, kube, namespace, operator):
+    name, status, explain, job = train_then_suspend(cluster, namespace, operator)
     suspended = job["status"]
     watch = JobWatch(kube, namespace, name, job["metadata"]["resourceVersion"])
     try:
