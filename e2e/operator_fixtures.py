@@ -182,10 +182,13 @@ class OperatorProcess(processes.LoggedProcess):
             return r.read().decode()
 
 
-@pytest.fixture
-def operator(operator_kubeconfig, tmp_path):
-    """A running operator (least-privilege identity); stopped by PID afterwards."""
-    op = OperatorProcess(operator_kubeconfig, tmp_path / "operator.log", free_port())
+def run_operator(kubeconfig: Path, log_path: Path, extra_args: tuple[str, ...] = ()):
+    """A running `OperatorProcess` for a fixture to yield (a generator); stopped by PID afterwards.
+
+    Raises:
+      AssertionError: at teardown, one of its processes survived `stop()` (then it is SIGKILLed).
+    """
+    op = OperatorProcess(kubeconfig, log_path, free_port(), extra_args)
     op.start()
     op.wait_up()
     try:
@@ -199,6 +202,12 @@ def operator(operator_kubeconfig, tmp_path):
                 proc.wait(10)
                 survivors.append(proc.pid)
         assert not survivors, f"operator pid(s) {survivors} survived stop() and were killed"
+
+
+@pytest.fixture
+def operator(operator_kubeconfig, tmp_path):
+    """A running operator (least-privilege identity); stopped by PID afterwards."""
+    yield from run_operator(operator_kubeconfig, tmp_path / "operator.log")
 
 
 def example_manifest(path: Path = EXAMPLE) -> dict:

@@ -158,7 +158,16 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     conds = list(prev.conditions)
     g, now = i.generation, i.now
     training = phase in ("Running", "Degraded", "Recovering")
-    conds = set_condition(conds, st.COND_RUNNING, _bool(training), phase, f"phase {phase}", g, now)
+    running_message = f"phase {phase}"
+    if phase == "Pending" and c is not None and from_current:
+        running_message += f": {pending_stage(c, i.controller_pod, out.step, local)}"
+    elif phase == "Pending" and c is None and i.controller_pod and prev.controller_pod == i.controller_pod:
+        # A failed poll (a timeout on a loaded node) is no news of the pod's stage: keep its last word rather
+        # than fall back to a bare "phase Pending" and forward again at the next answer.
+        before = get_condition(prev.conditions, st.COND_RUNNING)
+        if before is not None and before.message.startswith(f"phase Pending: controller pod {i.controller_pod} "):
+            running_message = before.message
+    conds = set_condition(conds, st.COND_RUNNING, _bool(training), phase, running_message, g, now)
     degraded = phase in ("Degraded", "Recovering")
     if restarting and degraded:
         conds = set_condition(conds, st.COND_DEGRADED, "True", st.REASON_CONTROLLER_RESTARTING,
@@ -211,6 +220,44 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
                               st.REASON_JOB_FAILED if finished == "Failed" else st.REASON_JOB_SUCCEEDED, reason, g, now)
     out.conditions = conds
     return out
+
+
+def pending_stage(c: ControllerStatus, controller_pod: str, shown_step: int, local: bool) -> str:
+    """What a job that has not trained yet waits for, by its controller's own word (the Running condition's
+    message while the phase is Pending).
+
+    Measured on the local control plane under load (a resume after suspend, `e2e/test_resume_lag.py`): the new
+    controller answers ~9 s after its pod is created, then reports `Starting` ~12 s (building its trainer,
+    restoring or initializing its state) and then `Running` at its resume step ~27 s more (the first step's
+    compile on the workers) before a step completes. The operator writes each of those answers within a
+    second; this says which one the STEP and ACTIVE columns stand on, so the seconds of real work are not
+    read as a stale status.
+
+    Args:
+      c: the current controller's answer.
+      controller_pod: its pod's name.
+      shown_step: `status.step` this pass writes (while `Starting` it keeps the step the job had reached).
+      local: spec.checkpoint.uri is local to the controller pod (a new pod starts again from step 0).
+
+    Returns:
+      One clause, e.g. "controller pod j-controller-1 is starting (building its trainer, restoring or
+      initializing its state); step 88 is the step the job reached before it".
+    """
+    resumed = c.resumed_from.step if c.resumed_from is not None else c.step
+    if c.phase == "Starting":
+        before = ""
+        if shown_step:
+            before = f"; step {shown_step} is the step the job reached before it" + (
+                " (this pod starts again from step 0: spec.checkpoint.uri is local to the earlier controller pod)"
+                if local else "")
+        return (f"controller pod {controller_pod} is starting: building its trainer, then restoring its latest "
+                f"committed checkpoint or initializing its state{before}")
+    if c.phase == "WaitingForSlices":
+        return f"controller pod {controller_pod} waits for its slices at step {resumed} (no step trained yet)"
+    if c.phase in ("Running", "Recovering"):
+        return (f"controller pod {controller_pod} compiles and runs its first step from step {resumed} on "
+                f"{len(c.active_slices)} slice(s)")
+    return f"controller pod {controller_pod} reports phase {c.phase}"
 
 
 def _checkpoints_gone(prev: st.ElasticTrainingJobStatus, i: Inputs, restarting: bool, from_current: bool) -> bool:

@@ -340,3 +340,38 @@ def test_a_frozen_controllers_job_reads_degraded_with_no_slice_active_until_it_a
     # yet is not said to be degraded
     pending = build_status(_inputs(controller=_ctrl(phase="Starting", step=0, active=())))
     assert decided(pending, None, "not answered for 21 s")["phase"] == "Pending"
+
+
+def test_a_resumed_jobs_pending_status_says_which_stage_of_its_new_controller_step_and_active_stand_on():
+    """Session 12's trial: after a resume STEP and ACTIVE "lagged the new controller" by 8-10 s. Measured on the
+    local control plane (`e2e/test_resume_lag.py`): the operator writes each answer of the new controller within a
+    second; the seconds are the controller's own start (~12 s `Starting`: trainer build, restore or init) and its
+    first step's compile (~27 s `Running` at its resume step, 0 steps done). Pending said only "phase Pending"
+    meanwhile, with the step the job had reached before (88) and then ACTIVE 2 at step 0: now the Running
+    condition's message says which stage each of those versions stands on."""
+    def running_message(status: dict) -> str:
+        return get_condition(status["conditions"], "Running")["message"]
+
+    status = {"phase": "Suspended", "step": 88, "activeSlices": 0}
+    status = build_status(_inputs(previous=status, controller=None, controller_pod="demo-controller-1"))
+    assert (status["phase"], status["step"], running_message(status)) == ("Pending", 88, "phase Pending")
+    starting = _ctrl(phase="Starting", active=(), step=0)
+    status = build_status(_inputs(previous=status, controller=starting, controller_pod="demo-controller-1"))
+    assert (status["phase"], status["step"], status["activeSlices"]) == ("Pending", 88, 0), status
+    assert running_message(status) == (
+        "phase Pending: controller pod demo-controller-1 is starting: building its trainer, then restoring its "
+        "latest committed checkpoint or initializing its state; step 88 is the step the job reached before it "
+        "(this pod starts again from step 0: spec.checkpoint.uri is local to the earlier controller pod)")
+    # a failed poll (None) while it starts is no news of its stage: the message stays
+    unanswered = build_status(_inputs(previous=status, controller=None, controller_pod="demo-controller-1"))
+    assert running_message(unanswered) == running_message(status)
+    compiling = _ctrl(phase="Running", step=0)
+    compiling.resumed_from = ResumeInfo(step=0)
+    status = build_status(_inputs(previous=status, controller=compiling, controller_pod="demo-controller-1"))
+    assert (status["phase"], status["step"], status["activeSlices"]) == ("Pending", 0, 2), status
+    assert running_message(status) == ("phase Pending: controller pod demo-controller-1 compiles and runs its first "
+                                       "step from step 0 on 2 slice(s)")
+    trained = _ctrl(phase="Running", step=1)
+    trained.resumed_from = ResumeInfo(step=0)
+    status = build_status(_inputs(previous=status, controller=trained, controller_pod="demo-controller-1"))
+    assert (status["phase"], running_message(status)) == ("Running", "phase Running")
