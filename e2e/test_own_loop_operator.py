@@ -13,7 +13,6 @@ from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
 )
 
 EXAMPLE = REPO_ROOT / "examples" / "04-own-loop.yaml"
-LOOP = REPO_ROOT / "examples" / "04-own-loop.py"
 STEPS = 10000  # a few hundred steps a second here: long enough to kill a worker mid-run
 
 
@@ -21,8 +20,9 @@ def test_own_loop_survives_a_worker_sigkill_with_the_same_controller_process(clu
     manifest = example_manifest(EXAMPLE)
     name = manifest["metadata"]["name"]
     spec = manifest["spec"]
-    # Pods are host processes here: the checkout's file by its absolute path (the image has it at its WORKDIR).
-    spec["controller"]["command"] = ["python", str(LOOP)]
+    # The example's command as is: `python examples/04-own-loop.py`, relative to the image's WORKDIR, where
+    # the controller image has the file (a trial's `kubectl apply` of the example failed here before).
+    assert spec["controller"]["command"] == ["python", "examples/04-own-loop.py"]
     spec["training"]["steps"] = STEPS
     spec["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-own-loop/{namespace}/checkpoints"
     status, explain = apply_job(cluster, namespace, manifest, operator)

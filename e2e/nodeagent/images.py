@@ -27,8 +27,12 @@ class Image:
     entrypoint: tuple[str, ...] = ()
     cmd: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    files: tuple[tuple[str, Path], ...] = ()
+    """(path in the container's working directory, the checkout's file): what the image's target COPYs to
+    its WORKDIR, copied into the container's working directory before it starts."""
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PATHWAYS_STANDIN = Path(__file__).resolve().parents[1] / "kind" / "pathways_standin.py"
 PATHWAYS_STANDIN_CONTROLLER = "e2e.local/pathways-standin-controller:1"
 """A controller image for pathways jobs here: the stand-in's ``controller`` role (the control API the operator
@@ -42,7 +46,10 @@ _STANDIN_ENV = {"PYTHONUNBUFFERED": "1"}
 
 IMAGES: dict[str, Image] = {
     # The project's images (targets controller and worker of images/Dockerfile).
-    "ghcr.io/elastic-jax/controller:0.1.0": Image(entrypoint=("elastic-jax-controller",)),
+    # The controller image carries the library-mode example at its WORKDIR (images/Dockerfile), so
+    # examples/04-own-loop.yaml's relative `python examples/04-own-loop.py` runs as is here too.
+    "ghcr.io/elastic-jax/controller:0.1.0": Image(entrypoint=("elastic-jax-controller",), files=(
+        ("examples/04-own-loop.py", REPO_ROOT / "examples" / "04-own-loop.py"),)),
     "ghcr.io/elastic-jax/worker:0.1.0": Image(entrypoint=("elastic-jax-worker",)),
     "ghcr.io/elastic-jax/operator:0.1.0": Image(entrypoint=("elastic-jax-operator",)),  # target operator
     # Generic images for the e2e suite's own pods: the command runs as given.

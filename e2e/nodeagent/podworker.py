@@ -19,6 +19,7 @@ The rules follow the kubelet:
 from __future__ import annotations
 
 import signal
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -257,6 +258,11 @@ class PodWorker:
             run.next_start_mono = time.monotonic() + BACKOFF_START_S
             return
         workdir = spec.get("workingDir") or str(self.dir / "rootfs" / run.name)
+        if not spec.get("workingDir"):
+            for rel, source in image.files:  # the image's own files at its WORKDIR
+                target = Path(workdir) / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
         run.proc = containers.start(run.argv, env=run.env, mounts=mounts, workdir=workdir,
                                     log_path=self.dir / "logs" / f"{run.name}.log",
                                     pid_path=self.dir / "pids" / f"{run.name}.pid")
