@@ -152,3 +152,27 @@ def test_the_operators_steps_lost_counter_counts_each_loss_once_across_operator_
     run(state, pods)
     run(state, pods)
     assert status["stepsLost"] == 15 and counted() - before == 15
+
+
+def test_the_operators_goodput_counter_books_each_second_once_through_a_rebooking():
+    """Session 12's trial: after a controller restart with a local checkpoint uri status re-booked the lost
+    steps' productive seconds as recovering, and `elasticjax_operator_goodput_seconds_total` counted them
+    productive and recovering too (its categories summed to 498 s over 327 s booked). Each second is counted
+    once, in the category it was first booked in: the counter's categories add up to `wallSeconds`."""
+    from elastic_jax.api.status import Goodput
+
+    s = _trained_to_100()
+    counted: dict[str, float] = {}
+    written = [Goodput.model_validate(s["goodput"])]
+    for uid, ctrl in (("pod-b", _ctrl(0, {"starting": 3}, phase="Starting")), ("pod-b", _ctrl(0, {"starting": 8})),
+                      ("pod-b", _ctrl(30, {"starting": 8, "productive": 30})),
+                      ("pod-b", _ctrl(31, {"starting": 8, "productive": 31, "recovering": 2}))):
+        c, s = _pass(s, uid, ctrl)
+        written.append(c.goodput)
+    for before, after in zip([None] + written, written):
+        for category, seconds in gp.increments(before, after).items():
+            counted[category] = counted.get(category, 0.0) + seconds
+    assert sum(counted.values()) == pytest.approx(written[-1].wall_seconds)
+    # the 100 s booked productive before the loss stay productive here (status: recovering), pod-b's own add
+    assert counted["productive"] == pytest.approx(131) and counted.get("recovering", 0) == pytest.approx(2)
+    assert written[-1].seconds.productive == pytest.approx(31) and written[-1].seconds.recovering == pytest.approx(102)
