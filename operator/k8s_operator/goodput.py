@@ -117,16 +117,23 @@ def total(base: GoodputBase, live: GoodputBase) -> Goodput:
 def increments(previous: Goodput | None, current: Goodput | None) -> dict[str, float]:
     """Seconds per category `current` booked past `previous` (for `elasticjax_operator_goodput_seconds_total`).
 
-    Both are `status.goodput` totals; a category that went down (steps lost re-booked from productive to
-    recovering, `steps_lost`; a status edited by hand) adds nothing rather than a negative increment,
-    which a counter refuses.
+    Both are `status.goodput` totals. The metric counts each booked second once, in the category it was first
+    booked in, so its categories add up to `wallSeconds`: a counter cannot go down, so when status re-books
+    seconds (the steps a new controller pod did not resume move from productive/reduced to recovering,
+    `steps_lost`), the category that shrank adds nothing and recovering's growth counts only past the seconds
+    moved into it (the trial's metric counted them twice: 498 s over 327 s booked). The steps lost are in
+    `elasticjax_operator_steps_lost_total`; `status.goodput` has the re-booked ledger. A category that went
+    down otherwise (a status edited by hand) adds nothing either.
     """
     if current is None:
         return {}
     before = previous.seconds if previous is not None else GoodputSeconds()
+    deltas = {c: getattr(current.seconds, c) - getattr(before, c) for c in GOODPUT_CATEGORIES}
+    moved = sum(-d for d in deltas.values() if d < 0)  # (seconds re-booked out of a category: into recovering)
     out = {}
-    for c in GOODPUT_CATEGORIES:
-        delta = getattr(current.seconds, c) - getattr(before, c)
-        if delta > 0:
-            out[c] = delta
+    for c, delta in deltas.items():
+        if c == "recovering":
+            delta -= moved
+        if delta > 1e-9:
+            out[c] = round(delta, 6)
     return out

@@ -789,6 +789,13 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     pods, controller_pods, current = read_pods()
     lost = read_lost()
     jobset_list = incarnation.own(job_jobsets, ns, name, js.uid, created)
+    if not js.missed_losses_checked and not finished:
+        # (a restarted operator: a slice replaced while none ran may hold a new worker at the old addresses, so
+        # its seeded Ready is sent, never adopted from the controller's view: `JobTracker.notify`)
+        before = ElasticTrainingJobStatus.from_kube(status)
+        restarts, _ = counters.carry_slices(before, job.spec.slices.total, {v.slice_index: v for v in jobset_list})
+        written = {e.index: e.restarts for e in before.slices}
+        tracker.unseed(i for i, n in enumerate(restarts) if n > written.get(i, n))
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
     if tracker.observe(incarnation.of_live_jobsets(pods, jobset_list), post,
                        lost_nodes={n: loss.why for n, loss in lost.items()}, observed_at=mark,

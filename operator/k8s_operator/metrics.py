@@ -27,8 +27,11 @@ NOTIFY_SECONDS = Histogram(
 )
 GOODPUT_SECONDS = Counter(
     "elasticjax_operator_goodput_seconds_total",
-    "Wall seconds the jobs' controllers booked, by goodput category (status.goodput.seconds; carried across "
-    "controller pods, so a new controller never takes it back).", ["category"])
+    "Wall seconds the jobs' controllers booked, by goodput category, each second once in the category it was "
+    "first booked in (status.goodput.seconds as it grows; carried across controller pods and operator restarts). "
+    "The categories add up to status.goodput.wallSeconds. A counter cannot go down: steps a new controller pod "
+    "did not resume stay productive/reduced here while status.goodput re-books them as recovering (they are in "
+    "elasticjax_operator_steps_lost_total).", ["category"])
 STEPS_LOST = Counter(
     "elasticjax_operator_steps_lost_total",
     "Steps the jobs trained and then lost (status.stepsLost): a new controller pod resumed from an older step, "

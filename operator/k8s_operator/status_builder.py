@@ -268,9 +268,13 @@ def _checkpoints_gone(prev: st.ElasticTrainingJobStatus, i: Inputs, restarting: 
     True on the passes that find the controller pod lost (`restarting`, no answer of the replacement yet)
     and once a new controller pod is named (a replacement, or the pod of a resume after a suspend) before it
     answered: the trial's `lastCheckpointStep` kept naming the lost pod's emptyDir checkpoint until the new
-    controller committed one. A Suspended job keeps the step its stop saved (what the suspend cost, said by
-    the Suspended condition) until the resume names a new pod.
+    controller committed one. A suspended job keeps the step its stop saved while the stopping pod still runs
+    (its emptyDir holds that checkpoint); once no pod is left to stop (Suspended), the checkpoint is gone with
+    it, as the Suspended condition says (the trial's Suspended job claimed it, then `Pending` with that step
+    after the resume).
     """
+    if i.job.spec.suspend:
+        return not i.suspend_waits_for
     if from_current:
         return False  # the current pod's own word (`build_status` took it)
     if restarting:

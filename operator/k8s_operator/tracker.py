@@ -63,6 +63,9 @@ class SliceTrack:
     down_seen_at: float | None = None
     # why the controller failed the slice whose pods the operator deletes for it (`replacing`): its Down says so
     controller_cause: str = ""
+    # Ready from the status the previous operator wrote (`seed`), not seen to change since: its Ready may be one
+    # the controller holds already, at these addresses (`notify` adopts it rather than re-sending it).
+    seeded: bool = False
 
 
 # Seconds a controller's answers must stay unusable (too big, too slow, malformed, refused) before the job
@@ -73,6 +76,10 @@ ANSWER_FAULT_GRACE_S = 5.0
 # failing with no HTTP answer: timeouts, refused or reset connections) before the job says so (condition
 # ControllerUnresponsive, a Warning Event); the rule `elastic-jax run` applies too (`supervision.controller_watch`).
 UNRESPONSIVE_GRACE_S = controller_watch.UNRESPONSIVE_GRACE_S
+
+# The controller's views of a slice it holds up (in its mesh, joining, warming, a spare): a seeded Ready at the
+# same addresses is one it already has (`JobTracker.notify`).
+_HELD_UP = ("Active", "Ready", "Warming", "Spare")
 
 # Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
 QUIET_RESYNC_S = 30.0
@@ -369,8 +376,9 @@ class JobTracker:
         A new operator process (restarted, rescheduled) otherwise announced `Provisioning -> Ready` for
         slices Ready all along. State, addresses, reason and time are taken; the pods are not: a pod missing
         now from pods this process never saw proves no loss (the JobSet's restarts say so,
-        `missed_losses`). The controller is still told every state (`acked` stays empty). Entries of
-        indices this job does not have are ignored.
+        `missed_losses`). The controller is told every state it does not hold: a seeded Ready waits for the
+        controller's first answer, and is adopted as acknowledged when that answer holds the slice up at the
+        same addresses (`notify`); otherwise it is sent. Entries of indices this job does not have are ignored.
         """
         with self.lock:
             for e in entries:
@@ -378,6 +386,15 @@ class JobTracker:
                     track = self.slices[e.index]
                     track.state, track.reason, track.since = e.state, e.reason, e.last_transition_time or ""
                     track.addresses = tuple(e.addresses) if e.state == "Ready" else ()
+                    track.seeded = e.state == "Ready"
+
+    def unseed(self, indices: Iterable[int]) -> None:
+        """Slices replaced while no operator ran (`missed_losses`): their seeded Ready is never adopted (the
+        controller may hold the lost worker at those addresses); they are sent as any other state."""
+        with self.lock:
+            for i in indices:
+                if 0 <= i < len(self.slices):
+                    self.slices[i].seeded = False
 
     def sync(self, pods: list[PodView], events: EventSink, retries: int = 1,
              lost_nodes: Mapping[str, str] | None = None, observed_at: int | None = None,
@@ -460,6 +477,7 @@ class JobTracker:
                         track.reason = obs.reason
                     continue
                 old = track.state
+                track.seeded = False  # (a state this process saw: told as any other)
                 reason = obs.reason
                 if new == "Down" and track.controller_cause:
                     reason = f"the controller saw the slice fail ({track.controller_cause}), so the operator " \
@@ -504,6 +522,19 @@ class JobTracker:
                 want = self._report_of(track, uid)
                 if track.acked == want:
                     continue
+                if track.seeded and track.state == "Ready" and track.acked is None:
+                    if self.last_status is None:
+                        continue  # (a restarted operator: the controller's first answer says whether it holds it)
+                    track.seeded = False
+                    view = next((v for v in self.last_status.slices if v.index == track.index), None)
+                    if view is not None and view.state in _HELD_UP and tuple(view.addresses) == track.addresses:
+                        # The controller holds this Ready from the previous operator: a new generation would make
+                        # it take the same worker for a new one (trial: re-sent on every operator restart).
+                        track.acked, track.acked_generation = want, view.generation
+                        track.sent_generation = max(track.sent_generation, view.generation)
+                        _logger.info("controller holds slice %d Ready already (generation %d): adopted",
+                                     track.index, view.generation, extra={"job": self.name, "slice": track.index})
+                        continue
                 track.sent_generation = next_generation(track.sent_generation)
                 pending.append((track, want, track.sent_generation, track.reason or None))
         for track, want, generation, reason in pending:

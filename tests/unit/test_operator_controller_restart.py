@@ -304,3 +304,25 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
     restarted = get_condition(after["conditions"], "ControllerRestarted")
     assert (restarted["status"], restarted["reason"]) == ("True", "ControllerRestarting")
     assert "j-controller-1" in state.kube.created and [e[1] for e in events].count("ControllerRestarted") == 1
+
+
+def test_a_suspended_job_with_a_local_checkpoint_uri_claims_no_checkpoint_step():
+    """Session 12's trial: Suspended showed `lastCheckpointStep` 2744 while its own Suspended condition said
+    that checkpoint went with the controller pod's emptyDir. Local uri: kept while the stopping pod still runs
+    (its emptyDir holds it), unset once no pod is left to stop; gs://: the step the stop saved stays."""
+    for uri, kept in (("/tmp/ck", False), ("gs://b/ck", True)):
+        job = _job(checkpoint={"uri": uri})
+        job.spec.suspend = True
+        s = build_status(_inputs(job=_job(checkpoint={"uri": uri}), controller=_ctrl(step=50)))
+        assert s["lastCheckpointStep"] == 4
+        stopping = _ctrl(step=51)
+        stopping.last_committed_checkpoint_step = 51  # (the stop's save)
+        s = _next(s, job=job, controller=stopping, controller_pod="", controller_restarts=0,
+                  answered_by="demo-controller-0", suspend_waits_for=["demo-controller-0"])
+        assert s["lastCheckpointStep"] == 51 and s["step"] == 51, s
+        # the stopping pod's last word, then nobody: Suspended
+        for answer in (stopping, None):
+            s = _next(s, job=job, controller=answer, controller_pod="", controller_restarts=0,
+                      answered_by="demo-controller-0")
+            assert s.get("lastCheckpointStep") == (51 if kept else None), (uri, s)
+            assert s["step"] == 51

@@ -8,6 +8,7 @@ reconcile pass (`handlers.reconcile_pass`) with the fake API, or the tracker whe
 from __future__ import annotations
 
 import functools
+import sys
 
 import kopf
 
@@ -169,3 +170,51 @@ def test_a_down_slices_pods_changing_rewrites_no_status(monkeypatch):
     run(state, [c, _worker(0), _worker(1, uid="w9")])
     back = next(s for s in status["slices"] if s["index"] == 1)
     assert back["state"] == "Ready" and back["pods"] == ["j-slice-1-w9"]
+
+
+def test_a_restarted_operator_adopts_the_ready_the_controller_holds_at_the_same_addresses(monkeypatch):
+    """Session 12's trial: a new operator re-sent `Ready` with a new generation for slices the controller held
+    Ready at the same addresses (`ControllerNotified` each restart; a new generation reads as a new worker).
+    Adopted when the controller's view holds the slice up at those addresses; sent when it does not."""
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    run, events = _runner(monkeypatch, status)
+    pods = [_controller_pod(0, "c0"), _worker(0), _worker(1)]
+    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
+    sent = {i: g for i, s, g in _Controller.reports if s == "Ready"}
+    assert set(sent) == {0, 1}
+    # the controller holds slice 0 in its mesh at the address it was told; slice 1 at another one
+    monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={"slices": [
+        SliceStatus(index=0, state="Active", generation=sent[0], addresses=["127.0.0.2:8471"]),
+        SliceStatus(index=1, state="Active", generation=sent[1], addresses=["127.0.0.9:8471"])]}))
+    events.clear()
+    _Controller.reports = []
+    restarted = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    run(restarted, pods)
+    run(restarted, pods)
+    assert [r[0] for r in _Controller.reports] == [1], _Controller.reports
+    assert [e[2].split(" (")[0] for e in events if e[1] == "ControllerNotified"] == ["controller told slice 1 Ready"]
+    assert not [e for e in events if e[1].startswith("Slice")], events
+    # the adopted Ready still counts as the controller's: a loss of slice 0 is sent
+    run(restarted, [_controller_pod(0, "c0"), _worker(0, phase="Failed"), _worker(1)])
+    assert (0, "Down") in [r[:2] for r in _Controller.reports]
+
+
+def test_a_restarted_operator_sends_ready_for_a_slice_replaced_while_it_was_down(monkeypatch):
+    """A slice whose JobSet restarted while no operator ran holds a new worker: its Ready is sent even when
+    the controller's view shows the old one at the same address."""
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    run, events = _runner(monkeypatch, status)
+    pods = [_controller_pod(0, "c0"), _worker(0), _worker(1)]
+    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
+    sent = {i: g for i, s, g in _Controller.reports if s == "Ready"}
+    monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={"slices": [
+        SliceStatus(index=i, state="Active", generation=sent[i], addresses=[f"127.0.0.{i + 2}:8471"]) for i in (0, 1)]}))
+    monkeypatch.setattr(sys.modules[__name__], "_jobsets", lambda: [jobset_view({"metadata": {
+        "name": f"j-slice-{i}", "uid": f"js-{i}", "labels": {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1",
+                                                             lbl.SLICE_INDEX: str(i)}},
+        "status": {"restarts": 1 if i == 0 else 0}}, i) for i in (0, 1)])
+    _Controller.reports = []
+    restarted = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    run(restarted, [_controller_pod(0, "c0"), _worker(0, uid="w0b"), _worker(1)])
+    run(restarted, [_controller_pod(0, "c0"), _worker(0, uid="w0b"), _worker(1)])
+    assert [r[:2] for r in _Controller.reports] == [(0, "Ready")], _Controller.reports

@@ -245,9 +245,13 @@ def test_a_suspended_jobs_status_takes_the_step_its_stopping_controller_saved():
     prev = build_status(_inputs(controller=_ctrl(step=5)))
     final = _ctrl(phase="Interrupted", active=(), step=9)
     final.last_committed_checkpoint_step = 9
-    out = build_status(_inputs(previous=prev, controller=final, job=_job(suspend=True)))
+    gs = {"uri": "gs://b/ck"}
+    out = build_status(_inputs(previous=prev, controller=final, job=_job(suspend=True, checkpoint=gs)))
     assert out["phase"] == "Suspended"
     assert out["step"] == 9 and out["lastCheckpointStep"] == 9
+    # a local uri: that checkpoint went with the pod's emptyDir; the step reached stays (what the resume loses)
+    local = build_status(_inputs(previous=prev, controller=final, job=_job(suspend=True)))
+    assert local["step"] == 9 and "lastCheckpointStep" not in local
     assert out["activeSlices"] == 0 and out["spareSlices"] == []
     # still stopping (saving), mesh not yet released: it trains no more either way
     saving = _ctrl(phase="Running", active=(0, 1), step=9)

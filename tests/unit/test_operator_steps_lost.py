@@ -152,3 +152,70 @@ def test_the_operators_steps_lost_counter_counts_each_loss_once_across_operator_
     run(state, pods)
     run(state, pods)
     assert status["stepsLost"] == 15 and counted() - before == 15
+
+
+def test_the_operators_goodput_counter_books_each_second_once_through_a_rebooking():
+    """Session 12's trial: after a controller restart with a local checkpoint uri status re-booked the lost
+    steps' productive seconds as recovering, and `elasticjax_operator_goodput_seconds_total` counted them
+    productive and recovering too (its categories summed to 498 s over 327 s booked). Each second is counted
+    once, in the category it was first booked in: the counter's categories add up to `wallSeconds`."""
+    from elastic_jax.api.status import Goodput
+
+    s = _trained_to_100()
+    counted: dict[str, float] = {}
+    written = [Goodput.model_validate(s["goodput"])]
+    for uid, ctrl in (("pod-b", _ctrl(0, {"starting": 3}, phase="Starting")), ("pod-b", _ctrl(0, {"starting": 8})),
+                      ("pod-b", _ctrl(30, {"starting": 8, "productive": 30})),
+                      ("pod-b", _ctrl(31, {"starting": 8, "productive": 31, "recovering": 2}))):
+        c, s = _pass(s, uid, ctrl)
+        written.append(c.goodput)
+    for before, after in zip([None] + written, written):
+        for category, seconds in gp.increments(before, after).items():
+            counted[category] = counted.get(category, 0.0) + seconds
+    assert sum(counted.values()) == pytest.approx(written[-1].wall_seconds)
+    # the 100 s booked productive before the loss stay productive here (status: recovering), pod-b's own add
+    assert counted["productive"] == pytest.approx(131) and counted.get("recovering", 0) == pytest.approx(2)
+    assert written[-1].seconds.productive == pytest.approx(31) and written[-1].seconds.recovering == pytest.approx(102)
+
+
+def test_an_operator_restart_alone_loses_no_steps_and_rebooks_nothing(monkeypatch):
+    """Session 12's trial: restarting the operator alone (the controller pod untouched, same UID) made
+    `stepsLost` jump by the step reached, `counterBase.stepReached` the step, the `starting` seconds doubled at
+    each restart and `wallSeconds` outgrew the job. A new operator (a fresh tracker, the same status, the same
+    controller answers) must change none of the counters or the ledger, nor grow the metrics."""
+    from prometheus_client import REGISTRY
+
+    from elastic_jax.k8s_operator import handlers
+    from tests.support.fake_kube import FakeKube
+    from tests.unit.test_operator_counters import _controller_pod
+    from tests.unit.test_operator_events import _Controller, _runner, _worker
+
+    def metric(name: str, **labels) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
+    run, _ = _runner(monkeypatch, status)
+    pods = [_controller_pod(0, "c0"), _worker(0), _worker(1)]
+
+    def passes(state, n):
+        for _ in range(n):
+            run(state, pods)
+
+    first = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32, controller_threads=False)
+    monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={
+        "phase": "Starting", "step": 0, "goodput_seconds": {"starting": 20.0}, "goodput": None}))
+    passes(first, 3)
+    monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={
+        "phase": "Running", "step": 4121, "goodput_seconds": {"starting": 46.289, "productive": 120.0},
+        "goodput": 120.0 / 166.289}))
+    passes(first, 3)
+    kept = {k: status.get(k) for k in ("stepsLost", "counterBase", "goodput", "step", "controllerRestarts")}
+    assert kept["step"] == 4121 and kept["stepsLost"] == 0 and kept["goodput"]["wallSeconds"] == pytest.approx(166.289)
+    lost_before = metric("elasticjax_operator_steps_lost_total")
+    booked_before = {c: metric("elasticjax_operator_goodput_seconds_total", category=c)
+                     for c in ("starting", "productive", "recovering")}
+    for _ in range(2):  # two operator restarts, as in the trial
+        passes(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32, controller_threads=False), 4)
+        assert {k: status.get(k) for k in kept} == kept
+    assert metric("elasticjax_operator_steps_lost_total") == lost_before
+    assert {c: metric("elasticjax_operator_goodput_seconds_total", category=c) for c in booked_before} == booked_before
