@@ -231,8 +231,12 @@ spec:
 """, namespace)
     wait_for(lambda: pod(cluster, namespace, "late")["status"].get("phase") == "Failed", timeout_s=30,
              what="pod fails at its deadline")
+    assert pod(cluster, namespace, "late")["status"]["reason"] == "DeadlineExceeded"
+    # As from a kubelet, the phase comes first and the killed container's end in a later status write (a
+    # CI run under load read the status between the two: KeyError 'terminated').
+    wait_for(lambda: "terminated" in pod(cluster, namespace, "late")["status"]["containerStatuses"][0]["state"],
+             timeout_s=30, what="the killed container's terminated state")
     p = pod(cluster, namespace, "late")
-    assert p["status"]["reason"] == "DeadlineExceeded"
     assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
 
 
