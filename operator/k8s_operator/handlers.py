@@ -514,7 +514,12 @@ async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, 
             logger.error(f"reconcile pass failed with an exception and will try again in {backoff} seconds: "
                          f"{str(error) or repr(error)}", exc_info=error)
             await stopped.wait(backoff)
-        patch = kopf.Patch(remaining or {}, body=body)
+        # The same object, emptied: kopf applies the `patch` it passed in once more when the daemon returns
+        # (kopf/_core/engines/daemons.py), so a new object here left the first pass's status in it, written
+        # again at every operator stop: a trial's restarted operator read that stale first-pass status
+        # (counterBase without the controller's UID, slices Provisioning) and counted every step lost.
+        patch.clear()
+        patch.update(remaining or {})
         last_end = time.monotonic()
 
 

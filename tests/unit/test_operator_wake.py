@@ -173,6 +173,45 @@ def test_the_daemon_sleeps_out_a_quiet_jobs_window_and_a_pod_event_runs_its_pass
     assert len(waits) == 1 and waits[0] > wake.PASS_INTERVAL_S
 
 
+def test_the_patch_kopf_applies_when_the_daemon_returns_holds_nothing_already_written(monkeypatch):
+    """kopf writes the daemon's `patch` kwarg once more after the daemon returns (an operator stop). Two trials:
+    an operator restarted twice soon after a job's creation counted every step lost, because the stop wrote the
+    first pass's status again (Pending conditions, slices Provisioning, counterBase without the controller's
+    UID) over the live one. Each pass's patch is written by the daemon itself; what is left for kopf is only
+    what that write left over (here: nothing)."""
+    from kopf._core.actions import application
+
+    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
+    state.kopf_settings = handlers.kopf.OperatorSettings()
+    memo = {"elasticjax": state}
+    body = {"metadata": {"name": "j", "namespace": "ns", "uid": "uid-j"}}
+    written: list[dict] = []
+    stop: list[_Stopped] = []
+
+    async def one_pass(patch, **kwargs):
+        patch.status["step"] = len(written)  # each pass's status
+        if len(written) == 2:
+            stop[0].event.set()
+
+    async def write(patch, **kwargs):
+        written.append(dict(patch))
+        return None, None
+
+    monkeypatch.setattr(handlers, "reconcile_once", one_pass)
+    monkeypatch.setattr(application, "patch_and_check", write)
+    kopfs = handlers.kopf.Patch()
+
+    async def run():
+        stop.append(_Stopped())
+        await asyncio.wait_for(handlers.reconcile_job(
+            body=body, namespace="ns", name="j", memo=memo, stopped=stop[0], resource=None,
+            logger=handlers._logger, patch=kopfs), 600)
+
+    asyncio.run(run())
+    assert [w["status"]["step"] for w in written] == [0, 1, 2]  # every pass written, by the daemon
+    assert not kopfs, kopfs  # before: {'status': {'step': 0}}, the first pass's status, written again at exit
+
+
 def test_the_job_object_and_a_change_in_the_not_ready_nodes_wake_the_pass():
     state = handlers.OperatorState(kube=object(), key=b"k" * 32)
     memo = {"elasticjax": state}
