@@ -178,6 +178,7 @@ class LocalLauncher:
         self._unresponsive: dict[str, Any] | None = None
         self.controller_unresponsive: list[dict[str, Any]] = []
         self._frozen_training_s = 0.0
+        self._frozen_reduced_s = 0.0  # (of those, the seconds frozen while training on fewer slices than desired)
         # One entry per controller that ended without ending the job (see `_carry_over_from_dead_controller`).
         self.controller_losses: list[dict[str, Any]] = []
         self.kill_skipped: str | None = None
@@ -511,12 +512,12 @@ class LocalLauncher:
         if status is not None:  # its goodput ledger as last polled (up to 0.1 s short)
             seconds = dict(status.goodput_seconds)
             # (a freeze it answered again after is in that ledger as training: re-booked first)
-            seconds, equivalent = controller_watch.rebook_frozen(seconds, self._frozen_training_s,
-                                                                 _equivalent(seconds, status.goodput))
+            seconds, equivalent = _rebook_frozen(seconds, self._frozen_training_s, self._frozen_reduced_s,
+                                                 _equivalent(seconds, status.goodput))
             self._earlier_seconds = _sum_seconds([self._earlier_seconds, seconds])
             self._earlier_equivalent += equivalent
             self._earlier_stepped |= status.goodput is not None
-        self._frozen_training_s = 0.0
+        self._frozen_training_s = self._frozen_reduced_s = 0.0
         self._answered_at = None
         reached = status.step if status else 0
         self.controller_losses.append({
@@ -539,6 +540,8 @@ class LocalLauncher:
                 spell["seconds"] = round(now - spell["_since"], 1)
                 if spell["_training"]:
                     self._frozen_training_s += now - spell["_since"]
+                    if spell["_reduced"]:
+                        self._frozen_reduced_s += now - spell["_since"]
                 self.on_message(f"controller (pid {spell['pid']}) answers again after {spell['seconds']:.0f} s "
                                 f"without an answer; that time is booked recovering, not productive")
                 self._end_unresponsive("answered")
@@ -556,7 +559,9 @@ class LocalLauncher:
             "pid": self.controller.pid, "at_step": last.step if last is not None else 0, "seconds": None,
             "ended": None, "_since": self._answered_at,
             # (a controller that was training books the freeze as training; paused, it books it waiting)
-            "_training": last is not None and last.phase in ("Running", "Recovering") and last.goodput is not None}
+            "_training": last is not None and last.phase in ("Running", "Recovering") and last.goodput is not None,
+            # (on fewer slices than desired its ledger books the freeze `reduced`, not productive)
+            "_reduced": last is not None and len(last.active_slices) < last.desired_slices}
         self.controller_unresponsive.append(spell)
         self.on_message(f"controller (pid {spell['pid']}) is alive but its control API has not answered for "
                         f"{seconds:.0f} s, at step {spell['at_step']}: frozen (SIGSTOP? a paused machine?) or "
@@ -693,8 +698,8 @@ class LocalLauncher:
         self._end_unresponsive("run_ended")
         live = run.get("goodput_seconds") or {}
         # (the live controller's ledger booked a freeze it answered again after as training)
-        live, live_equivalent = controller_watch.rebook_frozen(live, self._frozen_training_s,
-                                                               _equivalent(live, run.get("goodput")))
+        live, live_equivalent = _rebook_frozen(live, self._frozen_training_s, self._frozen_reduced_s,
+                                               _equivalent(live, run.get("goodput")))
         seconds = _sum_seconds([self._earlier_seconds, live])
         stepped = self._earlier_stepped or run.get("goodput") is not None
         goodput = steps_lost_rule.goodput_fraction(
@@ -843,3 +848,11 @@ class CheckpointLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _rebook_frozen(seconds: dict, frozen_s: float, frozen_reduced_s: float, equivalent: float) -> tuple[dict, float]:
+    """`controller_watch.rebook_frozen` of `frozen_s` seconds of freezes, `frozen_reduced_s` of them booked
+    `reduced` (frozen on fewer slices than desired), the rest booked `productive`."""
+    seconds, equivalent = controller_watch.rebook_frozen(seconds, min(frozen_reduced_s, frozen_s), equivalent,
+                                                         reduced=True)
+    return controller_watch.rebook_frozen(seconds, max(0.0, frozen_s - frozen_reduced_s), equivalent)

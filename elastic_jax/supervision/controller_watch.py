@@ -48,13 +48,16 @@ def unresponsive_seconds(answered_at: float | None, now: float, grace_s: float) 
 
 
 def rebook_frozen(seconds: Mapping[str, float], frozen_s: float,
-                  equivalent: float = 0.0) -> tuple[dict[str, float], float]:
-    """`seconds` (per goodput category) with `frozen_s` taken from productive, then reduced, into recovering.
+                  equivalent: float = 0.0, reduced: bool = False) -> tuple[dict[str, float], float]:
+    """`seconds` (per goodput category) with `frozen_s` taken from the training category the freeze was booked
+    in (productive, or reduced when `reduced`), then from the other, into recovering.
 
     Args:
       seconds: a ledger that booked a freeze as training (the controller answered again after it).
       frozen_s: the freeze's seconds.
       equivalent: the ledger's reduced seconds x active/desired; lowered by the same share of reduced taken.
+      reduced: the controller trained on fewer slices than desired when it froze, so its ledger booked the
+        freeze `reduced` (a trial: taken from productive, full-capacity training was re-booked instead).
 
     Returns:
       (seconds, equivalent); the wall is unchanged, no category goes negative (at most the training seconds
@@ -62,7 +65,7 @@ def rebook_frozen(seconds: Mapping[str, float], frozen_s: float,
     """
     out = dict(seconds)
     left = max(0.0, frozen_s)
-    for category in TRAINING:
+    for category in (reversed(TRAINING) if reduced else TRAINING):
         taken = min(left, out.get(category, 0.0))
         if category == "reduced" and taken > 0:
             equivalent = max(0.0, equivalent * (1 - taken / out["reduced"]))

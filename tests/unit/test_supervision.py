@@ -137,3 +137,19 @@ def test_a_crash_loop_before_ready_doubles_up_to_the_cap():
         failures = budgets.failures_after_loss(was_ready=False, consecutive_failures=failures)
         delays.append(budgets.restart_delay_s(failures, base_s=1.0))
     assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+
+
+def test_a_freeze_is_rebooked_from_the_category_it_was_booked_in():
+    """A trial: a controller frozen while training on 2 of 3 slices (its ledger booked the freeze `reduced`) had
+    full-capacity `productive` seconds re-booked as recovering instead, and the freeze kept as goodput."""
+    from elastic_jax.supervision.controller_watch import rebook_frozen
+
+    ledger = {"productive": 22.3, "reduced": 29.5, "recovering": 1.0}
+    out, equivalent = rebook_frozen(ledger, 22.0, equivalent=19.7, reduced=True)
+    assert out["productive"] == 22.3 and round(out["reduced"], 6) == 7.5 and round(out["recovering"], 6) == 23.0
+    assert round(equivalent, 6) == round(19.7 * 7.5 / 29.5, 6)
+    out, _ = rebook_frozen(ledger, 22.0)  # frozen at full capacity: productive first
+    assert round(out["productive"], 6) == 0.3 and out["reduced"] == 29.5
+    out, _ = rebook_frozen(ledger, 40.0, reduced=True)  # more than the reduced seconds: the rest from productive
+    assert out["reduced"] == 0.0 and round(out["productive"], 6) == round(22.3 - 10.5, 6)
+    assert round(sum(out.values()), 6) == round(sum(ledger.values()), 6)  # the wall is unchanged
