@@ -276,7 +276,8 @@ def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warnin
     cond = _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE)
     assert cond["status"] == "True" and cond["reason"] == conditions.REASON_CONTROLLER_NOT_ANSWERING
     assert "has not answered for" in cond["message"] and "/v1/status" in cond["message"] and "timed out" in cond["message"]
-    assert job.status["phase"] == "Running"
+    # (no slice is known to train while it does not answer: docs/failure-handling.md, the frozen-controller row)
+    assert job.status["phase"] == "Degraded" and job.status["activeSlices"] == 0
     warnings = [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_NOT_ANSWERING]
     assert len(warnings) == 1 and warnings[0][0] == "Warning"
     hostile.mode = "answer"  # it answers again
@@ -285,6 +286,7 @@ def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warnin
     cond = _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE)
     assert cond["status"] == "False" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWERING
     assert [e[0] for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWERING] == ["Normal"]
+    assert job.status["phase"] == "Running"  # its answer's phase again
     job.tracker.close()
 
 
