@@ -125,13 +125,17 @@ class _Stopped:
             pass
 
 
+def _daemon_job():
+    """(state, memo, body) of one job `ns/j` for a test that runs its reconcile daemon."""
+    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
+    state.kopf_settings = handlers.kopf.OperatorSettings()
+    return state, {"elasticjax": state}, {"metadata": {"name": "j", "namespace": "ns", "uid": "uid-j"}}
+
+
 def test_the_daemon_sleeps_out_a_quiet_jobs_window_and_a_pod_event_runs_its_pass(monkeypatch):
     from kopf._core.actions import application
 
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
-    state.kopf_settings = handlers.kopf.OperatorSettings()
-    memo = {"elasticjax": state}
-    body = {"metadata": {"name": "j", "namespace": "ns", "uid": "uid-j"}}
+    state, memo, body = _daemon_job()
     waits: list[float] = []
     passes: list[int] = []
     stop: list[_Stopped] = []
@@ -181,10 +185,7 @@ def test_the_patch_kopf_applies_when_the_daemon_returns_holds_nothing_already_wr
     what that write left over (here: nothing)."""
     from kopf._core.actions import application
 
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
-    state.kopf_settings = handlers.kopf.OperatorSettings()
-    memo = {"elasticjax": state}
-    body = {"metadata": {"name": "j", "namespace": "ns", "uid": "uid-j"}}
+    state, memo, body = _daemon_job()
     written: list[dict] = []
     stop: list[_Stopped] = []
 
