@@ -218,6 +218,17 @@ class CounterBase(_Model):
         default=None, ge=0, description="The lowest step the job's controllers resumed from: the goodput ledger's "
                                         "productive and reduced seconds trained the steps from here to `step_reached`. "
                                         "Unset until a controller reported where it resumed.")
+    frozen_seconds: float = Field(
+        default=0.0, ge=0, description="Seconds the live controller pod was frozen (it ran but did not answer for "
+                                       "longer than the ControllerUnresponsive grace, then answered again) while "
+                                       "training: its own ledger booked them as training; `goodput` books them "
+                                       "`recovering`.")
+    frozen_reduced_seconds: float = Field(
+        default=0.0, ge=0, description="Of `frozenSeconds`, those frozen while it trained on fewer slices than "
+                                       "desired (its ledger booked them `reduced`).")
+    frozen_until: float | None = Field(
+        default=None, ge=0, description="When (Unix seconds) the last freeze counted in `frozenSeconds` ended: a "
+                                        "freeze is added once. Unset: none counted.")
 
 
 class ElasticTrainingJobStatus(_Model):

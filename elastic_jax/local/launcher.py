@@ -555,13 +555,14 @@ class LocalLauncher:
         # (a controller that said it ended stops its API, then exits: no freeze)
         if seconds is None or (last is not None and last.phase in ENDED_PHASES):
             return
+        booked = None if last is None else controller_watch.freeze_booked_as(
+            last.phase, last.goodput is not None, len(last.active_slices), last.desired_slices)
         self._unresponsive = spell = {
             "pid": self.controller.pid, "at_step": last.step if last is not None else 0, "seconds": None,
             "ended": None, "_since": self._answered_at,
-            # (a controller that was training books the freeze as training; paused, it books it waiting)
-            "_training": last is not None and last.phase in ("Running", "Recovering") and last.goodput is not None,
-            # (on fewer slices than desired its ledger books the freeze `reduced`, not productive)
-            "_reduced": last is not None and len(last.active_slices) < last.desired_slices}
+            # (a controller that was training books the freeze as training, `reduced` on fewer slices than
+            # desired; paused, it books it waiting: the rule the operator applies too)
+            "_training": booked is not None, "_reduced": booked == "reduced"}
         self.controller_unresponsive.append(spell)
         self.on_message(f"controller (pid {spell['pid']}) is alive but its control API has not answered for "
                         f"{seconds:.0f} s, at step {spell['at_step']}: frozen (SIGSTOP? a paused machine?) or "
@@ -851,8 +852,5 @@ class CheckpointLock:
 
 
 def _rebook_frozen(seconds: dict, frozen_s: float, frozen_reduced_s: float, equivalent: float) -> tuple[dict, float]:
-    """`controller_watch.rebook_frozen` of `frozen_s` seconds of freezes, `frozen_reduced_s` of them booked
-    `reduced` (frozen on fewer slices than desired), the rest booked `productive`."""
-    seconds, equivalent = controller_watch.rebook_frozen(seconds, min(frozen_reduced_s, frozen_s), equivalent,
-                                                         reduced=True)
-    return controller_watch.rebook_frozen(seconds, max(0.0, frozen_s - frozen_reduced_s), equivalent)
+    """`controller_watch.rebook_freezes` (the operator's rule too)."""
+    return controller_watch.rebook_freezes(seconds, frozen_s, frozen_reduced_s, equivalent)

@@ -47,6 +47,33 @@ def unresponsive_seconds(answered_at: float | None, now: float, grace_s: float) 
     return now - answered_at
 
 
+def freeze_booked_as(last_phase: str | None, stepped: bool, active: int, desired: int) -> str | None:
+    """The category a controller's ledger books a freeze in, from its last answer before the freeze: `productive`,
+    `reduced` (training on fewer slices than desired), or None (not training: paused, starting, stopping; its
+    ledger books the freeze `waiting` or `starting`, which is no goodput, so nothing is re-booked).
+
+    Args:
+      last_phase: the phase of its last answer (None: none).
+      stepped: that answer had a goodput ratio (a step completed; before it, time is `starting`).
+      active, desired: its active slices and `desired_slices` in that answer.
+    """
+    if last_phase not in ("Running", "Recovering") or not stepped:
+        return None
+    return "reduced" if active < desired else "productive"
+
+
+def rebook_freezes(seconds: Mapping[str, float], frozen_s: float, frozen_reduced_s: float,
+                   equivalent: float = 0.0) -> tuple[dict[str, float], float]:
+    """`rebook_frozen` of `frozen_s` seconds of freezes, `frozen_reduced_s` of them booked `reduced` (frozen on
+    fewer slices than desired), the rest booked `productive`. Both supervisors re-book a ledger with it.
+
+    Returns:
+      (seconds, equivalent), as `rebook_frozen`.
+    """
+    seconds, equivalent = rebook_frozen(seconds, min(frozen_reduced_s, frozen_s), equivalent, reduced=True)
+    return rebook_frozen(seconds, max(0.0, frozen_s - frozen_reduced_s), equivalent)
+
+
 def rebook_frozen(seconds: Mapping[str, float], frozen_s: float,
                   equivalent: float = 0.0, reduced: bool = False) -> tuple[dict[str, float], float]:
     """`seconds` (per goodput category) with `frozen_s` taken from the training category the freeze was booked

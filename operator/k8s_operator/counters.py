@@ -17,7 +17,7 @@ Counts the old source made after the operator's last pass and before it went
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import CounterBase, ElasticTrainingJobStatus, Goodput, GoodputBase, SliceCounterBase
@@ -25,6 +25,7 @@ from elastic_jax.k8s_operator import goodput as gp
 
 if TYPE_CHECKING:  # (reconcile reads the carried restarts for the budgets)
     from elastic_jax.k8s_operator.reconcile import JobSetView
+    from elastic_jax.k8s_operator.tracker import Freeze
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +104,7 @@ def carry_slices(previous: ElasticTrainingJobStatus, slice_count: int,
 
 def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: str, controller_recoveries: int | None,
           jobsets: Mapping[int, JobSetView], controller_ledger: GoodputBase | None = None,
-          unwritten_goodput: Goodput | None = None) -> Counts:
+          unwritten_goodput: Goodput | None = None, freezes: Iterable[Freeze] = ()) -> Counts:
     """This pass's counters, carried over every controller pod and JobSet the job had.
 
     Args:
@@ -118,6 +119,9 @@ def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: 
       unwritten_goodput: a newer total than `status.goodput` that a pass held back (`goodput.held_back`;
         the operator's memory, None after its restart): a new controller's base starts from the newer of
         the two, so the seconds its predecessor booked since the last write are not lost.
+      freezes: that controller's freezes while training (`tracker.Freeze`, the tracker's memory): each one
+        that ended after `counterBase.frozenUntil` is added to `counterBase.frozenSeconds` once, and those
+        seconds of the live ledger are booked `recovering` (`goodput.rebook_frozen`).
 
     Returns:
       The `Counts`; never lower than the totals written before.
@@ -137,12 +141,32 @@ def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: 
             controller = controller_uid
             ledger_base = gp.base_from_total(gp.newest(previous.goodput, unwritten_goodput))
         recoveries = carried + controller_recoveries
+    frozen = {"frozen_seconds": base.frozen_seconds, "frozen_reduced_seconds": base.frozen_reduced_seconds,
+              "frozen_until": base.frozen_until}
+    if controller != base.controller_uid:
+        frozen = {"frozen_seconds": 0.0, "frozen_reduced_seconds": 0.0, "frozen_until": None}  # (a new controller)
     goodput = None
     if controller_ledger is not None and controller_uid and controller == controller_uid:
+        frozen = add_freezes(frozen, freezes)
         ledger_base = ledger_base or GoodputBase()
-        goodput = gp.total(ledger_base, controller_ledger)
+        live = gp.rebook_frozen(controller_ledger, frozen["frozen_seconds"], frozen["frozen_reduced_seconds"])
+        goodput = gp.total(ledger_base, live)
     restarts, slice_bases = carry_slices(previous, slice_count, jobsets)
     # (the steps-lost fields are `steps_lost.carry_steps_lost`'s: kept as they were)
     out = CounterBase(controller_uid=controller, recoveries=carried, slices=slice_bases, goodput=ledger_base,
-                      **base.model_dump(include={"steps_lost", "step_reached", "trained_from_step"}))
+                      **base.model_dump(include={"steps_lost", "step_reached", "trained_from_step"}), **frozen)
     return Counts(recoveries=recoveries, slice_restarts=restarts, base=out, goodput=goodput)
+
+
+def add_freezes(frozen: Mapping[str, float | None], freezes: Iterable[Freeze]) -> dict[str, float | None]:
+    """`counterBase`'s freeze fields (`frozen_seconds`, `frozen_reduced_seconds`, `frozen_until`) with each of
+    `freezes` that ended after `frozen_until` added: once, whichever pass or operator process sees it."""
+    out = dict(frozen)
+    for f in sorted(freezes, key=lambda f: f.ended_at):
+        if out["frozen_until"] is not None and f.ended_at <= out["frozen_until"]:
+            continue  # (counted already: written by this pass's predecessors, or by an operator before)
+        out["frozen_seconds"] = round(out["frozen_seconds"] + f.seconds, 3)
+        if f.booked_as == "reduced":
+            out["frozen_reduced_seconds"] = round(out["frozen_reduced_seconds"] + f.seconds, 3)
+        out["frozen_until"] = f.ended_at
+    return out

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import GOODPUT_CATEGORIES, Goodput, GoodputBase, GoodputSeconds
+from elastic_jax.supervision import controller_watch
 
 # Seconds of booked time (`wallSeconds`) a job's `status.goodput` may move by before it is written on its own,
 # when nothing else of the status changed (`held_back`).
@@ -59,6 +60,26 @@ def live_ledger(controller: ControllerStatus) -> GoodputBase:
             seconds[c] = 0.0
     else:
         equivalent = min(seconds["reduced"], max(0.0, controller.goodput * wall - seconds["productive"]))
+    return GoodputBase(seconds=GoodputSeconds(**seconds), reduced_equivalent_seconds=equivalent)
+
+
+def rebook_frozen(ledger: GoodputBase, frozen_s: float, frozen_reduced_s: float) -> GoodputBase:
+    """The live controller's ledger with the seconds it was frozen while training booked `recovering`.
+
+    A controller that runs but does not answer (SIGSTOP, a VM pause) makes no step, but its ledger's monotonic
+    clock runs on: after it answers again, its frozen seconds are in `productive` (or `reduced`). The rule
+    `elastic-jax run` applies (`controller_watch.rebook_freezes`) moves them, applied to the whole ledger each
+    pass from `counterBase.frozenSeconds`, so never twice.
+
+    Args:
+      ledger: `live_ledger` of the controller.
+      frozen_s: its frozen seconds while training (`counterBase.frozenSeconds`).
+      frozen_reduced_s: of those, the seconds frozen on fewer slices than desired (`frozenReducedSeconds`).
+    """
+    if frozen_s <= 0:
+        return ledger
+    seconds, equivalent = controller_watch.rebook_freezes(ledger.seconds.model_dump(), frozen_s, frozen_reduced_s,
+                                                          ledger.reduced_equivalent_seconds)
     return GoodputBase(seconds=GoodputSeconds(**seconds), reduced_equivalent_seconds=equivalent)
 
 

@@ -865,7 +865,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         counts = counters.carry(previous, job.spec.slices.total, tracker.answer_uid if ctrl is not None else "",
                                 None if finished else counters.controller_recoveries(ctrl), jobsets,
                                 None if finished or ctrl is None else goodput_ledger.live_ledger(ctrl),
-                                js.unwritten_goodput)
+                                js.unwritten_goodput, _freezes(tracker))
         counts = steps_lost.carry_steps_lost(previous, counts, None if finished else ctrl,
                                              tracker.answer_uid if ctrl is not None else "")
         slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
@@ -921,6 +921,12 @@ def _post_missed_losses(js: JobState, previous: list[SliceStatusEntry], restarts
     for event in missed_loss_events(previous, restarts, down_now):
         post(*event)
         metrics.SLICE_REPLACEMENTS.inc()
+
+
+def _freezes(tracker: JobTracker) -> list:
+    """The current controller's freezes (`tracker.Freeze`) when this pass's answer is its own, else none."""
+    with tracker.lock:
+        return list(tracker.freezes) if tracker.answer_uid == tracker.controller_uid else []
 
 
 def _deleted_controller(controller_pods: list, status) -> Any:

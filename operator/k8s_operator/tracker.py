@@ -81,6 +81,22 @@ UNRESPONSIVE_GRACE_S = controller_watch.UNRESPONSIVE_GRACE_S
 # same addresses is one it already has (`JobTracker.notify`).
 _HELD_UP = ("Active", "Ready", "Warming", "Spare")
 
+@dataclasses.dataclass(frozen=True)
+class Freeze:
+    """One spell of the current controller without an answer, ended by its answer, while it trained.
+
+    Attributes:
+      ended_at: when it answered again (Unix seconds: its identity across passes and operator restarts,
+        `counterBase.frozenUntil`).
+      seconds: from its last answer before the spell to the answer that ended it.
+      booked_as: the category its ledger booked them in (`controller_watch.freeze_booked_as`): productive or reduced.
+    """
+
+    ended_at: float
+    seconds: float
+    booked_as: str
+
+
 # Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
 QUIET_RESYNC_S = 30.0
 
@@ -128,6 +144,11 @@ class JobTracker:
         # (reason, message) of how the last `unanswered` ended: it answered, or it is not the current controller
         # any more (`unresponsive_ended`).
         self._unanswered_end = ANSWERED_AGAIN
+        # The current controller's last answer before its `unanswered` began (what its ledger books a freeze as).
+        self._before_unanswered: ControllerStatus | None = None
+        # The current controller's freezes it answered again after, while training (`Freeze`; `counters.carry`
+        # re-books them `recovering` once each). Emptied for a new controller.
+        self.freezes: list[Freeze] = []
         self._events: EventSink | None = None  # the sink the link's reports post to (the latest `sync`'s)
         self.link = ControllerLink(name, self._link_report, self.poll_status) if background else None
         self.finished = False
@@ -242,8 +263,9 @@ class JobTracker:
                 now = f"controller pod {pod.name} is" if uid else "no controller pod is running"
                 self._unanswered_end = (REASON_CONTROLLER_GONE, f"the controller that did not answer is gone ({now} "
                                                                 "the current one)")
-            self.last_status = self.answer_fault = self.unanswered = None
+            self.last_status = self.answer_fault = self.unanswered = self._before_unanswered = None
             self._unresponsive_logged = False
+            self.freezes = []
             if not self._answer_fresh:
                 # (a fresh one is the parting controller's last word, e.g. the checkpoint its stop saved:
                 # `refresh_status` hands it over once)
@@ -316,10 +338,25 @@ class JobTracker:
         self._answered_at = time.monotonic()
         if self.unanswered is not None:
             self._unanswered_end = ANSWERED_AGAIN
+            self._note_freeze(self._answered_at - self.unanswered[1])
         if self.unanswered is not None and self._unresponsive_logged:
             _logger.info("controller answers again after %.0f s without an answer",
                          self._answered_at - self.unanswered[1], extra={"job": self.name})
         self.unanswered, self._unresponsive_logged = None, False
+
+    def _note_freeze(self, seconds: float) -> None:
+        """The current controller answers again after `seconds` without an answer: a freeze (`Freeze`) when that
+        reached UNRESPONSIVE_GRACE_S (the spell the condition ControllerUnresponsive tells) and its last answer
+        before was training; its ledger booked those seconds as training. Call with the lock."""
+        last = self._before_unanswered
+        if last is None or seconds < UNRESPONSIVE_GRACE_S:
+            return
+        booked = controller_watch.freeze_booked_as(last.phase, last.goodput is not None, len(last.active_slices),
+                                                   last.desired_slices)
+        if booked is not None:
+            self.freezes.append(Freeze(round(time.time(), 3), round(seconds, 3), booked))
+            _logger.info("controller was frozen %.0f s while training: booked recovering, not %s", seconds, booked,
+                         extra={"job": self.name, "controller_uid": self.controller_uid})
 
     def _answer_failed(self, error: ControlApiError) -> None:
         """Records a failed exchange: an unusable answer starts (or continues) `answer_fault`; no answer at all
@@ -327,6 +364,8 @@ class JobTracker:
         if error.kind == ControlApiError.UNREACHABLE:
             if self.last_status is not None and error.status_code is None:
                 # no HTTP answer at all (a 5xx is one: the process lives); never answered yet: starting
+                if self.unanswered is None:
+                    self._before_unanswered = self.last_status
                 self.unanswered = (str(error)[:900], self._answered_at)
             return  # starting or gone: the pod tells
         if error.status_code == 401:

@@ -262,12 +262,16 @@ def test_a_controller_still_starting_is_no_refused_answer(monkeypatch):
 def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warning_until_it_answers(
         hostile, monkeypatch):
     """The trial: a SIGSTOPped controller left the job Running, its step frozen, with no condition, Event or
-    log line for ~150 s, until its livenessProbe killed it (its timeouts counted as a controller starting)."""
+    log line for ~150 s, until its livenessProbe killed it (its timeouts counted as a controller starting).
+    Issue 11: once it answers again, its ledger has the frozen seconds in `productive` (its clock ran on);
+    `status.goodput` books them `recovering`, as `elastic-jax run` does, and its counter base keeps them."""
     from elastic_jax.k8s_operator import conditions, tracker
 
-    hostile.mode, hostile.answer = "answer", _status_json()
+    ledger = {"starting": 2.0, "productive": 8.0}
+    hostile.mode, hostile.answer = "answer", _status_json(goodput=0.8, goodputSeconds=ledger)
     job = _job_against(monkeypatch, lambda: _client(hostile, timeout_s=0.5))
     job.reconcile()  # it answers
+    assert job.status["goodput"]["seconds"]["productive"] == 8.0
     assert _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE) is None
     hostile.mode = "silent"
     monkeypatch.setattr(tracker, "UNRESPONSIVE_GRACE_S", 0.0)  # (the grace is a few long polls; no clock in tests)
@@ -280,13 +284,23 @@ def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warnin
     assert job.status["phase"] == "Degraded" and job.status["activeSlices"] == 0
     warnings = [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_NOT_ANSWERING]
     assert len(warnings) == 1 and warnings[0][0] == "Warning"
-    hostile.mode = "answer"  # it answers again
+    # it answers again: its ledger booked the freeze (30 s of its clock, here the operator's spell) as productive
+    hostile.mode, hostile.answer = "answer", _status_json(step=4, goodput=0.95, goodputSeconds={**ledger, "productive": 38.0})
     job.reconcile()
     job.reconcile()
     cond = _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE)
     assert cond["status"] == "False" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWERING
-    assert [e[0] for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWERING] == ["Normal"]
+    # (one for this condition; a report that timed out waiting for a connection the frozen controller held may
+    # also have turned ControllerAnswersRefused True, whose end has the same reason: not this test's)
+    assert [e[0] for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWERING
+            and "has not answered" in e[2]] == ["Normal"], job.events
     assert job.status["phase"] == "Running"  # its answer's phase again
+    frozen = job.status["counterBase"]["frozenSeconds"]  # (the spell the operator measured: its polls' timeouts)
+    seconds = job.status["goodput"]["seconds"]
+    assert frozen > 0 and seconds["recovering"] == pytest.approx(frozen, abs=1e-3), (frozen, seconds)
+    assert seconds["productive"] == pytest.approx(38.0 - frozen, abs=1e-3) and job.status["goodput"]["wallSeconds"] == 40
+    job.reconcile()  # a later pass: booked once
+    assert job.status["goodput"]["seconds"]["recovering"] == pytest.approx(frozen, abs=1e-3)
     job.tracker.close()
 
 

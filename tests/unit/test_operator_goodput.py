@@ -223,3 +223,49 @@ def test_the_seconds_held_back_reach_the_next_controllers_base():
                "pod-b", 0, {}, gp.live_ledger(_starting(5.0)), gp.total(gp.base_from_total(None),
                                                                        gp.live_ledger(_starting(50.0))))
     assert c.base.goodput.seconds.starting == 100.0
+
+
+# -- a frozen controller (issue 11: its ledger's clock ran on while it was SIGSTOPped) ---------------------------
+
+def test_a_freeze_is_booked_recovering_once_in_status_and_in_the_operators_counter_across_operator_restarts():
+    """A controller frozen 30 s while training answers again with those seconds in its `productive`: status and
+    `elasticjax_operator_goodput_seconds_total` book them `recovering` (`elastic-jax run`'s rule), each freeze
+    once (`counterBase.frozenUntil`), also after an operator restart (the tracker's memory gone), and the next
+    controller's base keeps the re-booked ledger."""
+    from elastic_jax.k8s_operator.tracker import Freeze
+
+    s: dict = {}
+    c = _carry(s, 2, "pod-a", 0, {}, gp.live_ledger(_status({"starting": 10, "productive": 60}, 60 / 70)))
+    s = _written(s, c)
+    before = c.goodput
+    # frozen 30 s, then 5 s more of training: its ledger says productive 95
+    freezes = [Freeze(ended_at=1000.0, seconds=30.0, booked_as="productive")]
+    answer = gp.live_ledger(_status({"starting": 10, "productive": 95}, 95 / 105))
+    c = _carry(s, 2, "pod-a", 0, {}, answer, None, freezes)
+    assert c.goodput.seconds.productive == 65 and c.goodput.seconds.recovering == 30
+    assert c.goodput.wall_seconds == 105 and c.goodput.fraction == pytest.approx(65 / 105, abs=1e-4)
+    assert c.base.frozen_seconds == 30 and c.base.frozen_until == 1000.0
+    assert gp.increments(before, c.goodput) == {"productive": 5, "recovering": 30}  # (the metric: each second once)
+    s = _written(s, c)
+    # the next passes (the tracker still holds the freeze): not re-booked twice
+    c = _carry(s, 2, "pod-a", 0, {}, gp.live_ledger(_status({"starting": 10, "productive": 100}, 100 / 110)),
+               None, freezes)
+    assert c.goodput.seconds.productive == 70 and c.goodput.seconds.recovering == 30 and c.base.frozen_seconds == 30
+    s = _written(s, c)
+    # a restarted operator (no tracker memory): the freeze written stays re-booked
+    c = _carry(s, 2, "pod-a", 0, {}, gp.live_ledger(_status({"starting": 10, "productive": 101}, 101 / 111)))
+    assert c.goodput.seconds.productive == 71 and c.goodput.seconds.recovering == 30
+    s = _written(s, c)
+    # a second freeze, on 1 of 2 slices (its ledger booked it `reduced`): from reduced, the equivalent seconds too
+    freezes = [Freeze(ended_at=1100.0, seconds=10.0, booked_as="reduced")]
+    c = _carry(s, 2, "pod-a", 0, {}, gp.live_ledger(
+        _status({"starting": 10, "productive": 101, "reduced": 20}, (101 + 10) / 131)), None, freezes)
+    assert c.goodput.seconds.productive == 71 and c.goodput.seconds.reduced == 10
+    assert c.goodput.seconds.recovering == 40 and c.goodput.reduced_equivalent_seconds == pytest.approx(5)
+    assert c.base.frozen_seconds == 40 and c.base.frozen_reduced_seconds == 10 and c.base.frozen_until == 1100.0
+    s = _written(s, c)
+    # a new controller pod: its base is the re-booked total, its own freezes start at 0
+    c = _carry(s, 2, "pod-b", 0, {}, gp.live_ledger(_status({"starting": 4}, None)))
+    assert c.base.goodput.seconds.recovering == 40 and c.base.goodput.seconds.productive == 71
+    assert c.base.frozen_seconds == 0 and c.base.frozen_until is None
+    assert c.goodput.seconds.recovering == 40 and c.goodput.seconds.starting == 14

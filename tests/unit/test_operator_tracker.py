@@ -250,3 +250,54 @@ def test_a_controller_that_never_answered_is_starting_not_unresponsive():
     assert t.poll_status() is None
     t.sync([_worker(0, "a"), _worker(1, "b")], lambda *e: None)
     assert t.unresponsive_message(time.monotonic() + tracker_module.UNRESPONSIVE_GRACE_S + 1) is None
+
+
+class _TrainingClient(FakeClient):
+    """A controller that answers as training (`phase`, on `active` of 2 slices, a step completed), or times out."""
+
+    phase, active = "Running", [0, 1]
+
+    def status(self, after=None, wait_s=0.0):
+        if self.down:
+            raise ControlApiError("GET /v1/status: timed out")
+        return ControllerStatus(phase=self.phase, step=3, total_steps=9, desired_slices=2, min_slices=1,
+                                active_slices=self.active, inactive_slices=[], slices=[], pid=1, goodput=0.9,
+                                goodput_seconds={"productive": 9.0, "starting": 1.0})
+
+
+def test_a_freeze_past_the_grace_that_ends_in_an_answer_is_recorded_once_with_the_category_it_was_booked_in(
+        monkeypatch):
+    """Issue 11: a frozen controller's ledger books its frozen seconds as training; the tracker records each freeze
+    (its seconds, productive or reduced, when it ended) for `counters.carry` to re-book `recovering`."""
+    from elastic_jax.k8s_operator import tracker as tracker_module
+
+    clients = []
+    t = JobTracker("ns", "job", 2, 1, client_factory=lambda u, tok: clients.append(_TrainingClient(u, tok)) or clients[-1])
+    t.token = "tok"
+    t.set_controller(_ctrl("u1"))
+
+    def freeze(**answer):
+        clients[-1].down = True
+        assert t.poll_status() is None
+        clients[-1].down = False
+        for k, v in answer.items():
+            setattr(clients[-1], k, v)
+        assert t.poll_status() is not None
+
+    assert t.poll_status() is not None
+    freeze()  # (a spell under the grace, 20 s: a slow answer, no freeze)
+    assert t.freezes == []
+    monkeypatch.setattr(tracker_module, "UNRESPONSIVE_GRACE_S", 0.0)  # (no clock in unit tests)
+    freeze()
+    assert [f.booked_as for f in t.freezes] == ["productive"] and t.freezes[0].seconds >= 0
+    clients[-1].active = [0]  # training on 1 of 2 slices when it froze: its ledger booked `reduced`
+    assert t.poll_status() is not None
+    freeze()
+    assert [f.booked_as for f in t.freezes] == ["productive", "reduced"]
+    assert t.freezes[0].ended_at <= t.freezes[1].ended_at
+    clients[-1].phase = "WaitingForSlices"  # paused: its ledger books the freeze `waiting`, no goodput
+    assert t.poll_status() is not None
+    freeze(phase="Running")
+    assert len(t.freezes) == 2
+    t.set_controller(_ctrl("u2"))  # another controller: its own freezes only
+    assert t.freezes == []
