@@ -218,6 +218,10 @@ class CounterBase(_Model):
         default=None, ge=0, description="The lowest step the job's controllers resumed from: the goodput ledger's "
                                         "productive and reduced seconds trained the steps from here to `step_reached`. "
                                         "Unset until a controller reported where it resumed.")
+    step_at_resume: int | None = Field(
+        default=None, ge=0, description="`step` when the job was resumed (spec.suspend true, then false): from then "
+                                        "`step` is the step the new controller pod starts from, and the steps lost "
+                                        "count from this once it takes over. Unset: no resume waits for its controller.")
     frozen_seconds: float = Field(
         default=0.0, ge=0, description="Seconds the live controller pod was frozen (it ran but did not answer for "
                                        "longer than the ControllerUnresponsive grace, then answered again) while "

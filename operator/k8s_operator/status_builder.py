@@ -130,6 +130,12 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     out.start_time = prev.start_time or i.now
     if i.counter_base is not None:
         out.counter_base = i.counter_base
+    if prev.phase == "Suspended" and not finished and not i.job.spec.suspend:
+        # The resume: no controller runs yet, and the new one starts from the latest committed checkpoint (none
+        # with a local spec.checkpoint.uri: step 0), not from the step the job had reached, which STEP read
+        # until the new controller's answer said otherwise. That step is kept for the steps it loses.
+        out.counter_base = (out.counter_base or st.CounterBase()).model_copy(update={"step_at_resume": prev.step})
+        out.step = resume_step(prev, local)
     phase = derive_phase(
         finished=finished,
         suspended=i.job.spec.suspend,
@@ -160,7 +166,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     training = phase in ("Running", "Degraded", "Recovering")
     running_message = f"phase {phase}"
     if phase == "Pending" and c is not None and from_current:
-        running_message += f": {pending_stage(c, i.controller_pod, out.step, local)}"
+        reached = out.counter_base.step_at_resume if out.counter_base is not None else None
+        running_message += f": {pending_stage(c, i.controller_pod, out.step, local, reached)}"
     elif phase == "Pending" and c is None and i.controller_pod and prev.controller_pod == i.controller_pod:
         # A failed poll (a timeout on a loaded node) is no news of the pod's stage: keep its last word rather
         # than fall back to a bare "phase Pending" and forward again at the next answer.
@@ -222,7 +229,18 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     return out
 
 
-def pending_stage(c: ControllerStatus, controller_pod: str, shown_step: int, local: bool) -> str:
+def resume_step(prev: st.ElasticTrainingJobStatus, local: bool) -> int:
+    """The step a resumed job's new controller pod starts from, as far as the operator knows before it says:
+    the suspend's committed checkpoint (`lastCheckpointStep`), or 0 when none is kept (a local
+    spec.checkpoint.uri: it went with the stopped pod's emptyDir). A checkpoint it cannot read makes it start
+    from an older one; its answer then says so (`resumedFrom`)."""
+    if local or prev.last_checkpoint_step is None:
+        return 0
+    return prev.last_checkpoint_step
+
+
+def pending_stage(c: ControllerStatus, controller_pod: str, shown_step: int, local: bool,
+                  reached: int | None = None) -> str:
     """What a job that has not trained yet waits for, by its controller's own word (the Running condition's
     message while the phase is Pending).
 
@@ -236,8 +254,10 @@ def pending_stage(c: ControllerStatus, controller_pod: str, shown_step: int, loc
     Args:
       c: the current controller's answer.
       controller_pod: its pod's name.
-      shown_step: `status.step` this pass writes (while `Starting` it keeps the step the job had reached).
+      shown_step: `status.step` this pass writes (while `Starting` it keeps the step it had: after a resume the
+        step the pod starts from, `resume_step`; after a controller loss the step the job had reached).
       local: spec.checkpoint.uri is local to the controller pod (a new pod starts again from step 0).
+      reached: after a resume, the step the job had reached before it (`counterBase.stepAtResume`); else None.
 
     Returns:
       One clause, e.g. "controller pod j-controller-1 is starting (building its trainer, restoring or
@@ -246,7 +266,11 @@ def pending_stage(c: ControllerStatus, controller_pod: str, shown_step: int, loc
     resumed = c.resumed_from.step if c.resumed_from is not None else c.step
     if c.phase == "Starting":
         before = ""
-        if shown_step:
+        if reached is not None:
+            start = ("step 0: spec.checkpoint.uri is local to the earlier controller pod" if local else
+                     f"its latest committed checkpoint, step {shown_step}" if shown_step else "step 0")
+            before = f"; it starts from {start}; the job had reached step {reached} before it"
+        elif shown_step:
             before = f"; step {shown_step} is the step the job reached before it" + (
                 " (this pod starts again from step 0: spec.checkpoint.uri is local to the earlier controller pod)"
                 if local else "")

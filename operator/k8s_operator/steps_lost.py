@@ -65,7 +65,10 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
         # a new controller pod took over: the job's total so far is its base, the step it had reached is
         # what it must resume (unknown for a status an older operator wrote: nothing is counted)
         reached = previous.step if before is not None else None
-        base = base.model_copy(update={"steps_lost": previous.steps_lost, "step_reached": reached})
+        if before is not None and before.step_at_resume is not None:
+            reached = before.step_at_resume  # (a resume: `step` shows where this pod starts, `status_builder`)
+        base = base.model_copy(update={"steps_lost": previous.steps_lost, "step_reached": reached,
+                                       "step_at_resume": None})
     live = controller if controller is not None and controller_uid and controller_uid == base.controller_uid else None
     resumed = resumed_step(live) if live is not None else None
     lost_at_start = 0

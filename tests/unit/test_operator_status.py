@@ -358,14 +358,17 @@ def test_a_resumed_jobs_pending_status_says_which_stage_of_its_new_controller_st
 
     status = {"phase": "Suspended", "step": 88, "activeSlices": 0}
     status = build_status(_inputs(previous=status, controller=None, controller_pod="demo-controller-1"))
-    assert (status["phase"], status["step"], running_message(status)) == ("Pending", 88, "phase Pending")
+    # (issue 11: STEP read 88, the step reached before the suspend, until the new controller said where it
+    # starts; with a local checkpoint.uri it starts from 0, and 88 is kept for the steps lost)
+    assert (status["phase"], status["step"], running_message(status)) == ("Pending", 0, "phase Pending")
+    assert status["counterBase"]["stepAtResume"] == 88
     starting = _ctrl(phase="Starting", active=(), step=0)
     status = build_status(_inputs(previous=status, controller=starting, controller_pod="demo-controller-1"))
-    assert (status["phase"], status["step"], status["activeSlices"]) == ("Pending", 88, 0), status
+    assert (status["phase"], status["step"], status["activeSlices"]) == ("Pending", 0, 0), status
     assert running_message(status) == (
         "phase Pending: controller pod demo-controller-1 is starting: building its trainer, then restoring its "
-        "latest committed checkpoint or initializing its state; step 88 is the step the job reached before it "
-        "(this pod starts again from step 0: spec.checkpoint.uri is local to the earlier controller pod)")
+        "latest committed checkpoint or initializing its state; it starts from step 0: spec.checkpoint.uri is "
+        "local to the earlier controller pod; the job had reached step 88 before it")
     # a failed poll (None) while it starts is no news of its stage: the message stays
     unanswered = build_status(_inputs(previous=status, controller=None, controller_pod="demo-controller-1"))
     assert running_message(unanswered) == running_message(status)
@@ -379,3 +382,34 @@ def test_a_resumed_jobs_pending_status_says_which_stage_of_its_new_controller_st
     trained.resumed_from = ResumeInfo(step=0)
     status = build_status(_inputs(previous=status, controller=trained, controller_pod="demo-controller-1"))
     assert (status["phase"], running_message(status)) == ("Running", "phase Running")
+
+
+def test_a_resumed_job_reads_the_step_its_new_controller_starts_from_and_counts_the_steps_lost_from_the_step_reached():
+    """Issue 11 (session 14's trial): after suspend -> resume STEP read the pre-suspend step until the new controller
+    reported. From the resume's pass STEP is the step the new pod starts from (the suspend's committed checkpoint
+    with gs://, 0 with a local uri); `stepsLost` still counts from the step reached (`counterBase.stepAtResume`)."""
+    from elastic_jax.api.control import ResumeInfo
+    from elastic_jax.k8s_operator import counters, steps_lost
+
+    def a_pass(previous: dict, job, ctrl, uid: str) -> dict:
+        prev = ElasticTrainingJobStatus.from_kube(previous)
+        c = counters.carry(prev, 2, uid if ctrl else "", counters.controller_recoveries(ctrl), {})
+        c = steps_lost.carry_steps_lost(prev, c, ctrl, uid if ctrl else "")
+        return build_status(_inputs(job=job, previous=previous, controller=ctrl, controller_pod="demo-controller-1",
+                                    counter_base=c.base, steps_lost=c.steps_lost))
+
+    for job, committed, start in ((_job(), None, 0), (_job(checkpoint={"uri": "gs://b/ck"}), 80, 80)):
+        suspended = {"phase": "Suspended", "step": 88, "activeSlices": 0, "stepsLost": 0,
+                     "counterBase": {"controllerUid": "pod-a", "stepReached": 0}}
+        if committed is not None:
+            suspended["lastCheckpointStep"] = committed
+        resumed = a_pass(suspended, job, None, "")
+        assert (resumed["phase"], resumed["step"]) == ("Pending", start), resumed
+        starting = _ctrl(phase="Starting", active=(), step=0)
+        resumed = a_pass(resumed, job, starting, "pod-b")
+        assert resumed["step"] == start and resumed["counterBase"]["stepReached"] == 88
+        assert "stepAtResume" not in resumed["counterBase"]
+        compiling = _ctrl(phase="Running", step=start)
+        compiling.resumed_from = ResumeInfo(step=start) if start else None
+        resumed = a_pass(resumed, job, compiling, "pod-b")
+        assert (resumed["step"], resumed["stepsLost"]) == (start, 88 - start), resumed
