@@ -893,6 +893,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         observed.answer_fault = tracker.answer_fault_message(time.monotonic())
         observed.unresponsive = tracker.unresponsive_message(time.monotonic())
         observed.unresponsive_ended = tracker.unresponsive_ended()
+        observed.since_write_s = js.since_status_write(time.monotonic())
     decision = decide_status(observed)
     js.unwritten_goodput = goodput_ledger.newest(decision.unwritten_goodput, js.unwritten_goodput)
     applier.apply(decision.effects)

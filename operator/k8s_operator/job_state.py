@@ -82,6 +82,8 @@ class JobState:
     waker: Waker = dataclasses.field(default_factory=Waker)
     # (resourceVersion, monotonic time) of the job object the last pass patched from (`body_behind`).
     _patched_from: tuple[str, float] | None = None
+    # monotonic time of the last pass that wrote its status (`since_status_write`).
+    _status_written_at: float | None = None
 
     def __post_init__(self) -> None:
         self.tracker.on_news = self.waker.wake  # the link's news (a new answer, a failure) wakes the pass
@@ -110,6 +112,13 @@ class JobState:
     def patched(self, resource_version: str, wrote: bool, now: float) -> None:
         """Records that the pass that read `resource_version` wrote status (`wrote`) or not."""
         self._patched_from = (resource_version, now) if wrote and resource_version else None
+        if wrote:
+            self._status_written_at = now
+
+    def since_status_write(self, now: float) -> float | None:
+        """Seconds (`now`: monotonic) since a pass of this process last wrote the job's status; None: none did
+        (`status_decision.COUNTER_WRITE_S`)."""
+        return None if self._status_written_at is None else now - self._status_written_at
 
     def expected_pod_age_s(self, name: str) -> float | None:
         """Seconds since this process created controller pod `name`; None if it did not (or not last)."""

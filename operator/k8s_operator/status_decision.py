@@ -34,6 +34,19 @@ _STATUS_FIELDS = tuple(f.alias or n for n, f in ElasticTrainingJobStatus.model_f
 # Event reason of an edit to a spec field that cannot change on an existing job.
 REASON_SPEC_CHANGE_REJECTED = "SpecChangeRejected"
 
+# Seconds at least between two status writes of a running job that change only `COUNTER_FIELDS` (`counters_only`):
+# `kubectl get ejob -w` prints a line per write, identical to the last when no printed column moved. A change
+# of a printed column (phase, step, active slices, restarts, the GOODPUT percent, steps lost, spares), of a
+# slice, of a condition's status or reason, of the counter base, or a stop, is written at once.
+COUNTER_WRITE_S = 15.0
+# Status fields (camelCase) whose change alone waits for `COUNTER_WRITE_S`: none is a printer column (the
+# goodput's `percent` is: `counters_only` checks it), and none is what a later pass carries a count from (the
+# recoveries and the slices' restarts are: a held-back one would be lost to a new controller's or JobSet's base).
+COUNTER_FIELDS = frozenset({"goodput", "loss", "initialLoss", "lastRecoverySeconds", "lastCheckpointStep",
+                            "conditions"})
+# Conditions whose message alone may wait (it counts the seconds of the spell it tells).
+_COUNTING_MESSAGES = frozenset({"ControllerUnresponsive"})
+
 
 def failed_spec_fields(status: Mapping[str, Any] | None, generation: int, message: str, now: str) -> dict[str, Any]:
     """The status fields (as written) of a job Failed with condition reason InvalidSpec: phase, failureReason,
@@ -74,6 +87,8 @@ class StatusObserved:
       answer_fault: why the controller's answers are not used (`JobTracker.answer_fault_message`), or None.
       unresponsive: why the running controller counts as unresponsive (`JobTracker.unresponsive_message`), or None.
       unresponsive_ended: (reason, message) of how the last unresponsive spell ended (`JobTracker.unresponsive_ended`).
+      since_write_s: seconds since this operator last wrote the job's status (None: it did not, since it started):
+        a change of `COUNTER_FIELDS` alone waits until `COUNTER_WRITE_S` (`counters_only`).
     """
 
     inputs: Inputs
@@ -91,6 +106,7 @@ class StatusObserved:
     answer_fault: str | None = None
     unresponsive: str | None = None
     unresponsive_ended: tuple[str, str] = ANSWERED_AGAIN
+    since_write_s: float | None = None
 
     @property
     def running(self) -> bool:
@@ -178,6 +194,17 @@ def decide_status(o: StatusObserved) -> StatusDecision:
         # long poll); the operator keeps the total for a new controller's base (`goodput.QUIET_WRITE_S`)
         held, written["goodput"] = new.goodput, o.status["goodput"]
         changed = {}
+    elif (changed and o.running and o.since_write_s is not None and o.since_write_s < COUNTER_WRITE_S
+          and counters_only(changed, o.status)):
+        # nothing `kubectl get ejob` prints moved: written with the next change that it shows, or COUNTER_WRITE_S
+        # after the last write (the next pass computes them again from the controller's answer)
+        held = new.goodput if "goodput" in changed else None
+        for k in changed:
+            if k in o.status:
+                written[k] = o.status[k]
+            else:
+                written.pop(k, None)
+        changed = {}
     else:
         out += [CountGoodput(category, seconds)
                 for category, seconds in goodput_ledger.increments(i.previous.goodput, new.goodput).items()]
@@ -186,6 +213,28 @@ def decide_status(o: StatusObserved) -> StatusDecision:
         out.append(CountStepsLost(lost))
     out.append(PatchStatus(changed))
     return StatusDecision(out, written, held)
+
+
+def counters_only(changed: Mapping[str, Any], before: Mapping[str, Any]) -> bool:
+    """Whether a status patch changes nothing a user sees on `kubectl get ejob` (-w, -o wide) nor anything a
+    later pass carries a count from: only `COUNTER_FIELDS`, the goodput's seconds but not its `percent`, and of
+    the conditions only the message of a `_COUNTING_MESSAGES` one.
+
+    Args:
+      changed: the patch (camelCase fields, new values; None unsets).
+      before: the status as written.
+    """
+    if not set(changed) <= COUNTER_FIELDS:
+        return False
+    if "goodput" in changed and (changed["goodput"] or {}).get("percent") != (before.get("goodput") or {}).get("percent"):
+        return False
+    if "conditions" in changed:
+        def shape(conditions: Any) -> list:
+            return [{k: v for k, v in c.items() if not (k == "message" and c.get("type") in _COUNTING_MESSAGES)}
+                    for c in conditions or []]
+        if shape(changed["conditions"]) != shape(before.get("conditions")):
+            return False
+    return True
 
 
 def expiry(ttl_s: int | None, written: Mapping[str, Any], now: dt.datetime) -> list[Effect]:

@@ -269,3 +269,49 @@ def test_a_freeze_is_booked_recovering_once_in_status_and_in_the_operators_count
     assert c.base.goodput.seconds.recovering == 40 and c.base.goodput.seconds.productive == 71
     assert c.base.frozen_seconds == 0 and c.base.frozen_until is None
     assert c.goodput.seconds.recovering == 40 and c.goodput.seconds.starting == 14
+
+
+# -- issue 11: `kubectl get ejob -w` printed a line identical to the last for writes of unprinted fields alone ----
+
+def test_a_running_jobs_unprinted_counters_alone_are_written_at_most_every_counter_write_s():
+    """A status write is a watch event, so `kubectl get ejob -w` prints a line for it, identical to the last when no
+    printed column moved (a checkpoint committed between two steps; a frozen controller's ControllerUnresponsive
+    message counting its seconds; the goodput seconds). Those are written with the next change a column shows, or
+    `COUNTER_WRITE_S` after the last write; a step or a phase is written at once."""
+    import dataclasses
+
+    from elastic_jax.k8s_operator.effects import PatchStatus
+    from elastic_jax.k8s_operator.status_decision import COUNTER_WRITE_S, decide_status
+
+    def decide(status: dict, ctrl, since_s, **kw):
+        c = _carry(status, 2, "pod-a", 0, {}, gp.live_ledger(ctrl) if ctrl is not None else None)
+        o = _observed(status, ctrl, c.goodput, counter_base=c.base, recoveries=c.recoveries)
+        o = dataclasses.replace(o, since_write_s=since_s, **kw)
+        d = decide_status(o)
+        (patch,) = [e.fields for e in d.effects if isinstance(e, PatchStatus)]
+        return {**status, **patch}, patch
+
+    def answer(step: int, checkpoint: int, productive: float):
+        c = _status({"starting": 10, "productive": productive}, 0.5)
+        c.step, c.last_committed_checkpoint_step = step, checkpoint
+        return c
+
+    status, patch = decide({}, answer(5, 4, 10), None)
+    assert patch["step"] == 5
+    # the checkpoint of step 5 committed before step 6 (and the ledger's clock): nothing printed moved
+    committed = answer(5, 5, 10.01)
+    assert decide(status, committed, 1.0)[1] == {}
+    status, patch = decide(status, committed, COUNTER_WRITE_S + 0.1)
+    assert patch["lastCheckpointStep"] == 5 and "goodput" in patch and "step" not in patch
+    # a step is written at once, whatever the time since the last write
+    status, patch = decide(status, answer(6, 5, 11), 0.1)
+    assert patch["step"] == 6
+    # a frozen controller: Degraded at once, then its condition's message counting seconds waits
+    status, patch = decide(status, None, 0.1, unresponsive="not answered for 21 s; last error: x")
+    assert patch["phase"] == "Degraded" and patch["activeSlices"] == 0
+    assert decide(status, None, 1.0, unresponsive="not answered for 40 s; last error: x")[1] == {}
+    status, patch = decide(status, None, COUNTER_WRITE_S, unresponsive="not answered for 49 s; last error: x")
+    assert list(patch) == ["conditions"] and "49 s" in str(patch["conditions"])
+    # it answers again: the condition turns False and the phase moves, at once
+    status, patch = decide(status, answer(6, 5, 11.5), 0.1)
+    assert patch["phase"] == "Running"
