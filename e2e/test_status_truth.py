@@ -221,3 +221,39 @@ def test_a_killed_controller_reads_recovering_until_its_replacement_trains_and_c
     # once the replacement reported where it resumed, the step is that one, not the lost controller's
     moved = [s["step"] for s in during if s["step"] != reached]
     assert not moved or moved[0] == resumed, (moved, resumed, _steps(seen))
+
+
+def _condition(status: dict, type_: str) -> dict:
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def test_a_frozen_controllers_seconds_are_booked_recovering_not_productive(cluster, kube, namespace, operator):
+    """Issue 11: the controller process SIGSTOPped while it trains (alive, making no step) reads Degraded with
+    ControllerUnresponsive; once SIGCONTed its own ledger holds the frozen seconds in `productive` (its clock ran
+    on), and the operator's `status.goodput` books them `recovering` (`counterBase.frozenSeconds`), as
+    `elastic-jax run` does. The freeze's length is the test's wait for the condition, not an assertion."""
+    manifest, status, explain, running = start_training_job(cluster, namespace, operator, "e2e-status-truth-freeze")
+    name = manifest["metadata"]["name"]
+    controller, uid = running["controllerPod"], running["counterBase"]["controllerUid"]
+    pid = cluster.container_pid(namespace, controller, "controller", uid)
+    before = running["goodput"]["seconds"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: _condition(status(), "ControllerUnresponsive").get("status") == "True", timeout_s=180,
+                 what="ControllerUnresponsive True", interval_s=0.5, explain=explain)
+        frozen_at = status()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    after = wait_for(lambda: (lambda s: s if _condition(s, "ControllerUnresponsive").get("status") == "False"
+                              and s.get("step", 0) > frozen_at["step"] else None)(status()),
+                     timeout_s=180, what="the controller answering and training again", interval_s=0.5,
+                     explain=explain)
+    assert after["controllerPod"] == controller and after["controllerRestarts"] == 0, after  # (the same process)
+    frozen = after["counterBase"].get("frozenSeconds", 0)
+    # the freeze lasted at least the grace the condition waits for (20 s) without an answer
+    assert frozen >= 20, after["counterBase"]
+    seconds = after["goodput"]["seconds"]
+    assert seconds["recovering"] - before["recovering"] >= frozen - 1e-3, (before, seconds, frozen)
+    # every second booked since the freeze began is in a category; the frozen ones are not in productive
+    booked = after["goodput"]["wallSeconds"] - running["goodput"]["wallSeconds"]
+    assert seconds["productive"] - before["productive"] <= booked - frozen + 1e-3, (before, seconds, frozen, booked)
