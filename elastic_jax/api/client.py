@@ -81,7 +81,9 @@ class ControlClient:
 
         httpx's timeout bounds each read, so a controller that trickles its header block a byte at a time
         would hold the caller (an operator handler thread) for hours: the exchange runs on its own daemon
-        thread and the caller waits at most the timeout. An abandoned exchange keeps its slot until the
+        thread and the caller waits at most twice the timeout plus 0.5 s (the second timeout only for an
+        exchange still running after the first: a peer that sent nothing ends by httpx's read timeout,
+        which may be late on a loaded machine, and is no answer, not a wrong one). An abandoned exchange keeps its slot until the
         controller ends it; with `MAX_IN_FLIGHT` slots taken, further requests fail at once.
 
         Raises:
@@ -111,6 +113,13 @@ class ControlClient:
         worker.start()
         with self._done:  # (the body loop's own deadline ends a slow body first)
             self._done.wait_for(lambda: outcome or self._closed, timeout_s + 0.5)
+            if not outcome and not self._closed:
+                # A peer that sends nothing (a SIGSTOPped controller: the kernel accepts, nobody answers) ends
+                # the exchange with httpx's own read timeout at ~timeout_s, a transport error: no answer. On a
+                # loaded machine that thread can wake after the 0.5 s slack, and silence then read as a wrong
+                # answer (ControllerAnswersRefused) instead of none (ControllerUnresponsive). One timeout more
+                # tells them apart: a trickling peer keeps each read short, so its exchange is still running.
+                self._done.wait_for(lambda: outcome or self._closed, timeout_s)
         if not outcome:
             if self._closed:
                 raise ControlApiError(f"{method} {path}: client closed", kind=ControlApiError.UNREACHABLE)

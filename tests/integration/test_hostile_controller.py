@@ -122,6 +122,30 @@ def test_a_trickling_status_ends_at_the_whole_request_deadline(hostile):
         c.close()
 
 
+def test_a_silent_controller_is_no_answer_even_when_its_read_timeout_wakes_late(hostile, monkeypatch):
+    """A helper's finding (issue 11): under load a slice report to a frozen controller sometimes turned
+    `ControllerAnswersRefused` True ("answer not complete within") instead of counting as no answer. The
+    exchange thread's own read timeout (a transport error: no answer) woke after the caller's 0.5 s slack.
+    Here it wakes 0.8 s late, as a thread on two busy cores may: still no answer, not a wrong one."""
+    hostile.mode = "silent"
+    c = _client(hostile, timeout_s=1.0)
+    real = c._exchange
+
+    def late(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        finally:
+            time.sleep(0.8)
+
+    monkeypatch.setattr(c, "_exchange", late)
+    try:
+        with pytest.raises(ControlApiError) as raised:
+            c.status()
+        assert raised.value.kind == ControlApiError.UNREACHABLE, raised.value
+    finally:
+        c.close()
+
+
 def test_a_malformed_status_is_a_control_api_error(hostile):
     hostile.mode = "malformed"
     c = _client(hostile)
