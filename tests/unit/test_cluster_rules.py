@@ -58,7 +58,7 @@ def test_validate_without_cluster_keeps_the_local_rules(tmp_path):
 
 def test_validate_cluster_accepts_the_cluster_example_and_gs(tmp_path):
     assert _validate(tmp_path, lambda s: None, "--cluster").exit_code == 0
-    assert _validate(tmp_path, lambda s: s["checkpoint"].update(uri="gs://b/p"), "--cluster").exit_code == 0
+    assert _validate(tmp_path, lambda s: s["checkpoint"].update(uri="gs://test-bucket/p"), "--cluster").exit_code == 0
 
 
 def test_validate_cluster_refuses_pathways_without_gs_and_an_unknown_tpu(tmp_path):
@@ -70,7 +70,7 @@ def test_validate_cluster_refuses_pathways_without_gs_and_an_unknown_tpu(tmp_pat
         return edit
     result = _validate(tmp_path, pathways("/data/ck"), "--cluster")
     assert result.exit_code == 2 and "must be gs://bucket/prefix for backend pathways" in result.output, result.output
-    result = _validate(tmp_path, pathways("gs://b/p", "tpu-v9-imaginary"), "--cluster")
+    result = _validate(tmp_path, pathways("gs://test-bucket/p", "tpu-v9-imaginary"), "--cluster")
     assert result.exit_code == 2 and "spec.slices.accelerator" in result.output, result.output
 
 
