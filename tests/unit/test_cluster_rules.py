@@ -43,7 +43,8 @@ BAD_URIS = [
 def test_validate_cluster_refuses_what_the_crd_refuses(tmp_path, uri, message):
     result = _validate(tmp_path, lambda s: s["checkpoint"].update(uri=uri), "--cluster")
     assert result.exit_code == 2, result.output
-    assert "error: spec.checkpoint.uri" in result.output and message in result.output, result.output
+    # one line naming the file, as every other line of `validate` does (they lacked it with --cluster)
+    assert f"error: {tmp_path / 'job.yaml'}: spec.checkpoint.uri" in result.output and message in result.output, result.output
     assert "Traceback" not in result.output
     # the same text is a CEL rule's message in the CRD
     messages = [r["message"] for r in _spec_schema()["x-kubernetes-validations"]]
