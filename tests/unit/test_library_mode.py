@@ -118,3 +118,32 @@ def test_validate_refuses_trainer_in_library_mode(tmp_path):
     path.write_text(yaml.safe_dump(manifest))
     result = CliRunner().invoke(app, ["validate", "--trainer", str(path)])
     assert result.exit_code == 2 and "--trainer" in result.output and "Traceback" not in result.output
+
+
+def test_the_report_says_a_resumed_local_step_was_an_earlier_runs_in_a_shared_folder(tmp_path, capsys):
+    """A new-user trial: a second clone's first `run examples/04-own-loop.yaml` resumed the other clone's step
+    200 from the example's /tmp folder and its report said only "resumed from checkpoint step 200". It says
+    now when an earlier run saved that step there, that the folder is shared, and that --fresh starts over;
+    nothing of the kind for a step this run saved itself (a restarted controller resumed from it)."""
+    import os
+    import time
+
+    from elastic_jax.api import identity
+    from elastic_jax.cli import _print_report
+
+    ckpt = tmp_path / "ck"
+    _step(ckpt, 200, identity.local_identity("own-loop", str(ckpt)))
+    os.utime(ckpt / "200", (time.time() - 3600, time.time() - 3600))
+    summary = {"job": "own-loop", "succeeded": True, "steps": 200, "total_steps": 200, "wall_seconds": 3.0,
+               "restored_from_step": 200, "resumed_from": {"step": 200, "writer": None}, "recovery_seconds": [],
+               "recoveries": 0, "steps_lost": None, "worker_restarts": 0, "controller_restarts": 0,
+               "goodput": None, "checkpoint_uri": str(ckpt), "last_committed_checkpoint_step": 200,
+               "metrics_file": "m", "logs_dir": "l"}
+    _print_report(summary, started_at=time.time())
+    err = capsys.readouterr().err
+    assert "resumed from checkpoint step 200" in err
+    assert (f"step 200 was saved at {time.strftime('%Y-%m-%d', time.gmtime(time.time() - 3600))}" in err
+            and f"by an earlier run into {ckpt}, a folder every run of this manifest on this machine shares "
+                "(another clone's too); --fresh starts from step 0" in err), err
+    _print_report(summary, started_at=time.time() - 7200)  # saved during this run
+    assert "earlier run" not in capsys.readouterr().err
