@@ -126,12 +126,11 @@ def _clear_for_library_mode(job, manifest: Path) -> None:
       typer.Exit: the directory could not be emptied (one `error:` line, exit 2; nothing started).
     """
     from elastic_jax.api import checkpoints, identity
-    from elastic_jax.controller.checkpointing import clear_local_checkpoints
 
     ckpt = job.spec.checkpoint
     where = _where(ckpt.uri)
     try:
-        deleted = clear_local_checkpoints(ckpt.uri, identity.local_identity(job.metadata.name, ckpt.uri),
+        deleted = checkpoints.clear_local_checkpoints(ckpt.uri, identity.local_identity(job.metadata.name, ckpt.uri),
                                           allow_foreign=ckpt.resume_from == "Any")
     except checkpoints.CheckpointUriError as e:
         raise _errors(_in_file(manifest, [str(e)]))

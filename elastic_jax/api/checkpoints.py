@@ -483,6 +483,44 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> list[st
     return ours
 
 
+def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_foreign: bool = False) -> list[str]:
+    """Deletes this job's checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
+
+    What may be deleted is `fresh_plan`'s answer
+    (Orbax step directories this job wrote, interrupted saves, Orbax's root
+    `metadata/`; anything else, another job's step, or a directory that is not
+    writable refuses the lot, so a read-only or immutable directory never
+    loses half a step). The directory itself stays (a launcher may hold a lock
+    on it).
+
+    Args:
+      uri: `spec.checkpoint.uri`.
+      writer: this job's identity; None skips the ownership check.
+      allow_foreign: delete steps other jobs wrote too.
+
+    Returns:
+      The names deleted, sorted.
+
+    Raises:
+      CheckpointUriError: `uri` is not a local directory, holds entries that
+        are not this job's checkpoints, or cannot be emptied (the message
+        names `spec.checkpoint.uri` and why).
+
+    Here, not beside Orbax in the controller, so `elastic-jax run --fresh` in library mode deletes before the
+    user's program starts without importing JAX.
+    """
+    import shutil
+
+    ours = fresh_plan(uri, writer, allow_foreign)
+    root = local_path(uri)
+    for name in ours:
+        try:
+            shutil.rmtree(root / name)
+        except OSError as e:
+            raise uri_error(uri, f"--fresh could not delete {name} ({e.strerror or _one_line(e)})") from None
+    return ours
+
+
 def finished_at(uri: str, total_steps: int) -> tuple[int, JobIdentity | None] | None:
     """`(step, writer)` when the local checkpoint directory `uri` already holds the job's last step, committed
     and readable (the step the controller would restore, then train nothing); None otherwise (a `gs://` URI,
