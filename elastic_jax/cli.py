@@ -16,6 +16,7 @@ import json
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -42,7 +43,7 @@ def _errors(messages: list[str], code: int = 2) -> typer.Exit:
 def run(
     manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
     workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
-    fresh: bool = typer.Option(False, "--fresh", help="Start from step 0: delete the job's local checkpoints once the trainer checks out (else resume from them)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start from step 0: delete the job's local checkpoints once the trainer checks out (library mode: before your program starts; else resume from them)."),
     kill_at_step: Optional[int] = typer.Option(
         None, help="Kill a worker when training passes this step (1..steps-1); default a third of the run. "
                    "A run that resumes from a checkpoint at or past it injects nothing."),
@@ -74,16 +75,12 @@ def run(
     for flag, value in (("--kill-at-step", kill_at_step), ("--kill-slice", kill_slice)):
         if no_failure and value is not None:
             raise _error(f"{flag} and --no-failure contradict each other")
-    if fresh and job.spec.controller.library_mode:
-        raise _error(f"--fresh: spec.controller.command runs your own program, which owns its checkpoints; "
-                     f"to start over, delete what it saved under spec.checkpoint.uri "
-                     f"({_where(job.spec.checkpoint.uri)}: `Runtime.save` writes there) and run without --fresh")
     if fresh and "://" in job.spec.checkpoint.uri:
         raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
     # Before any process starts: a checkpoint location that is a file or not writable, another
     # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
     # which refuses it before any worker starts).
-    _check_checkpoint(job, fresh=fresh, check_gcs=False)
+    _check_checkpoint(job, manifest, fresh=fresh, check_gcs=False)
     inject = not no_failure and steps > 1
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
@@ -97,8 +94,11 @@ def run(
     # Ctrl-C or `kill -INT`, set explicitly: a run started from a background shell inherits SIGINT ignored,
     # and Python keeps an inherited SIG_IGN (no KeyboardInterrupt), so `kill -INT` would do nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    started_at = time.time()  # (a checkpoint saved before it is an earlier run's: the report says so)
     try:
         with RunLock(options.workdir), CheckpointLock(job.spec.checkpoint.uri):
+            if fresh and job.spec.controller.library_mode:
+                _clear_for_library_mode(job, manifest)
             finished = _finished_at(job, fresh)
             if finished is not None:  # nothing to train: no process is started
                 summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
@@ -108,11 +108,39 @@ def run(
                     summary = launcher.run()
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
-    _print_report(summary)
+    _print_report(summary, started_at)
     if summary.get("interrupted"):
         typer.echo("interrupted: every process stopped", err=True)
     typer.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
     raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
+
+
+def _clear_for_library_mode(job, manifest: Path) -> None:
+    """`--fresh` in library mode: your program restores what `Runtime.save` wrote at spec.checkpoint.uri, so the
+    steps are deleted here, before it starts (the built-in controller deletes them itself once its trainer
+    checked out). The same rules as the built-in's (`checkpoints.fresh_plan`, already checked by the preflight:
+    only Orbax entries, only this job's steps unless resumeFrom is Any); one line says what was deleted, or
+    that there was nothing to delete.
+
+    Raises:
+      typer.Exit: the directory could not be emptied (one `error:` line, exit 2; nothing started).
+    """
+    from elastic_jax.api import checkpoints, identity
+
+    ckpt = job.spec.checkpoint
+    where = _where(ckpt.uri)
+    try:
+        deleted = checkpoints.clear_local_checkpoints(ckpt.uri, identity.local_identity(job.metadata.name, ckpt.uri),
+                                          allow_foreign=ckpt.resume_from == "Any")
+    except checkpoints.CheckpointUriError as e:
+        raise _errors(_in_file(manifest, [str(e)]))
+    if deleted:
+        typer.echo(f"--fresh: deleted {len(deleted)} checkpoint entr{'y' if len(deleted) == 1 else 'ies'} "
+                   f"({', '.join(deleted)}) from spec.checkpoint.uri {where}; your program starts from step 0",
+                   err=True)
+    else:
+        typer.echo(f"--fresh: nothing to delete: spec.checkpoint.uri {where} holds no checkpoint; "
+                   "your program starts from step 0", err=True)
 
 
 def _where(uri: str) -> str:
@@ -133,7 +161,31 @@ def _finished_at(job, fresh: bool):
     return checkpoints.finished_at(job.spec.checkpoint.uri, job.spec.training.steps)
 
 
-def _print_report(s: dict) -> None:
+def _earlier_run(uri: str, step: int, started_at: float) -> str | None:
+    """For a run that resumed from a local checkpoint: where it was and when an earlier run saved it. The
+    folder is the manifest's, so every run of that manifest on this machine shares it (another clone's run
+    too, as `examples/04-own-loop.yaml`'s /tmp folder): the report says so, and how to start over. None for
+    gs://, a step not found there, or one this run saved (a restarted controller resumed from it)."""
+    from datetime import datetime, timezone
+
+    from elastic_jax.api import checkpoints
+
+    if not checkpoints.is_local(uri):
+        return None
+    try:
+        saved = (checkpoints.local_path(uri) / str(step)).stat().st_mtime
+    except OSError:
+        return None
+    if saved >= started_at:
+        return None
+    when = datetime.fromtimestamp(saved, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (f"step {step} was saved at {when} by an earlier run into {uri}, a folder every run of this "
+            "manifest on this machine shares (another clone's too); --fresh starts from step 0")
+
+
+def _print_report(s: dict, started_at: float) -> None:
+    """The run's report on stderr, for a reader (the SUMMARY line on stdout is for programs); `started_at`
+    the run's start (`time.time()`)."""
     out = sys.stderr
     print("", file=out)
     if s.get("already_finished"):
@@ -150,10 +202,14 @@ def _print_report(s: dict) -> None:
         writer = resumed.get("writer")
         by = (f" written by {writer['namespace']}/{writer['name']} (uid {writer['uid']})" if writer
               else " written by an unknown job (no writer identity saved)" if resumed else "")
+        step = resumed.get("step", restored)
         if s.get("already_finished"):
             print(f"  checkpoint step {restored}{by}", file=out)
         else:
-            print(f"  resumed from checkpoint step {resumed.get('step', restored)}{by}{done}", file=out)
+            print(f"  resumed from checkpoint step {step}{by}{done}", file=out)
+        earlier = _earlier_run(s["checkpoint_uri"], step, started_at)
+        if earlier:
+            print(f"    {earlier}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
         print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
     elif s.get("goodput") is None:  # (None exactly when no controller of the run completed a step)
@@ -232,11 +288,18 @@ def validate(
         elif not cluster:  # (on a cluster the folder is in the controller pod, not here)
             problems += _stage_problems(_resume_problems, checked)
     if problems:
-        # A later stage may refuse a field the manifest's own rules refused (the `s3://` uri the checkpoint
-        # folder check refuses too): one line for it, the manifest's (it names the file).
-        unprefixed = {p.removeprefix(f"{manifest}: ") for p in problems if p.startswith(f"{manifest}: ")}
-        raise _errors([p for p in dict.fromkeys(problems) if p.startswith(f"{manifest}: ") or p not in unprefixed])
+        # Every line about the manifest's content names the file, whichever stage found it; a later stage may
+        # refuse what the manifest's own rules refused (the `s3://` uri the checkpoint folder check refuses
+        # too): one line for it.
+        raise _errors(list(dict.fromkeys(_in_file(manifest, problems))))
     typer.echo(dump_yaml(as_applied(job)))
+
+
+def _in_file(manifest: Path, problems: list[str]) -> list[str]:
+    """`problems` each prefixed `MANIFEST: ` as the manifest's own errors are (`ManifestError`), unless it
+    already is, or is about this machine rather than the file (`--trainer needs the controller extra`)."""
+    prefix = f"{manifest}: "
+    return [p if p.startswith(prefix) or p.startswith(_NEEDS_EXTRA) else prefix + p for p in problems]
 
 
 def _attr(obj, dotted: str, default=None):
@@ -335,11 +398,12 @@ def _tpu_problems(checked, job=None) -> list[str]:
     return found
 
 
-def _check_checkpoint(job, *, fresh: bool, check_gcs: bool) -> None:
-    """`_checkpoint_problems` for `run`: one `error:` line (exit 2) when there is one."""
+def _check_checkpoint(job, manifest: Path, *, fresh: bool, check_gcs: bool) -> None:
+    """`_checkpoint_problems` for `run`: one `error:` line naming the manifest (exit 2) when there is one, the
+    line `validate` prints."""
     found = _checkpoint_problems(job, fresh, check_gcs)
     if found:
-        raise _errors(found)
+        raise _errors(_in_file(manifest, found))
 
 
 def _checkpoint_problems(job, fresh: bool, check_gcs: bool) -> list[str]:
@@ -373,8 +437,13 @@ def _resume_problems(job) -> list[str]:
     return []
 
 
+# The one `validate --trainer` problem about this machine, not the manifest.
+_NEEDS_EXTRA = "--trainer needs the controller extra"
+
+
 def _trainer_problems(job, manifest: Path) -> list[str]:
-    """Builds the job's trainer (config checked, data opened); [] or the one problem, with the manifest's name.
+    """Builds the job's trainer (config checked, data opened); [] or its problems (every one the trainer
+    reports: `TrainerConfigError.problems`), each with the manifest's name.
 
     An entry point that raises (a missing config key, a function that is no trainer) is one problem
     too (`load_trainer` names the field, the exception and where it was raised), as the
@@ -383,12 +452,12 @@ def _trainer_problems(job, manifest: Path) -> list[str]:
     try:
         from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
     except ImportError as e:
-        return [f"--trainer needs the controller extra (pip install 'elastic-jax[controller]'): {e}"]
+        return [f"{_NEEDS_EXTRA} (pip install 'elastic-jax[controller]'): {e}"]
     spec = job.spec.controller.trainer
     try:
         built = load_trainer(spec.entry_point, spec.config, manifest.parent)
     except TrainerConfigError as e:
-        return [f"{manifest}: {e}"]
+        return [f"{manifest}: {problem}" for problem in e.problems]
     try:
         examples = f"{len(built.dataset):,} examples"
     except TypeError:  # an iterable dataset has no length

@@ -76,22 +76,45 @@ class BuiltinLMConfig(pydantic.BaseModel):
         return decay_steps
 
 
+def _problem(err: Any) -> str:
+    """One pydantic error of the config as a line naming `spec.controller.trainer.config.<key>`."""
+    key = ".".join(str(part) for part in err["loc"])
+    field = f"{CONFIG_FIELD}.{key}" if key else CONFIG_FIELD
+    got = "" if err["type"] == "extra_forbidden" else f" (got {err['input']!r})"
+    return f"{field}: {err['msg']}{got}"
+
+
 def parse_config(config: Mapping[str, Any] | None) -> BuiltinLMConfig:
     """Validates the manifest's trainer config.
 
     Raises:
-      TrainerConfigError: unknown key, wrong type or out-of-range value; the
-        one-line message names `spec.controller.trainer.config.<key>`.
+      TrainerConfigError: unknown keys, wrong types or out-of-range values: every one of them
+        (`problems`), each a one-line message naming `spec.controller.trainer.config.<key>`.
     """
     try:
         # Strict, as the manifest is: seqLen: "64" is refused, not coerced.
         return BuiltinLMConfig.model_validate(dict(config or {}), strict=True)
     except pydantic.ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(part) for part in err["loc"])
-        field = f"{CONFIG_FIELD}.{key}" if key else CONFIG_FIELD
-        got = "" if err["type"] == "extra_forbidden" else f" (got {err['input']!r})"
-        raise TrainerConfigError(f"{field}: {err['msg']}{got}") from None
+        raise TrainerConfigError(*[_problem(err) for err in e.errors()]) from None
+
+
+# The keys the data source is opened with (`text_examples`).
+_DATA_KEYS = ("data", "maxBytes", "seqLen")
+
+
+def _data_problems(config: Mapping[str, Any] | None) -> list[str]:
+    """What opening the data source finds wrong, for a config that failed elsewhere: [] when one of the keys
+    it reads (`_DATA_KEYS`) failed itself (its own error says so) or the data opens fine."""
+    given = {k: v for k, v in dict(config or {}).items() if k in _DATA_KEYS}
+    try:
+        cfg = BuiltinLMConfig.model_validate(given, strict=True)
+    except pydantic.ValidationError:
+        return []
+    try:
+        text_examples(cfg.data, cfg.seq_len, cfg.max_bytes, field=f"{CONFIG_FIELD}.data")
+    except TrainerConfigError as e:
+        return list(e.problems)
+    return []
 
 
 class Block(nn.Module):
@@ -182,9 +205,13 @@ def make_trainer(config: Mapping[str, Any] | None) -> Trainer:
 
     Raises:
       TrainerConfigError: invalid config, or the data source holds no usable
-        text; the message names the offending key.
+        text: every problem found (`problems`, each naming its key; the data source is
+        opened too when only other keys failed).
     """
-    cfg = parse_config(config)
+    try:
+        cfg = parse_config(config)
+    except TrainerConfigError as e:  # the data source too, so one run names every problem
+        raise TrainerConfigError(*e.problems, *_data_problems(config)) from None
     model = make_model(cfg)
     dataset = text_examples(cfg.data, cfg.seq_len, cfg.max_bytes, field=f"{CONFIG_FIELD}.data")
 

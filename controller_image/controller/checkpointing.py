@@ -41,6 +41,7 @@ from elastic_jax.api.checkpoints import (  # noqa: F401 - re-exported: the contr
     CheckpointForeignError,
     CheckpointMismatchError,
     CheckpointUriError,
+    clear_local_checkpoints,
     fresh_plan,
     is_orbax_step_dir as _is_orbax_step_dir,
     step_writer as _step_writer,
@@ -84,41 +85,6 @@ def check_uri(uri: str, timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S) -> epath.Pa
         `spec.checkpoint.uri` and what is wrong).
     """
     return epath.Path(_locations.check_location(uri, create=True, timeout_s=timeout_s))
-
-
-def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_foreign: bool = False) -> list[str]:
-    """Deletes this job's checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
-
-    What may be deleted is `elastic_jax.api.checkpoints.fresh_plan`'s answer
-    (Orbax step directories this job wrote, interrupted saves, Orbax's root
-    `metadata/`; anything else, another job's step, or a directory that is not
-    writable refuses the lot, so a read-only or immutable directory never
-    loses half a step). The directory itself stays (a launcher may hold a lock
-    on it).
-
-    Args:
-      uri: `spec.checkpoint.uri`.
-      writer: this job's identity; None skips the ownership check.
-      allow_foreign: delete steps other jobs wrote too.
-
-    Returns:
-      The names deleted, sorted.
-
-    Raises:
-      CheckpointUriError: `uri` is not a local directory, holds entries that
-        are not this job's checkpoints, or cannot be emptied (the message
-        names `spec.checkpoint.uri` and why).
-    """
-    import shutil
-
-    ours = fresh_plan(uri, writer, allow_foreign)
-    root = _locations.local_path(uri)
-    for name in ours:
-        try:
-            shutil.rmtree(root / name)
-        except OSError as e:
-            raise _uri_error(uri, f"--fresh could not delete {name} ({e.strerror or _one_line(e)})") from None
-    return ours
 
 
 def _with_default_sharding(target: PyTree) -> PyTree:

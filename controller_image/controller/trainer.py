@@ -33,7 +33,17 @@ Batch = Mapping[str, jax.Array]
 
 class TrainerConfigError(ValueError):
     """The trainer's config is invalid. The message names the field, e.g.
-    `spec.controller.trainer.config.data: no files match '/x/*.py'`."""
+    `spec.controller.trainer.config.data: no files match '/x/*.py'`.
+
+    Raised with several problems (`TrainerConfigError(first, second, ...)`) it keeps each in `problems`
+    (one line each, naming its field: what `elastic-jax validate --trainer` prints one `error:` line per);
+    the message is then all of them on one line, joined by "; " (the controller's log and termination
+    message).
+    """
+
+    def __init__(self, *problems: str) -> None:
+        self.problems: tuple[str, ...] = problems or ("spec.controller.trainer.config: invalid",)
+        super().__init__("; ".join(self.problems))
 
 
 @dataclasses.dataclass(frozen=True)

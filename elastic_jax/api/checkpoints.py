@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal, NamedTuple
 
 from elastic_jax.api import identity
 from elastic_jax.api.identity import JobIdentity
@@ -39,7 +40,7 @@ class CheckpointUriError(ValueError):
     """The checkpoint location cannot be used.
 
     The message is one line and names the field, e.g.
-    `spec.checkpoint.uri: 'gs://x/ckpt': bucket 'x' does not exist`.
+    `spec.checkpoint.uri: 'gs://no-such-bucket/ckpt': bucket 'no-such-bucket' does not exist`.
     """
 
 
@@ -65,31 +66,116 @@ def uri_error(uri: str, reason: str) -> CheckpointUriError:
     return CheckpointUriError(f"{URI_FIELD}: {uri!r}: {reason}")
 
 
-def uri_problem(uri: str) -> str | None:
-    """Why `uri` is not a checkpoint location elastic-jax supports (its form only; nothing is read), or None.
+class UriRule(NamedTuple):
+    """One rule of a `spec.checkpoint.uri`'s form, read by Python (`uri_problems`) and by the CRD's CEL
+    (`cel_rules`): for the uris of `scope` (`URI_SCOPES`), the uri must match `pattern` (`required`) or
+    must not (not `required`). The patterns use only the syntax RE2 (CEL's `matches`) and Python's `re`
+    share, and no repetition in them can match one text two ways, so Python's `re` does not backtrack
+    exponentially on a 4096-character uri."""
 
-    Supported: a local path (absolute, or relative to the working directory) or
-    `gs://bucket[/prefix]`. Any other scheme (`s3://`, `file://`, `http://`) is
+    scope: str
+    pattern: str
+    required: bool
+    message: str
+
+
+_BUCKET = r"^gs://[^/]"  # a gs:// uri with a bucket name (an empty one is the scheme check's)
+_DOTTED_BUCKET = r"^gs://[^/]*\."
+# scope -> (Python test: the rule applies to this uri, CEL over `self.uri`: it does not; None: every uri)
+URI_SCOPES: dict[str, tuple[Callable[[str], bool], str | None]] = {
+    "any": (lambda uri: True, None),
+    "local": (lambda uri: "://" not in uri, "self.uri.contains('://')"),
+    "bucket": (lambda uri: bool(re.search(_BUCKET, uri)), f"!self.uri.matches('{_BUCKET}')"),
+    "dotted bucket": (lambda uri: bool(re.search(_DOTTED_BUCKET, uri)),
+                      "!self.uri.matches('" + _DOTTED_BUCKET.replace("\\", "\\\\") + "')"),
+}
+
+# What names no folder of a job's own, or no bucket GCS can hold (Google's "Bucket naming guidelines").
+URI_RULES: tuple[UriRule, ...] = (
+    UriRule("any", r"^[ \t\n\r\f\v]|[ \t\n\r\f\v]$", False,
+            "leading or trailing white space (a quoted YAML string keeps it): remove it"),
+    UriRule("any", r"[\x00-\x1f\x7f]", False, "a control character (a newline, a tab, ...): remove it"),
+    UriRule("any", r"(^|/)\.\.(/|$)", False,
+            "a '..' segment (the folder it names depends on what the path passes through): "
+            "write the folder itself"),
+    UriRule("local", r"^(/\.?)+$", False,
+            "the file system's root: name a folder of the job's own, e.g. /checkpoints/JOB"),
+    UriRule("local", r"^~(/\.?)*$", False,
+            "the home folder itself: name a folder of the job's own in it, e.g. ~/checkpoints/JOB"),
+    UriRule("local", r"^~[^/]", False,
+            "'~user' (another user's home folder) is not supported: write ~/folder or an absolute path"),
+    UriRule("bucket", r"^gs://[a-z0-9._-]+(/|$)", True,
+            "a GCS bucket name holds only lowercase letters, digits, '-', '_' and '.'"),
+    UriRule("bucket", r"^gs://[a-z0-9]([^/]*[a-z0-9])?(/|$)", True,
+            "a GCS bucket name starts and ends with a letter or a digit"),
+    UriRule("bucket", r"^gs://([^/.]{3,63}|[^/]*\.[^/]*)(/|$)", True,
+            "a GCS bucket name is 3-63 characters long (up to 222 when it holds dots)"),
+    UriRule("dotted bucket", r"^gs://[^/]{3,222}(/|$)", True,
+            "a GCS bucket name with dots is 3-222 characters long"),
+    UriRule("dotted bucket", r"^gs://[^/.]{1,63}(\.[^/.]{1,63})*(/|$)", True,
+            "each dot-separated part of a GCS bucket name is 1-63 characters long"),
+    UriRule("bucket", r"^gs://[0-9]{1,3}(\.[0-9]{1,3}){3}(/|$)", False,
+            "a GCS bucket name must not be an IP address"),
+    UriRule("bucket", r"^gs://goog", False, "a GCS bucket name must not begin with 'goog'"),
+    UriRule("bucket", r"^gs://[^/]*g[o0][o0]gle", False,
+            "a GCS bucket name must not contain 'google' or a close misspelling such as 'g00gle'"),
+)
+
+
+def _cel_string(text: str) -> str:
+    """`text` as a CEL single-quoted string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def cel_rules() -> list[dict[str, str]]:
+    """`URI_RULES` as CEL rules on `spec.checkpoint` (the CRD's `x-kubernetes-validations`), each naming
+    `spec.checkpoint.uri` (`fieldPath`) with the words `uri_problems` uses."""
+    rules = []
+    for rule in URI_RULES:
+        test = f"self.uri.matches({_cel_string(rule.pattern)})"
+        test = test if rule.required else f"!{test}"
+        exempt = URI_SCOPES[rule.scope][1]
+        if exempt is not None:
+            test = f"{exempt} || {test}"
+        rules.append({"rule": test, "message": f"{URI_FIELD}: {rule.message}", "fieldPath": ".uri"})
+    return rules
+
+
+def uri_problems(uri: str) -> list[str]:
+    """Why `uri` is not a checkpoint location elastic-jax supports (its form only; nothing is read); [] if none.
+
+    Supported: a local path (absolute, relative to the working directory, or
+    `~/...`) naming a folder of the job's own, or `gs://bucket[/prefix]` with a
+    bucket name GCS accepts. Any other scheme (`s3://`, `file://`, `http://`) is
     refused: `file://` too, since a local path says the same and every part of
     elastic-jax (locks, `--fresh`, the operator) treats a URI with a scheme as
-    remote.
+    remote. Refused too (`URI_RULES`, which the CRD's CEL applies as well): white
+    space at either end, a control character, a `..` segment, the root `/`, the
+    home folder `~` itself, `~user`, and a bucket name outside Google's bucket
+    naming guidelines (e.g. `gs://b`: too short).
 
     Returns:
-      One line naming `spec.checkpoint.uri`, or None when the form is supported.
+      One line per problem, each naming `spec.checkpoint.uri` and the uri.
     """
     if not uri:
-        return f"{URI_FIELD}: must not be empty"
-    if uri.startswith("gs://"):
-        bucket = uri.removeprefix("gs://").partition("/")[0]
-        if not bucket:
-            return f"{URI_FIELD}: {uri!r}: no bucket name (use gs://bucket/prefix)"
-        return None
-    if uri.startswith("file://"):
-        return (f"{URI_FIELD}: {uri!r}: file:// is not supported; write the local path itself "
-                f"({uri.removeprefix('file://') or '/'!r})")
-    if "://" in uri:
-        return f"{URI_FIELD}: {uri!r}: unsupported scheme (use a local path or gs://bucket/prefix)"
-    return None
+        return [f"{URI_FIELD}: must not be empty"]
+    found = []
+    if uri.startswith("gs://") and not uri.removeprefix("gs://").partition("/")[0]:
+        found.append(f"{URI_FIELD}: {uri!r}: no bucket name (use gs://bucket/prefix)")
+    elif uri.startswith("file://"):
+        found.append(f"{URI_FIELD}: {uri!r}: file:// is not supported; write the local path itself "
+                     f"({uri.removeprefix('file://') or '/'!r})")
+    elif "://" in uri and not uri.startswith("gs://"):
+        found.append(f"{URI_FIELD}: {uri!r}: unsupported scheme (use a local path or gs://bucket/prefix)")
+    for rule in URI_RULES:
+        if URI_SCOPES[rule.scope][0](uri) and bool(re.search(rule.pattern, uri)) != rule.required:
+            found.append(f"{URI_FIELD}: {uri!r}: {rule.message}")
+    return found
+
+
+def uri_problem(uri: str) -> str | None:
+    """The first of `uri_problems(uri)`, or None when the form is supported."""
+    return next(iter(uri_problems(uri)), None)
 
 
 def is_local(uri: str) -> bool:
@@ -394,6 +480,44 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> list[st
         if not os.access(directory, os.W_OK | os.X_OK):
             raise uri_error(uri, f"--fresh cannot delete the checkpoints: {str(directory)!r} is not writable; "
                                  "nothing was deleted")
+    return ours
+
+
+def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_foreign: bool = False) -> list[str]:
+    """Deletes this job's checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
+
+    What may be deleted is `fresh_plan`'s answer
+    (Orbax step directories this job wrote, interrupted saves, Orbax's root
+    `metadata/`; anything else, another job's step, or a directory that is not
+    writable refuses the lot, so a read-only or immutable directory never
+    loses half a step). The directory itself stays (a launcher may hold a lock
+    on it).
+
+    Args:
+      uri: `spec.checkpoint.uri`.
+      writer: this job's identity; None skips the ownership check.
+      allow_foreign: delete steps other jobs wrote too.
+
+    Returns:
+      The names deleted, sorted.
+
+    Raises:
+      CheckpointUriError: `uri` is not a local directory, holds entries that
+        are not this job's checkpoints, or cannot be emptied (the message
+        names `spec.checkpoint.uri` and why).
+
+    Here, not beside Orbax in the controller, so `elastic-jax run --fresh` in library mode deletes before the
+    user's program starts without importing JAX.
+    """
+    import shutil
+
+    ours = fresh_plan(uri, writer, allow_foreign)
+    root = local_path(uri)
+    for name in ours:
+        try:
+            shutil.rmtree(root / name)
+        except OSError as e:
+            raise uri_error(uri, f"--fresh could not delete {name} ({e.strerror or _one_line(e)})") from None
     return ours
 
 

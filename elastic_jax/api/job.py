@@ -616,15 +616,20 @@ class TrainingSpec(_Model):
 class CheckpointSpec(_Model):
     """Orbax checkpointing of the training state and data position."""
 
-    # CEL rule for the CRD: the API server refuses the schemes `checkpoints.uri_problem` refuses.
+    # CEL rules for the CRD: the API server refuses the schemes `checkpoints.uri_problems` refuses, and the
+    # forms of `checkpoints.URI_RULES` (one table for both: white space, `..`, `/`, `~`, GCS bucket names).
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
         "rule": "!self.uri.contains('://') || self.uri.matches('^gs://[^/]+')",
         "message": "spec.checkpoint.uri must be a local path or gs://bucket/prefix (no other scheme, not file://)",
         "fieldPath": ".uri",
-    }]})
+    }, *checkpoints.cel_rules()]})
 
-    uri: str = Field(min_length=1, max_length=4096,  # bounds the CEL rule's cost too
-                     description="Checkpoint directory: a local path or gs://bucket/prefix (no other scheme).")
+    uri: str = Field(min_length=1, max_length=4096,  # bounds the CEL rules' cost too
+                     description=("Checkpoint directory: a local path or gs://bucket/prefix (no other scheme). A "
+                                  "local path names a folder of the job's own: not /, not the home folder ~ "
+                                  "itself, no ~user, no '..' segment; the bucket name follows GCS's naming rules "
+                                  "(3-63 lowercase letters, digits, '-', '_', '.'; no 'goog' prefix). No white "
+                                  "space at either end."))
     interval_steps: int = Field(default=50, ge=1, le=INT64_MAX, description="Save every this many steps (async).")
     max_to_keep: int = Field(default=3, ge=1, le=INT64_MAX, description="Committed checkpoints kept; older ones are deleted.")
     resume_from: Literal["SameJob", "Any"] = Field(
@@ -639,7 +644,7 @@ class CheckpointSpec(_Model):
     )
 
     RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
-        lambda s: [problem] if (problem := checkpoints.uri_problem(s.uri)) else [],
+        lambda s: checkpoints.uri_problems(s.uri),
     )
     _supported_uri = model_validator(mode="after")(_checked(RULES))
 

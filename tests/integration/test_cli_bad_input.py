@@ -142,6 +142,32 @@ def test_validate_trainer_checks_config_and_data(tmp_path):
     assert "config ok" in proc.stderr and yaml.safe_load(proc.stdout)["kind"] == "ElasticTrainingJob"
 
 
+def test_validate_trainer_reports_every_config_problem_in_one_run(tmp_path):
+    """A new-user trial: `validate --trainer` named one trainer config mistake per run (fix, rerun, the next).
+    Now one `error:` line each, naming the file and its key, as the manifest's own errors are; the data source
+    is opened too when its own keys are fine."""
+    m = job_manifest("many-config", tmp_path)
+    m["spec"]["controller"]["trainer"]["config"].update(dModle=64, numLayers=0, data=str(tmp_path / "none" / "*.txt"))
+    proc = _validate(tmp_path, m, "--trainer")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    prefix = f"error: {tmp_path / 'job.yaml'}: spec.controller.trainer.config."
+    assert [ln.removeprefix(prefix).split(":")[0] for ln in errors] == ["numLayers", "dModle", "data"], errors
+    assert all(ln.startswith(prefix) for ln in errors) and "no files match" in errors[-1], errors
+
+
+def test_every_validate_line_names_the_file_with_cluster_too(tmp_path):
+    """`validate --cluster` printed its cluster-rule and TPU lines without the `FILE: ` every other line has;
+    the checkpoint folder's lines too (of `run` as well, which prints the same line)."""
+    m = job_manifest("prefix", tmp_path, checkpoint={"uri": "relative/ckpt", "intervalSteps": 0})
+    m["spec"]["backend"] = "pathways"
+    m["spec"]["slices"] = {"count": 2, "accelerator": "tpu-v9", "topology": "2x2"}
+    proc = _validate(tmp_path, m, "--cluster")
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert proc.returncode == 2 and len(errors) == 4, proc.stderr
+    assert all(ln.startswith(f"error: {tmp_path / 'job.yaml'}: spec.") for ln in errors), errors
+
+
 def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     """A run that loses a worker checkpoints to gs://; a second run of the same job resumes from gs://."""
     bucket = gcs_emulator.make_bucket("ej-runtime")
@@ -343,7 +369,7 @@ def test_resume_is_refused_from_another_jobs_checkpoint_unless_the_spec_allows_i
                "set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its own directory")
     # Refused by `elastic-jax run` itself, before any process starts.
     assert_one_line_error(other.returncode, other.stdout, other.stderr)
-    assert other.stderr.strip() == f"error: {message}"
+    assert other.stderr.strip() == f"error: {tmp_path / 'job.yaml'}: {message}"
     assert first.controller_log() == log_before  # no controller ran (the launcher would have replaced its log)
 
     again = run_cli(job_manifest("writer-a", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),

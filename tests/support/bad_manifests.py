@@ -101,6 +101,14 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
      "spec.controller.env"),
     ("checkpoint-in-the-image-workdir", _set(cpu_job, "spec.checkpoint.uri", contract.IMAGE_WORKDIR + "/ckpt"),
      "spec.checkpoint.uri"),
+    # the uri's form (`checkpoints.URI_RULES`, CEL on spec.checkpoint): white space, GCS bucket names
+    ("checkpoint-uri-trailing-space", _set(cpu_job, "spec.checkpoint.uri", "/data/ck "), "spec.checkpoint.uri"),
+    ("checkpoint-bucket-too-short", _set(pathways_job, "spec.checkpoint.uri", "gs://b/ck"), "spec.checkpoint.uri"),
+    ("checkpoint-bucket-uppercase", _set(pathways_job, "spec.checkpoint.uri", "gs://UPPER_bad/ck"),
+     "spec.checkpoint.uri"),
+    ("checkpoint-bucket-goog-prefix", _set(pathways_job, "spec.checkpoint.uri", "gs://goog-ck/ck"),
+     "spec.checkpoint.uri"),
+    ("checkpoint-bucket-dot-dot", _set(pathways_job, "spec.checkpoint.uri", "gs://a..b/ck"), "spec.checkpoint.uri"),
     ("automount-token-without-service-account",
      _set(cpu_job, "spec.controller.automountServiceAccountToken", True),
      "spec.controller.automountServiceAccountToken"),
@@ -116,10 +124,10 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
      "spec.controller.nodeSelector"),
     ("node-selector-value", _set(cpu_job, "spec.worker.nodeSelector", {"pool": "a b"}), "spec.worker.nodeSelector"),
     # spec.compilationCache: one source; gs:// only where a GCS client runs (pathways); no other volume kind
-    ("compilation-cache-gs-on-cpu", _set(cpu_job, "spec.compilationCache", {"uri": "gs://b/xla"}),
+    ("compilation-cache-gs-on-cpu", _set(cpu_job, "spec.compilationCache", {"uri": "gs://test-bucket/xla"}),
      "spec.compilationCache.uri"),
     ("compilation-cache-two-sources",
-     _set(pathways_job, "spec.compilationCache", {"uri": "gs://b/xla", "persistentVolumeClaim": {"claimName": "c"}}),
+     _set(pathways_job, "spec.compilationCache", {"uri": "gs://test-bucket/xla", "persistentVolumeClaim": {"claimName": "c"}}),
      "spec.compilationCache"),
     ("compilation-cache-no-source", _set(pathways_job, "spec.compilationCache", {}), "spec.compilationCache"),
     ("compilation-cache-local-uri", _set(pathways_job, "spec.compilationCache", {"uri": "/var/cache/x"}),
@@ -223,7 +231,9 @@ ACCEPTED: list[tuple[str, Callable[[], dict]]] = [
     ("labels-and-annotations", _set(cpu_job, "metadata.labels", {"example.com/team": "ml-1", "empty": ""})),
     ("compilation-cache-claim-on-cpu",
      _set(cpu_job, "spec.compilationCache", {"persistentVolumeClaim": {"claimName": "xla-cache"}})),
-    ("compilation-cache-gs-on-pathways", _set(pathways_job, "spec.compilationCache", {"uri": "gs://b/xla/"})),
+    ("compilation-cache-gs-on-pathways", _set(pathways_job, "spec.compilationCache", {"uri": "gs://test-bucket/xla/"})),
+    ("checkpoint-bucket-with-dots-and-underscores",
+     _set(pathways_job, "spec.checkpoint.uri", "gs://ml_ckpt.example.com/ck")),
 ]
 
 # YAML text as a user writes it, read as kubectl reads it (go-yaml: `1e3` is a number, `y` a boolean, `1:30` a

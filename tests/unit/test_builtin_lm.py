@@ -112,3 +112,21 @@ def test_bad_config_names_the_field(config, message):
     with pytest.raises(TrainerConfigError, match=message) as info:
         make_trainer(config)
     assert "\n" not in str(info.value)
+
+
+def test_every_config_problem_is_reported_not_the_first():
+    """A new-user trial: `validate --trainer` named one config mistake per run. Every key's error is one of
+    `problems` now (each naming its key), and the data source is opened too when only other keys failed."""
+    with pytest.raises(TrainerConfigError) as info:
+        make_trainer({"dModle": 64, "numLayers": 0, "learningRate": "fast", "data": "/nonexistent-dir/*.txt"})
+    problems = info.value.problems
+    assert [p.split(":")[0] for p in problems] == [
+        "spec.controller.trainer.config.numLayers", "spec.controller.trainer.config.learningRate",
+        "spec.controller.trainer.config.dModle", "spec.controller.trainer.config.data"], problems
+    assert "no files match" in problems[-1]
+    assert str(info.value) == "; ".join(problems) and "\n" not in str(info.value)  # (the controller's one line)
+    # A data key that failed itself: its own error, the data source is not opened with it.
+    with pytest.raises(TrainerConfigError) as info:
+        make_trainer({"seqLen": 0, "numLayers": 0, "data": "/nonexistent-dir/*.txt"})
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        "spec.controller.trainer.config.seqLen", "spec.controller.trainer.config.numLayers"], info.value.problems

@@ -43,7 +43,8 @@ BAD_URIS = [
 def test_validate_cluster_refuses_what_the_crd_refuses(tmp_path, uri, message):
     result = _validate(tmp_path, lambda s: s["checkpoint"].update(uri=uri), "--cluster")
     assert result.exit_code == 2, result.output
-    assert "error: spec.checkpoint.uri" in result.output and message in result.output, result.output
+    # one line naming the file, as every other line of `validate` does (they lacked it with --cluster)
+    assert f"error: {tmp_path / 'job.yaml'}: spec.checkpoint.uri" in result.output and message in result.output, result.output
     assert "Traceback" not in result.output
     # the same text is a CEL rule's message in the CRD
     messages = [r["message"] for r in _spec_schema()["x-kubernetes-validations"]]
@@ -58,7 +59,7 @@ def test_validate_without_cluster_keeps_the_local_rules(tmp_path):
 
 def test_validate_cluster_accepts_the_cluster_example_and_gs(tmp_path):
     assert _validate(tmp_path, lambda s: None, "--cluster").exit_code == 0
-    assert _validate(tmp_path, lambda s: s["checkpoint"].update(uri="gs://b/p"), "--cluster").exit_code == 0
+    assert _validate(tmp_path, lambda s: s["checkpoint"].update(uri="gs://test-bucket/p"), "--cluster").exit_code == 0
 
 
 def test_validate_cluster_refuses_pathways_without_gs_and_an_unknown_tpu(tmp_path):
@@ -70,7 +71,7 @@ def test_validate_cluster_refuses_pathways_without_gs_and_an_unknown_tpu(tmp_pat
         return edit
     result = _validate(tmp_path, pathways("/data/ck"), "--cluster")
     assert result.exit_code == 2 and "must be gs://bucket/prefix for backend pathways" in result.output, result.output
-    result = _validate(tmp_path, pathways("gs://b/p", "tpu-v9-imaginary"), "--cluster")
+    result = _validate(tmp_path, pathways("gs://test-bucket/p", "tpu-v9-imaginary"), "--cluster")
     assert result.exit_code == 2 and "spec.slices.accelerator" in result.output, result.output
 
 

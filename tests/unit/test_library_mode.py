@@ -67,18 +67,83 @@ def test_bad_command_is_refused_naming_the_field(controller, field):
     assert field in str(e.value)
 
 
-def test_run_refuses_fresh_and_validate_refuses_trainer_in_library_mode(tmp_path):
+def _step(ckpt: Path, step: int, writer) -> None:
+    """A committed Orbax step as it lies on disk (`<step>/_CHECKPOINT_METADATA` naming its writer)."""
+    import json
+
+    from elastic_jax.api import identity
+
+    (ckpt / str(step)).mkdir(parents=True)
+    (ckpt / str(step) / "_CHECKPOINT_METADATA").write_text(
+        json.dumps({"custom_metadata": identity.to_metadata(writer)}))
+
+
+def test_run_fresh_in_library_mode_deletes_this_jobs_steps_or_says_there_is_nothing_to_delete(tmp_path):
+    """A new-user trial: `run --fresh` was refused in library mode even with nothing to delete, so a clone
+    whose first run restored another clone's step 200 (examples/04-own-loop.yaml's /tmp folder) could not
+    start over. Now it deletes this job's steps (the built-in's rules: nothing else, no other job's) before
+    the program starts, or says there was nothing to delete; either way the program is started."""
+    from elastic_jax.api import identity
+
+    path = tmp_path / "job.yaml"
+    manifest = _with_controller(cpu_job, command=["python", str(tmp_path / "no-such-program.py")])
+    ckpt = tmp_path / "ck"
+    manifest["spec"]["checkpoint"] = {"uri": str(ckpt)}
+    path.write_text(yaml.safe_dump(manifest))
+
+    def run():
+        result = CliRunner().invoke(app, ["run", str(path), "--fresh", "--no-failure", "--workdir", str(tmp_path / "run")])
+        assert "Traceback" not in result.output
+        return result
+
+    result = run()  # (the program does not exist: the run starts it, and it exits before ready)
+    assert f"--fresh: nothing to delete: spec.checkpoint.uri {ckpt} holds no checkpoint" in result.output, result.output
+    assert "no-such-program.py" in result.output and (tmp_path / "run" / "controller.log").exists()
+    _step(ckpt, 10, identity.local_identity("bad", str(ckpt)))
+    result = run()
+    assert f"--fresh: deleted 1 checkpoint entry (10) from spec.checkpoint.uri {ckpt}" in result.output, result.output
+    assert ckpt.is_dir() and not list(ckpt.iterdir())
+    # Another job's step: refused, as the built-in refuses it, before anything starts; nothing deleted.
+    _step(ckpt, 20, identity.local_identity("writer-a", str(ckpt)))
+    (tmp_path / "run" / "controller.log").unlink()
+    result = run()
+    assert result.exit_code == 2 and "--fresh deletes this job's checkpoints only" in result.output, result.output
+    assert (ckpt / "20").is_dir() and not (tmp_path / "run" / "controller.log").exists()
+
+
+def test_validate_refuses_trainer_in_library_mode(tmp_path):
     path = tmp_path / "job.yaml"
     manifest = _with_controller(cpu_job, command=["python", "x.py"])
-    manifest["spec"]["checkpoint"] = {"uri": str(tmp_path / "ck")}
+    manifest["spec"]["checkpoint"] = {"uri": "ck"}
     path.write_text(yaml.safe_dump(manifest))
-    result = CliRunner().invoke(app, ["run", str(path), "--fresh", "--workdir", str(tmp_path / "run")])
-    assert result.exit_code == 2 and "--fresh" in result.output and "Traceback" not in result.output
-    # It says where the checkpoints to delete are ("delete them yourself" named no place).
-    assert f"spec.checkpoint.uri ({tmp_path / 'ck'}:" in result.output, result.output
-    manifest["spec"]["checkpoint"] = {"uri": "ck"}  # relative: also the folder it is from here
-    path.write_text(yaml.safe_dump(manifest))
-    result = CliRunner().invoke(app, ["run", str(path), "--fresh", "--workdir", str(tmp_path / "run")])
-    assert result.exit_code == 2 and f"(ck, i.e. {Path.cwd() / 'ck'}:" in result.output, result.output
     result = CliRunner().invoke(app, ["validate", "--trainer", str(path)])
     assert result.exit_code == 2 and "--trainer" in result.output and "Traceback" not in result.output
+
+
+def test_the_report_says_a_resumed_local_step_was_an_earlier_runs_in_a_shared_folder(tmp_path, capsys):
+    """A new-user trial: a second clone's first `run examples/04-own-loop.yaml` resumed the other clone's step
+    200 from the example's /tmp folder and its report said only "resumed from checkpoint step 200". It says
+    now when an earlier run saved that step there, that the folder is shared, and that --fresh starts over;
+    nothing of the kind for a step this run saved itself (a restarted controller resumed from it)."""
+    import os
+    import time
+
+    from elastic_jax.api import identity
+    from elastic_jax.cli import _print_report
+
+    ckpt = tmp_path / "ck"
+    _step(ckpt, 200, identity.local_identity("own-loop", str(ckpt)))
+    os.utime(ckpt / "200", (time.time() - 3600, time.time() - 3600))
+    summary = {"job": "own-loop", "succeeded": True, "steps": 200, "total_steps": 200, "wall_seconds": 3.0,
+               "restored_from_step": 200, "resumed_from": {"step": 200, "writer": None}, "recovery_seconds": [],
+               "recoveries": 0, "steps_lost": None, "worker_restarts": 0, "controller_restarts": 0,
+               "goodput": None, "checkpoint_uri": str(ckpt), "last_committed_checkpoint_step": 200,
+               "metrics_file": "m", "logs_dir": "l"}
+    _print_report(summary, started_at=time.time())
+    err = capsys.readouterr().err
+    assert "resumed from checkpoint step 200" in err
+    assert (f"step 200 was saved at {time.strftime('%Y-%m-%d', time.gmtime(time.time() - 3600))}" in err
+            and f"by an earlier run into {ckpt}, a folder every run of this manifest on this machine shares "
+                "(another clone's too); --fresh starts from step 0" in err), err
+    _print_report(summary, started_at=time.time() - 7200)  # saved during this run
+    assert "earlier run" not in capsys.readouterr().err

@@ -18,7 +18,7 @@ from tests.support.fake_kube import FakeKube
 
 def _cpu_job(**spec):
     base = {"slices": {"count": 2}, "training": {"steps": 10, "globalBatchSize": 2},
-            "checkpoint": {"uri": "gs://b/p"}, **spec}
+            "checkpoint": {"uri": "gs://test-bucket/p"}, **spec}
     return parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
                            "metadata": {"name": "j", "namespace": "ns", "uid": "u1"}, "spec": base})
 
@@ -61,7 +61,7 @@ class _Patch:
 
 
 def _reconcile(state, status):
-    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://b/p"}}
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://test-bucket/p"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
     patch = _Patch()

@@ -115,7 +115,7 @@ def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped
 
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://b/c"}}
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://test-bucket/c"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
     state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
@@ -158,7 +158,7 @@ def test_the_restarting_message_says_what_the_replacement_starts_from_per_checkp
     latest committed checkpoint" (and after a graceful delete the SIGTERM's) while the replacement starts from
     step 0, as the ControllerRestarted Event said."""
     for uri, says, never in (("/tmp/ck", "started again from step 0", "latest committed checkpoint"),
-                             ("gs://b/ck", "resumed from the latest committed checkpoint", "step 0")):
+                             ("gs://test-bucket/ck", "resumed from the latest committed checkpoint", "step 0")):
         job = _job(checkpoint={"uri": uri})
         s = build_status(_inputs(job=job, controller=_ctrl(step=50)))
         lost = _next(s, job=job, controller=None, controller_lost=True)
@@ -196,7 +196,7 @@ def test_last_checkpoint_step_is_cleared_when_a_local_checkpoint_went_with_its_p
     committed.last_committed_checkpoint_step = 2
     assert _next(s, controller=committed)["lastCheckpointStep"] == 2
     # shared storage: the checkpoint outlives the pod
-    gs = _job(checkpoint={"uri": "gs://b/ck"})
+    gs = _job(checkpoint={"uri": "gs://test-bucket/ck"})
     s = build_status(_inputs(job=gs, controller=_ctrl(step=50)))
     assert _next(s, job=gs, controller=None, controller_lost=True)["lastCheckpointStep"] == 4
 
@@ -235,7 +235,7 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
 
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://b/c"}}
+    spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://test-bucket/c"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "resourceVersion": "1"}
     status = {"phase": "Running", "step": 7, "activeSlices": 1, "controllerPod": "j-controller-0",
               "tokenSecret": "j-token", "controllerRestarts": 0}
@@ -310,7 +310,7 @@ def test_a_suspended_job_with_a_local_checkpoint_uri_claims_no_checkpoint_step()
     """Session 12's trial: Suspended showed `lastCheckpointStep` 2744 while its own Suspended condition said
     that checkpoint went with the controller pod's emptyDir. Local uri: kept while the stopping pod still runs
     (its emptyDir holds it), unset once no pod is left to stop; gs://: the step the stop saved stays."""
-    for uri, kept in (("/tmp/ck", False), ("gs://b/ck", True)):
+    for uri, kept in (("/tmp/ck", False), ("gs://test-bucket/ck", True)):
         job = _job(checkpoint={"uri": uri})
         job.spec.suspend = True
         s = build_status(_inputs(job=_job(checkpoint={"uri": uri}), controller=_ctrl(step=50)))

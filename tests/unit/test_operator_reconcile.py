@@ -66,7 +66,7 @@ def test_controller_restart_event_says_what_the_new_pod_resumes_from():
     observed = Observed({"controllerPod": "demo-controller-0"}, [dead], _both_jobsets())
     local = decide(_job(), observed).events[0][2]
     assert "starts again from step 0" in local and "spec.checkpoint.uri /tmp/ck is local" in local, local
-    remote = decide(_job(checkpoint={"uri": "gs://b/ck"}), observed).events[0][2]
+    remote = decide(_job(checkpoint={"uri": "gs://test-bucket/ck"}), observed).events[0][2]
     assert remote.endswith("which resumes from the latest checkpoint"), remote
 
 
@@ -220,7 +220,7 @@ def test_a_controller_released_by_suspend_is_never_a_loss_when_the_job_resumes()
     assert plan.delete_pods == [] and plan.finish is None
     # It stopped (exit 75: it checkpointed): the next incarnation starts, not counted, no Warning (its
     # checkpoints outlive it: gs://; a local one is `test_a_suspend_of_a_job_with_local_checkpoints_...`).
-    kept = _job(checkpoint={"uri": "gs://b/ck"})
+    kept = _job(checkpoint={"uri": "gs://test-bucket/ck"})
     for gone in (_ctrl(phase="Failed", exit_code=75, deleting=True), _ctrl(phase="Failed", exit_code=143)):
         plan = decide(kept, Observed({"controllerPod": "", "controllerRestarts": 0}, [gone], _both_jobsets()))
         assert plan.create_controller == 1 and not plan.controller_restarted and plan.events == []
@@ -342,7 +342,7 @@ def test_a_suspend_of_a_job_with_local_checkpoints_warns_at_suspend_and_at_resum
     assert [(t, r) for t, r, _ in plan.events] == [("Warning", "SuspendDropsCheckpoints")]
     assert "step 40" in plan.events[0][2] and "/tmp/ck" in plan.events[0][2], plan.events
     assert decide(_job(suspend=True), Observed(released, [_ctrl(deleting=True)], _both_jobsets())).events == []
-    assert decide(_job(suspend=True, checkpoint={"uri": "gs://b/ck"}),
+    assert decide(_job(suspend=True, checkpoint={"uri": "gs://test-bucket/ck"}),
                   Observed(released, [_ctrl()], _both_jobsets())).events == []
     # resumed while the released pod is gone (its exit seen) or long gone (no pod, status said Suspended)
     for pods, status in (([_ctrl(phase="Failed", exit_code=75, deleting=True)], {"controllerPod": "", "step": 40}),
@@ -357,7 +357,7 @@ def test_a_suspend_of_a_job_with_local_checkpoints_warns_at_suspend_and_at_resum
         assert plan.create_controller is not None and not plan.controller_restarted
         assert [(t, r) for t, r, _ in plan.events] == [("Warning", "ResumedFromStepZero")], plan.events
         assert "not step 40" in plan.events[0][2]
-        assert decide(_job(checkpoint={"uri": "gs://b/ck"}), Observed(status, pods, _both_jobsets())).events == []
+        assert decide(_job(checkpoint={"uri": "gs://test-bucket/ck"}), Observed(status, pods, _both_jobsets())).events == []
     # a first start is no resume
     assert decide(_job(), Observed({}, [], {})).events == []
 
@@ -453,7 +453,7 @@ def test_the_controllers_termination_line_is_the_reason_without_its_error_prefix
 
 def _pw_job():
     return _job(backend="pathways", slices={"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-                checkpoint={"uri": "gs://b/ck"})
+                checkpoint={"uri": "gs://test-bucket/ck"})
 
 
 def _head(attempt=0, rm_started=True, rm_restarts=0, **kw):

@@ -132,7 +132,7 @@ def test_every_child_name_fits_63_for_the_longest_name_and_largest_shape(backend
         "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
         "metadata": {"name": name, "namespace": "ns"},
         "spec": {"backend": backend, "slices": slices, "training": {"steps": 1, "globalBatchSize": 64},
-                 "checkpoint": {"uri": "gs://b/c"}}}))
+                 "checkpoint": {"uri": "gs://test-bucket/c"}}}))
     objs = children.render_children(job, token="t", controller_attempt=99999)
     all_names = [o["metadata"]["name"] for o in objs]
     all_names += [n for o in objs if o["kind"] == "JobSet" for n in _pod_names(o)]
@@ -149,7 +149,7 @@ def _worker_pod_spec(jobset: dict) -> dict:
 def test_cpu_pods_meet_pod_security_restricted():
     from tests.support.pod_security import restricted_violations
 
-    for job in (_job(), _job(checkpoint={"uri": "gs://b/ck"}),
+    for job in (_job(), _job(checkpoint={"uri": "gs://test-bucket/ck"}),
                 _job(compilationCache={"persistentVolumeClaim": {"claimName": "xla-cache"}})):
         controller = renderer_for("cpu").controller_pod(job, 0)["spec"]
         worker = _worker_pod_spec(renderer_for("cpu").worker_jobset(job, 0))
@@ -168,7 +168,7 @@ def test_cpu_pods_meet_pod_security_restricted():
         assert _worker_pod_spec(renderer_for("cpu").worker_jobset(job, 0))["containers"][0][
             "securityContext"]["readOnlyRootFilesystem"] is True
     # A gs:// checkpoint: nothing is written outside the scratch dir.
-    gs = renderer_for("cpu").controller_pod(_job(checkpoint={"uri": "gs://b/ck"}), 0)["spec"]
+    gs = renderer_for("cpu").controller_pod(_job(checkpoint={"uri": "gs://test-bucket/ck"}), 0)["spec"]
     assert gs["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
     assert "checkpoints" not in {v["name"] for v in gs["volumes"]}
 
@@ -196,7 +196,16 @@ def test_unmountable_local_checkpoint_is_refused_naming_the_field(uri, message):
     from elastic_jax.k8s_operator.backends import resolve
 
     with pytest.raises(UnsupportedBackend, match=f"spec.checkpoint.uri: .*{message}"):
-        resolve(_job(checkpoint={"uri": uri}))
+        resolve(_job_stored_before_the_uri_rules(uri))
+
+
+def _job_stored_before_the_uri_rules(uri: str):
+    """A job whose `spec.checkpoint.uri` is `uri`, built without the model's uri rules: `/` and `..` segments are
+    refused by the model itself now (`checkpoints.URI_RULES`), but a job an older CRD admitted may still hold
+    one, and the renderer's cluster rules are the backstop that keeps an emptyDir off `/` for it."""
+    job = _job()
+    checkpoint = job.spec.checkpoint.model_copy(update={"uri": uri})  # (model_copy validates nothing)
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"checkpoint": checkpoint})})
 
 
 def test_pod_security_checker_catches_each_kind_of_violation():
@@ -332,9 +341,9 @@ def test_the_cache_mount_is_outside_every_folder_the_operator_mounts():
 
 
 @pytest.mark.parametrize("cache, message", [
-    ({"uri": "gs://b/xla"}, "spec.compilationCache.uri: backend cpu reads its cache from a volume"),
+    ({"uri": "gs://test-bucket/xla"}, "spec.compilationCache.uri: backend cpu reads its cache from a volume"),
     ({}, "spec.compilationCache needs exactly one of uri or persistentVolumeClaim"),
-    ({"uri": "gs://b/x", **CACHE_CLAIM}, "spec.compilationCache needs exactly one of uri or persistentVolumeClaim"),
+    ({"uri": "gs://test-bucket/x", **CACHE_CLAIM}, "spec.compilationCache needs exactly one of uri or persistentVolumeClaim"),
     ({"persistentVolumeClaim": {"claimName": "Bad_Name"}}, "spec.compilationCache.persistentVolumeClaim.claimName"),
     ({"hostPath": {"path": "/"}}, "hostPath"),
 ])

@@ -245,7 +245,7 @@ def test_a_suspended_jobs_status_takes_the_step_its_stopping_controller_saved():
     prev = build_status(_inputs(controller=_ctrl(step=5)))
     final = _ctrl(phase="Interrupted", active=(), step=9)
     final.last_committed_checkpoint_step = 9
-    gs = {"uri": "gs://b/ck"}
+    gs = {"uri": "gs://test-bucket/ck"}
     out = build_status(_inputs(previous=prev, controller=final, job=_job(suspend=True, checkpoint=gs)))
     assert out["phase"] == "Suspended"
     assert out["step"] == 9 and out["lastCheckpointStep"] == 9
@@ -266,7 +266,7 @@ def test_a_suspended_job_is_suspending_until_its_controller_container_has_stoppe
     made steps. While a controller pod still runs (`reconcile.Plan.suspend_waits_for`) the phase is Suspending
     and the Suspended condition False, reason Suspending, naming the pod; Suspended once it has stopped."""
     prev = build_status(_inputs(controller=_ctrl(step=5)))
-    job = _job(suspend=True, checkpoint={"uri": "gs://b/ck"})
+    job = _job(suspend=True, checkpoint={"uri": "gs://test-bucket/ck"})
     stopping = build_status(_inputs(previous=prev, controller=_ctrl(step=7), job=job, controller_pod="",
                                     suspend_waits_for=["demo-controller-0"]))
     assert stopping["phase"] == "Suspending" and stopping["step"] == 7, stopping
@@ -289,7 +289,7 @@ def test_a_suspended_job_whose_checkpoints_go_with_its_controller_pod_says_so():
     cond = get_condition(s["conditions"], "Suspended")
     assert cond["status"] == "True" and cond["reason"] == "SuspendedWithoutCheckpoint", cond
     assert "/tmp/ck" in cond["message"] and "step 0" in cond["message"], cond
-    kept = build_status(_inputs(job=_job(suspend=True, checkpoint={"uri": "gs://b/ck"}), controller=None,
+    kept = build_status(_inputs(job=_job(suspend=True, checkpoint={"uri": "gs://test-bucket/ck"}), controller=None,
                                 controller_pod=""))
     assert get_condition(kept["conditions"], "Suspended")["reason"] == "Suspended"
 

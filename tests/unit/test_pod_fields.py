@@ -17,7 +17,7 @@ from elastic_jax.k8s_operator.allow_lists import parse_namespaced
 
 def _body(namespace="ml", **spec):
     base = {"slices": {"count": 1}, "training": {"steps": 2, "globalBatchSize": 1},
-            "checkpoint": {"uri": "gs://b/p"}}
+            "checkpoint": {"uri": "gs://test-bucket/p"}}
     return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
             "metadata": {"name": "pf-job", "namespace": namespace}, "spec": {**base, **spec}}
 
@@ -174,7 +174,7 @@ def test_a_cache_claim_is_mounted_only_when_the_admin_listed_it_for_the_namespac
     # A gs:// cache mounts nothing: nothing to allow.
     PodFieldsPolicy().check(_job(backend="pathways", slices={"count": 1, "accelerator": "tpu-v5-lite-podslice",
                                                              "topology": "2x2"},
-                                 compilationCache={"uri": "gs://b/xla"}), "ml")
+                                 compilationCache={"uri": "gs://test-bucket/xla"}), "ml")
 
 
 def test_the_cache_claims_flag_reaches_the_policy_and_a_bad_entry_stops_the_operator(monkeypatch, capsys):

@@ -16,7 +16,7 @@ def _body(namespace="ml", **controller):
     return {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
             "metadata": {"name": "sa-job", "namespace": namespace},
             "spec": {"slices": {"count": 1}, "training": {"steps": 2, "globalBatchSize": 1},
-                     "checkpoint": {"uri": "gs://b/p"}, "controller": controller}}
+                     "checkpoint": {"uri": "gs://test-bucket/p"}, "controller": controller}}
 
 
 def _job(namespace="ml", **controller):
