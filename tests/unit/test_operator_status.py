@@ -398,7 +398,7 @@ def test_a_resumed_job_reads_the_step_its_new_controller_starts_from_and_counts_
         return build_status(_inputs(job=job, previous=previous, controller=ctrl, controller_pod="demo-controller-1",
                                     counter_base=c.base, steps_lost=c.steps_lost))
 
-    for job, committed, start in ((_job(), None, 0), (_job(checkpoint={"uri": "gs://b/ck"}), 80, 80)):
+    for job, committed, start in ((_job(), None, 0), (_job(checkpoint={"uri": "gs://test-bucket/ck"}), 80, 80)):
         suspended = {"phase": "Suspended", "step": 88, "activeSlices": 0, "stepsLost": 0,
                      "counterBase": {"controllerUid": "pod-a", "stepReached": 0}}
         if committed is not None:
