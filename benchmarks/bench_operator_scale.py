@@ -164,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     kwok_nodes = 0 if pathways else args.kwok_nodes
     fleet.install(cluster, kwok_nodes)
     tpu_nodes: list[str] = []
+    head = None
     if pathways:
+        head = fleet.add_head_node(cluster)  # first: its agent registers faster beside no kwok nodes yet
         started = time.monotonic()
         tpu_nodes = fleet.install_tpu_pools(cluster, args.jobs * args.slices + args.spare_pools, args.hosts)
         print(f"{len(tpu_nodes)} kwok TPU nodes created in {time.monotonic() - started:.1f} s; leases every "
@@ -175,12 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"backend": args.backend, "jobs": args.jobs, "slices": args.slices, "hosts_per_slice": args.hosts,
                     "worker_pods": args.jobs * args.slices * args.hosts, "kwok_nodes": kwok_nodes + len(tpu_nodes),
                     "node_lease_s": grace_s, "workdir": str(workdir), "loadavg_start": _load()}
-    head = None
     try:
         if pathways:
             wait_for(lambda: fleet.tpu_nodes_ready(cluster, tpu_nodes), timeout_s=600, interval_s=2.0,
                      what="kwok TPU nodes Ready", explain=kwok.log)
-            head = fleet.add_head_node(cluster)
         else:
             wait_for(lambda: fleet.kwok_nodes_ready(cluster, args.kwok_nodes),
                      timeout_s=60, what="kwok nodes Ready", explain=kwok.log)

@@ -131,10 +131,20 @@ def install(cluster, kwok_nodes: int, pods_per_node: int = 1000) -> None:
             api.create("/api/v1/nodes", fake_node(name, i, pods_per_node))
 
 
-def add_head_node(cluster) -> str:
-    """Starts `HEAD_POOL`'s node (a node agent) on the running cluster; returns its name (`cluster.remove_node`)."""
+def add_head_node(cluster, timeout_s: float = 300) -> str:
+    """Starts `HEAD_POOL`'s node (a node agent) on the running cluster and waits up to `timeout_s` seconds for it
+    to be Ready; returns its name (`cluster.remove_node`).
+
+    Raises:
+      ClusterError: not Ready in time (its agent is stopped again).
+    """
     (spec,) = layout.nodes((HEAD_POOL,), address_octet=cluster.ports.address_octet, first_index=HEAD_NODE_INDEX)
-    cluster.add_node(spec)
+    try:
+        cluster.add_node(spec, timeout_s=timeout_s)
+    except Exception:
+        if any(n.name == spec.name for n in cluster.nodes):
+            cluster.remove_node(spec.name)
+        raise
     return spec.name
 
 
