@@ -7,6 +7,20 @@ least-privilege ServiceAccount. Each job's controller pod runs on the node
 agent as `elastic-jax-controller --serve-only` (the product's control API and
 slice set, no training loop) at its own pod IP; its worker pods are kwok's.
 
+`--backend pathways --hosts 4`: each job's controller pod is its Pathways head
+(the resource-manager and proxy sidecars are the node agent's stand-ins for
+Google's images, the controller container `--serve-only`) on a node agent's CPU
+node added for them (`fleet.HEAD_POOL`); each slice is a v5e 4x4 JobSet of 4
+worker pods on a kwok TPU node pool of its own (GKE's labels, `google.com/tpu`
+capacity and taint, one node per host: jobs x slices pools of `--hosts` nodes,
+plus `--spare-pools`), placed by the real scheduler with the JobSet webhook's
+exclusive placement. A failure is an eviction (under restartPolicy OnFailure a
+killed container restarts in place); the Job replaces the pod in its pool.
+kwok renews each node's lease every quarter of its duration, which is the
+cluster's node-monitor grace (`E2E_NODE_MONITOR_GRACE_S`, 8 s by default: 800
+writes a second for 1600 nodes); start the cluster with a longer one for
+that many nodes (the usage below).
+
 Phases:
 1. `--jobs-small` jobs (default 10) are applied and run on all slices; the
    operator's requests are counted over `--window` seconds (steady state).
@@ -30,6 +44,9 @@ each. Prints a table, then `BENCH {json}`.
 Usage (a local cluster with the default layout, `python -m e2e.harness up`, same E2E_* env):
   e2e/build_kwok.sh
   .venv/bin/python benchmarks/bench_operator_scale.py [--jobs 50 --slices 8 --failures 20 --window 60]
+  # 50 x 8 x 4 = 1600 pathways worker pods on 1600+ kwok TPU nodes (leases renewed every 30 s):
+  E2E_NODE_MONITOR_GRACE_S=120 .venv/bin/python -m e2e.harness up
+  E2E_NODE_MONITOR_GRACE_S=120 .venv/bin/python benchmarks/bench_operator_scale.py --backend pathways --hosts 4
 
 Targets: burst notify p95 < 1 s; operator requests per job per minute flat
 between 10 and 50 healthy jobs.
@@ -49,6 +66,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from e2e.harness import controlplane  # noqa: E402
 from e2e.harness.cluster import LocalCluster  # noqa: E402
 from e2e.helpers import create_namespace, wait_for  # noqa: E402
 from e2e.kwok import KwokProcess  # noqa: E402
@@ -99,8 +117,9 @@ def _wait_running(cluster, ns, names, slices, op, timeout_s):
                                          if s.get("activeSlices") != slices})[:3000] + "\n" + op.log()[-3000:])
 
 
-def _steady(cluster, op, n_jobs: int, window_s: float) -> dict:
-    """Operator requests and CPU over `window_s` with `n_jobs` healthy jobs."""
+def _steady(cluster, op, n_jobs: int, window_s: float, settle_s: float = 0.0) -> dict:
+    """Operator requests and CPU over `window_s` with `n_jobs` healthy jobs, after `settle_s` seconds."""
+    time.sleep(settle_s)
     r0, (c0, _), t0 = fleet.operator_requests(cluster), _proc_usage(op.proc.pid), time.monotonic()
     time.sleep(window_s)
     r1, (c1, rss), t1 = fleet.operator_requests(cluster), _proc_usage(op.proc.pid), time.monotonic()
@@ -108,7 +127,7 @@ def _steady(cluster, op, n_jobs: int, window_s: float) -> dict:
     return {"jobs": n_jobs, "window_s": round(t1 - t0, 1), "operator_requests": int(r1 - r0),
             "requests_per_job_per_min": round((r1 - r0) / n_jobs / minutes, 2),
             "operator_cpu_s_per_min": round((c1 - c0) / minutes, 2), "operator_rss_mib": round(rss / 2**20, 1),
-            "loadavg": _load()}
+            "settle_s": settle_s, "loadavg": _load()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,44 +135,73 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--jobs-small", type=int, default=10, help="healthy jobs in the first steady-state count")
     parser.add_argument("--slices", type=int, default=8)
-    parser.add_argument("--hosts", type=int, default=1, help="hosts per slice (the cpu backend supports 1)")
+    parser.add_argument("--backend", choices=("cpu", "pathways"), default="cpu")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="hosts per slice (cpu: 1; pathways: 1, 2, 4 or 8, a v5e topology of that many hosts)")
+    parser.add_argument("--spare-pools", type=int, default=2, help="pathways: kwok TPU node pools beyond jobs x slices")
     parser.add_argument("--failures", type=int, default=20, help="one-at-a-time failures, phase (a)")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of each steady-state count")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="seconds to wait once all jobs run, before each steady-state count (the quiet "
+                             "resync backs off from 30 s to 240 s over its first 210 s)")
     parser.add_argument("--kwok-nodes", type=int, default=4)
     args = parser.parse_args(argv)
+    pathways = args.backend == "pathways"
+    if not pathways and args.hosts != 1:
+        parser.error("--hosts: the cpu backend runs 1 host per slice; use --backend pathways")
+    if pathways:
+        try:
+            fleet.tpu_topology(args.hosts)
+        except ValueError as e:
+            parser.error(str(e))
     cluster = LocalCluster()
     if not cluster.is_running():
         print("no local cluster running: start one with `python -m e2e.harness up`", file=sys.stderr)
         return 2
     workdir = Path(tempfile.mkdtemp(prefix="bench-operator-scale-"))
     ns = f"scale-{uuid.uuid4().hex[:6]}"
-    fleet.install(cluster, args.kwok_nodes)
-    kwok = KwokProcess(cluster.kubeconfig, workdir / "kwok.log", free_port())
+    grace_s = controlplane.node_monitor_grace_s()
+    kwok_nodes = 0 if pathways else args.kwok_nodes
+    fleet.install(cluster, kwok_nodes)
+    tpu_nodes: list[str] = []
+    head = None
+    if pathways:
+        head = fleet.add_head_node(cluster)  # first: its agent registers faster beside no kwok nodes yet
+        started = time.monotonic()
+        tpu_nodes = fleet.install_tpu_pools(cluster, args.jobs * args.slices + args.spare_pools, args.hosts)
+        print(f"{len(tpu_nodes)} kwok TPU nodes created in {time.monotonic() - started:.1f} s; leases every "
+              f"{grace_s / 4:g} s ({len(tpu_nodes) * 4 / grace_s:.0f} writes/s)", flush=True)
+    kwok = KwokProcess(cluster.kubeconfig, workdir / "kwok.log", free_port(), node_lease_s=grace_s)
     kwok.start()
     op = OperatorProcess(write_operator_kubeconfig(cluster, workdir), workdir / "operator.log", free_port())
-    report: dict = {"jobs": args.jobs, "slices": args.slices, "hosts_per_slice": args.hosts,
-                    "worker_pods": args.jobs * args.slices * args.hosts, "workdir": str(workdir)}
+    report: dict = {"backend": args.backend, "jobs": args.jobs, "slices": args.slices, "hosts_per_slice": args.hosts,
+                    "worker_pods": args.jobs * args.slices * args.hosts, "kwok_nodes": kwok_nodes + len(tpu_nodes),
+                    "node_lease_s": grace_s, "workdir": str(workdir), "loadavg_start": _load()}
     try:
-        wait_for(lambda: fleet.kwok_nodes_ready(cluster, args.kwok_nodes),
-                 timeout_s=60, what="kwok nodes Ready", explain=kwok.log)
+        if pathways:
+            wait_for(lambda: fleet.tpu_nodes_ready(cluster, tpu_nodes), timeout_s=600, interval_s=2.0,
+                     what="kwok TPU nodes Ready", explain=kwok.log)
+        else:
+            wait_for(lambda: fleet.kwok_nodes_ready(cluster, args.kwok_nodes),
+                     timeout_s=60, what="kwok nodes Ready", explain=kwok.log)
         create_namespace(cluster, ns)
         op.start()
         names = [f"job-{i:03d}" for i in range(args.jobs)]
         small, rest = names[:args.jobs_small], names[args.jobs_small:]
         started = time.monotonic()
-        fleet.apply_jobs(cluster, ns, small, args.slices, args.hosts)
+        fleet.apply_jobs(cluster, ns, small, args.slices, args.hosts, args.backend)
         _wait_running(cluster, ns, small, args.slices, op, timeout_s=600)
         report["start_small_s"] = round(time.monotonic() - started, 1)
         print(f"{len(small)} jobs running after {report['start_small_s']} s (load {_load()})", flush=True)
-        report["steady_small"] = _steady(cluster, op, len(small), args.window)
+        report["steady_small"] = _steady(cluster, op, len(small), args.window, args.settle)
         print("steady", report["steady_small"], flush=True)
         started = time.monotonic()
         if rest:
-            fleet.apply_jobs(cluster, ns, rest, args.slices, args.hosts)
+            fleet.apply_jobs(cluster, ns, rest, args.slices, args.hosts, args.backend)
         _wait_running(cluster, ns, names, args.slices, op, timeout_s=1200)
         report["start_rest_s"] = round(time.monotonic() - started, 1)
         print(f"{len(names)} jobs running after {report['start_rest_s']} s more (load {_load()})", flush=True)
-        report["steady_full"] = _steady(cluster, op, len(names), args.window)
+        report["steady_full"] = _steady(cluster, op, len(names), args.window, args.settle)
         print("steady", report["steady_full"], flush=True)
 
         # (a) one failure at a time, all other jobs healthy
@@ -226,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         op.stop()
         kwok.stop()
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        if head is not None:
+            cluster.remove_node(head)  # its agent and the heads' processes, by PID
+        if pathways:
+            fleet.remove_tpu_nodes(cluster)
         print(f"logs: {workdir}", file=sys.stderr)
 
 

@@ -8,7 +8,7 @@
   status (its link watches it) and writes status (the convergence path; it
   also rebuilds everything after an operator restart); it sleeps until
   something its pass reads may have changed (`wake`: the job, its pods and
-  JobSets, the not-Ready nodes, its controller link's news, a 30 s resync),
+  JobSets, the not-Ready nodes, its controller link's news, a resync: 30 s, backing off to 4 min),
   and a woken pass that would find nothing new is skipped on the event loop
   (`pass_inputs`);
 - create validates the spec: a bad one ends `Failed` with a condition naming
@@ -467,7 +467,7 @@ async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, 
 
     It sleeps until its `JobState.waker` is woken (the job object, its pods or JobSets, the not-Ready
     nodes, its controller link's news: `wake`), or PASS_INTERVAL_S after a pass that was not quiet, or
-    the end of a quiet pass's QUIET_RESYNC_S window; a woken pass still skips itself when its inputs did
+    the end of a quiet pass's window (`tracker.resync_window_s`); a woken pass still skips itself when its inputs did
     not move. It applies each pass's patch as kopf applies a timer's (`application.patch_and_check`, so
     `status_write`'s net catches a refused one), and after a pass that raised it waits kopf's
     `execution.default_backoff` as kopf's timer did. It ends when kopf stops it (the job deleted, the
@@ -527,7 +527,7 @@ async def reconcile_once(body, namespace, name, memo, job_pods, job_jobsets, unr
     """One wake of the job: a pass (`reconcile_pass`) on the operator's pass threads, unless it would do nothing.
 
     A pass is skipped, on the event loop, when nothing it reads moved since a pass that found the job
-    whole and changed nothing (`pass_inputs`, `JobTracker.quiet`; at most QUIET_RESYNC_S apart), so a
+    whole and changed nothing (`pass_inputs`, `JobTracker.quiet`; at most `tracker.resync_window_s` apart), so a
     healthy job woken with no news costs no thread, no render and no status build.
     """
     state = _state(memo)

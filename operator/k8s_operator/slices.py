@@ -202,6 +202,19 @@ def drains(pod: PodView) -> bool:
     return pod.deleting and not pod.terminal and pod.exit_code is None and (pod.deletion_grace_s or 0) > 0
 
 
+def _superseded_dropped(current: list[PodView]) -> list[PodView]:
+    """The attempt's pods without the finished ones whose host already has a Ready replacement.
+
+    Backend pathways restarts a slice in place (`backends.pathways`: the Job's backoffLimit is hosts x
+    maxRestartsPerSlice): an evicted or failed worker pod stays listed, phase Failed, while its Job runs a
+    new pod of the same completion index in the same JobSet attempt. Until that replacement is Running and
+    Ready the failed pod is the truth (the slice is down); once it is, the failed one is history, or the
+    slice would read Failed for as long as the Job keeps its failed pods (found by e2e/test_kwok_pathways.py).
+    """
+    ready_hosts = {p.host_index for p in current if p.phase == "Running" and p.ready and not p.deleting}
+    return [p for p in current if not (p.terminal and p.host_index in ready_hosts)]
+
+
 def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.WORKER_PORT,
                   known: tuple[str, ...] = (), lost_nodes: Mapping[str, str] | None = None) -> SliceObservation:
     """Classifies one slice from its worker pods.
@@ -226,6 +239,7 @@ def observe_slice(pods: list[PodView], hosts_per_slice: int, port: int = names.W
         return SliceObservation("NotReady", reason="no worker pod")
     newest = max(p.attempt for p in pods)
     current = sorted((p for p in pods if p.attempt == newest), key=lambda p: (p.host_index, p.created))
+    current = _superseded_dropped(current)
     pod_names = tuple(p.name for p in current)
     # First: a pod on a lost node looks Running (or Terminating) for as long as the node is
     # dead; the node's loss is the truth, and it names what to look at.

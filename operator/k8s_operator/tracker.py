@@ -81,6 +81,7 @@ UNRESPONSIVE_GRACE_S = controller_watch.UNRESPONSIVE_GRACE_S
 # same addresses is one it already has (`JobTracker.notify`).
 _HELD_UP = ("Active", "Ready", "Warming", "Spare")
 
+
 @dataclasses.dataclass(frozen=True)
 class Freeze:
     """One spell of the current controller without an answer, ended by its answer, while it trained.
@@ -97,8 +98,43 @@ class Freeze:
     booked_as: str
 
 
-# Seconds at most between two full passes of a quiet job (`quiet`): a net for what a pass's inputs miss.
+# Seconds between two full passes of a quiet job (`quiet`), at first: a net for what a pass's inputs miss.
 QUIET_RESYNC_S = 30.0
+# ... doubled by each such resync pass that finds the job quiet with its inputs unchanged, up to this. At 30 s a
+# healthy job cost ~0.03 s of operator CPU a minute in resync passes alone (50 serve-only jobs, issue 12
+# item 4): the one per-job cost left that did not flatten with the watches. Anything that moves a pass input
+# (a pod, a JobSet, the job object, the controller's news, the not-Ready nodes) starts again at QUIET_RESYNC_S.
+QUIET_RESYNC_MAX_S = 240.0
+
+
+def resync_window_s(resyncs: int) -> float:
+    """Seconds a quiet job's passes are skipped after its last full pass (`JobTracker.quiet`).
+
+    Args:
+      resyncs: full passes in a row that found the job quiet with the same inputs as the quiet pass before
+        them (`next_resyncs`); 0 after a pass whose inputs moved.
+
+    Returns:
+      QUIET_RESYNC_S doubled `resyncs` times, at most QUIET_RESYNC_MAX_S (read at each call, so a test
+      that sets QUIET_RESYNC_S to 0 gets a full pass at once).
+    """
+    return min(QUIET_RESYNC_MAX_S, QUIET_RESYNC_S * 2.0 ** min(max(resyncs, 0), 32))
+
+
+def next_resyncs(previous: int | None, same_inputs: bool) -> int:
+    """The `resyncs` count a quiet pass records (the back-off of the quiet resync, `resync_window_s`).
+
+    Args:
+      previous: the count the quiet pass before it recorded; None when the pass before was not quiet.
+      same_inputs: this pass read the same inputs as that quiet pass, so it ran only because the window
+        ended (a resync that found nothing): the next window doubles.
+
+    Returns:
+      previous + 1 for a resync that found nothing; 0 otherwise (something moved, or the job was not quiet).
+    """
+    if previous is None or not same_inputs:
+        return 0
+    return previous + 1
 
 def _version(resource_version: str) -> int | None:
     """A resourceVersion as a number to order two reads of one object (None when it is not one)."""
@@ -170,26 +206,27 @@ class JobTracker:
         # Called (from any thread, with or without the lock; must not block) when the controller link brings
         # news: a status answer that differs from the last one, or a failed exchange (`wake.Waker.wake`).
         self.on_news: Callable[[], None] | None = None
-        # (inputs, monotonic time) of the last pass that found the job whole and changed nothing (`settle`).
-        self._quiet: tuple[tuple, float] | None = None
+        # (inputs, monotonic time, resyncs) of the last pass that found the job whole and changed nothing (`settle`).
+        self._quiet: tuple[tuple, float, int] | None = None
         self.last_pass_quiet = False  # the last pass found the job whole and changed nothing (`handlers._pass`)
 
     def quiet(self, inputs: tuple, now: float) -> bool:
         """Whether a pass would do nothing: its `inputs` are those of the last pass that found the job whole and
-        changed nothing (`settle`), less than QUIET_RESYNC_S ago (`now`: monotonic).
+        changed nothing (`settle`), less than its window ago (`resync_window_s`: QUIET_RESYNC_S, doubled by each
+        resync pass that found nothing moved; `now`: monotonic).
 
         The woken daemon then skips the pass: a healthy job with no news costs no pass
         (issue 12 item 4). What a pass reads that can change is in `inputs` (the job object's
         resourceVersion, its pods and JobSets, the watch's answers, `handlers.pass_inputs`).
         """
         quiet = self._quiet
-        return quiet is not None and quiet[0] == inputs and now - quiet[1] < QUIET_RESYNC_S
+        return quiet is not None and quiet[0] == inputs and now - quiet[1] < resync_window_s(quiet[2])
 
     def quiet_until(self) -> float | None:
-        """When (monotonic) the last quiet pass's window ends (QUIET_RESYNC_S after it, then a full pass is
+        """When (monotonic) the last quiet pass's window ends (`resync_window_s` after it, then a full pass is
         due); None when the last pass was not quiet."""
         quiet = self._quiet
-        return None if quiet is None else quiet[1] + QUIET_RESYNC_S
+        return None if quiet is None else quiet[1] + resync_window_s(quiet[2])
 
     def _news(self) -> None:
         """The link brought news: counted as a pass input (`answers`), and the job's pass woken."""
@@ -199,8 +236,14 @@ class JobTracker:
 
     def settle(self, inputs: tuple | None, quiet: bool, now: float) -> None:
         """Records a pass's end: `quiet` (whole, nothing written, posted or created) keeps its `inputs` (read
-        before the pass) for `quiet`; otherwise the next pass runs whatever its inputs."""
-        self._quiet = (inputs, now) if quiet and inputs is not None else None
+        before the pass) for `quiet`, and backs the next resync off when they are the last quiet pass's
+        (`next_resyncs`); otherwise the next pass runs whatever its inputs."""
+        if not quiet or inputs is None:
+            self._quiet = None
+            return
+        last = self._quiet
+        resyncs = next_resyncs(None if last is None else last[2], last is not None and last[0] == inputs)
+        self._quiet = (inputs, now, resyncs)
 
     @property
     def teardown(self) -> bool:

@@ -4,8 +4,9 @@ Each job's reconcile daemon (`handlers.reconcile_job`) sleeps until one of these
 the job object changed (spec, status, annotations, deletion: kopf's watch), one of its pods or
 JobSets changed (the watches behind the indexes), the set of not-Ready nodes changed, its
 controller link brought news (a status answer that differs from the last, or a failed exchange:
-`JobTracker.on_news`), or a timeout: PASS_INTERVAL_S while the job is not quiet, the rest of
-`tracker.QUIET_RESYNC_S` while it is. A 1 s timer per job woke kopf's timer machinery 60 times a
+`JobTracker.on_news`), or a timeout: PASS_INTERVAL_S while the job is not quiet, the rest of its
+quiet window while it is (`tracker.resync_window_s`: 30 s, doubled by each resync pass that finds
+nothing moved, up to 4 min). A 1 s timer per job woke kopf's timer machinery 60 times a
 minute per healthy job (~0.055 s of CPU per job per minute at 50 jobs, issue 12 item 4); a sleeping
 daemon costs nothing until something happens.
 

@@ -49,6 +49,25 @@ def test_observation(pods, kind):
     assert observe_slice(pods, 1).kind == kind
 
 
+def test_a_failed_pod_the_job_replaced_in_place_counts_until_its_replacement_is_ready():
+    # backend pathways: an evicted host's pod stays listed (phase Failed) in the same attempt; the Job runs a new
+    # pod of that completion index beside it
+    evicted = dataclasses.replace(_pod("w-1-old", phase="Failed", exit_code=137, host=1), reason="Evicted")
+    host_0 = _pod("w-0", host=0, ip="10.200.1.1")
+    starting = _pod("w-1-new", host=1, phase="Pending", ip="")
+    assert observe_slice([host_0, evicted], 2).kind == "Failed"
+    obs = observe_slice([host_0, evicted, starting], 2)
+    assert obs.kind == "Failed" and "w-1-old" in obs.reason  # the loss holds until the host is back
+    ready = _pod("w-1-new", host=1, ip="10.200.2.1")
+    obs = observe_slice([host_0, evicted, ready], 2, port=9)
+    assert obs.kind == "Ready" and obs.addresses == ("10.200.1.1:9", "10.200.2.1:9")
+    assert "w-1-old" not in obs.pods
+    # a finished pod of a host with no Ready pod, or of another host, is still a loss
+    assert observe_slice([host_0, evicted, dataclasses.replace(ready, host_index=0)], 2).kind == "Failed"
+    assert observe_slice([dataclasses.replace(ready, deleting=True, deletion_grace_s=30), evicted, host_0],
+                         2).kind == "Failed"
+
+
 def test_failure_reason_names_the_pod():
     obs = observe_slice([_pod("w-0", phase="Failed", exit_code=137)], 1)
     assert obs.reason == "pod w-0: exit code 137"

@@ -69,6 +69,40 @@ def test_the_schedule_a_quiet_job_sleeps_its_window_a_busy_one_the_pass_interval
     assert wake.woken_pass_delay(100.0, None) == 0.0
 
 
+
+def test_the_quiet_resync_doubles_while_nothing_moves_up_to_its_bound():
+    assert tracker_mod.next_resyncs(None, True) == 0  # the pass before was not quiet: the first window
+    assert tracker_mod.next_resyncs(0, False) == 0  # something moved: back to the first window
+    assert tracker_mod.next_resyncs(3, False) == 0
+    assert tracker_mod.next_resyncs(0, True) == 1  # a resync that found nothing: the next window doubles
+    assert tracker_mod.next_resyncs(3, True) == 4
+    windows = [tracker_mod.resync_window_s(n) for n in range(6)]
+    assert windows == [30.0, 60.0, 120.0, 240.0, 240.0, 240.0]
+    assert tracker_mod.resync_window_s(10_000) == tracker_mod.QUIET_RESYNC_MAX_S  # no overflow
+
+
+def test_a_quiet_jobs_window_backs_off_across_resyncs_and_resets_when_its_inputs_move():
+    t = JobTracker("ns", "j", 1, 1)
+    calm, moved = ("rv-1", (), (), 0, "c", "c", False), ("rv-2", (), (), 0, "c", "c", False)
+    now = 0.0
+    t.settle(calm, True, now)
+    expected = [30.0, 60.0, 120.0, 240.0, 240.0]
+    for window in expected:  # each resync (the window ran out, same inputs) finds it quiet again
+        assert t.quiet_until() == now + window
+        assert t.quiet(calm, now + window - 0.01) and not t.quiet(calm, now + window)
+        now += window
+        t.settle(calm, True, now)
+    assert t.quiet_until() == now + 240.0
+    # a pod, the job object, the controller's news ...: other inputs; that pass is quiet, the window starts over
+    assert not t.quiet(moved, now + 1)
+    t.settle(moved, True, now + 1)
+    assert t.quiet_until() == now + 1 + 30.0
+    # a pass that was not quiet (it wrote, created or found a slice down) forgets the window altogether
+    t.settle(moved, False, now + 2)
+    assert t.quiet_until() is None and not t.quiet(moved, now + 2)
+    t.settle(moved, True, now + 3)
+    assert t.quiet_until() == now + 3 + 30.0
+
 class _Client:
     """A stand-in for the controller's HTTP API: the answers the test scripts, in order."""
 
