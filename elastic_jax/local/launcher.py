@@ -46,6 +46,7 @@ from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
+from elastic_jax.logs import read_events
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
 from elastic_jax.supervision import budgets, controller_watch
 from elastic_jax.supervision import steps_lost as steps_lost_rule
@@ -159,6 +160,7 @@ class LocalLauncher:
         self.client: ControlClient | None = None
         self.killed: dict[str, Any] | None = None
         self.last_status: ControllerStatus | None = None
+        self._controller_log_offset = 0  # where the current controller's lines begin in its (appended) log
         self._last_metrics_scrape = 0.0
         self._cleared = False
         self._previous_recoveries: list[dict[str, Any]] = []
@@ -238,6 +240,8 @@ class LocalLauncher:
             self.controller.argv = argv
             self.controller.env = {**os.environ, **env}
         (self.workdir / "summary.json").unlink(missing_ok=True)
+        log = self.controller.log_path
+        self._controller_log_offset = log.stat().st_size if log.exists() else 0  # (appended across restarts)
         self.controller.start()
         self.controller_pids.append(self.controller.pid)
         if self.client is not None:
@@ -519,11 +523,26 @@ class LocalLauncher:
             self._earlier_stepped |= status.goodput is not None
         self._frozen_training_s = self._frozen_reduced_s = 0.0
         self._answered_at = None
-        reached = status.step if status else 0
+        # The poll is a lower bound; a loaded machine can starve it for seconds (CI saw 0 for a controller
+        # that had logged step 60), so the steps this controller logged count too.
+        reached = max(status.step if status else 0, self._logged_step())
         self.controller_losses.append({
             "cause": "interrupted" if exit_code == ControllerExit.RESTART else "lost",
             "exit_code": exit_code, "at_step": reached, "resumed_from_step": None, "steps_lost": None})
         self.last_status = None
+
+    def _logged_step(self) -> int:
+        """The last step the current controller wrote in its log (its `step` events, every
+        `spec.training.logEverySteps`); 0 when it logged none (library mode logs its own way) or the log is
+        unreadable."""
+        try:
+            with open(self.controller.log_path, "rb") as f:
+                f.seek(self._controller_log_offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return 0
+        return max((e["step"] for e in read_events(text)
+                    if e["event"] == "step" and isinstance(e.get("step"), int)), default=0)
 
     def _watch_controller(self, status: ControllerStatus | None) -> None:
         """Tracks whether the live controller answers (`status`: this poll's answer, None: no answer).

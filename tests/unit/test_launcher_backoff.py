@@ -1,11 +1,13 @@
 """The local launcher as a driver of the supervision core: restart delay, reports, the replace rule and
 the slice budgets (stand-in children and no controller)."""
 
+import json
 from pathlib import Path
 
 from elastic_jax import contract
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.local.launcher import LaunchOptions, LocalLauncher, _Slice
+from elastic_jax.local.processes import Child
 
 
 class _Child:
@@ -184,3 +186,21 @@ def test_a_ready_applied_though_its_answer_was_lost_is_not_sent_again(tmp_path, 
     launcher._supervise_workers(0.0)
     launcher._resend_unsent(_status("Active", s.generation))
     assert len(client.sent) == 1 and s.unsent is None and s.ready_generation == s.generation
+
+
+def test_a_lost_controllers_step_is_the_last_it_logged_when_the_poll_lagged(tmp_path):
+    """CI under load: a controller SIGKILLed after logging step 60 was recorded `at_step` 0 (its status
+    poll had not answered yet), so the steps its successor redid were counted 0. The step it logged counts
+    too; lines before its start (an earlier controller's, in the appended log) do not."""
+    launcher, _, _ = _launcher(tmp_path)
+    log = tmp_path / "controller.log"
+    earlier = json.dumps({"event": "step", "step": 500}) + "\n"
+    log.write_text(earlier)
+    launcher.controller = Child("controller", ["true"], log)
+    launcher._controller_log_offset = len(earlier)
+    with open(log, "a") as f:
+        f.write("not json: a library's own line\n")
+        f.writelines(json.dumps({"event": "step", "step": n, "loss": 1.0}) + "\n" for n in (10, 30, 60))
+    launcher.last_status = None  # (its poll never answered)
+    launcher._carry_over_from_dead_controller(-9)
+    assert launcher.controller_losses[-1]["at_step"] == 60
