@@ -247,7 +247,17 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     spec still wants the job running, a signal's 128+n and any other code are
     controller losses: recreated and counted.
     """
+    namespace = f" -n {job.metadata.namespace}" if job.metadata.namespace else ""
     if pod.phase == "Succeeded" or pod.exit_code == ControllerExit.SUCCEEDED:
+        if job.spec.controller.library_mode and observed.controller_phase is None \
+                and not observed.status.get("step"):
+            # Never answered and no step known: a program that never served the control API (no connect()).
+            # Its exit 0 is no "trained N steps" (a trial saw that for `python -c 'print(1)'`); `elastic-jax
+            # run` refuses the same program before it is ready. (A program on the runtime is read at least
+            # once before it exits: the final status handoff.)
+            return "Failed", ("the program exited 0 without ever answering the control API: it never called "
+                              "elastic_jax.connect() (a module that does not: python -m elastic_jax.run_module "
+                              f"MODULE ...); see kubectl logs {pod.name}{namespace} -c controller")
         if job.spec.controller.library_mode and observed.controller_phase == "Failed":
             # The library's books (its final status, read before the program exits): the program closed its
             # runtime short of spec.training.steps without an exit code saying it succeeded; exit 0 then
@@ -257,7 +267,6 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
         return "Succeeded", f"trained {job.spec.training.steps} steps"
     detail = termination_reason(pod.termination_message).removeprefix("error: ")
     # Nothing said why: which log says it (a finished job keeps its controller pod).
-    namespace = f" -n {job.metadata.namespace}" if job.metadata.namespace else ""
     log_hint = f"no reason given; see kubectl logs {pod.name}{namespace} -c controller"
     if pod.exit_code == ControllerExit.FAILED:
         return "Failed", f"training failed: {observed.controller_failure_reason or detail or log_hint}"

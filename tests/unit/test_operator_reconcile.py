@@ -121,11 +121,27 @@ def test_library_mode_exit_0_short_of_the_steps_is_the_librarys_failure_not_trai
                                     controller_phase="Failed"))
     assert plan.finish == ("Failed", f"the program exited 0 but {ended}"), plan.finish
     # Its own word that it succeeded (it reached the steps, or `close(exit_code=0)`: the MaxText wrapper,
-    # which reports no steps), or no final status read: exit 0 is success, as documented.
-    for phase in ("Succeeded", None):
-        plan = decide(library, Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), None,
-                                        controller_phase=phase))
+    # which reports no steps), or no final status read after steps it reported (an operator restart while it
+    # ended): exit 0 is success, as documented.
+    for phase, status in (("Succeeded", {}), (None, {"step": 7})):
+        plan = decide(library, Observed({"controllerPod": "demo-controller-0", **status}, [pod], _both_jobsets(),
+                                        None, controller_phase=phase))
         assert plan.finish == ("Succeeded", "trained 10 steps"), (phase, plan.finish)
+
+
+def test_library_mode_exit_0_without_ever_answering_is_failed_not_trained_n_steps():
+    """A new-user trial: `command: [python, -c, "print(1)"]` (no `connect()`) exited 0 and the job read
+    Succeeded, "trained 200 steps", step 200, where `elastic-jax run` refuses the same program ("controller
+    exited with 0 before it was ready"). Never answered, no step known: Failed, naming what is missing."""
+    pod = _ctrl(phase="Succeeded", exit_code=0)
+    library = _job(controller={"command": ["python", "-c", "print(1)"]})
+    plan = decide(library, Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), None))
+    assert plan.finish[0] == "Failed", plan.finish
+    assert "without ever answering the control API" in plan.finish[1] and "elastic_jax.connect()" in plan.finish[1]
+    assert "kubectl logs demo-controller-0" in plan.finish[1]
+    # the built-in trainer host always serves it: its exit 0 stays the documented success
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [pod], _both_jobsets(), None))
+    assert plan.finish == ("Succeeded", "trained 10 steps"), plan.finish
 
 
 def test_controller_asking_to_be_restarted_is_a_loss_recreated_and_counted():
