@@ -281,7 +281,10 @@ def validate(
             _warn_suspend(job)
         library_mode = _attr(checked, "spec.controller.command") is not None
         if trainer and library_mode:
-            problems.append("--trainer: spec.controller.command runs your own program; there is no trainer to build")
+            # (a note, not an error: a valid library-mode manifest must pass `validate --trainer examples/*`)
+            typer.echo(f"note: {manifest}: --trainer: spec.controller.command runs your own program: there is no "
+                       "trainer to build; its checkpoint folder is checked", err=True)
+            problems += _stage_problems(_checkpoint_problems, checked, False, True)
         elif trainer:
             problems += _stage_problems(_trainer_problems, checked, manifest)
             problems += _stage_problems(_checkpoint_problems, checked, False, True)

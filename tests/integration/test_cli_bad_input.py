@@ -156,6 +156,21 @@ def test_validate_trainer_reports_every_config_problem_in_one_run(tmp_path):
     assert all(ln.startswith(prefix) for ln in errors) and "no files match" in errors[-1], errors
 
 
+def test_validate_trainer_passes_a_valid_library_mode_manifest_with_a_note(tmp_path):
+    """A new-user trial: `validate --trainer examples/04-own-loop.yaml` exited 2 ("there is no trainer to
+    build") for a valid manifest, so a CI loop over the examples failed. A note; its checkpoint folder is
+    still checked, and a real problem there is still an error."""
+    m = job_manifest("own", tmp_path, controller={"command": ["python", "train.py"]})
+    m["spec"]["controller"].pop("trainer", None)
+    proc = _validate(tmp_path, m, "--trainer")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: " in proc.stderr and "there is no trainer to build" in proc.stderr, proc.stderr
+    (tmp_path / "a-file").write_text("x")
+    m["spec"]["checkpoint"]["uri"] = str(tmp_path / "a-file")
+    proc = _validate(tmp_path, m, "--trainer")
+    assert proc.returncode == 2 and "error: " in proc.stderr and "spec.checkpoint.uri" in proc.stderr, proc.stderr
+
+
 def test_every_validate_line_names_the_file_with_cluster_too(tmp_path):
     """`validate --cluster` printed its cluster-rule and TPU lines without the `FILE: ` every other line has;
     the checkpoint folder's lines too (of `run` as well, which prints the same line)."""
