@@ -60,9 +60,7 @@ def kwok_pathways_fleet(cluster, ejob_crd, operator_kubeconfig, tmp_path):  # no
         wait_for(lambda: fleet.tpu_nodes_ready(cluster, nodes), timeout_s=90, what="kwok TPU nodes Ready",
                  explain=kwok.log)
         head = fleet.add_head_node(cluster)
-        cluster.kubectl("create", "namespace", NAMESPACE)
-        wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", NAMESPACE,
-                                         check=False).returncode == 0, timeout_s=30, what="default ServiceAccount")
+        fleet.create_namespace(cluster, NAMESPACE)
         op.start()
         yield kwok, op, head
     finally:
@@ -73,10 +71,6 @@ def kwok_pathways_fleet(cluster, ejob_crd, operator_kubeconfig, tmp_path):  # no
         if head is not None:
             cluster.remove_node(head)  # its agent and the heads' processes, by PID
         fleet.remove_tpu_nodes(cluster)
-
-
-def _slice_states(client: ControlClient) -> dict[int, str]:
-    return {s.index: s.state for s in client.status().slices}
 
 
 def _pool(pod: dict) -> str:
@@ -120,7 +114,7 @@ def test_pathways_heads_drive_multi_host_slices_on_kwok_tpu_pools(cluster, kwok_
                 assert p["status"]["podIP"] == ip  # host network: its kwok node's address
         client = ControlClient(f"http://{ctrl['status']['podIP']}:8080", fleet.token(cluster, NAMESPACE, job))
         try:
-            assert _slice_states(client) == {0: "Active", 1: "Active"}
+            assert fleet.slice_states(client) == {0: "Active", 1: "Active"}
             assert client.status().phase == "Running"
         finally:
             client.close()
@@ -144,7 +138,7 @@ def test_pathways_heads_drive_multi_host_slices_on_kwok_tpu_pools(cluster, kwok_
             return pods[0] if pods else None
         new = wait_for(replacement, timeout_s=90, what="replacement worker Running", explain=lambda: op.log()[-3000:])
         assert _pool(new) == _pool(victim)
-        wait_for(lambda: _slice_states(client) == {0: "Active", 1: "Active"}, timeout_s=60,
+        wait_for(lambda: fleet.slice_states(client) == {0: "Active", 1: "Active"}, timeout_s=60,
                  what="slice 1 Active again", explain=lambda: str(client.status()))
         assert next(s for s in client.status().slices if s.index == 1).failures == 1
     finally:

@@ -47,9 +47,7 @@ def kwok_fleet(cluster, ejob_crd, operator_kubeconfig, tmp_path):  # noqa: F811
     try:
         wait_for(lambda: fleet.kwok_nodes_ready(cluster, NODES), timeout_s=60, what="kwok node Ready",
                  explain=kwok.log)
-        cluster.kubectl("create", "namespace", NAMESPACE)
-        wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", NAMESPACE,
-                                         check=False).returncode == 0, timeout_s=30, what="default ServiceAccount")
+        fleet.create_namespace(cluster, NAMESPACE)
         op.start()
         yield kwok, op
     finally:
@@ -58,10 +56,6 @@ def kwok_fleet(cluster, ejob_crd, operator_kubeconfig, tmp_path):  # noqa: F811
         cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
         kwok.stop()
         fleet.remove_nodes(cluster, NODES)
-
-
-def _slice_states(client: ControlClient) -> dict[int, str]:
-    return {s.index: s.state for s in client.status().slices}
 
 
 def test_serve_only_controllers_drive_kwok_workers(cluster, kwok_fleet):
@@ -85,7 +79,7 @@ def test_serve_only_controllers_drive_kwok_workers(cluster, kwok_fleet):
         assert "--serve-only" not in str(ctrl["spec"])  # the image's entrypoint, not a rendered flag
         client = ControlClient(f"http://{ctrl['status']['podIP']}:8080", fleet.token(cluster, NAMESPACE, job))
         try:
-            assert _slice_states(client) == {0: "Active", 1: "Active"}
+            assert fleet.slice_states(client) == {0: "Active", 1: "Active"}
             assert client.status().phase == "Running"
         finally:
             client.close()
@@ -102,7 +96,7 @@ def test_serve_only_controllers_drive_kwok_workers(cluster, kwok_fleet):
         wait_for(lambda: (lambda p: p is not None and p["metadata"]["uid"] != victim["metadata"]["uid"])(
                      fleet.running_worker(fleet.pods_by_job(cluster, NAMESPACE)[job]["workers"], 1)),
                  timeout_s=90, what="replacement worker Running", explain=lambda: op.log()[-3000:])
-        wait_for(lambda: _slice_states(client) == {0: "Active", 1: "Active"}, timeout_s=60,
+        wait_for(lambda: fleet.slice_states(client) == {0: "Active", 1: "Active"}, timeout_s=60,
                  what="slice 1 Active again", explain=lambda: str(client.status()))
         assert next(s for s in client.status().slices if s.index == 1).failures == 1
     finally:

@@ -205,6 +205,19 @@ def remove_nodes(cluster, count: int) -> None:
         cluster.kubectl("delete", "node", f"kwok-{i}", "--ignore-not-found", "--wait=false", check=False)
 
 
+def create_namespace(cluster, namespace: str) -> None:
+    """Creates `namespace` and waits (up to 30 s) for its default ServiceAccount, which pods need before the
+    Job controller can create them."""
+    cluster.kubectl("create", "namespace", namespace)
+    wait_for(lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", namespace,
+                                     check=False).returncode == 0, timeout_s=30, what="default ServiceAccount")
+
+
+def slice_states(client) -> dict[int, str]:
+    """Slice index -> state in the controller's `/v1/status` (`client`: its `ControlClient`)."""
+    return {s.index: s.state for s in client.status().slices}
+
+
 def operator_requests(cluster) -> float:
     """Requests the API server dispatched for the operator's ServiceAccount so far (its FlowSchema's counter)."""
     text = cluster.kubectl("get", "--raw", "/metrics").stdout
