@@ -135,7 +135,8 @@ def test_cluster_rules_refused_at_apply_as_validate_cluster_refuses_them(cluster
     cli = shutil.which("elastic-jax", path=str(Path(sys.executable).parent))
     validate = subprocess.run([cli, "validate", "--cluster", str(path)], capture_output=True, text=True, timeout=120)
     assert validate.returncode == 2, validate.stdout
-    lines = [ln.removeprefix("error: ") for ln in validate.stderr.splitlines()]
+    # (every line of validate names the file first; the API server's lines do not)
+    lines = [ln.removeprefix("error: ").removeprefix(f"{path}: ") for ln in validate.stderr.splitlines()]
     assert any(message in ln for ln in lines), lines
     for line in lines:  # each of validate's errors is one of the API server's
         assert line in result.stderr, (line, result.stderr)
