@@ -4,6 +4,7 @@ SIGKILL, in the same controller process, on real worker processes."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -197,6 +198,17 @@ def test_a_restarted_worker_rejoins_the_own_loop_through_a_frozen_controller(tmp
     assert "could not report slice 1 Ready" in run.stderr, run.stderr[-3000:]
     s = run.summary
     assert s["succeeded"] and s["steps"] == 6000 and s["worker_restarts"] == 1, s
-    assert s["scale_ups"] == 1 and s["recoveries"] == 1, s
+    assert s["recoveries"] == 1, s
     log = run.controller_log()
-    assert "elastic attempt 2 on slices [0]" in log and "elastic attempt 3 on slices [0, 1]" in log, log[-3000:]
+    # Once it runs again the controller takes the held Down and Ready ~10 ms apart. Whether its loop's
+    # retry starts on [0] and then scales up (attempt 3), or sees both reports first and retries on
+    # [0, 1] at once (CI under load, scale_ups 0), is that race: either way the restarted worker rejoins.
+    attempts = re.findall(r"elastic attempt (\d+) on slices \[([\d, ]+)\]", log)
+    down_at = log.index("elastic event: ")
+    last = re.findall(r"elastic attempt (\d+) on slices \[([\d, ]+)\]", log[down_at:])
+    assert last and last[-1][1] == "0, 1", log[-3000:]
+    assert s["scale_ups"] == (1 if ("2", "0") in attempts else 0), (s, attempts)
+    # and the replacement ran the step program (it compiled it at a step of the loop)
+    served = [line for line in (run_dir / "worker-1.log").read_text().splitlines()
+              if f'"pid": {frozen["replacement"]}' in line]
+    assert any('"trigger": "step"' in line for line in served), served
