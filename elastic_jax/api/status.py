@@ -222,6 +222,10 @@ class CounterBase(_Model):
         default=None, ge=0, description="`step` when the job was resumed (spec.suspend true, then false): from then "
                                         "`step` is the step the new controller pod starts from, and the steps lost "
                                         "count from this once it takes over. Unset: no resume waits for its controller.")
+    resume_counted: bool = Field(
+        default=False, description="The live controller pod said where it resumed, so the steps it lost from "
+                                   "`stepReached` are in `stepsLost`. A pod replaced before that (suspended or lost "
+                                   "while starting) passes `stepReached` on to the next one.")
     frozen_seconds: float = Field(
         default=0.0, ge=0, description="Seconds the live controller pod was frozen (it ran but did not answer for "
                                        "longer than the ControllerUnresponsive grace, then answered again) while "

@@ -154,7 +154,8 @@ def carry(previous: ElasticTrainingJobStatus, slice_count: int, controller_uid: 
     restarts, slice_bases = carry_slices(previous, slice_count, jobsets)
     # (the steps-lost fields are `steps_lost.carry_steps_lost`'s: kept as they were)
     out = CounterBase(controller_uid=controller, recoveries=carried, slices=slice_bases, goodput=ledger_base,
-                      **base.model_dump(include={"steps_lost", "step_reached", "trained_from_step", "step_at_resume"}), **frozen)
+                      **base.model_dump(include={"steps_lost", "step_reached", "trained_from_step", "step_at_resume",
+                                               "resume_counted"}), **frozen)
     return Counts(recoveries=recoveries, slice_restarts=restarts, base=out, goodput=goodput)
 
 

@@ -9,7 +9,10 @@ checkpoint committed before the loss. So, per controller pod:
   lost at its start = max(0, `counterBase.stepReached` - the step it resumed from)
 
 counted once it has reported where it resumed (its phase is no longer `Starting`:
-`resumedFrom.step`, or 0 when it resumed nothing). `status.stepsLost` is the
+`resumedFrom.step`, or 0 when it resumed nothing). A pod replaced before it said so
+(suspended or lost while starting) passes the step reached on to the next pod
+(`counterBase.resumeCounted`), so a suspend/resume toggled faster than a pod starts
+still counts the steps it loses. `status.stepsLost` is the
 earlier pods' total (`counterBase.stepsLost`) + that + the steps the live
 controller itself re-did after restoring lost state (pathways; `stepsLost` of
 `GET /v1/status`).
@@ -67,8 +70,13 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
         reached = previous.step if before is not None else None
         if before is not None and before.step_at_resume is not None:
             reached = before.step_at_resume  # (a resume: `step` shows where this pod starts, `status_builder`)
+        if before is not None and before.step_reached is not None and not before.resume_counted:
+            # The pod before never said where it resumed (stopped or lost while starting): its loss was
+            # never counted, and STEP showed where it would start. A suspend/resume toggled a second apart
+            # lost the steps reached before it, uncounted.
+            reached = before.step_reached if reached is None else max(reached, before.step_reached)
         base = base.model_copy(update={"steps_lost": previous.steps_lost, "step_reached": reached,
-                                       "step_at_resume": None})
+                                       "step_at_resume": None, "resume_counted": False})
     live = controller if controller is not None and controller_uid and controller_uid == base.controller_uid else None
     resumed = resumed_step(live) if live is not None else None
     lost_at_start = 0
@@ -80,7 +88,7 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
             # wrote them, then taken as from step 0) start at this controller's step
             trained_from = resumed if _training_seconds(base.goodput) == 0 else 0
         trained_from = min(trained_from, resumed)
-        base = base.model_copy(update={"trained_from_step": trained_from})
+        base = base.model_copy(update={"trained_from_step": trained_from, "resume_counted": True})
         if base.step_reached is not None:
             lost_at_start = rule.lost_at_resume(base.step_reached, resumed)
             if goodput is not None and lost_at_start:

@@ -109,6 +109,36 @@ def test_the_steps_a_live_controller_redid_itself_add_to_the_jobs():
     assert c.steps_lost == 107
 
 
+def _resume(status: dict) -> dict:
+    """What the resume's pass writes (`status_builder`): STEP shows where the new pod starts (0: a local
+    checkpoint.uri), and the step the job had reached is kept in `counterBase.stepAtResume`."""
+    base = {**status.get("counterBase", {}), "stepAtResume": status["step"]}
+    return {**status, "step": 0, "counterBase": base}
+
+
+@pytest.mark.parametrize("how", ["suspend", "loss"])
+def test_a_controller_replaced_before_it_said_where_it_resumed_passes_the_step_reached_on(how):
+    """Trial (session 15): suspend/resume toggled four times a second apart resumed from step 0 with
+    `stepsLost` 0: each resume's pod was stopped while `Starting`, the next resume kept STEP (0, where that
+    pod would start) as the step reached, and the 100 steps the first pod trained were never counted. The
+    same for a pod lost while `Starting` after a resume."""
+    s = _resume(_trained_to_100())
+    c, s = _pass(s, "pod-b", _ctrl(0, {"starting": 2}, phase="Starting"))
+    assert c.steps_lost == 0 and c.base.step_reached == 100
+    if how == "suspend":
+        _, s = _pass(s, "", None)  # suspended: no controller
+        s = _resume(s)
+    # pod-c (the next resume's, or pod-b's replacement) resumes nothing: pod-a's 100 steps are lost, once
+    c, s = _pass(s, "pod-c", _ctrl(0, {"starting": 1}, phase="Starting"))
+    assert c.base.step_reached == 100, c.base
+    c, s = _pass(s, "pod-c", _ctrl(0, {"starting": 3}))
+    assert c.steps_lost == 100 and c.goodput.seconds.productive == 0 and c.goodput.seconds.recovering == 100
+    # once counted, it is not passed on again: pod-c trains 20 steps, then pod-d resumes nothing
+    c, s = _pass(s, "pod-c", _ctrl(20, {"starting": 3, "productive": 20}))
+    c, s = _pass(s, "pod-d", _ctrl(0, {"starting": 1}))
+    assert c.steps_lost == 120, c
+
+
 def test_a_status_written_by_an_older_operator_counts_no_loss_it_cannot_know():
     """No `counterBase` (an operator upgrade): the live controller's start is not compared with anything."""
     s = {"step": 100, "goodput": None}
