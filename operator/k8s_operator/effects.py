@@ -135,6 +135,14 @@ class CountGoodput:
 
 
 @dataclasses.dataclass(frozen=True)
+class CountRebooked:
+    """`seconds` of goodput `category` re-booked as recovering (`goodput.rebooked`), in the operator's metric."""
+
+    category: str
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
 class CountStepsLost:
     """`steps` more steps lost (`steps_lost.newly_lost`), in the operator's metric."""
 
@@ -142,7 +150,8 @@ class CountStepsLost:
 
 
 Effect = Union[CreateChild, CreateTokenSecret, CreateStatic, DeletePod, DeleteJobSet, DeleteJob, PostEvent,
-               PatchStatus, NodeLostPodSeen, CountControllerRestart, CountGoodput, CountStepsLost, ReportSlices,
+               PatchStatus, NodeLostPodSeen, CountControllerRestart, CountGoodput, CountRebooked, CountStepsLost,
+               ReportSlices,
                MarkFinished]
 
 
@@ -312,6 +321,8 @@ class Applier:
                 metrics.CONTROLLER_RESTARTS.inc()
             elif isinstance(effect, CountGoodput):
                 metrics.GOODPUT_SECONDS.labels(effect.category).inc(effect.seconds)
+            elif isinstance(effect, CountRebooked):
+                metrics.GOODPUT_REBOOKED_SECONDS.labels(effect.category).inc(effect.seconds)
             elif isinstance(effect, CountStepsLost):
                 metrics.STEPS_LOST.inc(effect.steps)
             else:

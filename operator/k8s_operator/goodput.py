@@ -135,6 +135,26 @@ def total(base: GoodputBase, live: GoodputBase) -> Goodput:
                    seconds=GoodputSeconds(**seconds), reduced_equivalent_seconds=equivalent, wall_seconds=wall)
 
 
+def rebooked(previous: Goodput | None, current: Goodput | None) -> dict[str, float]:
+    """Seconds per category `current` moved out of it into `recovering` since `previous` (both `status.goodput`
+    totals), for `elasticjax_operator_goodput_rebooked_seconds_total`: the re-booking of lost steps
+    (`steps_lost`), which `increments` leaves in the category first booked.
+
+    Only what `recovering` took in counts (at most its growth), shared over the categories that shrank in
+    proportion to their shrinking: a category that went down with nothing moved into recovering (a status
+    edited by hand) is no re-booking.
+    """
+    if current is None or previous is None:
+        return {}
+    shrunk = {c: getattr(previous.seconds, c) - getattr(current.seconds, c) for c in GOODPUT_CATEGORIES
+              if c != "recovering" and getattr(current.seconds, c) < getattr(previous.seconds, c)}
+    moved = min(sum(shrunk.values()), max(0.0, current.seconds.recovering - previous.seconds.recovering))
+    total = sum(shrunk.values())
+    if moved <= 1e-9 or total <= 0:
+        return {}
+    return {c: round(moved * d / total, 6) for c, d in shrunk.items() if moved * d / total > 1e-9}
+
+
 def increments(previous: Goodput | None, current: Goodput | None) -> dict[str, float]:
     """Seconds per category `current` booked past `previous` (for `elasticjax_operator_goodput_seconds_total`).
 

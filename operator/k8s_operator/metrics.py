@@ -30,8 +30,15 @@ GOODPUT_SECONDS = Counter(
     "Wall seconds the jobs' controllers booked, by goodput category, each second once in the category it was "
     "first booked in (status.goodput.seconds as it grows; carried across controller pods and operator restarts). "
     "The categories add up to status.goodput.wallSeconds. A counter cannot go down: steps a new controller pod "
-    "did not resume stay productive/reduced here while status.goodput re-books them as recovering (they are in "
-    "elasticjax_operator_steps_lost_total).", ["category"])
+    "did not resume stay productive/reduced here while status.goodput re-books them as recovering: "
+    "elasticjax_operator_goodput_rebooked_seconds_total counts that move.", ["category"])
+GOODPUT_REBOOKED_SECONDS = Counter(
+    "elasticjax_operator_goodput_rebooked_seconds_total",
+    "Seconds status.goodput moved out of `category` (productive or reduced) into recovering after they were "
+    "counted in elasticjax_operator_goodput_seconds_total: the training seconds of steps a new controller pod "
+    "did not resume (status.stepsLost). So status.goodput's productive is goodput_seconds_total{category="
+    "\"productive\"} minus this {category=\"productive\"}, and its recovering is goodput_seconds_total"
+    "{category=\"recovering\"} plus this summed over categories.", ["category"])
 STEPS_LOST = Counter(
     "elasticjax_operator_steps_lost_total",
     "Steps the jobs trained and then lost (status.stepsLost): a new controller pod resumed from an older step, "

@@ -17,8 +17,8 @@ from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, JOB_STOPPED, get_condition, set_condition
 from elastic_jax.k8s_operator import steps_lost
-from elastic_jax.k8s_operator.effects import (REASON_PHASE_CHANGED, CountGoodput, CountStepsLost, DeleteJob, Effect,
-                                              PatchStatus, PostEvent, invalid_child_effects, refusal_event)
+from elastic_jax.k8s_operator.effects import (REASON_PHASE_CHANGED, CountGoodput, CountRebooked, CountStepsLost, DeleteJob,
+                                              Effect, PatchStatus, PostEvent, invalid_child_effects, refusal_event)
 from elastic_jax.k8s_operator.head_status import with_resource_manager
 from elastic_jax.k8s_operator.pod_faults import PodFault, invalid_refusal, pod_faults
 from elastic_jax.k8s_operator.reconcile import JobSetView, dead
@@ -208,6 +208,8 @@ def decide_status(o: StatusObserved) -> StatusDecision:
     else:
         out += [CountGoodput(category, seconds)
                 for category, seconds in goodput_ledger.increments(i.previous.goodput, new.goodput).items()]
+        out += [CountRebooked(category, seconds)
+                for category, seconds in goodput_ledger.rebooked(i.previous.goodput, new.goodput).items()]
     lost = steps_lost.newly_lost(i.previous, new.steps_lost)
     if lost:
         out.append(CountStepsLost(lost))

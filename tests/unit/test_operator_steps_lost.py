@@ -206,6 +206,18 @@ def test_the_operators_goodput_counter_books_each_second_once_through_a_rebookin
     # the 100 s booked productive before the loss stay productive here (status: recovering), pod-b's own add
     assert counted["productive"] == pytest.approx(131) and counted.get("recovering", 0) == pytest.approx(2)
     assert written[-1].seconds.productive == pytest.approx(31) and written[-1].seconds.recovering == pytest.approx(102)
+    # and the move is its own counter (session 15's trial: the metric disagreed with status.goodput), so the
+    # metrics give status's ledger: productive 131 - 100, recovering 2 + 100
+    moved: dict[str, float] = {}
+    for before, after in zip([None] + written, written):
+        for category, seconds in gp.rebooked(before, after).items():
+            moved[category] = moved.get(category, 0.0) + seconds
+    assert moved == {"productive": pytest.approx(100)}
+    assert counted["productive"] - moved["productive"] == pytest.approx(written[-1].seconds.productive)
+    assert counted["recovering"] + sum(moved.values()) == pytest.approx(written[-1].seconds.recovering)
+    # a category edited down by hand, nothing moved into recovering, is no re-booking
+    edited = written[-1].model_copy(update={"seconds": written[-1].seconds.model_copy(update={"productive": 1.0})})
+    assert gp.rebooked(written[-1], edited) == {}
 
 
 def test_an_operator_restart_alone_loses_no_steps_and_rebooks_nothing(monkeypatch):
