@@ -235,7 +235,7 @@ def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_s
     """The manager pings every Ready slice, the active ones too, at the start of each attempt (the scale-up
     after a replacement joins, say) and marks those that do not answer within 5 s Down: a supervisor then
     replaces their workers. Here the controller (this test process, its `CpuBackend`) and the worker are
-    frozen (SIGSTOP) mid-ping for 4 s, the controller resumed 0.5 s first: the ping's 2 s deadline expired
+    frozen (SIGSTOP) mid-ping for 6 s, the controller resumed 0.5 s first: the ping's 4 s deadline expired
     while the controller did not run. Before, that failed the health check, as the step deadline did before
     the stall clock (e2e/test_slice_truth.py: the surviving slice 1 was replaced at a rejoin under load, in
     2 of 5 runs of session 12; that this was the cause is not shown). Now it is pinged again and answers."""
@@ -251,14 +251,23 @@ def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_s
     try:
         assert backend.health_check([0], timeout_s=2.0) == frozenset({0})  # connected, answering
         os.kill(worker.popen.pid, signal.SIGSTOP)  # the ping below stays unanswered until the end
-        freezer = subprocess.Popen(["sh", "-c", f"sleep 0.5; kill -STOP {os.getpid()}; sleep 4; "
-                                    f"kill -CONT {os.getpid()}; sleep 0.5; kill -CONT {worker.popen.pid}"])
+        # The freeze must begin inside the ping's deadline: the freezer is running (it said so) before it is
+        # told to go, and the deadline (4 s) leaves room for a loaded machine's scheduling delays (CI under
+        # load failed this with a 2 s deadline and a freezer that first had to start).
+        freezer = subprocess.Popen(["sh", "-c", f"echo ready; read go; sleep 0.3; kill -STOP {os.getpid()}; "
+                                    f"sleep 6; kill -CONT {os.getpid()}; sleep 0.5; kill -CONT {worker.popen.pid}"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         try:
+            assert freezer.stdout.readline() == b"ready\n"
+            freezer.stdin.write(b"go\n")
+            freezer.stdin.flush()
             started = time.monotonic()
-            assert backend.health_check([0], timeout_s=2.0) == frozenset({0})
-            assert time.monotonic() - started >= 4.0  # the freeze happened during the check
+            assert backend.health_check([0], timeout_s=4.0) == frozenset({0})
+            assert time.monotonic() - started >= 6.0  # the freeze happened during the check
         finally:
+            freezer.stdin.close()  # (a freezer still at `read` ends: it never freezes anything)
             freezer.wait(timeout=30)
+            freezer.stdout.close()
             os.kill(worker.popen.pid, signal.SIGCONT)
         # a worker frozen on its own (the controller runs) is still unhealthy
         os.kill(worker.popen.pid, signal.SIGSTOP)
