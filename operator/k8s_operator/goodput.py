@@ -121,15 +121,17 @@ def total(base: GoodputBase, live: GoodputBase) -> Goodput:
     Returns:
       Seconds per category added, and fraction = (productive + reduced
       equivalent) / wall in [0, 1]; fraction unset while no second was booked
-      or no step was productive (a job still starting has no goodput yet,
-      rather than 0 %).
+      or no step was ever completed (a job still starting has no goodput yet,
+      rather than 0 %). A job whose trained steps were all lost (a new
+      controller pod from step 0: their seconds re-booked `recovering`) has
+      0 %, not a blank GOODPUT column while its new controller starts.
     """
     seconds = {c: round(getattr(base.seconds, c) + getattr(live.seconds, c), 3) for c in GOODPUT_CATEGORIES}
     equivalent = round(base.reduced_equivalent_seconds + live.reduced_equivalent_seconds, 3)
     wall = round(sum(seconds.values()), 3)
     training = seconds["productive"] + seconds["reduced"]
     fraction = None
-    if wall > 0 and training > 0:
+    if wall > 0 and (training > 0 or seconds["recovering"] > 0):  # (`recovering` needs a completed step)
         fraction = round(min(1.0, (seconds["productive"] + min(equivalent, seconds["reduced"])) / wall), 4)
     return Goodput(fraction=fraction, percent="" if fraction is None else f"{fraction * 100:.1f}%",
                    seconds=GoodputSeconds(**seconds), reduced_equivalent_seconds=equivalent, wall_seconds=wall)

@@ -56,6 +56,8 @@ def test_a_new_controller_that_starts_again_from_step_0_loses_the_steps_and_thei
     assert c.steps_lost == 100 and s["stepsLost"] == 100
     assert c.goodput.seconds.productive == 0 and c.goodput.seconds.recovering == 100
     assert c.goodput.wall_seconds == pytest.approx(118)  # (re-booked, not dropped)
+    # GOODPUT reads 0 % until pod-b trains (session 15's trial: blank while the new controller started)
+    assert c.goodput.fraction == 0 and c.goodput.percent == "0.0%"
     # it trains: its own productive seconds count; the loss is not booked again pass after pass
     c, s = _pass(s, "pod-b", _ctrl(30, {"starting": 8, "productive": 30}))
     assert c.steps_lost == 100 and c.goodput.seconds.productive == 30 and c.goodput.seconds.recovering == 100
