@@ -12,6 +12,7 @@ one starts (`elastic_jax.api.checkpoints.preflight` for the checkpoint location)
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -96,7 +97,12 @@ def run(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     started_at = time.time()  # (a checkpoint saved before it is an earlier run's: the report says so)
     try:
-        with RunLock(options.workdir), CheckpointLock(job.spec.checkpoint.uri):
+        with RunLock(options.workdir, on_wait=lambda m: typer.echo(m, err=True)) as run_lock, \
+                CheckpointLock(job.spec.checkpoint.uri) as checkpoint_lock:
+            # (the controller holds them too: a SIGKILLed launcher's controller still checkpointing keeps
+            # the next run waiting instead of writing the same checkpoints beside it)
+            options = dataclasses.replace(options, lock_fds=tuple(
+                fd for fd in (run_lock.fd, checkpoint_lock.fd) if fd is not None))
             if fresh and job.spec.controller.library_mode:
                 _clear_for_library_mode(job, manifest)
             finished = _finished_at(job, fresh)
@@ -108,6 +114,11 @@ def run(
                     summary = launcher.run()
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        # before the launcher ran (it catches its own: a SUMMARY follows): waiting for a lock, checking
+        # the checkpoints; no process of this run was started
+        typer.echo("interrupted before the run started: no process was started", err=True)
+        raise typer.Exit(130)
     _print_report(summary, started_at)
     if summary.get("interrupted"):
         typer.echo("interrupted: every process stopped", err=True)

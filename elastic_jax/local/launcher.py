@@ -87,6 +87,10 @@ class LaunchOptions:
         `spec.elasticity.maxRestarts`, as the operator allows (`supervision.budgets`).
       fresh: the first controller deletes the local checkpoints once its trainer and
         checkpoint location check out (a restarted controller never does: it resumes).
+      lock_fds: the run's lock file descriptors (`RunLock.fd`, `CheckpointLock.fd`), inherited by every
+        controller process: a controller outlives a SIGKILLed launcher while it checkpoints on the SIGTERM
+        its parent's death sends it, and the next run must not start a second writer of the same
+        checkpoints meanwhile (`RunLock` waits for it).
     """
 
     workdir: Path
@@ -97,6 +101,7 @@ class LaunchOptions:
     ready_timeout_s: float = 300.0
     max_controller_restarts: int | None = None
     fresh: bool = False
+    lock_fds: tuple[int, ...] = ()
 
 
 @dataclasses.dataclass
@@ -235,7 +240,8 @@ class LocalLauncher:
             if self.options.fresh and not self._cleared:
                 argv.append("--fresh")
         if self.controller is None:
-            self.controller = Child("controller", argv, self.workdir / "controller.log", env=env)
+            self.controller = Child("controller", argv, self.workdir / "controller.log", env=env,
+                                    pass_fds=self.options.lock_fds)
         else:
             self.controller.argv = argv
             self.controller.env = {**os.environ, **env}
@@ -778,16 +784,30 @@ def _equivalent(seconds: dict[str, float], goodput: float | None) -> float:
 class RunLock:
     """An exclusive lock on a run directory, so two launchers never run the same job at once.
 
+    The launcher's controller processes hold it too (`LaunchOptions.lock_fds`): a launcher killed by
+    SIGKILL leaves its controller checkpointing on the SIGTERM its parent's death sends it. A lock
+    whose launcher is gone is waited for, up to `wait_s` seconds, with one line on stderr saying so.
+
     Args:
       workdir: the run directory (created if missing).
+      wait_s: seconds to wait for the processes of a run whose launcher is gone.
+      on_wait: called once with a message when it waits.
 
     Raises (from `acquire`):
-      LaunchError: another live process holds it (exit code 2); the directory cannot be created.
+      LaunchError: another live launcher holds it, or a gone launcher's processes still did after
+        `wait_s` (exit code 2); the directory cannot be created.
     """
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, wait_s: float = 120.0, on_wait: Callable[[str], None] | None = None):
         self.path = workdir / "launcher.lock"
+        self.wait_s = wait_s
+        self.on_wait = on_wait
         self._fd: int | None = None
+
+    @property
+    def fd(self) -> int | None:
+        """The lock's file descriptor while held (to pass to the controller), else None."""
+        return self._fd
 
     def acquire(self) -> "RunLock":
         workdir = self.path.parent
@@ -801,14 +821,22 @@ class RunLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _try_flock(fd):
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
-            raise LaunchError(f"this job is already running from {self.path.parent} (launcher pid {holder})") from None
+            if _pid_alive(holder):
+                os.close(fd)
+                raise LaunchError(f"this job is already running from {self.path.parent} (launcher pid {holder})")
+            if self.on_wait is not None:
+                self.on_wait(f"the previous run of this job (launcher pid {holder}) is gone, but a process it "
+                             f"started still holds {self.path} (its controller checkpointing on the way out): "
+                             f"waiting up to {self.wait_s:.0f} s for it to stop")
+            if not wait_until(lambda: _try_flock(fd), self.wait_s, 0.2):
+                os.close(fd)
+                raise LaunchError(f"the previous run of this job (launcher pid {holder}, gone) still has a process "
+                                  f"holding {self.path} after {self.wait_s:.0f} s; find it with `fuser -v "
+                                  f"{self.path}` and stop it")
         os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
+        os.pwrite(fd, str(os.getpid()).encode(), 0)  # (at 0: a wait above read the holder's pid)
         self._fd = fd
         return self
 
@@ -822,6 +850,28 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _try_flock(fd: int) -> bool:
+    """Takes the exclusive flock on `fd` if free; False if another open file holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _pid_alive(pid: str) -> bool:
+    """Whether the process `pid` (as written in a lock file; "?" unknown: taken as alive) exists."""
+    try:
+        os.kill(int(pid), 0)
+    except ValueError:
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # (another user's process)
+    return True
 
 
 class CheckpointLock:
@@ -839,6 +889,11 @@ class CheckpointLock:
     def __init__(self, uri: str):
         self.uri = uri
         self._fd: int | None = None
+
+    @property
+    def fd(self) -> int | None:
+        """The lock's file descriptor while held (to pass to the controller); None for gs:// or when not held."""
+        return self._fd
 
     def acquire(self) -> "CheckpointLock":
         if "://" in self.uri:

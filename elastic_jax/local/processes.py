@@ -59,13 +59,16 @@ class Child:
       argv: command line.
       log_path: stdout and stderr go here (appended: restarts keep history).
       env: extra environment variables.
+      pass_fds: file descriptors the process inherits (the launcher's locks: held until it exits too).
     """
 
-    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None):
+    def __init__(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 pass_fds: tuple[int, ...] = ()):
         self.name = name
         self.argv = argv
         self.log_path = log_path
         self.env = {**os.environ, **(env or {})}
+        self.pass_fds = pass_fds
         self.popen: subprocess.Popen | None = None
         self.starts = 0
 
@@ -76,6 +79,7 @@ class Child:
             self.popen = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                pass_fds=self.pass_fds,
             )
         self.starts += 1
 
