@@ -35,7 +35,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
-from elastic_jax.api.status import FINISHED_PHASES, ElasticTrainingJobStatus, SliceStatusEntry
+from elastic_jax.api.status import ElasticTrainingJobStatus, SliceStatusEntry
 from elastic_jax.k8s_operator import (
     backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
@@ -45,6 +45,7 @@ from elastic_jax.k8s_operator import effects, invalid_spec_events, status_write,
 from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
+from elastic_jax.k8s_operator.finished import finished_phase
 from elastic_jax.k8s_operator.missed_losses import missed_loss_events
 from elastic_jax.supervision.slice_state import down_cause
 from elastic_jax.k8s_operator.slice_warming import with_warming
@@ -750,7 +751,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     ns, name = key
     tracker = js.tracker
     resource_version = body["metadata"].get("resourceVersion") or ""
-    finished = status.get("phase") in FINISHED_PHASES
+    finished = finished_phase(ElasticTrainingJobStatus.from_kube(status)) is not None
     applier = effects.Applier(state.kube, js, post, patch, job_pods, job_jobsets)
 
     refusal: tuple[str, str] | None = None  # the first child the API server refused in this pass

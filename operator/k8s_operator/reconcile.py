@@ -15,10 +15,10 @@ from typing import Any, Mapping
 
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.status import (COND_CONTROLLER_RESTARTED, COND_IMAGE_PULL_FAILED, COND_SUSPENDED, FINISHED_PHASES,
+from elastic_jax.api.status import (COND_CONTROLLER_RESTARTED, COND_IMAGE_PULL_FAILED, COND_SUSPENDED,
                                     REASON_CONTROLLER_BACK_OFF, ElasticTrainingJobStatus)
 from elastic_jax.exit_codes import ControllerExit, signal_exit
-from elastic_jax.k8s_operator import counters, names
+from elastic_jax.k8s_operator import counters, finished, names
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
@@ -495,8 +495,12 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     """
     plan = Plan()
     status = observed.status
-    if status.get("phase") in FINISHED_PHASES:
+    typed = ElasticTrainingJobStatus.from_kube(status)
+    if finished.finished_phase(typed) is not None:
         return _teardown(observed, plan, keep_finished_controller=True)
+    foreign = finished.foreign_finish_message(typed)
+    if foreign:  # (written over by this pass's status: said once)
+        plan.events.append(("Warning", finished.REASON_FOREIGN_PHASE_IGNORED, foreign))
     # Whatever else happens, the job's pods on a lost node go now (grace 0): a suspend's graceful
     # delete would never finish there, and a slice's JobSet replaces only a pod that has ended.
     plan.force_delete = pods_on_lost_nodes(observed.controller_pods + observed.worker_pods, observed.lost_nodes)

@@ -14,6 +14,7 @@ from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER
                                                  REASON_CONTROLLER_NOT_ANSWERING, derive_phase, get_condition,
                                                  set_condition)
 from elastic_jax.k8s_operator import controller_restart
+from elastic_jax.k8s_operator.finished import finished_phase
 from elastic_jax.k8s_operator.reconcile import (ControllerBackOff, backoff_message, checkpoints_go_with_pod,
                                                 local_checkpoint_loss)
 from elastic_jax.k8s_operator.slice_warming import spare_indices
@@ -79,7 +80,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     """The whole new status, conditions with observedGeneration (`i.previous` is not modified)."""
     prev = i.previous
     out = prev.model_copy(deep=True)
-    finished = prev.phase if prev.phase in st.FINISHED_PHASES else None
+    finished = finished_phase(prev)  # (a finish the operator did not write is recomputed: `finished`)
     if finished is None and i.finish is not None:
         finished = i.finish[0]
         out.failure_reason = i.finish[1] if finished == "Failed" else ""
