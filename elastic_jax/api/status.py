@@ -63,6 +63,10 @@ REASON_CONTROLLER_POD_LOST = "ControllerPodLost"
 # From the pass that finds the controller pod lost (or being deleted by someone else) until its replacement
 # has completed a step: no controller trains meanwhile, so the phase is Recovering (`controller_restart`).
 REASON_CONTROLLER_RESTARTING = "ControllerRestarting"
+# The controller pod is lost again before any controller trained a step since the last loss (a crash loop: a
+# `sys.exit(3)` at start-up): its replacement waits, 10 s doubling to 300 s (`supervision.backoff`). Also
+# on Degraded while it lasts, with a Warning Event of the same reason.
+REASON_CONTROLLER_BACK_OFF = "ControllerBackOff"
 # Suspended
 REASON_SUSPENDED = "Suspended"
 # Suspended, and spec.checkpoint.uri is local to the controller pod: a resume starts again from step 0.
@@ -258,6 +262,10 @@ class ElasticTrainingJobStatus(_Model):
     last_checkpoint_step: int | None = Field(default=None, description="Newest committed checkpoint step.")
     controller_pod: str = Field(default="", description="Name of the current controller pod.")
     controller_restarts: int = Field(default=0, ge=0, description="Times the controller pod was recreated (never for a worker failure).")
+    controller_losses_in_a_row: int = Field(
+        default=0, ge=0, description="Controller losses since a controller last completed a training step (or ran "
+                                     "10 min): the restart back-off's count (kubelet CrashLoopBackOff rule: the first "
+                                     "replacement at once, then 10 s doubling up to 300 s from the lost pod's finish).")
     slice_replacements: int = Field(default=0, ge=0, description="Worker slices replaced in total (the slices' "
                                                                  "restarts added up), across suspend/resume.")
     recoveries: int = Field(default=0, ge=0, description="Recoveries (a slice lost, hung or drained) the job's "

@@ -48,7 +48,7 @@ from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.logs import read_events
 from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
-from elastic_jax.supervision import budgets, controller_watch
+from elastic_jax.supervision import backoff, budgets, controller_watch
 from elastic_jax.supervision import steps_lost as steps_lost_rule
 from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, down_cause, \
     next_generation, next_slice_state, reported
@@ -435,8 +435,12 @@ class LocalLauncher:
         controller_restarts = 0
         max_controller_restarts = self._max_controller_restarts()
         interrupted = False
+        # The operator's crash-loop rule (`supervision.backoff`): losses since a controller last trained a step,
+        # and when (monotonic) the lost one's successor may start.
+        losses_in_a_row, restart_at = 0, None
         try:
             self._start_controller()
+            controller_started = time.monotonic()
             self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=self._worker_env()))
                            for i in range(self.job.spec.slices.total)]
             for s in self.slices:
@@ -448,12 +452,32 @@ class LocalLauncher:
                     if ends_job(code) or not budgets.controller_restart_allowed(controller_restarts,
                                                                                 max_controller_restarts):
                         break
+                    if restart_at is None:
+                        losses_in_a_row = backoff.losses_after(losses_in_a_row, now - controller_started)
+                        delay = backoff.restart_delay_s(losses_in_a_row)
+                        restart_at = now + delay
+                        if delay > 0:
+                            _logger.warning("controller exited with %s, %d losses in a row with no step trained "
+                                            "between them: restarting it in %.0f s (back-off %.0f s doubling to "
+                                            "%.0f s, as the kubelet's CrashLoopBackOff)", code, losses_in_a_row,
+                                            delay, backoff.INITIAL_DELAY_S, backoff.MAX_DELAY_S)
+                    if now < restart_at:
+                        # (the workers are still supervised while it waits; no controller to poll)
+                        self._supervise_workers(now)
+                        self.budget_failure = self._slice_budget_failure()
+                        if self.budget_failure is not None:
+                            _logger.error("%s; stopping the job", self.budget_failure)
+                            break
+                        time.sleep(0.1)
+                        continue
+                    restart_at = None
                     # Flow 3: the controller itself was lost (killed, or signalled by someone other than
                     # this launcher: exit RESTART); start a new one, it resumes from the checkpoint.
                     controller_restarts += 1
                     self._carry_over_from_dead_controller(code)
                     _logger.warning("controller exited with %s; restarting (%d)", code, controller_restarts)
                     self._start_controller()
+                    controller_started = time.monotonic()
                     for s in self.slices:  # a new controller knows nothing: every slice it may have is re-sent
                         s.ready_generation = None
                         if reported(s.state):
@@ -467,6 +491,8 @@ class LocalLauncher:
                 status = self._poll_status()
                 self._watch_controller(status)
                 if status is not None:
+                    if status.step > (status.resumed_from.step if status.resumed_from is not None else 0):
+                        losses_in_a_row = 0  # a controller trained a step: a crash loop, if any, is over
                     self._last_status = status
                     self._note_resume(status)
                     self.on_status(self._with_earlier_recoveries(status))

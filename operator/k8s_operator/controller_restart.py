@@ -52,7 +52,8 @@ def restarting(previous: st.ElasticTrainingJobStatus, controller_lost: bool, con
     if controller_lost:
         return True
     before = get_condition(previous.conditions, st.COND_CONTROLLER_RESTARTED)
-    if before is None or before.status != "True" or before.reason != st.REASON_CONTROLLER_RESTARTING:
+    if before is None or before.status != "True" or before.reason not in (st.REASON_CONTROLLER_RESTARTING,
+                                                                          st.REASON_CONTROLLER_BACK_OFF):
         return False
     if controller is None or not from_current:
         return True
@@ -71,7 +72,7 @@ def phase(derived: st.Phase, previous_phase: str, restarting_now: bool) -> st.Ph
 
 def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool, resumed_from: int | None,
                         suspended: bool, finished: str | None, stopping: str = "",
-                        local_uri: str = "") -> tuple[str, str] | None:
+                        local_uri: str = "", backoff: str = "") -> tuple[str, str] | None:
     """(reason, message) of the ControllerRestarted condition (True), None while the pod was never recreated.
 
     Args:
@@ -84,6 +85,8 @@ def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool
       local_uri: spec.checkpoint.uri when it is local to the controller pod (an emptyDir: its checkpoints,
         the one a SIGTERM saves too, go with the pod, so a replacement starts again from step 0); "" for
         shared storage (gs://), whose latest committed checkpoint the replacement restores.
+      backoff: the lost controller's replacement waits (a crash loop): the wait's message
+        (`reconcile.backoff_message`); "" when none.
     """
     if not restarts and not restarting_now:
         return None
@@ -92,6 +95,8 @@ def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool
     # SIGTERM's) checkpoint is false for a local uri, whose emptyDir goes with the pod (the trial's Event
     # said step 0 while this condition said "the latest committed checkpoint").
     local = f"spec.checkpoint.uri {local_uri} is local to the controller pod" if local_uri else ""
+    if restarting_now and backoff:
+        return st.REASON_CONTROLLER_BACK_OFF, f"{backoff}; {times}"
     if restarting_now and stopping:
         saves = (f"on SIGTERM it checkpoints the step it reached, but {local}: that checkpoint goes with the pod "
                  "and the replacement starts again from step 0" if local

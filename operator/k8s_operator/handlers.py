@@ -35,7 +35,7 @@ from elastic_jax.api import job as job_api
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bounded
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
-from elastic_jax.api.status import FINISHED_PHASES, ElasticTrainingJobStatus, SliceStatusEntry
+from elastic_jax.api.status import ElasticTrainingJobStatus, SliceStatusEntry
 from elastic_jax.k8s_operator import (
     backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
@@ -45,6 +45,7 @@ from elastic_jax.k8s_operator import effects, invalid_spec_events, status_write,
 from elastic_jax.k8s_operator.status_decision import (StatusObserved, decide_status, expiry, failed_spec_fields,
                                                      invalid_failure)
 from elastic_jax.k8s_operator.effects import EventLog
+from elastic_jax.k8s_operator.finished import finished_phase
 from elastic_jax.k8s_operator.missed_losses import missed_loss_events
 from elastic_jax.supervision.slice_state import down_cause
 from elastic_jax.k8s_operator.slice_warming import with_warming
@@ -750,7 +751,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     ns, name = key
     tracker = js.tracker
     resource_version = body["metadata"].get("resourceVersion") or ""
-    finished = status.get("phase") in FINISHED_PHASES
+    finished = finished_phase(ElasticTrainingJobStatus.from_kube(status)) is not None
     applier = effects.Applier(state.kube, js, post, patch, job_pods, job_jobsets)
 
     refusal: tuple[str, str] | None = None  # the first child the API server refused in this pass
@@ -850,6 +851,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         return
     follow_up, replaced = effects.after_creates(plan, created_controller)
     applier.apply(follow_up)  # (a finish: `MarkFinished` among them)
+    # A controller's restart back-off ends at a time, not at news: the daemon wakes for it (`JobTracker.wake_at`).
+    tracker.wake_at = None if plan.wake_in_s is None else time.monotonic() + plan.wake_in_s
     restarts = int(status.get("controllerRestarts") or 0) + (1 if replaced else 0)
 
     previous = ElasticTrainingJobStatus.from_kube(status)
@@ -882,6 +885,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                       counter_base=counter_base, finish=plan.finish, rejected_fields=rejected, now=now,
                       goodput=job_goodput, suspend_waits_for=plan.suspend_waits_for, steps_lost=lost_steps,
                       controller_lost=plan.controller_restarted, replace_after_stop=plan.replace_after_stop,
+                      backoff=plan.backoff, losses_in_a_row=plan.losses_in_a_row if replaced else None,
                       answered_by=_answered_by(tracker.answer_uid if ctrl is not None else "", controller_pods)),
         status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
         current=current, controller_created_now=plan.create_controller is not None,
@@ -903,9 +907,12 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, dt.datetime.now(dt.timezone.utc)))
     # Quiet: whole and running, its controller answering well, nothing created, written or posted. The same
     # inputs would give the same nothing: the daemon skips such passes (`reconcile_once`).
-    tracker.last_pass_quiet = (observed.running and observed.whole and observed.answer_fault is None
-                               and observed.unresponsive is None and refusal is None and not lost and ctrl is not None
-                               and tracker.answer_uid == tracker.controller_uid and not tracker.token_refused
+    # A controller restart's back-off is quiet too once announced: nothing moves until it ends (`wake_at`).
+    waiting = plan.backoff is not None and not lost and refusal is None
+    tracker.last_pass_quiet = ((waiting or (observed.running and observed.whole and observed.answer_fault is None
+                                            and observed.unresponsive is None and refusal is None and not lost
+                                            and ctrl is not None and tracker.answer_uid == tracker.controller_uid))
+                               and not tracker.token_refused
                                and plan.create_controller is None and not created_controller
                                and not post.pending and _nothing_patched(patch))
     return True

@@ -15,14 +15,15 @@ from typing import Any, Mapping
 
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.status import COND_IMAGE_PULL_FAILED, COND_SUSPENDED, FINISHED_PHASES, ElasticTrainingJobStatus
+from elastic_jax.api.status import (COND_CONTROLLER_RESTARTED, COND_IMAGE_PULL_FAILED, COND_SUSPENDED,
+                                    REASON_CONTROLLER_BACK_OFF, ElasticTrainingJobStatus)
 from elastic_jax.exit_codes import ControllerExit, signal_exit
-from elastic_jax.k8s_operator import counters, names
+from elastic_jax.k8s_operator import counters, finished, names
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
 from elastic_jax.k8s_operator.slices import PodView
-from elastic_jax.supervision import budgets
+from elastic_jax.supervision import backoff, budgets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +109,13 @@ class Plan:
         it checkpoints its last step, which the replacement must be able to restore ("" when none).
       suspend_waits_for: spec.suspend: the controller pods whose container still runs (`_holds_workers`):
         the job is Suspending, not Suspended, until they have stopped.
+      losses_in_a_row: the lost controller's loss counted with those before it since a controller last
+        trained a step (`supervision.backoff.losses_after`), set when this pass finds it lost: what
+        `status.controllerLossesInARow` becomes once its replacement is created. None: no loss now.
+      backoff: the lost controller's replacement waits (a crash loop: `supervision.backoff`); nothing is
+        created this pass. None: no wait.
+      wake_in_s: seconds from `Observed.now` after which a pass is due though nothing else may change (the
+        end of `backoff`); None: none.
     """
 
     create_controller: int | None = None
@@ -121,6 +129,34 @@ class Plan:
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     pathways_head: str = ""
     suspend_waits_for: list[str] = dataclasses.field(default_factory=list)
+    losses_in_a_row: int | None = None
+    backoff: "ControllerBackOff | None" = None
+    wake_in_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerBackOff:
+    """A lost controller pod whose replacement waits (`supervision.backoff.restart_delay_s`).
+
+    Attributes:
+      pod: the lost pod's name.
+      why: how it ended (`_loss_reason`: exit code and its last word).
+      losses_in_a_row: this loss included.
+      delay_s: the whole wait, counted from `since`.
+      since: the pod's container `finishedAt` (its creation time when the kubelet gave none), RFC 3339.
+      until: when the wait ends (`since` + `delay_s`), RFC 3339.
+      left_s: seconds of the wait left at `Observed.now`.
+      replacement: the name its replacement will have.
+    """
+
+    pod: str
+    why: str
+    losses_in_a_row: int
+    delay_s: float
+    since: str
+    until: str
+    left_s: float
+    replacement: str
 
 
 # How long a controller pod this operator created may be missing from the pod index before
@@ -200,9 +236,12 @@ def dead(pod: PodView) -> bool:
     return pod.terminal or pod.exit_code is not None
 
 
+_RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
+
+
 def _seconds_between(since: str, now: str) -> float | None:
     try:
-        parse = lambda t: dt.datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+        parse = lambda t: dt.datetime.strptime(t, _RFC3339)  # noqa: E731
         return (parse(now) - parse(since)).total_seconds()
     except (TypeError, ValueError):
         return None
@@ -448,14 +487,20 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
       A `Plan`. Worker failures never touch the controller pod: a slice's
       JobSet replaces its own pods; only the controller's own death (a pod
       that exited with a code that does not end the job (see `_controller_exit`), vanished, or is being deleted
-      by someone else) recreates the controller, counted in status. Backend pathways: a slice's JobSet is
+      by someone else) recreates the controller, counted in status; a controller that exited again before any
+      controller trained a step since the last loss waits first (`supervision.backoff`: `Plan.backoff`,
+      `Plan.wake_in_s`). Backend pathways: a slice's JobSet is
       created only once the head's resource manager listens, and JobSets of an earlier head are restarted
       (`_restart_detached_workers`).
     """
     plan = Plan()
     status = observed.status
-    if status.get("phase") in FINISHED_PHASES:
+    typed = ElasticTrainingJobStatus.from_kube(status)
+    if finished.finished_phase(typed) is not None:
         return _teardown(observed, plan, keep_finished_controller=True)
+    foreign = finished.foreign_finish_message(typed)
+    if foreign:  # (written over by this pass's status: said once)
+        plan.events.append(("Warning", finished.REASON_FOREIGN_PHASE_IGNORED, foreign))
     # Whatever else happens, the job's pods on a lost node go now (grace 0): a suspend's graceful
     # delete would never finish there, and a slice's JobSet replaces only a pod that has ended.
     plan.force_delete = pods_on_lost_nodes(observed.controller_pods + observed.worker_pods, observed.lost_nodes)
@@ -532,14 +577,25 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             plan.replace_after_stop = newest.name
         else:
             last = newest.attempt if newest is not None else expected_attempt
-            plan.create_controller = max(last, expected_attempt or 0) + 1
-            plan.controller_restarted = True
-            why = _loss_reason(newest, observed.lost_nodes)
-            plan.events.append(("Warning", "ControllerRestarted",
-                                f"controller pod {newest.name if newest else expected} lost ({why}); "
-                                f"creating {names.controller_pod(name, plan.create_controller)}, {resume_text(job)}"))
-            if newest is not None and not newest.deleting and not stranded:
-                plan.delete_pods.append(newest.name)
+            plan.losses_in_a_row = backoff.losses_after(int(status.get("controllerLossesInARow") or 0),
+                                                        _ran_s(newest))
+            wait = _backoff(job, newest, observed, plan.losses_in_a_row, max(last, expected_attempt or 0) + 1)
+            if wait is not None:
+                # A crash loop: the dead pod stays (its logs) and the replacement waits; the daemon's next
+                # pass is due when the wait ends (`wake_in_s`).
+                plan.backoff, plan.wake_in_s = wait, wait.left_s
+                if not _backoff_announced(status, wait.pod):
+                    plan.events.append(("Warning", REASON_CONTROLLER_BACK_OFF, backoff_message(wait)))
+            else:
+                plan.create_controller = max(last, expected_attempt or 0) + 1
+                plan.controller_restarted = True
+                why = _loss_reason(newest, observed.lost_nodes)
+                plan.events.append(("Warning", "ControllerRestarted",
+                                    f"controller pod {newest.name if newest else expected} lost ({why}); "
+                                    f"creating {names.controller_pod(name, plan.create_controller)}, "
+                                    f"{resume_text(job)}"))
+                if newest is not None and not newest.deleting and not stranded:
+                    plan.delete_pods.append(newest.name)
 
     pathways = job.spec.backend == "pathways"
     if pathways:
@@ -569,4 +625,55 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
         plan.create_jobsets = []
         plan.controller_restarted = False
         plan.replace_after_stop = ""
+        plan.backoff = plan.wake_in_s = plan.losses_in_a_row = None
     return plan
+
+
+def _ran_s(pod: PodView | None) -> float | None:
+    """Seconds the pod ran: its creation to its container's finish (None: not known)."""
+    if pod is None or not pod.created or not pod.finished_at:
+        return None
+    return _seconds_between(pod.created, pod.finished_at)
+
+
+def _backoff(job: ElasticTrainingJob, pod: PodView | None, observed: Observed, losses_in_a_row: int,
+             replacement: int) -> ControllerBackOff | None:
+    """The wait before `pod`'s replacement is created, None when it is created now.
+
+    Only a controller whose process ended (`dead`) waits: a crash loop. A pod that vanished, was deleted
+    by someone else or stranded on a lost node is replaced at once. The wait counts from the container's
+    `finishedAt` (the kubelet's CrashLoopBackOff does the same), else from the pod's creation. Without
+    `observed.now` no wait is decided (time-based decisions are skipped).
+    """
+    if pod is None or not dead(pod) or pod.deleting or not observed.now:
+        return None
+    delay = backoff.restart_delay_s(losses_in_a_row)
+    since = pod.finished_at or pod.created
+    elapsed = _seconds_between(since, observed.now) if since else None
+    if delay <= 0 or elapsed is None or elapsed >= delay:
+        return None
+    until = (dt.datetime.strptime(since, _RFC3339) + dt.timedelta(seconds=delay)).strftime(_RFC3339)
+    return ControllerBackOff(pod=pod.name, why=_loss_reason(pod, observed.lost_nodes), losses_in_a_row=losses_in_a_row,
+                             delay_s=delay, since=since, until=until, left_s=delay - max(0.0, elapsed),
+                             replacement=names.controller_pod(job.metadata.name, replacement))
+
+
+def _backoff_announced(status: Mapping[str, Any], pod: str) -> bool:
+    """The job's status already says `pod`'s replacement waits (its Event was posted with that condition)."""
+    return any(c.get("type") == COND_CONTROLLER_RESTARTED and c.get("reason") == REASON_CONTROLLER_BACK_OFF
+               and c.get("message", "").startswith(backoff_lead(pod)) for c in status.get("conditions") or [])
+
+
+def backoff_lead(pod: str) -> str:
+    """How the back-off's condition message and Event begin, naming the lost pod."""
+    return f"controller pod {pod} lost"
+
+
+def backoff_message(wait: ControllerBackOff) -> str:
+    """The back-off's Event and condition message: which pod, how it ended, how long its replacement waits, why.
+
+    The same on every pass of one wait (no "seconds left"), so the condition is written once."""
+    return (f"{backoff_lead(wait.pod)} ({wait.why}), {wait.losses_in_a_row} losses in a row with no step trained "
+            f"between them: back-off {wait.delay_s:.0f} s, {wait.replacement} is created at {wait.until}, "
+            f"{wait.delay_s:.0f} s after it ended (the wait doubles per loss from {backoff.INITIAL_DELAY_S:.0f} s "
+            f"to {backoff.MAX_DELAY_S:.0f} s, as the kubelet's CrashLoopBackOff, until a controller trains a step)")

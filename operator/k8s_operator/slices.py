@@ -46,6 +46,8 @@ class PodView:
       exit_code: the first terminated container's exit code, else None.
       reason: a short why (e.g. "exit code 137", "OOMKilled", "NodeLost").
       termination_message: the container's termination message, if any.
+      finished_at: that terminated container's `finishedAt` (RFC 3339; "" when none): a controller's
+        restart back-off counts from it (`supervision.backoff`).
       created: metadata.creationTimestamp (RFC 3339; sorts in time order).
       waiting_reason, waiting_message, waiting_image: the first container (or
         init/sidecar container) the kubelet holds in `waiting` with a reason other
@@ -84,6 +86,7 @@ class PodView:
     rm_started: bool = False
     rm_restarts: int = 0
     resource_version: str = ""
+    finished_at: str = ""
 
     @property
     def terminal(self) -> bool:
@@ -126,7 +129,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
     status = body.get("status") or {}
     role = lab.get(labels.ROLE, "")
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    exit_code, reason, message = None, status.get("reason") or "", ""
+    exit_code, reason, message, finished_at = None, status.get("reason") or "", "", ""
     statuses = status.get("containerStatuses") or []
     # the controller pod's own container first (the pathways sidecars are init containers)
     statuses = sorted(statuses, key=lambda cs: cs.get("name") != labels.ROLE_CONTROLLER)
@@ -137,6 +140,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
             detail = term.get("reason") or ""
             reason = reason or (f"exit code {exit_code}" + (f" ({detail})" if detail and detail != "Error" else ""))
             message = (term.get("message") or "").strip()
+            finished_at = term.get("finishedAt") or ""
             break
     waiting = _waiting(status)
     rm = next((cs for cs in status.get("initContainerStatuses") or [] if cs.get("name") == RM_CONTAINER), {})
@@ -169,6 +173,7 @@ def pod_view(body: dict[str, Any]) -> PodView:
         rm_started=bool(rm.get("started")) and "running" in (rm.get("state") or {}),
         rm_restarts=_int(rm.get("restartCount"), 0),
         resource_version=str(meta.get("resourceVersion") or ""),
+        finished_at=finished_at,
     )
 
 

@@ -14,7 +14,9 @@ from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER
                                                  REASON_CONTROLLER_NOT_ANSWERING, derive_phase, get_condition,
                                                  set_condition)
 from elastic_jax.k8s_operator import controller_restart
-from elastic_jax.k8s_operator.reconcile import checkpoints_go_with_pod, local_checkpoint_loss
+from elastic_jax.k8s_operator.finished import finished_phase
+from elastic_jax.k8s_operator.reconcile import (ControllerBackOff, backoff_message, checkpoints_go_with_pod,
+                                                local_checkpoint_loss)
 from elastic_jax.k8s_operator.slice_warming import spare_indices
 
 
@@ -45,6 +47,9 @@ class Inputs:
       answered_by: the controller pod `controller` answered from; None: the current one (`controller_pod`).
       controller_unresponsive: the running controller has not answered for `tracker.UNRESPONSIVE_GRACE_S`
         (condition ControllerUnresponsive True after this pass): a training job reads Degraded, 0 active.
+      backoff: the lost controller's replacement waits (`reconcile.Plan.backoff`); None: no wait.
+      losses_in_a_row: `status.controllerLossesInARow` when this pass created a lost controller's replacement
+        (`reconcile.Plan.losses_in_a_row`); None: kept, or 0 once the current controller trained a step.
     """
 
     job: ElasticTrainingJob
@@ -67,13 +72,15 @@ class Inputs:
     replace_after_stop: str = ""
     answered_by: str | None = None
     controller_unresponsive: bool = False
+    backoff: ControllerBackOff | None = None
+    losses_in_a_row: int | None = None
 
 
 def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     """The whole new status, conditions with observedGeneration (`i.previous` is not modified)."""
     prev = i.previous
     out = prev.model_copy(deep=True)
-    finished = prev.phase if prev.phase in st.FINISHED_PHASES else None
+    finished = finished_phase(prev)  # (a finish the operator did not write is recomputed: `finished`)
     if finished is None and i.finish is not None:
         finished = i.finish[0]
         out.failure_reason = i.finish[1] if finished == "Failed" else ""
@@ -81,8 +88,13 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     c = i.controller
     from_current = c is not None and (i.answered_by is None or i.answered_by == i.controller_pod)
     local = checkpoints_go_with_pod(i.job)
-    restarting = controller_restart.restarting(prev, i.controller_lost or bool(i.replace_after_stop), c,
-                                               from_current, stopped=bool(finished or i.job.spec.suspend))
+    restarting = controller_restart.restarting(prev, i.controller_lost or bool(i.replace_after_stop) or
+                                               i.backoff is not None, c, from_current,
+                                               stopped=bool(finished or i.job.spec.suspend))
+    if i.losses_in_a_row is not None:
+        out.controller_losses_in_a_row = i.losses_in_a_row
+    elif from_current and c.step > (c.resumed_from.step if c.resumed_from is not None else 0):
+        out.controller_losses_in_a_row = 0  # a controller trained a step: the crash loop, if any, is over
     if c is not None:
         # A new controller reports step 0 until its restore ends (phase Starting): keep the step the
         # job had, or the STEP column reads 10361 -> 0 -> 10411 around a suspend or a controller loss.
@@ -174,9 +186,14 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         before = get_condition(prev.conditions, st.COND_RUNNING)
         if before is not None and before.message.startswith(f"phase Pending: controller pod {i.controller_pod} "):
             running_message = before.message
+    if i.backoff is not None:
+        running_message += f": no controller runs: {backoff_message(i.backoff)}"
     conds = set_condition(conds, st.COND_RUNNING, _bool(training), phase, running_message, g, now)
     degraded = phase in ("Degraded", "Recovering")
-    if restarting and degraded:
+    if i.backoff is not None and degraded:
+        conds = set_condition(conds, st.COND_DEGRADED, "True", st.REASON_CONTROLLER_BACK_OFF,
+                              f"no controller runs: {backoff_message(i.backoff)}", g, now)
+    elif restarting and degraded:
         conds = set_condition(conds, st.COND_DEGRADED, "True", st.REASON_CONTROLLER_RESTARTING,
                               f"the controller pod is being replaced: {out.active_slices}/{i.job.spec.slices.count} "
                               "slices active", g, now)
@@ -195,7 +212,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         i.controller_restarts, i.controller_pod, restarting,
         out.resumed_from.step if out.resumed_from is not None and out.resumed_from.controller_pod == i.controller_pod
         else None, i.job.spec.suspend, finished, i.replace_after_stop,
-        local_uri=i.job.spec.checkpoint.uri if local else "")
+        local_uri=i.job.spec.checkpoint.uri if local else "",
+        backoff=backoff_message(i.backoff) if i.backoff is not None else "")
     if restarted is not None:
         conds = set_condition(conds, st.COND_CONTROLLER_RESTARTED, "True", *restarted, g, now)
     # A suspended job whose checkpoints go with its controller pod says so while it is suspended.

@@ -209,6 +209,9 @@ class JobTracker:
         # (inputs, monotonic time, resyncs) of the last pass that found the job whole and changed nothing (`settle`).
         self._quiet: tuple[tuple, float, int] | None = None
         self.last_pass_quiet = False  # the last pass found the job whole and changed nothing (`handlers._pass`)
+        # When (monotonic) a pass is due whatever its inputs: the end of a controller restart's back-off
+        # (`reconcile.Plan.wake_in_s`); None: none. A quiet window ends there (`quiet`, `quiet_until`).
+        self.wake_at: float | None = None
 
     def quiet(self, inputs: tuple, now: float) -> bool:
         """Whether a pass would do nothing: its `inputs` are those of the last pass that found the job whole and
@@ -219,14 +222,19 @@ class JobTracker:
         (issue 12 item 4). What a pass reads that can change is in `inputs` (the job object's
         resourceVersion, its pods and JobSets, the watch's answers, `handlers.pass_inputs`).
         """
-        quiet = self._quiet
+        quiet, wake_at = self._quiet, self.wake_at
+        if wake_at is not None and now >= wake_at:
+            return False
         return quiet is not None and quiet[0] == inputs and now - quiet[1] < resync_window_s(quiet[2])
 
     def quiet_until(self) -> float | None:
         """When (monotonic) the last quiet pass's window ends (`resync_window_s` after it, then a full pass is
-        due); None when the last pass was not quiet."""
-        quiet = self._quiet
-        return None if quiet is None else quiet[1] + resync_window_s(quiet[2])
+        due), or `wake_at` when that is sooner; None when the last pass was not quiet."""
+        quiet, wake_at = self._quiet, self.wake_at
+        if quiet is None:
+            return None
+        end = quiet[1] + resync_window_s(quiet[2])
+        return end if wake_at is None else min(end, wake_at)
 
     def _news(self) -> None:
         """The link brought news: counted as a pass input (`answers`), and the job's pass woken."""

@@ -2,6 +2,7 @@
 the slice budgets (stand-in children and no controller)."""
 
 import json
+import time
 from pathlib import Path
 
 from elastic_jax import contract
@@ -204,3 +205,49 @@ def test_a_lost_controllers_step_is_the_last_it_logged_when_the_poll_lagged(tmp_
     launcher.last_status = None  # (its poll never answered)
     launcher._carry_over_from_dead_controller(-9)
     assert launcher.controller_losses[-1]["at_step"] == 60
+
+
+class _ExitedController:
+    """A controller process that exited with `code` at once (a `sys.exit(3)` at start-up)."""
+
+    log_path = Path("controller.log")
+
+    def __init__(self, code):
+        self.code = code
+
+    def alive(self):
+        return False
+
+    def exit_code(self):
+        return self.code
+
+    def last_error_line(self):
+        return ""
+
+
+def test_a_controller_exiting_3_at_once_is_restarted_with_the_operators_growing_back_off(tmp_path, monkeypatch):
+    """The crash-loop rule the operator uses (`supervision.backoff`), the same here: the first restart at
+    once, then the initial delay doubling (shrunk here from the kubelet's 10 s, read at each call)."""
+    import pytest
+
+    from elastic_jax.local.launcher import LaunchError
+    from elastic_jax.supervision import backoff
+
+    monkeypatch.setattr(backoff, "INITIAL_DELAY_S", 0.3)
+    monkeypatch.setattr(backoff, "MAX_DELAY_S", 10.0)
+    launcher, _, _ = _launcher(tmp_path, {"maxRestarts": 3})
+    started = []
+
+    def start_controller():
+        started.append(time.monotonic())
+        launcher.controller = _ExitedController(3)
+
+    launcher._start_controller = start_controller
+    launcher._carry_over_from_dead_controller = lambda code: None
+    launcher.stop_all = lambda: None
+    with pytest.raises(LaunchError, match="controller lost 4 times"):
+        launcher.run()
+    gaps = [b - a for a, b in zip(started, started[1:])]
+    assert len(gaps) == 3, gaps
+    assert gaps[0] < 0.3, gaps  # the first loss: at once
+    assert gaps[1] >= 0.3 and gaps[2] >= 0.6, gaps  # then 0.3 s, doubling

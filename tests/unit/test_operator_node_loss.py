@@ -205,7 +205,7 @@ def test_suspended_job_force_deletes_finished_job_does_not():
                 lost_nodes={"n1": LOSS})
     suspended = decide(_job(suspend=True), Observed({"controllerPod": "demo-controller-0"}, **pods))
     assert sorted(p.pod for p in suspended.force_delete) == ["demo-controller-0", "w1"]
-    finished = decide(_job(), Observed({"phase": "Succeeded"}, **pods))
+    finished = decide(_job(), Observed({"phase": "Succeeded", "completionTime": "2026-12-04T10:00:00Z"}, **pods))
     assert finished.force_delete == []
 
 

@@ -223,7 +223,7 @@ def test_job_wide_budget():
 
 def test_finished_job_tears_down_workers_keeps_finished_controller():
     done = _ctrl(phase="Succeeded", exit_code=0)
-    plan = decide(_job(), Observed({"phase": "Succeeded"}, [done], _both_jobsets()))
+    plan = decide(_job(), Observed({"phase": "Succeeded", "completionTime": "2026-12-04T10:00:00Z"}, [done], _both_jobsets()))
     assert plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"] and plan.delete_pods == []
 
 
@@ -231,7 +231,7 @@ def test_a_finished_jobs_controller_pod_is_kept_while_its_phase_still_lags_its_e
     """kind run: the job Succeeded on the container's exit code while the pod's phase still read Running
     (the kubelet reports the container first); teardown deleted the pod, and its logs with it."""
     exited = _ctrl(phase="Running", exit_code=0)
-    plan = decide(_job(), Observed({"phase": "Succeeded"}, [exited], _both_jobsets()))
+    plan = decide(_job(), Observed({"phase": "Succeeded", "completionTime": "2026-12-04T10:00:00Z"}, [exited], _both_jobsets()))
     assert plan.delete_pods == [] and plan.delete_jobsets == ["demo-slice-0", "demo-slice-1"]
 
 
