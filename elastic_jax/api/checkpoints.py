@@ -130,7 +130,10 @@ URI_RULES: tuple[UriRule, ...] = (
            (_bucket(r"[0-9]{1,3}(\.[0-9]{1,3}){3}"), False, "a GCS bucket name must not be an IP address"),
            (r"^gs://goog", False, "a GCS bucket name must not begin with 'goog'"),
            (r"^gs://[^/]*g[o0][o0]gle", False,
-            "a GCS bucket name must not contain 'google' or a close misspelling such as 'g00gle'")),
+            "a GCS bucket name must not contain 'google' or a close misspelling such as 'g00gle'"),
+           # (each segment is `[^/]+`, so the first '//' after the bucket ends the match one way only)
+           (r"^gs://[^/]+(/[^/]+)*//", False,
+            "an empty path segment ('//' after the bucket name): write one '/' between folders")),
 )
 # The rules that read a gs:// uri only: the ones `spec.compilationCache.uri` (gs:// only) takes as well.
 GCS_SCOPES = ("any", "bucket", "dotted bucket")
@@ -183,8 +186,9 @@ def uri_problems(uri: str) -> list[str]:
     elastic-jax (locks, `--fresh`, the operator) treats a URI with a scheme as
     remote. Refused too (`URI_RULES`, which the CRD's CEL applies as well): white
     space at either end, a control character, a `..` segment, the root `/`, the
-    home folder `~` itself, `~user`, and a bucket name outside Google's bucket
-    naming guidelines (e.g. `gs://b`: too short).
+    home folder `~` itself, `~user`, a bucket name outside Google's bucket
+    naming guidelines (e.g. `gs://b`: too short), and an empty path segment
+    after the bucket (`gs://bucket//ck`).
 
     Returns:
       One line per problem, each naming `spec.checkpoint.uri` and the uri.

@@ -108,6 +108,8 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
      "spec.checkpoint.uri"),
     ("checkpoint-bucket-goog-prefix", _set(pathways_job, "spec.checkpoint.uri", "gs://goog-ck/ck"),
      "spec.checkpoint.uri"),
+    ("checkpoint-uri-empty-segment", _set(pathways_job, "spec.checkpoint.uri", "gs://bucket//ck"),
+     "spec.checkpoint.uri"),
     ("checkpoint-bucket-dot-dot", _set(pathways_job, "spec.checkpoint.uri", "gs://a..b/ck"), "spec.checkpoint.uri"),
     ("automount-token-without-service-account",
      _set(cpu_job, "spec.controller.automountServiceAccountToken", True),

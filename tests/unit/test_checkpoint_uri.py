@@ -48,11 +48,16 @@ REFUSED = [
     ("gs://goog-ckpt/ck", "a GCS bucket name must not begin with 'goog'"),
     ("gs://my-google-ckpt", "a GCS bucket name must not contain 'google' or a close misspelling"),
     ("gs://my-g00gle-ckpt", "a GCS bucket name must not contain 'google' or a close misspelling"),
+    # an empty path segment after the bucket (issue 11: `gs://b//x` passed)
+    ("gs://test-bucket//x", "an empty path segment ('//' after the bucket name)"),
+    ("gs://test-bucket/a//b", "an empty path segment"),
+    ("gs://test-bucket/a/b//", "an empty path segment"),
 ]
 
 ACCEPTED = ["/data/ck", "/data/ck/", "relative/ck", "./ck", "~/ck", "/data/a..b", "/data/.hidden",
             "gs://test-bucket", "gs://test-bucket/", "gs://abc/ck", "gs://a.b", "gs://my_bucket.example.com/ck",
-            "gs://" + "a" * 63 + "/ck", "gs://1.2.3/ck", "gs://test-bucket/a b/ck"]
+            "gs://" + "a" * 63 + "/ck", "gs://1.2.3/ck", "gs://test-bucket/a b/ck",
+            "gs://test-bucket/a/b/"]
 
 
 def _job(uri: str) -> dict:
@@ -86,6 +91,16 @@ def test_validate_without_cluster_refuses_them_one_line_each_naming_the_field(tm
     assert errors and all(ln.startswith(f"error: {path}: spec.checkpoint.uri: {uri!r}: ") for ln in errors), errors
     assert any(words in ln for ln in errors), errors
     assert "Traceback" not in result.output
+
+
+def test_validate_refuses_gs_b_double_slash_x_for_both_faults(tmp_path):
+    """`gs://b//x` (the issue's sample): the short bucket name and the empty segment, each once."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_job("gs://b//x")))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error: ")]
+    assert result.exit_code == 2 and len(errors) == 2, result.output
+    assert "3-63 characters" in errors[0] and "an empty path segment" in errors[1], errors
 
 
 def test_run_refuses_them_before_anything_starts(tmp_path):
@@ -136,7 +151,7 @@ def test_no_rule_backtracks_on_a_long_uri():
     import time
 
     for uri in ("/" * 4095 + "x", "/." * 2047 + "x", "~" + "/." * 2047 + "x", "gs://" + "a." * 2045 + "-",
-                "gs://" + "a" * 4091):
+                "gs://" + "a" * 4091, "gs://abc" + "/a" * 2043 + "/"):
         started = time.monotonic()
         checkpoints.uri_problems(uri)
         assert time.monotonic() - started < 0.5, uri[:20]
