@@ -139,13 +139,13 @@ URI_RULES: tuple[UriRule, ...] = (
 GCS_SCOPES = ("any", "bucket", "dotted bucket")
 
 
-def _cel_string(text: str) -> str:
+def cel_string(text: str) -> str:
     """`text` as a CEL single-quoted string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def cel_rules(field: str = URI_FIELD, scopes: tuple[str, ...] | None = None,
-              optional: bool = False) -> list[dict[str, str]]:
+def cel_rules(field: str = URI_FIELD, scopes: tuple[str, ...] | None = None, optional: bool = False,
+              unless: str | None = None) -> list[dict[str, str]]:
     """`URI_RULES` as CEL rules on the object holding the uri (the CRD's `x-kubernetes-validations`), each
     naming `field` (`fieldPath` `.uri`) with the words `uri_problems` uses.
 
@@ -153,16 +153,19 @@ def cel_rules(field: str = URI_FIELD, scopes: tuple[str, ...] | None = None,
       field: the uri's path in messages, e.g. `spec.checkpoint.uri`.
       scopes: only the rules of these scopes (None: all).
       optional: the uri may be absent (each rule holds when it is).
+      unless: a CEL condition under which every rule holds (another rule's refusal says it all).
     """
     rules = []
     for rule in URI_RULES:
         if scopes is not None and rule.scope not in scopes:
             continue
-        test = f"self.uri.matches({_cel_string(rule.pattern)})"
+        test = f"self.uri.matches({cel_string(rule.pattern)})"
         test = test if rule.required else f"!{test}"
         exempt = URI_SCOPES[rule.scope][1]
         if exempt is not None:
             test = f"{exempt} || {test}"
+        if unless is not None:
+            test = f"{unless} || {test}"
         if optional:
             test = f"!has(self.uri) || {test}"
         rules.append({"rule": test, "message": f"{field}: {rule.message}", "fieldPath": ".uri"})

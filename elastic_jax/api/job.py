@@ -651,8 +651,10 @@ class CheckpointSpec(_Model):
 
 # spec.compilationCache: the field names its errors use, once.
 COMPILATION_CACHE_FIELD = "spec.compilationCache"
-# A gs:// cache location: a bucket name, then an optional prefix (JAX writes it through etils/gcsfs).
-COMPILATION_CACHE_URI_PATTERN = r"^gs://[^/]+(/.*)?$"
+COMPILATION_CACHE_URI_FIELD = f"{COMPILATION_CACHE_FIELD}.uri"
+# A gs:// cache location: a bucket name, then an optional prefix (JAX writes it through etils/gcsfs); what the
+# bucket name and the prefix may hold is `checkpoints.URI_RULES`' (its gs:// rules).
+COMPILATION_CACHE_URI_PATTERN = r"^gs://[^/]"
 
 
 class PersistentVolumeClaimReference(_Model):
@@ -676,12 +678,19 @@ class CompilationCacheSpec(_Model):
     workers share no storage unless a claim is named).
     """
 
-    # (the CRD's rule for `_one_source` sits on the spec, so it can name this field)
+    # (the CRD's rule for `_one_source` sits on the spec, so it can name this field.) The bucket-name and
+    # path rules of `spec.checkpoint.uri`'s table (`checkpoints.URI_RULES`, its gs:// rules), as CEL, for a
+    # uri of the gs:// form (another is the pattern's to refuse, once).
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": checkpoints.cel_rules(
+        COMPILATION_CACHE_URI_FIELD, checkpoints.GCS_SCOPES, optional=True,
+        unless=f"!self.uri.matches({checkpoints.cel_string(COMPILATION_CACHE_URI_PATTERN)})")})
 
     uri: str | None = Field(
         default=None, max_length=4096, json_schema_extra={"pattern": COMPILATION_CACHE_URI_PATTERN},
         description=("gs://bucket/prefix the pods read and write the cache at, with their own credentials "
-                     "(Workload Identity). Backend pathways only: the cpu worker image has no GCS client."))
+                     "(Workload Identity). Backend pathways only: the cpu worker image has no GCS client. The "
+                     "bucket name and path follow spec.checkpoint.uri's gs:// rules (GCS's bucket naming "
+                     "rules, no '..' or empty segment, no white space at either end)."))
     persistent_volume_claim: PersistentVolumeClaimReference | None = Field(
         default=None,
         description=(f"A claim of the job's namespace mounted at {contract.COMPILATION_CACHE_DIR} in the pods "
@@ -693,8 +702,10 @@ class CompilationCacheSpec(_Model):
     RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
         lambda s: [f"{COMPILATION_CACHE_FIELD} needs exactly one of uri or persistentVolumeClaim"]
         if (s.uri is None) == (s.persistent_volume_claim is None) else [],
-        lambda s: [f"{COMPILATION_CACHE_FIELD}.uri: {s.uri!r}: must be gs://bucket[/prefix]"]
-        if s.uri is not None and not re.fullmatch(COMPILATION_CACHE_URI_PATTERN, s.uri) else [],
+        lambda s: [] if s.uri is None else checkpoints.form_problems(s.uri, COMPILATION_CACHE_URI_FIELD,
+                                                                      checkpoints.GCS_SCOPES)
+        if re.search(COMPILATION_CACHE_URI_PATTERN, s.uri)
+        else [f"{COMPILATION_CACHE_URI_FIELD}: {s.uri!r}: must be gs://bucket[/prefix]"],
     )
     _one_source = model_validator(mode="after")(_checked(RULES))
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from elastic_jax.api import checkpoints, crd
 from elastic_jax.api.manifest import ManifestError, parse_manifest
 from elastic_jax.cli import app
-from tests.support.bad_manifests import cpu_job
+from tests.support.bad_manifests import cpu_job, pathways_job
 
 # (uri, the words of its refusal; `validate` prints them after `spec.checkpoint.uri: '<uri>': `)
 REFUSED = [
@@ -155,3 +155,54 @@ def test_no_rule_backtracks_on_a_long_uri():
         started = time.monotonic()
         checkpoints.uri_problems(uri)
         assert time.monotonic() - started < 0.5, uri[:20]
+
+
+# -- spec.compilationCache.uri: the same table's gs:// rules (issue 11: it had only `gs://bucket[/prefix]`) --
+
+CACHE_FIELD = "spec.compilationCache.uri"
+GCS_REFUSED = [(u, w) for u, w in REFUSED if u.startswith("gs://")]
+
+
+def _cache_job(uri: str) -> dict:
+    job = pathways_job()
+    job["spec"]["compilationCache"] = {"uri": uri}
+    return job
+
+
+@pytest.mark.parametrize("uri, words", GCS_REFUSED, ids=[repr(u)[:40] for u, _ in GCS_REFUSED])
+def test_the_compilation_cache_uri_takes_the_gs_rules_naming_its_own_field(uri, words):
+    with pytest.raises(ManifestError) as e:
+        parse_manifest(_cache_job(uri))
+    assert f"{CACHE_FIELD}: {uri!r}: {words}" in str(e.value), e.value.problems
+    assert "spec.checkpoint.uri" not in str(e.value)
+
+
+@pytest.mark.parametrize("uri", [u for u in ACCEPTED if u.startswith("gs://")])
+def test_the_compilation_cache_uri_accepts_the_buckets_checkpoint_uri_accepts(uri):
+    assert parse_manifest(_cache_job(uri)).spec.compilation_cache.uri == uri
+
+
+def test_a_compilation_cache_uri_that_is_not_gs_is_refused_once():
+    """The gs:// form is the pattern's rule; the table's rules stay silent then (one line, not two)."""
+    for uri in ("/var/cache/x", " gs://test-bucket/x", "gs:///x", "s3://test-bucket/x"):
+        with pytest.raises(ManifestError) as e:
+            parse_manifest(_cache_job(uri))
+        assert e.value.problems == [f"manifest: {CACHE_FIELD}: {uri!r}: must be gs://bucket[/prefix]"], uri
+
+
+def _cache_cel_rules() -> list[dict]:
+    spec = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return [r for r in spec["properties"]["compilationCache"]["x-kubernetes-validations"]
+            if "oldSelf" not in r["rule"]]  # (the immutability rules are `cluster`'s)
+
+
+@pytest.mark.parametrize("uri", [u for u, _ in GCS_REFUSED] + [u for u in ACCEPTED if u.startswith("gs://")])
+def test_the_crds_compilation_cache_cel_refuses_what_the_model_refuses(uri):
+    rules = _cache_cel_rules()
+    assert all(r["fieldPath"] == ".uri" and r["rule"].startswith("!has(self.uri) || ") for r in rules)
+    refused_by_cel = {r["message"] for r in rules
+                      if not _cel_matches(r["rule"].removeprefix("!has(self.uri) || "), uri)}
+    refused_by_python = {p.replace(f"{CACHE_FIELD}: {uri!r}: ", f"{CACHE_FIELD}: ")
+                         for p in checkpoints.form_problems(uri, CACHE_FIELD, checkpoints.GCS_SCOPES)}
+    assert refused_by_cel == refused_by_python
+    assert all(m.startswith(f"{CACHE_FIELD}: ") for m in refused_by_cel)
