@@ -107,7 +107,9 @@ URI_RULES: tuple[UriRule, ...] = (
     *_rows("any",
            (rf"^{_WHITE}|{_WHITE}$", False,
             "leading or trailing white space (a quoted YAML string keeps it): remove it"),
-           (r"[\x00-\x1f\x7f]", False, "a control character (a newline, a tab, ...): remove it"),
+           # (a tab or newline at either end is the white-space rule's: this one says a fault once too)
+           (r"[\x00-\x08\x0e-\x1f\x7f]|[^\t-\r][\t-\r]+[^\t-\r]", False,
+            "a control character (a newline, a tab, ...): remove it"),
            (r"(^|/)\.\.(/|$)", False,
             "a '..' segment (the folder it names depends on what the path passes through): write the folder itself")),
     *_rows("local",
@@ -119,12 +121,14 @@ URI_RULES: tuple[UriRule, ...] = (
     *_rows("bucket",
            (_bucket(r"[a-z0-9._-]+"), True,
             "a GCS bucket name holds only lowercase letters, digits, '-', '_' and '.'"),
-           (_bucket(r"[a-z0-9]([^/]*[a-z0-9])?"), True, "a GCS bucket name starts and ends with a letter or a digit"),
+           # (refuses the other characters a name may hold at its ends; any other is the rule above's, once)
+           (r"^gs://([-_.]|[^/]*[-_.](/|$))", False, "a GCS bucket name starts and ends with a letter or a digit"),
            (_bucket(r"([^/.]{3,63}|[^/]*\.[^/]*)"), True,
             "a GCS bucket name is 3-63 characters long (up to 222 when it holds dots)")),
     *_rows("dotted bucket",
            (_bucket(r"[^/]{3,222}"), True, "a GCS bucket name with dots is 3-222 characters long"),
-           (_bucket(r"[^/.]{1,63}(\.[^/.]{1,63})*"), True,
+           # (a dot at an end is the end rule's)
+           (_bucket(r"\.?[^/.]{1,63}(\.[^/.]{1,63})*\.?"), True,
             "each dot-separated part of a GCS bucket name is 1-63 characters long")),
     *_rows("bucket",
            (_bucket(r"[0-9]{1,3}(\.[0-9]{1,3}){3}"), False, "a GCS bucket name must not be an IP address"),
@@ -137,6 +141,8 @@ URI_RULES: tuple[UriRule, ...] = (
 )
 # The rules that read a gs:// uri only: the ones `spec.compilationCache.uri` (gs:// only) takes as well.
 GCS_SCOPES = ("any", "bucket", "dotted bucket")
+# The rules that read a local path.
+LOCAL_SCOPES = ("any", "local")
 
 
 def cel_string(text: str) -> str:
@@ -177,6 +183,20 @@ def form_problems(uri: str, field: str = URI_FIELD, scopes: tuple[str, ...] | No
     return [f"{field}: {uri!r}: {rule.message}" for rule in URI_RULES
             if (scopes is None or rule.scope in scopes)
             and URI_SCOPES[rule.scope][0](uri) and bool(re.search(rule.pattern, uri)) != rule.required]
+
+
+def local_form_refused(uri: str) -> bool:
+    """True when a rule of `URI_RULES` that reads local paths (scopes `any` and `local`) refuses `uri`: its
+    own line says what is wrong, so a broader rule (`cluster`'s absolute-folder rule) need not say it again."""
+    return bool(form_problems(uri, scopes=LOCAL_SCOPES))
+
+
+def local_form_refused_pattern() -> str:
+    """One pattern that matches a local path exactly when `local_form_refused` is True for it (the patterns
+    of those rules, all refusals, joined): for CEL, which has no `local_form_refused`."""
+    rules = [r for r in URI_RULES if r.scope in LOCAL_SCOPES]
+    assert not any(r.required for r in rules), "a required local rule cannot be joined into one refusal pattern"
+    return "|".join(f"({r.pattern})" for r in rules)
 
 
 def uri_problems(uri: str) -> list[str]:

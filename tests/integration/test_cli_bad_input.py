@@ -183,6 +183,25 @@ def test_every_validate_line_names_the_file_with_cluster_too(tmp_path):
     assert all(ln.startswith(f"error: {tmp_path / 'job.yaml'}: spec.") for ln in errors), errors
 
 
+def test_validate_cluster_says_each_field_error_once(tmp_path):
+    """Issue 11: a bad uri got its specific line and then a generic one for the same field (`/`: the root,
+    then "must be an absolute folder"); an uppercase bucket name two lines. Several bad fields at once, the
+    real CLI: one line a fault, no field's fault said twice (the CRD's CEL says the same lines)."""
+    m = job_manifest("once", tmp_path, checkpoint={"uri": "/", "intervalSteps": 0})
+    m["spec"]["compilationCache"] = {"uri": "gs://UPPER//xla"}
+    m["spec"]["training"]["steps"] = 1.5
+    proc = _validate(tmp_path, m, "--cluster")
+    errors = [ln.removeprefix(f"error: {tmp_path / 'job.yaml'}: ") for ln in proc.stderr.splitlines()
+              if ln.startswith("error: ")]
+    assert proc.returncode == 2, proc.stderr
+    assert [e for e in errors if e.startswith("spec.checkpoint.uri")] == [
+        "spec.checkpoint.uri: '/': the file system's root: name a folder of the job's own, e.g. /checkpoints/JOB"]
+    assert [e.split(": ", 2)[2] for e in errors if e.startswith("spec.compilationCache.uri: 'gs:")] == [
+        "a GCS bucket name holds only lowercase letters, digits, '-', '_' and '.'",
+        "an empty path segment ('//' after the bucket name): write one '/' between folders"], errors
+    assert len(errors) == len(set(errors)) and sum(e.startswith("spec.training.steps") for e in errors) == 1
+
+
 def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     """A run that loses a worker checkpoints to gs://; a second run of the same job resumes from gs://."""
     bucket = gcs_emulator.make_bucket("ej-runtime")

@@ -103,6 +103,14 @@ def test_validate_refuses_gs_b_double_slash_x_for_both_faults(tmp_path):
     assert "3-63 characters" in errors[0] and "an empty path segment" in errors[1], errors
 
 
+@pytest.mark.parametrize("uri", ["gs://UPPER_bad/ck", "gs://ab.", "gs://.abc", "gs://-abc", "/data/ck\t", "gs://abc/x\n",
+                                 "/", "~", "/a/../b", "gs://a..b"])
+def test_a_uri_with_one_fault_gets_one_line(uri):
+    """Issue 11: one fault was said twice (an uppercase bucket name: "lowercase letters" and "starts and ends
+    with a letter or a digit"; a trailing tab: white space and a control character)."""
+    assert len(checkpoints.uri_problems(uri)) == 1, checkpoints.uri_problems(uri)
+
+
 def test_run_refuses_them_before_anything_starts(tmp_path):
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(_job("gs://b/ck")))
