@@ -142,10 +142,14 @@ def _quantity(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return str(value)
     if isinstance(value, float) and value.is_integer():
-        raise ValueError(f"{value!r}: a quantity is an integer or a string (the API server refuses a JSON float, "
-                         f"even a whole one): write {int(value)} or '{value:g}'")
+        # (kubectl sends YAML's 2.0 as 2, which passes; a client that sends JSON sends 2.0, which the API server
+        # refuses for an int-or-string: the manifest must pass however it is sent)
+        raise ValueError(f"{value!r}: must be an integer or a quoted string, e.g. {int(value)} or "
+                         f"'{value:g}', not a float (kubectl would send it as {int(value)}, but the API server "
+                         "refuses it from a client that sends JSON)")
     if isinstance(value, float) and math.isfinite(value):
-        raise ValueError(f"{value!r}: write a fractional quantity as a string, e.g. '{value}' or '{int(value * 1000)}m'")
+        raise ValueError(f"{value!r}: must be an integer or a quoted string; write a fraction as a string, e.g. "
+                         f"'{value}' or '{int(value * 1000)}m'")
     if isinstance(value, str) and _QUANTITY.fullmatch(value) and not value.startswith("-"):
         return value
     # The pattern allows a sign; a Pod refuses negative requests and limits, so refuse them here.

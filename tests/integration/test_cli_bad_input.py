@@ -58,6 +58,19 @@ def test_invalid_manifest(tmp_path, spec_change, fragments):
     assert not (tmp_path / "run").exists()  # refused before anything started
 
 
+@pytest.mark.parametrize("path, value, fragment", [
+    (("training", "steps"), 1.5, "spec.training.steps: 1.5: must be an integer (a whole number, e.g. 10), not a fraction"),
+    (("worker", "resources"), {"requests": {"cpu": 2.0}},
+     "spec.worker.resources.requests.cpu: 2.0: must be an integer or a quoted string, e.g. 2 or '2', not a float"),
+])
+def test_a_json_float_is_refused_saying_what_the_field_needs(tmp_path, path, value, fragment):
+    """Issue 11: `steps: 1.5` read "Input should be a valid integer"; `cpu: 2.0` as if kubectl refused it."""
+    m = job_manifest("floaty", tmp_path)
+    m["spec"].setdefault(path[0], {})[path[1]] = value
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, fragment)
+
+
 def test_malformed_manifest(tmp_path):
     code, out, err = run_bad(tmp_path, "apiVersion: elasticjax.dev/v1alpha1\nspec: {slices: [\n")
     assert_one_line_error(code, out, err, "malformed YAML")
