@@ -234,9 +234,12 @@ def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     second = run_cli(m, tmp_path, "--no-failure", env=gcs_emulator.env)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.summary["restored_from_step"] == 60 and second.summary["steps"] == 60
+    # Issue 11: `steps` 60 read as if this run had trained them; it trained none, the job was complete.
+    assert second.summary["steps_this_run"] == 0 and second.summary["already_finished"], second.summary
     # The report says so, not only the JSON: a finished job run again trains nothing.
-    assert "resumed from checkpoint step 60 written by local/gcsjob (uid " in second.stderr
-    assert "(already finished: nothing left to train" in second.stderr
+    assert ("job gcsjob: already finished at checkpoint step 60/60; trained 0 steps this run, its processes "
+            "started only to restore it") in second.stderr, second.stderr
+    assert "checkpoint step 60 written by local/gcsjob (uid " in second.stderr
 
 
 def test_bad_workdir(tmp_path):
@@ -644,11 +647,13 @@ def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
                      checkpoint={"uri": str(ckpt), "intervalSteps": 10})
     proc = _cli(tmp_path, m, "run", "--no-failure")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "job done: already finished at checkpoint step 20/20; nothing was started (--fresh starts over)" \
+    assert ("job done: already finished at checkpoint step 20/20; trained 0 steps this run, nothing was started "
+            "(--fresh starts over)") \
         in proc.stderr, proc.stderr
     assert "checkpoint step 20 written by local/done (uid " in proc.stderr and "Traceback" not in proc.stderr
     s = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("SUMMARY "))
     assert s["already_finished"] and s["succeeded"] and s["steps"] == s["restored_from_step"] == 20, s
+    assert s["steps_this_run"] == 0 and s["nothing_started"], s
     assert s["initial_loss"] is None and s["final_loss"] is None and s["goodput"] is None, s
     assert s["last_committed_checkpoint_step"] == 20 and s["recoveries"] == 0, s
     assert not (tmp_path / "run" / "controller.log").exists()  # no process was started
