@@ -115,3 +115,24 @@ def test_a_bad_namespace_is_refused_by_both(cluster, ejob_crd, tmp_path):  # noq
     with pytest.raises(ApiError) as refused:
         _dry_run_create(cluster, BAD_NAMESPACE.replace(" ", "%20"), manifest)
     assert refused.value.status >= 400, refused.value.body
+
+
+@pytest.mark.parametrize("make,uri,faults", [
+    (cpu_job, "/", 1), (cpu_job, "~", 1), (cpu_job, "/data/../ck", 1), (cpu_job, " /data/ck", 1),
+    (pathways_job, "gs://UPPER_bad/ck", 1), (pathways_job, "gs://b//ck", 2), (pathways_job, "gs://ab.", 1),
+], ids=["root", "home", "dot-dot", "white-space", "uppercase", "short-and-empty-segment", "trailing-dot"])
+def test_validate_and_the_api_server_say_each_uri_fault_once(cluster, namespace, ejob_crd, tmp_path,  # noqa: F811
+                                                              make, uri, faults):
+    """Issue 11: `validate --cluster` said the fault of `/` twice (the uri table's line, then the cluster's
+    generic local-path line), and so did the CRD's CEL; now both say the same lines, one a fault."""
+    manifest = make()
+    manifest["spec"]["checkpoint"]["uri"] = uri
+    result = _validate(tmp_path, manifest)
+    ours = [ln.split(": ", 2)[-1] for ln in result.output.splitlines()
+            if ln.startswith("error: ") and ": spec.checkpoint.uri" in ln]
+    with pytest.raises(ApiError) as refused:
+        _dry_run_create(cluster, namespace, manifest)
+    causes = [c for c in refused.value.body.get("details", {}).get("causes", [])
+              if c.get("field") == "spec.checkpoint.uri"]
+    assert len(ours) == len(causes) == faults, (ours, causes)
+    assert len({c["message"] for c in causes}) == len(causes), causes

@@ -19,58 +19,42 @@ place, an eviction ends the pod) reaches that controller as `Down`; the Job
 replaces the pod in the same pool, kwok makes it Ready, and the operator
 reports the slice Ready again; the other job hears nothing.
 
-Skips, saying why, when kwok is not built (it is not part of e2e/build.sh).
+Setup (kwok, the operator, the namespace), the failure and the checks shared with e2e/test_kwok_scale.py:
+`e2e/kwok/operator_run.py`, which skips, saying why, when kwok is not built.
 """
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 from e2e.helpers import wait_for
-from e2e.kwok import KwokProcess, binary
 from e2e.kwok import fleet
-from e2e.operator_fixtures import OperatorProcess, ejob_crd, operator_kubeconfig  # noqa: F401
+from e2e.kwok import operator_run as run
+from e2e.kwok.operator_run import ejob_crd, kwok_operator, operator_kubeconfig  # noqa: F401
 
 from elastic_jax.api import labels as lbl
-from elastic_jax.api.client import ControlClient
-from elastic_jax.local.processes import free_port
 
 pytestmark = pytest.mark.timeout(420)
 
-NAMESPACE = f"kwok-pw-{uuid.uuid4().hex[:6]}"
-JOBS = ["kp-a", "kp-b"]
-SLICES = 2
-HOSTS = 2
+NAMESPACE = fleet.test_namespace("kwok-pw")
+JOBS, SLICES, HOSTS = ["kp-a", "kp-b"], 2, 2
 POOLS = len(JOBS) * SLICES + 1  # one spare pool: the scheduler, not the test, picks which pools are used
 
 
 @pytest.fixture
-def kwok_pathways_fleet(cluster, ejob_crd, operator_kubeconfig, tmp_path):  # noqa: F811
-    if not binary().exists():
-        pytest.skip(f"{binary()} not built: run e2e/build_kwok.sh")
+def kwok_pathways_fleet(cluster, kwok_operator):  # noqa: F811
     fleet.install(cluster, 0)  # the CRD and the counting FlowSchema; no CPU kwok node
     nodes = fleet.install_tpu_pools(cluster, POOLS, HOSTS)
-    head = None
-    kwok = KwokProcess(cluster.kubeconfig, tmp_path / "kwok.log", free_port())
-    kwok.start()
-    op = OperatorProcess(operator_kubeconfig, tmp_path / "operator.log", free_port())
-    try:
-        wait_for(lambda: fleet.tpu_nodes_ready(cluster, nodes), timeout_s=90, what="kwok TPU nodes Ready",
-                 explain=kwok.log)
-        head = fleet.add_head_node(cluster)
-        fleet.create_namespace(cluster, NAMESPACE)
-        op.start()
-        yield kwok, op, head
-    finally:
-        op.stop()
-        # not waited for (the controller pods' grace): the namespace's name is this run's own
-        cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-        kwok.stop()
-        if head is not None:
+    heads: list[str] = []
+
+    def remove_nodes() -> None:
+        for head in heads:
             cluster.remove_node(head)  # its agent and the heads' processes, by PID
         fleet.remove_tpu_nodes(cluster)
+    kwok, op = kwok_operator(NAMESPACE, cleanup=remove_nodes,
+                             nodes_ready=lambda: fleet.tpu_nodes_ready(cluster, nodes), what="kwok TPU nodes Ready",
+                             timeout_s=90, after_ready=lambda: heads.append(fleet.add_head_node(cluster)))
+    return kwok, op, heads[0]
 
 
 def _pool(pod: dict) -> str:
@@ -84,9 +68,7 @@ def _live(pods: list[dict]) -> list[dict]:
 def test_pathways_heads_drive_multi_host_slices_on_kwok_tpu_pools(cluster, kwok_pathways_fleet):
     kwok, op, head = kwok_pathways_fleet
     fleet.apply_jobs(cluster, NAMESPACE, JOBS, SLICES, HOSTS, backend="pathways")
-    wait_for(lambda: fleet.all_running(cluster, NAMESPACE, JOBS, SLICES), timeout_s=240, interval_s=1.0,
-             what="both jobs active on both slices",
-             explain=lambda: f"{fleet.job_statuses(cluster, NAMESPACE)}\n{op.log()[-3000:]}\n{kwok.log()[-2000:]}")
+    run.wait_all_running(cluster, NAMESPACE, JOBS, SLICES, 240, kwok, op)
 
     by_job = fleet.pods_by_job(cluster, NAMESPACE)
     pools_used: list[str] = []
@@ -112,21 +94,16 @@ def test_pathways_heads_drive_multi_host_slices_on_kwok_tpu_pools(cluster, kwok_
                 node = cluster.api().get(f"/api/v1/nodes/{p['spec']['nodeName']}")
                 (ip,) = [a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"]
                 assert p["status"]["podIP"] == ip  # host network: its kwok node's address
-        client = ControlClient(f"http://{ctrl['status']['podIP']}:8080", fleet.token(cluster, NAMESPACE, job))
+        client = run.client_of(cluster, NAMESPACE, job, ctrl)
         try:
-            assert fleet.slice_states(client) == {0: "Active", 1: "Active"}
-            assert client.status().phase == "Running"
+            run.assert_both_slices_active(client)
         finally:
             client.close()
     assert len(set(pools_used)) == len(JOBS) * SLICES, pools_used  # exclusive: no pool holds two slices
 
     job = JOBS[0]
-    ctrl = by_job[job]["controller"][0]
-    victim = fleet.running_worker(by_job[job]["workers"], 1)
-    sent = fleet.fail_pod(cluster, NAMESPACE, victim)
-    applied = fleet.wait_down_applied(cluster, NAMESPACE, ctrl, 1, sent, timeout_s=60)
-    assert applied >= sent
-    client = ControlClient(f"http://{ctrl['status']['podIP']}:8080", fleet.token(cluster, NAMESPACE, job))
+    ctrl, victim = run.fail_slice_1_worker(cluster, NAMESPACE, by_job, job)
+    client = run.client_of(cluster, NAMESPACE, job, ctrl)
     try:
         # the Job replaces the evicted pod (same host index, same pool), kwok makes it Ready, the operator says so
         def replacement():
@@ -138,11 +115,7 @@ def test_pathways_heads_drive_multi_host_slices_on_kwok_tpu_pools(cluster, kwok_
             return pods[0] if pods else None
         new = wait_for(replacement, timeout_s=90, what="replacement worker Running", explain=lambda: op.log()[-3000:])
         assert _pool(new) == _pool(victim)
-        wait_for(lambda: fleet.slice_states(client) == {0: "Active", 1: "Active"}, timeout_s=60,
-                 what="slice 1 Active again", explain=lambda: str(client.status()))
-        assert next(s for s in client.status().slices if s.index == 1).failures == 1
+        run.assert_slice_1_back(client)
     finally:
         client.close()
-    # the other job never heard of it
-    other = by_job[JOBS[1]]["controller"][0]
-    assert fleet.down_applied_at(cluster, NAMESPACE, other, 1, 0.0) is None
+    run.assert_not_heard_by(cluster, NAMESPACE, by_job, JOBS[1])  # the other job never heard of it

@@ -200,11 +200,14 @@ def _print_report(s: dict, started_at: float) -> None:
     out = sys.stderr
     print("", file=out)
     if s.get("already_finished"):
-        print(f"job {s['job']}: already finished at checkpoint step {s['steps']}/{s['total_steps']}; "
-              "nothing was started (--fresh starts over)", file=out)
+        started = "nothing was started" if s.get("nothing_started") else "its processes started only to restore it"
+        print(f"job {s['job']}: already finished at checkpoint step {s['steps']}/{s['total_steps']}; trained 0 "
+              f"steps this run, {started} (--fresh starts over)", file=out)
     else:
         outcome = "interrupted" if s.get("interrupted") else "succeeded" if s["succeeded"] else "FAILED"
-        print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps "
+        this_run = s.get("steps_this_run")
+        trained = "" if this_run is None or this_run == s["steps"] else f" ({this_run} this run)"
+        print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps{trained} "
               f"in {s['wall_seconds']:.0f} s", file=out)
     restored = s.get("restored_from_step")
     if restored is not None:
@@ -244,7 +247,11 @@ def _print_report(s: dict, started_at: float) -> None:
               f"{spell['seconds']:.0f} s, {ended} (booked recovering, not productive)", file=out)
     if s.get("injected_failure_skipped"):
         print(f"  injected failure: none ({s['injected_failure_skipped']})", file=out)
-    print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%')}", file=out)
+    unbooked = s.get("unbooked_seconds") or 0.0
+    over = (f" of {s['booked_seconds']:.1f} s booked by the controllers; the launcher's own {unbooked:.1f} s of the "
+            f"{s['wall_seconds']:.1f} s wall (start-up, shutdown) are not" if unbooked >= 0.05 else "")
+    print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%') + over}",
+          file=out)
     booked = {k: v for k, v in (s.get("goodput_seconds") or {}).items() if v >= 0.05}
     if booked:
         print("    seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in booked.items()), file=out)

@@ -21,6 +21,7 @@ import base64
 import json
 import re
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -203,6 +204,11 @@ def remove_nodes(cluster, count: int) -> None:
     """Deletes the fake nodes `install` created."""
     for i in range(count):
         cluster.kubectl("delete", "node", f"kwok-{i}", "--ignore-not-found", "--wait=false", check=False)
+
+
+def test_namespace(prefix: str) -> str:
+    """A namespace name of this test run's own: `prefix` and six random hex digits."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def create_namespace(cluster, namespace: str) -> None:

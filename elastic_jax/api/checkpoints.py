@@ -90,55 +90,113 @@ URI_SCOPES: dict[str, tuple[Callable[[str], bool], str | None]] = {
                       "!self.uri.matches('" + _DOTTED_BUCKET.replace("\\", "\\\\") + "')"),
 }
 
+
+def _rows(scope: str, *rows: tuple[str, bool, str]) -> tuple[UriRule, ...]:
+    """`UriRule`s of one `scope`, each from `(pattern, required, message)`."""
+    return tuple(UriRule(scope, pattern, required, message) for pattern, required, message in rows)
+
+
+def _bucket(name: str) -> str:
+    """The pattern of a gs:// uri whose bucket name is all of `name` (a pattern, up to the first '/')."""
+    return rf"^gs://{name}(/|$)"
+
+
+_WHITE = r"[ \t\n\r\f\v]"
 # What names no folder of a job's own, or no bucket GCS can hold (Google's "Bucket naming guidelines").
 URI_RULES: tuple[UriRule, ...] = (
-    UriRule("any", r"^[ \t\n\r\f\v]|[ \t\n\r\f\v]$", False,
+    *_rows("any",
+           (rf"^{_WHITE}|{_WHITE}$", False,
             "leading or trailing white space (a quoted YAML string keeps it): remove it"),
-    UriRule("any", r"[\x00-\x1f\x7f]", False, "a control character (a newline, a tab, ...): remove it"),
-    UriRule("any", r"(^|/)\.\.(/|$)", False,
-            "a '..' segment (the folder it names depends on what the path passes through): "
-            "write the folder itself"),
-    UriRule("local", r"^(/\.?)+$", False,
-            "the file system's root: name a folder of the job's own, e.g. /checkpoints/JOB"),
-    UriRule("local", r"^~(/\.?)*$", False,
+           # (a tab or newline at either end is the white-space rule's: this one says a fault once too)
+           (r"[\x00-\x08\x0e-\x1f\x7f]|[^\t-\r][\t-\r]+[^\t-\r]", False,
+            "a control character (a newline, a tab, ...): remove it"),
+           (r"(^|/)\.\.(/|$)", False,
+            "a '..' segment (the folder it names depends on what the path passes through): write the folder itself")),
+    *_rows("local",
+           (r"^(/\.?)+$", False, "the file system's root: name a folder of the job's own, e.g. /checkpoints/JOB"),
+           (r"^~(/\.?)*$", False,
             "the home folder itself: name a folder of the job's own in it, e.g. ~/checkpoints/JOB"),
-    UriRule("local", r"^~[^/]", False,
-            "'~user' (another user's home folder) is not supported: write ~/folder or an absolute path"),
-    UriRule("bucket", r"^gs://[a-z0-9._-]+(/|$)", True,
+           (r"^~[^/]", False,
+            "'~user' (another user's home folder) is not supported: write ~/folder or an absolute path")),
+    *_rows("bucket",
+           (_bucket(r"[a-z0-9._-]+"), True,
             "a GCS bucket name holds only lowercase letters, digits, '-', '_' and '.'"),
-    UriRule("bucket", r"^gs://[a-z0-9]([^/]*[a-z0-9])?(/|$)", True,
-            "a GCS bucket name starts and ends with a letter or a digit"),
-    UriRule("bucket", r"^gs://([^/.]{3,63}|[^/]*\.[^/]*)(/|$)", True,
-            "a GCS bucket name is 3-63 characters long (up to 222 when it holds dots)"),
-    UriRule("dotted bucket", r"^gs://[^/]{3,222}(/|$)", True,
-            "a GCS bucket name with dots is 3-222 characters long"),
-    UriRule("dotted bucket", r"^gs://[^/.]{1,63}(\.[^/.]{1,63})*(/|$)", True,
-            "each dot-separated part of a GCS bucket name is 1-63 characters long"),
-    UriRule("bucket", r"^gs://[0-9]{1,3}(\.[0-9]{1,3}){3}(/|$)", False,
-            "a GCS bucket name must not be an IP address"),
-    UriRule("bucket", r"^gs://goog", False, "a GCS bucket name must not begin with 'goog'"),
-    UriRule("bucket", r"^gs://[^/]*g[o0][o0]gle", False,
+           # (refuses the other characters a name may hold at its ends; any other is the rule above's, once)
+           (r"^gs://([-_.]|[^/]*[-_.](/|$))", False, "a GCS bucket name starts and ends with a letter or a digit"),
+           (_bucket(r"([^/.]{3,63}|[^/]*\.[^/]*)"), True,
+            "a GCS bucket name is 3-63 characters long (up to 222 when it holds dots)")),
+    *_rows("dotted bucket",
+           (_bucket(r"[^/]{3,222}"), True, "a GCS bucket name with dots is 3-222 characters long"),
+           # (a dot at an end is the end rule's)
+           (_bucket(r"\.?[^/.]{1,63}(\.[^/.]{1,63})*\.?"), True,
+            "each dot-separated part of a GCS bucket name is 1-63 characters long")),
+    *_rows("bucket",
+           (_bucket(r"[0-9]{1,3}(\.[0-9]{1,3}){3}"), False, "a GCS bucket name must not be an IP address"),
+           (r"^gs://goog", False, "a GCS bucket name must not begin with 'goog'"),
+           (r"^gs://[^/]*g[o0][o0]gle", False,
             "a GCS bucket name must not contain 'google' or a close misspelling such as 'g00gle'"),
+           # (each segment is `[^/]+`, so the first '//' after the bucket ends the match one way only)
+           (r"^gs://[^/]+(/[^/]+)*//", False,
+            "an empty path segment ('//' after the bucket name): write one '/' between folders")),
 )
+# The rules that read a gs:// uri only: the ones `spec.compilationCache.uri` (gs:// only) takes as well.
+GCS_SCOPES = ("any", "bucket", "dotted bucket")
+# The rules that read a local path.
+LOCAL_SCOPES = ("any", "local")
 
 
-def _cel_string(text: str) -> str:
+def cel_string(text: str) -> str:
     """`text` as a CEL single-quoted string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def cel_rules() -> list[dict[str, str]]:
-    """`URI_RULES` as CEL rules on `spec.checkpoint` (the CRD's `x-kubernetes-validations`), each naming
-    `spec.checkpoint.uri` (`fieldPath`) with the words `uri_problems` uses."""
+def cel_rules(field: str = URI_FIELD, scopes: tuple[str, ...] | None = None, optional: bool = False,
+              unless: str | None = None) -> list[dict[str, str]]:
+    """`URI_RULES` as CEL rules on the object holding the uri (the CRD's `x-kubernetes-validations`), each
+    naming `field` (`fieldPath` `.uri`) with the words `uri_problems` uses.
+
+    Args:
+      field: the uri's path in messages, e.g. `spec.checkpoint.uri`.
+      scopes: only the rules of these scopes (None: all).
+      optional: the uri may be absent (each rule holds when it is).
+      unless: a CEL condition under which every rule holds (another rule's refusal says it all).
+    """
     rules = []
     for rule in URI_RULES:
-        test = f"self.uri.matches({_cel_string(rule.pattern)})"
+        if scopes is not None and rule.scope not in scopes:
+            continue
+        test = f"self.uri.matches({cel_string(rule.pattern)})"
         test = test if rule.required else f"!{test}"
         exempt = URI_SCOPES[rule.scope][1]
         if exempt is not None:
             test = f"{exempt} || {test}"
-        rules.append({"rule": test, "message": f"{URI_FIELD}: {rule.message}", "fieldPath": ".uri"})
+        if unless is not None:
+            test = f"{unless} || {test}"
+        if optional:
+            test = f"!has(self.uri) || {test}"
+        rules.append({"rule": test, "message": f"{field}: {rule.message}", "fieldPath": ".uri"})
     return rules
+
+
+def form_problems(uri: str, field: str = URI_FIELD, scopes: tuple[str, ...] | None = None) -> list[str]:
+    """The `URI_RULES` (of `scopes`; None: all) that `uri` breaks, each `<field>: '<uri>': <message>`."""
+    return [f"{field}: {uri!r}: {rule.message}" for rule in URI_RULES
+            if (scopes is None or rule.scope in scopes)
+            and URI_SCOPES[rule.scope][0](uri) and bool(re.search(rule.pattern, uri)) != rule.required]
+
+
+def local_form_refused(uri: str) -> bool:
+    """True when a rule of `URI_RULES` that reads local paths (scopes `any` and `local`) refuses `uri`: its
+    own line says what is wrong, so a broader rule (`cluster`'s absolute-folder rule) need not say it again."""
+    return bool(form_problems(uri, scopes=LOCAL_SCOPES))
+
+
+def local_form_refused_pattern() -> str:
+    """One pattern that matches a local path exactly when `local_form_refused` is True for it (the patterns
+    of those rules, all refusals, joined): for CEL, which has no `local_form_refused`."""
+    rules = [r for r in URI_RULES if r.scope in LOCAL_SCOPES]
+    assert not any(r.required for r in rules), "a required local rule cannot be joined into one refusal pattern"
+    return "|".join(f"({r.pattern})" for r in rules)
 
 
 def uri_problems(uri: str) -> list[str]:
@@ -151,8 +209,9 @@ def uri_problems(uri: str) -> list[str]:
     elastic-jax (locks, `--fresh`, the operator) treats a URI with a scheme as
     remote. Refused too (`URI_RULES`, which the CRD's CEL applies as well): white
     space at either end, a control character, a `..` segment, the root `/`, the
-    home folder `~` itself, `~user`, and a bucket name outside Google's bucket
-    naming guidelines (e.g. `gs://b`: too short).
+    home folder `~` itself, `~user`, a bucket name outside Google's bucket
+    naming guidelines (e.g. `gs://b`: too short), and an empty path segment
+    after the bucket (`gs://bucket//ck`).
 
     Returns:
       One line per problem, each naming `spec.checkpoint.uri` and the uri.
@@ -167,10 +226,7 @@ def uri_problems(uri: str) -> list[str]:
                      f"({uri.removeprefix('file://') or '/'!r})")
     elif "://" in uri and not uri.startswith("gs://"):
         found.append(f"{URI_FIELD}: {uri!r}: unsupported scheme (use a local path or gs://bucket/prefix)")
-    for rule in URI_RULES:
-        if URI_SCOPES[rule.scope][0](uri) and bool(re.search(rule.pattern, uri)) != rule.required:
-            found.append(f"{URI_FIELD}: {uri!r}: {rule.message}")
-    return found
+    return found + form_problems(uri)
 
 
 def uri_problem(uri: str) -> str | None:

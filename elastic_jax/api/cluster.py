@@ -21,6 +21,7 @@ import re
 from typing import Any
 
 from elastic_jax import contract
+from elastic_jax.api import checkpoints
 
 # Folders the operator mounts in the controller pod (its manifest, its token, the writable scratch).
 MANIFEST_DIR = contract.MANIFEST_DIR
@@ -63,16 +64,24 @@ def _overlap_pattern(folder: str) -> str:
 SYSTEM_PATTERN = "^(" + "|".join(re.escape(d).replace("\\-", "-") for d in IMAGE_SYSTEM_DIRS) + ")(/.*)?$"
 
 # (CEL rule on spec, message, Python check of spec dict returning True when fine). The CEL
-# rule and the Python check read the same pattern constants.
-_REMOTE = "self.checkpoint.uri.contains('://')"
+# rule and the Python check read the same pattern constants. A local path a rule of the uri's own table
+# refuses (`checkpoints.URI_RULES`: `/`, `~`, `..`, white space) is that rule's to report, in its own
+# words: the local rules below hold for it, so `validate --cluster` and the API server say it once.
+FORM_REFUSED = checkpoints.local_form_refused_pattern()
+_REMOTE = f"self.checkpoint.uri.contains('://') || self.checkpoint.uri.matches({{form}})"
 
 
 def _cel_str(s: str) -> str:
     return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+_REMOTE = _REMOTE.format(form=_cel_str(FORM_REFUSED))
+
+
 def _local(spec: dict[str, Any]) -> bool:
-    return "://" not in str((spec.get("checkpoint") or {}).get("uri", ""))
+    """A local path the uri's own table does not already refuse: the cluster's local rules read it."""
+    uri = str((spec.get("checkpoint") or {}).get("uri", ""))
+    return "://" not in uri and not checkpoints.local_form_refused(uri)
 
 
 def _uri(spec: dict[str, Any]) -> str:

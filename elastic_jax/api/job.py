@@ -142,10 +142,14 @@ def _quantity(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return str(value)
     if isinstance(value, float) and value.is_integer():
-        raise ValueError(f"{value!r}: a quantity is an integer or a string (the API server refuses a JSON float, "
-                         f"even a whole one): write {int(value)} or '{value:g}'")
+        # (kubectl sends YAML's 2.0 as 2, which passes; a client that sends JSON sends 2.0, which the API server
+        # refuses for an int-or-string: the manifest must pass however it is sent)
+        raise ValueError(f"{value!r}: must be an integer or a quoted string, e.g. {int(value)} or "
+                         f"'{value:g}', not a float (kubectl would send it as {int(value)}, but the API server "
+                         "refuses it from a client that sends JSON)")
     if isinstance(value, float) and math.isfinite(value):
-        raise ValueError(f"{value!r}: write a fractional quantity as a string, e.g. '{value}' or '{int(value * 1000)}m'")
+        raise ValueError(f"{value!r}: must be an integer or a quoted string; write a fraction as a string, e.g. "
+                         f"'{value}' or '{int(value * 1000)}m'")
     if isinstance(value, str) and _QUANTITY.fullmatch(value) and not value.startswith("-"):
         return value
     # The pattern allows a sign; a Pod refuses negative requests and limits, so refuse them here.
@@ -628,8 +632,8 @@ class CheckpointSpec(_Model):
                      description=("Checkpoint directory: a local path or gs://bucket/prefix (no other scheme). A "
                                   "local path names a folder of the job's own: not /, not the home folder ~ "
                                   "itself, no ~user, no '..' segment; the bucket name follows GCS's naming rules "
-                                  "(3-63 lowercase letters, digits, '-', '_', '.'; no 'goog' prefix). No white "
-                                  "space at either end."))
+                                  "(3-63 lowercase letters, digits, '-', '_', '.'; no 'goog' prefix), and no "
+                                  "empty segment ('//') follows it. No white space at either end."))
     interval_steps: int = Field(default=50, ge=1, le=INT64_MAX, description="Save every this many steps (async).")
     max_to_keep: int = Field(default=3, ge=1, le=INT64_MAX, description="Committed checkpoints kept; older ones are deleted.")
     resume_from: Literal["SameJob", "Any"] = Field(
@@ -651,8 +655,10 @@ class CheckpointSpec(_Model):
 
 # spec.compilationCache: the field names its errors use, once.
 COMPILATION_CACHE_FIELD = "spec.compilationCache"
-# A gs:// cache location: a bucket name, then an optional prefix (JAX writes it through etils/gcsfs).
-COMPILATION_CACHE_URI_PATTERN = r"^gs://[^/]+(/.*)?$"
+COMPILATION_CACHE_URI_FIELD = f"{COMPILATION_CACHE_FIELD}.uri"
+# A gs:// cache location: a bucket name, then an optional prefix (JAX writes it through etils/gcsfs); what the
+# bucket name and the prefix may hold is `checkpoints.URI_RULES`' (its gs:// rules).
+COMPILATION_CACHE_URI_PATTERN = r"^gs://[^/]"
 
 
 class PersistentVolumeClaimReference(_Model):
@@ -676,12 +682,19 @@ class CompilationCacheSpec(_Model):
     workers share no storage unless a claim is named).
     """
 
-    # (the CRD's rule for `_one_source` sits on the spec, so it can name this field)
+    # (the CRD's rule for `_one_source` sits on the spec, so it can name this field.) The bucket-name and
+    # path rules of `spec.checkpoint.uri`'s table (`checkpoints.URI_RULES`, its gs:// rules), as CEL, for a
+    # uri of the gs:// form (another is the pattern's to refuse, once).
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": checkpoints.cel_rules(
+        COMPILATION_CACHE_URI_FIELD, checkpoints.GCS_SCOPES, optional=True,
+        unless=f"!self.uri.matches({checkpoints.cel_string(COMPILATION_CACHE_URI_PATTERN)})")})
 
     uri: str | None = Field(
         default=None, max_length=4096, json_schema_extra={"pattern": COMPILATION_CACHE_URI_PATTERN},
         description=("gs://bucket/prefix the pods read and write the cache at, with their own credentials "
-                     "(Workload Identity). Backend pathways only: the cpu worker image has no GCS client."))
+                     "(Workload Identity). Backend pathways only: the cpu worker image has no GCS client. The "
+                     "bucket name and path follow spec.checkpoint.uri's gs:// rules (GCS's bucket naming "
+                     "rules, no '..' or empty segment, no white space at either end)."))
     persistent_volume_claim: PersistentVolumeClaimReference | None = Field(
         default=None,
         description=(f"A claim of the job's namespace mounted at {contract.COMPILATION_CACHE_DIR} in the pods "
@@ -693,8 +706,10 @@ class CompilationCacheSpec(_Model):
     RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
         lambda s: [f"{COMPILATION_CACHE_FIELD} needs exactly one of uri or persistentVolumeClaim"]
         if (s.uri is None) == (s.persistent_volume_claim is None) else [],
-        lambda s: [f"{COMPILATION_CACHE_FIELD}.uri: {s.uri!r}: must be gs://bucket[/prefix]"]
-        if s.uri is not None and not re.fullmatch(COMPILATION_CACHE_URI_PATTERN, s.uri) else [],
+        lambda s: [] if s.uri is None else checkpoints.form_problems(s.uri, COMPILATION_CACHE_URI_FIELD,
+                                                                      checkpoints.GCS_SCOPES)
+        if re.search(COMPILATION_CACHE_URI_PATTERN, s.uri)
+        else [f"{COMPILATION_CACHE_URI_FIELD}: {s.uri!r}: must be gs://bucket[/prefix]"],
     )
     _one_source = model_validator(mode="after")(_checked(RULES))
 

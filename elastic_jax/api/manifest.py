@@ -227,6 +227,48 @@ def format_validation_error(error: ValidationError, prefix: str = "") -> str:
     return "; ".join(validation_problems(error, prefix))
 
 
+# What a field of each JSON type needs, for pydantic's type errors ("Input should be a valid integer" named
+# neither the value nor what to write instead).
+_TYPE_NEEDS = {"int_type": "an integer (a whole number, e.g. 10)", "float_type": "a number (e.g. 10 or 2.5)",
+               "bool_type": "true or false", "string_type": "a string"}
+
+
+def _shown(value: Any) -> str:
+    """`value` as a manifest spells it (`true`, `1.5`, `'10'`), at most 60 characters."""
+    text = json.dumps(value) if isinstance(value, bool) or value is None else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _what(value: Any) -> str:
+    """What kind of value `value` is, in a manifest's words."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a fraction" if math.isfinite(value) else "a number"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else "null"
+
+
+def type_problem(kind: str, value: Any) -> str | None:
+    """The message of a pydantic type error `kind` (`int_type`, ...) over `value`: the value, what the field
+    needs, what it got, and how to write it, e.g. `1.5: must be an integer (a whole number, e.g. 10), not a
+    fraction`; None for another kind of error."""
+    needs = _TYPE_NEEDS.get(kind)
+    if needs is None:
+        return None
+    message = f"{_shown(value)}: must be {needs}, not {_what(value)}"
+    if isinstance(value, str) and kind != "string_type":
+        message += " (quoted: write it without quotes)"
+    elif kind == "string_type" and isinstance(value, bool):
+        message += " (YAML reads an unquoted y, yes, on or true as a boolean: quote it)"
+    elif kind == "string_type" and isinstance(value, (int, float)):
+        message += " (quote it)"
+    return message
+
+
 def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
     """Every problem of a pydantic error, each `field.path: message` (camelCase paths), in its order.
 
@@ -239,6 +281,7 @@ def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
             msg = msg[len("Value error, "):]
         if item["type"] == "extra_forbidden":
             msg = "unknown field"
+        msg = type_problem(item["type"], item.get("input")) or msg
         for one in msg.split(PROBLEM_SEPARATOR):
             # Kubernetes' spelling of a path (spec.worker.tolerations[0].key); a model validator's message
             # already names its fields.

@@ -683,7 +683,10 @@ class LocalLauncher:
     def summary(self, wall_seconds: float, controller_restarts: int) -> dict[str, Any]:
         """The run's summary: the controller's own plus what only the launcher saw.
 
-        Keys: job, succeeded, steps, total_steps, initial_loss, final_loss,
+        Keys: job, succeeded, steps (the step reached), steps_this_run (the steps this run advanced: `steps` less
+        the step its first controller restored; 0 for a job whose checkpoints already held its last step),
+        already_finished (that case: it trained nothing, the job was complete), nothing_started (True only
+        from `finished_summary`: no process was started), total_steps, initial_loss, final_loss,
         recoveries (count of slice losses and drains, over every controller of the run),
         recovery_seconds (the measured ones, seconds each), unfinished_recoveries (count:
         the run ended before the next step completed, so there is no duration), steps_lost (None: not
@@ -700,7 +703,11 @@ class LocalLauncher:
         restarted controller redid re-booked from productive/reduced to recovering, as the operator does:
         `supervision.steps_lost`), checkpoint_uri, last_committed_checkpoint_step,
         restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
-        metrics_file, logs_dir, wall_seconds, failure_reason; `finished_summary` adds already_finished.
+        metrics_file, logs_dir, failure_reason; wall_seconds (the launcher's wall clock, from its start to
+        every process stopped), booked_seconds (the seconds the controllers' ledgers booked, the sum of
+        goodput_seconds: what goodput divides by, as on a cluster), unbooked_seconds (wall_seconds less
+        booked_seconds: the launcher's own, before a controller's ledger starts (spawning the process, its
+        imports), between a lost controller and its successor, and stopping every process at the end).
         """
         path = self.workdir / "summary.json"
         run = json.loads(path.read_text()) if path.exists() else {}
@@ -720,7 +727,7 @@ class LocalLauncher:
         run = {"succeeded": True, "steps": step, "restored_from_step": step, "last_committed_checkpoint_step": step,
                "resumed_from": {"step": step, "fallbackReason": None,
                                 "writer": None if writer is None else writer.model_dump(by_alias=True)}}
-        return {**self._summary(run, 0.0, 0), "already_finished": True}
+        return {**self._summary(run, 0.0, 0), "nothing_started": True}
 
     def _summary(self, run: dict[str, Any], wall_seconds: float, controller_restarts: int) -> dict[str, Any]:
         """`summary` from the controller's own summary `run` (the dict of its `summary.json`)."""
@@ -756,10 +763,21 @@ class LocalLauncher:
         stepped = self._earlier_stepped or run.get("goodput") is not None
         goodput = steps_lost_rule.goodput_fraction(
             seconds, self._earlier_equivalent + live_equivalent) if stepped else None
+        # The step this run started from: the first controller's restore (a later one's resume is the run's
+        # own progress, redone or not), else the controller's summary's.
+        start = self._trained_from if self._trained_from is not None else run.get("restored_from_step")
+        reached = run.get("steps")
+        start = 0 if start is None and reached is not None else start
+        steps_this_run = None if reached is None or start is None else max(0, reached - start)
+        booked = round(sum(seconds.values()), 2)
         return {
             "job": self.job.metadata.name,
             "succeeded": bool(run.get("succeeded")),
-            "steps": run.get("steps"),
+            "steps": reached,
+            "steps_this_run": steps_this_run,
+            # (the checkpoints already held the last step: this run trained nothing)
+            "already_finished": start is not None and start >= self.job.spec.training.steps and steps_this_run == 0,
+            "nothing_started": False,
             "total_steps": self.job.spec.training.steps,
             "initial_loss": run.get("initial_loss"),
             "final_loss": run.get("final_loss"),
@@ -785,6 +803,9 @@ class LocalLauncher:
             "metrics_file": str(self.workdir / "metrics.prom"),
             "logs_dir": str(self.workdir),
             "wall_seconds": round(wall_seconds, 2),
+            "booked_seconds": booked,
+            # (the launcher's own, booked by no controller: see `summary`)
+            "unbooked_seconds": round(max(0.0, wall_seconds - booked), 2),
             "failure_reason": run.get("failure_reason"),
         }
 

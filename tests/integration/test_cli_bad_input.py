@@ -58,6 +58,19 @@ def test_invalid_manifest(tmp_path, spec_change, fragments):
     assert not (tmp_path / "run").exists()  # refused before anything started
 
 
+@pytest.mark.parametrize("path, value, fragment", [
+    (("training", "steps"), 1.5, "spec.training.steps: 1.5: must be an integer (a whole number, e.g. 10), not a fraction"),
+    (("worker", "resources"), {"requests": {"cpu": 2.0}},
+     "spec.worker.resources.requests.cpu: 2.0: must be an integer or a quoted string, e.g. 2 or '2', not a float"),
+])
+def test_a_json_float_is_refused_saying_what_the_field_needs(tmp_path, path, value, fragment):
+    """Issue 11: `steps: 1.5` read "Input should be a valid integer"; `cpu: 2.0` as if kubectl refused it."""
+    m = job_manifest("floaty", tmp_path)
+    m["spec"].setdefault(path[0], {})[path[1]] = value
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, fragment)
+
+
 def test_malformed_manifest(tmp_path):
     code, out, err = run_bad(tmp_path, "apiVersion: elasticjax.dev/v1alpha1\nspec: {slices: [\n")
     assert_one_line_error(code, out, err, "malformed YAML")
@@ -183,6 +196,25 @@ def test_every_validate_line_names_the_file_with_cluster_too(tmp_path):
     assert all(ln.startswith(f"error: {tmp_path / 'job.yaml'}: spec.") for ln in errors), errors
 
 
+def test_validate_cluster_says_each_field_error_once(tmp_path):
+    """Issue 11: a bad uri got its specific line and then a generic one for the same field (`/`: the root,
+    then "must be an absolute folder"); an uppercase bucket name two lines. Several bad fields at once, the
+    real CLI: one line a fault, no field's fault said twice (the CRD's CEL says the same lines)."""
+    m = job_manifest("once", tmp_path, checkpoint={"uri": "/", "intervalSteps": 0})
+    m["spec"]["compilationCache"] = {"uri": "gs://UPPER//xla"}
+    m["spec"]["training"]["steps"] = 1.5
+    proc = _validate(tmp_path, m, "--cluster")
+    errors = [ln.removeprefix(f"error: {tmp_path / 'job.yaml'}: ") for ln in proc.stderr.splitlines()
+              if ln.startswith("error: ")]
+    assert proc.returncode == 2, proc.stderr
+    assert [e for e in errors if e.startswith("spec.checkpoint.uri")] == [
+        "spec.checkpoint.uri: '/': the file system's root: name a folder of the job's own, e.g. /checkpoints/JOB"]
+    assert [e.split(": ", 2)[2] for e in errors if e.startswith("spec.compilationCache.uri: 'gs:")] == [
+        "a GCS bucket name holds only lowercase letters, digits, '-', '_' and '.'",
+        "an empty path segment ('//' after the bucket name): write one '/' between folders"], errors
+    assert len(errors) == len(set(errors)) and sum(e.startswith("spec.training.steps") for e in errors) == 1
+
+
 def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     """A run that loses a worker checkpoints to gs://; a second run of the same job resumes from gs://."""
     bucket = gcs_emulator.make_bucket("ej-runtime")
@@ -202,9 +234,12 @@ def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     second = run_cli(m, tmp_path, "--no-failure", env=gcs_emulator.env)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.summary["restored_from_step"] == 60 and second.summary["steps"] == 60
+    # Issue 11: `steps` 60 read as if this run had trained them; it trained none, the job was complete.
+    assert second.summary["steps_this_run"] == 0 and second.summary["already_finished"], second.summary
     # The report says so, not only the JSON: a finished job run again trains nothing.
-    assert "resumed from checkpoint step 60 written by local/gcsjob (uid " in second.stderr
-    assert "(already finished: nothing left to train" in second.stderr
+    assert ("job gcsjob: already finished at checkpoint step 60/60; trained 0 steps this run, its processes "
+            "started only to restore it") in second.stderr, second.stderr
+    assert "checkpoint step 60 written by local/gcsjob (uid " in second.stderr
 
 
 def test_bad_workdir(tmp_path):
@@ -612,11 +647,13 @@ def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
                      checkpoint={"uri": str(ckpt), "intervalSteps": 10})
     proc = _cli(tmp_path, m, "run", "--no-failure")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "job done: already finished at checkpoint step 20/20; nothing was started (--fresh starts over)" \
+    assert ("job done: already finished at checkpoint step 20/20; trained 0 steps this run, nothing was started "
+            "(--fresh starts over)") \
         in proc.stderr, proc.stderr
     assert "checkpoint step 20 written by local/done (uid " in proc.stderr and "Traceback" not in proc.stderr
     s = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("SUMMARY "))
     assert s["already_finished"] and s["succeeded"] and s["steps"] == s["restored_from_step"] == 20, s
+    assert s["steps_this_run"] == 0 and s["nothing_started"], s
     assert s["initial_loss"] is None and s["final_loss"] is None and s["goodput"] is None, s
     assert s["last_committed_checkpoint_step"] == 20 and s["recoveries"] == 0, s
     assert not (tmp_path / "run" / "controller.log").exists()  # no process was started

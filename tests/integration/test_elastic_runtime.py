@@ -40,6 +40,12 @@ def baseline(tmp_path_factory):
     assert booked["recovering"] == booked["waiting"] == booked["reduced"] == 0, booked
     assert booked["starting"] > 0 and booked["productive"] > 0 and booked["checkpointing"] > 0, booked
     assert sum(booked.values()) <= run.summary["wall_seconds"]  # a controller's ledger fits in the run
+    # what goodput divides by, and the launcher's own seconds beside it, add up to the wall (issue 11)
+    s = run.summary
+    assert s["booked_seconds"] == pytest.approx(sum(booked.values()), abs=0.01)
+    assert s["booked_seconds"] + s["unbooked_seconds"] == pytest.approx(s["wall_seconds"], abs=0.02), s
+    assert s["steps_this_run"] == STEPS and not s["already_finished"], s
+    assert "booked by the controllers; the launcher's own" in run.stderr, run.stderr[-2000:]
     return run.summary
 
 

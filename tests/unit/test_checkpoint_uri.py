@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from elastic_jax.api import checkpoints, crd
 from elastic_jax.api.manifest import ManifestError, parse_manifest
 from elastic_jax.cli import app
-from tests.support.bad_manifests import cpu_job
+from tests.support.bad_manifests import cpu_job, pathways_job
 
 # (uri, the words of its refusal; `validate` prints them after `spec.checkpoint.uri: '<uri>': `)
 REFUSED = [
@@ -48,11 +48,16 @@ REFUSED = [
     ("gs://goog-ckpt/ck", "a GCS bucket name must not begin with 'goog'"),
     ("gs://my-google-ckpt", "a GCS bucket name must not contain 'google' or a close misspelling"),
     ("gs://my-g00gle-ckpt", "a GCS bucket name must not contain 'google' or a close misspelling"),
+    # an empty path segment after the bucket (issue 11: `gs://b//x` passed)
+    ("gs://test-bucket//x", "an empty path segment ('//' after the bucket name)"),
+    ("gs://test-bucket/a//b", "an empty path segment"),
+    ("gs://test-bucket/a/b//", "an empty path segment"),
 ]
 
 ACCEPTED = ["/data/ck", "/data/ck/", "relative/ck", "./ck", "~/ck", "/data/a..b", "/data/.hidden",
             "gs://test-bucket", "gs://test-bucket/", "gs://abc/ck", "gs://a.b", "gs://my_bucket.example.com/ck",
-            "gs://" + "a" * 63 + "/ck", "gs://1.2.3/ck", "gs://test-bucket/a b/ck"]
+            "gs://" + "a" * 63 + "/ck", "gs://1.2.3/ck", "gs://test-bucket/a b/ck",
+            "gs://test-bucket/a/b/"]
 
 
 def _job(uri: str) -> dict:
@@ -61,11 +66,26 @@ def _job(uri: str) -> dict:
     return job
 
 
-@pytest.mark.parametrize("uri, words", REFUSED, ids=[repr(u)[:40] for u, _ in REFUSED])
-def test_the_model_refuses_a_uri_that_names_no_folder_or_bucket_of_its_own(uri, words):
+def _cache_job(uri: str) -> dict:
+    job = pathways_job()
+    job["spec"]["compilationCache"] = {"uri": uri}
+    return job
+
+
+CACHE_FIELD = "spec.compilationCache.uri"
+# spec.compilationCache.uri takes the table's gs:// rules (issue 11: it had only `gs://bucket[/prefix]`)
+GCS_REFUSED = [(u, w) for u, w in REFUSED if u.startswith("gs://")]
+JOB_OF = {"spec.checkpoint.uri": _job, CACHE_FIELD: _cache_job}
+FIELD_CASES = [("spec.checkpoint.uri", u, w) for u, w in REFUSED] + [(CACHE_FIELD, u, w) for u, w in GCS_REFUSED]
+
+
+@pytest.mark.parametrize("field, uri, words", FIELD_CASES, ids=[f"{f[5:9]}-{u!r:.36}" for f, u, _ in FIELD_CASES])
+def test_the_model_refuses_a_uri_that_names_no_folder_or_bucket_of_its_own(field, uri, words):
     with pytest.raises(ManifestError) as e:
-        parse_manifest(_job(uri))
-    assert f"spec.checkpoint.uri: {uri!r}: {words}" in str(e.value), e.value.problems
+        parse_manifest(JOB_OF[field](uri))
+    assert f"{field}: {uri!r}: {words}" in str(e.value), e.value.problems
+    other = next(f for f in JOB_OF if f != field)
+    assert other not in str(e.value)  # each message names its own field
 
 
 @pytest.mark.parametrize("uri", ACCEPTED)
@@ -86,6 +106,24 @@ def test_validate_without_cluster_refuses_them_one_line_each_naming_the_field(tm
     assert errors and all(ln.startswith(f"error: {path}: spec.checkpoint.uri: {uri!r}: ") for ln in errors), errors
     assert any(words in ln for ln in errors), errors
     assert "Traceback" not in result.output
+
+
+def test_validate_refuses_gs_b_double_slash_x_for_both_faults(tmp_path):
+    """`gs://b//x` (the issue's sample): the short bucket name and the empty segment, each once."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(_job("gs://b//x")))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error: ")]
+    assert result.exit_code == 2 and len(errors) == 2, result.output
+    assert "3-63 characters" in errors[0] and "an empty path segment" in errors[1], errors
+
+
+@pytest.mark.parametrize("uri", ["gs://UPPER_bad/ck", "gs://ab.", "gs://.abc", "gs://-abc", "/data/ck\t", "gs://abc/x\n",
+                                 "/", "~", "/a/../b", "gs://a..b"])
+def test_a_uri_with_one_fault_gets_one_line(uri):
+    """Issue 11: one fault was said twice (an uppercase bucket name: "lowercase letters" and "starts and ends
+    with a letter or a digit"; a trailing tab: white space and a control character)."""
+    assert len(checkpoints.uri_problems(uri)) == 1, checkpoints.uri_problems(uri)
 
 
 def test_run_refuses_them_before_anything_starts(tmp_path):
@@ -136,7 +174,41 @@ def test_no_rule_backtracks_on_a_long_uri():
     import time
 
     for uri in ("/" * 4095 + "x", "/." * 2047 + "x", "~" + "/." * 2047 + "x", "gs://" + "a." * 2045 + "-",
-                "gs://" + "a" * 4091):
+                "gs://" + "a" * 4091, "gs://abc" + "/a" * 2043 + "/"):
         started = time.monotonic()
         checkpoints.uri_problems(uri)
         assert time.monotonic() - started < 0.5, uri[:20]
+
+
+# -- spec.compilationCache.uri: the same table's gs:// rules ------------------------------------------------
+
+
+@pytest.mark.parametrize("uri", [u for u in ACCEPTED if u.startswith("gs://")])
+def test_the_compilation_cache_uri_accepts_the_buckets_checkpoint_uri_accepts(uri):
+    assert parse_manifest(_cache_job(uri)).spec.compilation_cache.uri == uri
+
+
+def test_a_compilation_cache_uri_that_is_not_gs_is_refused_once():
+    """The gs:// form is the pattern's rule; the table's rules stay silent then (one line, not two)."""
+    for uri in ("/var/cache/x", " gs://test-bucket/x", "gs:///x", "s3://test-bucket/x"):
+        with pytest.raises(ManifestError) as e:
+            parse_manifest(_cache_job(uri))
+        assert e.value.problems == [f"manifest: {CACHE_FIELD}: {uri!r}: must be gs://bucket[/prefix]"], uri
+
+
+def _cache_cel_rules() -> list[dict]:
+    spec = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return [r for r in spec["properties"]["compilationCache"]["x-kubernetes-validations"]
+            if "oldSelf" not in r["rule"]]  # (the immutability rules are `cluster`'s)
+
+
+@pytest.mark.parametrize("uri", [u for u, _ in GCS_REFUSED] + [u for u in ACCEPTED if u.startswith("gs://")])
+def test_the_crds_compilation_cache_cel_refuses_what_the_model_refuses(uri):
+    rules = _cache_cel_rules()
+    assert all(r["fieldPath"] == ".uri" and r["rule"].startswith("!has(self.uri) || ") for r in rules)
+    refused_by_cel = {r["message"] for r in rules
+                      if not _cel_matches(r["rule"].removeprefix("!has(self.uri) || "), uri)}
+    refused_by_python = {p.replace(f"{CACHE_FIELD}: {uri!r}: ", f"{CACHE_FIELD}: ")
+                         for p in checkpoints.form_problems(uri, CACHE_FIELD, checkpoints.GCS_SCOPES)}
+    assert refused_by_cel == refused_by_python
+    assert all(m.startswith(f"{CACHE_FIELD}: ") for m in refused_by_cel)

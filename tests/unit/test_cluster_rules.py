@@ -31,8 +31,8 @@ def _validate(tmp_path, spec_edit, *flags):
 # (uri, the message part both `validate --cluster` and the CRD's CEL name)
 BAD_URIS = [
     ("runs/ck", "must be an absolute folder"),
-    ("/", "must be an absolute folder"),
-    ("/data/../etc/x", "must be an absolute folder"),
+    ("/data/./x", "must be an absolute folder"),
+    ("/data//x", "must be an absolute folder"),
     ("/etc/elastic-jax/token", "must not overlap /etc/elastic-jax/token"),
     ("/tmp/elastic-jax-scratch/ck", "must not overlap /tmp/elastic-jax-scratch"),
     ("/usr/local/ck", "must not be inside"),
@@ -49,6 +49,46 @@ def test_validate_cluster_refuses_what_the_crd_refuses(tmp_path, uri, message):
     # the same text is a CEL rule's message in the CRD
     messages = [r["message"] for r in _spec_schema()["x-kubernetes-validations"]]
     assert any(message in m for m in messages), messages
+
+
+# (uri, the one line's words) the uri's own table refuses: the cluster's broader rules leave them to it
+FORM_REFUSED = [("/", "the file system's root"), ("//", "the file system's root"), ("~", "the home folder itself"),
+                ("~root/x", "'~user'"), ("..", "a '..' segment"), ("/data/../etc/x", "a '..' segment"),
+                ("/etc/../data", "a '..' segment"), (" /data/ck", "leading or trailing white space"),
+                ("/data/ck\t", "leading or trailing white space")]
+
+
+@pytest.mark.parametrize("uri, words", FORM_REFUSED)
+def test_validate_cluster_says_a_uri_error_once(tmp_path, uri, words):
+    """Issue 11: `/`, `~`, `..` got the table's specific line and then the cluster's generic local-path line
+    for the same fault; now one line, and the CRD's CEL says the same (the cluster rules hold for them)."""
+    result = _validate(tmp_path, lambda s: s["checkpoint"].update(uri=uri), "--cluster")
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error: ")]
+    assert result.exit_code == 2 and len(errors) == 1 and words in errors[0], result.output
+    assert cluster.problems({"backend": "cpu", "checkpoint": {"uri": uri}}) == []
+
+
+def _cel_holds(rule: str, uri: str) -> bool:
+    """A cluster rule's CEL over `uri` (terms `self.checkpoint.uri.contains/matches/startsWith('...')`, `||`,
+    `&&`, `!`) for backend cpu,
+    read back from its text and evaluated with Python's `re`."""
+    import re
+
+    def literal(text: str) -> str:
+        return text.replace("\\'", "'").replace("\\\\", "\\")
+    expr = re.sub(r"(!?)self\.checkpoint\.uri\.(contains|matches|startsWith)\('((?:[^'\\]|\\.)*)'\)",
+                  lambda m: f" {'not ' if m[1] else ''}_{m[2]}({literal(m[3])!r}) ", rule)
+    expr = expr.replace("self.backend != 'pathways'", " True ")  # (the specs below are backend cpu)
+    expr = expr.replace("||", " or ").replace("&&", " and ")
+    return eval(expr, {"_contains": lambda s: s in uri, "_matches": lambda p: bool(re.search(p, uri)),
+                       "_startsWith": uri.startswith})
+
+
+@pytest.mark.parametrize("uri", [u for u, _ in FORM_REFUSED] + [u for u, _ in BAD_URIS] + ["/data/ck", "gs://x/y"])
+def test_the_cluster_cel_rules_say_what_cluster_problems_says(uri):
+    spec = {"backend": "cpu", "checkpoint": {"uri": uri}}
+    by_cel = [r["message"] for r in cluster.CEL_RULES if not _cel_holds(r["rule"], uri)]
+    assert by_cel == cluster.problems(spec)
 
 
 def test_validate_without_cluster_keeps_the_local_rules(tmp_path):

@@ -47,14 +47,30 @@ def test_defaults_min_slices_is_count():
         ({"backend": "pathways"}, "backend pathways needs spec.slices.accelerator and spec.slices.topology"),
         ({"controller": {"trainer": {"entryPoint": "nocolon"}}}, "spec.controller.trainer.entryPoint 'nocolon' must look like"),
         # Types as the API server checks them: no string-to-number or string-to-bool coercion.
-        ({"training": {"steps": "10", "globalBatchSize": 4}}, "spec.training.steps: Input should be a valid integer"),
-        ({"suspend": "yes"}, "spec.suspend: Input should be a valid boolean"),
+        ({"training": {"steps": "10", "globalBatchSize": 4}},
+         "spec.training.steps: '10': must be an integer (a whole number, e.g. 10), not a string (quoted: write it "
+         "without quotes)"),
+        ({"suspend": "yes"}, "spec.suspend: 'yes': must be true or false, not a string"),
+        # a JSON float where an integer is needed (issue 11: "Input should be a valid integer" said neither)
+        ({"training": {"steps": 1.5, "globalBatchSize": 4}},
+         "spec.training.steps: 1.5: must be an integer (a whole number, e.g. 10), not a fraction"),
+        ({"slices": {"count": 2.5}}, "spec.slices.count: 2.5: must be an integer (a whole number, e.g. 10), not a fraction"),
+        ({"elasticity": {"stepDeadlineSeconds": "ten"}},
+         "spec.elasticity.stepDeadlineSeconds: 'ten': must be a number (e.g. 10 or 2.5), not a string"),
+        ({"worker": {"env": [{"name": "A", "value": True}]}},
+         "spec.worker.env[0].value: true: must be a string, not a boolean (YAML reads an unquoted y"),
+        ({"worker": {"env": [{"name": "A", "value": 3}]}}, "spec.worker.env[0].value: 3: must be a string, not a number"),
+        # a whole float in a quantity: kubectl would pass it, a JSON client not; the message says what to write
+        ({"worker": {"resources": {"requests": {"cpu": 1e3}}}},
+         "spec.worker.resources.requests.cpu: 1000.0: must be an integer or a quoted string, e.g. 1000 or '1000', "
+         "not a float"),
         ({"worker": {"resources": {"limits": {"memory": "4GB"}}}},
          "spec.worker.resources.limits.memory: '4GB' is not a non-negative Kubernetes quantity"),
         ({"worker": {"resources": {"limits": {"cpu": -1}}}},
          "spec.worker.resources.limits.cpu: -1 is not a non-negative Kubernetes quantity"),
         ({"worker": {"resources": {"requests": {"cpu": 0.5}}}},
-         "spec.worker.resources.requests.cpu: 0.5: write a fractional quantity as a string"),
+         "spec.worker.resources.requests.cpu: 0.5: must be an integer or a quoted string; write a fraction as a "
+         "string"),
     ],
 )
 def test_invalid_spec_names_field(override, expected):
@@ -339,4 +355,5 @@ def test_a_rule_over_a_field_that_failed_is_skipped():
     with pytest.raises(ManifestError) as info:
         parse_manifest(_job(slices={"count": "two", "minSlices": 1, "spares": 8},
                             training={"steps": 10, "globalBatchSize": 1}), "job.yaml")
-    assert info.value.problems == ["job.yaml: spec.slices.count: Input should be a valid integer"]
+    assert info.value.problems == ["job.yaml: spec.slices.count: 'two': must be an integer (a whole number, e.g. 10), "
+                                   "not a string (quoted: write it without quotes)"]

@@ -182,13 +182,13 @@ def test_local_checkpoint_gets_an_emptydir_and_the_root_stays_read_only():
 
 
 @pytest.mark.parametrize("uri, message", [
-    ("relative/ck", "must be an absolute folder"), ("/", "must be an absolute folder"),
+    ("relative/ck", "must be an absolute folder"), ("/", "'/': the file system's root"),
     ("/etc/elastic-jax/token/x", "must not overlap /etc/elastic-jax/token"),
     ("/etc", "must not overlap /etc/elastic-jax/manifest"),
     (names.SCRATCH_DIR, f"must not overlap {names.SCRATCH_DIR}"), ("/tmp/", f"must not overlap {names.SCRATCH_DIR}"),
     # POSIX keeps a leading "//" through normpath (found on kind: the emptyDir covered the token):
     # such paths are refused outright, as the CRD's CEL refuses them.
-    ("//etc/elastic-jax/token", "must be an absolute folder"), ("///tmp/../etc/elastic-jax", "must be an absolute folder"),
+    ("//etc/elastic-jax/token", "must be an absolute folder"), ("///tmp/../etc/elastic-jax", "a '..' segment"),
     ("/data/./ck", "must be an absolute folder"), ("/data//ck", "must be an absolute folder"),
     ("/usr/lib", "must not be inside /bin, .*/usr"), ("/opt/venv/ck", "must not be inside .*/opt"),
 ])

@@ -16,7 +16,7 @@ import posixpath
 from typing import Any
 
 from elastic_jax import contract
-from elastic_jax.api import cluster, labels
+from elastic_jax.api import checkpoints, cluster, labels
 from elastic_jax.api.identity import JobIdentity, identity_env
 from elastic_jax.api.job import ElasticTrainingJob, EnvVar
 from elastic_jax.api.manifest_digest import DIGEST_ENV, manifest_digest
@@ -74,7 +74,8 @@ CHECKPOINT_FIELD = "spec.checkpoint.uri"
 
 
 def check_local_checkpoint(job: ElasticTrainingJob) -> None:
-    """The job meets the cluster's rules (`elastic_jax.api.cluster`: the CRD's CEL rules, so only a job
+    """The job meets the uri's own rules (`checkpoints.uri_problems`) and the cluster's
+    (`elastic_jax.api.cluster`: both the CRD's CEL rules, so only a job
     created under an older CRD gets here with a bad one), e.g. a local `spec.checkpoint.uri` is an absolute
     folder the controller pod can mount an emptyDir at.
 
@@ -83,7 +84,8 @@ def check_local_checkpoint(job: ElasticTrainingJob) -> None:
     """
     from elastic_jax.k8s_operator.backends import UnsupportedBackend
 
-    found = cluster.problems(job.spec.to_manifest())
+    # (the uri's own table first: the cluster's local rules leave what it refuses to it, as the CRD does)
+    found = checkpoints.uri_problems(job.spec.checkpoint.uri) + cluster.problems(job.spec.to_manifest())
     if found:
         raise UnsupportedBackend(found[0])
 

@@ -1,0 +1,91 @@
+"""The local run's SUMMARY says what this run did (issue 11, session 15's trial): a job whose checkpoints
+already held its last step "trained" nothing, and the wall clock and the booked seconds goodput divides by are
+both there, with the difference named. `LocalLauncher.summary` over a controller's `summary.json` as the
+controller writes it; no process is started."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from elastic_jax.api.manifest import parse_manifest
+from elastic_jax.cli import _print_report
+from elastic_jax.local.launcher import LaunchOptions, LocalLauncher
+
+STEPS = 300
+
+
+def _launcher(tmp_path: Path) -> LocalLauncher:
+    job = parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+                          "metadata": {"name": "s"},
+                          "spec": {"slices": {"count": 1}, "training": {"steps": STEPS, "globalBatchSize": 1},
+                                   "checkpoint": {"uri": "gs://test-bucket/s"}}})
+    launcher = LocalLauncher(job, tmp_path / "job.yaml", LaunchOptions(workdir=tmp_path / "run"))
+    launcher.slices = []
+    return launcher
+
+
+def _summary(tmp_path: Path, run: dict, wall_seconds: float) -> dict:
+    launcher = _launcher(tmp_path)
+    (tmp_path / "run").mkdir(exist_ok=True)
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(run))
+    return launcher.summary(wall_seconds, 0)
+
+
+def test_a_run_that_restored_the_last_step_trained_0_steps_and_was_already_finished(tmp_path, capsys):
+    """The gs:// case (a local folder is caught before any process starts): the controller restores step 300
+    of 300 and trains nothing; `steps` 300 read as if it had trained them."""
+    s = _summary(tmp_path, {"succeeded": True, "steps": STEPS, "restored_from_step": STEPS,
+                            "last_committed_checkpoint_step": STEPS, "goodput_seconds": {"restoring": 4.0}}, 9.0)
+    assert (s["steps"], s["steps_this_run"], s["already_finished"], s["nothing_started"]) == (STEPS, 0, True, False)
+    _print_report(s, started_at=0.0)
+    err = capsys.readouterr().err
+    assert f"already finished at checkpoint step {STEPS}/{STEPS}; trained 0 steps this run" in err, err
+    assert "succeeded after" not in err
+
+
+def test_a_resumed_run_says_how_many_steps_it_trained_itself(tmp_path, capsys):
+    s = _summary(tmp_path, {"succeeded": True, "steps": STEPS, "restored_from_step": 200,
+                            "goodput_seconds": {"productive": 10.0}, "goodput": 1.0}, 12.0)
+    assert (s["steps_this_run"], s["already_finished"]) == (100, False)
+    _print_report(s, started_at=0.0)
+    assert f"succeeded after {STEPS}/{STEPS} steps (100 this run) in 12 s" in capsys.readouterr().err
+
+
+def test_a_fresh_run_trained_every_step(tmp_path):
+    s = _summary(tmp_path, {"succeeded": True, "steps": STEPS, "goodput_seconds": {"productive": 10.0}}, 12.0)
+    assert (s["steps_this_run"], s["already_finished"]) == (STEPS, False)
+
+
+def test_the_first_controllers_restore_is_where_the_run_started(tmp_path):
+    """A restarted controller resumes from a checkpoint this run saved: the run still started at step 0."""
+    launcher = _launcher(tmp_path)
+    launcher._resumed_at(0)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(
+        {"succeeded": True, "steps": STEPS, "restored_from_step": 250, "goodput_seconds": {"productive": 1.0}}))
+    assert launcher.summary(5.0, 1)["steps_this_run"] == STEPS
+
+
+def test_the_finished_summary_started_nothing_and_trained_nothing(tmp_path, capsys):
+    s = _launcher(tmp_path).finished_summary(STEPS, None)
+    assert (s["steps_this_run"], s["already_finished"], s["nothing_started"]) == (0, True, True)
+    assert s["wall_seconds"] == s["booked_seconds"] == s["unbooked_seconds"] == 0
+    _print_report(s, started_at=0.0)
+    assert "trained 0 steps this run, nothing was started" in capsys.readouterr().err
+
+
+def test_wall_and_booked_seconds_add_up_and_the_report_names_the_difference(tmp_path, capsys):
+    """`wall_seconds` is the launcher's clock; goodput divides the controllers' booked seconds (as on a
+    cluster); `unbooked_seconds` is the launcher's own start-up and shutdown between them."""
+    booked = {"starting": 3.0, "productive": 40.0, "recovering": 1.5}
+    s = _summary(tmp_path, {"succeeded": True, "steps": STEPS, "goodput_seconds": booked, "goodput": 40 / 44.5},
+                 51.0)
+    assert s["booked_seconds"] == pytest.approx(sum(booked.values()))
+    assert s["booked_seconds"] + s["unbooked_seconds"] == pytest.approx(s["wall_seconds"])
+    assert s["goodput"] == pytest.approx(40 / s["booked_seconds"], abs=1e-4)
+    _print_report(s, started_at=0.0)
+    assert ("goodput 89.9% of 44.5 s booked by the controllers; the launcher's own 6.5 s of the 51.0 s wall "
+            "(start-up, shutdown) are not") in capsys.readouterr().err
