@@ -31,7 +31,7 @@ import jax
 import numpy as np
 import optax
 
-from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.checkpoints import CheckpointMismatchError
 from elastic_jax.controller.backend import Backend
@@ -159,7 +159,7 @@ class TrainingRun:
         with self._lock:
             status = self.runtime.snapshot()
             update: dict[str, Any] = {"tokens_per_second": self.tokens_per_second}
-        if status.phase in ("Succeeded", "Failed", "Stopped", "Interrupted"):
+        if status.phase in ENDED_PHASES:
             update.update(active_slices=[], inactive_slices=list(range(self.slice_set.total)))
         return status.model_copy(update=update)
 

@@ -38,6 +38,9 @@ ControllerPhase = Literal[
     "Stopped",  # ended by a stop request (Ctrl-C of elastic-jax run, a suspend); the last completed step is saved
     "Interrupted",  # ended by a signal that was not a stop request: a controller loss; a new one resumes
 ]
+ENDED_PHASES: tuple[ControllerPhase, ...] = ("Succeeded", "Failed", "Stopped", "Interrupted")
+"""Phases after which a controller trains no more: it has released its mesh (no active slice), closes its API
+and exits."""
 
 
 # The controller's answers are untrusted (a tenant's image or program serves them) and the operator copies

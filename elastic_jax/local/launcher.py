@@ -43,7 +43,7 @@ from typing import Any, Callable
 from elastic_jax import contract
 from elastic_jax.api import identity
 from elastic_jax.api.client import ControlApiError, ControlClient
-from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.logs import read_events
@@ -126,8 +126,6 @@ class _Slice:
     resend_at: float = 0.0
 
 
-# Phases after which a controller stops answering on purpose (it closes its API, then exits).
-ENDED_PHASES = ("Succeeded", "Failed", "Stopped", "Interrupted")
 
 
 class LocalLauncher:

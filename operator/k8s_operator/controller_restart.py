@@ -27,12 +27,11 @@ does (a suspended or finished job: there is no pod to name).
 from __future__ import annotations
 
 from elastic_jax.api import status as st
-from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.k8s_operator.conditions import get_condition
 from elastic_jax.k8s_operator.steps_lost import resumed_step
 
 TRAINING_PHASES = ("Running", "Degraded", "Recovering")
-_CONTROLLER_ENDED = ("Succeeded", "Failed", "Stopped", "Interrupted")
 
 
 def restarting(previous: st.ElasticTrainingJobStatus, controller_lost: bool, controller: ControllerStatus | None,
@@ -57,7 +56,7 @@ def restarting(previous: st.ElasticTrainingJobStatus, controller_lost: bool, con
         return False
     if controller is None or not from_current:
         return True
-    if controller.phase in _CONTROLLER_ENDED:
+    if controller.phase in ENDED_PHASES:
         return False
     resumed = resumed_step(controller)
     return resumed is None or controller.step <= resumed

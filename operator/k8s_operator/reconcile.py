@@ -133,6 +133,12 @@ class Plan:
     backoff: "ControllerBackOff | None" = None
     wake_in_s: float | None = None
 
+    def losses_in_a_row_written(self, replaced: bool) -> int | None:
+        """`status.controllerLossesInARow` of this pass: the count with the lost pod's loss once its replacement
+        was created (`replaced`) or while that replacement waits (the back-off's message says the same count);
+        None: left as written."""
+        return self.losses_in_a_row if replaced or self.backoff is not None else None
+
 
 @dataclasses.dataclass(frozen=True)
 class ControllerBackOff:
@@ -577,8 +583,11 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             plan.replace_after_stop = newest.name
         else:
             last = newest.attempt if newest is not None else expected_attempt
-            plan.losses_in_a_row = backoff.losses_after(int(status.get("controllerLossesInARow") or 0),
-                                                        _ran_s(newest))
+            in_a_row = int(status.get("controllerLossesInARow") or 0)
+            # (a wait already announced for this pod counted its loss in the status written then: the field
+            # and the message say the same count during the wait, session 16's trial saw 3 beside "4 losses")
+            counted = newest is not None and _backoff_announced(status, newest.name)
+            plan.losses_in_a_row = in_a_row if counted else backoff.losses_after(in_a_row, _ran_s(newest))
             wait = _backoff(job, newest, observed, plan.losses_in_a_row, max(last, expected_attempt or 0) + 1)
             if wait is not None:
                 # A crash loop: the dead pod stays (its logs) and the replacement waits; the daemon's next

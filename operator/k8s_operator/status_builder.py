@@ -7,7 +7,7 @@ from typing import Any
 
 from elastic_jax import contract
 from elastic_jax.api import status as st
-from elastic_jax.api.control import ControllerStatus
+from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER_ANSWERS_REFUSED,
                                                  COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_ANSWER_INVALID,
@@ -146,7 +146,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         # The resume: no controller runs yet, and the new one starts from the latest committed checkpoint (none
         # with a local spec.checkpoint.uri: step 0), not from the step the job had reached, which STEP read
         # until the new controller's answer said otherwise. That step is kept for the steps it loses.
-        out.counter_base = (out.counter_base or st.CounterBase()).model_copy(update={"step_at_resume": prev.step})
+        out.counter_base = _at_resume(prev, out.counter_base or st.CounterBase())
         out.step = resume_step(prev, local)
     phase = derive_phase(
         finished=finished,
@@ -159,8 +159,11 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         stopping=bool(i.suspend_waits_for),
         started=prev.phase != "Pending",
     )
-    if c is None and not finished and not i.job.spec.suspend and prev.phase in ("Running", "Degraded", "Recovering"):
-        # The controller is briefly unreachable (exiting, or its pod being replaced): keep the last phase.
+    if (c is None or c.phase in ENDED_PHASES) and not finished and not i.job.spec.suspend \
+            and prev.phase in ("Running", "Degraded", "Recovering"):
+        # The controller is briefly unreachable (exiting, or its pod being replaced), or it ended and has not
+        # exited yet (it released its mesh: 0 active): keep the last phase. A job that succeeded read
+        # Running -> Degraded -> Succeeded, with a PhaseChanged Event (session 16's trial).
         phase = prev.phase
     phase = controller_restart.phase(phase, prev.phase, restarting)
     unresponsive = i.controller_unresponsive and not restarting and phase in controller_restart.TRAINING_PHASES
@@ -245,6 +248,23 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
                               st.REASON_JOB_FAILED if finished == "Failed" else st.REASON_JOB_SUCCEEDED, reason, g, now)
     out.conditions = conds
     return out
+
+
+def _at_resume(prev: st.ElasticTrainingJobStatus, base: st.CounterBase) -> st.CounterBase:
+    """`counterBase` of a resume's pass: `stepAtResume` holds the step the job had reached, for the steps the
+    resumed pod loses (`steps_lost.carry_steps_lost` reads it when that pod takes over).
+
+    The highest step reached and not yet counted: STEP, or the `stepAtResume` of an earlier resume whose pod
+    never took over (suspended again before it answered: STEP shows where that pod would have started, 0 with a
+    local checkpoint.uri; the trial's toggles lost 1319 steps uncounted). Unset when the resumed pod already took
+    over in this pass (it answered at once): the takeover took STEP as its `stepReached`, and a `stepAtResume`
+    left behind was read as the step reached at the next loss (the trial's +3203 for a pod that reached 2387).
+    """
+    before = prev.counter_base
+    if base.controller_uid and (before is None or before.controller_uid != base.controller_uid):
+        return base.model_copy(update={"step_at_resume": None})
+    pending = before.step_at_resume if before is not None and before.step_at_resume is not None else 0
+    return base.model_copy(update={"step_at_resume": max(prev.step, pending)})
 
 
 def resume_step(prev: st.ElasticTrainingJobStatus, local: bool) -> int:

@@ -88,7 +88,9 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
             # wrote them, then taken as from step 0) start at this controller's step
             trained_from = resumed if _training_seconds(base.goodput) == 0 else 0
         trained_from = min(trained_from, resumed)
-        base = base.model_copy(update={"trained_from_step": trained_from, "resume_counted": True})
+        # (a `stepAtResume` still set now is stale: this pod's step reached is `stepReached`)
+        base = base.model_copy(update={"trained_from_step": trained_from, "resume_counted": True,
+                                       "step_at_resume": None})
         if base.step_reached is not None:
             lost_at_start = rule.lost_at_resume(base.step_reached, resumed)
             if goodput is not None and lost_at_start:

@@ -94,8 +94,14 @@ def test_the_event_is_posted_once_per_wait():
     first = decide(_job(), _observed(1, "2026-12-04T10:00:05Z"))
     status = _status(first, _observed(1, "2026-12-04T10:00:05Z").status)
     cond = next(c for c in status["conditions"] if c["type"] == st.COND_CONTROLLER_RESTARTED)
-    again = decide(_job(), _observed(1, "2026-12-04T10:00:08Z", conditions=[cond]))
+    # the field counts the loss waited on, as the message does (session 16's trial: 3 beside "4 losses")
+    assert status["controllerLossesInARow"] == 2 and "2 losses in a row" in cond["message"], (status, cond)
+    again = decide(_job(), _observed(status["controllerLossesInARow"], "2026-12-04T10:00:08Z", conditions=[cond]))
     assert again.backoff is not None and again.events == [], again.events
+    assert again.losses_in_a_row == 2 and again.backoff.delay_s == 10  # (counted once, not again each pass)
+    # the wait over: the replacement is created with the same count
+    done = decide(_job(), _observed(status["controllerLossesInARow"], "2026-12-04T10:00:12Z", conditions=[cond]))
+    assert done.create_controller == 2 and done.losses_in_a_row == 2
 
 
 def test_the_restart_budget_still_ends_the_job_without_a_wait():
@@ -125,7 +131,7 @@ def _status(plan, status, controller=None, replaced=False, pod="demo-controller-
         controller_restarts=prev.controller_restarts + (1 if replaced else 0), slice_replacements=0, recoveries=0,
         counter_base=None, finish=plan.finish, rejected_fields=[], now="2026-12-04T10:00:05Z",
         controller_lost=plan.controller_restarted, backoff=plan.backoff,
-        losses_in_a_row=plan.losses_in_a_row if replaced else None))
+        losses_in_a_row=plan.losses_in_a_row_written(replaced)))
     return out.to_kube()
 
 
@@ -138,7 +144,9 @@ def test_status_during_the_wait_reads_recovering_with_the_back_off_reason():
     assert conds[st.COND_DEGRADED]["reason"] == st.REASON_CONTROLLER_BACK_OFF
     assert "2026-12-04T10:00:12Z" in conds[st.COND_CONTROLLER_RESTARTED]["message"]
     assert "back-off" in conds[st.COND_RUNNING]["message"]
-    assert status["controllerLossesInARow"] == 1  # counted when the replacement exists, not during the wait
+    # counted from the first pass of the wait, as its message says (session 16's trial: the field read 3
+    # beside "4 losses in a row"); the next passes do not count it again (`test_the_event_is_posted_once_per_wait`)
+    assert status["controllerLossesInARow"] == 2 and "2 losses in a row" in conds[st.COND_CONTROLLER_RESTARTED]["message"]
 
 
 def _answer(phase, step, resumed=40):

@@ -413,3 +413,69 @@ def test_a_resumed_job_reads_the_step_its_new_controller_starts_from_and_counts_
         compiling.resumed_from = ResumeInfo(step=start) if start else None
         resumed = a_pass(resumed, job, compiling, "pod-b")
         assert (resumed["step"], resumed["stepsLost"]) == (start, 88 - start), resumed
+
+
+def _full_pass(previous: dict, job, ctrl, uid: str) -> dict:
+    """One operator pass as the operator runs it: the counters, the steps lost, then the status."""
+    from elastic_jax.k8s_operator import counters, steps_lost
+
+    prev = ElasticTrainingJobStatus.from_kube(previous)
+    c = counters.carry(prev, 2, uid if ctrl else "", counters.controller_recoveries(ctrl), {})
+    c = steps_lost.carry_steps_lost(prev, c, ctrl, uid if ctrl else "")
+    return build_status(_inputs(job=job, previous=previous, controller=ctrl, controller_pod="demo-controller-1",
+                                counter_base=c.base, steps_lost=c.steps_lost))
+
+
+def _trained_from_0(step: int) -> ControllerStatus:
+    from elastic_jax.api.control import ResumeInfo
+
+    c = _ctrl(phase="Running", step=step)
+    c.resumed_from = ResumeInfo(step=0)
+    return c
+
+
+def test_a_resume_toggled_off_before_its_pod_took_over_keeps_the_step_reached_for_the_next_resume():
+    """Session 16's trial (F1): suspend at 1319, resume, suspend again a second later (its pod never answered),
+    resume: the second resume took STEP (0, where the first resume's pod would have started) as the step
+    reached, and the 1319 steps a local checkpoint.uri loses were never in `stepsLost`."""
+    job = _job()
+    s = {"phase": "Suspended", "step": 1319, "activeSlices": 0, "stepsLost": 0,
+         "counterBase": {"controllerUid": "pod-a", "stepReached": 0, "resumeCounted": True}}
+    s = _full_pass(s, job, None, "")  # the resume: no pod answered yet
+    assert s["step"] == 0 and s["counterBase"]["stepAtResume"] == 1319
+    s = {**s, "phase": "Suspended"}  # suspended again before its pod answered
+    s = _full_pass(s, job, None, "")  # the next resume
+    assert s["counterBase"]["stepAtResume"] == 1319, s["counterBase"]
+    s = _full_pass(s, job, _ctrl(phase="Starting", active=(), step=0), "pod-c")
+    s = _full_pass(s, job, _trained_from_0(0), "pod-c")
+    assert s["stepsLost"] == 1319, s
+
+
+def test_a_resume_whose_pod_answers_in_the_resumes_own_pass_leaves_no_stale_step_for_the_next_loss():
+    """Session 16's trial (F2): LOST 4162 after a resume from 0 at step 3203; the resumed pod reached 2387 and
+    was lost: LOST went to 7365 (+3203), not 6549. Its pod answered in the resume's own pass, so the takeover
+    took 3203 as the step reached and the resume kept `stepAtResume` 3203 too, which the next takeover read
+    as the step reached instead of 2387."""
+    job = _job()
+    s = {"phase": "Suspended", "step": 3203, "activeSlices": 0, "stepsLost": 959,
+         "counterBase": {"controllerUid": "pod-a", "stepReached": 0, "resumeCounted": True}}
+    s = _full_pass(s, job, _ctrl(phase="Starting", active=(), step=0), "pod-b")  # the resume, pod-b answering
+    s = _full_pass(s, job, _trained_from_0(0), "pod-b")
+    assert s["stepsLost"] == 959 + 3203, s
+    s = _full_pass(s, job, _trained_from_0(2387), "pod-b")
+    assert "stepAtResume" not in s["counterBase"], s["counterBase"]
+    s = _full_pass(s, job, _ctrl(phase="Starting", active=(), step=0), "pod-c")  # pod-b lost; pod-c from step 0
+    s = _full_pass(s, job, _trained_from_0(0), "pod-c")
+    assert s["stepsLost"] == 959 + 3203 + 2387, s
+
+
+def test_a_controller_that_ended_but_has_not_exited_keeps_the_jobs_phase():
+    """Session 16's trial: a job that succeeded read Running -> Degraded (0 active) -> Succeeded, with a
+    PhaseChanged Event: the controller's last answers say Succeeded with its mesh released before its exit
+    code is seen. The job keeps its phase until then."""
+    running = build_status(_inputs(controller=_ctrl(step=9)))
+    assert running["phase"] == "Running"
+    for ended in ("Succeeded", "Failed", "Stopped", "Interrupted"):
+        done = _ctrl(phase=ended, active=(), step=10)
+        status = build_status(_inputs(previous=running, controller=done))
+        assert status["phase"] == "Running", (ended, status["phase"])
