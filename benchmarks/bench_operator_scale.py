@@ -44,9 +44,12 @@ each. Prints a table, then `BENCH {json}`.
 Usage (a local cluster with the default layout, `python -m e2e.harness up`, same E2E_* env):
   e2e/build_kwok.sh
   .venv/bin/python benchmarks/bench_operator_scale.py [--jobs 50 --slices 8 --failures 20 --window 60]
-  # 50 x 8 x 4 = 1600 pathways worker pods on 1600+ kwok TPU nodes (leases renewed every 30 s):
-  E2E_NODE_MONITOR_GRACE_S=120 .venv/bin/python -m e2e.harness up
-  E2E_NODE_MONITOR_GRACE_S=120 .venv/bin/python benchmarks/bench_operator_scale.py --backend pathways --hosts 4
+  # 50 x 8 x 4 = 1600 pathways worker pods on 1608 kwok TPU nodes (leases renewed every 150 s, ~11
+  # writes/s; at 120 s, 54/s, one kwok v0.8.0 process with its default 4 lease workers managed ~23/s
+  # at load 5-16 and ~200 nodes went NotReady). The phases fail pods, not nodes, so the long grace
+  # changes nothing measured; it only stretches how long a lost node would take to be called lost:
+  E2E_NODE_MONITOR_GRACE_S=600 .venv/bin/python -m e2e.harness up
+  E2E_NODE_MONITOR_GRACE_S=600 .venv/bin/python benchmarks/bench_operator_scale.py --backend pathways --hosts 4
 
 Targets: burst notify p95 < 1 s; operator requests per job per minute flat
 between 10 and 50 healthy jobs.

@@ -69,7 +69,11 @@ class HeadlessNames:
             })
             if addresses:
                 records[f"{svc['metadata']['name']}.{namespace}.svc"] = addresses
-        self.cache[namespace] = (now, records)
+        # Stamped when the answer came, not when it was asked for: a namespace of 1600 pods took longer
+        # than REFRESH_S to list under load, and a stamp from before the list left it stale at once, so
+        # the agent's one loop listed it again for every pod on the node and stopped starting containers
+        # (benchmarks/bench_operator_scale.py, 50 Pathways heads on one node).
+        self.cache[namespace] = (time.monotonic(), records)
         return records
 
 
