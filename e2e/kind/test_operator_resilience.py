@@ -54,6 +54,7 @@ def test_worker_node_loss(cluster, namespace, operator):
     victim = (apart or workers)[0]
     node = victim["spec"]["nodeName"]
     lost = {p["metadata"]["name"] for p in workers if p["spec"]["nodeName"] == node}
+    step_before = (get_job(cluster, namespace, JOB).get("status") or {}).get("step", 0)
     cluster.fail_node(node)
     try:
         def replaced():
@@ -70,7 +71,9 @@ def test_worker_node_loss(cluster, namespace, operator):
         status = wait_for(rejoined, timeout_s=120, what="replaced slice back in training", explain=explain)
     finally:
         cluster.restore_node(node)
-    assert status["loss"] < status["initialLoss"]
+    # It trained on past the loss (a loss below the first step's is no sign of that after a few dozen steps:
+    # CI under load read 6.040 beside 6.030)
+    assert status["step"] > step_before, (status["step"], step_before)
     if apart:
         # The controller's node survived: its pod is untouched.
         after = pods(cluster, namespace, f"{SEL},elasticjax.dev/role=controller")

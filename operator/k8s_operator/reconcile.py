@@ -317,9 +317,12 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
         return "Failed", f"training failed: {observed.controller_failure_reason or detail or log_hint}"
     if pod.exit_code == ControllerExit.BAD_INPUT:
         return "Failed", f"the controller refused its input: {detail or log_hint}"
-    if pod.exit_code in EXEC_FAILED_CODES or any(f"({r})" in pod.reason for r in START_ERROR_REASONS):
-        # Its command could not be run (missing, not executable): every replacement fails the same way
-        # at once (a trial: 21 controller pods in 25 s, the restart budget spent). Not a loss.
+    if (pod.exit_code in EXEC_FAILED_CODES or any(f"({r})" in pod.reason for r in START_ERROR_REASONS)) \
+            and int(observed.status.get("controllerLossesInARow") or 0) >= 1:
+        # Its command could not be run (missing, not executable), again, with no step trained since the
+        # last loss: every replacement fails the same way at once (a trial: 21 controller pods in 25 s, the
+        # restart budget spent). The first time is a loss like any other: a container setup failure can be
+        # a transient (CI under load: a manifest mount not there yet, exit 126, failed a healthy job).
         what = "spec.controller.command" if job.spec.controller.library_mode else "spec.controller.image"
         return "Failed", (f"controller pod {pod.name}: its command cannot be run ({pod.reason}"
                           f"{': ' + detail if detail else ''}); check {what}")
