@@ -269,8 +269,10 @@ def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_s
             freezer.wait(timeout=30)
             freezer.stdout.close()
             os.kill(worker.popen.pid, signal.SIGCONT)
-        # a worker frozen on its own (the controller runs) is still unhealthy
+        # a worker frozen on its own (the controller runs) is still unhealthy (once it is seen stopped: CI under
+        # load once read it healthy here, cause not found; a stop not yet in effect is the one thing ruled out)
         os.kill(worker.popen.pid, signal.SIGSTOP)
+        _wait_for(lambda: psutil.Process(worker.popen.pid).status() == psutil.STATUS_STOPPED, "the worker stopped")
         try:
             assert backend.health_check([0], timeout_s=1.0) == frozenset()
         finally:
