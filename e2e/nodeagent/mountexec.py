@@ -33,6 +33,23 @@ def _mount(source: str | None, target: str, flags: int) -> None:
         raise OSError(err, f"mount {source or ''} on {target}: {os.strerror(err)}")
 
 
+def _ensure_target(source: str, target: str) -> None:
+    """Create a missing mount point (a folder for a folder, else an empty file).
+
+    The agent created it before the start, but mount points are host paths shared by every cluster on
+    the host, and another cluster's teardown removes the empty ones it created: CI beside other local
+    clusters saw `mount ... on /etc/elastic-jax/manifest: No such file or directory` (exit 126).
+    """
+    if os.path.lexists(target):
+        return
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target) or "/", exist_ok=True)
+        with open(target, "a"):
+            pass
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: mountexec.py SPEC_JSON ARGV...", file=sys.stderr)
@@ -41,7 +58,8 @@ def main(argv: list[str]) -> int:
     command = argv[1:]
     try:
         fds = [os.open(src, os.O_PATH) for src, _, _ in spec["mounts"]]
-        for fd, (_, target, read_only) in zip(fds, spec["mounts"]):
+        for fd, (src, target, read_only) in zip(fds, spec["mounts"]):
+            _ensure_target(src, target)
             _mount(f"/proc/self/fd/{fd}", target, MS_BIND)
             if read_only:
                 _mount(None, target, MS_REMOUNT | MS_BIND | MS_RDONLY)
