@@ -384,20 +384,24 @@ def test_a_resumed_jobs_pending_status_says_which_stage_of_its_new_controller_st
     assert (status["phase"], running_message(status)) == ("Running", "phase Running")
 
 
+def _full_pass(previous: dict, job, ctrl, uid: str) -> dict:
+    """One operator pass as the operator runs it: the counters, the steps lost, then the status."""
+    from elastic_jax.k8s_operator import counters, steps_lost
+
+    prev = ElasticTrainingJobStatus.from_kube(previous)
+    c = counters.carry(prev, 2, uid if ctrl else "", counters.controller_recoveries(ctrl), {})
+    c = steps_lost.carry_steps_lost(prev, c, ctrl, uid if ctrl else "")
+    return build_status(_inputs(job=job, previous=previous, controller=ctrl, controller_pod="demo-controller-1",
+                                counter_base=c.base, steps_lost=c.steps_lost))
+
+
 def test_a_resumed_job_reads_the_step_its_new_controller_starts_from_and_counts_the_steps_lost_from_the_step_reached():
     """Issue 11 (session 14's trial): after suspend -> resume STEP read the pre-suspend step until the new controller
     reported. From the resume's pass STEP is the step the new pod starts from (the suspend's committed checkpoint
     with gs://, 0 with a local uri); `stepsLost` still counts from the step reached (`counterBase.stepAtResume`)."""
     from elastic_jax.api.control import ResumeInfo
-    from elastic_jax.k8s_operator import counters, steps_lost
 
-    def a_pass(previous: dict, job, ctrl, uid: str) -> dict:
-        prev = ElasticTrainingJobStatus.from_kube(previous)
-        c = counters.carry(prev, 2, uid if ctrl else "", counters.controller_recoveries(ctrl), {})
-        c = steps_lost.carry_steps_lost(prev, c, ctrl, uid if ctrl else "")
-        return build_status(_inputs(job=job, previous=previous, controller=ctrl, controller_pod="demo-controller-1",
-                                    counter_base=c.base, steps_lost=c.steps_lost))
-
+    a_pass = _full_pass
     for job, committed, start in ((_job(), None, 0), (_job(checkpoint={"uri": "gs://test-bucket/ck"}), 80, 80)):
         suspended = {"phase": "Suspended", "step": 88, "activeSlices": 0, "stepsLost": 0,
                      "counterBase": {"controllerUid": "pod-a", "stepReached": 0}}
@@ -413,17 +417,6 @@ def test_a_resumed_job_reads_the_step_its_new_controller_starts_from_and_counts_
         compiling.resumed_from = ResumeInfo(step=start) if start else None
         resumed = a_pass(resumed, job, compiling, "pod-b")
         assert (resumed["step"], resumed["stepsLost"]) == (start, 88 - start), resumed
-
-
-def _full_pass(previous: dict, job, ctrl, uid: str) -> dict:
-    """One operator pass as the operator runs it: the counters, the steps lost, then the status."""
-    from elastic_jax.k8s_operator import counters, steps_lost
-
-    prev = ElasticTrainingJobStatus.from_kube(previous)
-    c = counters.carry(prev, 2, uid if ctrl else "", counters.controller_recoveries(ctrl), {})
-    c = steps_lost.carry_steps_lost(prev, c, ctrl, uid if ctrl else "")
-    return build_status(_inputs(job=job, previous=previous, controller=ctrl, controller_pod="demo-controller-1",
-                                counter_base=c.base, steps_lost=c.steps_lost))
 
 
 def _trained_from_0(step: int) -> ControllerStatus:
