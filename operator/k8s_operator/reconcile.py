@@ -422,12 +422,20 @@ def _json_fragment(line: str, text: str) -> bool:
     return line.startswith("{") or line.endswith("}") or '": ' in line
 
 
-def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None = None) -> str:
+def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None = None,
+                 status: Mapping[str, Any] | None = None) -> str:
     """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line.
 
     A signal's exit (128+n) without the controller's own `error: ` line names the signal instead of
-    a log line: that line predates the kill and says nothing about it."""
+    a log line: that line predates the kill and says nothing about it. A pod gone after the status said it
+    was being deleted (`Plan.replace_after_stop`) was deleted, not vanished (session 16's trial read
+    "pod vanished" for a `kubectl delete pod` whose controller had checkpointed on SIGTERM)."""
     if pod is None:
+        expected = (status or {}).get("controllerPod") or ""
+        stopping = f"controller pod {expected} is being deleted"
+        if expected and any(c.get("type") == COND_CONTROLLER_RESTARTED and stopping in c.get("message", "")
+                            for c in (status or {}).get("conditions") or []):
+            return "deleted by someone else; it stopped after its SIGTERM checkpoint"
         return "pod vanished"
     loss = (lost_nodes or {}).get(pod.node) if not dead(pod) else None
     if loss is not None:
@@ -577,7 +585,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
                 plan.create_controller = newest.attempt + 1  # resume after suspend: not a restart
                 _resume_warning(job, status, plan)
         elif not budgets.controller_restart_allowed(restarts, elasticity.max_restarts):
-            why = _loss_reason(newest, observed.lost_nodes)
+            why = _loss_reason(newest, observed.lost_nodes, status)
             plan.finish = ("Failed", f"controller pod lost {restarts + 1} times (elasticity.maxRestarts={elasticity.max_restarts}); last: {why}")
         elif newest is not None and newest.deleting and not stranded and _holds_workers(newest, observed):
             # A graceful delete: on SIGTERM the controller ends its step and checkpoints it. A replacement
@@ -601,7 +609,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             else:
                 plan.create_controller = max(last, expected_attempt or 0) + 1
                 plan.controller_restarted = True
-                why = _loss_reason(newest, observed.lost_nodes)
+                why = _loss_reason(newest, observed.lost_nodes, status)
                 plan.events.append(("Warning", "ControllerRestarted",
                                     f"controller pod {newest.name if newest else expected} lost ({why}); "
                                     f"creating {names.controller_pod(name, plan.create_controller)}, "

@@ -556,3 +556,19 @@ def test_views_read_the_head_incarnation_and_the_resource_manager_state():
     assert view.rm_started and view.rm_restarts == 1
     pod["status"]["initContainerStatuses"][0].update(started=False)
     assert not pod_view(pod).rm_started
+
+
+def test_a_controller_pod_gone_after_a_graceful_delete_is_named_deleted_not_vanished():
+    """Session 16's trial: `kubectl delete pod` of the controller (it checkpointed on SIGTERM and exited) read
+    "lost (pod vanished)" in the ControllerRestarted Event; the status had said it was being deleted."""
+    stopping = {"type": "ControllerRestarted", "status": "True", "reason": "ControllerRestarting",
+                "message": "controller pod lost; controller pod demo-controller-0 is being deleted: its replacement "
+                           "is created once its container has stopped"}
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0", "conditions": [stopping]}, [],
+                                   _both_jobsets(), None))
+    [event] = [e for e in plan.events if e[1] == "ControllerRestarted"]
+    assert "deleted by someone else" in event[2] and "vanished" not in event[2], event
+    # without that word of the status, a pod gone is still said to have vanished
+    plan = decide(_job(), Observed({"controllerPod": "demo-controller-0"}, [], _both_jobsets(), None))
+    [event] = [e for e in plan.events if e[1] == "ControllerRestarted"]
+    assert "pod vanished" in event[2], event
