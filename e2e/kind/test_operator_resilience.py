@@ -71,16 +71,17 @@ def test_worker_node_loss(cluster, namespace, operator):
         status = wait_for(rejoined, timeout_s=120, what="replaced slice back in training", explain=explain)
     finally:
         cluster.restore_node(node)
-    # It trained on past the loss (a loss below the first step's is no sign of that after a few dozen steps:
-    # CI under load read 6.040 beside 6.030)
-    assert status["step"] > step_before, (status["step"], step_before)
     if apart:
+        # It trained on past the loss (a loss below the first step's is no sign of that after a few dozen
+        # steps: CI under load read 6.040 beside 6.030)
+        assert status["step"] > step_before, (status["step"], step_before)
         # The controller's node survived: its pod is untouched.
         after = pods(cluster, namespace, f"{SEL},elasticjax.dev/role=controller")
         assert [p["metadata"]["uid"] for p in after] == [ctrl["metadata"]["uid"]]
         assert status["controllerRestarts"] == 0
     else:
-        # Every pod shared the node: the controller was lost too, recreated and counted.
+        # Every pod shared the node: the controller was lost too, recreated and counted (its local checkpoints
+        # went with it: it trains again from step 0, CI read step 7 after 25)
         assert status["controllerRestarts"] == 1
     reasons = [e["reason"] for e in job_events(cluster, namespace, JOB)]
     assert "SliceDown" in reasons and "SliceReady" in reasons

@@ -184,7 +184,7 @@ def decide_status(o: StatusObserved) -> StatusDecision:
         out.append(PostEvent("Warning", REASON_SPEC_CHANGE_REJECTED,
                              f"{', '.join(i.rejected_fields)} cannot change on an existing job"))
     written = new.to_kube()
-    changed = {k: v for k, v in written.items() if o.status.get(k) != v}
+    changed = {k: merge_patch_value(v, o.status.get(k)) for k, v in written.items() if o.status.get(k) != v}
     # A field the new status unsets (None: `lastCheckpointStep` once the checkpoint it named went with a lost
     # pod) is left out of `written`; only a null in the merge patch removes it from the object.
     changed.update({k: None for k in _STATUS_FIELDS if o.status.get(k) is not None and k not in written})
@@ -215,6 +215,21 @@ def decide_status(o: StatusObserved) -> StatusDecision:
         out.append(CountStepsLost(lost))
     out.append(PatchStatus(changed))
     return StatusDecision(out, written, held)
+
+
+def merge_patch_value(new: Any, old: Any) -> Any:
+    """`new` as a JSON merge patch (RFC 7386) of `old`: in an object, a key `old` has and `new` lacks is null.
+
+    The status is written by merge patch, which keeps what it does not name: a nested key the new status
+    dropped (`counterBase.stepAtResume` once a resumed pod took over) stayed in the object, and the next
+    controller loss counted its steps lost from that stale step (session 16's trial and CI: +836 for a pod
+    that had reached 1271). Lists are replaced whole, as merge patch does.
+    """
+    if not isinstance(new, Mapping) or not isinstance(old, Mapping):
+        return new
+    out = {k: merge_patch_value(v, old.get(k)) for k, v in new.items()}
+    out.update({k: None for k in old if k not in new})
+    return out
 
 
 def counters_only(changed: Mapping[str, Any], before: Mapping[str, Any]) -> bool:

@@ -472,3 +472,18 @@ def test_a_controller_that_ended_but_has_not_exited_keeps_the_jobs_phase():
         done = _ctrl(phase=ended, active=(), step=10)
         status = build_status(_inputs(previous=running, controller=done))
         assert status["phase"] == "Running", (ended, status["phase"])
+
+
+def test_a_nested_status_key_the_new_status_drops_is_null_in_the_merge_patch():
+    """CI and session 16's trial: `counterBase.stepAtResume` dropped at a takeover stayed in the object (the
+    status is written by JSON merge patch, which keeps what it does not name), and the next controller loss
+    counted its steps lost from that stale step."""
+    from elastic_jax.k8s_operator.status_decision import merge_patch_value
+
+    old = {"controllerUid": "pod-a", "stepAtResume": 836, "stepReached": 836, "slices": [{"index": 0}]}
+    new = {"controllerUid": "pod-b", "stepReached": 836, "slices": []}
+    patch = merge_patch_value(new, old)
+    assert patch == {"controllerUid": "pod-b", "stepReached": 836, "slices": [], "stepAtResume": None}
+    merged = {k: v for k, v in {**old, **patch}.items() if v is not None}  # (RFC 7386, one level here)
+    assert merged == new
+    assert merge_patch_value(5, {"a": 1}) == 5 and merge_patch_value({"a": 1}, None) == {"a": 1}
