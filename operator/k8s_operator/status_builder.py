@@ -258,7 +258,8 @@ def _at_resume(prev: st.ElasticTrainingJobStatus, base: st.CounterBase) -> st.Co
     never took over (suspended again before it answered: STEP shows where that pod would have started, 0 with a
     local checkpoint.uri; the trial's toggles lost 1319 steps uncounted). Unset when the resumed pod already took
     over in this pass (it answered at once): the takeover took STEP as its `stepReached`, and a `stepAtResume`
-    left behind was read as the step reached at the next loss (the trial's +3203 for a pod that reached 2387).
+    left behind would be read as the step reached at the next loss. (The trial's +3203 for a pod that reached
+    2387 was mostly the merge patch keeping a dropped `stepAtResume`: `status_decision.merge_patch_value`.)
     """
     before = prev.counter_base
     if base.controller_uid and (before is None or before.controller_uid != base.controller_uid):
