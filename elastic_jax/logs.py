@@ -24,13 +24,15 @@ import json
 import logging
 from typing import Any
 
+from elastic_jax import contract
+
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _RECORD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 # kopf's per-object logger puts these on its records (`kopf._core.actions.loggers.ObjectLogger`):
 # `k8s_ref` becomes job/namespace (or object); the others are kopf's plumbing, not log content.
 _KOPF_FIELDS = frozenset({"k8s_ref", "k8s_skip", "settings"})
 # The kind whose name is the `job` field (kopf's object reference of an ElasticTrainingJob).
-JOB_KIND = "ElasticTrainingJob"
+JOB_KIND = contract.KIND
 # The keys every line has, in this order (the schema's fixed part).
 BASE_KEYS = ("ts", "level", "logger", "msg")
 

@@ -40,6 +40,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from pydantic import BaseModel, ValidationError
 
+from elastic_jax import contract
 from elastic_jax.api.control import (MAX_GENERATION_AHEAD_S, MAX_STATUS_WAIT_S, ControllerStatus, SliceReport,
                                       SliceReportResult, StopRequest)
 from elastic_jax.api.job import INT64_MAX
@@ -306,7 +307,7 @@ class ControlApiServer:
       port: TCP port; 0 picks a free one (read `port` after `start()`).
     """
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 8080):
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = contract.CONTROLLER_PORT):
         self._config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(self._config)
         self._thread: threading.Thread | None = None

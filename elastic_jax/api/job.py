@@ -28,9 +28,9 @@ from elastic_jax.api import checkpoints, images, pod_rules, runtime_env
 
 GROUP = contract.GROUP
 VERSION = contract.VERSION
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "ElasticTrainingJob"
-PLURAL = "elastictrainingjobs"
+API_VERSION = contract.API_VERSION
+KIND = contract.KIND
+PLURAL = contract.PLURAL
 SINGULAR = "elastictrainingjob"
 SHORT_NAMES = ("ejob",)
 
@@ -1059,8 +1059,8 @@ class ElasticTrainingJob(_Model):
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
-    api_version: Literal["elasticjax.dev/v1alpha1"] = Field(description="Must be elasticjax.dev/v1alpha1.")
-    kind: Literal["ElasticTrainingJob"] = Field(description="Must be ElasticTrainingJob.")
+    api_version: Literal[API_VERSION] = Field(description=f"Must be {API_VERSION}.")  # type: ignore[valid-type]
+    kind: Literal[KIND] = Field(description=f"Must be {KIND}.")  # type: ignore[valid-type]
     metadata: ObjectMeta
     spec: ElasticTrainingJobSpec
     status: dict[str, Any] | None = Field(default=None, description="Written by the operator; ignored on input.")

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping, Union
 
 
+from elastic_jax import contract
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.status import REASON_PREVIOUS_JOB_TERMINATING
 from elastic_jax.k8s_operator import incarnation, metrics
@@ -278,7 +279,7 @@ class Applier:
                  jobsets_index=None):
         self.kube, self.job, self.events, self.patch = kube, job, events, patch
         self.ns, self.name, self.uid = job.namespace, job.name, job.uid
-        self._index = {"Pod": pods_index, "JobSet": jobsets_index}
+        self._index = {"Pod": pods_index, contract.JOBSET_KIND: jobsets_index}
 
     def apply(self, effects: Iterable[Effect], applied: Applied | None = None) -> Applied:
         """Executes `effects` in order; refused creates go into the returned `Applied` (`applied` when given).

@@ -985,11 +985,11 @@ def _pod_creation_refusals(state: OperatorState, js: JobState, ns: str, job, job
         jobset = jobsets[i]
         found = []
         job_name = f"{jobset.name}-{names.WORKER_REPLICATED_JOB}-0"
-        for kind, name in (("JobSet", jobset.name), ("Job", job_name)):
+        for kind, name in ((contract.JOBSET_KIND, jobset.name), ("Job", job_name)):
             try:
                 # By UID: only Events of the job's own JobSet and of the Job that JobSet owns, never of a
                 # foreign object holding the name (its Events would tell the tenant about its pods).
-                uid = jobset.uid if kind == "JobSet" else state.kube.job_uid_if_owned(ns, job_name, jobset.uid)
+                uid = jobset.uid if kind == contract.JOBSET_KIND else state.kube.job_uid_if_owned(ns, job_name, jobset.uid)
                 if not uid:
                     continue
                 found += [RefusalEvent(kind, name, e["reason"], e["message"], e["last"])

@@ -110,7 +110,7 @@ class Kube:
                 self.core.create_namespaced_config_map(namespace, body, **self._timeout)
             elif kind == "Service":
                 self.core.create_namespaced_service(namespace, body, **self._timeout)
-            elif kind == "JobSet":
+            elif kind == contract.JOBSET_KIND:
                 self.custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, body,
                                                            **self._timeout)
             else:
@@ -163,7 +163,7 @@ class Kube:
           ApiException: the read failed (not 404).
         """
         try:
-            if kind == "JobSet":
+            if kind == contract.JOBSET_KIND:
                 obj = self.custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
                                                      **self._timeout)
                 refs = (obj.get("metadata") or {}).get("ownerReferences") or []

@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="namespace/name (or namespace/*) of Secrets jobs in that namespace may name in "
                              "spec.imagePullSecrets (comma-separated); default: none")
     parser.add_argument("--allowed-compilation-cache-claims",
-                        default=os.environ.get("ELASTIC_JAX_ALLOWED_COMPILATION_CACHE_CLAIMS", ""),
+                        default=os.environ.get(contract.ENV_ALLOWED_COMPILATION_CACHE_CLAIMS, ""),
                         help="namespace/name (or namespace/*) of PersistentVolumeClaims jobs in that namespace may "
                              "mount in spec.compilationCache.persistentVolumeClaim (comma-separated); default: none")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.

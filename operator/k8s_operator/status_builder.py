@@ -469,10 +469,10 @@ def token_refused(detail: str) -> tuple[str, str]:
 
 def child_conflict(kind: str, name: str) -> tuple[str, str]:
     """(reason, message) of the CreateFailed condition when the name of one of the job's children is taken."""
-    why = {"JobSet": "its pods are not this slice's workers, so the slice cannot start",
+    why = {contract.JOBSET_KIND: "its pods are not this slice's workers, so the slice cannot start",
            "Pod": "it is not this job's controller"}.get(
         kind, "a ConfigMap of that name would choose the job's code, a Service would route its traffic")
-    what = "that slice is not started" if kind == "JobSet" else "nothing is started"
+    what = "that slice is not started" if kind == contract.JOBSET_KIND else "nothing is started"
     return st.REASON_CHILD_CONFLICT, (
         f"{kind} {name} exists and is not owned by this job, so it is not used and {what} ({why}); "
         "delete or rename it")

@@ -8,6 +8,7 @@ and docstrings may name them.)
 from __future__ import annotations
 
 import io
+import re
 import tokenize
 from pathlib import Path
 
@@ -52,6 +53,30 @@ def test_contract_names_are_spelled_only_in_the_contract_module():
             for line, text in _string_literals(path):
                 if text in values:
                     found.append(f"{path.relative_to(REPO)}:{line}: {text!r} (contract.{values[text]})")
+    assert not found, "spell these through elastic_jax.contract:\n" + "\n".join(found)
+
+
+# Code that ships (the tests may name the kinds they assert on).
+PRODUCT_FOLDERS = ("operator", "controller_image", "worker_image", "elastic_jax")
+ENV_NAME = re.compile(r"^ELASTIC_JAX_[A-Z0-9_]+$")
+
+
+def test_no_runtime_variable_or_kind_is_spelled_outside_the_contract_module():
+    """A variable the contract does not know yet is spelled nowhere else either (the operator read
+    `ELASTIC_JAX_ALLOWED_COMPILATION_CACHE_CLAIMS` as a literal of its own), and the product names the
+    JobSet kind and our own apiVersion/kind through the contract (the renderer wrote "JobSet" itself)."""
+    kinds = {contract.JOBSET_KIND: "JOBSET_KIND", contract.KIND: "KIND", contract.API_VERSION: "API_VERSION",
+             contract.PLURAL: "PLURAL"}
+    found = []
+    for folder in FOLDERS:
+        for path in (REPO / folder).rglob("*.py"):
+            if ".build" in path.parts or path in STANDALONE or path == REPO / "elastic_jax" / "contract.py":
+                continue
+            for line, text in _string_literals(path):
+                if ENV_NAME.match(text):
+                    found.append(f"{path.relative_to(REPO)}:{line}: {text!r} (add it to elastic_jax.contract)")
+                elif folder in PRODUCT_FOLDERS and text in kinds:
+                    found.append(f"{path.relative_to(REPO)}:{line}: {text!r} (contract.{kinds[text]})")
     assert not found, "spell these through elastic_jax.contract:\n" + "\n".join(found)
 
 

@@ -333,7 +333,7 @@ class CpuRenderer:
         cache_env, cache_volumes, cache_mounts = compilation_cache(job)
         return {
             "apiVersion": contract.JOBSET_API_VERSION,
-            "kind": "JobSet",
+            "kind": contract.JOBSET_KIND,
             "metadata": {"name": names.slice_jobset(name, index), "labels": dict(selector)},
             "spec": {
                 "failurePolicy": {"maxRestarts": job.spec.elasticity.max_restarts_per_slice},

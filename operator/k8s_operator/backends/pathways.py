@@ -71,6 +71,8 @@ PROXY_PORT = 29000
 RM_PORT = 29001
 WORKER_PORT = 29005
 # Further ports the references open without naming them (resource manager; worker: DCN, TPU runtime, metrics).
+# Google's Pathways server's own ports, not ours: 8471 and 8080 only happen to equal contract.WORKER_PORT and
+# contract.CONTROLLER_PORT (the cpu worker and our control API), so they are spelled here.
 _RM_EXTRA_PORTS = (29002,)
 _WORKER_EXTRA_PORTS = (29006, 8471, 8080)
 # Sized as both references size them (limits only: requests default to limits).
