@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from elastic_jax.api.status import Condition, ConditionStatus, Phase
+from elastic_jax.api.status import REASON_CONTROLLER_ANSWERING, REASON_CONTROLLER_GONE, Condition, ConditionStatus, Phase
 
 
 def now_rfc3339() -> str:
@@ -105,30 +105,6 @@ def derive_phase(
     return "Running"
 
 
-# The job's status write and its controller's answers (`status_write`, `controller_link`).
-# True while a status write lost fields the API server would refuse (a value that is not JSON or not
-# int64: `status_write.guard`) or the API server refused a status write anyway (the next writes keep
-# only the operator's own fields for `status_write.REFUSED_HOLD_S`); the message says which and why.
-COND_STATUS_WRITE_REFUSED = "StatusWriteRefused"
-REASON_STATUS_VALUES_DROPPED = "StatusValuesDropped"  # the guard dropped fields before writing
-REASON_STATUS_WRITE_REFUSED = "StatusWriteRefused"  # the API server refused a write
-REASON_STATUS_WRITTEN = "StatusWritten"  # False again: a whole status was written
-# True while the current controller's answers are unusable (too big, too slow, malformed, a 4xx other
-# than 401) for longer than `tracker.ANSWER_FAULT_GRACE_S`; the message names why. A controller still
-# starting (connection refused before its first good answer) is not this: it is Pending, no Warning.
-COND_CONTROLLER_ANSWERS_REFUSED = "ControllerAnswersRefused"
-REASON_CONTROLLER_ANSWER_INVALID = "ControllerAnswerInvalid"
-REASON_CONTROLLER_ANSWERING = "ControllerAnswering"  # False again: a good answer came
-# True while the current controller pod runs, has answered before, and no exchange with its control API (the
-# status long poll, slice reports) has been answered for `tracker.UNRESPONSIVE_GRACE_S`, the last ones failing
-# with no HTTP answer (a timeout, a refused or reset connection): a frozen (SIGSTOPped) or wedged process,
-# seen well before its livenessProbe ends it. The message names how long and the last error. False (reason
-# REASON_CONTROLLER_ANSWERING) once it answers again, or REASON_CONTROLLER_GONE once another controller pod (or
-# none) is the current one, or when the job is suspended or finishes (both conditions: `JOB_STOPPED`). A
-# controller still starting is not this.
-COND_CONTROLLER_UNRESPONSIVE = "ControllerUnresponsive"
-REASON_CONTROLLER_NOT_ANSWERING = "ControllerNotAnswering"
-REASON_CONTROLLER_GONE = "ControllerGone"  # False: the controller it was about is not the current one, or none runs
 # (reason, Event message) of a controller-answer condition that turns False because a good answer came.
 ANSWERED_AGAIN = (REASON_CONTROLLER_ANSWERING, "the controller answers again")
 # ... because the job was suspended or finished: its controller is stopped, nothing is asked of it any more.

@@ -19,10 +19,9 @@ from typing import Any, Callable, Iterable, Mapping, Union
 
 from elastic_jax import contract
 from elastic_jax.api import labels as lbl
-from elastic_jax.api.status import REASON_PREVIOUS_JOB_TERMINATING
+from elastic_jax.api.status import COND_CONTROLLER_RESTARTED, REASON_NODE_LOST, REASON_PREVIOUS_JOB_TERMINATING
 from elastic_jax.k8s_operator import incarnation, metrics
 from elastic_jax.k8s_operator.kube import ChildRefused
-from elastic_jax.k8s_operator.nodes import REASON_NODE_LOST
 from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, Plan
 from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, child_conflict, create_failure,
                                                      invalid_child, previous_job_terminating)
@@ -30,7 +29,7 @@ from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, child_
 _logger = logging.getLogger(__name__)
 
 # Event reasons `after_creates` holds back until the new controller pod exists.
-REASON_CONTROLLER_RESTARTED = "ControllerRestarted"
+REASON_CONTROLLER_RESTARTED = COND_CONTROLLER_RESTARTED  # (the Event has its condition's name)
 REASON_PHASE_CHANGED = "PhaseChanged"
 REASON_WORKER_REPLACED = "WorkerReplaced"
 

@@ -49,9 +49,9 @@ from elastic_jax.k8s_operator.finished import finished_phase
 from elastic_jax.k8s_operator.missed_losses import missed_loss_events
 from elastic_jax.supervision.slice_state import down_cause
 from elastic_jax.k8s_operator.slice_warming import with_warming
-from elastic_jax.k8s_operator.conditions import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
-                                                 REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, get_condition,
-                                                 now_rfc3339, set_condition)
+from elastic_jax.api.status import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
+                                    REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN)
+from elastic_jax.k8s_operator.conditions import get_condition, now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
 from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view

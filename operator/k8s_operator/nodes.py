@@ -31,9 +31,6 @@ from elastic_jax.k8s_operator.slices import PodView
 # before the operator force-deletes the job's pods on it. docs/failure-handling.md says why 30.
 DEFAULT_NODE_LOST_SECONDS = 30
 
-REASON_NODE_LOST = "NodeLost"
-REASON_NODE_LOSS_RECOVERED = "NodeLossRecovered"
-
 
 @dataclasses.dataclass(frozen=True)
 class NodeView:

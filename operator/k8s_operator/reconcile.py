@@ -610,7 +610,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
                 plan.create_controller = max(last, expected_attempt or 0) + 1
                 plan.controller_restarted = True
                 why = _loss_reason(newest, observed.lost_nodes, status)
-                plan.events.append(("Warning", "ControllerRestarted",
+                plan.events.append(("Warning", COND_CONTROLLER_RESTARTED,
                                     f"controller pod {newest.name if newest else expected} lost ({why}); "
                                     f"creating {names.controller_pod(name, plan.create_controller)}, "
                                     f"{resume_text(job)}"))

@@ -9,10 +9,9 @@ from elastic_jax import contract
 from elastic_jax.api import status as st
 from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.k8s_operator.conditions import (ANSWERED_AGAIN, COND_CONTROLLER_ANSWERS_REFUSED,
-                                                 COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_ANSWER_INVALID,
-                                                 REASON_CONTROLLER_NOT_ANSWERING, derive_phase, get_condition,
-                                                 set_condition)
+from elastic_jax.api.status import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTROLLER_UNRESPONSIVE,
+                                    REASON_CONTROLLER_ANSWER_INVALID, REASON_CONTROLLER_NOT_ANSWERING)
+from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, derive_phase, get_condition, set_condition
 from elastic_jax.k8s_operator import controller_restart
 from elastic_jax.k8s_operator.finished import finished_phase
 from elastic_jax.k8s_operator.reconcile import (ControllerBackOff, backoff_message, checkpoints_go_with_pod,

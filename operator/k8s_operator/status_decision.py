@@ -12,7 +12,8 @@ import dataclasses
 import datetime as dt
 from typing import Any, Mapping
 
-from elastic_jax.api.status import COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES, ElasticTrainingJobStatus, Goodput
+from elastic_jax.api.status import (COND_CONTROLLER_UNRESPONSIVE, COND_FAILED, COND_SPEC_REJECTED, FINISHED_PHASES,
+                                    ElasticTrainingJobStatus, Goodput)
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, JOB_STOPPED, get_condition, set_condition
@@ -31,8 +32,8 @@ from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, Inputs
 # The status fields this operator writes (camelCase), as `ElasticTrainingJobStatus.to_kube` names them.
 _STATUS_FIELDS = tuple(f.alias or n for n, f in ElasticTrainingJobStatus.model_fields.items())
 
-# Event reason of an edit to a spec field that cannot change on an existing job.
-REASON_SPEC_CHANGE_REJECTED = "SpecChangeRejected"
+# Event reason of an edit to a spec field that cannot change on an existing job (its condition's type).
+REASON_SPEC_CHANGE_REJECTED = COND_SPEC_REJECTED
 
 # Seconds at least between two status writes of a running job that change only `COUNTER_FIELDS` (`counters_only`):
 # `kubectl get ejob -w` prints a line per write, identical to the last when no printed column moved. A change
@@ -45,7 +46,7 @@ COUNTER_WRITE_S = 15.0
 COUNTER_FIELDS = frozenset({"goodput", "loss", "initialLoss", "lastRecoverySeconds", "lastCheckpointStep",
                             "conditions"})
 # Conditions whose message alone may wait (it counts the seconds of the spell it tells).
-_COUNTING_MESSAGES = frozenset({"ControllerUnresponsive"})
+_COUNTING_MESSAGES = frozenset({COND_CONTROLLER_UNRESPONSIVE})
 
 
 def failed_spec_fields(status: Mapping[str, Any] | None, generation: int, message: str, now: str) -> dict[str, Any]:

@@ -32,7 +32,8 @@ from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import SliceState, SliceStatusEntry
 from elastic_jax.k8s_operator import metrics, names
-from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, REASON_CONTROLLER_GONE, now_rfc3339
+from elastic_jax.api.status import REASON_CONTROLLER_GONE
+from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, now_rfc3339
 from elastic_jax.k8s_operator.controller_link import ControllerLink
 from elastic_jax.k8s_operator.slices import PodView, group_by_slice, next_slice_state, observe_slice
 from elastic_jax.supervision.slice_state import controller_saw_down, is_loss, next_generation

@@ -251,35 +251,35 @@ def _starting_job(monkeypatch):
 def test_a_controller_whose_answers_are_refused_gets_a_condition_and_a_warning_until_it_answers(
         hostile, monkeypatch, mode, why):
     """The trial: such a job sat Pending with only an info log line "controller starting"."""
-    from elastic_jax.k8s_operator import conditions
+    from elastic_jax.api import status as st
 
     hostile.mode, hostile.answer = mode, _status_json(step=2**64)
     job = _job_against(monkeypatch, lambda: _client(hostile))
     job.reconcile()  # (this pass's poll is the first refused answer)
     job.reconcile()
-    cond = _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED)
-    assert cond["status"] == "True" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWER_INVALID
+    cond = _condition(job.status, st.COND_CONTROLLER_ANSWERS_REFUSED)
+    assert cond["status"] == "True" and cond["reason"] == st.REASON_CONTROLLER_ANSWER_INVALID
     assert why in cond["message"]
-    warnings = [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWER_INVALID]
+    warnings = [e for e in job.events if e[1] == st.REASON_CONTROLLER_ANSWER_INVALID]
     assert len(warnings) == 1 and warnings[0][0] == "Warning" and why in warnings[0][2]
     hostile.mode, hostile.answer = "answer", _status_json()  # good answers again
     job.reconcile()
     job.reconcile()
-    cond = _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED)
-    assert cond["status"] == "False" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWERING
+    cond = _condition(job.status, st.COND_CONTROLLER_ANSWERS_REFUSED)
+    assert cond["status"] == "False" and cond["reason"] == st.REASON_CONTROLLER_ANSWERING
     assert job.status["step"] == 3
     job.tracker.close()
 
 
 def test_a_controller_still_starting_is_no_refused_answer(monkeypatch):
     """Connection refused before its first good answer: a controller starting, Pending without a Warning."""
-    from elastic_jax.k8s_operator import conditions
+    from elastic_jax.api import status as st
 
     job = _starting_job(monkeypatch)
     job.reconcile()
     job.reconcile()
-    assert _condition(job.status, conditions.COND_CONTROLLER_ANSWERS_REFUSED) is None
-    assert not [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWER_INVALID]
+    assert _condition(job.status, st.COND_CONTROLLER_ANSWERS_REFUSED) is None
+    assert not [e for e in job.events if e[1] == st.REASON_CONTROLLER_ANSWER_INVALID]
     job.tracker.close()
 
 
@@ -289,34 +289,35 @@ def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warnin
     log line for ~150 s, until its livenessProbe killed it (its timeouts counted as a controller starting).
     Issue 11: once it answers again, its ledger has the frozen seconds in `productive` (its clock ran on);
     `status.goodput` books them `recovering`, as `elastic-jax run` does, and its counter base keeps them."""
-    from elastic_jax.k8s_operator import conditions, tracker
+    from elastic_jax.api import status as st
+    from elastic_jax.k8s_operator import tracker
 
     ledger = {"starting": 2.0, "productive": 8.0}
     hostile.mode, hostile.answer = "answer", _status_json(goodput=0.8, goodputSeconds=ledger)
     job = _job_against(monkeypatch, lambda: _client(hostile, timeout_s=0.5))
     job.reconcile()  # it answers
     assert job.status["goodput"]["seconds"]["productive"] == 8.0
-    assert _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE) is None
+    assert _condition(job.status, st.COND_CONTROLLER_UNRESPONSIVE) is None
     hostile.mode = "silent"
     monkeypatch.setattr(tracker, "UNRESPONSIVE_GRACE_S", 0.0)  # (the grace is a few long polls; no clock in tests)
     job.reconcile()  # (this pass's poll times out)
     job.reconcile()
-    cond = _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE)
-    assert cond["status"] == "True" and cond["reason"] == conditions.REASON_CONTROLLER_NOT_ANSWERING
+    cond = _condition(job.status, st.COND_CONTROLLER_UNRESPONSIVE)
+    assert cond["status"] == "True" and cond["reason"] == st.REASON_CONTROLLER_NOT_ANSWERING
     assert "has not answered for" in cond["message"] and "/v1/status" in cond["message"] and "timed out" in cond["message"]
     # (no slice is known to train while it does not answer: docs/failure-handling.md, the frozen-controller row)
     assert job.status["phase"] == "Degraded" and job.status["activeSlices"] == 0
-    warnings = [e for e in job.events if e[1] == conditions.REASON_CONTROLLER_NOT_ANSWERING]
+    warnings = [e for e in job.events if e[1] == st.REASON_CONTROLLER_NOT_ANSWERING]
     assert len(warnings) == 1 and warnings[0][0] == "Warning"
     # it answers again: its ledger booked the freeze (30 s of its clock, here the operator's spell) as productive
     hostile.mode, hostile.answer = "answer", _status_json(step=4, goodput=0.95, goodputSeconds={**ledger, "productive": 38.0})
     job.reconcile()
     job.reconcile()
-    cond = _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE)
-    assert cond["status"] == "False" and cond["reason"] == conditions.REASON_CONTROLLER_ANSWERING
+    cond = _condition(job.status, st.COND_CONTROLLER_UNRESPONSIVE)
+    assert cond["status"] == "False" and cond["reason"] == st.REASON_CONTROLLER_ANSWERING
     # (one for this condition; a report that timed out waiting for a connection the frozen controller held may
     # also have turned ControllerAnswersRefused True, whose end has the same reason: not this test's)
-    assert [e[0] for e in job.events if e[1] == conditions.REASON_CONTROLLER_ANSWERING
+    assert [e[0] for e in job.events if e[1] == st.REASON_CONTROLLER_ANSWERING
             and "has not answered" in e[2]] == ["Normal"], job.events
     assert job.status["phase"] == "Running"  # its answer's phase again
     frozen = job.status["counterBase"]["frozenSeconds"]  # (the spell the operator measured: its polls' timeouts)
@@ -330,11 +331,12 @@ def test_a_running_controller_that_stops_answering_gets_a_condition_and_a_warnin
 
 def test_a_controller_still_starting_is_not_unresponsive(monkeypatch):
     """No answer before its first one: a controller starting, not a frozen one."""
-    from elastic_jax.k8s_operator import conditions, tracker
+    from elastic_jax.api import status as st
+    from elastic_jax.k8s_operator import tracker
 
     job = _starting_job(monkeypatch)
     monkeypatch.setattr(tracker, "UNRESPONSIVE_GRACE_S", 0.0)
     job.reconcile()
     job.reconcile()
-    assert _condition(job.status, conditions.COND_CONTROLLER_UNRESPONSIVE) is None
+    assert _condition(job.status, st.COND_CONTROLLER_UNRESPONSIVE) is None
     job.tracker.close()

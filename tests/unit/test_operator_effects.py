@@ -13,7 +13,8 @@ from elastic_jax.k8s_operator.effects import (Applied, Applier, CountGoodput, Cr
 from elastic_jax.k8s_operator.pod_faults import PodFault
 from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.kube import ChildRefused
-from elastic_jax.k8s_operator.nodes import REASON_NODE_LOST, NodeLoss, NodeLostPod
+from elastic_jax.api.status import REASON_NODE_LOST
+from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod
 from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, JobSetView, Plan
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import REASON_INVALID_SPEC, Inputs, child_conflict
@@ -238,7 +239,7 @@ def test_a_finished_job_expires_once_its_ttl_passed():
 
 def test_an_unresponsive_controller_is_a_condition_with_one_warning_then_a_normal_when_it_answers():
     """The trial: a frozen controller's job said nothing for ~150 s; the phase may stay, the condition says it."""
-    from elastic_jax.k8s_operator.conditions import (COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_ANSWERING,
+    from elastic_jax.api.status import (COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_ANSWERING,
                                                       REASON_CONTROLLER_NOT_ANSWERING)
 
     def cond(written):
@@ -258,7 +259,7 @@ def test_an_unresponsive_controller_is_a_condition_with_one_warning_then_a_norma
 
 
 def test_an_unresponsive_controller_that_was_replaced_is_not_said_to_answer_again():
-    from elastic_jax.k8s_operator.conditions import COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_GONE
+    from elastic_jax.api.status import COND_CONTROLLER_UNRESPONSIVE, REASON_CONTROLLER_GONE
 
     d = decide_status(_status_observed({"phase": "Running"}, unresponsive="not answered for 21 s; last error: x"))
     gone = (REASON_CONTROLLER_GONE, "the controller that did not answer is gone (controller pod c-1 is the current one)")
@@ -273,7 +274,7 @@ def test_a_suspended_or_finished_job_does_not_keep_saying_its_controller_does_no
     """Both controller-answer conditions were only updated while the job runs: a job suspended (or finished)
     while its controller was frozen kept `ControllerUnresponsive` True, "the controller pod runs but ...",
     for as long as it stayed suspended."""
-    from elastic_jax.k8s_operator.conditions import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTROLLER_UNRESPONSIVE,
+    from elastic_jax.api.status import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTROLLER_UNRESPONSIVE,
                                                       REASON_CONTROLLER_GONE)
 
     d = decide_status(_status_observed({"phase": "Running"}, unresponsive="not answered for 21 s; last error: x",

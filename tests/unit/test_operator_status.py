@@ -487,3 +487,31 @@ def test_a_nested_status_key_the_new_status_drops_is_null_in_the_merge_patch():
     merged = {k: v for k, v in {**old, **patch}.items() if v is not None}  # (RFC 7386, one level here)
     assert merged == new
     assert merge_patch_value(5, {"a": 1}) == 5 and merge_patch_value({"a": 1}, None) == {"a": 1}
+
+
+def test_every_condition_type_and_reason_is_spelled_once_in_the_status_module():
+    """Issue 11 item 3: the condition types and reasons are named constants of `elastic_jax.api.status`. Three
+    controller-answer conditions and their reasons lived in `k8s_operator/conditions.py`, and `nodes.py` spelled
+    NodeLost/NodeLossRecovered a second time."""
+    import ast
+    from pathlib import Path
+
+    from elastic_jax.api import status as st
+
+    repo = Path(__file__).resolve().parents[2]
+    values = {getattr(st, n): n for n in dir(st) if n.startswith(("COND_", "REASON_")) and isinstance(getattr(st, n), str)}
+    found = []
+    for folder in ("operator", "elastic_jax", "controller_image"):
+        for path in (repo / folder).rglob("*.py"):
+            if path.resolve() == Path(st.__file__).resolve():
+                continue
+            for node in ast.parse(path.read_text()).body:
+                if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                        and isinstance(node.value.value, str)):
+                    continue
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+                if any(n.startswith("COND_") for n in names) or (
+                        node.value.value in values and any(n.startswith("REASON_") for n in names)):
+                    found.append(f"{path.relative_to(repo)}:{node.lineno}: {names[0]} = {node.value.value!r}"
+                                 f" (st.{values.get(node.value.value, '?')})")
+    assert not found, "condition types and reasons belong in elastic_jax/api/status.py:\n" + "\n".join(found)

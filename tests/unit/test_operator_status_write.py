@@ -12,7 +12,8 @@ import pytest
 
 from elastic_jax.api.control import MAX_TEXT, ControllerStatus
 from elastic_jax.api.job import INT64_MAX
-from elastic_jax.k8s_operator import conditions, handlers, status_write
+from elastic_jax.api import status as st
+from elastic_jax.k8s_operator import handlers, status_write
 from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.tracker import JobTracker
 
@@ -89,14 +90,14 @@ def test_a_dropped_field_is_a_condition_and_one_warning_then_cleared(monkeypatch
     for _ in range(2):  # the same fault on two passes: one Warning
         patch = _Patch({"phase": "Running", "step": 2**64})
         handlers._guard_status(t, status, 1, patch)
-        cond = [c for c in patch.status["conditions"] if c["type"] == conditions.COND_STATUS_WRITE_REFUSED][0]
+        cond = [c for c in patch.status["conditions"] if c["type"] == st.COND_STATUS_WRITE_REFUSED][0]
         status = {"conditions": patch.status["conditions"]}
     assert "step" not in patch.status and cond["status"] == "True"
-    assert cond["reason"] == conditions.REASON_STATUS_VALUES_DROPPED and "status.step" in cond["message"]
-    assert [e[:2] for e in events] == [("Warning", conditions.REASON_STATUS_VALUES_DROPPED)]
+    assert cond["reason"] == st.REASON_STATUS_VALUES_DROPPED and "status.step" in cond["message"]
+    assert [e[:2] for e in events] == [("Warning", st.REASON_STATUS_VALUES_DROPPED)]
     patch = _Patch({"step": 4})
     handlers._guard_status(t, status, 1, patch)
-    cond = [c for c in patch.status["conditions"] if c["type"] == conditions.COND_STATUS_WRITE_REFUSED][0]
+    cond = [c for c in patch.status["conditions"] if c["type"] == st.COND_STATUS_WRITE_REFUSED][0]
     assert cond["status"] == "False" and patch.status["step"] == 4 and events[-1][:2] == ("Normal", "StatusWritten")
 
 
@@ -132,11 +133,11 @@ def test_a_status_write_the_api_server_refuses_anyway_is_caught_said_and_the_nex
     handlers.install_status_net(state)
     assert asyncio.run(application.patch_and_check(settings=None, resource=_Resource(), body=_Body(),
                                                    patch={"status": {"step": 3}}, logger=None)) == (None, None)
-    assert calls and events[-1][:2] == ("Warning", conditions.REASON_STATUS_WRITE_REFUSED)
+    assert calls and events[-1][:2] == ("Warning", st.REASON_STATUS_WRITE_REFUSED)
     assert "422" in events[-1][2] and "status.step: Invalid value" in events[-1][2]
     patch = _Patch({"phase": "Running", "step": 3, "loss": 0.5, "controllerPod": "p"})
     handlers._guard_status(t, {}, 1, patch)  # the next pass: only the operator's own fields, and the condition
     assert set(patch.status) == {"phase", "controllerPod", "conditions"}
-    cond = [c for c in patch.status["conditions"] if c["type"] == conditions.COND_STATUS_WRITE_REFUSED][0]
-    assert cond["reason"] == conditions.REASON_STATUS_WRITE_REFUSED and "422" in cond["message"]
+    cond = [c for c in patch.status["conditions"] if c["type"] == st.COND_STATUS_WRITE_REFUSED][0]
+    assert cond["reason"] == st.REASON_STATUS_WRITE_REFUSED and "422" in cond["message"]
     assert "loss, step" in cond["message"]

@@ -220,7 +220,7 @@ def test_a_controller_that_answered_then_stops_answering_is_unresponsive_after_t
 def test_an_unresponsive_spell_ends_as_answered_or_as_its_controller_gone():
     """The condition's clearing said "the controller answers again" also when the frozen controller had been
     replaced (its pod deleted, a new one started) and nothing had answered."""
-    from elastic_jax.k8s_operator.conditions import REASON_CONTROLLER_ANSWERING, REASON_CONTROLLER_GONE
+    from elastic_jax.api.status import REASON_CONTROLLER_ANSWERING, REASON_CONTROLLER_GONE
 
     t, clients = _tracker()
     t.set_controller(_ctrl("u1"))
