@@ -204,13 +204,10 @@ def test_worker_pod_refused_by_a_quota_is_a_condition_and_an_event_from_the_oper
 def _second_operator(kubeconfig, folder, namespace: str, identity: str):
     """A second `elastic-jax-operator` process on the host with another identity, watching one namespace
     through the kind API server (as a second release would); the test stops it by PID."""
-    import socket
-
     from e2e.operator_fixtures import OperatorProcess
+    from elastic_jax.local.processes import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return OperatorProcess(kubeconfig, folder / "second-operator.log", port,
                            extra_args=("--identity", identity, "--namespace", namespace, "--node-lost-seconds", "0"))
 

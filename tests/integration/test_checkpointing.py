@@ -241,11 +241,9 @@ def test_unusable_uris_fail_fast_with_one_line(gcs_emulator, monkeypatch: pytest
     _assert_uri_error("/proc/x/ckpt", "cannot be created: directory '/proc' is not writable")
     _assert_uri_error("s3://bucket/ckpt", "unsupported scheme")
     # An endpoint nobody listens on (as a GCS outage or a wrong network would look).
-    import socket
+    from elastic_jax.local.processes import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", dead)
     _assert_uri_error("gs://ckpt-roundtrip/x", "GCS unreachable")
 

@@ -199,13 +199,10 @@ def test_the_watch_long_polls_a_versioned_controller_and_plainly_polls_an_old_on
 def test_a_report_on_a_closed_client_is_an_unreachable_controller_not_a_crash():
     """CI: the job's controller pod changed and its client was closed while the link still sent a report;
     httpx's RuntimeError ("the client has been closed") escaped as a traceback in the operator's log."""
-    import socket
-
     from elastic_jax.api.client import ControlApiError, ControlClient
+    from elastic_jax.local.processes import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens: the request is never answered
+    port = free_port()  # nothing listens: the request is never answered
     client = ControlClient(f"http://127.0.0.1:{port}", "tok")
     client.close()
     with pytest.raises(ControlApiError) as e:

@@ -238,11 +238,9 @@ def _condition(status, type_):
 
 def _starting_job(monkeypatch):
     """A job whose controller pod runs but nothing listens on its port yet (a controller starting)."""
-    import socket
+    from elastic_jax.local.processes import free_port
 
-    with socket.socket() as s:  # a loopback port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a loopback port nothing listens on
     return _job_against(monkeypatch, lambda: ControlClient(f"http://127.0.0.1:{port}", "tok", timeout_s=1.0))
 
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from elastic_jax.local.processes import free_port
+
 _READY_TIMEOUT_S = 15.0
 _STOP_TIMEOUT_S = 10.0
 
@@ -51,12 +53,6 @@ def _binary_path() -> Path:
     if not path.is_file():
         raise RuntimeError(f"fake-gcs-server binary not found at {path}")
     return path
-
-
-def _free_loopback_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _MetadataTrap:
@@ -166,7 +162,7 @@ def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulat
     """
     log_dir = tmp_path_factory.mktemp("fake-gcs-server")
     log_path = log_dir / "server.log"
-    port = _free_loopback_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     trap = _MetadataTrap()
     env = {
