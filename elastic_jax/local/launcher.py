@@ -826,7 +826,33 @@ def _equivalent(seconds: dict[str, float], goodput: float | None) -> float:
     return min(max(0.0, derived), seconds.get("reduced", 0.0))
 
 
-class RunLock:
+class _HeldFlock:
+    """An exclusive `flock` on an open file descriptor, held from `acquire` until `release` (or the exit of
+    every process holding the descriptor: the launcher passes it to its controllers). A context manager."""
+
+    _fd: int | None = None
+
+    @property
+    def fd(self) -> int | None:
+        """The lock's file descriptor while held (to pass to the controller), else None."""
+        return self._fd
+
+    def acquire(self) -> "_HeldFlock":
+        raise NotImplementedError
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class RunLock(_HeldFlock):
     """An exclusive lock on a run directory, so two launchers never run the same job at once.
 
     The launcher's controller processes hold it too (`LaunchOptions.lock_fds`): a launcher killed by
@@ -847,12 +873,6 @@ class RunLock:
         self.path = workdir / "launcher.lock"
         self.wait_s = wait_s
         self.on_wait = on_wait
-        self._fd: int | None = None
-
-    @property
-    def fd(self) -> int | None:
-        """The lock's file descriptor while held (to pass to the controller), else None."""
-        return self._fd
 
     def acquire(self) -> "RunLock":
         workdir = self.path.parent
@@ -885,17 +905,6 @@ class RunLock:
         self._fd = fd
         return self
 
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
-
-    def __enter__(self) -> "RunLock":
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
 
 def _try_flock(fd: int) -> bool:
     """Takes the exclusive flock on `fd` if free; False if another open file holds it."""
@@ -919,7 +928,7 @@ def _pid_alive(pid: str) -> bool:
     return True
 
 
-class CheckpointLock:
+class CheckpointLock(_HeldFlock):
     """An exclusive lock on a local checkpoint directory, so two runs never write the same checkpoints
     (the same job started with another `--workdir`, or two jobs sharing `spec.checkpoint.uri`).
 
@@ -932,13 +941,7 @@ class CheckpointLock:
     """
 
     def __init__(self, uri: str):
-        self.uri = uri
-        self._fd: int | None = None
-
-    @property
-    def fd(self) -> int | None:
-        """The lock's file descriptor while held (to pass to the controller); None for gs:// or when not held."""
-        return self._fd
+        self.uri = uri  # (gs://: nothing to lock, `fd` stays None)
 
     def acquire(self) -> "CheckpointLock":
         if "://" in self.uri:
@@ -949,25 +952,12 @@ class CheckpointLock:
         except OSError as e:  # `checkpoints.preflight` ran first: this is a race (changed since), said plainly
             raise LaunchError(f"spec.checkpoint.uri {self.uri!r}: cannot be created or opened as a directory "
                               f"({e.strerror})") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not _try_flock(fd):
             os.close(fd)
             raise LaunchError(f"spec.checkpoint.uri {self.uri!r} is in use by another elastic-jax run "
-                              "(two runs must not write the same checkpoints)") from None
+                              "(two runs must not write the same checkpoints)")
         self._fd = fd
         return self
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> "CheckpointLock":
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
 
 
 def _rebook_frozen(seconds: dict, frozen_s: float, frozen_reduced_s: float, equivalent: float) -> tuple[dict, float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from kubernetes import config
 # Imported here, with the handlers, before kopf runs: `kubernetes.client` imports an API class and its
@@ -51,6 +51,20 @@ class ChildRefused(Exception):
     def __init__(self, kind: str, name: str, status: int, message: str):
         super().__init__(f"{kind} {name}: {status} {message}")
         self.kind, self.name, self.status, self.message = kind, name, status, message
+
+
+T = TypeVar("T")
+
+
+def unless_absent(call: Callable[[], T]) -> T | None:
+    """`call()`, or None when the object it reads or deletes does not exist (404): a delete of something
+    gone is done, a read of it finds nothing. Any other refusal raises (`ApiException`)."""
+    try:
+        return call()
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 def _owner_uids(metadata: Any) -> set[str]:
@@ -126,31 +140,20 @@ class Kube:
 
     def delete_pod(self, namespace: str, name: str, grace_s: int | None = None) -> None:
         """Deletes a pod (absent is fine)."""
-        try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_s, **self._timeout)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        unless_absent(lambda: self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace_s,
+                                                              **self._timeout))
 
     def delete_jobset(self, namespace: str, name: str) -> None:
         """Deletes a JobSet and, in the background, its Jobs and pods (absent is fine)."""
-        try:
-            self.custom.delete_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
-                                                        propagation_policy="Background", **self._timeout)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        unless_absent(lambda: self.custom.delete_namespaced_custom_object(
+            JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name, propagation_policy="Background",
+            **self._timeout))
 
     def read_manifest(self, namespace: str, configmap: str, owner_uid: str) -> str | None:
         """The manifest text the controller was started with; None when the ConfigMap is absent or
         not owned by the job `owner_uid` (a ConfigMap someone else made under that name is never read)."""
-        try:
-            cm = self.core.read_namespaced_config_map(configmap, namespace, **self._timeout)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        if owner_uid not in _owner_uids(cm.metadata):
+        cm = unless_absent(lambda: self.core.read_namespaced_config_map(configmap, namespace, **self._timeout))
+        if cm is None or owner_uid not in _owner_uids(cm.metadata):
             return None
         return (cm.data or {}).get(labels.MANIFEST_KEY)
 
@@ -162,21 +165,20 @@ class Kube:
           ValueError: another kind.
           ApiException: the read failed (not 404).
         """
-        try:
-            if kind == contract.JOBSET_KIND:
-                obj = self.custom.get_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
-                                                     **self._timeout)
-                refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-                return [{k: str(r.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")} for r in refs]
-            method = {"ConfigMap": "read_namespaced_config_map", "Service": "read_namespaced_service",
-                      "Pod": "read_namespaced_pod"}.get(kind)
-            if method is None:
-                raise ValueError(f"unexpected kind {kind}")
-            obj = getattr(self.core, method)(name, namespace, **self._timeout)
-        except ApiException as e:
-            if e.status == 404:
+        if kind == contract.JOBSET_KIND:
+            obj = unless_absent(lambda: self.custom.get_namespaced_custom_object(
+                JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, name, **self._timeout))
+            if obj is None:
                 return None
-            raise
+            refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+            return [{k: str(r.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")} for r in refs]
+        method = {"ConfigMap": "read_namespaced_config_map", "Service": "read_namespaced_service",
+                  "Pod": "read_namespaced_pod"}.get(kind)
+        if method is None:
+            raise ValueError(f"unexpected kind {kind}")
+        obj = unless_absent(lambda: getattr(self.core, method)(name, namespace, **self._timeout))
+        if obj is None:
+            return None
         return [{"apiVersion": r.api_version or "", "kind": r.kind or "", "name": r.name or "", "uid": r.uid or ""}
                 for r in (getattr(obj.metadata, "owner_references", None) or [])]
 
@@ -199,13 +201,8 @@ class Kube:
         Raises:
           ApiException: the read failed (not 404), e.g. 403 with an older chart's RBAC.
         """
-        try:
-            job = self.batch.read_namespaced_job(name, namespace, **self._timeout)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        return job.metadata.uid if jobset_uid and jobset_uid in _owner_uids(job.metadata) else None
+        job = unless_absent(lambda: self.batch.read_namespaced_job(name, namespace, **self._timeout))
+        return job.metadata.uid if job is not None and jobset_uid and jobset_uid in _owner_uids(job.metadata) else None
 
     def warning_events(self, namespace: str, kind: str, name: str, uid: str = "") -> list[dict[str, Any]]:
         """The Warning Events on object `kind`/`name` (core v1 Events, field selectors: no full list).
@@ -253,9 +250,6 @@ class Kube:
 
     def delete_job(self, namespace: str, name: str) -> None:
         """Deletes the ElasticTrainingJob itself (TTL after finished)."""
-        try:
-            self.custom.delete_namespaced_custom_object(job_api.GROUP, job_api.VERSION, namespace, job_api.PLURAL, name,
-                                                        propagation_policy="Background", **self._timeout)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        unless_absent(lambda: self.custom.delete_namespaced_custom_object(
+            job_api.GROUP, job_api.VERSION, namespace, job_api.PLURAL, name, propagation_policy="Background",
+            **self._timeout))

@@ -52,3 +52,20 @@ def test_a_gone_launchers_holder_is_waited_for_and_named_when_it_does_not_stop(t
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def test_a_checkpoint_folder_is_locked_once_and_free_again_after_release(tmp_path):
+    """`CheckpointLock` shares `RunLock`'s holding and release (`_HeldFlock`): a second run on the same local
+    checkpoints is refused while the first holds them; gs:// is not locked."""
+    from elastic_jax.local.launcher import CheckpointLock
+
+    uri = str(tmp_path / "ckpt")
+    with CheckpointLock(uri) as held:
+        assert held.fd is not None
+        with pytest.raises(LaunchError, match="is in use by another elastic-jax run"):
+            CheckpointLock(uri).acquire()
+    assert held.fd is None
+    with CheckpointLock(uri) as again:
+        assert again.fd is not None
+    with CheckpointLock("gs://bucket/prefix") as remote:
+        assert remote.fd is None
