@@ -38,11 +38,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
-
-from elastic_jax import contract
-
 
 #: Elastic-event causes after which device state on the lost slice is gone (a drain saves first).
 LOSES_DEVICE_STATE = frozenset({"slice_down", "step_deadline"})
@@ -50,19 +46,6 @@ LOSES_DEVICE_STATE = frozenset({"slice_down", "step_deadline"})
 
 class RuntimeConfigError(ValueError):
     """The runtime cannot start: a missing or bad manifest, token, digest or port (message names which)."""
-
-
-def _read_token(token_file: str | None, token: str | None) -> str:
-    if token_file:
-        try:
-            value = Path(token_file).read_text().strip()
-        except OSError as e:
-            raise RuntimeConfigError(f"{contract.ENV_TOKEN_FILE} {token_file}: {e.strerror}") from None
-    else:
-        value = (token or "").strip()
-    if not value:
-        raise RuntimeConfigError(f"no control-API token: set {contract.ENV_TOKEN_FILE} or {contract.ENV_TOKEN}")
-    return value
 
 
 class Restored(NamedTuple):
@@ -885,27 +868,18 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
         the message names which.
     """
     from elastic_jax.api.manifest import ManifestError, load_manifest
-    from elastic_jax.api.manifest_digest import DIGEST_ENV, check_digest
+    from elastic_jax.api.manifest_digest import check_digest
+    from elastic_jax.controller.settings import ControllerSettings, pin_host_devices
 
     env = os.environ if environ is None else environ
-    path = env.get(contract.ENV_MANIFEST)
-    if not path:
-        raise RuntimeConfigError(f"{contract.ENV_MANIFEST} is not set (the operator or elastic-jax run sets it)")
     try:
-        job = load_manifest(path)
-        check_digest(job, env.get(DIGEST_ENV), path)
-    except (ManifestError, ValueError) as e:
+        settings = ControllerSettings.build(env)  # (the built-in controller's reader of the same variables)
+        job = load_manifest(settings.manifest)
+        check_digest(job, settings.manifest_sha256, settings.manifest)
+        token = settings.token()
+    except (ManifestError, ValueError) as e:  # (SettingsError is a ValueError)
         raise RuntimeConfigError(str(e)) from None
-    token = _read_token(env.get(contract.ENV_TOKEN_FILE), env.get(contract.ENV_TOKEN))
-    raw_port = env.get(contract.ENV_PORT, str(contract.CONTROLLER_PORT))
-    if not raw_port.isdigit() or not 0 <= int(raw_port) <= 65535:
-        raise RuntimeConfigError(f"{contract.ENV_PORT} {raw_port!r}: must be 0..65535")
-    if job.spec.backend == "cpu":
-        # As the built-in controller does: the exported per-slice program records the device count,
-        # so this process must see as many devices as a worker host (effective only before jax loads).
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-        if job.spec.slices.devices_per_host > 1:
-            flag = f"--xla_force_host_platform_device_count={job.spec.slices.devices_per_host}"
-            os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
-    return Runtime(job, token, host=env.get(contract.ENV_HOST, "0.0.0.0"), port=int(raw_port),
-                   summary_file=env.get(contract.ENV_SUMMARY_FILE) or None, environ=env).start()
+    # As the built-in controller does (effective only before jax loads).
+    pin_host_devices(job.spec.backend, job.spec.slices.devices_per_host)
+    return Runtime(job, token, host=settings.host, port=settings.port, summary_file=settings.summary_file,
+                   environ=env).start()

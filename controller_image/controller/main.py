@@ -11,12 +11,15 @@ by a signal that was not a stop request (SIGTERM, SIGINT, SIGHUP: a node
 shutdown, a preemption), after checkpointing the last completed step: a
 controller loss, restart it and it resumes.
 
-Configuration, flags first, then environment (as the operator sets it in a pod):
+Configuration, flags first, then environment (as the operator sets it in a pod), read once into a
+`settings.ControllerSettings` (the reader `elastic_jax.connect` uses too):
   --manifest / ELASTIC_JAX_MANIFEST      path of the ElasticTrainingJob YAML
   --token-file / ELASTIC_JAX_TOKEN_FILE  file holding the control-API bearer token
                  ELASTIC_JAX_TOKEN       the token itself (when no file)
-  --host, --port                         control API bind address (default 0.0.0.0:8080)
-  --summary-file                         where to write the run summary JSON
+  --host, --port / ELASTIC_JAX_HOST, ELASTIC_JAX_PORT
+                                         control API bind address (default 0.0.0.0:8080)
+  --summary-file / ELASTIC_JAX_SUMMARY_FILE
+                                         where to write the run summary JSON
   --serve-only                           serve the control API and slice set without training (no
                                          trainer, checkpoint or JAX; `serve_only.py`): for operator
                                          benchmarks and tests of many jobs; exits 4 on `POST /v1/stop`,
@@ -48,6 +51,7 @@ _STARTED_AT = time.monotonic()
 from elastic_jax import contract
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.controller.final_status import FinalStatusHandoff
+from elastic_jax.controller.settings import ControllerSettings, pin_host_devices
 from elastic_jax.controller.signals import forward_signals_to
 from elastic_jax.logs import FORMATS, JsonFormatter, TextFormatter, bind, log_format
 
@@ -109,24 +113,15 @@ def _close_quietly(what: str, close) -> str | None:
     return None
 
 
-def _read_token(args: argparse.Namespace) -> str | None:
-    path = args.token_file or os.environ.get(contract.ENV_TOKEN_FILE)
-    if path:
-        try:
-            return Path(path).read_text().strip()
-        except OSError as e:
-            raise ValueError(f"--token-file {path}: {e.strerror}") from None
-    return os.environ.get(contract.ENV_TOKEN)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Runs the controller; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="elastic-jax-controller", description=__doc__.splitlines()[0])
-    parser.add_argument("--manifest", default=os.environ.get(contract.ENV_MANIFEST))
+    # (their environment variables are read by `ControllerSettings.build`, the one reader of them)
+    parser.add_argument("--manifest", default=None)
     parser.add_argument("--token-file", default=None)
-    parser.add_argument("--host", default=os.environ.get(contract.ENV_HOST, "0.0.0.0"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get(contract.ENV_PORT, str(contract.CONTROLLER_PORT))))
-    parser.add_argument("--summary-file", default=os.environ.get(contract.ENV_SUMMARY_FILE))
+    parser.add_argument("--host", default=None)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--summary-file", default=None)
     parser.add_argument("--fresh", action="store_true",
                         help="delete the local checkpoints once the trainer and the checkpoint location check out, "
                              "then start from step 0 (elastic-jax run --fresh)")
@@ -136,36 +131,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-format", type=log_format, default=os.environ.get(contract.ENV_LOG_FORMAT, "json"),
                         help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT)")
     args = parser.parse_args(argv)
-    if not 0 <= args.port <= 65535:
-        parser.error(f"--port {args.port}: must be 0..65535 (0 picks a free port)")
     _setup_logging(args.log_format)
 
     from elastic_jax.api.manifest import ManifestError, load_manifest
-    from elastic_jax.api.manifest_digest import DIGEST_ENV, check_digest
+    from elastic_jax.api.manifest_digest import check_digest
 
-    if not args.manifest:
-        return _fail("--manifest (or ELASTIC_JAX_MANIFEST) is required")
     try:
-        job = load_manifest(args.manifest)
-        check_digest(job, os.environ.get(DIGEST_ENV), args.manifest)
-        token = _read_token(args)
-    except (ManifestError, ValueError) as e:
+        settings = ControllerSettings.build(os.environ, flags=True, manifest=args.manifest, token_file=args.token_file,
+                                            host=args.host, port=args.port, summary_file=args.summary_file)
+        job = load_manifest(settings.manifest)
+        check_digest(job, settings.manifest_sha256, settings.manifest)
+        # every later line names its job as the operator's lines do (elastic_jax.logs schema)
+        bind(namespace=job.metadata.namespace, job=job.metadata.name)
+        token = settings.token()
+    except (ManifestError, ValueError) as e:  # (SettingsError is a ValueError)
         return _fail(str(e))
-    # every later line names its job as the operator's lines do (elastic_jax.logs schema)
-    bind(namespace=job.metadata.namespace, job=job.metadata.name)
-    if not token:
-        return _fail("no control-API token: set --token-file, ELASTIC_JAX_TOKEN_FILE or ELASTIC_JAX_TOKEN")
 
     if args.serve_only:
-        return _serve_only(job, token, args.host, args.port)
+        return _serve_only(job, token, settings.host, settings.port)
 
-    # The exported per-slice program records its device count: the controller
-    # must see as many local devices as a worker host has. Set before jax loads.
-    if job.spec.backend == "cpu":
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    if job.spec.backend == "cpu" and job.spec.slices.devices_per_host > 1:
-        flag = f"--xla_force_host_platform_device_count={job.spec.slices.devices_per_host}"
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
+    pin_host_devices(job.spec.backend, job.spec.slices.devices_per_host)  # (before jax loads)
 
     from elastic_jax.controller.backend import BackendContext, build
     from elastic_jax.controller.checkpointing import (CheckpointMismatchError, CheckpointUriError,
@@ -209,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     server = ControlApiServer(
         create_app(slice_set, status, metrics, token, ready=lambda: "run" in holder, stop=stop,
                    stalled=lambda: holder["run"].stall_reason() if "run" in holder else None),
-        host=args.host, port=args.port,
+        host=settings.host, port=settings.port,
     )
     try:
         server.start()
@@ -219,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # The manifest's folder names a trainer module left beside it, except the operator's mount of
             # the manifest ConfigMap (a cluster: the user's folder is not there).
-            manifest_dir = Path(args.manifest).resolve().parent
+            manifest_dir = Path(settings.manifest).resolve().parent
             local_dir = None if manifest_dir.is_relative_to(Path(contract.MANIFEST_DIR).resolve()) else manifest_dir
             trainer = load_trainer(job.spec.controller.trainer.entry_point, job.spec.controller.trainer.config,
                                    local_dir)
@@ -261,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             summary.last_committed_checkpoint_step = checkpointer.latest_committed_step()
         except Exception:  # noqa: BLE001 - storage unusable: keep what the run saw committed
             pass
-        if args.summary_file:
-            write_summary(args.summary_file, summary)
+        if settings.summary_file:
+            write_summary(settings.summary_file, summary)
         outcome = {ControllerExit.SUCCEEDED: "succeeded", ControllerExit.STOPPED: "stopped",
                    ControllerExit.RESTART: "interrupted"}.get(summary.exit_code, "failed")
         log.info("finished: %s after %d/%d steps", outcome, summary.steps,
