@@ -74,7 +74,7 @@ ENV_TERMINATION_MESSAGE_PATH = "ELASTIC_JAX_TERMINATION_MESSAGE_PATH"
 # User settings the runtime reads and the operator never sets (docs/security.md).
 ENV_MAX_MESSAGE_BYTES = "ELASTIC_JAX_MAX_MESSAGE_BYTES"  # controller and workers: gRPC message cap
 ENV_ALLOWED_CUSTOM_CALLS = "ELASTIC_JAX_ALLOWED_CUSTOM_CALLS"  # cpu workers: custom-call targets allowed
-ENV_LOG_FORMAT = "ELASTIC_JAX_LOG_FORMAT"  # controller and operator: json | text
+ENV_LOG_FORMAT = "ELASTIC_JAX_LOG_FORMAT"  # controller, worker and operator: json | text
 
 # The controller outside a pod (the local launcher sets them).
 ENV_TOKEN = "ELASTIC_JAX_TOKEN"  # the token itself, when there is no token file

@@ -23,7 +23,7 @@ PREFIX = contract.ENV_PREFIX
 USER_SETTINGS = frozenset({
     contract.ENV_MAX_MESSAGE_BYTES,      # controller and workers: gRPC message cap (elastic_jax.wire)
     contract.ENV_ALLOWED_CUSTOM_CALLS,   # cpu workers: custom-call targets a program may use
-    contract.ENV_LOG_FORMAT,             # controller: json | text
+    contract.ENV_LOG_FORMAT,             # controller and workers: json | text
 })
 
 # Set by the cpu renderer in every controller and worker container (backends/cpu.py).

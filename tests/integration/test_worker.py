@@ -289,6 +289,18 @@ def test_a_worker_without_a_token_does_not_start(tmp_path):
     assert proc.returncode == 2 and "no token" in proc.stderr
 
 
+def test_a_worker_told_text_logs_human_lines(worker_factory):
+    """`ELASTIC_JAX_LOG_FORMAT` (a user setting of `spec.worker.env`) reaches the worker too: `text` gives the
+    same human lines as the controller and the operator; before, the worker wrote JSON whatever it said."""
+    worker = worker_factory(env={**__import__("os").environ, contract.ENV_LOG_FORMAT: "text"})
+    deadline = time.monotonic() + 30  # (the line follows the server's start, which a Ping may beat)
+    while "elastic_jax.worker: serving" not in worker.log_tail() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    lines = [line for line in worker.log_tail().splitlines() if line.strip()]
+    assert any(" INFO    elastic_jax.worker: serving" in line for line in lines), lines
+    assert not any(line.lstrip().startswith("{") for line in lines), lines
+
+
 def test_a_program_calling_a_custom_call_outside_the_allow_list_is_refused(worker_factory):
     # jnp.linalg.inv on CPU lowers to LAPACK custom calls: native code the worker would run.
     program = export_program(jax.jit(jnp.linalg.inv), np.eye(3, dtype=np.float32))

@@ -68,10 +68,13 @@ def test_a_bad_thread_count_is_a_usage_error_naming_the_flag(value):
     assert "argument --workers:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
-def test_operator_and_controller_take_the_same_log_formats():
-    """One list (`elastic_jax.logs.FORMATS`): the controller took json|text, the operator json|plain."""
-    controller = shutil.which("elastic-jax-controller", path=str(Path(sys.executable).parent))
-    for exe in (EXE, controller):
+def test_every_image_takes_the_same_log_formats():
+    """One list (`elastic_jax.logs.FORMATS`): the controller took json|text, the operator json|plain, and the
+    worker had no --log-format at all (JSON whatever ELASTIC_JAX_LOG_FORMAT said)."""
+    bin_dir = str(Path(sys.executable).parent)
+    controller = shutil.which("elastic-jax-controller", path=bin_dir)
+    worker = shutil.which("elastic-jax-worker", path=bin_dir)
+    for exe in (EXE, controller, worker):
         out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
         assert "json or text" in out, (exe, out)
         proc = subprocess.run([exe, "--log-format", "xml"], capture_output=True, text=True, timeout=60)

@@ -9,8 +9,9 @@ does not start. The program cache holds at most `--cache-bytes` of programs
 `ELASTIC_JAX_MAX_MESSAGE_BYTES` (`elastic_jax.wire`).
 
 The host device count must be fixed before jax is imported, so this module
-imports jax (through `server`) only inside `main()`. Logs are JSON lines on
-stderr; the line with `"msg": "serving"` carries the bound address.
+imports jax (through `server`) only inside `main()`. Logs go to stderr, JSON lines
+by default (`--log-format`, env `ELASTIC_JAX_LOG_FORMAT`: json or text, as the
+controller and the operator take it); the line `serving` carries the bound address.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 from collections.abc import Sequence
 
 from elastic_jax import contract
-from elastic_jax.logs import JsonFormatter
+from elastic_jax.logs import FORMATS, JsonFormatter, TextFormatter, log_format
 
 # Seconds in-flight calls get to finish after SIGTERM; Kubernetes' default
 # grace period is 30 s, a step is far shorter.
@@ -45,6 +46,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-bytes", type=int, default=1 << 30,
                         help="program cache bound in serialized bytes (default 1 GiB)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    # (a string default goes through `type`: a bad ELASTIC_JAX_LOG_FORMAT is a usage error, as in the other images)
+    parser.add_argument("--log-format", type=log_format, default=os.environ.get(contract.ENV_LOG_FORMAT, "json"),
+                        help=f"{' or '.join(FORMATS)} (env ELASTIC_JAX_LOG_FORMAT)")
     args = parser.parse_args(argv)
     if not args.token_file:
         parser.error("no token: pass --token-file or set ELASTIC_JAX_TOKEN_FILE (a worker never serves without one)")
@@ -82,7 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     _configure_jax_env(args.host_devices)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter({"slice_index": args.slice_index, "pid": os.getpid()}))
+    handler.setFormatter(JsonFormatter({"slice_index": args.slice_index, "pid": os.getpid()})
+                         if args.log_format == "json" else TextFormatter())
     logging.basicConfig(level=args.log_level, handlers=[handler], force=True)
     log = logging.getLogger("elastic_jax.worker")
 
