@@ -286,6 +286,10 @@ class ElasticTrainingJobStatus(_Model):
     initial_loss: float | None = Field(default=None, description="Loss of the first step.")
     last_checkpoint_step: int | None = Field(default=None, description="Newest committed checkpoint step.")
     controller_pod: str = Field(default="", description="Name of the current controller pod.")
+    controller_attempt: int | None = Field(
+        default=None, ge=0, description="N of the newest controller pod the operator created for this job "
+                                        "(<job>-controller-N): the next one is N+1, also after a suspend and resume, "
+                                        "so no pod name of the job is used twice. Unset: none created yet.")
     controller_restarts: int = Field(default=0, ge=0, description="Times the controller pod was recreated (never for a worker failure).")
     controller_losses_in_a_row: int = Field(
         default=0, ge=0, description="Controller losses since a controller last completed a training step (or ran "

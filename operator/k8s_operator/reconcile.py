@@ -176,6 +176,19 @@ def attempt_of(pod_name: str) -> int | None:
     return int(tail) if head and tail.isdigit() else None
 
 
+def next_attempt(status: Mapping[str, Any], *attempts: int | None) -> int:
+    """The incarnation number of the job's next controller pod: above every one it had, 0 for its first.
+
+    `status.controllerAttempt` (the newest this operator created, kept through a suspend) counts
+    with `attempts` (the pods seen, the one `status.controllerPod` names): a resume's pod gets a
+    name of its own instead of `-0` again, so `kubectl logs`, Events and the pod's log folder never
+    mix two incarnations. A status an older operator wrote has no `controllerAttempt`: then only the
+    pods seen count, as before.
+    """
+    known = [a for a in (status.get("controllerAttempt"), *attempts) if a is not None]
+    return max(known) + 1 if known else 0
+
+
 # Event reason: a suspend's controller outlived its grace period, so its workers go while it may still run.
 SUSPEND_CONTROLLER_NOT_STOPPED = "SuspendControllerNotStopped"
 
@@ -575,14 +588,14 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             plan.finish = ("Failed", f"controller pod {newest.name}: image {newest.waiting_image or '(unknown)'} "
                                      f"cannot be pulled ({newest.waiting_reason}): {newest.waiting_message}")
         elif newest is None and expected_attempt is None:
-            plan.create_controller = 0  # first start (or resume after suspend)
+            plan.create_controller = next_attempt(status)  # first start (or resume after suspend)
             # A resume whose released pod was already gone: the status written since the resume no
             # longer says Suspended, but the steps it shows were trained by a pod that is gone.
             if _was_suspended(status) or int(status.get("step") or 0) > 0:
                 _resume_warning(job, status, plan)
         elif released:
             if not (newest.deleting and not dead(newest) and not stranded):
-                plan.create_controller = newest.attempt + 1  # resume after suspend: not a restart
+                plan.create_controller = next_attempt(status, newest.attempt)  # resume after suspend: not a restart
                 _resume_warning(job, status, plan)
         elif not budgets.controller_restart_allowed(restarts, elasticity.max_restarts):
             why = _loss_reason(newest, observed.lost_nodes, status)
@@ -599,7 +612,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             # and the message say the same count during the wait, session 16's trial saw 3 beside "4 losses")
             counted = newest is not None and _backoff_announced(status, newest.name)
             plan.losses_in_a_row = in_a_row if counted else backoff.losses_after(in_a_row, _ran_s(newest))
-            wait = _backoff(job, newest, observed, plan.losses_in_a_row, max(last, expected_attempt or 0) + 1)
+            wait = _backoff(job, newest, observed, plan.losses_in_a_row, next_attempt(status, last, expected_attempt))
             if wait is not None:
                 # A crash loop: the dead pod stays (its logs) and the replacement waits; the daemon's next
                 # pass is due when the wait ends (`wake_in_s`).
@@ -607,7 +620,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
                 if not _backoff_announced(status, wait.pod):
                     plan.events.append(("Warning", REASON_CONTROLLER_BACK_OFF, backoff_message(wait)))
             else:
-                plan.create_controller = max(last, expected_attempt or 0) + 1
+                plan.create_controller = next_attempt(status, last, expected_attempt)
                 plan.controller_restarted = True
                 why = _loss_reason(newest, observed.lost_nodes, status)
                 plan.events.append(("Warning", COND_CONTROLLER_RESTARTED,

@@ -14,8 +14,8 @@ from elastic_jax.api.status import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTRO
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, derive_phase, get_condition, set_condition
 from elastic_jax.k8s_operator import controller_restart
 from elastic_jax.k8s_operator.finished import finished_phase
-from elastic_jax.k8s_operator.reconcile import (ControllerBackOff, backoff_message, checkpoints_go_with_pod,
-                                                local_checkpoint_loss)
+from elastic_jax.k8s_operator.reconcile import (ControllerBackOff, attempt_of, backoff_message,
+                                                checkpoints_go_with_pod, local_checkpoint_loss)
 from elastic_jax.k8s_operator.slice_warming import spare_indices
 
 
@@ -135,6 +135,9 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
     out.total_steps = i.job.spec.training.steps
     out.slices = i.slices
     out.controller_pod = i.controller_pod
+    attempt = attempt_of(i.controller_pod)  # (kept through a suspend, when no pod runs: the resume's is the next)
+    if attempt is not None and (out.controller_attempt is None or attempt > out.controller_attempt):
+        out.controller_attempt = attempt
     out.controller_restarts = i.controller_restarts
     out.slice_replacements = i.slice_replacements
     out.recoveries = i.recoveries

@@ -39,6 +39,7 @@ REFUSED_HOLD_S = 60.0
 # what a restricted write still writes.
 OPERATOR_FIELDS = frozenset({
     "phase", "observedGeneration", "conditions", "desiredSlices", "slices", "totalSteps", "controllerPod",
+    "controllerAttempt",
     "controllerRestarts", "sliceReplacements", "tokenSecret", "manifestSha256", "counterBase", "startTime",
     "completionTime", "failureReason",
 })

@@ -283,6 +283,27 @@ def test_suspend_toggled_off_within_a_second_counts_no_controller_loss(monkeypat
     assert warnings == ["SuspendDropsCheckpoints", "ResumedFromStepZero"], job.events
 
 
+def test_a_resumed_jobs_controller_pod_gets_a_name_no_earlier_pod_of_the_job_had(monkeypatch):
+    """Session 16's open item: controller pods -0, -1, then after a suspend and resume -0 again (the status named
+    no pod while suspended, so the next incarnation started over). `status.controllerAttempt` keeps the newest."""
+    job = _Job(monkeypatch, status={"phase": "Running", "controllerPod": "j-controller-1", "controllerRestarts": 1,
+                                    "tokenSecret": "j-token"})
+    job.pods = _pods(_controller(attempt=1), _worker(10, ready=True))
+    job.reconcile()
+    assert job.status["controllerAttempt"] == 1
+    job.spec["suspend"] = True
+    job.reconcile()  # lets go of the controller in status first
+    job.reconcile()  # then deletes it
+    job.pods = _pods()  # its pod and the JobSet's are gone
+    job.reconcile()
+    assert job.status["controllerPod"] == "" and job.status["controllerAttempt"] == 1
+    job.spec["suspend"] = False
+    job.reconcile()
+    assert [n for n in job.state.kube.created if "controller-" in n] == ["j-controller-2"]
+    assert job.status["controllerPod"] == "j-controller-2" and job.status["controllerAttempt"] == 2
+    assert _restarts(job) == 1  # (a resume is no restart)
+
+
 def test_suspend_toggled_off_before_the_pod_was_deleted_deletes_and_counts_nothing(monkeypatch):
     job = _Job(monkeypatch)
     job.pods = _pods(_controller(), _worker(10, ready=True))
