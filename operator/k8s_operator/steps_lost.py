@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 
 from elastic_jax.api.control import ControllerStatus
-from elastic_jax.api.status import ElasticTrainingJobStatus, Goodput, GoodputBase, GoodputSeconds
+from elastic_jax.api.status import CounterBase, ElasticTrainingJobStatus, Goodput, GoodputBase, GoodputSeconds
 from elastic_jax.k8s_operator import goodput as gp
 from elastic_jax.k8s_operator.counters import Counts
 from elastic_jax.supervision import steps_lost as rule
@@ -70,7 +70,7 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
         reached = previous.step if before is not None else None
         if before is not None and before.step_at_resume is not None:
             reached = before.step_at_resume  # (a resume: `step` shows where this pod starts, `status_builder`)
-        if before is not None and before.step_reached is not None and not before.resume_counted:
+        if before is not None and before.step_reached is not None and not _resume_counted(before):
             # The pod before never said where it resumed (stopped or lost while starting): its loss was
             # never counted, and STEP showed where it would start. A suspend/resume toggled a second apart
             # lost the steps reached before it, uncounted.
@@ -100,6 +100,17 @@ def carry_steps_lost(previous: ElasticTrainingJobStatus, counts: Counts, control
     if live is None:
         total = previous.steps_lost  # (nobody answered for the live controller: the total written stays)
     return dataclasses.replace(counts, base=base, goodput=goodput, steps_lost=max(previous.steps_lost, total))
+
+
+def _resume_counted(base: CounterBase) -> bool:
+    """Whether the steps the pod of `base` lost at its start are counted (`counterBase.resumeCounted`).
+
+    An operator older than the field wrote no `resumeCounted` (this one always writes it, False too): its
+    `stepReached` is the step reached when that pod took over, whose loss it counted once the pod said where
+    it resumed; read as not counted, the next loss after an upgrade counted from that stale, higher step
+    (an overcount). Its pods are taken as counted, as that operator took them.
+    """
+    return base.resume_counted or "resume_counted" not in base.model_fields_set
 
 
 def newly_lost(previous: ElasticTrainingJobStatus, written: int | None) -> int:

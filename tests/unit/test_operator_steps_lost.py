@@ -263,3 +263,18 @@ def test_an_operator_restart_alone_loses_no_steps_and_rebooks_nothing(monkeypatc
         assert {k: status.get(k) for k in kept} == kept
     assert metric("elasticjax_operator_steps_lost_total") == lost_before
     assert {c: metric("elasticjax_operator_goodput_seconds_total", category=c) for c in booked_before} == booked_before
+
+
+def test_a_status_an_older_operator_wrote_counts_the_next_loss_from_the_step_reached_not_a_stale_base():
+    """Session 16's open item: `counterBase.resumeCounted` read False for a status written by an operator older
+    than the field (it has no such key), so right after an upgrade the next controller loss counted its steps
+    lost from that pod's stale `stepReached` (1000, where pod-a took over) instead of the step reached (800)."""
+    older = {"step": 800, "stepsLost": 500,  # pod-a took over at 1000, resumed from 500, trained to 800
+             "counterBase": {"controllerUid": "pod-a", "stepsLost": 0, "stepReached": 1000, "trainedFromStep": 0}}
+    _, s = _pass(older, "pod-b", _ctrl(0, {"starting": 3}, phase="Starting"))
+    c, s = _pass(s, "pod-b", _ctrl(700, {"starting": 8}, resumed=700))
+    assert c.steps_lost == 600 and c.base.step_reached == 800, (c.steps_lost, c.base)
+    # this operator's own status says False when it means it: that pod's start is carried on (F1 stays fixed)
+    uncounted = {**older, "counterBase": {**older["counterBase"], "resumeCounted": False}}
+    _, s = _pass(uncounted, "pod-b", _ctrl(0, {"starting": 3}, phase="Starting"))
+    assert s["counterBase"]["stepReached"] == 1000
