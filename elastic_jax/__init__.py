@@ -1,6 +1,6 @@
 """elastic-jax: keep multi-slice JAX training running through hardware failure.
 
-Subpackages (each lives in its design-card folder):
+Subpackages (each lives in its component folder; `pyproject.toml` maps them):
   elastic_jax.api           shared models: the ElasticTrainingJob CRD, control-API messages
   elastic_jax.controller    controller_image/controller: the training loop and elastic manager
   elastic_jax.worker        worker_image/worker: the CPU slice worker

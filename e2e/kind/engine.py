@@ -7,7 +7,7 @@ makes a second run fast) in ``~/.cache/elastic-jax/docker`` (``E2E_DOCKER_DATA_R
 moves it). It never touches a system engine: ``DOCKER_HOST`` points at our own
 socket and the engine is stopped by PID when the tests end.
 
-Three facts of this machine shape it (measured, see shared/DESIGN.md):
+Three facts of the machine it was built on shape it (each measured there):
 
 - The capability bounding set lacks ``CAP_SYS_RESOURCE``, so ``--privileged``
   containers (kind's nodes) fail in runc ("unable to apply caps"). The engine's

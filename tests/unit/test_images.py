@@ -260,7 +260,7 @@ def _in_context(path: str, included: set[str]) -> bool:
 
 @pytest.mark.parametrize("image", ALL_IMAGES, ids=_image_id)
 def test_build_context_holds_every_package_folder(image):
-    # setuptools maps folders from several design-card directories into one
+    # setuptools maps folders from several component folders into one
     # import root; the project step installs from the build context bind-mounted,
     # so a folder .dockerignore leaves out would only show when the image is built.
     dockerfile = parse(DOCKERFILE)
