@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 import re
 from typing import Any, Mapping
@@ -19,6 +20,7 @@ from elastic_jax.api.status import (COND_CONTROLLER_RESTARTED, COND_IMAGE_PULL_F
                                     REASON_CONTROLLER_BACK_OFF, ElasticTrainingJobStatus)
 from elastic_jax.exit_codes import ControllerExit, signal_exit
 from elastic_jax.k8s_operator import counters, finished, names
+from elastic_jax.k8s_operator.conditions import get_condition
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
@@ -63,7 +65,8 @@ class Observed:
     """What the operator knows of one job's world.
 
     Attributes:
-      status: the job's current `.status` (dict, possibly empty).
+      status: the job's current `.status` as read (camelCase dict, possibly empty); the decisions read it typed
+        (`job_status`).
       controller_pods: the job's controller pods (any incarnation).
       jobsets: worker JobSets by slice index.
       controller_failure_reason: the controller's last reported failure reason, if any.
@@ -86,6 +89,15 @@ class Observed:
     expected_pod_age_s: float | None = None
     lost_nodes: Mapping[str, NodeLoss] = dataclasses.field(default_factory=dict)
     controller_phase: str | None = None
+
+    @functools.cached_property
+    def job_status(self) -> ElasticTrainingJobStatus:
+        """`status` as the typed model (`ElasticTrainingJobStatus.from_kube`), parsed once per pass.
+
+        Raises:
+          ValueError: a known field holds a value the model refuses (`.status` edited by hand).
+        """
+        return ElasticTrainingJobStatus.from_kube(self.status)
 
 
 @dataclasses.dataclass
@@ -176,7 +188,7 @@ def attempt_of(pod_name: str) -> int | None:
     return int(tail) if head and tail.isdigit() else None
 
 
-def next_attempt(status: Mapping[str, Any], *attempts: int | None) -> int:
+def next_attempt(status: ElasticTrainingJobStatus, *attempts: int | None) -> int:
     """The incarnation number of the job's next controller pod: above every one it had, 0 for its first.
 
     `status.controllerAttempt` (the newest this operator created, kept through a suspend) counts
@@ -185,7 +197,7 @@ def next_attempt(status: Mapping[str, Any], *attempts: int | None) -> int:
     mix two incarnations. A status an older operator wrote has no `controllerAttempt`: then only the
     pods seen count, as before.
     """
-    known = [a for a in (status.get("controllerAttempt"), *attempts) if a is not None]
+    known = [a for a in (status.controller_attempt, *attempts) if a is not None]
     return max(known) + 1 if known else 0
 
 
@@ -287,9 +299,9 @@ def _image_pull_timed_out(job: ElasticTrainingJob, observed: Observed) -> tuple[
     fault = pod_faults(observed.controller_pods + observed.worker_pods).get(COND_IMAGE_PULL_FAILED)
     if not timeout or fault is None or not observed.now:
         return None
-    cond = next((c for c in observed.status.get("conditions") or []
-                 if c.get("type") == COND_IMAGE_PULL_FAILED and c.get("status") == "True"), None)
-    waited = _seconds_between((cond or {}).get("lastTransitionTime", ""), observed.now)
+    cond = get_condition(observed.job_status.conditions, COND_IMAGE_PULL_FAILED)
+    since = cond.last_transition_time if cond is not None and cond.status == "True" else ""
+    waited = _seconds_between(since, observed.now)
     if waited is None or waited < timeout:
         return None
     return "Failed", f"{fault.message.removesuffix('; the kubelet retries with back-off')}; not pulled within " \
@@ -308,7 +320,7 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     namespace = f" -n {job.metadata.namespace}" if job.metadata.namespace else ""
     if pod.phase == "Succeeded" or pod.exit_code == ControllerExit.SUCCEEDED:
         if job.spec.controller.library_mode and observed.controller_phase is None \
-                and not observed.status.get("step"):
+                and not observed.job_status.step:
             # Never answered and no step known: a program that never served the control API (no connect()).
             # Its exit 0 is no "trained N steps" (a trial saw that for `python -c 'print(1)'`); `elastic-jax
             # run` refuses the same program before it is ready. (A program on the runtime is read at least
@@ -331,7 +343,7 @@ def _controller_exit(job: ElasticTrainingJob, pod: PodView, observed: Observed) 
     if pod.exit_code == ControllerExit.BAD_INPUT:
         return "Failed", f"the controller refused its input: {detail or log_hint}"
     if (pod.exit_code in EXEC_FAILED_CODES or any(f"({r})" in pod.reason for r in START_ERROR_REASONS)) \
-            and int(observed.status.get("controllerLossesInARow") or 0) >= 1:
+            and observed.job_status.controller_losses_in_a_row >= 1:
         # Its command could not be run (missing, not executable), again, with no step trained since the
         # last loss: every replacement fails the same way at once (a trial: 21 controller pods in 25 s, the
         # restart budget spent). The first time is a loss like any other: a container setup failure can be
@@ -370,18 +382,18 @@ def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
             "checkpoints go with the pod (use gs:// to keep them across a suspend)")
 
 
-def _was_suspended(status: dict) -> bool:
+def _was_suspended(status: ElasticTrainingJobStatus) -> bool:
     """The job's last status said it was suspended (the Suspended condition, or the phase)."""
-    return status.get("phase") in ("Suspending", "Suspended") or any(
-        c.get("type") == COND_SUSPENDED and c.get("status") == "True" for c in status.get("conditions") or [])
+    suspended = get_condition(status.conditions, COND_SUSPENDED)
+    return status.phase in ("Suspending", "Suspended") or (suspended is not None and suspended.status == "True")
 
 
-def _resume_warning(job: ElasticTrainingJob, status: dict, plan: "Plan") -> None:
+def _resume_warning(job: ElasticTrainingJob, status: ElasticTrainingJobStatus, plan: "Plan") -> None:
     """Adds the `RESUMED_FROM_STEP_ZERO` Warning to `plan` when a resume's new controller cannot restore a step
     the job had reached. None at step 0: starting again from step 0 then loses nothing (a suspend while a
     restart's replacement was still at step 0 posted "resumed from step 0, not step 0")."""
     why = local_checkpoint_loss(job)
-    step = int(status.get("step") or 0)
+    step = status.step
     if why and step > 0:
         plan.events.append(("Warning", RESUMED_FROM_STEP_ZERO,
                             f"resumed from step 0, not step {step}: {why}; the suspended controller pod took them"))
@@ -436,7 +448,7 @@ def _json_fragment(line: str, text: str) -> bool:
 
 
 def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None = None,
-                 status: Mapping[str, Any] | None = None) -> str:
+                 status: ElasticTrainingJobStatus | None = None) -> str:
     """Why a controller pod is gone, for the Event and a budget failure: exit code/reason and the log's last line.
 
     A signal's exit (128+n) without the controller's own `error: ` line names the signal instead of
@@ -444,10 +456,10 @@ def _loss_reason(pod: PodView | None, lost_nodes: Mapping[str, NodeLoss] | None 
     was being deleted (`Plan.replace_after_stop`) was deleted, not vanished (session 16's trial read
     "pod vanished" for a `kubectl delete pod` whose controller had checkpointed on SIGTERM)."""
     if pod is None:
-        expected = (status or {}).get("controllerPod") or ""
+        expected = status.controller_pod if status is not None else ""
         stopping = f"controller pod {expected} is being deleted"
-        if expected and any(c.get("type") == COND_CONTROLLER_RESTARTED and stopping in c.get("message", "")
-                            for c in (status or {}).get("conditions") or []):
+        restarted = get_condition(status.conditions, COND_CONTROLLER_RESTARTED) if status is not None else None
+        if expected and restarted is not None and stopping in restarted.message:
             return "deleted by someone else; it stopped after its SIGTERM checkpoint"
         return "pod vanished"
     loss = (lost_nodes or {}).get(pod.node) if not dead(pod) else None
@@ -524,11 +536,10 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
       (`_restart_detached_workers`).
     """
     plan = Plan()
-    status = observed.status
-    typed = ElasticTrainingJobStatus.from_kube(status)
-    if finished.finished_phase(typed) is not None:
+    status = observed.job_status
+    if finished.finished_phase(status) is not None:
         return _teardown(observed, plan, keep_finished_controller=True)
-    foreign = finished.foreign_finish_message(typed)
+    foreign = finished.foreign_finish_message(status)
     if foreign:  # (written over by this pass's status: said once)
         plan.events.append(("Warning", finished.REASON_FOREIGN_PHASE_IGNORED, foreign))
     # Whatever else happens, the job's pods on a lost node go now (grace 0): a suspend's graceful
@@ -536,7 +547,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
     plan.force_delete = pods_on_lost_nodes(observed.controller_pods + observed.worker_pods, observed.lost_nodes)
     if job.spec.suspend:
         plan.suspend_waits_for = [p.name for p in observed.controller_pods if _holds_workers(p, observed)]
-        if status.get("controllerPod"):
+        if status.controller_pod:
             # Release first, delete next pass: this pass writes status.controllerPod "" and the
             # pod is deleted only once that write is back. So whatever the timing (a resume a
             # second later, a pass on an older object, an operator restart in between), a
@@ -545,7 +556,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             return plan
         _teardown(observed, plan, keep_finished_controller=False, workers_last=True)
         why = local_checkpoint_loss(job)
-        step = int(status.get("step") or 0)
+        step = status.step
         # said when the pod goes (a toggle before that loses nothing), not at resume; not at step 0, where the
         # resume's start from step 0 loses nothing
         if why and plan.delete_pods and step > 0:
@@ -556,8 +567,8 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
 
     name = job.metadata.name
     elasticity = job.spec.elasticity
-    restarts = int(status.get("controllerRestarts") or 0)
-    expected = status.get("controllerPod") or ""
+    restarts = status.controller_restarts
+    expected = status.controller_pod
     expected_attempt = attempt_of(expected)
     newest = max(observed.controller_pods, key=lambda p: p.attempt, default=None)
 
@@ -591,7 +602,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             plan.create_controller = next_attempt(status)  # first start (or resume after suspend)
             # A resume whose released pod was already gone: the status written since the resume no
             # longer says Suspended, but the steps it shows were trained by a pod that is gone.
-            if _was_suspended(status) or int(status.get("step") or 0) > 0:
+            if _was_suspended(status) or status.step > 0:
                 _resume_warning(job, status, plan)
         elif released:
             if not (newest.deleting and not dead(newest) and not stranded):
@@ -607,7 +618,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             plan.replace_after_stop = newest.name
         else:
             last = newest.attempt if newest is not None else expected_attempt
-            in_a_row = int(status.get("controllerLossesInARow") or 0)
+            in_a_row = status.controller_losses_in_a_row
             # (a wait already announced for this pod counted its loss in the status written then: the field
             # and the message say the same count during the wait, session 16's trial saw 3 beside "4 losses")
             counted = newest is not None and _backoff_announced(status, newest.name)
@@ -636,7 +647,7 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
             and not dead(newest) and not newest.deleting and not stranded else None
         _restart_detached_workers(job, observed, plan, live)
     # The budgets are the job's: restarts of JobSets deleted earlier (suspend, a new Pathways head) count.
-    carried, _ = counters.carry_slices(ElasticTrainingJobStatus.from_kube(status), job.spec.slices.total, observed.jobsets)
+    carried, _ = counters.carry_slices(status, job.spec.slices.total, observed.jobsets)
     for i in range(job.spec.slices.total):  # spares are JobSets like the others
         js = observed.jobsets.get(i)
         if js is None:
@@ -691,10 +702,10 @@ def _backoff(job: ElasticTrainingJob, pod: PodView | None, observed: Observed, l
                              replacement=names.controller_pod(job.metadata.name, replacement))
 
 
-def _backoff_announced(status: Mapping[str, Any], pod: str) -> bool:
+def _backoff_announced(status: ElasticTrainingJobStatus, pod: str) -> bool:
     """The job's status already says `pod`'s replacement waits (its Event was posted with that condition)."""
-    return any(c.get("type") == COND_CONTROLLER_RESTARTED and c.get("reason") == REASON_CONTROLLER_BACK_OFF
-               and c.get("message", "").startswith(backoff_lead(pod)) for c in status.get("conditions") or [])
+    c = get_condition(status.conditions, COND_CONTROLLER_RESTARTED)
+    return c is not None and c.reason == REASON_CONTROLLER_BACK_OFF and c.message.startswith(backoff_lead(pod))
 
 
 def backoff_lead(pod: str) -> str:

@@ -577,10 +577,14 @@ def test_a_controller_pod_gone_after_a_graceful_delete_is_named_deleted_not_vani
 def test_the_next_controller_pod_is_above_every_one_the_job_had_also_after_a_suspend():
     """`status.controllerAttempt` counts with the pods seen; a status an older operator wrote (no field) counts
     only the pods, as before."""
+    from elastic_jax.api.status import ElasticTrainingJobStatus
     from elastic_jax.k8s_operator.reconcile import next_attempt
 
-    assert next_attempt({}) == 0 and next_attempt({}, None, None) == 0
-    assert next_attempt({"controllerAttempt": 3}) == 4  # a resume: no pod left, the status remembers
-    assert next_attempt({"controllerAttempt": 3}, 5, None) == 6 and next_attempt({}, 2, 4) == 5
+    def status(**fields):
+        return ElasticTrainingJobStatus.from_kube(fields)
+
+    assert next_attempt(status()) == 0 and next_attempt(status(), None, None) == 0
+    assert next_attempt(status(controllerAttempt=3)) == 4  # a resume: no pod left, the status remembers
+    assert next_attempt(status(controllerAttempt=3), 5, None) == 6 and next_attempt(status(), 2, 4) == 5
     plan = decide(_job(), Observed({"controllerPod": "", "controllerAttempt": 1, "step": 40}, [], _both_jobsets()))
     assert plan.create_controller == 2 and not plan.controller_restarted
