@@ -751,7 +751,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     ns, name = key
     tracker = js.tracker
     resource_version = body["metadata"].get("resourceVersion") or ""
-    finished = finished_phase(ElasticTrainingJobStatus.from_kube(status)) is not None
+    previous = ElasticTrainingJobStatus.from_kube(status)  # (the status as read, typed: what this pass reads)
+    finished = finished_phase(previous) is not None
     applier = effects.Applier(state.kube, js, post, patch, job_pods, job_jobsets)
 
     refusal: tuple[str, str] | None = None  # the first child the API server refused in this pass
@@ -760,7 +761,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     if not finished and not job.spec.suspend:
         setup = _setup(state, key, job, js, body, status, applier, job_pods, job_jobsets)
         refusal, invalid, blocked = setup.refusal, setup.invalid, setup.refusal is not None
-        if not blocked and not status.get("manifestSha256"):
+        if not blocked and not previous.manifest_sha256:
             # What the ConfigMap holds (written now, or by an operator before this field): from here
             # on, the only copy the operator reads back and the controller accepts.
             applier.apply([effects.PatchStatus(status_fields(manifest_sha256=manifest_digest(job)))])
@@ -785,7 +786,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     else:
         # a controller pod deleted by someone else is read until it exits (its replacement waits for that:
         # `Plan.replace_after_stop`): the step its stop checkpoints is the status's, and what the next resumes
-        parting = None if current is not None or finished else _deleted_controller(controller_pods, status)
+        parting = None if current is not None or finished else _deleted_controller(controller_pods, previous)
         tracker.set_controller(None if finished else (current or parting), stopping=parting is not None)
     ctrl = tracker.refresh_status()
     # The poll may be HTTP in this thread (up to its timeout): the pod-event handler may have applied newer pods
@@ -798,9 +799,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     if not js.missed_losses_checked and not finished:
         # (a restarted operator: a slice replaced while none ran may hold a new worker at the old addresses, so
         # its seeded Ready is sent, never adopted from the controller's view: `JobTracker.notify`)
-        before = ElasticTrainingJobStatus.from_kube(status)
-        restarts, _ = counters.carry_slices(before, job.spec.slices.total, {v.slice_index: v for v in jobset_list})
-        written = {e.index: e.restarts for e in before.slices}
+        restarts, _ = counters.carry_slices(previous, job.spec.slices.total, {v.slice_index: v for v in jobset_list})
+        written = {e.index: e.restarts for e in previous.slices}
         tracker.unseed(i for i, n in enumerate(restarts) if n > written.get(i, n))
     # (the controller hears "slice Down: node lost" before the pods go, not "pod deleted")
     if tracker.observe(incarnation.of_live_jobsets(pods, jobset_list), post,
@@ -821,7 +821,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     last_reason = last.failure_reason if last else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
     plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
-                                js.expected_pod_age_s(status.get("controllerPod") or ""), lost,
+                                js.expected_pod_age_s(previous.controller_pod), lost,
                                 controller_phase=last.phase if last else None))
     renderer = renderer_for(job.spec.backend)
 
@@ -838,11 +838,11 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     if created_controller:
         controller_pod = applied.controller_pod
     elif plan.create_controller is not None and not blocked:
-        controller_pod = status.get("controllerPod") or ""  # still the one that died: retried next pass
+        controller_pod = previous.controller_pod  # still the one that died: retried next pass
     elif job.spec.suspend:
         controller_pod = ""
     elif not current:
-        controller_pod = status.get("controllerPod") or ""
+        controller_pod = previous.controller_pod
     else:
         controller_pod = current.name
     if invalid is not None:
@@ -853,9 +853,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     applier.apply(follow_up)  # (a finish: `MarkFinished` among them)
     # A controller's restart back-off ends at a time, not at news: the daemon wakes for it (`JobTracker.wake_at`).
     tracker.wake_at = None if plan.wake_in_s is None else time.monotonic() + plan.wake_in_s
-    restarts = int(status.get("controllerRestarts") or 0) + (1 if replaced else 0)
+    restarts = previous.controller_restarts + (1 if replaced else 0)
 
-    previous = ElasticTrainingJobStatus.from_kube(status)
     previous_slices = previous.slices
     if finished and previous_slices:
         # A finished job keeps its last slice states: its teardown (JobSets deleted, pods gone, or a
@@ -937,10 +936,10 @@ def _freezes(tracker: JobTracker) -> list:
         return list(tracker.freezes) if tracker.answer_uid == tracker.controller_uid else []
 
 
-def _deleted_controller(controller_pods: list, status) -> Any:
+def _deleted_controller(controller_pods: list, status: ElasticTrainingJobStatus) -> Any:
     """The pod `status.controllerPod` names while it is being deleted gracefully and has not stopped yet, else
     None (a force delete, grace 0: nothing runs there to read)."""
-    name = status.get("controllerPod") or ""
+    name = status.controller_pod
     return next((p for p in controller_pods if name and p.name == name and p.deleting and not p.terminal
                  and p.deletion_grace_s != 0), None)
 
