@@ -107,6 +107,28 @@ def test_kubectl_apply_refuses_a_request_above_its_limit(cluster, namespace, ejo
     assert "spec.worker.resources.requests" in proc.stderr, proc.stderr
 
 
+def test_an_edit_the_operator_cannot_apply_is_refused_at_apply_naming_the_field(cluster, namespace,  # noqa: F811
+                                                                               ejob_crd):
+    """Issue 11 (status truth): edits of `slices.count`, `training.steps` and `checkpoint.uri` were accepted and
+    only flagged afterwards; the CRD's transition rules refuse them at apply (shown on kind too, with the
+    operator: `e2e/kind/test_operator_invalid.py`). A suspend stays an edit the API server takes."""
+    manifest = cpu_job("immutable")
+    manifest["spec"]["suspend"] = True
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    for field, edit in (("spec.slices.count", lambda s: s["slices"].update(count=s["slices"]["count"] + 1)),
+                        ("spec.training.steps", lambda s: s["training"].update(steps=s["training"]["steps"] + 1)),
+                        ("spec.checkpoint.uri", lambda s: s["checkpoint"].update(uri="/data/other"))):
+        changed = yaml.safe_load(yaml.safe_dump(manifest))
+        edit(changed["spec"])
+        proc = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                               input=yaml.safe_dump(changed), check=False)
+        assert proc.returncode != 0 and field in proc.stderr and "is immutable" in proc.stderr, (field, proc.stderr)
+    manifest["spec"]["suspend"] = False
+    proc = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest),
+                           check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_a_bad_namespace_is_refused_by_both(cluster, ejob_crd, tmp_path):  # noqa: F811
     manifest = cpu_job()
     manifest["metadata"]["namespace"] = BAD_NAMESPACE
