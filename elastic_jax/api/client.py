@@ -17,8 +17,8 @@ import time
 import httpx
 import pydantic
 
-from elastic_jax.api.control import (MAX_STATUS_WAIT_S, ControllerStatus, SliceReport, SliceReportResult, SliceState,
-                                      StopRequest)
+from elastic_jax.api.control import (MAX_STATUS_WAIT_S, ControllerStatus, ReportedState, SliceReport,
+                                      SliceReportResult, StopRequest)
 
 # Bytes of one answer the client reads at most. A status of 64 slices with its capped recovery history is
 # tens of KiB; /metrics (histograms) some hundreds.
@@ -192,7 +192,7 @@ class ControlClient:
     def report_slice(
         self,
         index: int,
-        state: SliceState,
+        state: ReportedState,
         generation: int,
         addresses: list[str] | None = None,
         reason: str | None = None,

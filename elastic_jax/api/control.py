@@ -16,7 +16,9 @@ from pydantic.alias_generators import to_camel
 from elastic_jax.api.identity import JobIdentity
 from elastic_jax.api.job import INT64_MAX
 
-SliceState = Literal["Ready", "Down", "Draining"]
+# What a supervisor reports of a slice (`PUT /v1/slices/{i}`): its own `status.SliceState` less Provisioning, which
+# is never reported (`supervision.slice_state.reported`).
+ReportedState = Literal["Ready", "Down", "Draining"]
 # A slice as the controller sees it (`SliceStatus.state`).
 SliceView = Literal["Active", "Ready", "Warming", "Spare", "Down", "Draining", "Unknown"]
 # How far ahead of the controller's own clock a report's generation may be.
@@ -90,7 +92,7 @@ class SliceReport(_Msg):
     that slice is ignored (stale), so retries and reordering are harmless.
     """
 
-    state: SliceState = Field(description="Ready: all hosts up, addresses valid. Down: lost. Draining: about to go.")
+    state: ReportedState = Field(description="Ready: all hosts up, addresses valid. Down: lost. Draining: about to go.")
     # A strict JSON integer (true, "3" and 3.0 are refused), int64 as in Kubernetes: a
     # nanosecond timestamp fits until 2262. Values above 2**53 are exact in JSON as
     # Python and Go parse it (not as float64). The upper bound that matters is the
