@@ -393,12 +393,14 @@ def run_cluster(cluster_ctx, workdir: Path, args, rng: random.Random, arm: str) 
             "controller_backoffs": run.controller_backoffs, "recoveries_s": recoveries, "unrecovered": unrecovered,
             "step_s": per_step, "reduced_steps": sum(_reduced_steps(x) for x in logs),
             "reduced_per_failure": reduced_per_failure,
-            "status_goodput": (run.status.get("goodput") or {}).get("fraction"), "load_avg": os.getloadavg()}
+            "status_goodput": (run.status.get("goodput") or {}).get("fraction"),
+            # (GCS clients that looked for cloud credentials instead of the emulator, this run so far: 0 expected)
+            "gcs_metadata_connections": checkpoints.emulator.metadata_connections, "load_avg": os.getloadavg()}
 
 
 @contextlib.contextmanager
 def _cluster(workdir: Path):
-    """A callable giving (local cluster, operator kubeconfig, checkpoint bucket maker), set up at its first call
+    """A callable giving (local cluster, operator kubeconfig, `e2e.chaos.GcsCheckpoints`), set up at its first call
     (the pool of e2e/chaos.py added, the CRD installed, a fake-gcs-server on loopback started: every cluster arm
     keeps its checkpoints in `gs://`, like for like, since the restart arm needs them to outlive the controller
     pod); torn down on exit, the cluster stopped if this run started it."""
