@@ -38,7 +38,7 @@ machine both slices share 2 cores, so a step on one slice is not slower).
 Also per arm: steps that ran on fewer than 2 slices (from the controllers'
 per-step log lines), and per failure (from one kill to the next; median/max
 printed for the elastic and spare arms), and the load average at the arm's end.
-`--keep DIR` keeps every arm's logs (controller, workers) under DIR.
+`--keep DIR` keeps every arm's logs (controller, workers; cluster arms: every controller's, the operator's) under DIR.
 
 Cluster arms (the operator path, `e2e/chaos.py`): the same job as an
 ElasticTrainingJob through the operator (a least-privilege process) on the
@@ -388,7 +388,7 @@ def run_cluster(cluster_ctx, workdir: Path, args, rng: random.Random, arm: str) 
     return {"wall_s": run.wall_s, "succeeded": run.phase == "Succeeded", "failure_reason": reason,
             "timed_out": run.timed_out, "final_loss": run.finished.get("final_loss"), "steps_lost": lost,
             "status_steps_lost": run.status.get("stepsLost"), "failures": len(run.failures),
-            "failure_kinds": [k for _, k, _ in run.failures],
+            "failure_kinds": [k for _, k, _ in run.failures], "failure_log": run.failures,  # (unix time, kind, what)
             "controller_restarts": int(run.status.get("controllerRestarts") or 0),
             "controller_backoffs": run.controller_backoffs, "recoveries_s": recoveries, "unrecovered": unrecovered,
             "step_s": per_step, "reduced_steps": sum(_reduced_steps(x) for x in logs),

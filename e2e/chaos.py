@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -119,8 +120,9 @@ class ArmRun:
       status: the job's last status.
       finished: the last controller's `finished` log record (its run summary: `final_loss`, `steps_lost`, ...);
         {} when it wrote none.
-      controller_logs: each controller pod's container log file (JSON lines; the bench's log readers take
-        them), in the order the pods ran; more than one when the controller pod was recreated.
+      controller_logs: each controller pod's container log (JSON lines; the bench's log readers take them),
+        copied into the arm's `workdir`, in the order the pods ran; more than one when the controller pod was
+        recreated (a path without a file: that pod logged nothing).
       failures: (unix time, kind, what) per injected failure; kind "pod", "node" or "operator".
       timed_out: the job had not ended within the arm's time limit (it was deleted then).
       controller_backoffs: the operator's ControllerBackOff Events about the job (a recreated controller
@@ -334,6 +336,18 @@ def _backoffs(cluster: LocalCluster, namespace: str, name: str) -> int:
                if e.get("reason") == REASON_CONTROLLER_BACK_OFF)
 
 
+def _keep_logs(logs: list[Path], workdir: Path) -> list[Path]:
+    """Copies of the controller logs as `workdir/controller-<k>.log` (k: the order they ran), which outlive the
+    cluster's pod folders (a cluster started again deletes them); a log never written has no copy."""
+    kept = []
+    for k, log in enumerate(logs):
+        copy = workdir / f"controller-{k}.log"
+        if log.exists():
+            shutil.copyfile(log, copy)
+        kept.append(copy)
+    return kept
+
+
 def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, plan: Plan, rng: random.Random,
             ckpt_interval: int = 50, timeout_s: float = 1800.0, compilation_cache: bool = True, spares: int = 0,
             checkpoints: GcsCheckpoints | None = None) -> ArmRun:
@@ -347,7 +361,8 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
     Args:
       cluster: a running local cluster with the :data:`POOL` nodes (:func:`chaos_nodes`) and the CRD.
       kubeconfig: the operator's identity (`write_operator_kubeconfig`).
-      workdir: the operator's log and the job's checkpoints (unless `checkpoints`) go here.
+      workdir: the operator's log, copies of the controller logs and the job's checkpoints (unless
+        `checkpoints`) go here.
       steps: N.
       plan: the failures.
       rng: draws the victims.
@@ -426,6 +441,7 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
                 lost_node = (lost_node[0], 0.0)
             time.sleep(POLL_S)
         wall = time.time() - t0
+        logs = _keep_logs(logs, workdir)
         log = logs[-1] if logs else None
         finished = next((e for e in reversed(read_events(log.read_text(errors="replace")))
                          if e.get("event") == "finished"), {}) if log is not None and log.exists() else {}
