@@ -153,6 +153,27 @@ class LocalCluster:
         """
         return int((self.pod_dir(namespace, pod, uid) / "pids" / f"{container}.pid").read_text())
 
+    def kill_container(self, namespace: str, pod: str, container: str, uid: str | None = None) -> bool:
+        """SIGKILL the container's current process (a crash: no SIGTERM, nothing saved on the way out).
+
+        Only a live process of this cluster is signalled: a PID file outlives its container, and the
+        kernel may have given that PID to a stranger since.
+
+        Returns:
+            True when a process was killed; False when the container never started or has ended.
+        """
+        try:
+            pid = self.container_pid(namespace, pod, container, uid)
+        except (FileNotFoundError, ValueError):
+            return False
+        if not (processes.alive(pid) and processes.belongs(self.state, pid)):
+            return False
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
+
     # ---- lifecycle ---------------------------------------------------------------------
 
     def _start(self, name: str, argv: list[str], **kw) -> processes.Started:

@@ -113,18 +113,25 @@ def forget(state_dir: Path, name: str) -> None:
     (state_dir / "pids" / f"{name}.pid").unlink(missing_ok=True)
 
 
+def belongs(state_dir: Path, pid: int) -> bool:
+    """True when process ``pid`` carries ``state_dir``'s marker environment (False: gone, or someone else's)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return False
+    return f"{MARKER_ENV}={state_dir}".encode() in env.split(b"\0")
+
+
 def leftovers(state_dir: Path) -> list[tuple[int, str]]:
     """Live processes whose environment says they belong to ``state_dir``: (pid, command line)."""
-    marker = f"{MARKER_ENV}={state_dir}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
+        if not belongs(state_dir, pid):
+            continue
         try:
-            env = (entry / "environ").read_bytes()
-            if marker not in env.split(b"\0"):
-                continue
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue

@@ -14,6 +14,7 @@ reaching out of the machine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -104,6 +105,7 @@ class GcsEmulator:
       env: the environment variables that point every GCS client at it; pass
         them to child processes (`env={**os.environ, **emulator.env}`).
       log_path: file holding the server's stdout and stderr.
+      trap: the loopback listener where the GCE metadata server would be.
     """
 
     url: str
@@ -111,6 +113,12 @@ class GcsEmulator:
     pid: int
     env: dict[str, str]
     log_path: Path
+    trap: _MetadataTrap | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def metadata_connections(self) -> int:
+        """Connections made to the metadata trap so far (a client that looked for cloud credentials)."""
+        return self.trap.connections if self.trap is not None else 0
 
     def make_bucket(self, name: str) -> str:
         """Creates bucket `name` (idempotent) and returns `gs://name`.
@@ -150,17 +158,21 @@ def _wait_ready(url: str, proc: subprocess.Popen, log_path: Path) -> None:
     raise RuntimeError(f"fake-gcs-server not ready after {_READY_TIMEOUT_S}s; log: {log_path}")
 
 
-@pytest.fixture(scope="session")
-def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
-    """Starts fake-gcs-server on 127.0.0.1 for the session and points GCS clients at it.
+@contextlib.contextmanager
+def running_emulator(log_dir: Path) -> Iterator[GcsEmulator]:
+    """fake-gcs-server on 127.0.0.1 (memory backend) and a metadata trap, for as long as the context lasts.
 
-    Sets `STORAGE_EMULATOR_HOST`, `TENSORSTORE_GCS_HTTP_URL`,
-    `GOOGLE_AUTH_TOKEN_FOR_TESTING`, `GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`,
-    `NO_GCE_CHECK`, `GCE_METADATA_HOST` and `GCE_METADATA_IP` in `os.environ`
-    for the session and restores them afterwards. Teardown kills the server by
-    PID, checks that it exited, and fails if any client tried the metadata server.
+    Changes no environment: `GcsEmulator.env` is what points a client at it
+    (the `gcs_emulator` fixture sets it in `os.environ`; `e2e/chaos.py` gives it to
+    a controller pod). On exit the server is killed by PID and waited for, and
+    the trap closed; `GcsEmulator.metadata_connections` still reads its count.
+
+    Args:
+      log_dir: the server's log (`server.log`) goes here.
+
+    Raises:
+      RuntimeError: the binary is missing, exited, or did not answer within 15 s.
     """
-    log_dir = tmp_path_factory.mktemp("fake-gcs-server")
     log_path = log_dir / "server.log"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -178,36 +190,54 @@ def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulat
         "GCE_METADATA_HOST": f"127.0.0.1:{trap.port}",
         "GCE_METADATA_IP": f"127.0.0.1:{trap.port}",
     }
-    with open(log_path, "wb") as log:
-        # A file, never a pipe: nobody reads the server's output while tests run.
-        proc = subprocess.Popen(
-            [
-                str(_binary_path()),
-                "-scheme", "http",
-                "-backend", "memory",
-                "-host", "127.0.0.1",
-                "-port", str(port),
-                "-external-url", url,
-                "-public-host", f"127.0.0.1:{port}",
-                "-log-level", "warn",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    try:
+        with open(log_path, "wb") as log:
+            # A file, never a pipe: nobody reads the server's output while it runs.
+            proc = subprocess.Popen(
+                [
+                    str(_binary_path()),
+                    "-scheme", "http",
+                    "-backend", "memory",
+                    "-host", "127.0.0.1",
+                    "-port", str(port),
+                    "-external-url", url,
+                    "-public-host", f"127.0.0.1:{port}",
+                    "-log-level", "warn",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+    except BaseException:
+        trap.close()
+        raise
     try:
         _wait_ready(url, proc, log_path)
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in env.items():
-                mp.setenv(key, value)
-            yield GcsEmulator(url=url, port=port, pid=proc.pid, env=dict(env), log_path=log_path)
+        yield GcsEmulator(url=url, port=port, pid=proc.pid, env=dict(env), log_path=log_path, trap=trap)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         try:
             proc.wait(timeout=_STOP_TIMEOUT_S)
         finally:
             trap.close()
-    assert proc.returncode is not None, f"fake-gcs-server pid {proc.pid} did not exit"
-    assert trap.connections == 0, (
-        f"{trap.connections} connection(s) to the GCE metadata address during the session: a GCS client left the emulator"
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
+    """Starts fake-gcs-server on 127.0.0.1 for the session and points GCS clients at it.
+
+    Sets `STORAGE_EMULATOR_HOST`, `TENSORSTORE_GCS_HTTP_URL`,
+    `GOOGLE_AUTH_TOKEN_FOR_TESTING`, `GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`,
+    `NO_GCE_CHECK`, `GCE_METADATA_HOST` and `GCE_METADATA_IP` in `os.environ`
+    for the session and restores them afterwards. Teardown kills the server by
+    PID (`running_emulator`) and fails if any client tried the metadata server.
+    """
+    with running_emulator(tmp_path_factory.mktemp("fake-gcs-server")) as emulator:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in emulator.env.items():
+                mp.setenv(key, value)
+            yield emulator
+    assert emulator.metadata_connections == 0, (
+        f"{emulator.metadata_connections} connection(s) to the GCE metadata address during the session: "
+        "a GCS client left the emulator"
     )
