@@ -80,8 +80,9 @@ class LaunchOptions:
       kill_slice: which slice's worker to kill; None: the highest-indexed active slice at the kill step
         (with hot spares, never a spare).
       kill_signal: SIGKILL (process death) or SIGSTOP (hang, caught by the step deadline).
-      restart_backoff_s: restart delay of a dead worker; doubles per consecutive death before Ready (a crash
-        loop; cap 30 s). A worker that was Ready when it died is restarted after this delay again.
+      restart_backoff_s: the delay before a crash-looping worker's second start (seconds); doubles per further
+        death before Ready (cap 30 s). A worker that was Ready when it died is restarted at once, every time
+        (`supervision.budgets.restart_delay_s`, the kubelet's rule).
       ready_timeout_s: seconds to wait for the controller's /readyz.
       max_controller_restarts: controller restarts allowed (flow 3) before giving up; None: the job's
         `spec.elasticity.maxRestarts`, as the operator allows (`supervision.budgets`).

@@ -62,15 +62,18 @@ def failures_after_loss(was_ready: bool, consecutive_failures: int) -> int:
 
 
 def restart_delay_s(consecutive_failures: int, base_s: float) -> float:
-    """Seconds before a dead local worker is started again.
+    """Seconds before a dead local worker is started again: the kubelet's rule for a container that exits.
 
-    `base_s` after a loss of a worker that was Ready, every time (the chaos
-    benchmark: a delay growing with every loss kept a slice down most of the
-    time under a failure every 15 s); doubling per death before Ready (a crash
-    loop), capped at `MAX_RESTART_DELAY_S`.
+    0 after a loss of a worker that was Ready, every time: the kubelet's first restart of a container is
+    immediate (`supervision.backoff`, the same rule for controllers), and every second a lost slice waits
+    is a second the job trains on fewer slices (the chaos benchmark: a worker SIGKILLed every 15 s). A
+    worker that dies again before Ready is a crash loop: `base_s` for its second start, doubling per
+    further death, capped at `MAX_RESTART_DELAY_S`.
 
     Args:
-      consecutive_failures: from `failures_after_loss` (>= 1).
-      base_s: the first delay (seconds).
+      consecutive_failures: from `failures_after_loss` (>= 1; smaller reads as 1).
+      base_s: the delay before the second start of a crash loop (seconds).
     """
-    return min(MAX_RESTART_DELAY_S, base_s * 2 ** (max(1, consecutive_failures) - 1))
+    if consecutive_failures <= 1:
+        return 0.0
+    return min(MAX_RESTART_DELAY_S, base_s * 2 ** min(consecutive_failures - 2, 32))

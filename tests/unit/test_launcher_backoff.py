@@ -49,7 +49,7 @@ def _launcher(tmp_path: Path, elasticity: dict | None = None) -> tuple[LocalLaun
     return launcher, s, reports
 
 
-def test_a_worker_lost_after_ready_restarts_after_the_first_delay_every_time(tmp_path, monkeypatch):
+def test_a_worker_lost_after_ready_is_reported_down_and_restarted_at_once_every_time(tmp_path, monkeypatch):
     launcher, s, reports = _launcher(tmp_path)
     monkeypatch.setattr("elastic_jax.local.launcher.port_open", lambda host, port: True)
     now = 0.0
@@ -58,8 +58,9 @@ def test_a_worker_lost_after_ready_restarts_after_the_first_delay_every_time(tmp
         assert s.state == "Ready"
         s.child.die()
         launcher._supervise_workers(now)
-        assert s.state == "Down" and s.restart_at == now + 1.0
-        launcher._supervise_workers(now + 1.0)  # restarted
+        assert s.state == "Down" and s.restart_at == now  # reported Down, restarted by the next pass
+        launcher._supervise_workers(now)  # restarted
+        assert s.restart_at is None
         now += 15.0
     assert reports.count("Down") == 6
 
@@ -75,7 +76,7 @@ def test_a_worker_that_dies_before_ready_backs_off(tmp_path, monkeypatch):
         delays.append(s.restart_at - now)
         now = s.restart_at
         launcher._supervise_workers(now)
-    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert delays == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
 
 
 def test_a_worker_that_never_listened_is_not_reported_until_it_dies(tmp_path, monkeypatch):

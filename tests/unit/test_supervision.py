@@ -124,11 +124,12 @@ def test_spares_count_like_any_slice():
 # -- restart delay (local workers) -----------------------------------------------------------------
 
 
-def test_a_worker_lost_after_ready_restarts_after_the_base_delay_every_time():
+def test_a_worker_lost_after_ready_restarts_at_once_every_time():
+    """The kubelet's first restart is immediate; a lost slice that waits trains nothing meanwhile."""
     failures = 0
     for _ in range(5):
         failures = budgets.failures_after_loss(was_ready=True, consecutive_failures=failures)
-        assert budgets.restart_delay_s(failures, base_s=1.0) == 1.0
+        assert budgets.restart_delay_s(failures, base_s=1.0) == 0.0
 
 
 def test_a_crash_loop_before_ready_doubles_up_to_the_cap():
@@ -136,7 +137,7 @@ def test_a_crash_loop_before_ready_doubles_up_to_the_cap():
     for _ in range(7):
         failures = budgets.failures_after_loss(was_ready=False, consecutive_failures=failures)
         delays.append(budgets.restart_delay_s(failures, base_s=1.0))
-    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert delays == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
 
 
 def test_a_freeze_is_rebooked_from_the_category_it_was_booked_in():
