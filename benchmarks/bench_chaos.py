@@ -23,7 +23,10 @@ alike for every arm of a repeat), so the arms meet the same schedule:
   (counted as unrecovered), and the arm fails after 1800 s.
 
 Per arm: wall seconds to N steps (from starting ``elastic-jax run`` to its
-exit), goodput, steps lost, failures injected, recovery seconds (median /
+exit), the seconds from its first completed step to its last (``train s``:
+the schedule starts at the first step, and the start-up before it, the same
+work in every arm, varies by seconds on 2 shared cores; a full restart's later
+start-ups are inside it), each as a ratio to the arm's no-failure reference, goodput, steps lost, failures injected, recovery seconds (median /
 p95 / max; elastic: from the SIGKILL to the first step completed after the
 controller logged the slice loss; restart: from the SIGKILL to the restarted
 job's first step), final loss, and the ratios (b)/(a), (c)/(a). A restart
@@ -184,6 +187,17 @@ def _step_events(log: Path) -> list[dict]:
     return [e for e in read_events(log.read_text()) if e.get("event") == "step"] if log.exists() else []
 
 
+def _train_s(logs: list[Path]) -> float:
+    """Seconds from the first completed step to the last one, over one arm's controller logs in order.
+
+    The failure schedule starts at the first completed step, so what comes before it (process start-up,
+    imports, the first compile: the same work in every arm, and its noise on 2 shared cores is seconds)
+    is left out; a full restart's later start-ups fall inside it and count.
+    """
+    times = [t for log in logs if log.exists() for t, _ in step_times(log)]
+    return times[-1] - times[0] if len(times) > 1 else float("nan")
+
+
 def _reduced_steps(log: Path, count: int = 2) -> int:
     """Steps completed on fewer than `count` slices."""
     return sum(1 for e in _step_events(log) if len(e.get("active_slices", [])) < count)
@@ -270,7 +284,8 @@ def run_none(workdir: Path, args) -> dict:
     s = _summary(out.stdout) or {}
     steps = step_times(workdir / "run" / "controller.log")
     per_step = statistics.median(b[0] - a[0] for a, b in zip(steps, steps[1:])) if len(steps) > 1 else float("nan")
-    return {"wall_s": wall, "succeeded": s.get("succeeded", False), "final_loss": s.get("final_loss"),
+    return {"wall_s": wall, "train_s": _train_s([workdir / "run" / "controller.log"]),
+            "succeeded": s.get("succeeded", False), "final_loss": s.get("final_loss"),
             "steps_lost": s.get("steps_lost", 0), "failures": 0, "recoveries_s": [], "step_s": per_step,
             "reduced_steps": _reduced_steps(workdir / "run" / "controller.log"), "load_avg": os.getloadavg()}
 
@@ -311,7 +326,8 @@ def run_elastic(workdir: Path, args, rng: random.Random, spares: int = 0) -> dic
             proc.wait(60)
     wall = time.time() - t0
     s = _summary((workdir / "stdout").read_text()) or {}
-    return {"wall_s": wall, "succeeded": s.get("succeeded", False), "failure_reason": s.get("failure_reason"),
+    return {"wall_s": wall, "train_s": _train_s([run_dir / "controller.log"]), "succeeded": s.get("succeeded", False),
+            "failure_reason": s.get("failure_reason"),
             "final_loss": s.get("final_loss"), "steps_lost": s.get("steps_lost", 0), "failures": len(kills),
             "recoveries_s": _recoveries_elastic(run_dir / "controller.log", kills),
             "reduced_steps": _reduced_steps(run_dir / "controller.log"),
@@ -348,7 +364,7 @@ def run_restart(workdir: Path, args) -> dict:
     wall = time.time() - t0
     logs = [workdir / f"run-{k}" / "controller.log" for k in range(attempt + 1)]
     lost, recoveries, unrecovered = _restart_costs(logs, kills)
-    return {"wall_s": wall, "succeeded": bool(summary and summary.get("succeeded")),
+    return {"wall_s": wall, "train_s": _train_s(logs), "succeeded": bool(summary and summary.get("succeeded")),
             "final_loss": summary.get("final_loss") if summary else None, "steps_lost": lost,
             "failures": len(kills), "recoveries_s": recoveries, "unrecovered": unrecovered,
             "reduced_steps": sum(_reduced_steps(log) for log in logs if log.exists()), "load_avg": os.getloadavg()}
@@ -385,7 +401,8 @@ def run_cluster(cluster_ctx, workdir: Path, args, rng: random.Random, arm: str) 
         reduced_per_failure = _reduced_per_failure(log, losses) if log is not None else []
     reason = (f"not finished within {MAX_ARM_SECONDS:.0f} s (at step {run.status.get('step')})" if run.timed_out
               else run.status.get("message"))
-    return {"wall_s": run.wall_s, "succeeded": run.phase == "Succeeded", "failure_reason": reason,
+    return {"wall_s": run.wall_s, "train_s": _train_s(list(run.controller_logs)),
+            "succeeded": run.phase == "Succeeded", "failure_reason": reason,
             "timed_out": run.timed_out, "final_loss": run.finished.get("final_loss"), "steps_lost": lost,
             "status_steps_lost": run.status.get("stepsLost"), "failures": len(run.failures),
             "failure_kinds": [k for _, k, _ in run.failures], "failure_log": run.failures,  # (unix time, kind, what)
@@ -509,9 +526,12 @@ def main() -> None:
         step_s = statistics.median(x["step_s"] for x in results[ref])
         base_loss = results[ref][0]["final_loss"]
         wall = statistics.median(x["wall_s"] for x in runs)
+        base_train = statistics.median(x["train_s"] for x in results[ref])
+        train = statistics.median(x["train_s"] for x in runs)
         rec = [s for x in runs for s in x["recoveries_s"]]
         rows[arm] = {
             "reference": ref, "wall_s": wall, "ratio": wall / base_wall, "goodput": args.steps * step_s / wall,
+            "train_s": train, "train_ratio": train / base_train,
             "steps_lost": max(x["steps_lost"] for x in runs), "failures": sum(x["failures"] for x in runs),
             "recovery_median_s": statistics.median(rec) if rec else float("nan"),
             "recovery_p95_s": _pct(rec, 0.95), "recovery_max_s": max(rec) if rec else float("nan"),
@@ -523,15 +543,17 @@ def main() -> None:
             "reduced_per_failure": [n for x in runs for n in x.get("reduced_per_failure", [])],
         }
     print()
-    print(f"{'arm':13s}{'time to N s':>12s}{'x ref':>7s}{'goodput':>9s}{'lost':>6s}{'fails':>6s}"
+    print(f"{'arm':13s}{'time to N s':>12s}{'x ref':>7s}{'train s':>9s}{'x ref':>7s}{'goodput':>9s}{'lost':>6s}{'fails':>6s}"
           f"{'rec med':>8s}{'p95':>7s}{'max':>7s}{'<2 sl':>6s}  final loss (= ref's?)")
     for arm, row in rows.items():
-        print(f"{arm:13s}{row['wall_s']:12.1f}{row['ratio']:7.2f}{row['goodput']:9.2f}{row['steps_lost']:6d}"
+        print(f"{arm:13s}{row['wall_s']:12.1f}{row['ratio']:7.2f}{row['train_s']:9.1f}{row['train_ratio']:7.2f}"
+              f"{row['goodput']:9.2f}{row['steps_lost']:6d}"
               f"{row['failures']:6d}{row['recovery_median_s']:8.2f}{row['recovery_p95_s']:7.2f}"
               f"{row['recovery_max_s']:7.2f}{row['reduced_steps']:6d}  {row['final_loss']} ({row['loss_matches_none']}; "
               f"ref {row['reference']})")
     if "elastic" in rows:
-        print(f"elastic/none {rows['elastic']['ratio']:.3f} (target <= 1.05, 0 steps lost, same loss)")
+        print(f"elastic/none {rows['elastic']['ratio']:.3f}, first step to last {rows['elastic']['train_ratio']:.3f} "
+              "(target <= 1.05, 0 steps lost, same loss)")
     for arm in ("elastic", "spare", "cluster", "cluster-spare"):
         per = rows.get(arm, {}).get("reduced_per_failure")
         if per:
@@ -548,7 +570,7 @@ def main() -> None:
     for arm in (a for a in targets if a in rows):
         runs = results[arm]
         kinds = [k for x in runs for k in x["failure_kinds"]]
-        print(f"{arm}/cluster-none {rows[arm]['ratio']:.3f}" + (" (a lower bound: timed out)" if any(
+        print(f"{arm}/cluster-none {rows[arm]['ratio']:.3f}, first step to last {rows[arm]['train_ratio']:.3f}" + (" (a lower bound: timed out)" if any(
               x["timed_out"] for x in runs) else "") + f" ({targets[arm]}; {kinds.count('pod')} worker kills, "
               f"{kinds.count('node')} node loss, {kinds.count('operator')} operator kill; controller restarts "
               f"{max(x['controller_restarts'] for x in runs)}, back-offs {max(x['controller_backoffs'] for x in runs)}"
