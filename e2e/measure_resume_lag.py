@@ -1,5 +1,5 @@
 """A measurement, not a test (pytest does not collect it: run `pytest e2e/measure_resume_lag.py -s`): the timeline
-of a resume after suspend on the local control plane, for README "STEP and active slices lag a resume".
+of a resume after suspend on the local control plane, for docs/limitations.md "STEP and active slices lag a resume".
 
 It trains the CPU example, suspends and resumes it, and writes one JSON file (its path printed as `TIMELINE ...`)
 with wall-clock seconds (time.time()) of: every version of the job on a watch (phase, step, activeSlices,

@@ -1,4 +1,4 @@
-"""`python -m e2e.operator_demo`: the README's recovery transcript, from a real run.
+"""`python -m e2e.operator_demo`: the recovery transcript of docs/observability.md, from a real run.
 
 On the local control plane (`python -m e2e.harness up` first), with the
 operator as a least-privilege process: `kubectl apply -f

@@ -1,7 +1,7 @@
 """Session 12's trial: after `spec.suspend: false` STEP and ACTIVE "lagged the new controller" by 8-10 s.
 
 Measured on this cluster (the operator's log, the controller's log, its `GET /v1/status` read every 0.25 s and the job's
-watch, README "STEP and active slices lag a resume"): the operator writes each change of the new controller's
+watch, docs/limitations.md "STEP and active slices lag a resume"): the operator writes each change of the new controller's
 answer within 0.3 s and the watch shows it 0.1 s later; the seconds are the controller's own work (its process
 start, `Starting` while it builds its trainer and restores or initializes its state, then its first step's
 compile at its resume step). So the status now says which of those stages each Pending version stands on

@@ -457,7 +457,7 @@ def token_refused(detail: str) -> tuple[str, str]:
     The token is HMAC(operator key, job UID): an operator with another key derives another token
     than the one in the job's Secret, which the controller reads. The likely cause first: an
     operator run without `--operator-key-file` makes a random key at each start, so after a restart
-    it refuses every running job (the README's host-process recipe once did this); else another
+    it refuses every running job (the host-process recipe, now in docs/kubernetes.md, once did this); else another
     Helm release took the job over.
     """
     return st.REASON_TOKEN_REFUSED, (

@@ -60,7 +60,7 @@ def test_controller_pod_never_restarts_by_itself_and_binds_all_addresses():
     c = spec["containers"][0]
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in c["env"]}
     assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-    # All addresses: kubectl port-forward connects to the pod's loopback (README "Control API and metrics").
+    # All addresses: kubectl port-forward connects to the pod's loopback (docs/kubernetes.md "Reaching a controller").
     assert env[contract.ENV_HOST] == "0.0.0.0"
     assert env[contract.ENV_MANIFEST] == f"{names.MANIFEST_DIR}/job.yaml"
     assert env[contract.ENV_TOKEN_FILE] == f"{names.TOKEN_DIR}/token"

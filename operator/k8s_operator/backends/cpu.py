@@ -105,7 +105,7 @@ def checkpoint_volume(job: ElasticTrainingJob) -> tuple[list[dict[str, Any]], li
 
     The root file system stays read-only; a local checkpoint lives as long as
     the controller pod (kind, a laptop). Checkpoints that outlive the pod need
-    `gs://` (docs/security.md, README "Checkpoints").
+    `gs://` (docs/security.md, docs/kubernetes.md "What the operator does with a job").
     """
     if not local_checkpoint(job):
         return [], []
