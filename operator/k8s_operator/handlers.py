@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import copy
 import datetime as dt
 import functools
 import logging
@@ -566,6 +567,14 @@ def reconcile_pass(body, spec, status, meta, namespace, name, patch, memo, job_p
     Args:
       inputs: `pass_inputs` read before the pass (None: not known); a quiet pass records them (`settle`).
     """
+    # One version of the object for the whole pass: a daemon's `body` is kopf's live view, updated in place
+    # as watch events arrive, so a status read at the start and again at the end could be two versions. The
+    # chaos benchmark caught it: the job-created handler's status write arrived mid-pass, the decision read
+    # the CRD's defaults ("" for tokenSecret) at the end but not at the start, and unset the tokenSecret this
+    # very pass had recorded; a restarted operator then took the job's own Secret for someone else's.
+    body, status = copy.deepcopy(dict(body)), copy.deepcopy(dict(status or {}))
+    body["status"] = status
+    meta, spec = body.setdefault("metadata", dict(meta or {})), body.get("spec") or dict(spec or {})
     key = (namespace, name)
     generation = meta.get("generation", 0)
     state = _state(memo)
@@ -885,7 +894,8 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                       goodput=job_goodput, suspend_waits_for=plan.suspend_waits_for, steps_lost=lost_steps,
                       controller_lost=plan.controller_restarted, replace_after_stop=plan.replace_after_stop,
                       backoff=plan.backoff, losses_in_a_row=plan.losses_in_a_row_written(replaced),
-                      answered_by=_answered_by(tracker.answer_uid if ctrl is not None else "", controller_pods)),
+                      answered_by=_answered_by(tracker.answer_uid if ctrl is not None else "", controller_pods),
+                      token_secret=names.secret(name) if js.token_secret_ours else ""),
         status=status, finished=finished, refusal=refusal, controller_pods=controller_pods, worker_pods=worker_pods, jobsets=jobsets,
         current=current, controller_created_now=plan.create_controller is not None,
         node_lost_messages=node_lost_messages)

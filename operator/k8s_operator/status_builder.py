@@ -49,6 +49,9 @@ class Inputs:
       backoff: the lost controller's replacement waits (`reconcile.Plan.backoff`); None: no wait.
       losses_in_a_row: `status.controllerLossesInARow` when this pass created a lost controller's replacement
         (`reconcile.Plan.losses_in_a_row`); None: kept, or 0 once the current controller trained a step.
+      token_secret: the job's token Secret when this operator knows it created it (this process did, or status
+        recorded it): written into `status.tokenSecret` by every pass that builds the status, so the record a
+        restarted operator trusts is never lost while any operator knows it (""; keep the previous one).
     """
 
     job: ElasticTrainingJob
@@ -73,6 +76,7 @@ class Inputs:
     controller_unresponsive: bool = False
     backoff: ControllerBackOff | None = None
     losses_in_a_row: int | None = None
+    token_secret: str = ""
 
 
 def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
@@ -131,6 +135,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         out.step = out.last_checkpoint_step = i.job.spec.training.steps
     out.spare_count = len(out.spare_slices)  # (the printer column: a list prints "[]" for none)
     out.observed_generation = i.generation
+    if i.token_secret:
+        out.token_secret = i.token_secret
     out.desired_slices = i.job.spec.slices.count
     out.total_steps = i.job.spec.training.steps
     out.slices = i.slices

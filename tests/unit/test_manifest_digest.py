@@ -104,3 +104,40 @@ def test_after_an_operator_restart_a_changed_configmap_is_not_read_back(monkeypa
     genuine = handlers.OperatorState(kube=FakeKube(manifest_text=cm["data"][lbl.MANIFEST_KEY]), key=b"k" * 32)
     job = handlers._applied_job(genuine, ("ns", "j"), _cpu_job(), "u1", status["manifestSha256"])
     assert manifest_digest(job) == status["manifestSha256"]
+
+
+class _LiveStatus(dict):
+    """kopf's live body view, as a daemon sees it: the create handler's status write arrives mid-pass."""
+
+
+def test_a_status_that_changes_mid_pass_does_not_unset_the_token_secret_record(monkeypatch):
+    """The chaos benchmark's full-restart arm: the job-created handler's status write (the CRD's defaults:
+    tokenSecret "", step 0, ...) reached the daemon's live body while its first pass ran; the pass built its
+    status from the empty status it read first and unset every field the live body then held, the
+    tokenSecret it had just recorded among them. After a restart the operator took the job's own Secret for
+    someone else's (TokenSecretConflict) and started nothing."""
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    status = _LiveStatus()
+    kube = FakeKube()
+    create = kube.create
+
+    def create_and_see_the_write(namespace, body):
+        if body["kind"] == "Secret":  # the watch event lands now
+            status.update({"tokenSecret": "", "step": 0, "activeSlices": 0, "failureReason": "", "manifestSha256": ""})
+        return create(namespace, body)
+
+    kube.create = create_and_see_the_write
+    written = _reconcile(handlers.OperatorState(kube=kube, key=b"k" * 32), status)
+    assert written["tokenSecret"] == "j-token", written
+    assert written.get("manifestSha256"), written
+
+
+def test_a_lost_token_secret_record_is_written_again_by_the_operator_that_created_the_secret(monkeypatch):
+    """A status without the record (lost as above, before the fix) gets it back from the operator that knows
+    it created the Secret, before any restart needs it."""
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    status = _reconcile(state, {"phase": "Pending"})
+    assert status["tokenSecret"] == "j-token"
+    again = _reconcile(state, {**status, "tokenSecret": ""})
+    assert again["tokenSecret"] == "j-token", again
