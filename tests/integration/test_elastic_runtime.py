@@ -92,8 +92,8 @@ def test_sigkill_worker_pause_and_resume(tmp_path, baseline):
     log = run.controller_log()
     assert "elastic attempt 2 on slices [0, 1]" in log  # waited for the slice instead of resizing
     assert "on slices [1]" not in log
-    # The pause lasted at least the launcher's 1 s restart backoff.
-    assert s["recovery_seconds"][0] >= 1.0
+    # The pause lasted while the worker was restarted (at once, as the kubelet's first restart) and started.
+    assert s["recovery_seconds"][0] > 0
     booked = s["goodput_seconds"]
     # Pause and resume: blocked for the slice (waiting), never on fewer slices (reduced).
     assert booked["waiting"] > 0 and booked["reduced"] == 0, booked
