@@ -107,6 +107,13 @@ REASON_PREVIOUS_JOB_TERMINATING = "PreviousJobTerminating"
 # step because the newer ones could not be restored (Warning).
 EVENT_RESUMED = "Resumed"
 EVENT_CHECKPOINT_FALLBACK = "CheckpointFallback"
+# Slice Events are `Slice<state>` (SliceReady, SliceDown, SliceDraining, SliceProvisioning) for each transition;
+# SliceDown also for replacements that happened while no operator ran (`missed_losses`).
+EVENT_SLICE_DOWN = "SliceDown"
+# The controller acknowledged a slice report (its generation in the message).
+EVENT_CONTROLLER_NOTIFIED = "ControllerNotified"
+# pathways: JobSets whose workers registered with a Pathways head that is gone are deleted and re-created.
+EVENT_WORKERS_RESTARTED = "WorkersRestarted"
 COND_FAILED = "Failed"
 
 # The job's status write and its controller's answers (`status_write`, `controller_link`).

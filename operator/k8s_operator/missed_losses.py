@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from elastic_jax.api.status import SliceStatusEntry
+from elastic_jax.api.status import EVENT_SLICE_DOWN, SliceStatusEntry
 
 EventTuple = tuple[str, str, str]  # (type, reason, message)
 
@@ -42,7 +42,7 @@ def missed_loss_events(previous: Sequence[SliceStatusEntry], restarts: Sequence[
         announced = (1 if prev.state == "Down" else 0) + (1 if index in down_now else 0)
         missed = now - prev.restarts - announced
         if missed > 0:
-            out.append(("Warning", "SliceDown",
+            out.append(("Warning", EVENT_SLICE_DOWN,
                         f"slice {index} was replaced {missed} time(s) while the operator was not running "
                         f"(restarts {prev.restarts} -> {now}): its worker pods were lost and are new"))
     return out

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import (COND_CONTROLLER_RESTARTED, COND_IMAGE_PULL_FAILED, COND_SUSPENDED,
-                                    REASON_CONTROLLER_BACK_OFF, ElasticTrainingJobStatus)
+                                    EVENT_WORKERS_RESTARTED, REASON_CONTROLLER_BACK_OFF, ElasticTrainingJobStatus)
 from elastic_jax.exit_codes import ControllerExit, signal_exit
 from elastic_jax.k8s_operator import counters, finished, names
 from elastic_jax.k8s_operator.conditions import get_condition
@@ -513,7 +513,7 @@ def _restart_detached_workers(job: ElasticTrainingJob, observed: Observed, plan:
     if not stale:
         return
     plan.delete_jobsets.extend(observed.jobsets[i].name for i in stale)
-    plan.events.append(("Warning", "WorkersRestarted",
+    plan.events.append(("Warning", EVENT_WORKERS_RESTARTED,
                         f"slices {stale}: their workers registered with Pathways head {observed.jobsets[stale[0]].head}, "
                         f"which is gone; restarting their JobSets to register with {current}"))
 

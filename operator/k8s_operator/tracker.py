@@ -30,7 +30,7 @@ from typing import Callable, Iterable, Mapping
 
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
-from elastic_jax.api.status import SliceState, SliceStatusEntry
+from elastic_jax.api.status import EVENT_CONTROLLER_NOTIFIED, SliceState, SliceStatusEntry
 from elastic_jax.k8s_operator import metrics, names
 from elastic_jax.api.status import REASON_CONTROLLER_GONE
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, now_rfc3339
@@ -674,7 +674,7 @@ class JobTracker:
             _logger.info("controller told slice %d %s", track.index, state,
                          extra={"job": self.name, "slice": track.index, "state": state,
                                 "generation": generation, "notify_seconds": seconds})
-            events("Normal", "ControllerNotified",
+            events("Normal", EVENT_CONTROLLER_NOTIFIED,
                    f"controller told slice {track.index} {state} (generation {generation})")
 
     @staticmethod
