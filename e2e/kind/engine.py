@@ -55,6 +55,13 @@ STATE_FILE = Path(os.environ.get("E2E_DOCKER_STATE", "/tmp/elastic-jax-docker.js
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
 
+TEMP_DATA_ROOT_PREFIX = "ejx-docker-data-"
+"""Name prefix of the temp image stores made when another engine holds the cache (in ``tempfile.gettempdir()``)."""
+
+STALE_TEMP_ROOT_AGE_S = 300.0
+"""A temp image store whose lock nobody holds is deleted at the next start once it is this old (seconds):
+younger, it may be one being made right now, between its ``mkdtemp`` and its lock."""
+
 # Runs for every container start and exec: stdlib only, no project import.
 RUNTIME_WRAPPER = r'''#!/usr/bin/python3
 """OCI runtime wrapper (elastic-jax e2e): drop capabilities the host cannot grant, then exec runc.
@@ -194,6 +201,8 @@ class Engine:
       run_dir: temp dir with the socket, exec root, PID file and log.
       data_root: the image store (layer cache).
       forward_rules: iptables/ip6tables rules this engine added (removed at stop).
+      lock_fd: the data root's lock, held while the engine runs.
+      temporary_data_root: the data root is a temp store (the cache was in use): deleted at stop.
     """
 
     pid: int
@@ -201,6 +210,7 @@ class Engine:
     data_root: Path
     forward_rules: list[list[str]] = field(default_factory=list)
     lock_fd: int | None = None
+    temporary_data_root: bool = False
 
     @property
     def socket(self) -> Path:
@@ -240,13 +250,14 @@ class Engine:
 
     def to_json(self) -> str:
         return json.dumps({"pid": self.pid, "run_dir": str(self.run_dir), "data_root": str(self.data_root),
-                           "forward_rules": self.forward_rules})
+                           "forward_rules": self.forward_rules,
+                           "temporary_data_root": self.temporary_data_root})
 
     @classmethod
     def from_json(cls, text: str) -> "Engine":
         d = json.loads(text)
         return cls(pid=d["pid"], run_dir=Path(d["run_dir"]), data_root=Path(d["data_root"]),
-                   forward_rules=d.get("forward_rules", []))
+                   forward_rules=d.get("forward_rules", []), temporary_data_root=d.get("temporary_data_root", False))
 
 
 def _sysctl(name: str) -> str:
@@ -278,6 +289,13 @@ def _guard_forwarding() -> list[list[str]]:
     return rules
 
 
+def _mounts_at(root: Path) -> list[str]:
+    """``root`` itself when it is a mount point (dockerd bind-mounts its data root onto itself)."""
+    target = str(root.resolve())
+    with open("/proc/self/mountinfo") as f:
+        return [target for line in f if line.split()[4].replace("\\040", " ") == target]
+
+
 def _mounts_under(*roots: Path) -> list[str]:
     prefixes = tuple(str(r.resolve()) + "/" for r in roots)
     found = []
@@ -301,17 +319,64 @@ def _write_wrapper(bin_dir: Path) -> Path:
     return wrapper
 
 
-def _lock_data_root(data_root: Path) -> tuple[Path, int]:
-    """Take the data root's lock; when another engine holds it, use a fresh temp data root."""
+def _lock_data_root(data_root: Path, log=print) -> tuple[Path, int, bool]:
+    """Take the data root's lock; when another engine holds it, use a fresh temp data root.
+
+    Returns:
+      (data root, the open lock file's fd, whether the root is a temp one to delete at stop).
+    """
     data_root.mkdir(parents=True, exist_ok=True)
     fd = os.open(data_root.parent / f".{data_root.name}.lock", os.O_CREAT | os.O_RDWR, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return data_root, fd
+        return data_root, fd, False
     except BlockingIOError:
         os.close(fd)
-        fresh = Path(tempfile.mkdtemp(prefix="ejx-docker-data-"))
-        return fresh, os.open(fresh / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    sweep_stale_temp_roots(Path(tempfile.gettempdir()), log)
+    fresh = Path(tempfile.mkdtemp(prefix=TEMP_DATA_ROOT_PREFIX))
+    fd = os.open(fresh / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a dir just made: nobody else can hold it
+    return fresh, fd, True
+
+
+def _remove_data_root(root: Path) -> None:
+    """Detach every mount at or under ``root`` (overlays, the engine's bind mount of it), then delete it."""
+    for mount_point in sorted(_mounts_under(root) + _mounts_at(root), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount_point], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def sweep_stale_temp_roots(tmp_dir: Path, log=print, now: float | None = None) -> list[Path]:
+    """Delete temp image stores (``TEMP_DATA_ROOT_PREFIX*`` in ``tmp_dir``) that no engine uses any more.
+
+    An engine stopped normally deletes its own; these are what a killed session
+    left (each is a full image store, ~19 GB on the kind tier, so two left
+    behind filled this machine's disk). In use means its ``.lock`` is held
+    (dockerd inherits the lock: held exactly while the engine runs); a store
+    younger than :data:`STALE_TEMP_ROOT_AGE_S` is kept too.
+
+    Returns:
+      the stores deleted.
+    """
+    now = time.time() if now is None else now
+    removed = []
+    for root in sorted(tmp_dir.glob(TEMP_DATA_ROOT_PREFIX + "*")):
+        try:
+            if not root.is_dir() or now - root.stat().st_mtime < STALE_TEMP_ROOT_AGE_S:
+                continue
+            fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # an engine runs on it
+        finally:
+            os.close(fd)
+        log(f"engine: deleting {root}, an image store no engine uses (left by a session that was killed)")
+        _remove_data_root(root)
+        removed.append(root)
+    return removed
 
 
 def start(data_root: Path | None = None, log=print, on_spawn: Callable[[Engine], None] | None = None) -> Engine:
@@ -319,7 +384,8 @@ def start(data_root: Path | None = None, log=print, on_spawn: Callable[[Engine],
 
     Args:
       data_root: image store; default :func:`default_data_root`. If another
-        engine holds it, a fresh temp store is used (slower: no layer cache).
+        engine holds it, a fresh temp store is used (slower: no layer cache), deleted at
+        :func:`stop`; stores a killed session left are deleted first (:func:`sweep_stale_temp_roots`).
       log: progress printer.
       on_spawn: called with the :class:`Engine` as soon as dockerd is spawned, before it answers: a
         caller in another thread (the prewarm) then knows its PID and can stop it if the session is
@@ -330,7 +396,7 @@ def start(data_root: Path | None = None, log=print, on_spawn: Callable[[Engine],
         RuntimeError: dockerd exited or did not answer within :data:`START_TIMEOUT_S` (its log tail in the message).
     """
     ensure_packages(log)
-    data_root, lock_fd = _lock_data_root(data_root or default_data_root())
+    data_root, lock_fd, temporary = _lock_data_root(data_root or default_data_root(), log)
     # Short path: containerd's sockets live under the exec root (sun_path is 108 bytes).
     run_dir = Path(tempfile.mkdtemp(prefix="ejd-", dir="/tmp"))
     wrapper = _write_wrapper(run_dir / "bin")
@@ -345,7 +411,8 @@ def start(data_root: Path | None = None, log=print, on_spawn: Callable[[Engine],
         # dockerd inherits the data root's lock: it is held exactly as long as the engine runs.
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, pass_fds=(lock_fd,))
-    engine = Engine(pid=proc.pid, run_dir=run_dir, data_root=data_root, forward_rules=rules, lock_fd=lock_fd)
+    engine = Engine(pid=proc.pid, run_dir=run_dir, data_root=data_root, forward_rules=rules, lock_fd=lock_fd,
+                    temporary_data_root=temporary)
     proc.returncode = 0  # reaped by stop() through os.waitpid; no ResourceWarning
     if on_spawn is not None:
         on_spawn(engine)
@@ -401,7 +468,8 @@ def stop(engine: Engine, log=print) -> None:
 
     Containers are removed first (``docker rm -f``) so nothing outlives the
     engine; then dockerd gets SIGTERM, and SIGKILL after :data:`STOP_TIMEOUT_S`.
-    Leftover mounts under the run dir and data root are detached. Safe to call
+    Leftover mounts under the run dir and data root are detached; a temp data
+    root (the cache was in use when it started) is deleted. Safe to call
     again, and from two threads (serialized): a stopped engine is left as it is.
     """
     with _STOP_LOCK:
@@ -438,6 +506,8 @@ def _stop(engine: Engine, log) -> None:
     for rule in engine.forward_rules:
         subprocess.run([rule[0], "-w", "-D", *rule[1:]], capture_output=True)
     shutil.rmtree(engine.run_dir, ignore_errors=True)
+    if engine.temporary_data_root:
+        _remove_data_root(engine.data_root)  # a whole image store: not left for the disk to fill
     if engine.lock_fd is not None:
         os.close(engine.lock_fd)
         engine.lock_fd = None
