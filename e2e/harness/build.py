@@ -8,7 +8,7 @@ import time
 from e2e.harness.paths import E2E_DIR, bin_dir
 
 REQUIRED = ("localcluster", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
-            "kubectl", "jobset-controller", "helm")
+            "kubectl", "jobset-controller", "helm", "kind", "crictl")
 
 
 def ensure_built(timeout_s: float = 3600) -> float:

@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from e2e.harness import jobset as jobset_module
+from e2e.harness.build import ensure_built
 from e2e.harness.paths import bin_dir, build_dir
 from e2e.kind.engine import Engine
 from e2e.kind.nodeimage import build as nodeimage
@@ -202,6 +203,10 @@ def kind_config(name: str, workers: int = WORKERS) -> dict:
 
 def _kind(engine: Engine, *args: str, env_extra: dict[str, str] | None = None, timeout_s: float = 600,
           check: bool = True) -> subprocess.CompletedProcess:
+    if not (bin_dir() / "kind").exists():
+        # A fresh clone: the kind CLI is one of e2e/build.sh's Go binaries (the first call may be
+        # `kind get clusters`, before anything else built them).
+        ensure_built()
     env = engine.env()
     env.pop("KUBECONFIG", None)
     env.update(env_extra or {})

@@ -221,7 +221,16 @@ def main(argv: list[str]) -> int:
         if own_engine and not args.keep:
             engine_mod.stop(own_engine, log=log)
         elif own_engine:
-            log(f"demo: engine kept: export DOCKER_HOST={own_engine.host}")
+            # Recorded where `python -m e2e.kind.engine stop` (and `e2e.kind.cluster delete`) find it.
+            recorded = not engine_mod.STATE_FILE.exists()
+            if recorded:
+                engine_mod.STATE_FILE.write_text(own_engine.to_json())
+            stop_how = (f"{sys.executable} -m e2e.kind.cluster delete {args.cluster} && "
+                        f"{sys.executable} -m e2e.kind.engine stop" if recorded else
+                        f"DOCKER_HOST={own_engine.host} {kind.bin_dir() / 'kind'} delete cluster --name "
+                        f"{args.cluster} && kill {own_engine.pid}")
+            log(f"demo: engine kept (dockerd PID {own_engine.pid}): export DOCKER_HOST={own_engine.host}; "
+                f"when done: {stop_how}")
 
 
 if __name__ == "__main__":
