@@ -112,6 +112,8 @@ def run(
                 with ProgressView(steps) as view:
                     launcher = LocalLauncher(job, manifest, options, on_status=view.update, on_message=view.message)
                     summary = launcher.run()
+                    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the report below is printed whole)
+                    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except LaunchError as e:
         raise _error(str(e), e.exit_code)
     except KeyboardInterrupt:

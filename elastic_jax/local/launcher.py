@@ -28,6 +28,7 @@ carries out the result.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -36,6 +37,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -127,6 +129,32 @@ class _Slice:
     resend_at: float = 0.0
 
 
+
+
+@contextlib.contextmanager
+def stopping_signals():
+    """While the launcher stops everything, a second Ctrl-C or SIGTERM only says the stop is under way.
+
+    Without this, a second Ctrl-C raised KeyboardInterrupt inside `stop_all`: the
+    controller's checkpoint and the SUMMARY were cut short and the CLI said no
+    process had started. The stop is bounded anyway (the controller's stop and
+    grace, then SIGKILL). Only the main thread can set signal handlers; elsewhere
+    this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def say(signum, _frame):
+        print(f"{signal.Signals(signum).name}: already stopping (the controller checkpoints its last step, then "
+              "every process is stopped; at most about a minute)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, say) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class LocalLauncher:
@@ -502,7 +530,8 @@ class LocalLauncher:
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            self.stop_all()
+            with stopping_signals():
+                self.stop_all()
         code = self.controller.exit_code()
         if not interrupted and self.budget_failure is None \
                 and code not in (ControllerExit.SUCCEEDED, ControllerExit.FAILED):

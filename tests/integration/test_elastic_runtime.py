@@ -228,8 +228,11 @@ def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_pat
     assert math.isclose(s["final_loss"], baseline["final_loss"], rel_tol=1e-5)
 
 
-def test_ctrl_c_stops_everything(tmp_path):
-    """SIGINT (Ctrl-C) to `elastic-jax run` mid-training: exit 130, every child stopped."""
+@pytest.mark.parametrize("again", [None, signal.SIGINT], ids=["once", "twice"])
+def test_ctrl_c_stops_everything(tmp_path, again):
+    """SIGINT (Ctrl-C) to `elastic-jax run` mid-training: exit 130, every child stopped, the report and SUMMARY
+    printed. A second Ctrl-C while it stops (a new-user trial: 0.3 s and 1 s later) only says the stop is under
+    way; it once cut the stop short and printed "interrupted before the run started", with no SUMMARY."""
     import os
     import subprocess
 
@@ -252,12 +255,19 @@ def test_ctrl_c_stops_everything(tmp_path):
             time.sleep(0.1)
         assert leftover_processes(str(tmp_path)), "nothing was running"
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        if again is not None:
+            # while it stops (seconds: the controller answers /v1/stop, checkpoints and exits, then the workers)
+            time.sleep(0.2)
+            proc.send_signal(again)
+        out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "job ctrlc: interrupted after" in err and "Traceback" not in err
+    assert "interrupted before the run started" not in err
+    assert ("already stopping" in err) == (again is not None), err[-2000:]
+    assert out.splitlines()[-1].startswith("SUMMARY "), out[-2000:]
     assert not leftover_processes(str(tmp_path))
 
 
