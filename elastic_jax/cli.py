@@ -115,7 +115,9 @@ def run(
                     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the report below is printed whole)
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except LaunchError as e:
-        raise _error(str(e), e.exit_code)
+        # The controller's refusal of a field (the trainer it cannot build) names the file as `validate` does.
+        message = str(e)
+        raise _error(f"{manifest}: {message}" if message.startswith("spec.") else message, e.exit_code)
     except KeyboardInterrupt:
         # before the launcher ran (it catches its own: a SUMMARY follows): waiting for a lock, checking
         # the checkpoints; no process of this run was started

@@ -252,6 +252,23 @@ def _what(value: Any) -> str:
     return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else "null"
 
 
+_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*[a-zA-Z]+\s*$")  # 10s, 2.5 GiB, 30min
+
+# pydantic's constraint errors, whose messages name the bound but not the value ("Input should be greater than
+# or equal to 1"): the value is added, as `(got -2)`.
+_CONSTRAINT_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of",
+                                "string_too_short", "string_too_long", "string_pattern_mismatch", "too_short",
+                                "too_long", "literal_error", "enum"})
+
+
+def _reads_as_scalar(text: str) -> bool:
+    """Whether `text` without its quotes would be a number or a boolean in YAML (`'10'`, `'2.5'`, `'true'`)."""
+    try:
+        return not isinstance(yaml.safe_load(text), (str, type(None), list, dict))
+    except yaml.YAMLError:
+        return False
+
+
 def type_problem(kind: str, value: Any) -> str | None:
     """The message of a pydantic type error `kind` (`int_type`, ...) over `value`: the value, what the field
     needs, what it got, and how to write it, e.g. `1.5: must be an integer (a whole number, e.g. 10), not a
@@ -260,7 +277,9 @@ def type_problem(kind: str, value: Any) -> str | None:
     if needs is None:
         return None
     message = f"{_shown(value)}: must be {needs}, not {_what(value)}"
-    if isinstance(value, str) and kind != "string_type":
+    if isinstance(value, str) and kind != "string_type" and _UNIT.match(value):
+        message += f" (no unit: write {_UNIT.match(value).group(1)})"  # `10s`: the field's name says the unit
+    elif isinstance(value, str) and kind != "string_type" and _reads_as_scalar(value):
         message += " (quoted: write it without quotes)"
     elif kind == "string_type" and isinstance(value, bool):
         message += " (YAML reads an unquoted y, yes, on or true as a boolean: quote it)"
@@ -282,6 +301,8 @@ def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
         if item["type"] == "extra_forbidden":
             msg = "unknown field"
         msg = type_problem(item["type"], item.get("input")) or msg
+        if item["type"] in _CONSTRAINT_ERRORS and isinstance(item.get("input"), (int, float, str)):
+            msg += f" (got {_shown(item['input'])})"
         for one in msg.split(PROBLEM_SEPARATOR):
             # Kubernetes' spelling of a path (spec.worker.tolerations[0].key); a model validator's message
             # already names its fields.

@@ -107,6 +107,7 @@ def test_bad_trainer_config_key_and_entry_point(tmp_path):
     m["spec"]["controller"]["trainer"]["entryPoint"] = "no_such_module:make"
     code, out, err = run_bad(tmp_path, m)
     assert_one_line_error(code, out, err, "spec.controller.trainer.entryPoint", "no_such_module")
+    assert "job.yaml: spec.controller.trainer.entryPoint" in err, err  # the file, as `validate` names it
 
 
 def test_an_entry_point_that_raises_is_one_line_naming_the_field_for_run_and_validate(tmp_path):
@@ -724,7 +725,7 @@ def test_validate_reports_every_problem_of_every_stage_in_one_run(tmp_path):
     m["spec"]["slices"] = {"count": 0, "minSlices": 1}
     found = errors(_validate(tmp_path, m))
     assert [ln for ln in found if "spec.slices" in ln] == [
-        f"error: {tmp_path / 'job.yaml'}: spec.slices.count: Input should be greater than or equal to 1"], found
+        f"error: {tmp_path / 'job.yaml'}: spec.slices.count: Input should be greater than or equal to 1 (got 0)"], found
 
     # The stages after the manifest: the TPU table and node selectors, the cluster rules, the checkpoint folder.
     ckpt = tmp_path / "shared"

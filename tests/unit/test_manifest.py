@@ -57,6 +57,11 @@ def test_defaults_min_slices_is_count():
         ({"slices": {"count": 2.5}}, "spec.slices.count: 2.5: must be an integer (a whole number, e.g. 10), not a fraction"),
         ({"elasticity": {"stepDeadlineSeconds": "ten"}},
          "spec.elasticity.stepDeadlineSeconds: 'ten': must be a number (e.g. 10 or 2.5), not a string"),
+        # a new-user trial: `10s` was told "(quoted: write it without quotes)", and `count: -2` was not named
+        ({"elasticity": {"stepDeadlineSeconds": "10s"}},
+         "spec.elasticity.stepDeadlineSeconds: '10s': must be a number (e.g. 10 or 2.5), not a string (no unit: write 10)"),
+        ({"slices": {"count": -2}}, "spec.slices.count: Input should be greater than or equal to 1 (got -2)"),
+        ({"backend": "tpu"}, "spec.backend: Input should be 'cpu' or 'pathways' (got 'tpu')"),
         ({"worker": {"env": [{"name": "A", "value": True}]}},
          "spec.worker.env[0].value: true: must be a string, not a boolean (YAML reads an unquoted y"),
         ({"worker": {"env": [{"name": "A", "value": 3}]}}, "spec.worker.env[0].value: 3: must be a string, not a number"),
@@ -356,4 +361,4 @@ def test_a_rule_over_a_field_that_failed_is_skipped():
         parse_manifest(_job(slices={"count": "two", "minSlices": 1, "spares": 8},
                             training={"steps": 10, "globalBatchSize": 1}), "job.yaml")
     assert info.value.problems == ["job.yaml: spec.slices.count: 'two': must be an integer (a whole number, e.g. 10), "
-                                   "not a string (quoted: write it without quotes)"]
+                                   "not a string"]  # ('two' unquoted is still a string: no hint to unquote it)
