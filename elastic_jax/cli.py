@@ -214,6 +214,9 @@ def _print_report(s: dict, started_at: float) -> None:
         print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps{trained} "
               f"in {s['wall_seconds']:.0f} s", file=out)
     restored = s.get("restored_from_step")
+    started = s.get("started_from_step")
+    if started == 0 and restored:
+        restored = None  # the run started at step 0; a successor's resume point is in its controller-loss line
     if restored is not None:
         done = " (already finished: nothing left to train; --fresh starts over)" if restored >= s["total_steps"] else ""
         resumed = s.get("resumed_from") or {}
@@ -221,6 +224,8 @@ def _print_report(s: dict, started_at: float) -> None:
         by = (f" written by {writer['namespace']}/{writer['name']} (uid {writer['uid']})" if writer
               else " written by an unknown job (no writer identity saved)" if resumed else "")
         step = resumed.get("step", restored)
+        if started is not None and started != step:  # (as above: the run's own start, not a successor's)
+            step, by = started, ""
         if s.get("already_finished"):
             print(f"  checkpoint step {restored}{by}", file=out)
         else:

@@ -204,6 +204,8 @@ class LocalLauncher:
         self._earlier_stepped = False
         # The step the run's first controller resumed from (what the earlier ledgers trained from), once known.
         self._trained_from: int | None = None
+        # The same, kept as it was (`_trained_from` moves down when a successor resumed from an older step).
+        self._started_from: int | None = None
         # A live controller that stopped answering (`supervision.controller_watch`): when the current one last
         # answered (None: not yet, or it is new), the spell in progress once past the grace, every spell of
         # the run (the summary's `controller_unresponsive`), and the seconds of the spells the live
@@ -668,6 +670,8 @@ class LocalLauncher:
         are re-booked `recovering` in the earlier ledgers (the operator's rule, `supervision.steps_lost`)."""
         if self._trained_from is None:
             self._trained_from = resumed
+        if self._started_from is None:
+            self._started_from = resumed
         loss = self.controller_losses[-1] if self.controller_losses else None
         if loss is None or loss["resumed_from_step"] is not None:
             return
@@ -730,7 +734,9 @@ class LocalLauncher:
         goodput_seconds (seconds per goodput category summed over the controllers, the seconds of the steps a
         restarted controller redid re-booked from productive/reduced to recovering, as the operator does:
         `supervision.steps_lost`), checkpoint_uri, last_committed_checkpoint_step,
-        restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}),
+        restored_from_step, resumed_from ({step, fallbackReason, writer: {namespace, name, uid} or None}) (both
+        the last controller's: after a controller loss, its successor's), started_from_step (the step the run's
+        first controller resumed from: where this run started),
         metrics_file, logs_dir, failure_reason; wall_seconds (the launcher's wall clock, from its start to
         every process stopped), booked_seconds (the seconds the controllers' ledgers booked, the sum of
         goodput_seconds: what goodput divides by, as on a cluster), unbooked_seconds (wall_seconds less
@@ -828,6 +834,8 @@ class LocalLauncher:
             "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
             "restored_from_step": run.get("restored_from_step"),
             "resumed_from": run.get("resumed_from"),
+            "started_from_step": self._started_from if self._started_from is not None
+            else run.get("restored_from_step"),
             "metrics_file": str(self.workdir / "metrics.prom"),
             "logs_dir": str(self.workdir),
             "wall_seconds": round(wall_seconds, 2),

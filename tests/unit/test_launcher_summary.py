@@ -89,3 +89,28 @@ def test_wall_and_booked_seconds_add_up_and_the_report_names_the_difference(tmp_
     _print_report(s, started_at=0.0)
     assert ("goodput 89.9% of 44.5 s booked by the controllers; the launcher's own 6.5 s of the 51.0 s wall "
             "(start-up, shutdown) are not") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("started, expected", [(161, "resumed from checkpoint step 161"), (0, None)])
+def test_the_report_says_where_the_run_started_not_where_a_successor_resumed(tmp_path, capsys, started, expected):
+    """A new-user trial: a run resumed from 161, its controller was killed and the successor resumed from 200;
+    the report said "resumed from checkpoint step 200" (the last controller's). A run from scratch whose
+    successor resumed said it had resumed at all."""
+    launcher = _launcher(tmp_path)
+    launcher._resumed_at(started)
+    launcher.controller_losses.append({"cause": "lost", "exit_code": -9, "at_step": 230, "resumed_from_step": None,
+                                       "steps_lost": None})
+    launcher._resumed_at(200)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(
+        {"succeeded": True, "steps": STEPS, "restored_from_step": 200, "goodput_seconds": {"productive": 1.0},
+         "resumed_from": {"step": 200, "fallbackReason": None, "writer": None}}))
+    s = launcher.summary(5.0, 1)
+    assert s["started_from_step"] == started and s["restored_from_step"] == 200
+    _print_report(s, started_at=0.0)
+    err = capsys.readouterr().err
+    assert "its successor resumed from step 200" in err, err
+    if expected is None:
+        assert "resumed from checkpoint step" not in err, err
+    else:
+        assert expected in err and "resumed from checkpoint step 200" not in err, err
