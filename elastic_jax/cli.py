@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -181,16 +182,33 @@ def _finished_at(job, fresh: bool):
     finished = checkpoints.finished_at(uri, job.spec.training.steps)
     if finished is None:
         return None
-    try:
-        from elastic_jax.controller.checkpointing import step_read_problem
-    except ImportError:  # no controller extra here: the controller (which needs it) decides when it restores
+    problem = _last_step_read_problem(uri, finished[0])
+    if problem is None:  # the check could not run (no controller extra here): the controller decides
         return None
-    problem = step_read_problem(uri, finished[0])
     if problem:
         typer.echo(f"warning: spec.checkpoint.uri {uri}: the last checkpoint step {finished[0]} could not be read "
                    f"({problem}); the run resumes from the newest step that restores", err=True)
         return None
     return finished
+
+
+def _last_step_read_problem(uri: str, step: int) -> str | None:
+    """`checkpointing.step_read_problem` in a child process: "" when local step `step` reads, the short reason
+    when it does not, None when the check itself could not run (no controller extra, a crash).
+
+    A child, because a read that fails part-way leaves Orbax's and TensorStore's reads in flight, which print
+    a traceback each ("Event loop is closed") and absl warnings on this process's console after the answer.
+    """
+    code = ("import sys\n"
+            "from elastic_jax.controller.checkpointing import step_read_problem\n"
+            "print('READ ' + (step_read_problem(sys.argv[1], int(sys.argv[2])) or ''))\n")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, uri, str(step)], capture_output=True, text=True,
+                              timeout=600, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    answers = [ln for ln in proc.stdout.splitlines() if ln.startswith("READ ")]
+    return answers[-1].removeprefix("READ ").strip() if answers else None
 
 
 def _earlier_run(uri: str, step: int, started_at: float) -> str | None:
