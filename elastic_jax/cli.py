@@ -16,6 +16,7 @@ import dataclasses
 import json
 import logging
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -166,14 +167,50 @@ def _where(uri: str) -> str:
 
 
 def _finished_at(job, fresh: bool):
-    """`checkpoints.finished_at` for `run`: the job's local checkpoints already hold its last step (so a run
-    would start every process, restore, and train nothing); None with --fresh or in library mode (the user's
-    program owns its checkpoints)."""
+    """`checkpoints.finished_at` for `run`: the job's local checkpoints already hold its last step, and it reads
+    (so a run would start every process, restore, and train nothing); None with --fresh or in library mode
+    (the user's program owns its checkpoints).
+
+    The last step's data is read too (`checkpointing.step_read_problem`): one whose metadata is intact but
+    whose arrays are truncated or missing is not a finished job. A warning line says so, and None is
+    returned: the run starts, and its controller falls back to the newest step that restores, as for any
+    corrupt newest step (the report says from which, and why).
+    """
     if fresh or job.spec.controller.library_mode:
         return None
     from elastic_jax.api import checkpoints
 
-    return checkpoints.finished_at(job.spec.checkpoint.uri, job.spec.training.steps)
+    uri = job.spec.checkpoint.uri
+    finished = checkpoints.finished_at(uri, job.spec.training.steps)
+    if finished is None:
+        return None
+    problem = _last_step_read_problem(uri, finished[0])
+    if problem is None:  # the check could not run (no controller extra here): the controller decides
+        return None
+    if problem:
+        typer.echo(f"warning: spec.checkpoint.uri {uri}: the last checkpoint step {finished[0]} could not be read "
+                   f"({problem}); the run resumes from the newest step that restores", err=True)
+        return None
+    return finished
+
+
+def _last_step_read_problem(uri: str, step: int) -> str | None:
+    """`checkpointing.step_read_problem` in a child process: "" when local step `step` reads, the short reason
+    when it does not, None when the check itself could not run (no controller extra, a crash).
+
+    A child, because a read that fails part-way leaves Orbax's and TensorStore's reads in flight, which print
+    a traceback each ("Event loop is closed") and absl warnings on this process's console after the answer.
+    """
+    code = ("import sys\n"
+            "from elastic_jax.controller.checkpointing import step_read_problem\n"
+            "print('READ ' + (step_read_problem(sys.argv[1], int(sys.argv[2])) or ''))\n")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, uri, str(step)], capture_output=True, text=True,
+                              timeout=600, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    answers = [ln for ln in proc.stdout.splitlines() if ln.startswith("READ ")]
+    return answers[-1].removeprefix("READ ").strip() if answers else None
 
 
 def _earlier_run(uri: str, step: int, started_at: float) -> str | None:
@@ -230,6 +267,8 @@ def _print_report(s: dict, started_at: float) -> None:
             print(f"  checkpoint step {restored}{by}", file=out)
         else:
             print(f"  resumed from checkpoint step {step}{by}{done}", file=out)
+        if resumed.get("fallbackReason"):
+            print(f"  warning: {resumed['fallbackReason']}; resumed from step {step}", file=out)
         earlier = _earlier_run(s["checkpoint_uri"], step, started_at)
         if earlier:
             print(f"    {earlier}", file=out)

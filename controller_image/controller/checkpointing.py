@@ -62,6 +62,12 @@ class CheckpointNotFoundError(FileNotFoundError):
     """A restore was asked for but no committed checkpoint (or not that step) exists."""
 
 
+class CheckpointUnfitError(ValueError):
+    """A committed step's stored state does not fit the restore target (an array's shape differs, or an array
+    in both has another shape): a changed model or another job's state, not a corrupt step. Raised by
+    `Checkpointer.restore` from the step's metadata, before any array is read."""
+
+
 class CheckpointSaveError(RuntimeError):
     """A background (async) save failed; raised by the next call that can report it."""
 
@@ -85,6 +91,40 @@ def check_uri(uri: str, timeout_s: float = _DEFAULT_PROBE_TIMEOUT_S) -> epath.Pa
         `spec.checkpoint.uri` and what is wrong).
     """
     return epath.Path(_locations.check_location(uri, create=True, timeout_s=timeout_s))
+
+
+def step_read_problem(uri: str, step: int) -> str | None:
+    """Reads every array and the data position of committed local step `step` at `uri` (as NumPy, on no
+    device, with no restore target), and says why it cannot be read; None when all of it reads.
+
+    For `elastic-jax run`'s "already finished" check: the step's metadata can be intact while its array data
+    is truncated or missing, and the restore that would notice it never runs when nothing is left to train.
+    It reads the whole state once, as a restore would (the local models `run` trains are small).
+
+    Returns:
+      `short_reason` of the first error (`Type: first line`, bounded), or None.
+
+    Raises nothing: every failure is the answer.
+    """
+    import warnings
+
+    import numpy as np
+
+    path = epath.Path(_locations.local_path(uri)) / str(step)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (Orbax warns it takes the sharding from the file: unused for NumPy)
+            with ocp.PyTreeCheckpointer() as checkpointer:
+                meta = checkpointer.metadata(path / _STATE_ITEM).item_metadata
+                tree = getattr(meta, "tree", meta)
+                args = jax.tree.map(lambda m: ocp.RestoreArgs(restore_type=np.ndarray)
+                                    if getattr(m, "shape", None) is not None else ocp.RestoreArgs(), tree)
+                checkpointer.restore(path / _STATE_ITEM, restore_args=args)
+            with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
+                checkpointer.restore(path / _DATA_ITEM)
+    except Exception as e:  # noqa: BLE001 - any read error is the step's problem
+        return _locations.short_reason(e)
+    return None
 
 
 def _with_default_sharding(target: PyTree) -> PyTree:
@@ -396,6 +436,9 @@ class Checkpointer:
           CheckpointNotFoundError: no committed checkpoint exists, or `step`
             is not one of the committed steps.
           CheckpointSaveError: a previous background save failed.
+          CheckpointUnfitError: the step's stored state does not fit `target` (an array's shape differs).
+          Exception: anything Orbax or TensorStore raise reading the step (a truncated or missing file:
+            usually `ValueError`, `OSError`).
         """
         self.wait_until_finished()
         committed = self.committed_steps()
@@ -414,7 +457,7 @@ class Checkpointer:
         # traceback each (over a hundred for the built-in LM) when they land on its closed event loop.
         mismatch = self._shape_mismatch(step, abstract_target)
         if mismatch:
-            raise ValueError(mismatch)
+            raise CheckpointUnfitError(mismatch)
         restored = self._manager.restore(
             step,
             args=ocp.args.Composite(

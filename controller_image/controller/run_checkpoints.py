@@ -17,14 +17,47 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from elastic_jax.api.checkpoints import (CheckpointForeignError, CheckpointMismatchError, beyond_steps_problem,
-                                         writer_problem)
+from elastic_jax.api.checkpoints import (CheckpointForeignError, CheckpointMismatchError, CheckpointUnreadableError,
+                                         beyond_steps_problem, short_reason, writer_problem)
 from elastic_jax.api.identity import JobIdentity
-from elastic_jax.controller.checkpointing import Checkpointer
+from elastic_jax.controller.checkpointing import Checkpointer, CheckpointUnfitError
 from elastic_jax.controller.elastic.errors import one_line_reason
 from elastic_jax.controller.numerics import all_finite
 
 _logger = logging.getLogger(__name__)
+
+# The most steps a fallback reason or a "no step restores" error names (maxToKeep can keep many).
+_MAX_STEPS_NAMED = 5
+
+
+def _does_not_fit(error: BaseException) -> bool:
+    """True when `error` says the step's state does not fit the restore target (a shape or tree structure
+    mismatch: a changed model, another job's state); False for a step that could not be read (a truncated or
+    missing file, unreadable metadata, NaN/inf)."""
+    if isinstance(error, CheckpointUnfitError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (ValueError, KeyError, TypeError)) and "tree" in text and "structure" in text
+
+
+def _named(reasons: list[str]) -> str:
+    shown = reasons[:_MAX_STEPS_NAMED]
+    more = len(reasons) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
+def _fallback_reason(reasons: list[str]) -> str:
+    """`resumedFrom.fallbackReason`: the newer steps skipped and a short reason each, e.g.
+    `newer committed steps could not be restored: step 218: ValueError: OUT_OF_RANGE: ...`."""
+    return "newer committed steps could not be restored: " + _named(reasons)
+
+
+def no_step_restores_message(uri: str, reasons: list[str]) -> str:
+    """The one-line error when every committed step failed to read: names `spec.checkpoint.uri`, each step
+    tried with its short reason (`step N: Type: first line`), and the way out."""
+    tried = _named([r.removeprefix("step ") for r in reasons])
+    return (f"spec.checkpoint.uri {uri!r}: no committed checkpoint step could be restored ({tried}); "
+            "delete them or use --fresh")
 
 
 def job_checkpointer(job: Any, metrics: Any, writer: JobIdentity | None) -> Checkpointer:
@@ -82,7 +115,10 @@ class RunCheckpoints:
 
         Raises:
           CheckpointMismatchError: the newest committed step is beyond `spec.training.steps`, or no
-            committed step restores onto `target`.
+            committed step restores and one of them does not fit `target` (a shape mismatch: "does not fit
+            this trainer's state").
+          CheckpointUnreadableError: no committed step restores, each because it could not be read
+            (truncated or missing data, unreadable metadata, NaN/inf); the message names every step tried.
           CheckpointForeignError: a step is another job's and `spec.checkpoint.resumeFrom` is not Any.
         """
         latest = self.checkpointer.latest_committed_step()
@@ -96,7 +132,8 @@ class RunCheckpoints:
         self.ledger.switch("restoring")
         t0 = time.perf_counter()
         unreadable: list[int] = []
-        reasons: list[str] = []
+        reasons: list[str] = []  # "step N: Type: first line", one per step that failed
+        unfit: list[str] = []  # the same, for the steps whose state does not fit the trainer's
         writer = None
         for candidate in reversed(self.checkpointer.committed_steps()):
             try:
@@ -108,16 +145,21 @@ class RunCheckpoints:
                 raise  # not corrupt: another job's, and the spec does not allow taking it
             except Exception as e:  # noqa: BLE001 - a corrupt or unfit step: try the next older one
                 unreadable.append(candidate)
-                reasons.append(f"step {candidate}: {one_line_reason(e, 300)}")
+                reasons.append(f"step {candidate}: {short_reason(e, 200)}")
+                if _does_not_fit(e):
+                    unfit.append(f"step {candidate}: {one_line_reason(e, 300)}")
                 _logger.warning("checkpoint step %d cannot be restored: %s", candidate, reasons[-1],
                                 extra={"event": "checkpoint_unreadable", "step": candidate, "reason": reasons[-1]})
                 continue
             break
         else:
-            raise CheckpointMismatchError(
-                f"spec.checkpoint.uri {uri!r}: checkpoint step {latest} does not fit this trainer's state (another "
-                f"job's checkpoints, or a changed model?), and no older committed step restores either; {reasons[0]}")
-        fallback = "newer committed steps unreadable: " + "; ".join(reasons) if unreadable else None
+            if unfit:  # the genuine case: the state itself is not this trainer's
+                raise CheckpointMismatchError(
+                    f"spec.checkpoint.uri {uri!r}: checkpoint step {latest} does not fit this trainer's state "
+                    f"(another job's checkpoints, or a changed model?), and no older committed step restores "
+                    f"either; {unfit[0]}")
+            raise CheckpointUnreadableError(no_step_restores_message(uri, reasons))
+        fallback = _fallback_reason(reasons) if unreadable else None
         if unreadable:
             # Keep the unreadable steps for inspection; a good save of the same number replaces one.
             self.checkpointer.set_aside(unreadable, step)

@@ -56,6 +56,39 @@ class CheckpointForeignError(CheckpointMismatchError):
     the step and the writer."""
 
 
+class CheckpointUnreadableError(CheckpointMismatchError):
+    """No committed step at `spec.checkpoint.uri` can be read back (truncated or missing data files, unreadable
+    metadata, NaN/inf in the state), while none of them was refused as not fitting the trainer's state. A
+    `CheckpointMismatchError`, so it ends the job like one (controller exit FAILED: unusable checkpoints). The
+    message is one line naming the field, each step tried and why it could not be restored."""
+
+
+# An object's repr inside an error message (`<bound method ... of TensorStore({...})>`, `<object at 0x..>`):
+# dropped from reasons shown to users; nested ones are removed from the inside out.
+_REPR = re.compile(r"<[^<>]*>")
+
+
+def short_reason(error: BaseException, limit: int = 160) -> str:
+    """Why `error` happened, for a user: `Type: first line of the message`, without object reprs, at most
+    `limit` characters (longer ones end in "...").
+
+    TensorStore's read errors embed reprs of bound methods and whole specs in their text; they say nothing a
+    user can act on, and made a fallback reason hundreds of characters of junk.
+    """
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    for _ in range(5):
+        stripped = _REPR.sub("", text)
+        if stripped == text:
+            break
+        text = stripped
+    text = re.sub(r"<[^<>]*$", "", text)  # a repr the message itself cut short ("<bound method ...")
+    text = re.sub(r"\s*See full TensorStore details:?\s*$", "", text)  # (pointed at the repr just removed)
+    text = " ".join(re.sub(r"\(\s*\)|\[\s*\]", "", text).split()).rstrip(" :;,")
+    line = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return line if len(line) <= limit else line[: limit - 3].rstrip() + "..."
+
+
 def _one_line(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     return " ".join(text.split())
@@ -579,9 +612,14 @@ def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_f
 
 def finished_at(uri: str, total_steps: int) -> tuple[int, JobIdentity | None] | None:
     """`(step, writer)` when the local checkpoint directory `uri` already holds the job's last step, committed
-    and readable (the step the controller would restore, then train nothing); None otherwise (a `gs://` URI,
-    no directory, an unfinished or corrupt last step). Call after `check_resume`, which refuses another
-    job's steps and steps beyond `total_steps`.
+    and with readable step metadata; None otherwise (a `gs://` URI, no directory, an unfinished last step, or
+    one whose metadata does not read). Call after `check_resume`, which refuses another job's steps and
+    steps beyond `total_steps`.
+
+    Only the step's metadata is read here (no JAX, no Orbax): its array data can still be truncated or
+    missing. Before calling a job finished, `elastic-jax run` also reads the step's data
+    (`elastic_jax.controller.checkpointing.step_read_problem`); a step that does not read is treated as the
+    controller treats any corrupt newest step (fall back to the newest one that restores, with a warning).
     """
     if not is_local(uri):
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -642,10 +643,12 @@ def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
     `run` now says at once that the job is finished, starts no process, and exits 0 (the job is done) with a
     SUMMARY that trained nothing and measured no loss; --fresh still starts over."""
     ckpt = tmp_path / "ckpt"
-    _fake_step(ckpt, 10, identity.local_identity("done", str(ckpt)))
-    _fake_step(ckpt, 20, identity.local_identity("done", str(ckpt)))
     m = job_manifest("done", tmp_path, training={"steps": 20, "globalBatchSize": 8},
                      checkpoint={"uri": str(ckpt), "intervalSteps": 10})
+    # Real steps: "finished" now also reads the last step's data (a step of metadata alone is not finished).
+    first = run_cli(m, tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.rmtree(tmp_path / "run")
     proc = _cli(tmp_path, m, "run", "--no-failure")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("job done: already finished at checkpoint step 20/20; trained 0 steps this run, nothing was started "
@@ -663,6 +666,56 @@ def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
     m["spec"]["controller"]["trainer"]["config"]["seqlen"] = 32  # (a config mistake: stops at the controller)
     resumed = _cli(tmp_path, m, "run", "--no-failure")
     assert resumed.returncode == 2 and "seqlen" in resumed.stderr and "already finished" not in resumed.stderr
+
+
+def _truncate_largest_data_file(step_dir: Path) -> None:
+    files = sorted((p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+                   key=lambda p: p.stat().st_size)
+    files[-1].write_bytes(files[-1].read_bytes()[: files[-1].stat().st_size // 2])
+
+
+def test_a_corrupt_final_step_is_not_a_finished_job_and_all_corrupt_steps_say_so(tmp_path):
+    """A new-user trial, on real Orbax steps: (1) the last step's largest data file truncated, and `run` said
+    "already finished" (exit 0) from the step's metadata alone, though the final model could not be read. Now
+    it warns, starts, falls back to the newest step that restores and trains the rest, like the controller with
+    any corrupt newest step; (2) the report says it fell back, and why, in one short line (the warning was only
+    in controller.log); (3) every step truncated: the run failed as "does not fit this trainer's state (a
+    changed model?)"; now it says no step could be restored, each step tried and why."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("fin", tmp_path, training={"steps": 20, "globalBatchSize": 8},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 5})
+    first = run_cli(m, tmp_path, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    _truncate_largest_data_file(ckpt / "20")
+
+    again = run_cli(m, tmp_path, "--no-failure")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already finished" not in again.stderr, again.stderr[-3000:]
+    assert (f"warning: spec.checkpoint.uri {ckpt}: the last checkpoint step 20 could not be read ("
+            in again.stderr), again.stderr[-3000:]
+    s = again.summary
+    assert s["succeeded"] and s["steps"] == 20 and s["restored_from_step"] == 10 and s["steps_this_run"] == 10, s
+    reason = s["resumed_from"]["fallbackReason"]
+    assert reason.startswith("newer committed steps could not be restored: step 20: "), reason
+    assert "<" not in reason and "bound method" not in reason and len(reason) <= 300, reason
+    warnings = [ln.strip() for ln in again.stderr.splitlines() if ln.strip().startswith("warning: newer")]
+    assert warnings == [f"warning: {reason}; resumed from step 10"], again.stderr[-3000:]
+
+    shutil.rmtree(tmp_path / "run")
+    done = run_cli(m, tmp_path, "--no-failure")  # step 20 saved again, whole: now the job is finished
+    assert done.returncode == 0 and "already finished at checkpoint step 20/20" in done.stderr, done.stderr[-3000:]
+
+    for step in (10, 20):
+        _truncate_largest_data_file(ckpt / str(step))
+    shutil.rmtree(tmp_path / "run")
+    broken = run_cli(m, tmp_path, "--no-failure")
+    assert broken.returncode == 1 and not broken.summary["succeeded"], broken.stderr[-3000:]
+    failure = broken.summary["failure_reason"]
+    assert (f"spec.checkpoint.uri {str(ckpt)!r}: no committed checkpoint step could be restored "
+            "(20: ") in failure and "; 10: " in failure and "<" not in failure, failure
+    assert failure.endswith("delete them or use --fresh") and "does not fit" not in failure, failure
+    assert "failure: " in broken.stderr and failure in broken.stderr, broken.stderr[-3000:]
+    assert "Traceback" not in broken.stderr and "Event loop is closed" not in broken.stderr, broken.stderr[-3000:]
 
 
 def test_a_program_that_exits_before_ready_names_its_log(tmp_path):

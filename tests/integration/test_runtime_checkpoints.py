@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from elastic_jax import contract
-from elastic_jax.api.checkpoints import CheckpointForeignError
+from elastic_jax.api.checkpoints import CheckpointForeignError, CheckpointMismatchError, CheckpointUnreadableError
 from elastic_jax.api.client import ControlClient
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.runtime import Runtime
@@ -99,6 +99,68 @@ def test_a_corrupt_newest_step_falls_back_to_the_older_one(tmp_path):
     assert step == 2 and data == {"batch": 8} and np.allclose(state["w"], 2.0)
     assert "step 4" in again.status().resumed_from.fallback_reason
     again.close()
+
+
+def _truncate_largest_data_file(step_dir):
+    """Cuts the largest array data file of a real Orbax step in half (what a full disk or a killed copy does)."""
+    files = sorted((p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"),
+                   key=lambda p: p.stat().st_size)
+    files[-1].write_bytes(files[-1].read_bytes()[: files[-1].stat().st_size // 2])
+
+
+def test_a_truncated_data_file_falls_back_with_a_short_readable_reason(tmp_path):
+    """A new-user trial: the newest step's largest data file truncated. The fallback was right, but its
+    reason (SUMMARY, /v1/status, the operator's status) held TensorStore's whole text, object reprs and all
+    (`<bound method pybind11_detail_function_record_v1_...spec of TensorStore(...)>`). Now: the step, the
+    exception type and the first line of its message, no reprs, bounded."""
+    rt = _runtime(tmp_path)
+    _train(rt, 0, 4)
+    rt.close()
+    _truncate_largest_data_file(tmp_path / "ckpt" / "4")
+    again = _runtime(tmp_path, summary="again.json")
+    state, step, data = again.restore(_state(0.0))
+    assert step == 2 and data == {"batch": 8} and np.allclose(state["w"], 2.0)
+    reason = again.status().resumed_from.fallback_reason
+    again.close()
+    assert reason.startswith("newer committed steps could not be restored: step 4: ValueError: "), reason
+    assert "<" not in reason and "\n" not in reason and len(reason) <= 300, reason
+    s = json.loads((tmp_path / "again.json").read_text())
+    assert s["resumed_from"]["fallbackReason"] == reason
+
+
+def test_every_step_unreadable_says_so_not_that_the_state_does_not_fit(tmp_path):
+    """Every committed step truncated: the error named a changed model ("does not fit this trainer's state").
+    Now one line naming spec.checkpoint.uri, every step tried with its short reason, and the way out; a
+    `CheckpointMismatchError` still (the job fails: unusable checkpoints)."""
+    rt = _runtime(tmp_path)
+    _train(rt, 0, 4)
+    rt.close()
+    for step in (2, 4):
+        _truncate_largest_data_file(tmp_path / "ckpt" / str(step))
+    again = _runtime(tmp_path, summary="again.json")
+    with pytest.raises(CheckpointUnreadableError) as raised:
+        again.restore(_state(0.0))
+    again.close()
+    message = str(raised.value)
+    assert isinstance(raised.value, CheckpointMismatchError)
+    assert message.startswith(f"spec.checkpoint.uri {str(tmp_path / 'ckpt')!r}: no committed checkpoint step "
+                              "could be restored (4: ValueError: "), message
+    assert "; 2: ValueError: " in message and message.endswith("delete them or use --fresh"), message
+    assert "does not fit" not in message and "<" not in message and "\n" not in message, message
+
+
+def test_a_state_of_another_shape_still_does_not_fit(tmp_path):
+    """The genuine case keeps its message: intact steps of another shape (a changed model)."""
+    rt = _runtime(tmp_path)
+    _train(rt, 0, 4)
+    rt.close()
+    again = _runtime(tmp_path, summary="again.json")
+    with pytest.raises(CheckpointMismatchError) as raised:
+        again.restore({"w": jnp.zeros((8,), jnp.float32), "count": jnp.asarray(0, jnp.int32)})
+    again.close()
+    assert not isinstance(raised.value, CheckpointUnreadableError)
+    assert "checkpoint step 4 does not fit this trainer's state" in str(raised.value)
+    assert "is not compatible with the stored shape" in str(raised.value)
 
 
 def test_another_jobs_checkpoint_is_refused_unless_resume_from_any(tmp_path):

@@ -28,3 +28,18 @@ def test_beyond_steps_problem():
     assert checkpoints.beyond_steps_problem(None, 10, "/c") is None
     assert checkpoints.beyond_steps_problem(10, 10, "/c") is None
     assert "holds checkpoint step 11, beyond spec.training.steps (10)" in checkpoints.beyond_steps_problem(11, 10, "/c")
+
+
+def test_short_reason_drops_object_reprs_and_is_bounded():
+    """A TensorStore read error as the controller met it: its repr (cut short by the message itself) is junk
+    to a user; the fallback reason keeps the type and the first line, bounded."""
+    from elastic_jax.api.checkpoints import short_reason
+
+    error = Exception("Encountered error while reading array index: (slice(0, 32, 1),). See full TensorStore "
+                      "details: <bound method pybind11_detail_function_record_v1_system_libstdcpp_gxx_abi_1xxx.spec "
+                      "of TensorStore({'driver': 'zarr', 'kvstore': {'path': 'w/'}})>\nsecond line")
+    assert short_reason(error) == "Exception: Encountered error while reading array index: (slice(0, 32, 1),)."
+    cut = Exception("reading failed. See full TensorStore details: <bound method pybind11_detail_function_rec...")
+    assert short_reason(cut) == "Exception: reading failed."
+    assert len(short_reason(ValueError("x" * 1000), 100)) == 100
+    assert short_reason(OSError()) == "OSError"
