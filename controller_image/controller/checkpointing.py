@@ -23,6 +23,7 @@ restored, so a save interrupted by a crash is never read.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -383,10 +384,19 @@ class Checkpointer:
           None when the step was saved without a writer identity (by an older elastic-jax).
 
         Raises:
-          OSError, ValueError: the step's metadata cannot be read (a corrupt step).
+          OSError, ValueError: the step's metadata file cannot be read or is not a JSON object (a corrupt
+            step: the restore skips it). Read here rather than through Orbax, which answers an empty or
+            truncated file with empty metadata: that read as "no writer identity", and refused the job
+            instead of falling back to an older step.
         """
-        self._manager.reload()
-        return identity.from_metadata(getattr(self._manager.metadata(step), "custom_metadata", None))
+        path = self.directory / str(step) / _locations.STEP_METADATA_FILE
+        try:
+            meta = json.loads(path.read_text())
+        except ValueError as e:
+            raise ValueError(f"checkpoint step {step}: {_locations.STEP_METADATA_FILE} is not JSON ({e})") from e
+        if not isinstance(meta, dict):
+            raise ValueError(f"checkpoint step {step}: {_locations.STEP_METADATA_FILE} is not a JSON object")
+        return identity.from_metadata(meta.get("custom_metadata"))
 
     def check_resume(self, total_steps: int, resume_from: str) -> None:
         """Refuses, before anything trains, checkpoints this job may not resume from.

@@ -518,7 +518,9 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> list[st
     and Orbax's root `metadata/`. A folder whose name is only digits (a user's
     `2024/`) is not a step. If the directory holds anything else, nothing may
     be deleted; nor when a step was written by another job (or by no known
-    job), unless `allow_foreign` (`spec.checkpoint.resumeFrom: Any`); nor when
+    job), unless `allow_foreign` (`spec.checkpoint.resumeFrom: Any`). A step
+    whose metadata does not read (corrupt) is deleted with this job's own
+    steps, but not when no step is this job's. Nor when
     a directory to be emptied is not writable (read-only, immutable).
 
     Args:
@@ -550,12 +552,22 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> list[st
         raise uri_error(uri, f"--fresh deletes checkpoints only, and this directory also holds {shown}; "
                              "give the job a checkpoint directory of its own")
     if me is not None and not allow_foreign:
-        others = {}
+        others, corrupt, mine = {}, [], 0
         for name in ours:
             if is_orbax_step_dir(root / name):
-                writer = step_writer(root / name)
-                if writer is None or writer.uid != me.uid:
+                readable, writer = read_step_writer(root / name)
+                if not readable:
+                    corrupt.append(name)
+                elif writer is None or writer.uid != me.uid:
                     others[name] = writer
+                else:
+                    mine += 1
+        if corrupt and not others and not mine:
+            # (a step whose metadata does not read cannot be shown to be this job's; beside this job's own
+            # steps it is one of them, a save cut short: --fresh deletes it with them)
+            raise uri_error(uri, f"--fresh deletes this job's checkpoints only, and step(s) {', '.join(corrupt[:5])} "
+                                 "have unreadable metadata and no step here is this job's; delete them by hand, "
+                                 "or set spec.checkpoint.resumeFrom: Any to treat them as this job's")
         if others:
             step, by = next(iter(sorted(others.items(), key=lambda kv: int(kv[0]))))
             who = by.describe() if by else "a job that saved no writer identity"

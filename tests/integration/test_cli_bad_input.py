@@ -718,6 +718,34 @@ def test_a_corrupt_final_step_is_not_a_finished_job_and_all_corrupt_steps_say_so
     assert "Traceback" not in broken.stderr and "Event loop is closed" not in broken.stderr, broken.stderr[-3000:]
 
 
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_a_newest_step_with_unreadable_step_metadata_falls_back_and_fresh_clears_it(tmp_path, damage):
+    """A new-user trial: the newest step's `_CHECKPOINT_METADATA` emptied or cut short, and the job was refused
+    (exit 2) as "no writer identity (saved by an older elastic-jax)" (Orbax reads a broken file as empty
+    metadata), with no fallback, and --fresh refused to delete it too. It is a corrupt step: the run falls back
+    to the newest one that reads, and --fresh deletes it with this job's own steps."""
+    ckpt = tmp_path / "ckpt"
+    m = job_manifest("meta", tmp_path, training={"steps": 20, "globalBatchSize": 8},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 5})
+    assert run_cli(m, tmp_path, "--no-failure").returncode == 0
+    meta = ckpt / "20" / "_CHECKPOINT_METADATA"
+    meta.write_text("" if damage == "empty" else meta.read_text()[: len(meta.read_text()) // 2])
+    shutil.rmtree(tmp_path / "run")
+    again = run_cli(m, tmp_path, "--no-failure")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "writer identity" not in again.stderr and "already finished" not in again.stderr, again.stderr[-3000:]
+    s = again.summary
+    assert s["succeeded"] and s["steps"] == 20 and s["restored_from_step"] == 10, s
+    assert s["resumed_from"]["fallbackReason"].startswith("newer committed steps could not be restored: step 20"), s
+
+    meta = ckpt / "20" / "_CHECKPOINT_METADATA"  # (saved again whole: damage it once more for --fresh)
+    meta.write_text("")
+    shutil.rmtree(tmp_path / "run")
+    fresh = run_cli(m, tmp_path, "--no-failure", "--fresh")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert fresh.summary["steps_this_run"] == 20, fresh.summary
+
+
 def test_a_program_that_exits_before_ready_names_its_log(tmp_path):
     """Library mode: the user's program dies before serving (its own words, not an `error:` line). The
     message gave that last line alone; it now says which log holds the rest."""
