@@ -179,7 +179,9 @@ class ResumedFrom(_Model):
     writer_uid: str = Field(
         default="", description="metadata.uid of the job that wrote the step (empty: saved without a writer identity).")
     fallback_reason: str = Field(
-        default="", description="Why newer committed steps were skipped (corrupt, truncated, non-finite); empty when none were.")
+        default="", description="Why newer committed steps were skipped (corrupt, truncated, non-finite): each "
+                                "step with a short reason (exception type and first line, no object reprs); empty "
+                                "when none were.")
     controller_pod: str = Field(default="", description="The controller pod that resumed.")
 
 
