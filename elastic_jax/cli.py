@@ -248,8 +248,12 @@ def _print_report(s: dict, started_at: float) -> None:
         outcome = "interrupted" if s.get("interrupted") else "succeeded" if s["succeeded"] else "FAILED"
         this_run = s.get("steps_this_run")
         trained = "" if this_run is None or this_run == s["steps"] else f" ({this_run} this run)"
-        print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps{trained} "
-              f"in {s['wall_seconds']:.0f} s", file=out)
+        if s["steps"] is None:  # (interrupted before any controller answered: nothing known of its progress)
+            print(f"job {s['job']}: {outcome} before its controller answered, in {s['wall_seconds']:.0f} s",
+                  file=out)
+        else:
+            print(f"job {s['job']}: {outcome} after {s['steps']}/{s['total_steps']} steps{trained} "
+                  f"in {s['wall_seconds']:.0f} s", file=out)
     restored = s.get("restored_from_step")
     started = s.get("started_from_step")
     if started == 0 and restored:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from elastic_jax import contract
-from elastic_jax.api import identity
+from elastic_jax.api import checkpoints, identity
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
@@ -542,7 +542,8 @@ class LocalLauncher:
         summary = self.summary(time.monotonic() - started, controller_restarts)
         if interrupted:
             summary["succeeded"] = False
-            summary["failure_reason"] = f"interrupted at step {summary['steps']}"
+            summary["failure_reason"] = (f"interrupted at step {summary['steps']}" if summary["steps"] is not None
+                                         else "interrupted before any controller answered")
         elif self.budget_failure is not None:
             summary["succeeded"] = False
             summary["failure_reason"] = self.budget_failure
@@ -801,6 +802,16 @@ class LocalLauncher:
         # own progress, redone or not), else the controller's summary's.
         start = self._trained_from if self._trained_from is not None else run.get("restored_from_step")
         reached = run.get("steps")
+        committed = run.get("last_committed_checkpoint_step")
+        if not run and self._last_status is not None:
+            # No summary from the last controller (stopped or lost before it wrote one): the run's progress is what
+            # the controllers last answered, not "None" (a Ctrl-C while a successor was starting said so).
+            reached = self._last_status.step
+            committed = self._last_status.last_committed_checkpoint_step
+        if committed is None and not run and checkpoints.is_local(self.job.spec.checkpoint.uri):
+            # (no controller answered at all: a Ctrl-C within a second of the start; the folder says)
+            steps_on_disk = checkpoints.committed_local_steps(checkpoints.local_path(self.job.spec.checkpoint.uri))
+            committed = steps_on_disk[-1] if steps_on_disk else None
         start = 0 if start is None and reached is not None else start
         steps_this_run = None if reached is None or start is None else max(0, reached - start)
         booked = round(sum(seconds.values()), 2)
@@ -831,7 +842,7 @@ class LocalLauncher:
             "goodput": None if goodput is None else round(goodput, 4),
             "goodput_seconds": seconds,
             "checkpoint_uri": self.job.spec.checkpoint.uri,
-            "last_committed_checkpoint_step": run.get("last_committed_checkpoint_step"),
+            "last_committed_checkpoint_step": committed,
             "restored_from_step": run.get("restored_from_step"),
             "resumed_from": run.get("resumed_from"),
             "started_from_step": self._started_from if self._started_from is not None

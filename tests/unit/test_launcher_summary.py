@@ -114,3 +114,35 @@ def test_the_report_says_where_the_run_started_not_where_a_successor_resumed(tmp
         assert "resumed from checkpoint step" not in err, err
     else:
         assert expected in err and "resumed from checkpoint step 200" not in err, err
+
+
+def test_a_run_stopped_before_any_summary_reports_what_the_controllers_last_answered(tmp_path, capsys):
+    """A new-user trial: a Ctrl-C while a successor controller started (or within a second of the start) left no
+    controller summary, and the report read `interrupted after None/300 steps`, `last committed step none`
+    with committed steps on disk."""
+    from elastic_jax.api.control import ControllerStatus
+
+    launcher = _launcher(tmp_path)
+    launcher._last_status = ControllerStatus.model_construct(phase="Running", step=98,
+                                                             last_committed_checkpoint_step=50)
+    (tmp_path / "run").mkdir()
+    s = launcher.summary(5.0, 1)
+    assert (s["steps"], s["last_committed_checkpoint_step"]) == (98, 50), s
+
+
+def test_a_run_stopped_before_any_controller_answered_says_so(tmp_path, capsys):
+    job = parse_manifest({"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
+                          "metadata": {"name": "s"},
+                          "spec": {"slices": {"count": 1}, "training": {"steps": STEPS, "globalBatchSize": 1},
+                                   "checkpoint": {"uri": str(tmp_path / "ckpt")}}})
+    (tmp_path / "ckpt" / "62").mkdir(parents=True)  # a committed step of an earlier run
+    launcher = LocalLauncher(job, tmp_path / "job.yaml", LaunchOptions(workdir=tmp_path / "run"))
+    launcher.slices = []
+    (tmp_path / "run").mkdir()
+    s = launcher.summary(1.0, 0)
+    assert (s["steps"], s["last_committed_checkpoint_step"]) == (None, 62), s
+    s["interrupted"], s["succeeded"] = True, False
+    _print_report(s, started_at=0.0)
+    err = capsys.readouterr().err
+    assert "interrupted before its controller answered" in err and "None" not in err, err
+    assert "last committed step 62" in err, err
