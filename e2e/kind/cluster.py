@@ -206,6 +206,8 @@ def _kind(engine: Engine, *args: str, env_extra: dict[str, str] | None = None, t
     if not (bin_dir() / "kind").exists():
         # A fresh clone: the kind CLI is one of e2e/build.sh's Go binaries (the first call may be
         # `kind get clusters`, before anything else built them).
+        print("kind: building e2e/build.sh's binaries first (seconds with warm Go caches, minutes on a fresh "
+              "machine)", file=sys.stderr, flush=True)
         ensure_built()
     env = engine.env()
     env.pop("KUBECONFIG", None)
