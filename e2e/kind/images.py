@@ -33,7 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.harness.paths import build_dir
 from e2e.kind.engine import Engine
+from e2e.kind.rootfs import debian_tar
 from elastic_jax.api.images import MAXTEXT_IMAGE, PROJECT_IMAGES, ProjectImage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -82,10 +84,10 @@ def python_base(engine: Engine, log=print) -> Built:
         return Built(tag, image_size(engine, tag), 0.0)
     log(f"images: making {tag} with mmdebstrap ({BASE_SUITE}, {', '.join(BASE_PACKAGES)})")
     t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ejx-base-") as tmp:
+    build_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ejx-base-", dir=build_dir()) as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}",
-                        BASE_SUITE, str(tar)], check=True, capture_output=True)
+        debian_tar(BASE_SUITE, tar, "minbase", BASE_PACKAGES, log=log)
         with open(tar, "rb") as f:
             proc = subprocess.run(["/usr/bin/docker", "import", "--change", 'CMD ["python3"]', "-", tag],
                                   stdin=f, env=engine.env(), capture_output=True)
@@ -209,10 +211,10 @@ def python312_base(engine: Engine, prefix: Path, log=print) -> Built:
             f'--exclude=python3.12/tkinter --exclude=__pycache__ -cf - . | tar -C "$1/usr/local" -xf - '
             '&& chroot "$1" ldconfig && chroot "$1" /usr/local/bin/python3.12 -c "import ssl, sqlite3, venv"'
             ' && ln -sf python3.12 "$1/usr/local/bin/python3"')
-    with tempfile.TemporaryDirectory(prefix="ejx-base312-") as tmp:
+    build_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ejx-base312-", dir=build_dir()) as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(PYTHON312_PACKAGES)}",
-                        f"--customize-hook={copy}", BASE_SUITE, str(tar)], check=True, capture_output=True)
+        debian_tar(BASE_SUITE, tar, "minbase", PYTHON312_PACKAGES, [f"--customize-hook={copy}"], log)
         with open(tar, "rb") as f:
             proc = subprocess.run(["/usr/bin/docker", "import", "--change", 'CMD ["python3"]', "-", tag],
                                   stdin=f, env=engine.env(), capture_output=True)

@@ -43,6 +43,7 @@ from pathlib import Path
 from e2e.harness.build import ensure_built
 from e2e.harness.paths import E2E_DIR, bin_dir, build_dir
 from e2e.kind.engine import Engine
+from e2e.kind.rootfs import debian_tar
 
 HERE = Path(__file__).resolve().parent
 SUITE = "bookworm"
@@ -214,11 +215,7 @@ def rootfs_image(engine: Engine, name: str, variant: str, packages: tuple[str, .
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ejx-rootfs-", dir=build_dir()) as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        argv = ["mmdebstrap", "--quiet", f"--variant={variant}", f"--include={','.join(packages)}"]
-        argv += [f"--dpkgopt=path-exclude={p}" for p in _DPKG_EXCLUDES]
-        proc = subprocess.run([*argv, SUITE, str(tar)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise subprocess.CalledProcessError(proc.returncode, argv, proc.stdout, proc.stderr[-4000:])
+        debian_tar(SUITE, tar, variant, packages, [f"--dpkgopt=path-exclude={p}" for p in _DPKG_EXCLUDES], log)
         with open(tar, "rb") as f:
             proc = subprocess.run(["/usr/bin/docker", "import", "-", ref], stdin=f, env=engine.env(),
                                   capture_output=True)
