@@ -167,6 +167,9 @@ class Runtime:
         run_dir = (os.environ if environ is None else environ).get(contract.ENV_RUN_DIR)
         self.record = RunRecord(self.metrics, self._started,
                                 RunHistory(os.path.join(run_dir, HISTORY_FILE) if run_dir else None))
+        self.metrics.bind_status(
+            lambda: (self.record.live_phase(self._phase, self.manager.waiting),
+                     [s.state for s in self.slice_set.statuses()]))
         # A host's backend brings its hooks (pathways: slices with devices; cpu: warm spares before a join).
         hooks = {} if parts is None else {"visible": parts.backend.visible_slices, "prepare": parts.backend.prepare}
         self.manager = Manager(
