@@ -111,13 +111,15 @@ def run(
             finished = _finished_at(job, fresh)
             if finished is not None:  # nothing to train: no process is started
                 summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
+                summary["timeline"] = None  # (nothing trained: nothing to draw)
             else:
                 with ProgressView(steps) as view:
                     launcher = LocalLauncher(job, manifest, options, on_status=view.update, on_message=view.message)
                     summary = launcher.run()
-                    summary["timeline"] = _draw_timeline(options.workdir, job.metadata.name)
                     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the report below is printed whole)
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                # (after the progress view, under the run lock: no other run of this folder rewrites its history)
+                summary["timeline"] = _draw_timeline(options.workdir, job.metadata.name)
     except LaunchError as e:
         # The controller's refusal of a field (the trainer it cannot build) names the file as `validate` does.
         message = str(e)
