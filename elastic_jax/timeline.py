@@ -159,9 +159,9 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
     ax_slices.step(data.t, data.desired, where="post", color="grey", ls="--", lw=1, label="desired")
     ax_slices.step(data.t, data.active, where="post", color="tab:orange", lw=1.8, label="active")
     ax_slices.set_ylabel("slices")
-    ax_slices.set_ylim(0, max(data.desired + data.active) + 1)
+    ax_slices.set_ylim(0, max(data.desired + data.active) + 1.8)  # (headroom for the legend above the lines)
     ax_slices.yaxis.get_major_locator().set_params(integer=True)
-    ax_slices.legend(loc="lower right", fontsize=8)
+    ax_slices.legend(loc="upper right", fontsize=8, ncols=2)
     ax_slices.set_xlabel("seconds since the run's first completed step")
     for i, r in enumerate(data.recoveries):
         color = "tab:purple" if r.cause == "scale_up" else "tab:red"  # (a rejoin is no failure)
@@ -169,7 +169,7 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
             ax.axvline(r.t, color=color, lw=1)
             if r.seconds:
                 ax.axvspan(r.t, r.t + r.seconds, color=color, alpha=0.12)
-        took = "unfinished" if r.seconds is None else f"{r.seconds:.1f} s"
+        took = "unfinished" if r.seconds is None else f"{r.seconds:.2f} s"
         ax_loss.annotate(f"{r.cause} {r.slices} @ step {r.at_step} ({took})", xy=(r.t, 1), xycoords=("data", "axes fraction"),
                          xytext=(3, -12 - 11 * (i % 4)), textcoords="offset points", fontsize=8, color=color)
     for t, step in data.controller_starts:
