@@ -3,6 +3,7 @@
     elastic-jax run MANIFEST      train locally: controller + one CPU worker process per slice
     elastic-jax validate MANIFEST check a manifest and print the normalized spec
                                   (--trainer: also build the trainer and open its data)
+    elastic-jax report DIR        draw an earlier run's timeline.png again
 
 A user mistake (bad manifest, bad trainer config, unusable checkpoint URI,
 checkpoints another job wrote) prints `error: ...` lines (a manifest: one per
@@ -24,6 +25,7 @@ from typing import Optional
 
 import typer
 
+from elastic_jax import timeline
 from elastic_jax.api.manifest import ManifestError, dump_yaml, load_manifest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -109,12 +111,15 @@ def run(
             finished = _finished_at(job, fresh)
             if finished is not None:  # nothing to train: no process is started
                 summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
+                summary["timeline"] = None  # (nothing trained: nothing to draw)
             else:
                 with ProgressView(steps) as view:
                     launcher = LocalLauncher(job, manifest, options, on_status=view.update, on_message=view.message)
                     summary = launcher.run()
                     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the report below is printed whole)
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                # (after the progress view, under the run lock: no other run of this folder rewrites its history)
+                summary["timeline"] = _draw_timeline(options.workdir, job.metadata.name)
     except LaunchError as e:
         # The controller's refusal of a field (the trainer it cannot build) names the file as `validate` does.
         message = str(e)
@@ -235,6 +240,30 @@ def _earlier_run(uri: str, step: int, started_at: float) -> str | None:
             "manifest on this machine shares (another clone's too); --fresh starts from step 0")
 
 
+def _draw_timeline(workdir: Path, job_name: str) -> str | None:
+    """`workdir`'s timeline.png (`elastic_jax.timeline`), its path; None (with a warning) when it cannot be drawn:
+    the run's report must not fail for its picture."""
+    try:
+        return str(timeline.draw(workdir, title=job_name))
+    except (timeline.TimelineError, ImportError) as e:
+        typer.echo(f"warning: no timeline picture: {e}", err=True)
+        return None
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., metavar="DIR", help="An earlier run's folder (its --workdir, e.g. runs/<job name>)."),
+) -> None:
+    """Draw DIR/timeline.png again from the run's history (loss, steps per second, active slices, recoveries)."""
+    try:
+        path = timeline.draw(run_dir)
+    except timeline.TimelineError as e:
+        raise _error(str(e))
+    except ImportError as e:
+        raise _error(f"the timeline needs matplotlib (pip install 'elastic-jax[plot]'): {e}")
+    typer.echo(f"timeline {path}")
+
+
 def _print_report(s: dict, started_at: float) -> None:
     """The run's report on stderr, for a reader (the SUMMARY line on stdout is for programs); `started_at`
     the run's start (`time.time()`)."""
@@ -310,6 +339,8 @@ def _print_report(s: dict, started_at: float) -> None:
     committed = s["last_committed_checkpoint_step"]
     print(f"  checkpoints {s['checkpoint_uri']} (last committed step {'none' if committed is None else committed})", file=out)
     print(f"  metrics {s['metrics_file']}; logs {s['logs_dir']}", file=out)
+    if s.get("timeline"):
+        print(f"  timeline {s['timeline']}", file=out)
     if s.get("failure_reason"):
         print(f"  failure: {s['failure_reason']}", file=out)
 

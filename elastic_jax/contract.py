@@ -80,6 +80,9 @@ ENV_LOG_FORMAT = "ELASTIC_JAX_LOG_FORMAT"  # controller, worker and operator: js
 ENV_TOKEN = "ELASTIC_JAX_TOKEN"  # the token itself, when there is no token file
 ENV_SUMMARY_FILE = "ELASTIC_JAX_SUMMARY_FILE"  # where the controller writes its JSON summary
 ENV_RUN_DIR = "ELASTIC_JAX_RUN_DIR"  # the launcher's run folder, for the controllers it starts
+# In the launcher's run folder: each controller appends a line per step and elastic event (controller/run_history.py);
+# elastic_jax/timeline.py draws them.
+RUN_HISTORY_FILE = "history.jsonl"
 # JAX's own variables (not ours: no ELASTIC_JAX_ prefix) the local launcher gives its cpu workers (one persistent
 # compilation cache per run) and the operator renders from spec.compilationCache (cpu workers, the pathways
 # controller): a restarted worker reads its step program's executable instead of compiling it again (every

@@ -159,7 +159,17 @@ class Runtime:
         self.stop_requested = threading.Event()
         self.stop_state = StopState()  # the built-in trainer's rule: a request overrides an earlier signal
         self._backend = self._build_backend() if parts is None else parts.backend
-        self.record = RunRecord(self.metrics, self._started)
+        from elastic_jax.controller.run_history import HISTORY_FILE, RunHistory
+
+        # (the local launcher's run folder: the timeline picture's history; none on a cluster)
+        from elastic_jax import contract
+
+        run_dir = (os.environ if environ is None else environ).get(contract.ENV_RUN_DIR)
+        self.record = RunRecord(self.metrics, self._started,
+                                RunHistory(os.path.join(run_dir, HISTORY_FILE) if run_dir else None))
+        self.metrics.bind_status(
+            lambda: (self.record.live_phase(self._phase, self.manager.waiting),
+                     [s.state for s in self.slice_set.statuses()]))
         # A host's backend brings its hooks (pathways: slices with devices; cpu: warm spares before a join).
         hooks = {} if parts is None else {"visible": parts.backend.visible_slices, "prepare": parts.backend.prepare}
         self.manager = Manager(
@@ -525,6 +535,7 @@ class Runtime:
         """
         if step < self.step:
             raise ValueError(f"step {step} is lower than the last reported step {self.step}")
+        previous = self.step
         if step > self.step:
             self.record.step_completed()  # ends a pending recovery (its seconds), as the built-in loop's step does
             seconds = time.monotonic() - self._step_t0
@@ -538,6 +549,9 @@ class Runtime:
         if loss is not None:
             self.metrics.loss.set(loss)
         self.metrics.goodput.set(self.record.goodput() or 0.0)
+        if step > previous:
+            active = self.slice_set.active if self._attempt_slices is None else self._attempt_slices
+            self.record.run_history.step(step, loss, len(active), self.slice_set.count)
         self._book_next_step()
 
     def set_phase(self, phase: str, failure_reason: str | None = None) -> None:

@@ -26,10 +26,16 @@ class ControllerMetrics:
       steps_lost: steps redone or lost to recoveries [elastic_jax_steps_lost_total].
       checkpoint_save_seconds / checkpoint_restore_seconds: Orbax timings.
       checkpoint_committed_step: last committed checkpoint step.
+      checkpoint_committed_time: when it committed, Unix seconds [elastic_jax_checkpoint_committed_timestamp_seconds]
+        (`time() - it` is the checkpoint's age: what a failure now would cost).
       goodput: the goodput ledger's ratio [elastic_jax_goodput_ratio] (controller/goodput.py).
       goodput seconds per category [elastic_jax_goodput_seconds{category}], read from the ledger at
         scrape time once `bind_ledger` was called. A gauge, not a counter: seconds of steps later lost
         move from productive to recovering, so a category can shrink.
+      phase and slices, read from the runtime at scrape time once `bind_status` was called:
+        [elastic_jax_phase{phase}] 1 for the phase `GET /v1/status` shows, 0 for every other `ControllerPhase`;
+        [elastic_jax_slices{state}] slices per `SliceView` state (Active, Ready, Warming, Spare, Down, ...;
+        every state listed, 0 when none).
     """
 
     def __init__(self) -> None:
@@ -63,6 +69,9 @@ class ControllerMetrics:
         self.checkpoint_committed_step = Gauge(
             f"{PREFIX}_checkpoint_committed_step", "Step of the newest committed checkpoint.", registry=r
         )
+        self.checkpoint_committed_time = Gauge(
+            f"{PREFIX}_checkpoint_committed_timestamp_seconds", "Unix time the newest committed checkpoint committed.",
+            registry=r)
         self.goodput = Gauge(f"{PREFIX}_goodput_ratio", "(productive + reduced x active/desired) seconds / wall "
                              "seconds of this controller (goodput ledger).", registry=r)
 
@@ -79,6 +88,29 @@ class ControllerMetrics:
                 yield family
 
         self.registry.register(_LedgerCollector())
+
+    def bind_status(self, phase_and_slices) -> None:
+        """Exposes `elastic_jax_phase{phase}` and `elastic_jax_slices{state}` from `phase_and_slices()`, called at
+        each scrape: `(phase, states)`, the live `ControllerPhase` and the `SliceView` state of every slice."""
+        from typing import get_args
+
+        from elastic_jax.api.control import ControllerPhase, SliceView
+
+        class _StatusCollector:
+            def collect(self):
+                phase, states = phase_and_slices()
+                phases = GaugeMetricFamily(f"{PREFIX}_phase", "1 for the controller's phase (GET /v1/status), 0 for "
+                                           "the others.", labels=["phase"])
+                for name in get_args(ControllerPhase):
+                    phases.add_metric([name], 1.0 if name == phase else 0.0)
+                yield phases
+                slices = GaugeMetricFamily(f"{PREFIX}_slices", "Slices by state (Active: in the mesh; Spare: hot "
+                                           "spares; Ready/Warming: joining; Down, Draining).", labels=["state"])
+                for state in get_args(SliceView):
+                    slices.add_metric([state], float(sum(1 for s in states if s == state)))
+                yield slices
+
+        self.registry.register(_StatusCollector())
 
     def exposition(self) -> bytes:
         """The registry in Prometheus text format."""

@@ -68,7 +68,7 @@ def job_checkpointer(job: Any, metrics: Any, writer: JobIdentity | None) -> Chec
     """
     ckpt = job.spec.checkpoint
     return Checkpointer(ckpt.uri, ckpt.interval_steps, ckpt.max_to_keep,
-                        on_commit=lambda step: metrics.checkpoint_committed_step.set(step), writer=writer)
+                        on_commit=lambda step: _committed(metrics, step), writer=writer)
 
 
 class RunCheckpoints:
@@ -256,3 +256,9 @@ class RunCheckpoints:
             _logger.warning("cannot list committed checkpoints (%s); reporting the last step seen committed",
                             one_line_reason(e))
             return self.checkpointer.last_committed_step
+
+
+def _committed(metrics, step: int) -> None:
+    """The gauges of a committed checkpoint `step`: the step and when (its age on a dashboard)."""
+    metrics.checkpoint_committed_step.set(step)
+    metrics.checkpoint_committed_time.set_to_current_time()

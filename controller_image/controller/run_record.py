@@ -19,6 +19,7 @@ from typing import Any
 
 from elastic_jax.api.control import RecoveryRecord
 from elastic_jax.controller.goodput import GoodputLedger
+from elastic_jax.controller.run_history import RunHistory
 from elastic_jax.exit_codes import ControllerExit
 
 
@@ -68,10 +69,13 @@ class RunRecord:
     Args:
       metrics: the `ControllerMetrics` (recoveries by cause, recovery seconds; the ledger is bound for goodput).
       started_at: `time.monotonic()` when the process started (the ledger's "starting"); None: now.
+      run_history: where the steps and elastic events are appended for the timeline picture (`RunHistory`);
+        None: nowhere.
     """
 
-    def __init__(self, metrics: Any, started_at: float | None = None):
+    def __init__(self, metrics: Any, started_at: float | None = None, run_history: RunHistory | None = None):
         self.metrics = metrics
+        self.run_history = RunHistory(None) if run_history is None else run_history
         self.ledger = GoodputLedger(start=started_at)
         metrics.bind_ledger(self.ledger)
         self._lock = threading.Lock()
@@ -116,6 +120,7 @@ class RunRecord:
             if self._pending is None:
                 self._pending = (record, since)
         self.metrics.recoveries.labels(cause=cause).inc()
+        self.run_history.event(cause, slices, at_step)
         return record
 
     def elastic_event_of(self, error: Exception, slice_set: Any, at_step: int) -> RecoveryRecord:

@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from elastic_jax import contract
+from elastic_jax import contract, timeline
 from elastic_jax.api import checkpoints, identity
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
@@ -460,6 +460,8 @@ class LocalLauncher:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for old_log in [*self.workdir.glob("worker-*.log"), self.workdir / "controller.log"]:
             old_log.unlink(missing_ok=True)  # logs of this run only; restarts within it append
+        (self.workdir / timeline.HISTORY_FILE).unlink(missing_ok=True)  # (as the logs: this run's steps only)
+        (self.workdir / timeline.TIMELINE_FILE).unlink(missing_ok=True)  # (an earlier run's picture is not this one's)
         started = time.monotonic()
         controller_restarts = 0
         max_controller_restarts = self._max_controller_restarts()

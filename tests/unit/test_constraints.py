@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # Extras the dev install includes (dev carries tpu's pathwaysutils, for the adapter's tests).
-DEV_CLOSURE = ("controller", "worker", "operator", "dev")
+DEV_CLOSURE = ("controller", "worker", "operator", "plot", "dev")
 
 
 def _norm(name: str) -> str:

@@ -33,6 +33,7 @@ VARIANTS = {
     "defaults": [],
     "namespaced+servicemonitor": ["--set", "watchNamespaces={team-a,team-b}",
                                   "--set", "metrics.serviceMonitor.enabled=true",
+                                  "--set", "metrics.grafanaDashboard.enabled=true",
                                   "--set", "serviceAccount.annotations.iam\\.gke\\.io/gcp-service-account=op@p.iam.gserviceaccount.com",
                                   "--set", "imagePullSecrets[0].name=regcred", "--set", "operator.verbose=true",
                                   "--set", "nodeSelector.cloud\\.google\\.com/gke-nodepool=cpu-pool"],
@@ -184,6 +185,8 @@ def test_peering_and_namespaces(helm):
     (["--set", "operator.logFormat=xml"], "/operator/logFormat"),
     (["--set", "replicaCount=2"], "additional properties 'replicaCount' not allowed"),
     (["--set", "peering.enabled=yes"], "/peering/enabled"),
+    (["--set", "metrics.grafanaDashboard.enabled=yes"], "/metrics/grafanaDashboard/enabled"),
+    (["--set", "metrics.grafanaDashboard.namespace=Team_A"], "/metrics/grafanaDashboard/namespace"),
     (["--set", "fullnameOverride=UPPER_case"], "/fullnameOverride"),
     (["--set", "podSecurityContext.runAsUser=0"], "/podSecurityContext/runAsUser"),
 ])
@@ -192,6 +195,21 @@ def test_wrong_values_fail_the_schema(helm, values, message):
     assert proc.returncode != 0
     assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
     assert message in proc.stderr, proc.stderr
+
+
+def test_grafana_dashboard_configmap_carries_the_dashboard_json_with_the_sidecar_label(helm):
+    import json
+
+    assert not by_kind(render(helm), "ConfigMap"), "the dashboard is off by default"
+    (cm,) = by_kind(render(helm, "--set", "metrics.grafanaDashboard.enabled=true"), "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1" and cm["metadata"]["namespace"] == NAMESPACE
+    assert json.loads(cm["data"]["elastic-jax.json"]) == json.loads(
+        (CHART / "dashboards" / "elastic-jax.json").read_text())
+    (elsewhere,) = by_kind(render(helm, "--set", "metrics.grafanaDashboard.enabled=true",
+                                  "--set", "metrics.grafanaDashboard.namespace=monitoring",
+                                  "--set", "metrics.grafanaDashboard.annotations.grafana_folder=ml"), "ConfigMap")
+    assert elsewhere["metadata"]["namespace"] == "monitoring"
+    assert elsewhere["metadata"]["annotations"] == {"grafana_folder": "ml"}
 
 
 def test_service_monitor_needs_the_service(helm):

@@ -1,0 +1,189 @@
+"""The timeline picture of a local run: loss, steps per second and active slices over the run, recoveries marked.
+
+Drawn from the controllers' own records, `<run folder>/history.jsonl` (`controller/run_history.py`: one line
+per completed step and per elastic event, appended by every controller of the run), into
+`<run folder>/timeline.png`. `elastic-jax run` draws it at the end of a run; `elastic-jax report DIR` draws it
+again for an earlier one.
+
+`timeline_data` (the series) is separate from `draw` (the picture), so tests check what is plotted, not pixels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from elastic_jax.contract import RUN_HISTORY_FILE as HISTORY_FILE
+
+TIMELINE_FILE = "timeline.png"
+RATE_WINDOW_STEPS = 5
+"""Steps per second is measured over this many completed steps (one step's time is too noisy to read)."""
+
+
+class TimelineError(ValueError):
+    """The run folder holds nothing to draw; `str()` is the one-line message for the user."""
+
+
+@dataclasses.dataclass
+class Recovery:
+    """One elastic event of the run: `t` seconds after the run's first record, at `at_step`, of `cause`
+    (slice_down, hang, drain, scale_up, ...) on `slices`; `seconds` until the next completed step (None: the
+    run ended before one)."""
+
+    t: float
+    at_step: int
+    cause: str
+    slices: list[int]
+    seconds: float | None
+
+
+@dataclasses.dataclass
+class TimelineData:
+    """The plotted series, one entry per completed step, in the order the steps completed.
+
+    Attributes:
+      t: seconds since the run's first record (float): its first completed step (the start-up before it is
+        not drawn).
+      step: the completed step (int; lower than the one before after a controller loss's rewind).
+      loss: the step's loss (float, None when the loop reported none).
+      steps_per_second: completed steps per wall second over the last `RATE_WINDOW_STEPS` steps of the same
+        controller (None for a controller's first step).
+      active / desired: slices the step trained on / slices the job wants.
+      recoveries: the elastic events (`Recovery`), oldest first.
+      controller_starts: `(t, step)` of each controller after the first one's first step (a lost controller's
+        successor: its first completed step).
+    """
+
+    t: list[float]
+    step: list[int]
+    loss: list[float | None]
+    steps_per_second: list[float | None]
+    active: list[int]
+    desired: list[int]
+    recoveries: list[Recovery]
+    controller_starts: list[tuple[float, int]]
+
+
+def read_history(run_dir: str | Path) -> list[dict]:
+    """The history lines of `run_dir` (dicts, file order); a torn last line (a controller killed mid-write) is
+    skipped.
+
+    Raises:
+      TimelineError: `run_dir` is not a directory, or holds no history file or no step in it.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise TimelineError(f"{run_dir}: not a directory (give the run's --workdir, e.g. runs/<job name>)")
+    path = run_dir / HISTORY_FILE
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise TimelineError(f"{run_dir}: no {HISTORY_FILE} (not an `elastic-jax run` folder, or a run from before "
+                            f"runs recorded their history)") from None
+    except OSError as e:
+        raise TimelineError(f"{path}: cannot be read ({e.strerror})") from None
+    lines = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("kind") in ("step", "event"):
+            lines.append(record)
+    if not any(r["kind"] == "step" for r in lines):
+        raise TimelineError(f"{path}: no completed step recorded: nothing to draw")
+    return lines
+
+
+def timeline_data(records: list[dict]) -> TimelineData:
+    """The series `draw` plots from `read_history`'s records.
+
+    Raises:
+      TimelineError: no step record.
+    """
+    steps = [r for r in records if r["kind"] == "step"]
+    if not steps:
+        raise TimelineError("no completed step recorded: nothing to draw")
+    t0 = min(r["t"] for r in records)
+    data = TimelineData([], [], [], [], [], [], [], [])
+    seen_pids: list[int] = []
+    window: list[tuple[float, int]] = []  # (t, step) of this controller's last steps
+    for r in steps:
+        if r["pid"] not in seen_pids:
+            if seen_pids:
+                data.controller_starts.append((r["t"] - t0, r["step"]))
+            seen_pids.append(r["pid"])
+            window = []
+        window = (window + [(r["t"], r["step"])])[-(RATE_WINDOW_STEPS + 1):]
+        (t_a, s_a), (t_b, s_b) = window[0], window[-1]
+        data.t.append(r["t"] - t0)
+        data.step.append(r["step"])
+        data.loss.append(r.get("loss"))
+        data.steps_per_second.append((s_b - s_a) / (t_b - t_a) if len(window) > 1 and t_b > t_a else None)
+        data.active.append(r["active"])
+        data.desired.append(r["desired"])
+    for e in (r for r in records if r["kind"] == "event"):
+        after = next((s["t"] for s in steps if s["t"] >= e["t"]), None)
+        data.recoveries.append(Recovery(t=e["t"] - t0, at_step=e["at_step"], cause=e["cause"],
+                                        slices=list(e.get("slices") or []),
+                                        seconds=None if after is None else round(after - e["t"], 3)))
+    return data
+
+
+def draw(run_dir: str | Path, title: str | None = None) -> Path:
+    """Draws `<run_dir>/timeline.png` from `<run_dir>/history.jsonl`; returns its path.
+
+    Three panels over wall seconds since the run's first record: loss; steps per second; active and
+    desired slices. Each recovery is a red line across all three (its cause, slices and step written at the
+    top; a scale-up in purple), its seconds until the next step shaded; a restarted controller is a grey dashed line.
+
+    Raises:
+      TimelineError: nothing to draw (see `read_history`), or the picture cannot be written.
+      ImportError: matplotlib is not installed (the `plot` extra).
+    """
+    run_dir = Path(run_dir)
+    data = timeline_data(read_history(run_dir))
+    import matplotlib
+
+    matplotlib.use("Agg")  # (files only: no display on a training host)
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_rate, ax_slices) = plt.subplots(3, 1, sharex=True, figsize=(9, 6.5),
+                                                      gridspec_kw={"height_ratios": [3, 2, 1.5]})
+    ax_loss.plot(data.t, [float("nan") if v is None else v for v in data.loss], color="tab:blue", lw=1.2)
+    ax_loss.set_ylabel("loss")
+    ax_rate.plot(data.t, [float("nan") if v is None else v for v in data.steps_per_second], color="tab:green", lw=1.2)
+    ax_rate.set_ylabel("steps / s")
+    ax_rate.set_ylim(bottom=0)
+    ax_slices.step(data.t, data.desired, where="post", color="grey", ls="--", lw=1, label="desired")
+    ax_slices.step(data.t, data.active, where="post", color="tab:orange", lw=1.8, label="active")
+    ax_slices.set_ylabel("slices")
+    ax_slices.set_ylim(0, max(data.desired + data.active) + 1.8)  # (headroom for the legend above the lines)
+    ax_slices.yaxis.get_major_locator().set_params(integer=True)
+    ax_slices.legend(loc="upper right", fontsize=8, ncols=2)
+    ax_slices.set_xlabel("seconds since the run's first completed step")
+    for i, r in enumerate(data.recoveries):
+        color = "tab:purple" if r.cause == "scale_up" else "tab:red"  # (a rejoin is no failure)
+        for ax in (ax_loss, ax_rate, ax_slices):
+            ax.axvline(r.t, color=color, lw=1)
+            if r.seconds:
+                ax.axvspan(r.t, r.t + r.seconds, color=color, alpha=0.12)
+        took = "unfinished" if r.seconds is None else f"{r.seconds:.2f} s"
+        ax_loss.annotate(f"{r.cause} {r.slices} @ step {r.at_step} ({took})", xy=(r.t, 1), xycoords=("data", "axes fraction"),
+                         xytext=(3, -12 - 11 * (i % 4)), textcoords="offset points", fontsize=8, color=color)
+    for t, step in data.controller_starts:
+        for ax in (ax_loss, ax_rate, ax_slices):
+            ax.axvline(t, color="grey", ls=":", lw=1)
+        ax_rate.annotate(f"new controller @ step {step}", xy=(t, 1), xycoords=("data", "axes fraction"),
+                         xytext=(3, -12), textcoords="offset points", fontsize=8, color="grey")
+    fig.suptitle(f"{title or run_dir.name}: {data.step[-1]} steps, {len(data.recoveries)} elastic event(s)")
+    fig.tight_layout()
+    out = run_dir / TIMELINE_FILE
+    try:
+        fig.savefig(out, dpi=80)
+    except OSError as e:
+        raise TimelineError(f"{out}: cannot be written ({e.strerror})") from None
+    finally:
+        plt.close(fig)
+    return out

@@ -1,0 +1,26 @@
+"""`elastic_jax_phase{phase}` and `elastic_jax_slices{state}`, read from the runtime at each scrape (the dashboard's
+phase and spares panels)."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from elastic_jax.controller.metrics import ControllerMetrics
+
+
+def _samples(metrics: ControllerMetrics, name: str) -> dict[str, float]:
+    (family,) = [f for f in text_string_to_metric_families(metrics.exposition().decode()) if f.name == name]
+    return {next(iter(s.labels.values())): s.value for s in family.samples}
+
+
+def test_phase_and_slices_are_read_at_each_scrape():
+    now = {"phase": "Running", "states": ["Active", "Active", "Spare"]}
+    metrics = ControllerMetrics()
+    metrics.bind_status(lambda: (now["phase"], now["states"]))
+    phases = _samples(metrics, "elastic_jax_phase")
+    assert phases["Running"] == 1 and sum(phases.values()) == 1 and "Interrupted" in phases
+    assert _samples(metrics, "elastic_jax_slices") == {"Active": 2, "Ready": 0, "Warming": 0, "Spare": 1, "Down": 0,
+                                                       "Draining": 0, "Unknown": 0}
+    now.update(phase="Recovering", states=["Active", "Down", "Spare"])
+    assert _samples(metrics, "elastic_jax_phase")["Recovering"] == 1
+    assert _samples(metrics, "elastic_jax_slices")["Down"] == 1
