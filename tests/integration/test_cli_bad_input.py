@@ -20,7 +20,7 @@ import yaml
 
 from elastic_jax.api import identity
 from elastic_jax.api.identity import local_uid
-from tests.support.runs import ROOT, job_manifest, leftover_processes, run_cli
+from tests.support.runs import ROOT, fake_step, job_manifest, leftover_processes, run_cli
 
 CLI = str(Path(sys.executable).parent / "elastic-jax")
 
@@ -276,15 +276,6 @@ def test_a_checkpoint_without_writer_identity_needs_resume_from_any(tmp_path):
     assert "resumed from checkpoint step 10 written by an unknown job (no writer identity saved)" in taken.stderr
 
 
-def _fake_step(ckpt: Path, step: int, writer) -> Path:
-    """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA`
-    naming its writer in `custom_metadata` (the state itself is not needed to decide ownership)."""
-    step_dir = ckpt / str(step)
-    step_dir.mkdir(parents=True)
-    (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
-    return step_dir
-
-
 def _cli(tmp_path: Path, manifest: dict, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
@@ -318,7 +309,7 @@ def test_a_trainer_the_controller_cannot_build_is_one_line_of_run_and_keeps_the_
     folder.mkdir()
     (folder / "mytrainer.py").write_text("def make_trainer(config):\n    raise SystemExit('not reached')\n")
     ckpt = tmp_path / "ckpt"
-    _fake_step(ckpt, 100, identity.identity_from_env({}, "beside", str(ckpt)))
+    fake_step(ckpt, 100, identity.identity_from_env({}, "beside", str(ckpt)))
     m = job_manifest("beside", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 10})
     m["spec"]["controller"]["trainer"]["entryPoint"] = "mytrainer:make_trainer"
     path = folder / "job.yaml"

@@ -9,7 +9,6 @@ exit path, signals, training) stays in tests/integration/test_cli_bad_input.py.
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typer.testing import CliRunner
 from elastic_jax import contract
 from elastic_jax.api import identity
 from elastic_jax.cli import app
-from tests.support.runs import job_manifest, leftover_processes
+from tests.support.runs import fake_step, job_manifest, leftover_processes
 
 
 @dataclass
@@ -81,15 +80,6 @@ def assert_one_line_error(proc: Cli, *fragments: str) -> None:
 def nothing_started(tmp_path: Path) -> bool:
     """No run directory, and no process mentioning tmp_path."""
     return not (tmp_path / "run").exists() and not leftover_processes(str(tmp_path))
-
-
-def _fake_step(ckpt: Path, step: int, writer) -> Path:
-    """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA`
-    naming its writer in `custom_metadata` (the state itself is not needed to decide ownership)."""
-    step_dir = ckpt / str(step)
-    step_dir.mkdir(parents=True)
-    (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
-    return step_dir
 
 
 # -- the manifest ------------------------------------------------------------------------------------------
@@ -174,7 +164,7 @@ def test_validate_reports_every_problem_of_every_stage_in_one_run(tmp_path):
 
     # The stages after the manifest: the TPU table and node selectors, the cluster rules, the checkpoint folder.
     ckpt = tmp_path / "shared"
-    _fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
+    fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
     m = job_manifest("every-stage", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 0})
     m["spec"]["backend"] = "pathways"
     m["spec"]["slices"] = {"count": 2, "accelerator": "tpu-v9", "topology": "2x2"}
@@ -391,7 +381,7 @@ def test_another_jobs_checkpoints_are_refused_before_any_process_starts(tmp_path
     after the controller and workers had started (exit 1, ~14 s). `run` refuses it up front, exit 2, and
     `validate` (with or without --trainer) reports the same line; --fresh refuses to delete them up front."""
     ckpt = tmp_path / "shared"
-    _fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
+    fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
     m = job_manifest("writer-b", tmp_path, training={"steps": 20, "globalBatchSize": 8},
                      checkpoint={"uri": str(ckpt), "intervalSteps": 5})
     run = run_bad(tmp_path, m, "--no-failure")
@@ -432,7 +422,7 @@ def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):
     step (no step metadata): --fresh refuses and deletes nothing, not even this job's steps."""
     ckpt = tmp_path / "ckpt"
     for step in (5, 10):
-        _fake_step(ckpt, step, identity.local_identity("digits", str(ckpt)))
+        fake_step(ckpt, step, identity.local_identity("digits", str(ckpt)))
     (ckpt / "2024").mkdir()
     (ckpt / "2024" / "report.csv").write_text("a,b\n")
     m = job_manifest("digits", tmp_path, training={"steps": 10, "globalBatchSize": 8},
@@ -448,7 +438,7 @@ def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
     """--fresh on a step whose folder is immutable: it deleted the step's metadata, then died with a
     PermissionError traceback (half a step gone). Now refused up front, one line, nothing deleted."""
     ckpt = tmp_path / "ckpt"
-    step = _fake_step(ckpt, 10, identity.local_identity("frozenfresh", str(ckpt)))
+    step = fake_step(ckpt, 10, identity.local_identity("frozenfresh", str(ckpt)))
     (step / "state").mkdir()
     (step / "state" / "array").write_text("data")
     m = job_manifest("frozenfresh", tmp_path, checkpoint={"uri": str(ckpt)})
