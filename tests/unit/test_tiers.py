@@ -53,3 +53,34 @@ def test_plain_pytest_says_it_ran_the_fast_tier_and_how_many_it_left(tree):
     result = tree.runpytest("-p", "tests.support.tiers")
     result.assert_outcomes(passed=1, deselected=5)
     result.stdout.fnmatch_lines(["tiers: the fast tier*--runslow*"])
+
+
+class _RecordedBuild:
+    """Stands in for `e2e/build.sh` in the background (`BackgroundBuild`): records that it was started."""
+
+    started: list = []
+
+    def __init__(self, log_path, command=None):
+        self.log_path, self.seconds = log_path, 0.0
+        self.proc = type("Proc", (), {"pid": 0, "poll": lambda self: 0})()
+        _RecordedBuild.started.append(log_path)
+
+    def wait(self, timeout_s: float = 0.0) -> float:
+        return 0.0
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("args, builds", [((), 0), (("--runslow",), 1)], ids=["plain", "runslow"])
+def test_the_fast_tier_starts_no_go_build(tree, monkeypatch, args, builds):
+    """The background Go build (e2e/harness/background_build.py) starts when a selected test needs its
+    binaries (here the `go_binaries` test): never in the fast tier, once with --runslow."""
+    from e2e.harness import background_build
+
+    monkeypatch.setattr(background_build, "BackgroundBuild", _RecordedBuild)
+    monkeypatch.setattr(background_build, "_build", None)
+    monkeypatch.setattr(_RecordedBuild, "started", [])
+    result = tree.runpytest("-p", "tests.support.tiers", "-p", "e2e.harness.background_build", *args)
+    assert result.ret == 0, result.outlines
+    assert len(_RecordedBuild.started) == builds, result.outlines
