@@ -13,7 +13,7 @@ Without ``--runslow`` the slow tier is deselected, so neither the Go build
 (:mod:`e2e.harness.background_build`) nor a cluster starts. What the command
 line names runs whatever its tier: a test file, a node ID, or a folder inside
 ``tests/integration/`` or ``e2e/`` (``pytest tests/integration/test_faults.py``,
-``pytest e2e/standin``). A folder that holds both tiers (the repository,
+``pytest e2e/standin``, or plain ``pytest`` run in such a folder). A folder that holds both tiers (the repository,
 ``tests/``, ``tests/unit/``) runs its fast tier unless ``--runslow`` is given.
 This is pytest's documented ``--runslow`` pattern, deselecting rather than
 skipping: a skipped e2e test would still start the Go build.
@@ -59,8 +59,9 @@ def is_slow(item: pytest.Item) -> bool:
 
 
 def _named(config: pytest.Config) -> list[Path]:
-    """The paths the command line names (node IDs without their ``::`` part); [] for plain ``pytest``."""
-    if config.args_source != pytest.Config.ArgsSource.ARGS:
+    """The paths the command line names (node IDs without their ``::`` part), or the folder ``pytest`` ran
+    in when that is not the repository's root; [] for plain ``pytest`` there (its ``testpaths``)."""
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
         return []
     base = config.invocation_params.dir
     return [(base / arg.split("::", 1)[0]).resolve() for arg in config.args]

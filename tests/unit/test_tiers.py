@@ -49,6 +49,11 @@ def test_the_tier_follows_from_folder_markers_and_what_the_command_line_names(tr
     assert _ran(tree, *args) == ran
 
 
+def test_plain_pytest_in_a_slow_folder_runs_it(tree, monkeypatch):
+    monkeypatch.chdir(tree.path / "tests" / "integration")
+    assert _ran(tree) == {"test_real_processes"}
+
+
 def test_plain_pytest_says_it_ran_the_fast_tier_and_how_many_it_left(tree):
     result = tree.runpytest("-p", "tests.support.tiers")
     result.assert_outcomes(passed=1, deselected=5)
