@@ -1,4 +1,10 @@
-"""Bad input to `elastic-jax run`: one clear line, a non-zero exit, nothing half-started."""
+"""Bad input to a real `elastic-jax run`: one clear line, a non-zero exit, nothing half-started.
+
+One test per way a run ends on bad input: a refusal before any process starts (the wording of every such
+refusal, and of `validate`, is checked in-process by tests/unit/test_cli_refusals.py), a refusal by the
+controller process (the trainer, a gs:// bucket), a controller that exits before it is ready, checkpoints
+that are another job's, corrupt, or already finished, a second launcher, signals to the launcher.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elastic_jax import contract
 from elastic_jax.api import identity
 from elastic_jax.api.identity import local_uid
-from tests.support.runs import ROOT, job_manifest, leftover_processes, run_cli
+from tests.support.runs import ROOT, fake_step, job_manifest, leftover_processes, run_cli
 
 CLI = str(Path(sys.executable).parent / "elastic-jax")
 
@@ -43,45 +48,15 @@ def no_workers_started(tmp_path: Path) -> bool:
     return not list((tmp_path / "run").glob("worker-*.log"))
 
 
-@pytest.mark.parametrize(
-    "spec_change, fragments",
-    [
-        ({"slices": {"count": 0}}, ["spec.slices.count", "greater than or equal to 1"]),
-        ({"slices": {"count": 2, "minSlices": 3}}, ["spec.slices.minSlices (3) must not exceed spec.slices.count (2)"]),
-        ({"sliecs": {"count": 2}}, ["spec.sliecs: unknown field"]),
-    ],
-)
-def test_invalid_manifest(tmp_path, spec_change, fragments):
+def test_a_refusal_before_anything_starts_is_exit_2_and_one_line_from_the_installed_command(tmp_path):
+    """The console script's refusal path, once for every refusal `run` makes before starting a process (the
+    manifest, its flags, `--workdir`, the checkpoint folder's preflight: each checked in-process by
+    tests/unit/test_cli_refusals.py): exit 2, one `error:` line, no traceback, nothing created."""
     m = job_manifest("bad", tmp_path)
-    m["spec"].update(spec_change)
+    m["spec"]["sliecs"] = {"count": 2}
     code, out, err = run_bad(tmp_path, m)
-    assert_one_line_error(code, out, err, *fragments)
+    assert_one_line_error(code, out, err, f"{tmp_path / 'job.yaml'}: spec.sliecs: unknown field")
     assert not (tmp_path / "run").exists()  # refused before anything started
-
-
-@pytest.mark.parametrize("path, value, fragment", [
-    (("training", "steps"), 1.5, "spec.training.steps: 1.5: must be an integer (a whole number, e.g. 10), not a fraction"),
-    (("worker", "resources"), {"requests": {"cpu": 2.0}},
-     "spec.worker.resources.requests.cpu: 2.0: must be an integer or a quoted string, e.g. 2 or '2', not a float"),
-])
-def test_a_json_float_is_refused_saying_what_the_field_needs(tmp_path, path, value, fragment):
-    """Issue 11: `steps: 1.5` read "Input should be a valid integer"; `cpu: 2.0` as if kubectl refused it."""
-    m = job_manifest("floaty", tmp_path)
-    m["spec"].setdefault(path[0], {})[path[1]] = value
-    code, out, err = run_bad(tmp_path, m)
-    assert_one_line_error(code, out, err, fragment)
-
-
-def test_malformed_manifest(tmp_path):
-    code, out, err = run_bad(tmp_path, "apiVersion: elasticjax.dev/v1alpha1\nspec: {slices: [\n")
-    assert_one_line_error(code, out, err, "malformed YAML")
-
-
-def test_unreachable_local_checkpoint_uri(tmp_path):
-    m = job_manifest("badckpt", tmp_path, checkpoint={"uri": "/proc/no/such/dir"})
-    code, out, err = run_bad(tmp_path, m)
-    assert_one_line_error(code, out, err, "spec.checkpoint.uri", "/proc/no/such/dir")
-    assert no_workers_started(tmp_path)
 
 
 def test_unreachable_gcs_checkpoint_uri(tmp_path, gcs_emulator):
@@ -89,132 +64,6 @@ def test_unreachable_gcs_checkpoint_uri(tmp_path, gcs_emulator):
     code, out, err = run_bad(tmp_path, m, env=gcs_emulator.env)
     assert_one_line_error(code, out, err, "spec.checkpoint.uri", "gs://no-such-bucket-ej/ckpt")
     assert no_workers_started(tmp_path)
-
-
-def test_empty_data_glob(tmp_path):
-    m = job_manifest("nodata", tmp_path)
-    m["spec"]["controller"]["trainer"]["config"]["data"] = str(tmp_path / "nothing" / "*.txt")
-    code, out, err = run_bad(tmp_path, m)
-    assert_one_line_error(code, out, err, "spec.controller.trainer.config.data", "no files match")
-    assert no_workers_started(tmp_path)
-
-
-def test_bad_trainer_config_key_and_entry_point(tmp_path):
-    m = job_manifest("badcfg", tmp_path)
-    m["spec"]["controller"]["trainer"]["config"]["dModle"] = 64
-    code, out, err = run_bad(tmp_path, m)
-    assert_one_line_error(code, out, err, "spec.controller.trainer.config.dModle")
-    m = job_manifest("badep", tmp_path)
-    m["spec"]["controller"]["trainer"]["entryPoint"] = "no_such_module:make"
-    code, out, err = run_bad(tmp_path, m)
-    assert_one_line_error(code, out, err, "spec.controller.trainer.entryPoint", "no_such_module")
-    assert "job.yaml: spec.controller.trainer.entryPoint" in err, err  # the file, as `validate` names it
-
-
-def test_an_entry_point_that_raises_is_one_line_naming_the_field_for_run_and_validate(tmp_path):
-    """`make_trainer` reading a missing config key, or a function that is no trainer (`os:system` gets a
-    dict): `run` printed `error: KeyError: 'loss'` naming nothing, `validate --trainer` a traceback."""
-    (tmp_path / "raising_trainer.py").write_text("def make_trainer(config):\n    return config['loss']\n")
-    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
-    m = job_manifest("raises", tmp_path)
-    m["spec"]["controller"]["trainer"]["entryPoint"] = "raising_trainer:make_trainer"
-    code, out, err = run_bad(tmp_path, m, env=env)
-    assert_one_line_error(code, out, err, "spec.controller.trainer.entryPoint", "raising_trainer:make_trainer",
-                          "KeyError: 'loss'", "raising_trainer.py:2", "spec.controller.trainer.config")
-    path = tmp_path / "job.yaml"
-    for entry, fragment in (("raising_trainer:make_trainer", "KeyError: 'loss'"), ("os:system", "TypeError")):
-        m["spec"]["controller"]["trainer"]["entryPoint"] = entry
-        path.write_text(yaml.safe_dump(m))
-        proc = subprocess.run([CLI, "validate", "--trainer", str(path)], capture_output=True, text=True, timeout=180,
-                              cwd=tmp_path, env={**os.environ, **env})
-        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.entryPoint",
-                              entry, fragment)
-
-
-def _validate(tmp_path: Path, manifest: dict, *flags: str) -> subprocess.CompletedProcess:
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(manifest))
-    return subprocess.run([CLI, "validate", *flags, str(path)], capture_output=True, text=True, timeout=180,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
-
-
-def test_validate_trainer_checks_config_and_data(tmp_path):
-    """`validate` checks the manifest alone; `validate --trainer` also catches what the controller would."""
-    m = job_manifest("valid", tmp_path)
-    m["spec"]["controller"]["trainer"]["config"]["data"] = str(tmp_path / "nothing" / "*.txt")
-    assert _validate(tmp_path, m).returncode == 0  # the manifest itself is fine
-    proc = _validate(tmp_path, m, "--trainer")
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.config.data",
-                          "no files match")
-    m["spec"]["controller"]["trainer"]["config"]["data"] = "stdlib"
-    m["spec"]["controller"]["trainer"]["config"]["seqLen"] = "32"  # strict: not coerced
-    proc = _validate(tmp_path, m, "--trainer")
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.config.seqLen",
-                          "valid integer")
-    m["spec"]["controller"]["trainer"]["config"]["seqLen"] = 32
-    proc = _validate(tmp_path, m, "--trainer")
-    assert proc.returncode == 0, proc.stderr
-    assert "config ok" in proc.stderr and yaml.safe_load(proc.stdout)["kind"] == "ElasticTrainingJob"
-
-
-def test_validate_trainer_reports_every_config_problem_in_one_run(tmp_path):
-    """A new-user trial: `validate --trainer` named one trainer config mistake per run (fix, rerun, the next).
-    Now one `error:` line each, naming the file and its key, as the manifest's own errors are; the data source
-    is opened too when its own keys are fine."""
-    m = job_manifest("many-config", tmp_path)
-    m["spec"]["controller"]["trainer"]["config"].update(dModle=64, numLayers=0, data=str(tmp_path / "none" / "*.txt"))
-    proc = _validate(tmp_path, m, "--trainer")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
-    prefix = f"error: {tmp_path / 'job.yaml'}: spec.controller.trainer.config."
-    assert [ln.removeprefix(prefix).split(":")[0] for ln in errors] == ["numLayers", "dModle", "data"], errors
-    assert all(ln.startswith(prefix) for ln in errors) and "no files match" in errors[-1], errors
-
-
-def test_validate_trainer_passes_a_valid_library_mode_manifest_with_a_note(tmp_path):
-    """A new-user trial: `validate --trainer examples/04-own-loop.yaml` exited 2 ("there is no trainer to
-    build") for a valid manifest, so a CI loop over the examples failed. A note; its checkpoint folder is
-    still checked, and a real problem there is still an error."""
-    m = job_manifest("own", tmp_path, controller={"command": ["python", "train.py"]})
-    m["spec"]["controller"].pop("trainer", None)
-    proc = _validate(tmp_path, m, "--trainer")
-    assert proc.returncode == 0, proc.stderr
-    assert "note: " in proc.stderr and "there is no trainer to build" in proc.stderr, proc.stderr
-    (tmp_path / "a-file").write_text("x")
-    m["spec"]["checkpoint"]["uri"] = str(tmp_path / "a-file")
-    proc = _validate(tmp_path, m, "--trainer")
-    assert proc.returncode == 2 and "error: " in proc.stderr and "spec.checkpoint.uri" in proc.stderr, proc.stderr
-
-
-def test_every_validate_line_names_the_file_with_cluster_too(tmp_path):
-    """`validate --cluster` printed its cluster-rule and TPU lines without the `FILE: ` every other line has;
-    the checkpoint folder's lines too (of `run` as well, which prints the same line)."""
-    m = job_manifest("prefix", tmp_path, checkpoint={"uri": "relative/ckpt", "intervalSteps": 0})
-    m["spec"]["backend"] = "pathways"
-    m["spec"]["slices"] = {"count": 2, "accelerator": "tpu-v9", "topology": "2x2"}
-    proc = _validate(tmp_path, m, "--cluster")
-    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
-    assert proc.returncode == 2 and len(errors) == 4, proc.stderr
-    assert all(ln.startswith(f"error: {tmp_path / 'job.yaml'}: spec.") for ln in errors), errors
-
-
-def test_validate_cluster_says_each_field_error_once(tmp_path):
-    """Issue 11: a bad uri got its specific line and then a generic one for the same field (`/`: the root,
-    then "must be an absolute folder"); an uppercase bucket name two lines. Several bad fields at once, the
-    real CLI: one line a fault, no field's fault said twice (the CRD's CEL says the same lines)."""
-    m = job_manifest("once", tmp_path, checkpoint={"uri": "/", "intervalSteps": 0})
-    m["spec"]["compilationCache"] = {"uri": "gs://UPPER//xla"}
-    m["spec"]["training"]["steps"] = 1.5
-    proc = _validate(tmp_path, m, "--cluster")
-    errors = [ln.removeprefix(f"error: {tmp_path / 'job.yaml'}: ") for ln in proc.stderr.splitlines()
-              if ln.startswith("error: ")]
-    assert proc.returncode == 2, proc.stderr
-    assert [e for e in errors if e.startswith("spec.checkpoint.uri")] == [
-        "spec.checkpoint.uri: '/': the file system's root: name a folder of the job's own, e.g. /checkpoints/JOB"]
-    assert [e.split(": ", 2)[2] for e in errors if e.startswith("spec.compilationCache.uri: 'gs:")] == [
-        "a GCS bucket name holds only lowercase letters, digits, '-', '_' and '.'",
-        "an empty path segment ('//' after the bucket name): write one '/' between folders"], errors
-    assert len(errors) == len(set(errors)) and sum(e.startswith("spec.training.steps") for e in errors) == 1
 
 
 def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
@@ -242,17 +91,6 @@ def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     assert ("job gcsjob: already finished at checkpoint step 60/60; trained 0 steps this run, its processes "
             "started only to restore it") in second.stderr, second.stderr
     assert "checkpoint step 60 written by local/gcsjob (uid " in second.stderr
-
-
-def test_bad_workdir(tmp_path):
-    m = job_manifest("badwd", tmp_path)
-    path = tmp_path / "job.yaml"
-    path.write_text(yaml.safe_dump(m))
-    (tmp_path / "afile").write_text("x")
-    for workdir, what in (("/proc/no/such", "cannot be created"), (str(tmp_path / "afile"), "is a file, not a directory")):
-        proc = subprocess.run([CLI, "run", str(path), "--workdir", workdir], capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "--workdir", what)
 
 
 def test_second_run_of_the_same_job_is_refused(tmp_path):
@@ -326,30 +164,6 @@ def _run_args(tmp_path: Path, manifest: dict, *flags: str) -> subprocess.Complet
     return proc
 
 
-def test_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path):
-    """--fresh on a checkpoint uri that is someone's project folder: refused, every file kept."""
-    project = tmp_path / "project"
-    (project / "src").mkdir(parents=True)
-    (project / "src" / "important.py").write_text("x = 1\n")
-    (project / "notes.txt").write_text("keep me")
-    m = job_manifest("danger", tmp_path, checkpoint={"uri": str(project), "intervalSteps": 10})
-    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
-                          "--fresh deletes checkpoints only", "notes.txt")
-    assert (project / "src" / "important.py").read_text() == "x = 1\n" and (project / "notes.txt").exists()
-
-
-def test_fresh_with_a_manifest_mistake_keeps_the_checkpoints(tmp_path):
-    """The old checkpoints go only once the trainer checks out; a typo costs nothing."""
-    ckpt = tmp_path / "ckpt"
-    _fake_step(ckpt, 100, identity.identity_from_env({}, "typo", str(ckpt)))
-    m = job_manifest("typo", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 10})
-    m["spec"]["controller"]["trainer"]["config"]["seqlen"] = 32
-    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.trainer.config.seqlen")
-    assert (ckpt / "100" / "_CHECKPOINT_METADATA").is_file()
-
-
 def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_path):
     ckpt = tmp_path / "ckpt"
     # What makes it an Orbax step of this job: Orbax's step metadata naming this job as its writer.
@@ -365,13 +179,6 @@ def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_pat
     summary = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("SUMMARY "))
     assert summary["restored_from_step"] is None and summary["steps"] == 20
     assert sorted(p.name for p in ckpt.iterdir() if not p.name.startswith(".")) == ["10", "20"]
-
-
-def test_contradictory_failure_flags_are_refused(tmp_path):
-    m = job_manifest("flags", tmp_path)
-    for flags in (["--kill-at-step", "5", "--no-failure"], ["--kill-slice", "1", "--no-failure"]):
-        proc = _run_args(tmp_path, m, *flags)
-        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, flags[0], "--no-failure")
 
 
 def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
@@ -469,33 +276,6 @@ def test_a_checkpoint_without_writer_identity_needs_resume_from_any(tmp_path):
     assert "resumed from checkpoint step 10 written by an unknown job (no writer identity saved)" in taken.stderr
 
 
-def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):
-    """Issue 9 item 12: `2024/` under the checkpoint directory is a user's folder, not an Orbax
-    step (no step metadata): --fresh refuses and deletes nothing, not even the real steps."""
-    ckpt = tmp_path / "ckpt"
-    first = run_cli(job_manifest("digits", tmp_path, training={"steps": 10, "globalBatchSize": 8},
-                                 checkpoint={"uri": str(ckpt), "intervalSteps": 5}), tmp_path, "--no-failure")
-    assert first.returncode == 0, first.stderr[-3000:]
-    (ckpt / "2024").mkdir()
-    (ckpt / "2024" / "report.csv").write_text("a,b\n")
-    m = job_manifest("digits", tmp_path, training={"steps": 10, "globalBatchSize": 8},
-                     checkpoint={"uri": str(ckpt), "intervalSteps": 5})
-    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
-                          "--fresh deletes checkpoints only", "2024")
-    assert (ckpt / "2024" / "report.csv").read_text() == "a,b\n"
-    assert (ckpt / "10").is_dir() and (ckpt / "5").is_dir()
-
-
-def _fake_step(ckpt: Path, step: int, writer) -> Path:
-    """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA`
-    naming its writer in `custom_metadata` (the state itself is not needed to decide ownership)."""
-    step_dir = ckpt / str(step)
-    step_dir.mkdir(parents=True)
-    (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
-    return step_dir
-
-
 def _cli(tmp_path: Path, manifest: dict, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
@@ -505,136 +285,45 @@ def _cli(tmp_path: Path, manifest: dict, *args: str) -> subprocess.CompletedProc
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
-def test_another_jobs_checkpoints_are_refused_before_any_process_starts(tmp_path):
-    """A new-user trial: a job pointed at a directory holding another job's checkpoints was refused only
-    after the controller and workers had started (exit 1, ~14 s). `run` refuses it up front, exit 2, and
-    `validate` (with or without --trainer) reports the same line; --fresh refuses to delete them up front."""
-    import time
-
-    ckpt = tmp_path / "shared"
-    _fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
-    m = job_manifest("writer-b", tmp_path, training={"steps": 20, "globalBatchSize": 8},
-                     checkpoint={"uri": str(ckpt), "intervalSteps": 5})
-    started = time.monotonic()
-    run = _cli(tmp_path, m, "run", "--no-failure")
-    assert_one_line_error(run.returncode, run.stdout, run.stderr, f"spec.checkpoint.uri {str(ckpt)!r}",
-                          "checkpoint step 10 was written by another job, local/writer-a",
-                          "set spec.checkpoint.resumeFrom: Any")
-    assert time.monotonic() - started < 10
-    assert not (tmp_path / "run").exists()  # nothing started: not even the run directory
-    for flags in (("validate",), ("validate", "--trainer")):
-        proc = _cli(tmp_path, m, *flags)
-        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr)
-        assert [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")] == run.stderr.strip().splitlines()
-    fresh = _cli(tmp_path, m, "run", "--fresh", "--no-failure")
-    assert_one_line_error(fresh.returncode, fresh.stdout, fresh.stderr, "spec.checkpoint.uri",
-                          "--fresh deletes this job's checkpoints only", "local/writer-a")
-    assert (ckpt / "10" / "_CHECKPOINT_METADATA").is_file() and not (tmp_path / "run").exists()
-    # A step beyond spec.training.steps is refused up front too, also with resumeFrom: Any.
-    m["spec"]["training"]["steps"] = 5
-    m["spec"]["checkpoint"]["resumeFrom"] = "Any"
-    for flags in (("run", "--no-failure"), ("validate",)):
-        proc = _cli(tmp_path, m, *flags)
-        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
-                              "holds checkpoint step 10, beyond spec.training.steps (5)")
-    assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize("uri, fragment", [
-    ("s3://bucket/ckpt", "unsupported scheme"),
-    ("file:///tmp/elastic-jax-ckpt", "file:// is not supported; write the local path itself ('/tmp/elastic-jax-ckpt')"),
-    ("http://example.invalid/ckpt", "unsupported scheme"),
-    ("gs://", "no bucket name"),
-    ("{tmp}/afile", "is a file, not a directory"),
-    ("{tmp}/afile/sub", "cannot be created: '{tmp}/afile' is a file, not a directory"),
-    ("{tmp}/frozen", "directory is not writable (Operation not permitted)"),
-    ("{tmp}/frozen/sub", "cannot be created: directory '{tmp}/frozen' is not writable (Operation not permitted)"),
-])
-def test_run_and_validate_trainer_refuse_the_same_checkpoint_uris(tmp_path, uri, fragment):
-    """`validate --trainer` accepted checkpoint URIs `run` refused (s3://, file://), and a checkpoint path that
-    is a file or an unwritable directory gave a raw OS message ("File exists"): both now make the same check
-    (`checkpoints.preflight`), one line naming spec.checkpoint.uri and what is wrong, before anything starts."""
-    (tmp_path / "afile").write_text("x")
-    (tmp_path / "frozen").mkdir()
-    uri, fragment = uri.format(tmp=tmp_path), fragment.format(tmp=tmp_path)
-    m = job_manifest("uris", tmp_path, checkpoint={"uri": uri})
-    subprocess.run(["chattr", "+i", str(tmp_path / "frozen")], check=True)  # EPERM even for root
-    try:
-        run = _cli(tmp_path, m, "run", "--no-failure")
-        validate = _cli(tmp_path, m, "validate", "--trainer")
-    finally:
-        subprocess.run(["chattr", "-i", str(tmp_path / "frozen")], check=False)
-    assert_one_line_error(run.returncode, run.stdout, run.stderr, "spec.checkpoint.uri", fragment)
-    assert not (tmp_path / "run").exists()
-    assert_one_line_error(validate.returncode, validate.stdout, validate.stderr)
-    assert [ln for ln in validate.stderr.splitlines() if ln.startswith("error: ")][0] == run.stderr.strip()
-    assert not (tmp_path / "frozen" / "sub").exists() and (tmp_path / "afile").read_text() == "x"
-
-
-def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
-    """--fresh on a step whose folder is immutable: it deleted the step's metadata, then died with a
-    PermissionError traceback (half a step gone). Now refused up front, one line, nothing deleted."""
-    ckpt = tmp_path / "ckpt"
-    step = _fake_step(ckpt, 10, identity.local_identity("frozenfresh", str(ckpt)))
-    (step / "state").mkdir()
-    (step / "state" / "array").write_text("data")
-    m = job_manifest("frozenfresh", tmp_path, checkpoint={"uri": str(ckpt)})
-    subprocess.run(["chattr", "+i", str(step / "state")], check=True)
-    try:
-        proc = _cli(tmp_path, m, "run", "--fresh", "--no-failure")
-    finally:
-        subprocess.run(["chattr", "-i", str(step / "state")], check=False)
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.checkpoint.uri",
-                          f"--fresh cannot delete the checkpoints: {str(step / 'state')!r} is not writable; "
-                          "nothing was deleted")
-    assert (step / "_CHECKPOINT_METADATA").is_file() and (step / "state" / "array").read_text() == "data"
-
-
-@pytest.mark.parametrize("command, args, fragment", [
-    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "abc"], "'--kill-at-step'"),
-    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "0"], "--kill-at-step 0: must be in 1..59"),
-    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "-5"], "--kill-at-step -5: must be in 1..59"),
-    ("elastic-jax", ["run", "{manifest}", "--kill-at-step", "60"], "--kill-at-step 60: must be in 1..59"),
-    ("elastic-jax", ["run", "{manifest}", "--kill-slice", "-1"], "--kill-slice -1: the job has slices 0..1"),
-    ("elastic-jax", ["run", "{manifest}", "--kill-slice", "2"], "--kill-slice 2: the job has slices 0..1"),
-    ("elastic-jax-worker", ["--token-file", "{manifest}", "--port", "-1"], "--port -1: must be 0..65535"),
-    ("elastic-jax-worker", ["--token-file", "{manifest}", "--port", "70000"], "--port 70000: must be 0..65535"),
-    ("elastic-jax-worker", ["--token-file", "{manifest}", "--slice-index", "-1"], "--slice-index -1: must be 0 or more"),
-    ("elastic-jax-worker", ["--token-file", "{manifest}", "--cache-bytes", "0"], "--cache-bytes 0: must be at least 1"),
-    ("elastic-jax-worker", ["--token-file", "{manifest}", "--host-devices", "0"], "--host-devices must be at least 1"),
-    ("elastic-jax-controller", ["--manifest", "{manifest}", "--port", "-3"], "--port -3: must be 0..65535"),
-])
-def test_numeric_options_out_of_range_name_the_option(tmp_path, command, args, fragment):
-    """No numeric option lets a value through where it makes no sense (a negative port or slice index
-    reached bind() or the slice list); each refusal names the option, exit 2, nothing started."""
+def test_the_controllers_port_out_of_range_names_the_option(tmp_path):
+    """A negative port reached bind(): `elastic-jax-controller --port -3` is refused naming the option, exit 2,
+    nothing started (the same checks of `run` and the worker: tests/unit/test_cli_refusals.py)."""
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(job_manifest("numeric", tmp_path)))
-    argv = [str(Path(sys.executable).parent / command), *(a.format(manifest=path) for a in args)]
+    argv = [str(Path(sys.executable).parent / "elastic-jax-controller"), "--manifest", str(path), "--port", "-3"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2, proc.stderr
-    assert fragment in proc.stderr and "Traceback" not in proc.stderr
+    assert "--port -3: must be 0..65535" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "run").exists() and not leftover_processes(str(tmp_path))
 
 
-def test_validate_refuses_operator_env_and_bad_pod_fields_naming_them(tmp_path):
-    """`elastic-jax validate` makes the model's checks of the new pod fields: one line naming the field."""
-    m = job_manifest("podfields", tmp_path)
-    m["spec"].update({"imagePullSecrets": [{"name": "regcred"}], "priorityClassName": "training",
-                      "worker": {"nodeSelector": {"cloud.google.com/gke-nodepool": "cpu-pool"},
-                                 "tolerations": [{"key": "spot", "operator": "Exists"}]}})
-    m["spec"]["controller"]["serviceAccountName"] = "trainer"  # its allow list is the operator's, not validate's
-    proc = _validate(tmp_path, m)
-    assert proc.returncode == 0, proc.stderr
-    m["spec"]["controller"]["env"] = [{"name": contract.ENV_TOKEN_FILE, "value": "/tmp/mine"}]
-    proc = _validate(tmp_path, m)
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.controller.env[0].name",
-                          "ELASTIC_JAX_TOKEN_FILE is set by elastic-jax itself")
-    del m["spec"]["controller"]["env"]
-    m["spec"]["worker"]["tolerations"] = [{"key": "spot", "operator": "Exists", "value": "x"}]
-    proc = _validate(tmp_path, m)
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "spec.worker.tolerations[0]",
-                          "operator Exists must not have a value")
+def test_a_trainer_the_controller_cannot_build_is_one_line_of_run_and_keeps_the_checkpoints(tmp_path):
+    """The refusal path through the controller process: `run` starts it, it cannot build the trainer (here a
+    module beside the manifest, which a controller does not search), and `run` prints its refusal as one line
+    naming the file, the field and the folder that would find it (exit 2); no worker started, nothing left
+    running. With --fresh the old checkpoints stay: they go only once the trainer checks out, so a typo costs
+    nothing. The wording of each such refusal (a config key, the data, an entry point that is missing or
+    raises) is `load_trainer`'s, checked in-process by `validate --trainer` in tests/unit/test_cli_refusals.py."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "mytrainer.py").write_text("def make_trainer(config):\n    raise SystemExit('not reached')\n")
+    ckpt = tmp_path / "ckpt"
+    fake_step(ckpt, 100, identity.identity_from_env({}, "beside", str(ckpt)))
+    m = job_manifest("beside", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 10})
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "mytrainer:make_trainer"
+    path = folder / "job.yaml"
+    path.write_text(yaml.safe_dump(m))
+    proc = subprocess.run([CLI, "run", str(path), "--workdir", str(tmp_path / "run"), "--fresh", "--no-failure"],
+                          capture_output=True, text=True, timeout=180, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr,
+                          f"{path}: spec.controller.trainer.entryPoint 'mytrainer:make_trainer'",
+                          "No module named 'mytrainer'", "must be installed", "on PYTHONPATH",
+                          f"mytrainer.py is beside the manifest in {folder}", f"PYTHONPATH={folder}")
+    assert (tmp_path / "run" / "controller.log").exists() and no_workers_started(tmp_path)  # the controller refused
+    assert (ckpt / "100" / "_CHECKPOINT_METADATA").is_file()
+    assert not leftover_processes(str(tmp_path))
 
 
 def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
@@ -759,102 +448,3 @@ def test_a_program_that_exits_before_ready_names_its_log(tmp_path):
     assert log == tmp_path / "run" / "controller.log" and "no data here" in log.read_text(), errors[0]
 
 
-def test_validate_and_run_report_every_field_error_not_the_first(tmp_path):
-    """A manifest with five mistakes in three sections: both commands list all five, one `error:` line each
-    naming its field, as the API server lists every failed rule. Before, a rule of one section
-    (minSlices > count) hid the others' and every rule across sections (globalBatchSize, hostsPerSlice, a
-    repeated env name)."""
-    m = job_manifest("many", tmp_path)
-    m["spec"]["slices"].update(count=4, minSlices=5, hostsPerSlice=2)
-    m["spec"]["training"]["globalBatchSize"] = 2
-    m["spec"]["controller"].update(args=["x"], env=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])
-    fields = ["spec.slices.minSlices (5) must not exceed spec.slices.count (4)", "spec.controller.args:",
-              "spec.controller.env[1].name: A is set twice", "spec.training.globalBatchSize (2) must be at least",
-              "spec.slices.hostsPerSlice must be 1"]
-    proc = _validate(tmp_path, m)
-    run_code, run_out, run_err = run_bad(tmp_path, m)
-    for code, out, err in ((proc.returncode, proc.stdout, proc.stderr), (run_code, run_out, run_err)):
-        assert code == 2 and "Traceback" not in err and "SUMMARY" not in out, err
-        errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-        assert len(errors) == len(fields), err
-        for line, fragment in zip(errors, fields):
-            assert line.startswith(f"error: {tmp_path / 'job.yaml'}: ") and fragment in line, (line, fragment)
-    assert not (tmp_path / "run").exists()  # refused before anything started
-
-
-def test_validate_reports_every_problem_of_every_stage_in_one_run(tmp_path):
-    """A new-user trial: one field error in a section hid the section's other rules (`intervalSteps: 0` hid
-    a `file://` uri; `hostsPerSlice: 0` a `minSlices` above `count`), and `validate` stopped between its
-    stages (the manifest, then the TPU table / --cluster rules, then the checkpoint folder). Now every
-    problem of every stage is one `error:` line naming its field, as the API server lists every CEL rule
-    beside the field errors; a rule over a field that itself failed is skipped (no line about it)."""
-    def errors(proc):
-        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-        return [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
-
-    m = job_manifest("every-stage", tmp_path)
-    m["spec"]["slices"] = {"count": 2, "minSlices": 3, "hostsPerSlice": 0}
-    m["spec"]["checkpoint"] = {"uri": "file:///tmp/x", "intervalSteps": 0}
-    found = errors(_validate(tmp_path, m))
-    assert len(found) == 4, found
-    for fragment in ("spec.slices.hostsPerSlice: Input should be greater than or equal to 1",
-                     "spec.slices.minSlices (3) must not exceed spec.slices.count (2)",
-                     "spec.checkpoint.intervalSteps: Input should be greater than or equal to 1",
-                     "spec.checkpoint.uri: 'file:///tmp/x': file:// is not supported"):
-        assert sum(fragment in ln for ln in found) == 1, (fragment, found)
-    # A rule over an invalid field is skipped: `count: 0` says so once, `minSlices` beside it stays quiet.
-    m["spec"]["slices"] = {"count": 0, "minSlices": 1}
-    found = errors(_validate(tmp_path, m))
-    assert [ln for ln in found if "spec.slices" in ln] == [
-        f"error: {tmp_path / 'job.yaml'}: spec.slices.count: Input should be greater than or equal to 1 (got 0)"], found
-
-    # The stages after the manifest: the TPU table and node selectors, the cluster rules, the checkpoint folder.
-    ckpt = tmp_path / "shared"
-    _fake_step(ckpt, 10, identity.local_identity("writer-a", str(ckpt)))
-    m = job_manifest("every-stage", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 0})
-    m["spec"]["backend"] = "pathways"
-    m["spec"]["slices"] = {"count": 2, "accelerator": "tpu-v9", "topology": "2x2"}
-    m["spec"]["worker"] = {"nodeSelector": {"cloud.google.com/gke-tpu-topology": "2x2"}}
-    found = errors(_validate(tmp_path, m))
-    for fragment in ("spec.checkpoint.intervalSteps: Input should be greater than or equal to 1",
-                     "spec.slices.accelerator 'tpu-v9' is not a TPU accelerator",
-                     "spec.worker.nodeSelector['cloud.google.com/gke-tpu-topology']",
-                     "checkpoint step 10 was written by another job, local/writer-a"):
-        assert sum(fragment in ln for ln in found) == 1, (fragment, found)
-    assert len(found) == 4, found
-    m["spec"]["checkpoint"]["uri"] = "relative/ckpt"
-    found = errors(_validate(tmp_path, m, "--cluster"))
-    for fragment in ("spec.checkpoint.intervalSteps", "spec.checkpoint.uri: a local path must be an absolute folder",
-                     "spec.checkpoint.uri must be gs://bucket/prefix for backend pathways",
-                     "'tpu-v9' is not a TPU accelerator", "spec.worker.nodeSelector["):
-        assert sum(fragment in ln for ln in found) == 1, (fragment, found)
-    assert len(found) == 5, found
-
-
-def test_a_trainer_module_beside_the_manifest_is_named_with_the_path_that_would_find_it(tmp_path):
-    """A new-user trial: `trainer: mytrainer:make_trainer` with mytrainer.py next to the yaml failed with
-    `cannot import module 'mytrainer' (No module named 'mytrainer')` and no hint. The manifest's folder is
-    not searched (a cluster's controller has no such folder): the error names the field, says the module
-    must be installed or on PYTHONPATH, and names the folder it is in; `run` and `validate --trainer` alike."""
-    folder = tmp_path / "project"
-    folder.mkdir()
-    (folder / "mytrainer.py").write_text("def make_trainer(config):\n    raise SystemExit('not reached')\n")
-    m = job_manifest("beside", tmp_path)
-    m["spec"]["controller"]["trainer"]["entryPoint"] = "mytrainer:make_trainer"
-    path = folder / "job.yaml"
-    path.write_text(yaml.safe_dump(m))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    fragments = ("spec.controller.trainer.entryPoint 'mytrainer:make_trainer'", "No module named 'mytrainer'",
-                 "must be installed", "on PYTHONPATH", f"mytrainer.py is beside the manifest in {folder}",
-                 f"PYTHONPATH={folder}")
-    for args in (["run", str(path), "--workdir", str(tmp_path / "run"), "--no-failure"],
-                 ["validate", "--trainer", str(path)]):
-        proc = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=180, cwd=tmp_path, env=env)
-        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, *fragments)
-    assert not leftover_processes(str(tmp_path))
-    # Not beside the manifest either: the error says where it looked.
-    (folder / "mytrainer.py").unlink()
-    proc = subprocess.run([CLI, "validate", "--trainer", str(path)], capture_output=True, text=True, timeout=180,
-                          cwd=tmp_path, env=env)
-    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "must be installed",
-                          f"not found beside the manifest either (looked in {folder})")

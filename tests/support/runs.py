@@ -113,3 +113,15 @@ def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s:
             p.kill()
     assert not left, f"processes left running: {[p.pid for p in left]}"
     return CliRun(proc.returncode, out, err, workdir)
+
+
+def fake_step(ckpt: Path, step: int, writer) -> Path:
+    """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA`
+    naming its writer (an `identity` of `elastic_jax.api.identity`) in `custom_metadata`; the state itself
+    is not needed to decide ownership. Returns the step's directory."""
+    from elastic_jax.api import identity
+
+    step_dir = ckpt / str(step)
+    step_dir.mkdir(parents=True)
+    (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
+    return step_dir

@@ -100,6 +100,7 @@ def _run(tmp_path, *argv: str, port: int | None = None, manifest_text: str | Non
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.slow  # (a real run_module process serving HTTP: ~15 s at load 10)
 def test_module_runs_as_main_with_its_args_while_the_control_api_serves(tmp_path):
     port = free_port()
     (tmp_path / "fake_trainer.py").write_text(textwrap.dedent(f"""
@@ -181,6 +182,7 @@ def _standin_maxtext(tmp_path) -> None:
     (tmp_path / "maxtext/trainers/pre_train/train.py").write_text(_STANDIN_TRAIN)
 
 
+@pytest.mark.slow  # (a real run_module process importing jax and pathwaysutils: ~11 s at load 10)
 def test_maxtexts_elastic_manager_is_ours_and_built_only_when_maxtext_uses_it(tmp_path):
     """Under run_module on pathways, MaxText's `elastic_manager` global is a `LazyManager` before its trainer
     runs (nothing built: building lists jax.devices(), which must wait for pathwaysutils.initialize()), and
@@ -193,6 +195,7 @@ def test_maxtexts_elastic_manager_is_ours_and_built_only_when_maxtext_uses_it(tm
     assert "takes the operator's slice reports" in result.stderr, result.stderr
 
 
+@pytest.mark.slow  # (a real run_module process importing jax: ~10 s at load 10)
 def test_maxtext_keeps_its_own_manager_off_pathways(tmp_path):
     _standin_maxtext(tmp_path)
     manifest = yaml.safe_load(EXAMPLE.read_text())

@@ -11,9 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import kopf
 import pytest
 
 from elastic_jax import contract
+from elastic_jax.k8s_operator import main as operator_main
 from tests.support.silent_server import SilentServer
 
 EXE = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent))
@@ -33,10 +35,33 @@ EXE = shutil.which("elastic-jax-operator", path=str(Path(sys.executable).parent)
     ({contract.ENV_STOP_DEADLINE_SECONDS: "inf"}, "--stop-deadline-seconds"),
     ({contract.ENV_NODE_LOST_SECONDS: "nan"}, "--node-lost-seconds"),
 ])
-def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag):
-    proc = subprocess.run([EXE], env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+def test_bad_environment_setting_is_a_usage_error_naming_the_flag(env, flag, monkeypatch, capsys):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert f"argument {flag}:" in _usage_error(monkeypatch, capsys, operator_main.main, [])
+
+
+def _usage_error(monkeypatch, capsys, main, argv: list[str]) -> str:
+    """`main(argv)` in this process, which must stop at its argument parser with exit 2 (argparse's usage
+    error); its stderr. Parsing is all it may do here: past it, kopf would be configured (then a failure,
+    not an operator run)."""
+    monkeypatch.setattr(kopf, "configure", _parsed)
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    return capsys.readouterr().err
+
+
+def _parsed(*_, **__):
+    raise AssertionError("the arguments were accepted")
+
+
+def test_the_operators_usage_error_is_exit_2_without_a_traceback_from_its_console_script():
+    """The one real process of the usage errors above (in-process, from `main`): the installed command."""
+    env = {**os.environ, contract.ENV_NODE_LOST_SECONDS: "nan"}
+    proc = subprocess.run([EXE], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
-    assert f"argument {flag}:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "argument --node-lost-seconds:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("flag", ["--metrics-port", "--liveness"])
@@ -58,30 +83,29 @@ def test_a_port_in_use_is_one_error_line_naming_the_flag_and_port(flag):
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "eight"])
-def test_a_bad_thread_count_is_a_usage_error_naming_the_flag(value):
+def test_a_bad_thread_count_is_a_usage_error_naming_the_flag(value, monkeypatch, capsys):
     """`--workers 0` reached the reconcile pass pool: a ValueError traceback from ThreadPoolExecutor."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-    env["KUBECONFIG"] = os.devnull  # (it must stop before reaching any cluster)
-    proc = subprocess.run([EXE, "--metrics-port", "0", "--workers", value], env=env, capture_output=True, text=True,
-                          timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert "argument --workers:" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    err = _usage_error(monkeypatch, capsys, operator_main.main, ["--metrics-port", "0", "--workers", value])
+    assert "argument --workers:" in err and "Traceback" not in err, err
 
 
-def test_every_image_takes_the_same_log_formats():
+def test_every_image_takes_the_same_log_formats(monkeypatch, capsys):
     """One list (`elastic_jax.logs.FORMATS`): the controller took json|text, the operator json|plain, and the
-    worker had no --log-format at all (JSON whatever ELASTIC_JAX_LOG_FORMAT said)."""
-    bin_dir = str(Path(sys.executable).parent)
-    controller = shutil.which("elastic-jax-controller", path=bin_dir)
-    worker = shutil.which("elastic-jax-worker", path=bin_dir)
-    for exe in (EXE, controller, worker):
-        out = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60).stdout
-        assert "json or text" in out, (exe, out)
-        proc = subprocess.run([exe, "--log-format", "xml"], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and "argument --log-format: 'xml': must be one of json, text" in proc.stderr, \
-            (exe, proc.stderr)
+    worker had no --log-format at all (JSON whatever ELASTIC_JAX_LOG_FORMAT said). Each image's `main`
+    (the worker's argument parser), in this process: `--help` and a usage error stop at the parser."""
+    from elastic_jax.controller import main as controller_main
+    from elastic_jax.worker import main as worker_main
+
+    for main in (operator_main.main, controller_main.main, worker_main.parse_args):
+        with pytest.raises(SystemExit) as helped:
+            main(["--help"])
+        out = capsys.readouterr().out
+        assert helped.value.code == 0 and "json or text" in out, (main, out)
+        err = _usage_error(monkeypatch, capsys, main, ["--log-format", "xml"])
+        assert "argument --log-format: 'xml': must be one of json, text" in err, (main, err)
 
 
+@pytest.mark.slow  # (a fresh interpreter importing the operator: ~15 s at load 10)
 def test_the_api_client_classes_are_imported_with_the_handlers_not_in_the_first_reconcile_pass():
     # kubernetes.client imports an API class (and its model modules) on first use: in the first pass that
     # took 5-7 s on a loaded machine, and a SIGTERM during it waited for it (e2e/test_operator_sigterm.py).
@@ -120,6 +144,7 @@ def test_the_diff_base_is_a_small_marker_whatever_the_spec_size():
 STARTED = "Activity 'main.<locals>._startup' succeeded."  # kopf's log line: its signal handlers are installed
 
 
+@pytest.mark.slow  # (a real operator process's start and stop: ~20 s at load 10)
 def test_a_stop_that_hangs_on_the_api_server_ends_by_itself_at_the_deadline_with_exit_0(tmp_path):
     """kopf's own stop can outlast a pod's grace (CI saw a SIGTERM during its discovery of the cluster's
     resources hang past 10 s). Here the real `elastic-jax-operator` discovers against a server that never

@@ -40,8 +40,25 @@ def runtime():
     rt = Runtime(parse_manifest(_job()), TOKEN, host="127.0.0.1", port=0).start()
     client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
     yield rt, client
+    close_read_by_a_supervisor(rt, client)
     client.close()
-    rt.close()
+
+
+def close_read_by_a_supervisor(rt: Runtime, client: ControlClient) -> None:
+    """`rt.close()` with a supervisor polling `GET /v1/status` meanwhile, as the operator and the launcher do.
+
+    A test that read the status makes `close` wait for the final status to be read (at most 10 s: the
+    handoff of `Runtime.close`); nobody reading it cost each such test 10 s of teardown. Polls until
+    `close` returned (its server stopped: the read fails).
+    """
+    closer = threading.Thread(target=rt.close, name="close")
+    closer.start()
+    while closer.is_alive():
+        try:
+            client.status()
+        except ControlApiError:
+            pass
+        closer.join(0.05)
 
 
 def _ready(client, index):
@@ -178,12 +195,12 @@ def test_connect_reads_the_environment_and_names_what_is_missing(tmp_path):
         connect({contract.ENV_MANIFEST: str(bad), contract.ENV_TOKEN_FILE: str(token)})
     rt = connect({contract.ENV_MANIFEST: str(manifest), contract.ENV_TOKEN_FILE: str(token),
                   contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: "0"})
+    client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
     try:
-        client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
         assert client.status().desired_slices == 2
-        client.close()
     finally:
-        rt.close()
+        close_read_by_a_supervisor(rt, client)
+        client.close()
 
 
 def test_import_elastic_jax_loads_no_jax_until_the_library_is_used():
