@@ -505,7 +505,7 @@ def _resume_problems(job) -> list[str]:
     try:
         checkpoints.check_resume(ckpt.uri, job.spec.training.steps,
                                  identity.local_identity(job.metadata.name, ckpt.uri), ckpt.resume_from)
-    except checkpoints.CheckpointMismatchError as e:
+    except (checkpoints.CheckpointMismatchError, checkpoints.CheckpointUncommittedError) as e:
         return [str(e)]
     return []
 

@@ -18,7 +18,10 @@ write of the same bytes and slowed the training steps that overlap a save
 Atomicity is Orbax's: on local disk a step is written under
 `<step>.orbax-checkpoint-tmp-*` and renamed when complete; on GCS
 `commit_success.txt` is written last. Only such committed steps are listed or
-restored, so a save interrupted by a crash is never read.
+restored, so a save interrupted by a crash is never read. A step directory that
+exists without its commit marker and is not this job's own save cut short (a
+copy that left `commit_success.txt` out) refuses the location instead: Orbax
+would list it as nothing on GCS and save over it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from elastic_jax.api.checkpoints import (  # noqa: F401 - re-exported: the contr
     URI_FIELD,
     CheckpointForeignError,
     CheckpointMismatchError,
+    CheckpointUncommittedError,
     CheckpointUriError,
     clear_local_checkpoints,
     fresh_plan,
@@ -190,6 +194,9 @@ class Checkpointer:
         Raises:
           ValueError: `interval_steps` or `max_to_keep` is below 1.
           CheckpointUriError: the location is unusable (see `check_uri`).
+          CheckpointUncommittedError: (a CheckpointUriError) the location holds step directories that were
+            never committed and are not this job's own save cut short
+            (`elastic_jax.api.checkpoints.uncommitted_steps`).
         """
         if interval_steps < 1:
             raise ValueError(f"interval_steps must be >= 1, got {interval_steps}")
@@ -201,6 +208,8 @@ class Checkpointer:
         self._on_commit = on_commit
         self.writer = writer
         self.directory = check_uri(uri, probe_timeout_s)
+        # Before Orbax opens it: it would list uncommitted steps as nothing (GCS) and save over them.
+        _locations.check_committed(self.directory, uri, writer)
         self._manager = ocp.CheckpointManager(
             self.directory,
             item_names=(_STATE_ITEM, _DATA_ITEM),

@@ -28,6 +28,10 @@ from elastic_jax.api.identity import JobIdentity
 URI_FIELD = "spec.checkpoint.uri"
 # The file Orbax's CheckpointManager writes into every step directory it saves.
 STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
+# The file Orbax writes last into a step it commits (`orbax.checkpoint._src.path.atomicity_types.COMMIT_SUCCESS_FILE`;
+# tests/unit/test_checkpoints.py checks that they agree): on GCS the commit itself, on local disk written just
+# before the rename that commits the step.
+COMMIT_SUCCESS_FILE = "commit_success.txt"
 # Orbax's root metadata folder (`orbax.checkpoint.checkpoint_manager.METADATA_ITEM_NAME`;
 # tests/unit/test_checkpoints.py checks that they agree).
 ORBAX_ROOT_METADATA = "metadata"
@@ -54,6 +58,13 @@ class CheckpointForeignError(CheckpointMismatchError):
     """The checkpoint to resume from was written by another job (or by an unknown one) and
     `spec.checkpoint.resumeFrom` is `SameJob`. The message is one line naming the field,
     the step and the writer."""
+
+
+class CheckpointUncommittedError(CheckpointUriError):
+    """The checkpoint location holds step directories that were never committed (no `commit_success.txt`: a copy
+    that left Orbax's commit markers out, or another job's save cut short). They are neither a step to resume
+    from nor space to save over, so the job is refused (bad input: exit 2) until they are committed, moved or
+    deleted. The message is one line naming `spec.checkpoint.uri` and the steps."""
 
 
 class CheckpointUnreadableError(CheckpointMismatchError):
@@ -398,6 +409,77 @@ def committed_local_steps(root: Path) -> list[int]:
         return []
 
 
+def _step_metadata(step_dir) -> dict | None:
+    """A step's `_CHECKPOINT_METADATA` as a dict; None when it is missing or not a JSON object."""
+    try:
+        meta = json.loads((step_dir / STEP_METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def uncommitted_steps(root, me: JobIdentity | None) -> list[int]:
+    """The step directories under checkpoint directory `root` that exist but were never committed, ascending.
+
+    A step is committed when it holds `commit_success.txt`: Orbax writes it last, on GCS (where it is the
+    commit) and on local disk (just before the rename from `<step>.orbax-checkpoint-tmp-*`). Orbax itself lists
+    a local step directory as committed by its name alone and skips an uncommitted GCS one, then saves over
+    it: both made a copy that left the markers out look like a finished step, or like nothing.
+
+    A step this job's own save left uncommitted (its metadata names `me`'s uid: a controller killed mid-save on
+    GCS) is not listed: Orbax saves that step again. `<step>.orbax-checkpoint-tmp-*` folders are never listed
+    (an interrupted local save, Orbax's to clean).
+
+    Args:
+      root: the checkpoint directory, a `pathlib.Path` or an `etils.epath.Path` (gs://).
+      me: this job; None: no step is excused as this job's own.
+
+    Returns:
+      The step numbers, ascending; [] when `root` does not exist or cannot be listed.
+    """
+    try:
+        entries = [p for p in root.iterdir() if p.name.isdigit() and p.is_dir()]
+    except OSError:
+        return []
+    found = []
+    for step_dir in entries:
+        if (step_dir / COMMIT_SUCCESS_FILE).exists():
+            continue
+        meta = _step_metadata(step_dir) or {}
+        writer = identity.from_metadata(meta.get("custom_metadata"))
+        if me is not None and writer is not None and writer.uid == me.uid:
+            continue
+        found.append(int(step_dir.name))
+    return sorted(found)
+
+
+# The most step numbers one message names.
+_MAX_NAMED = 5
+
+
+def uncommitted_problem(steps: list[int], uri: str) -> str | None:
+    """The one-line refusal for `uncommitted_steps`' answer `steps` at `uri`; None when there are none."""
+    if not steps:
+        return None
+    more = len(steps) - _MAX_NAMED
+    shown = ", ".join(map(str, steps[:_MAX_NAMED])) + (f" and {more} more" if more > 0 else "")
+    return (f"{URI_FIELD} {uri!r}: checkpoint step(s) {shown} exist but were never committed (no {COMMIT_SUCCESS_FILE}, "
+            "which Orbax writes last: a copy that left it out, or another job's save cut short); they can neither "
+            "be resumed from nor saved over: copy them again with their commit markers, delete them, or give this "
+            "job its own directory")
+
+
+def check_committed(root, uri: str, me: JobIdentity | None) -> None:
+    """Refuses a checkpoint directory that holds uncommitted steps (`uncommitted_steps`).
+
+    Raises:
+      CheckpointUncommittedError: one line naming `spec.checkpoint.uri` and the steps.
+    """
+    problem = uncommitted_problem(uncommitted_steps(root, me), uri)
+    if problem:
+        raise CheckpointUncommittedError(problem)
+
+
 def read_step_writer(step_dir: Path) -> tuple[bool, JobIdentity | None]:
     """The writer stored in a local step's Orbax metadata.
 
@@ -486,6 +568,7 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
       resume_from: `spec.checkpoint.resumeFrom`.
 
     Raises:
+      CheckpointUncommittedError: the directory holds steps that were never committed (`uncommitted_steps`).
       CheckpointMismatchError: a committed step is beyond `total_steps`.
       CheckpointForeignError: the step to resume from is another job's (or of no known job).
     """
@@ -494,6 +577,7 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
     root = local_path(uri)
     if not root.is_dir():
         return
+    check_committed(root, uri, me)
     steps = committed_local_steps(root)
     if not steps:
         return
@@ -642,6 +726,21 @@ def finished_at(uri: str, total_steps: int) -> tuple[int, JobIdentity | None] | 
     return (total_steps, writer) if readable else None
 
 
+def _check_gcs_committed(uri: str, me: JobIdentity | None) -> None:
+    """`check_committed` for a reachable `gs://` location, listed through etils (the controller extra); skipped
+    without it (the controller checks again through the same function when it starts)."""
+    try:
+        from etils import epath
+    except ImportError:
+        return
+    try:
+        check_committed(epath.Path(uri), uri, me)
+    except CheckpointUncommittedError:
+        raise
+    except Exception:  # noqa: BLE001 - listing failed after the probe passed: the controller will say why
+        return
+
+
 def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal["SameJob", "Any"], *,
               fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> None:
     """Everything about the checkpoint location that can be refused before a process starts.
@@ -653,7 +752,8 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
 
     Checks: the URI's form (`uri_problem`); the location (`check_location`
     with `create=False`: a file, a directory that is not writable, a missing
-    bucket); then, for a local path, with `fresh` what `--fresh` would refuse
+    bucket); steps there that were never committed (`uncommitted_steps`; for gs:// when etils is
+    installed); then, for a local path, with `fresh` what `--fresh` would refuse
     (`fresh_plan`), else what resuming would refuse (`check_resume`:
     another job's steps, a step beyond `total_steps`).
 
@@ -668,6 +768,7 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
 
     Raises:
       CheckpointUriError: the location is unusable, or `--fresh` would refuse it.
+      CheckpointUncommittedError: the location (local or gs://) holds steps that were never committed.
       CheckpointForeignError: the checkpoint to resume from is another job's.
       CheckpointMismatchError: a committed step is beyond `total_steps`.
     """
@@ -678,6 +779,7 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
         return
     check_location(uri, create=False, timeout_s=timeout_s)
     if not is_local(uri):
+        _check_gcs_committed(uri, me)
         return
     if fresh:
         fresh_plan(uri, me, allow_foreign=resume_from == "Any")

@@ -488,11 +488,12 @@ def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):
 
 
 def _fake_step(ckpt: Path, step: int, writer) -> Path:
-    """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA`
+    """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA` (and the commit marker)
     naming its writer in `custom_metadata` (the state itself is not needed to decide ownership)."""
     step_dir = ckpt / str(step)
     step_dir.mkdir(parents=True)
     (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
+    (step_dir / "commit_success.txt").write_text("committed")  # (Orbax's commit marker, written last)
     return step_dir
 
 
