@@ -42,6 +42,7 @@ from elastic_jax.api import identity
 from elastic_jax.api.checkpoints import (  # noqa: F401 - re-exported: the controller's names for them
     STEP_METADATA_FILE,
     URI_FIELD,
+    CheckpointDataChangeError,
     CheckpointForeignError,
     CheckpointMismatchError,
     CheckpointUncommittedError,
@@ -407,18 +408,40 @@ class Checkpointer:
             raise ValueError(f"checkpoint step {step}: {_locations.STEP_METADATA_FILE} is not a JSON object")
         return identity.from_metadata(meta.get("custom_metadata"))
 
-    def check_resume(self, total_steps: int, resume_from: str) -> None:
+    def data_of(self, step: int) -> Any:
+        """The loop's data record saved with committed `step` (its `data` item's `data`, see
+        `elastic_jax.api.checkpoints.run_data`); None when it does not read.
+
+        Read alone, through Orbax's JSON handler (local or gs://), without the arrays."""
+        try:
+            with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
+                record = checkpointer.restore(self.directory / str(step) / _DATA_ITEM)
+        except Exception:  # noqa: BLE001 - an unreadable record: the restore's fallback decides about the step
+            return None
+        return record.get("data") if isinstance(record, dict) else None
+
+    def check_resume(self, total_steps: int, resume_from: str, data: dict | None = None,
+                     allow_data_change: bool = False) -> None:
         """Refuses, before anything trains, checkpoints this job may not resume from.
 
         The controller's copy of the CLI's check (`elastic_jax.api.checkpoints.check_resume`),
         read through Orbax so it covers `gs://` too: the newest committed step
         must not be beyond `total_steps`, and the newest step whose metadata
-        reads must be this job's unless `resume_from` is `Any`. Unreadable
-        steps are left to the restore's fallback.
+        reads must be this job's unless `resume_from` is `Any`, and (with
+        `data`) must have been trained with the same global batch size and
+        seed unless `allow_data_change`. Unreadable steps are left to the
+        restore's fallback.
+
+        Args:
+          total_steps: `spec.training.steps`.
+          resume_from: `spec.checkpoint.resumeFrom`.
+          data: `elastic_jax.api.checkpoints.run_data` of the spec; None: not checked.
+          allow_data_change: `spec.checkpoint.allowDataChange`.
 
         Raises:
           CheckpointMismatchError: a committed step is beyond `total_steps`.
           CheckpointForeignError: the step to resume from is another job's (or of no known job).
+          CheckpointDataChangeError: that step was trained with another global batch size or seed.
         """
         steps = self.committed_steps()
         if not steps:
@@ -434,6 +457,10 @@ class Checkpointer:
             problem = _locations.writer_problem(step, writer, self.writer, resume_from, self.uri)
             if problem:
                 raise CheckpointForeignError(problem)
+            if data is not None:
+                problem = _locations.data_change_problem(self.data_of(step), data, step, self.uri, allow_data_change)
+                if problem:
+                    raise CheckpointDataChangeError(problem)
             return
 
     def restore(self, target: PyTree, step: int | None = None) -> tuple[PyTree, dict[str, Any], int]:

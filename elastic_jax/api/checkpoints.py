@@ -20,7 +20,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Callable, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 from elastic_jax.api import identity
 from elastic_jax.api.identity import JobIdentity
@@ -65,6 +65,12 @@ class CheckpointUncommittedError(CheckpointUriError):
     that left Orbax's commit markers out, or another job's save cut short). They are neither a step to resume
     from nor space to save over, so the job is refused (bad input: exit 2) until they are committed, moved or
     deleted. The message is one line naming `spec.checkpoint.uri` and the steps."""
+
+
+class CheckpointDataChangeError(CheckpointMismatchError):
+    """The step to resume from was trained with another `spec.training.globalBatchSize` or `spec.training.seed`
+    (what shapes the data order and what a step means to the optimizer) and `spec.checkpoint.allowDataChange`
+    is not set. The message is one line naming each changed field with both values."""
 
 
 class CheckpointUnreadableError(CheckpointMismatchError):
@@ -480,6 +486,55 @@ def check_committed(root, uri: str, me: JobIdentity | None) -> None:
         raise CheckpointUncommittedError(problem)
 
 
+# What the built-in training loop saves with each step (its `data` item's `data`) that decides the data order
+# and what one step means to the optimizer, and the spec field each comes from.
+DATA_FIELDS = (("global_batch_size", "spec.training.globalBatchSize"), ("seed", "spec.training.seed"))
+ALLOW_DATA_CHANGE_FIELD = "spec.checkpoint.allowDataChange"
+# Orbax's JsonCheckpointHandler file in an item folder (`<step>/data/metadata`).
+_JSON_ITEM_FILE = "metadata"
+
+
+def run_data(global_batch_size: int, seed: int) -> dict[str, int]:
+    """What the built-in loop saves beside each step for `DATA_FIELDS` (`spec.training` values)."""
+    return {"global_batch_size": global_batch_size, "seed": seed}
+
+
+def data_changes(saved: Any, now: Any) -> list[tuple[str, Any, Any]]:
+    """`(field, checkpoint's value, spec's value)` for each of `DATA_FIELDS` that both `saved` (what the
+    step recorded) and `now` (`run_data` of this spec) hold and that differ; [] when none (or `saved` is not a
+    dict: a step of the user's own loop records what it likes)."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return []
+    return [(field, saved[key], now[key]) for key, field in DATA_FIELDS
+            if key in saved and key in now and saved[key] != now[key]]
+
+
+def describe_changes(changes: list[tuple[str, Any, Any]], step: int) -> str:
+    """`spec.training.seed 1 (checkpoint step 100 was trained with 0), ...` for `data_changes`' answer."""
+    return ", ".join(f"{field} {new} (checkpoint step {step} was trained with {old})" for field, old, new in changes)
+
+
+def data_change_problem(saved: Any, now: Any, step: int, uri: str, allow: bool) -> str | None:
+    """Why resuming checkpoint `step` (which recorded `saved`) with a spec whose `run_data` is `now` is refused:
+    one line naming each changed field and both values, and the way out; None when nothing changed or `allow`
+    (`spec.checkpoint.allowDataChange`)."""
+    changes = data_changes(saved, now)
+    if allow or not changes:
+        return None
+    return (f"{describe_changes(changes, step)} at {URI_FIELD} {uri!r}: resuming would change the data order and "
+            f"what a step means to the optimizer; set the field(s) back, or set {ALLOW_DATA_CHANGE_FIELD}: true "
+            "to resume with the change")
+
+
+def read_step_data(step_dir: Path) -> Any:
+    """The loop's data record saved with a local step (`<step>/data/metadata`'s `data`); None if unreadable."""
+    try:
+        record = json.loads((step_dir / "data" / _JSON_ITEM_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("data") if isinstance(record, dict) else None
+
+
 def read_step_writer(step_dir: Path) -> tuple[bool, JobIdentity | None]:
     """The writer stored in a local step's Orbax metadata.
 
@@ -550,7 +605,8 @@ def beyond_steps_problem(latest: int | None, total_steps: int, uri: str) -> str 
 
 
 def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
-                 resume_from: Literal["SameJob", "Any"]) -> None:
+                 resume_from: Literal["SameJob", "Any"], data: dict | None = None,
+                 allow_data_change: bool = False) -> None:
     """Refuses what the controller would refuse before restoring from the local checkpoint directory `uri`.
 
     Judged from the files alone: the newest committed step must not be beyond
@@ -566,11 +622,14 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
       total_steps: `spec.training.steps`.
       me: this job's identity (None: no identity to compare).
       resume_from: `spec.checkpoint.resumeFrom`.
+      data: `run_data` of this spec (the built-in loop); None: not checked (the user's own loop).
+      allow_data_change: `spec.checkpoint.allowDataChange`.
 
     Raises:
       CheckpointUncommittedError: the directory holds steps that were never committed (`uncommitted_steps`).
       CheckpointMismatchError: a committed step is beyond `total_steps`.
       CheckpointForeignError: the step to resume from is another job's (or of no known job).
+      CheckpointDataChangeError: that step was trained with another global batch size or seed.
     """
     if not is_local(uri):
         return
@@ -590,6 +649,10 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
             problem = writer_problem(step, writer, me, resume_from, uri)
             if problem:
                 raise CheckpointForeignError(problem)
+            if data is not None:
+                problem = data_change_problem(read_step_data(root / str(step)), data, step, uri, allow_data_change)
+                if problem:
+                    raise CheckpointDataChangeError(problem)
             return
 
 
@@ -742,7 +805,8 @@ def _check_gcs_committed(uri: str, me: JobIdentity | None) -> None:
 
 
 def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal["SameJob", "Any"], *,
-              fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> None:
+              fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+              data: dict | None = None, allow_data_change: bool = False) -> None:
     """Everything about the checkpoint location that can be refused before a process starts.
 
     `elastic-jax run` (before the controller starts) and `elastic-jax validate
@@ -765,6 +829,7 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
       fresh: the run starts with `--fresh`.
       check_gcs: probe a `gs://` location (False leaves it to the controller).
       timeout_s: per-request timeout of the `gs://` probe.
+      data, allow_data_change: as `check_resume`'s (the data record the step to resume from must match).
 
     Raises:
       CheckpointUriError: the location is unusable, or `--fresh` would refuse it.
@@ -784,4 +849,4 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
     if fresh:
         fresh_plan(uri, me, allow_foreign=resume_from == "Any")
         return
-    check_resume(uri, total_steps, me, resume_from)
+    check_resume(uri, total_steps, me, resume_from, data, allow_data_change)
