@@ -693,6 +693,7 @@ class Runtime:
             failure_reason=self._failure_reason,
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.last_committed_step,
             resumed_from=self._resumed_from(), steps_lost=self.steps_lost,
+            setting_warnings=list(getattr(self._backend, "setting_warnings", None) or []),
         )
 
     def stall_reason(self) -> str | None:

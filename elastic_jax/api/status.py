@@ -107,6 +107,7 @@ REASON_PREVIOUS_JOB_TERMINATING = "PreviousJobTerminating"
 # step because the newer ones could not be restored (Warning).
 EVENT_RESUMED = "Resumed"
 EVENT_CHECKPOINT_FALLBACK = "CheckpointFallback"
+EVENT_SETTING_WARNING = "SettingWarning"
 # Slice Events are `Slice<state>` (SliceReady, SliceDown, SliceDraining, SliceProvisioning) for each transition;
 # SliceDown also for replacements that happened while no operator ran (`missed_losses`).
 EVENT_SLICE_DOWN = "SliceDown"
@@ -325,6 +326,11 @@ class ElasticTrainingJobStatus(_Model):
                                      "seconds are booked `recovering` in `goodput`, not `productive`.")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
+    setting_warnings: list[str] = Field(
+        default_factory=list, description="Settings the current controller found wrong while it ran, one line each "
+                                          "naming the field (e.g. spec.elasticity.stepDeadlineSeconds shorter than "
+                                          "every slice's step, with the step time); each new one is also a Warning "
+                                          "Event (SettingWarning).")
     resumed_from: ResumedFrom | None = Field(
         default=None, description="The checkpoint step (and the job that wrote it) the current controller resumed from; "
                                   "unset when it started from step 0.")
