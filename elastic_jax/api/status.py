@@ -196,7 +196,8 @@ class SliceCounterBase(_Model):
 
 
 # Goodput ledger categories (the controller's `goodput.CATEGORIES`), in the order status lists them.
-GOODPUT_CATEGORIES = ("productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting")
+GOODPUT_CATEGORIES = ("productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting",
+                      "stalled")
 
 
 class GoodputSeconds(_Model):
@@ -213,6 +214,9 @@ class GoodputSeconds(_Model):
     starting: float = Field(default=0.0, ge=0, description="Seconds from a controller process's start to its first "
                                                            "completed step (start-up, first slices, first compile, "
                                                            "and a first step that failed and was retried).")
+    stalled: float = Field(default=0.0, ge=0, description="Seconds the training loop was stuck in the controller's own "
+                                                          "code (a blocking data read, a deadlock in user code) past "
+                                                          "the step deadline, outside the slices' step.")
 
 
 class Goodput(_Model):
