@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from elastic_jax.local.processes import wait_until
 from elastic_jax.logs import read_events
 from tests.support.runs import ROOT, TINY_TRAINER, job_manifest, leftover_processes
 
@@ -28,14 +29,11 @@ CLI = str(Path(sys.executable).parent / "elastic-jax")
 DEADLINE_S = 10
 
 
-def _wait_for(predicate, what: str, timeout_s: float = 300, interval_s: float = 0.25):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out waiting for {what}")
+def _wait_for(predicate, what: str, timeout_s: float = 300):
+    """`predicate()`'s first true answer (polled every 0.25 s, for at most `timeout_s`)."""
+    found = []
+    assert wait_until(lambda: found.append(predicate()) or found[-1], timeout_s, 0.25), f"timed out waiting for {what}"
+    return found[-1]
 
 
 def test_a_blocked_data_read_is_said_in_the_runs_output_and_never_booked_productive(tmp_path):
