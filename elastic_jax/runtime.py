@@ -701,7 +701,9 @@ class Runtime:
 
         with self._lock:
             on_slices, since, step = self._on_slices, self._outside_since, self.step
-        if on_slices or phase not in WATCHED_PHASES:
+        # (cpu backend only: there the slices' part of a step is `map_sum`, and what lies outside it is the
+        # controller's own; on pathways the step runs on the devices from the controller's own code)
+        if on_slices or phase not in WATCHED_PHASES or self.job.spec.backend != "cpu":
             return None
         idle, notice = time.monotonic() - since, self._stall_notice_s()
         if idle <= notice:
@@ -729,7 +731,8 @@ class Runtime:
         ledger = self.record.ledger
         with self._lock:
             now, since = time.monotonic(), self._outside_since
-            if now - since > self._stall_notice_s() and ledger.current in ("productive", "reduced"):
+            if (self.job.spec.backend == "cpu" and now - since > self._stall_notice_s()
+                    and ledger.current in ("productive", "reduced")):
                 ledger.switch("stalled", at=since)
             ended = ledger.current == "stalled"
             if ended:
