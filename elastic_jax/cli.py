@@ -521,10 +521,20 @@ def _checkpoint_problems(job, fresh: bool, check_gcs: bool) -> list[str]:
     me = identity.local_identity(job.metadata.name, ckpt.uri)
     try:
         checkpoints.preflight(ckpt.uri, job.spec.training.steps, me, ckpt.resume_from, fresh=fresh,
-                              check_gcs=check_gcs)
+                              check_gcs=check_gcs, data=_run_data(job), allow_data_change=ckpt.allow_data_change)
     except (checkpoints.CheckpointUriError, checkpoints.CheckpointMismatchError) as e:
         return [str(e)]
     return []
+
+
+def _run_data(job) -> dict | None:
+    """What the built-in loop records with each step that a resume must match (`checkpoints.run_data`); None in
+    library mode (the user's own loop records what it likes)."""
+    from elastic_jax.api import checkpoints
+
+    if job.spec.controller.command is not None:
+        return None
+    return checkpoints.run_data(job.spec.training.global_batch_size, job.spec.training.seed)
 
 
 def _resume_problems(job) -> list[str]:
@@ -535,8 +545,9 @@ def _resume_problems(job) -> list[str]:
     ckpt = job.spec.checkpoint
     try:
         checkpoints.check_resume(ckpt.uri, job.spec.training.steps,
-                                 identity.local_identity(job.metadata.name, ckpt.uri), ckpt.resume_from)
-    except checkpoints.CheckpointMismatchError as e:
+                                 identity.local_identity(job.metadata.name, ckpt.uri), ckpt.resume_from,
+                                 _run_data(job), ckpt.allow_data_change)
+    except (checkpoints.CheckpointMismatchError, checkpoints.CheckpointUncommittedError) as e:
         return [str(e)]
     return []
 

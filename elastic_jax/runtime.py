@@ -194,6 +194,12 @@ class Runtime:
         # (step, seconds, ledger category) of each reported step: a rewind moves the lost ones' seconds.
         self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self._step_t0 = time.monotonic()
+        # Stall notice (issue 31 item 12): since when the training thread is in the controller's own code (the
+        # step began, or the slices answered), whether it waits on the slices now, the category to book back to.
+        self._outside_since = self._step_t0
+        self._on_slices = 0
+        self._step_capacity = 1.0
+        self._stall_logged = False
         self._step_category = "starting"
         self.initial_loss: float | None = None
         self.restored_from_step: int | None = None
@@ -525,7 +531,15 @@ class Runtime:
             raise RuntimeError(f"map_sum runs on the cpu backend; this job's spec.backend is {self.job.spec.backend}")
         if active is None:
             active = self.slice_set.active if self._attempt_slices is None else self._attempt_slices
-        return self._backend.map_sum(fn, params, batch, sorted(active))
+        self._end_outside()
+        with self._lock:
+            self._on_slices += 1
+        try:
+            return self._backend.map_sum(fn, params, batch, sorted(active))
+        finally:
+            with self._lock:
+                self._on_slices -= 1
+                self._outside_since = time.monotonic()
 
     def report_step(self, step: int, loss: float | None = None) -> None:
         """Records a completed optimizer step for `GET /v1/status` and `/metrics` (the operator shows it).
@@ -537,6 +551,7 @@ class Runtime:
             raise ValueError(f"step {step} is lower than the last reported step {self.step}")
         previous = self.step
         if step > self.step:
+            self._end_outside()
             self.record.step_completed()  # ends a pending recovery (its seconds), as the built-in loop's step does
             seconds = time.monotonic() - self._step_t0
             self._step_seconds.append((step, seconds, self._step_category))
@@ -679,9 +694,69 @@ class Runtime:
         """The goodput ledger's category from now to the next `report_step`: productive, reduced or recovering."""
         active, desired = len(self.slice_set.active), self.slice_set.count
         self._step_t0 = time.monotonic()  # the next step's seconds count from here (after a save, not during it)
+        self._outside_since = self._step_t0
         if active:
             self._step_category = self.record.category(active, desired)
-            self.record.ledger.switch(self._step_category, capacity=min(1.0, active / desired))
+            self._step_capacity = min(1.0, active / desired)
+            self.record.ledger.switch(self._step_category, capacity=self._step_capacity)
+
+    # -- stalls in the controller's own code (issue 31 item 12) ---------------
+
+    def _stall_notice_s(self) -> float:
+        """How long the loop may stay in its own code before it counts as stalled: a step's deadline
+        (`spec.elasticity.stepDeadlineSeconds`; `firstStepDeadlineSeconds` before this controller's first step)."""
+        e = self.job.spec.elasticity
+        return e.step_deadline_seconds if self._step_seconds else e.first_step_deadline_seconds
+
+    def _stalled(self, phase: str) -> str | None:
+        """Why the training loop is stuck in the controller's own code (not waiting on a slice) for longer than a
+        step may take; None while it is not (or not training: phase other than Running/Recovering)."""
+        from elastic_jax.controller.watchdog import WATCHED_PHASES
+
+        with self._lock:
+            on_slices, since, step = self._on_slices, self._outside_since, self.step
+        # (cpu backend only: there the slices' part of a step is `map_sum`, and what lies outside it is the
+        # controller's own; on pathways the step runs on the devices from the controller's own code)
+        if on_slices or phase not in WATCHED_PHASES or self.job.spec.backend != "cpu":
+            return None
+        idle, notice = time.monotonic() - since, self._stall_notice_s()
+        if idle <= notice:
+            return None
+        field = "stepDeadlineSeconds" if self._step_seconds else "firstStepDeadlineSeconds"
+        return (f"stalled: the training loop has been in the controller's own code for {idle:.0f} s after step {step} "
+                f"(phase {phase}), not waiting on any slice, longer than a step may take "
+                f"(spec.elasticity.{field}={notice:g} s): a blocking data read, a deadlock in user code?")
+
+    def _book_stall(self, reason: str) -> None:
+        """Books the stall's seconds (from when the loop left the slices) `stalled`, not productive; logs it once."""
+        ledger = self.record.ledger
+        with self._lock:  # (not if the loop moved on since `_stalled` looked)
+            if self._on_slices or time.monotonic() - self._outside_since <= self._stall_notice_s():
+                return
+            if ledger.current in ("productive", "reduced"):
+                ledger.switch("stalled", at=self._outside_since)
+        if not self._stall_logged:
+            self._stall_logged = True
+            logging.getLogger(__name__).warning("%s", reason, extra={"event": "stall_noticed", "step": self.step})
+
+    def _end_outside(self) -> None:
+        """The loop leaves its own code (a `map_sum`, a completed step): time it spent there past the notice
+        bound is booked `stalled`, and booking goes back to the step's category from now."""
+        ledger = self.record.ledger
+        with self._lock:
+            now, since = time.monotonic(), self._outside_since
+            if (self.job.spec.backend == "cpu" and now - since > self._stall_notice_s()
+                    and ledger.current in ("productive", "reduced")):
+                ledger.switch("stalled", at=since)
+            ended = ledger.current == "stalled"
+            if ended:
+                ledger.switch(self._step_category, at=now, capacity=self._step_capacity)
+            self._outside_since = now
+        if ended:
+            logging.getLogger(__name__).warning(
+                "the training loop went on after %.0f s in the controller's own code", now - since,
+                extra={"event": "stall_ended", "step": self.step, "seconds": round(now - since, 3)})
+        self._stall_logged = False
 
     def status(self):
         """The `ControllerStatus` served at `GET /v1/status` (a read the final-status handoff counts)."""
@@ -697,6 +772,9 @@ class Runtime:
         with self._lock:
             step, loss, initial_loss = self.step, self.loss, self.initial_loss
         phase = self.record.live_phase(self._phase, self.manager.waiting)
+        stalled = self._stalled(phase)
+        if stalled:
+            self._book_stall(stalled)
         return ControllerStatus(
             phase=phase, step=step, total_steps=self.job.spec.training.steps,
             desired_slices=self.slice_set.count, min_slices=self.job.spec.slices.minimum, active_slices=active,
@@ -707,6 +785,7 @@ class Runtime:
             failure_reason=self._failure_reason,
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.last_committed_step,
             resumed_from=self._resumed_from(), steps_lost=self.steps_lost,
+            setting_warnings=list(getattr(self._backend, "setting_warnings", None) or []), stalled=stalled,
         )
 
     def stall_reason(self) -> str | None:

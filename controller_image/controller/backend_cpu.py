@@ -16,7 +16,13 @@ Failure classification (docs/failure-handling.md, flows 1, 5, 6):
   `SliceDownError(cause="slice_down")` right away, without waiting for the
   other slices;
 * no answer within the step deadline: `SliceDownError(cause="step_deadline")`
-  for the slices that did not answer;
+  for the slices that did not answer; but when every active slice (two or
+  more) missed it and none answered, the deadline is too short for the step,
+  not a sign of hung slices: no slice is marked down, the step's calls run on
+  with the deadline doubled (at most `DEADLINE_EXTENSIONS` times), the run
+  keeps the longer deadline, and a warning naming
+  `spec.elasticity.stepDeadlineSeconds` and the observed step time goes to
+  the log and `/v1/status` (`settingWarnings`);
 * a worker that answered with an execution error: when *every* slice of the
   step reports the same error it is the program's fault, `UserCodeError`,
   never retried; otherwise those slices count as down.
@@ -45,6 +51,13 @@ _logger = logging.getLogger(__name__)
 
 STALL_RESENDS = 3
 """Times a step is sent again after a deadline this process's own stall explains (then the slices are blamed)."""
+
+DEADLINE_EXTENSIONS = 2
+"""Times a step's deadline is doubled while every active slice (two or more) has missed it and none answered: the
+step itself is slower than `spec.elasticity.stepDeadlineSeconds`, not a slice fault (docs/failure-handling.md).
+The step's calls run on meanwhile (nothing is sent again); past 4x the deadline no answer is a hang again."""
+
+DEADLINE_FIELD = "spec.elasticity.stepDeadlineSeconds"
 
 
 def split_sizes(global_batch_size: int, slice_count: int) -> list[int]:
@@ -112,6 +125,8 @@ class CpuBackend:
         self._events: queue.Queue | None = None  # the in-flight step's, for `interrupt`
         self._interrupted = threading.Event()
         self._stalls = StallClock().start()  # this process's own stalls: they excuse a missed step deadline
+        self.configured_step_deadline_s = step_deadline_s
+        self.setting_warnings: list[str] = []  # what the run found wrong with its settings (`/v1/status`)
 
     # -- slices ------------------------------------------------------------
 
@@ -372,6 +387,7 @@ class CpuBackend:
                 raise SliceDownError(f"slices {gone} went down since this attempt began on slices {active}", gone)
             generations: dict[int, int] = {}
             timeouts: dict[int, float] = {}  # by slice: its step's deadline (first steps compile)
+            futures: dict[int, concurrent.futures.Future] = {}  # by chunk
             deadline_s = 0.0
             offset = 0
             for chunk, size in enumerate(sizes):
@@ -389,19 +405,36 @@ class CpuBackend:
                 timeout_s = self.step_deadline_s if warm_key in self._warm else self.first_step_deadline_s
                 timeouts[index] = timeout_s
                 deadline_s = max(deadline_s, timeout_s)
-                future = client.step_async(program, param_leaves + jax.tree_util.tree_leaves(share), timeout_s)
+                # The call may run past the deadline (`_overdue` decides); its own deadline is the last resort.
+                future = client.step_async(program, param_leaves + jax.tree_util.tree_leaves(share),
+                                           timeout_s * 2 ** DEADLINE_EXTENSIONS + 5.0)
+                futures[chunk] = future
                 future.add_done_callback(lambda f, i=index, c=chunk, k=warm_key: events.put(("done", i, c, (f, k))))
             results: dict[int, list[np.ndarray]] = {}
             errors: dict[int, BaseException] = {}  # by slice
             pending = {c: active[c % len(active)] for c in range(len(sizes))}
-            end = time.monotonic() + deadline_s + 5.0  # client deadlines fire first; this is a backstop
+            extensions = 0
             while pending:
+                due = min(dispatched_at + timeouts.get(i, deadline_s) * 2 ** extensions for i in pending.values())
                 try:
-                    kind, index, chunk, payload = events.get(timeout=max(0.0, end - time.monotonic()))
+                    kind, index, chunk, payload = events.get(timeout=max(0.0, due - time.monotonic()))
                 except queue.Empty:
-                    missing = sorted(set(pending.values()))
-                    error = SliceDownError(f"slices {missing} missed the step deadline", missing, cause="step_deadline")
-                    error.failed_since, error.deadline_s, error.generations = dispatched_at, deadline_s, generations
+                    overdue = sorted({i for i in pending.values()
+                                      if dispatched_at + timeouts.get(i, deadline_s) * 2 ** extensions <= time.monotonic()})
+                    # (warm slices only: a first step's deadline is firstStepDeadlineSeconds'; and not while this
+                    # process itself stalled: `map_sum` excuses that one)
+                    if (not results and not errors and overdue == active and len(active) >= 2
+                            and set(timeouts.values()) == {self.step_deadline_s} and extensions < DEADLINE_EXTENSIONS
+                            and self._stalls.stalled_seconds(dispatched_at) < GAP_S):
+                        extensions += 1
+                        self._deadline_missed_by_all(active, timeouts[active[0]], extensions)
+                        continue
+                    for c, i in pending.items():
+                        if i in overdue:
+                            futures[c].cancel()  # (cancels the call: a hung worker does not hold it)
+                    error = SliceDownError(f"slices {overdue} missed the step deadline", overdue, cause="step_deadline")
+                    error.failed_since, error.generations = dispatched_at, generations
+                    error.deadline_s = max(timeouts.get(i, deadline_s) for i in overdue) * 2 ** extensions
                     raise error from None
                 if kind == "stop":
                     # The run is stopping: abandon the step (a hung slice may hold it until its deadline).
@@ -425,17 +458,48 @@ class CpuBackend:
                         # A hang started when the step was sent, not when the deadline fired; map_sum marks it.
                         error.slice_indices = error.slice_indices or (index,)
                         error.failed_since, error.deadline_s, error.generations = (
-                            dispatched_at, timeouts.get(index, deadline_s), generations)
+                            dispatched_at, timeouts.get(index, deadline_s) * 2 ** extensions, generations)
                         raise error
                     self.slice_set.mark_down(error.slice_indices or [index], str(error), generations)
                     raise error
             if errors:
                 self._raise_execution_errors(errors, active, generations)
+            if extensions:
+                self._report_slow_step(time.monotonic() - dispatched_at, active, timeouts[active[0]] * 2 ** extensions)
         finally:
             unsubscribe()
             with self._lock:
                 self._events = None
         return self._reduce([results[c] for c in range(len(sizes))], out_tree)
+
+    def _deadline_missed_by_all(self, active: list[int], deadline_s: float, extensions: int) -> None:
+        """Logs that every active slice missed the step's deadline (`deadline_s`) with none answering: the step
+        is slower than the deadline, the slices are not at fault; the step waits `extensions` doublings longer.
+
+        Marking them down replaced healthy workers until the restart budget was spent (nvidia-resiliency-ext
+        #129). One active slice cannot tell a slow step from a hung slice, so it is never excused.
+        """
+        _logger.warning(
+            "every active slice %s missed the step deadline of %g s with none answering: the step is slower than "
+            "%s (%g s), not a slice fault; no slice is marked down, the step may take up to %g s",
+            active, deadline_s * 2 ** (extensions - 1), DEADLINE_FIELD, self.configured_step_deadline_s,
+            deadline_s * 2 ** extensions,
+            extra={"event": "step_deadline_extended", "slices": active, "deadline_s": deadline_s * 2 ** extensions,
+                   "configured_deadline_s": self.configured_step_deadline_s})
+
+    def _report_slow_step(self, seconds: float, active: list[int], deadline_s: float) -> None:
+        """Once a step that every slice ran past its deadline answered: the warning naming the field and the
+        step time (log and `setting_warnings`), and the run keeps `deadline_s` for its later steps."""
+        self.step_deadline_s = max(self.step_deadline_s, deadline_s)
+        warning = (f"{DEADLINE_FIELD} ({self.configured_step_deadline_s:g} s) is shorter than a step: every active "
+                   f"slice {active} ran past it in the same step, which took {seconds:.1f} s; no slice was marked "
+                   f"down, and the run goes on with a deadline of {self.step_deadline_s:g} s; raise "
+                   f"{DEADLINE_FIELD} above the step time")
+        _logger.warning("%s", warning, extra={"event": "step_deadline_too_short", "step_seconds": round(seconds, 3),
+                                              "deadline_s": self.step_deadline_s,
+                                              "configured_deadline_s": self.configured_step_deadline_s})
+        # One line per field: the newest step time replaces an older one.
+        self.setting_warnings = [w for w in self.setting_warnings if not w.startswith(DEADLINE_FIELD)] + [warning]
 
     def _raise_execution_errors(
         self, errors: Mapping[int, BaseException], active: Sequence[int], generations: Mapping[int, int]

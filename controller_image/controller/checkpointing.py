@@ -18,7 +18,10 @@ write of the same bytes and slowed the training steps that overlap a save
 Atomicity is Orbax's: on local disk a step is written under
 `<step>.orbax-checkpoint-tmp-*` and renamed when complete; on GCS
 `commit_success.txt` is written last. Only such committed steps are listed or
-restored, so a save interrupted by a crash is never read.
+restored, so a save interrupted by a crash is never read. A step directory that
+exists without its commit marker and is not this job's own save cut short (a
+copy that left `commit_success.txt` out) refuses the location instead: Orbax
+would list it as nothing on GCS and save over it.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from elastic_jax.api import identity
 from elastic_jax.api.checkpoints import (  # noqa: F401 - re-exported: the controller's names for them
     STEP_METADATA_FILE,
     URI_FIELD,
+    CheckpointDataChangeError,
     CheckpointForeignError,
     CheckpointMismatchError,
+    CheckpointUncommittedError,
     CheckpointUriError,
     clear_local_checkpoints,
     fresh_plan,
@@ -190,6 +195,9 @@ class Checkpointer:
         Raises:
           ValueError: `interval_steps` or `max_to_keep` is below 1.
           CheckpointUriError: the location is unusable (see `check_uri`).
+          CheckpointUncommittedError: (a CheckpointUriError) the location holds step directories that were
+            never committed and are not this job's own save cut short
+            (`elastic_jax.api.checkpoints.uncommitted_steps`).
         """
         if interval_steps < 1:
             raise ValueError(f"interval_steps must be >= 1, got {interval_steps}")
@@ -201,6 +209,8 @@ class Checkpointer:
         self._on_commit = on_commit
         self.writer = writer
         self.directory = check_uri(uri, probe_timeout_s)
+        # Before Orbax opens it: it would list uncommitted steps as nothing (GCS) and save over them.
+        _locations.check_committed(self.directory, uri, writer)
         self._manager = ocp.CheckpointManager(
             self.directory,
             item_names=(_STATE_ITEM, _DATA_ITEM),
@@ -398,18 +408,40 @@ class Checkpointer:
             raise ValueError(f"checkpoint step {step}: {_locations.STEP_METADATA_FILE} is not a JSON object")
         return identity.from_metadata(meta.get("custom_metadata"))
 
-    def check_resume(self, total_steps: int, resume_from: str) -> None:
+    def data_of(self, step: int) -> Any:
+        """The loop's data record saved with committed `step` (its `data` item's `data`, see
+        `elastic_jax.api.checkpoints.run_data`); None when it does not read.
+
+        Read alone, through Orbax's JSON handler (local or gs://), without the arrays."""
+        try:
+            with ocp.Checkpointer(ocp.JsonCheckpointHandler()) as checkpointer:
+                record = checkpointer.restore(self.directory / str(step) / _DATA_ITEM)
+        except Exception:  # noqa: BLE001 - an unreadable record: the restore's fallback decides about the step
+            return None
+        return record.get("data") if isinstance(record, dict) else None
+
+    def check_resume(self, total_steps: int, resume_from: str, data: dict | None = None,
+                     allow_data_change: bool = False) -> None:
         """Refuses, before anything trains, checkpoints this job may not resume from.
 
         The controller's copy of the CLI's check (`elastic_jax.api.checkpoints.check_resume`),
         read through Orbax so it covers `gs://` too: the newest committed step
         must not be beyond `total_steps`, and the newest step whose metadata
-        reads must be this job's unless `resume_from` is `Any`. Unreadable
-        steps are left to the restore's fallback.
+        reads must be this job's unless `resume_from` is `Any`, and (with
+        `data`) must have been trained with the same global batch size and
+        seed unless `allow_data_change`. Unreadable steps are left to the
+        restore's fallback.
+
+        Args:
+          total_steps: `spec.training.steps`.
+          resume_from: `spec.checkpoint.resumeFrom`.
+          data: `elastic_jax.api.checkpoints.run_data` of the spec; None: not checked.
+          allow_data_change: `spec.checkpoint.allowDataChange`.
 
         Raises:
           CheckpointMismatchError: a committed step is beyond `total_steps`.
           CheckpointForeignError: the step to resume from is another job's (or of no known job).
+          CheckpointDataChangeError: that step was trained with another global batch size or seed.
         """
         steps = self.committed_steps()
         if not steps:
@@ -425,6 +457,10 @@ class Checkpointer:
             problem = _locations.writer_problem(step, writer, self.writer, resume_from, self.uri)
             if problem:
                 raise CheckpointForeignError(problem)
+            if data is not None:
+                problem = _locations.data_change_problem(self.data_of(step), data, step, self.uri, allow_data_change)
+                if problem:
+                    raise CheckpointDataChangeError(problem)
             return
 
     def restore(self, target: PyTree, step: int | None = None) -> tuple[PyTree, dict[str, Any], int]:

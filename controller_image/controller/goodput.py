@@ -21,6 +21,12 @@ Categories (`CATEGORIES`):
                  that were done but lost (re-done after a restore).
   waiting        paused: blocked for lack of slices after training began.
   checkpointing  the training thread blocked on a checkpoint save.
+  stalled        the training thread stuck in the controller's own code
+                 (outside the slices' step: a blocking data read, a
+                 deadlock in user code) for longer than a step may take
+                 (`spec.elasticity.stepDeadlineSeconds`; before the first
+                 step `firstStepDeadlineSeconds`), from when it left the
+                 slices or the step began: never productive.
 
 Goodput (`goodput`) = (productive + reduced x active/desired) / wall: a
 step at reduced capacity processes the whole global batch on fewer slices,
@@ -38,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-CATEGORIES = ("starting", "restoring", "productive", "reduced", "recovering", "waiting", "checkpointing")
+CATEGORIES = ("starting", "restoring", "productive", "reduced", "recovering", "waiting", "checkpointing", "stalled")
 
 
 class GoodputLedger:

@@ -33,7 +33,8 @@ import optax
 
 from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.checkpoints import CheckpointMismatchError
+from elastic_jax.api.checkpoints import (ALLOW_DATA_CHANGE_FIELD, CheckpointMismatchError, data_change_problem,
+                                         data_changes, describe_changes, run_data)
 from elastic_jax.controller.backend import Backend
 from elastic_jax.controller.backend_cpu import make_slice_step
 from elastic_jax.controller.data import global_batches
@@ -175,14 +176,34 @@ class TrainingRun:
         return init(jax.random.key(self.spec.training.seed))
 
     def _restore_or_init(self) -> dict[str, Any]:
-        state, step, _ = self.runtime.restore(self._initial_state())
+        state, step, saved = self.runtime.restore(self._initial_state())
         if self.restored_from_step is not None:
+            self._check_data(saved, step)
             _logger.info("restored checkpoint step %d (data position: batch %d)", step, step)
         return state
 
+    def _check_data(self, saved: dict[str, Any], step: int) -> None:
+        """Refuses (or, with `spec.checkpoint.allowDataChange`, names in a warning) a restored step trained with
+        another global batch size or seed. The controller's start refuses this before any worker starts
+        (`Checkpointer.check_resume`); here for the step a fallback restore landed on instead.
+
+        Raises:
+          CheckpointMismatchError: a field changed and the spec does not allow it.
+        """
+        ckpt = self.spec.checkpoint
+        problem = data_change_problem(saved, self._data(), step, ckpt.uri, ckpt.allow_data_change)
+        if problem:
+            raise CheckpointMismatchError(problem)
+        changes = data_changes(saved, self._data())
+        if changes:
+            _logger.warning("resuming with a changed data order, as %s allows: %s", ALLOW_DATA_CHANGE_FIELD,
+                            describe_changes(changes, step),
+                            extra={"event": "data_changed", "step": step,
+                                   "changes": [{"field": f, "checkpoint": old, "spec": new} for f, old, new in changes]})
+
     def _data(self) -> dict[str, Any]:
         """What is saved with each step beside the runtime's step and losses (the batch index is the step)."""
-        return {"global_batch_size": self.spec.training.global_batch_size, "seed": self.spec.training.seed}
+        return run_data(self.spec.training.global_batch_size, self.spec.training.seed)
 
     def request_stop(self, reason: str, *, requested: bool) -> None:
         """Stops the run: the in-flight step is abandoned, the last completed one checkpointed.

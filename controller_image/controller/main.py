@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     from elastic_jax.controller.run_record import write_summary
     from elastic_jax.controller.trainer import TrainerConfigError, load_trainer
     from elastic_jax.api.identity import identity_from_env
+    from elastic_jax.api.checkpoints import run_data
 
     log = logging.getLogger("elastic_jax.controller")
     slice_set = SliceSet(job.spec.slices.count, job.spec.slices.spares)
@@ -219,9 +220,11 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(str(e))
         try:
             # Bad input, refused before ready (so before any worker starts): another job's
-            # checkpoints, or a step beyond spec.training.steps. `elastic-jax run` refuses a
+            # checkpoints, a step beyond spec.training.steps, or one trained with another batch size or seed. `elastic-jax run` refuses a
             # local directory like this before starting this process; this covers gs:// and pods.
-            checkpointer.check_resume(job.spec.training.steps, ckpt.resume_from)
+            checkpointer.check_resume(job.spec.training.steps, ckpt.resume_from,
+                                      run_data(job.spec.training.global_batch_size, job.spec.training.seed),
+                                      ckpt.allow_data_change)
         except CheckpointMismatchError as e:
             _close_quietly("checkpointer", checkpointer.close)
             return _fail(str(e))

@@ -58,8 +58,10 @@ def write_summary(path: str | Path, summary: RunSummary) -> str:
     Raises:
       OSError: the file cannot be written.
     """
+    from elastic_jax.local.processes import write_private_file
+
     payload = json.dumps(summary.__dict__)
-    Path(path).write_text(payload)
+    write_private_file(Path(path), payload)  # (0600, atomic: a link planted at `path` is replaced, not followed)
     return payload
 
 

@@ -20,7 +20,7 @@ import os
 import re
 import uuid
 from pathlib import Path
-from typing import Callable, Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 from elastic_jax.api import identity
 from elastic_jax.api.identity import JobIdentity
@@ -28,6 +28,10 @@ from elastic_jax.api.identity import JobIdentity
 URI_FIELD = "spec.checkpoint.uri"
 # The file Orbax's CheckpointManager writes into every step directory it saves.
 STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
+# The file Orbax writes last into a step it commits (`orbax.checkpoint._src.path.atomicity_types.COMMIT_SUCCESS_FILE`;
+# tests/unit/test_checkpoints.py checks that they agree): on GCS the commit itself, on local disk written just
+# before the rename that commits the step.
+COMMIT_SUCCESS_FILE = "commit_success.txt"
 # Orbax's root metadata folder (`orbax.checkpoint.checkpoint_manager.METADATA_ITEM_NAME`;
 # tests/unit/test_checkpoints.py checks that they agree).
 ORBAX_ROOT_METADATA = "metadata"
@@ -54,6 +58,19 @@ class CheckpointForeignError(CheckpointMismatchError):
     """The checkpoint to resume from was written by another job (or by an unknown one) and
     `spec.checkpoint.resumeFrom` is `SameJob`. The message is one line naming the field,
     the step and the writer."""
+
+
+class CheckpointUncommittedError(CheckpointUriError):
+    """The checkpoint location holds step directories that were never committed (no `commit_success.txt`: a copy
+    that left Orbax's commit markers out, or another job's save cut short). They are neither a step to resume
+    from nor space to save over, so the job is refused (bad input: exit 2) until they are committed, moved or
+    deleted. The message is one line naming `spec.checkpoint.uri` and the steps."""
+
+
+class CheckpointDataChangeError(CheckpointMismatchError):
+    """The step to resume from was trained with another `spec.training.globalBatchSize` or `spec.training.seed`
+    (what shapes the data order and what a step means to the optimizer) and `spec.checkpoint.allowDataChange`
+    is not set. The message is one line naming each changed field with both values."""
 
 
 class CheckpointUnreadableError(CheckpointMismatchError):
@@ -398,6 +415,126 @@ def committed_local_steps(root: Path) -> list[int]:
         return []
 
 
+def _step_metadata(step_dir) -> dict | None:
+    """A step's `_CHECKPOINT_METADATA` as a dict; None when it is missing or not a JSON object."""
+    try:
+        meta = json.loads((step_dir / STEP_METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def uncommitted_steps(root, me: JobIdentity | None) -> list[int]:
+    """The step directories under checkpoint directory `root` that exist but were never committed, ascending.
+
+    A step is committed when it holds `commit_success.txt`: Orbax writes it last, on GCS (where it is the
+    commit) and on local disk (just before the rename from `<step>.orbax-checkpoint-tmp-*`). Orbax itself lists
+    a local step directory as committed by its name alone and skips an uncommitted GCS one, then saves over
+    it: both made a copy that left the markers out look like a finished step, or like nothing.
+
+    A step this job's own save left uncommitted (its metadata names `me`'s uid: a controller killed mid-save on
+    GCS) is not listed: Orbax saves that step again. `<step>.orbax-checkpoint-tmp-*` folders are never listed
+    (an interrupted local save, Orbax's to clean).
+
+    Args:
+      root: the checkpoint directory, a `pathlib.Path` or an `etils.epath.Path` (gs://).
+      me: this job; None: no step is excused as this job's own.
+
+    Returns:
+      The step numbers, ascending; [] when `root` does not exist or cannot be listed.
+    """
+    try:
+        entries = [p for p in root.iterdir() if p.name.isdigit() and p.is_dir()]
+    except OSError:
+        return []
+    found = []
+    for step_dir in entries:
+        if (step_dir / COMMIT_SUCCESS_FILE).exists():
+            continue
+        meta = _step_metadata(step_dir) or {}
+        writer = identity.from_metadata(meta.get("custom_metadata"))
+        if me is not None and writer is not None and writer.uid == me.uid:
+            continue
+        found.append(int(step_dir.name))
+    return sorted(found)
+
+
+# The most step numbers one message names.
+_MAX_NAMED = 5
+
+
+def uncommitted_problem(steps: list[int], uri: str) -> str | None:
+    """The one-line refusal for `uncommitted_steps`' answer `steps` at `uri`; None when there are none."""
+    if not steps:
+        return None
+    more = len(steps) - _MAX_NAMED
+    shown = ", ".join(map(str, steps[:_MAX_NAMED])) + (f" and {more} more" if more > 0 else "")
+    return (f"{URI_FIELD} {uri!r}: checkpoint step(s) {shown} exist but were never committed (no {COMMIT_SUCCESS_FILE}, "
+            "which Orbax writes last: a copy that left it out, or another job's save cut short); they can neither "
+            "be resumed from nor saved over: copy them again with their commit markers, delete them, or give this "
+            "job its own directory")
+
+
+def check_committed(root, uri: str, me: JobIdentity | None) -> None:
+    """Refuses a checkpoint directory that holds uncommitted steps (`uncommitted_steps`).
+
+    Raises:
+      CheckpointUncommittedError: one line naming `spec.checkpoint.uri` and the steps.
+    """
+    problem = uncommitted_problem(uncommitted_steps(root, me), uri)
+    if problem:
+        raise CheckpointUncommittedError(problem)
+
+
+# What the built-in training loop saves with each step (its `data` item's `data`) that decides the data order
+# and what one step means to the optimizer, and the spec field each comes from.
+DATA_FIELDS = (("global_batch_size", "spec.training.globalBatchSize"), ("seed", "spec.training.seed"))
+ALLOW_DATA_CHANGE_FIELD = "spec.checkpoint.allowDataChange"
+# Orbax's JsonCheckpointHandler file in an item folder (`<step>/data/metadata`).
+_JSON_ITEM_FILE = "metadata"
+
+
+def run_data(global_batch_size: int, seed: int) -> dict[str, int]:
+    """What the built-in loop saves beside each step for `DATA_FIELDS` (`spec.training` values)."""
+    return {"global_batch_size": global_batch_size, "seed": seed}
+
+
+def data_changes(saved: Any, now: Any) -> list[tuple[str, Any, Any]]:
+    """`(field, checkpoint's value, spec's value)` for each of `DATA_FIELDS` that both `saved` (what the
+    step recorded) and `now` (`run_data` of this spec) hold and that differ; [] when none (or `saved` is not a
+    dict: a step of the user's own loop records what it likes)."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return []
+    return [(field, saved[key], now[key]) for key, field in DATA_FIELDS
+            if key in saved and key in now and saved[key] != now[key]]
+
+
+def describe_changes(changes: list[tuple[str, Any, Any]], step: int) -> str:
+    """`spec.training.seed 1 (checkpoint step 100 was trained with 0), ...` for `data_changes`' answer."""
+    return ", ".join(f"{field} {new} (checkpoint step {step} was trained with {old})" for field, old, new in changes)
+
+
+def data_change_problem(saved: Any, now: Any, step: int, uri: str, allow: bool) -> str | None:
+    """Why resuming checkpoint `step` (which recorded `saved`) with a spec whose `run_data` is `now` is refused:
+    one line naming each changed field and both values, and the way out; None when nothing changed or `allow`
+    (`spec.checkpoint.allowDataChange`)."""
+    changes = data_changes(saved, now)
+    if allow or not changes:
+        return None
+    return (f"{describe_changes(changes, step)} at {URI_FIELD} {uri!r}: resuming would change the data order and "
+            f"what a step means to the optimizer; set the field(s) back, or set {ALLOW_DATA_CHANGE_FIELD}: true "
+            "to resume with the change")
+
+
+def read_step_data(step_dir: Path) -> Any:
+    """The loop's data record saved with a local step (`<step>/data/metadata`'s `data`); None if unreadable."""
+    try:
+        record = json.loads((step_dir / "data" / _JSON_ITEM_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record.get("data") if isinstance(record, dict) else None
+
+
 def read_step_writer(step_dir: Path) -> tuple[bool, JobIdentity | None]:
     """The writer stored in a local step's Orbax metadata.
 
@@ -468,7 +605,8 @@ def beyond_steps_problem(latest: int | None, total_steps: int, uri: str) -> str 
 
 
 def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
-                 resume_from: Literal["SameJob", "Any"]) -> None:
+                 resume_from: Literal["SameJob", "Any"], data: dict | None = None,
+                 allow_data_change: bool = False) -> None:
     """Refuses what the controller would refuse before restoring from the local checkpoint directory `uri`.
 
     Judged from the files alone: the newest committed step must not be beyond
@@ -484,16 +622,21 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
       total_steps: `spec.training.steps`.
       me: this job's identity (None: no identity to compare).
       resume_from: `spec.checkpoint.resumeFrom`.
+      data: `run_data` of this spec (the built-in loop); None: not checked (the user's own loop).
+      allow_data_change: `spec.checkpoint.allowDataChange`.
 
     Raises:
+      CheckpointUncommittedError: the directory holds steps that were never committed (`uncommitted_steps`).
       CheckpointMismatchError: a committed step is beyond `total_steps`.
       CheckpointForeignError: the step to resume from is another job's (or of no known job).
+      CheckpointDataChangeError: that step was trained with another global batch size or seed.
     """
     if not is_local(uri):
         return
     root = local_path(uri)
     if not root.is_dir():
         return
+    check_committed(root, uri, me)
     steps = committed_local_steps(root)
     if not steps:
         return
@@ -506,6 +649,10 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
             problem = writer_problem(step, writer, me, resume_from, uri)
             if problem:
                 raise CheckpointForeignError(problem)
+            if data is not None:
+                problem = data_change_problem(read_step_data(root / str(step)), data, step, uri, allow_data_change)
+                if problem:
+                    raise CheckpointDataChangeError(problem)
             return
 
 
@@ -642,8 +789,24 @@ def finished_at(uri: str, total_steps: int) -> tuple[int, JobIdentity | None] | 
     return (total_steps, writer) if readable else None
 
 
+def _check_gcs_committed(uri: str, me: JobIdentity | None) -> None:
+    """`check_committed` for a reachable `gs://` location, listed through etils (the controller extra); skipped
+    without it (the controller checks again through the same function when it starts)."""
+    try:
+        from etils import epath
+    except ImportError:
+        return
+    try:
+        check_committed(epath.Path(uri), uri, me)
+    except CheckpointUncommittedError:
+        raise
+    except Exception:  # noqa: BLE001 - listing failed after the probe passed: the controller will say why
+        return
+
+
 def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal["SameJob", "Any"], *,
-              fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S) -> None:
+              fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
+              data: dict | None = None, allow_data_change: bool = False) -> None:
     """Everything about the checkpoint location that can be refused before a process starts.
 
     `elastic-jax run` (before the controller starts) and `elastic-jax validate
@@ -653,7 +816,8 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
 
     Checks: the URI's form (`uri_problem`); the location (`check_location`
     with `create=False`: a file, a directory that is not writable, a missing
-    bucket); then, for a local path, with `fresh` what `--fresh` would refuse
+    bucket); steps there that were never committed (`uncommitted_steps`; for gs:// when etils is
+    installed); then, for a local path, with `fresh` what `--fresh` would refuse
     (`fresh_plan`), else what resuming would refuse (`check_resume`:
     another job's steps, a step beyond `total_steps`).
 
@@ -665,9 +829,11 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
       fresh: the run starts with `--fresh`.
       check_gcs: probe a `gs://` location (False leaves it to the controller).
       timeout_s: per-request timeout of the `gs://` probe.
+      data, allow_data_change: as `check_resume`'s (the data record the step to resume from must match).
 
     Raises:
       CheckpointUriError: the location is unusable, or `--fresh` would refuse it.
+      CheckpointUncommittedError: the location (local or gs://) holds steps that were never committed.
       CheckpointForeignError: the checkpoint to resume from is another job's.
       CheckpointMismatchError: a committed step is beyond `total_steps`.
     """
@@ -678,8 +844,9 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
         return
     check_location(uri, create=False, timeout_s=timeout_s)
     if not is_local(uri):
+        _check_gcs_committed(uri, me)
         return
     if fresh:
         fresh_plan(uri, me, allow_foreign=resume_from == "Any")
         return
-    check_resume(uri, total_steps, me, resume_from)
+    check_resume(uri, total_steps, me, resume_from, data, allow_data_change)

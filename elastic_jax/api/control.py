@@ -202,6 +202,15 @@ class ControllerStatus(_Msg):
         description="Wall seconds of this controller by goodput category: starting, restoring, "
                     "productive, reduced, recovering, waiting, checkpointing.")
     failure_reason: Text | None = None
+    stalled: Text | None = Field(
+        default=None, description="Set while the training loop is stuck in the controller's own code (outside the "
+                                  "slices' step) for longer than a step may take: what, for how long, and the "
+                                  "setting. `elastic-jax run` prints it; its seconds are booked `stalled`.")
+    setting_warnings: list[Text] = Field(
+        default_factory=list, max_length=8,
+        description="Settings the run found wrong while it ran, one line each naming the field (e.g. "
+                    "spec.elasticity.stepDeadlineSeconds shorter than every slice's step, with the step time). The "
+                    "operator copies them to status.settingWarnings and posts each new one as a Warning Event.")
     pid: Count
     resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")
     version: Count = Field(default=0, description=(

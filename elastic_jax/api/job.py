@@ -646,6 +646,15 @@ class CheckpointSpec(_Model):
             "job's run, or to warm-start from another job)."
         ),
     )
+    allow_data_change: bool = Field(
+        default=False,
+        description=(
+            "Resume even when the step to resume from was trained with another spec.training.globalBatchSize or "
+            "spec.training.seed (the data order, and what one step means to the optimizer, change from there on). "
+            "false: the job is refused (bad input) naming each changed field with the checkpoint's and the spec's "
+            "values; true: it resumes and logs the change as a warning."
+        ),
+    )
 
     RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
         lambda s: checkpoints.uri_problems(s.uri),

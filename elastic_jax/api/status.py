@@ -107,6 +107,7 @@ REASON_PREVIOUS_JOB_TERMINATING = "PreviousJobTerminating"
 # step because the newer ones could not be restored (Warning).
 EVENT_RESUMED = "Resumed"
 EVENT_CHECKPOINT_FALLBACK = "CheckpointFallback"
+EVENT_SETTING_WARNING = "SettingWarning"
 # Slice Events are `Slice<state>` (SliceReady, SliceDown, SliceDraining, SliceProvisioning) for each transition;
 # SliceDown also for replacements that happened while no operator ran (`missed_losses`).
 EVENT_SLICE_DOWN = "SliceDown"
@@ -195,7 +196,8 @@ class SliceCounterBase(_Model):
 
 
 # Goodput ledger categories (the controller's `goodput.CATEGORIES`), in the order status lists them.
-GOODPUT_CATEGORIES = ("productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting")
+GOODPUT_CATEGORIES = ("productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting",
+                      "stalled")
 
 
 class GoodputSeconds(_Model):
@@ -212,6 +214,9 @@ class GoodputSeconds(_Model):
     starting: float = Field(default=0.0, ge=0, description="Seconds from a controller process's start to its first "
                                                            "completed step (start-up, first slices, first compile, "
                                                            "and a first step that failed and was retried).")
+    stalled: float = Field(default=0.0, ge=0, description="Seconds the training loop was stuck in the controller's own "
+                                                          "code (a blocking data read, a deadlock in user code) past "
+                                                          "the step deadline, outside the slices' step.")
 
 
 class Goodput(_Model):
@@ -325,6 +330,11 @@ class ElasticTrainingJobStatus(_Model):
                                      "seconds are booked `recovering` in `goodput`, not `productive`.")
     last_recovery_seconds: float | None = Field(default=None, description="Seconds from the last failure to the next completed step.")
     failure_reason: str = Field(default="", description="Why the job failed.")
+    setting_warnings: list[str] = Field(
+        default_factory=list, description="Settings the current controller found wrong while it ran, one line each "
+                                          "naming the field (e.g. spec.elasticity.stepDeadlineSeconds shorter than "
+                                          "every slice's step, with the step time); each new one is also a Warning "
+                                          "Event (SettingWarning).")
     resumed_from: ResumedFrom | None = Field(
         default=None, description="The checkpoint step (and the job that wrote it) the current controller resumed from; "
                                   "unset when it started from step 0.")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import json
 import logging
@@ -49,7 +50,8 @@ from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.logs import read_events
-from elastic_jax.local.processes import Child, free_port, port_open, venv_script, wait_until, write_private_file
+from elastic_jax.local.processes import (Child, UnsafeDirectoryError, free_port, open_private, port_open, private_dir,
+                                         venv_script, wait_until, write_private_file)
 from elastic_jax.supervision import backoff, budgets, controller_watch
 from elastic_jax.supervision import steps_lost as steps_lost_rule
 from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, down_cause, \
@@ -232,7 +234,10 @@ class LocalLauncher:
         run folder, private to this user): a worker restarted after a failure loads its step program's
         executable from there instead of compiling it again on cores the training needs."""
         cache = self.workdir / "xla-cache"
-        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            private_dir(cache, f"--workdir {self.workdir}: xla-cache")
+        except UnsafeDirectoryError as e:
+            raise LaunchError(str(e)) from None
         return {**self._child_env(), contract.JAX_ENV_COMPILATION_CACHE_DIR: str(cache.resolve()),
                 contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS: "0"}
 
@@ -441,7 +446,7 @@ class LocalLauncher:
         if now - self._last_metrics_scrape > 2.0:
             self._last_metrics_scrape = now
             try:
-                (self.workdir / "metrics.prom").write_text(self.client.metrics_text())
+                write_private_file(self.workdir / "metrics.prom", self.client.metrics_text())  # (replaces a link)
             except ControlApiError:
                 pass
         return status
@@ -457,7 +462,13 @@ class LocalLauncher:
             or could not be started.
           KeyboardInterrupt: propagated after every child was stopped.
         """
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        # Everything the run and its processes create (logs, summary, metrics, checkpoints, the compilation
+        # cache) is this user's alone: 0600 files, 0700 folders.
+        os.umask(0o077)
+        try:
+            private_dir(self.workdir, f"--workdir {self.workdir}")
+        except UnsafeDirectoryError as e:
+            raise LaunchError(str(e)) from None
         for old_log in [*self.workdir.glob("worker-*.log"), self.workdir / "controller.log"]:
             old_log.unlink(missing_ok=True)  # logs of this run only; restarts within it append
         (self.workdir / timeline.HISTORY_FILE).unlink(missing_ok=True)  # (as the logs: this run's steps only)
@@ -927,15 +938,20 @@ class RunLock(_HeldFlock):
 
     def acquire(self) -> "RunLock":
         workdir = self.path.parent
-        if workdir.exists() and not workdir.is_dir():
+        if workdir.exists() and not workdir.is_symlink() and not workdir.is_dir():
             raise LaunchError(f"--workdir {workdir}: is a file, not a directory")
         try:
-            workdir.mkdir(parents=True, exist_ok=True)
+            private_dir(workdir, f"--workdir {workdir}")
+        except UnsafeDirectoryError as e:
+            raise LaunchError(str(e)) from None
         except OSError as e:
             raise LaunchError(f"--workdir {workdir}: cannot be created ({e.strerror})") from None
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_private(self.path, os.O_RDWR)
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise LaunchError(f"--workdir {workdir}: launcher.lock is a symbolic link; refusing to follow it "
+                                  "(remove it)") from None
             raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
         if not _try_flock(fd):
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"

@@ -75,7 +75,8 @@ class Child:
     def start(self) -> None:
         """Starts (or restarts) the process."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        # (0600, never through a planted link: `open_private`)
+        with os.fdopen(open_private(self.log_path, os.O_WRONLY | os.O_APPEND), "ab") as log:
             self.popen = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env,
                 start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
@@ -148,6 +149,55 @@ def wait_until(predicate, timeout_s: float, interval_s: float = 0.05) -> bool:
             return True
         time.sleep(interval_s)
     return bool(predicate())
+
+
+class UnsafeDirectoryError(OSError):
+    """A run folder (or one inside it) that another user could plant files or links in: a symbolic link, not a
+    directory, owned by another user, or writable by group or others. The message is one line naming it."""
+
+
+def private_dir(path: Path, what: str) -> Path:
+    """Creates `path` (mode 0700, parents as needed), or checks an existing one is this user's alone.
+
+    A folder others may write in lets them plant a symbolic link where the run writes a file (`launcher.lock`,
+    a log, `metrics.prom`): the run would truncate or overwrite the file it points to. A world-writable
+    compilation cache could hand the workers another user's executables.
+
+    Args:
+      path: the folder.
+      what: its name in messages, e.g. "--workdir /tmp/run".
+
+    Returns:
+      `path`.
+
+    Raises:
+      UnsafeDirectoryError: `path` is a symbolic link, not a directory, another user's, or group/world-writable.
+      OSError: it cannot be created.
+    """
+    import stat
+
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafeDirectoryError(f"{what}: is a symbolic link; give a real folder (links are not followed)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectoryError(f"{what}: is not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafeDirectoryError(f"{what}: belongs to another user (uid {st.st_uid}); use a folder of your own")
+    if st.st_mode & 0o022:
+        who = "others" if st.st_mode & 0o002 else "its group"
+        raise UnsafeDirectoryError(f"{what}: is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}): they could "
+                                   "plant links in it; chmod go-w it, or use a folder of your own")
+    return path
+
+
+def open_private(path: Path, flags: int) -> int:
+    """`os.open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)`: a file of this run, never through a link.
+
+    Raises:
+      OSError: ELOOP when `path` is a symbolic link (planted: never followed), or any other open error.
+    """
+    return os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
 
 def write_private_file(path: Path, text: str) -> None:

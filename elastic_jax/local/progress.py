@@ -32,6 +32,7 @@ class ProgressView:
             console=self.console,
             disable=not self.live,
         )
+        self._said: set[str] = set()  # warnings printed (a stall, a setting), each once
         self._task = self._progress.add_task("train", total=total_steps, phase="Starting", loss="-", tps="-", slices="-", rec=0)
 
     def __enter__(self) -> "ProgressView":
@@ -50,6 +51,15 @@ class ProgressView:
         slices = f"{len(status.active_slices)}/{status.desired_slices}"
         rec = sum(v for k, v in status.recoveries.items() if k != "scale_up")
         self._progress.update(self._task, completed=status.step, phase=status.phase, loss=loss, tps=tps, slices=slices, rec=rec)
+        # What the controller found wrong while running (a stall in its own code, a setting too short): said at once.
+        for warning in ([status.stalled] if status.stalled else []) + list(status.setting_warnings):
+            key = warning.split(" for ")[0] if warning.startswith("stalled:") else warning
+            if key not in self._said:
+                self._said.add(key)
+                # (one line, never wrapped: a `warning:` line is read, and grepped, whole)
+                self.console.print(f"warning: {warning}", soft_wrap=True, markup=False, highlight=False)
+        if not status.stalled:
+            self._said = {w for w in self._said if not w.startswith("stalled:")}  # a later stall is said again
         if not self.live and (status.step >= self._next_line_step or status.phase not in ("Running",)):
             if status.step >= self._next_line_step:
                 self._next_line_step = status.step + max(1, self.total_steps // 10)

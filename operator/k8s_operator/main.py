@@ -39,6 +39,44 @@ from elastic_jax.logs import FORMATS, log_format
 STOP_DEADLINE_S = 6.0
 
 
+AUTO_PRIORITY = "auto"
+
+
+def _priority(text: str) -> int | str:
+    """`--priority`: an integer, or `auto` (`peering_priority`)."""
+    if text == AUTO_PRIORITY:
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer or '{AUTO_PRIORITY}'") from None
+
+
+def peering_priority(value: int | str, now_s: float | None = None, tie_breaker: int | None = None) -> int:
+    """The kopf peering priority of this process: `value` itself, or for `auto` one that is this process's own.
+
+    kopf pauses an operator while a peer of higher priority runs, and freezes every operator when two have
+    the same (kopf#247): two replicas of the chart's Deployment (scaled to 2, or an upgrade's new pod beside
+    the old one) at the chart's one fixed priority paused each other and no job was served. `auto` is the
+    start time in milliseconds (times 1000, plus a random 0-999 against a start in the same millisecond): the
+    newest process is active, an older one pauses until it is gone, and no two are equal.
+
+    Args:
+      value: `--priority` (an int, or "auto").
+      now_s, tie_breaker: the clock (seconds since the epoch) and the random part, for tests.
+
+    Returns:
+      The priority (below 2**53: exact in any JSON reader of the peering object).
+    """
+    import random
+    import time
+
+    if value != AUTO_PRIORITY:
+        return int(value)
+    now_ms = int((time.time() if now_s is None else now_s) * 1000)
+    return now_ms * 1000 + (random.SystemRandom().randrange(1000) if tie_breaker is None else tie_breaker)
+
+
 def _seconds(text: str) -> float:
     """A finite number of seconds from `text`.
 
@@ -233,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="watch only this namespace (repeatable); default: all namespaces")
     parser.add_argument("--peering", default=os.environ.get(contract.ENV_PEERING),
                         help="kopf peering name for one-active-operator; default: standalone")
-    parser.add_argument("--priority", type=int, default=0, help="peering priority")
+    parser.add_argument("--priority", type=_priority, default=AUTO_PRIORITY,
+                        help="peering priority: an integer, or 'auto' (default): from the start time, so the newest "
+                             "operator process is active and no two are equal (kopf freezes operators of equal "
+                             "priority)")
     # A string default goes through `type` too: a bad ELASTIC_JAX_METRICS_PORT is a usage error, not a traceback.
     parser.add_argument("--metrics-port", type=_port, default=os.environ.get(contract.ENV_METRICS_PORT, str(contract.OPERATOR_METRICS_PORT)),
                         help="Prometheus metrics port (0: off; env ELASTIC_JAX_METRICS_PORT)")
@@ -355,10 +396,15 @@ def main(argv: list[str] | None = None) -> int:
     state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,
                                                                 thread_name_prefix="reconcile-pass")
     handlers.install_status_net(state)
+    priority = peering_priority(args.priority)
+    if args.peering is not None:
+        logging.getLogger(__name__).info("peering %s with priority %d (%s)", args.peering, priority,
+                                         "the newest operator is active" if args.priority == AUTO_PRIORITY
+                                         else "--priority", extra={"event": "peering", "priority": priority})
     kopf.run(
         standalone=args.peering is None,
         peering_name=args.peering,
-        priority=args.priority,
+        priority=priority,
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,

@@ -114,6 +114,7 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
             out.last_checkpoint_step = c.last_committed_checkpoint_step
         if c.resumed_from is not None:
             out.resumed_from = resumed_from_status(c, i.controller_pod)
+        out.setting_warnings = list(c.setting_warnings)
         # (by the controller's word: the operator's own slice states do not know which Ready slice trains)
         out.spare_slices = [] if i.job.spec.suspend else spare_indices(c)
         timed = [r.seconds for r in c.recovery_history if r.seconds is not None and r.cause != "scale_up"]
@@ -387,6 +388,11 @@ def resume_events(previous: st.ResumedFrom | None, current: st.ResumedFrom | Non
         events.append(("Warning", st.EVENT_CHECKPOINT_FALLBACK,
                        f"resumed from older checkpoint step {r.step}: {r.fallback_reason}"))
     return events
+
+
+def setting_warning_events(previous: list[str], current: list[str]) -> list[tuple[str, str, str]]:
+    """A Warning `SettingWarning` Event for each line of `status.settingWarnings` that was not there before."""
+    return [("Warning", st.EVENT_SETTING_WARNING, w) for w in current if w not in previous]
 
 
 def changed_fields(applied: dict[str, Any], current: dict[str, Any], prefix: str = "spec") -> list[str]:

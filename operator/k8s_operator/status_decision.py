@@ -25,6 +25,7 @@ from elastic_jax.k8s_operator.pod_faults import PodFault, invalid_refusal, pod_f
 from elastic_jax.k8s_operator.reconcile import JobSetView, dead
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, Inputs, build_status, resume_events,
+                                                     setting_warning_events,
                                                      with_controller_answers, with_controller_unresponsive,
                                                      with_create_failure, with_node_loss,
                                                      with_pod_faults)
@@ -178,6 +179,7 @@ def decide_status(o: StatusObserved) -> StatusDecision:
                                                                            JOB_STOPPED)
         out += [PostEvent(*e) for e in answer_events + unresponsive_events]
     out += [PostEvent(*e) for e in resume_events(i.previous.resumed_from, new.resumed_from)]
+    out += [PostEvent(*e) for e in setting_warning_events(i.previous.setting_warnings, new.setting_warnings)]
     if new.phase != o.status.get("phase"):
         out.append(PostEvent("Normal", REASON_PHASE_CHANGED, f"{o.status.get('phase') or 'New'} -> {new.phase}"))
     rejected_before = get_condition(i.previous.conditions, COND_SPEC_REJECTED)

@@ -117,11 +117,12 @@ def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s:
 
 def fake_step(ckpt: Path, step: int, writer) -> Path:
     """A committed Orbax step directory as Orbax lays it out on disk: `<step>/_CHECKPOINT_METADATA`
-    naming its writer (an `identity` of `elastic_jax.api.identity`) in `custom_metadata`; the state itself
+    (and `commit_success.txt`, Orbax's commit marker, written last) naming its writer (an `identity` of `elastic_jax.api.identity`) in `custom_metadata`; the state itself
     is not needed to decide ownership. Returns the step's directory."""
     from elastic_jax.api import identity
 
     step_dir = ckpt / str(step)
     step_dir.mkdir(parents=True)
     (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
+    (step_dir / "commit_success.txt").write_text("committed")
     return step_dir

@@ -13,6 +13,12 @@ def test_the_root_metadata_name_is_orbaxs():
     assert checkpoints.ORBAX_ROOT_METADATA == ocp.checkpoint_manager.METADATA_ITEM_NAME
 
 
+def test_the_commit_marker_name_is_orbaxs():
+    from orbax.checkpoint._src.path import atomicity_types
+
+    assert checkpoints.COMMIT_SUCCESS_FILE == atomicity_types.COMMIT_SUCCESS_FILE
+
+
 def test_writer_problem_names_the_field_the_step_and_the_way_out():
     assert checkpoints.writer_problem(10, A, A, "SameJob", "/c") is None
     assert checkpoints.writer_problem(10, B, A, "Any", "/c") is None

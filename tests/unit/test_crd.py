@@ -78,7 +78,7 @@ def test_names_printer_columns_and_status_subresource():
     assert {"conditions", "slices", "controllerRestarts", "lastCheckpointStep", "failureReason", "goodput",
             "spareSlices"} <= set(status)
     assert set(status["goodput"]["properties"]["seconds"]["properties"]) == {
-        "productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting"}
+        "productive", "reduced", "recovering", "waiting", "checkpointing", "restoring", "starting", "stalled"}
 
 
 def test_every_spec_field_is_described():

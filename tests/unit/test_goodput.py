@@ -30,7 +30,7 @@ def test_categories_add_up_to_wall_and_a_failure_is_booked_from_its_step():
     clock.t = 146.0
     s = ledger.seconds()
     assert s == {"starting": 10.0, "restoring": 0.0, "productive": 18.0, "reduced": 10.0, "recovering": 4.0,
-                 "waiting": 4.0, "checkpointing": 0.0}
+                 "waiting": 4.0, "checkpointing": 0.0, "stalled": 0.0}
     assert sum(s.values()) == clock.t - 100.0
     assert ledger.goodput() == pytest.approx((18.0 + 5.0) / 46.0)  # reduced counts at active/desired
 

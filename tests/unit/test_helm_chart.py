@@ -148,7 +148,7 @@ def test_peering_and_namespaces(helm):
     docs = render(helm, *VARIANTS["namespaced+servicemonitor"])
     (deployment,) = by_kind(docs, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--peering=ej-elastic-jax" in args and "--priority=0" in args
+    assert "--peering=ej-elastic-jax" in args and "--priority=auto" in args
     assert [a for a in args if a.startswith("--namespace=")] == ["--namespace=team-a", "--namespace=team-b"]
     # Namespaced: one KopfPeering and one RoleBinding per watched namespace, no cluster-wide binding.
     assert sorted(p["metadata"]["namespace"] for p in by_kind(docs, "KopfPeering")) == ["team-a", "team-b"]

@@ -76,6 +76,7 @@ def _step(ckpt: Path, step: int, writer) -> None:
     (ckpt / str(step)).mkdir(parents=True)
     (ckpt / str(step) / "_CHECKPOINT_METADATA").write_text(
         json.dumps({"custom_metadata": identity.to_metadata(writer)}))
+    (ckpt / str(step) / "commit_success.txt").write_text("committed")  # (Orbax's commit marker, written last)
 
 
 def test_run_fresh_in_library_mode_deletes_this_jobs_steps_or_says_there_is_nothing_to_delete(tmp_path):

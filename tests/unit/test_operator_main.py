@@ -178,3 +178,18 @@ def test_a_stop_that_hangs_on_the_api_server_ends_by_itself_at_the_deadline_with
     assert "Signal SIGTERM is received" in stderr, stderr
     assert "kopf did not finish stopping within 1 s of SIGTERM: exiting" in stderr.splitlines(), stderr
 
+
+
+def test_auto_peering_priority_makes_the_newest_operator_active_and_no_two_equal():
+    """Issue 31 item 14 (kopf#247): two replicas at the chart's one fixed priority froze each other (kopf
+    freezes operators of equal priority) and a job stayed Pending with no Event. `auto` (the chart's default)
+    gives each process its start time: the newer pod of an upgrade or a scale-up wins, the older pauses."""
+    from elastic_jax.k8s_operator.main import _priority, peering_priority
+
+    assert _priority("auto") == "auto" and _priority("7") == 7
+    assert peering_priority(7) == 7
+    old, new = peering_priority("auto", now_s=1_800_000_000.0), peering_priority("auto", now_s=1_800_000_001.0)
+    assert new > old and new < 2**53
+    same_ms = {peering_priority("auto", now_s=1_800_000_000.0, tie_breaker=t) for t in (0, 1)}
+    assert len(same_ms) == 2  # the same millisecond: still not equal
+    assert len({peering_priority("auto") for _ in range(50)}) > 1

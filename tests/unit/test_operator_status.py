@@ -515,3 +515,16 @@ def test_every_condition_type_and_reason_is_spelled_once_in_the_status_module():
                     found.append(f"{path.relative_to(repo)}:{node.lineno}: {names[0]} = {node.value.value!r}"
                                  f" (st.{values.get(node.value.value, '?')})")
     assert not found, "condition types and reasons belong in elastic_jax/api/status.py:\n" + "\n".join(found)
+
+
+def test_a_controllers_setting_warning_is_copied_into_status_and_posted_once():
+    """Issue 31 item 13: the controller's `settingWarnings` (a stepDeadlineSeconds shorter than every slice's
+    step) reaches `status.settingWarnings` and one Warning Event, not one per pass."""
+    line = ("spec.elasticity.stepDeadlineSeconds (1 s) is shorter than a step: every active slice [0, 1] ran past "
+            "it in the same step, which took 3.1 s; ...")
+    c = _ctrl().model_copy(update={"setting_warnings": [line]})
+    out = build_status(_inputs(controller=c))
+    assert out["settingWarnings"] == [line]
+    ElasticTrainingJobStatus.model_validate(out)
+    assert status_builder.setting_warning_events([], [line]) == [("Warning", "SettingWarning", line)]
+    assert status_builder.setting_warning_events([line], [line]) == []
