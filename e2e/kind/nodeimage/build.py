@@ -213,6 +213,7 @@ def rootfs_image(engine: Engine, name: str, variant: str, packages: tuple[str, .
         return ref, 0.0
     log(f"nodeimage: making {ref} with mmdebstrap ({variant}: {', '.join(packages)})")
     t0 = time.monotonic()
+    build_dir().mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ejx-rootfs-", dir=build_dir()) as tmp:
         tar = Path(tmp) / "rootfs.tar"
         debian_tar(SUITE, tar, variant, packages, [f"--dpkgopt=path-exclude={p}" for p in _DPKG_EXCLUDES], log)
