@@ -108,6 +108,8 @@ def run(
                 fd for fd in (run_lock.fd, checkpoint_lock.fd) if fd is not None))
             if fresh and job.spec.controller.library_mode:
                 _clear_for_library_mode(job, manifest)
+            elif fresh:
+                _say_what_fresh_keeps(job)
             finished = _finished_at(job, fresh)
             if finished is not None:  # nothing to train: no process is started
                 summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
@@ -151,10 +153,13 @@ def _clear_for_library_mode(job, manifest: Path) -> None:
     ckpt = job.spec.checkpoint
     where = _where(ckpt.uri)
     try:
-        deleted = checkpoints.clear_local_checkpoints(ckpt.uri, identity.local_identity(job.metadata.name, ckpt.uri),
-                                          allow_foreign=ckpt.resume_from == "Any")
+        plan = checkpoints.clear_local_checkpoints(ckpt.uri, identity.local_identity(job.metadata.name, ckpt.uri),
+                                                   allow_foreign=ckpt.resume_from == "Any")
     except checkpoints.CheckpointUriError as e:
         raise _errors(_in_file(manifest, [str(e)]))
+    deleted = plan.delete
+    if plan.keep:
+        typer.echo(f"--fresh: {plan.kept_line()} (in spec.checkpoint.uri {where})", err=True)
     if deleted:
         typer.echo(f"--fresh: deleted {len(deleted)} checkpoint entr{'y' if len(deleted) == 1 else 'ies'} "
                    f"({', '.join(deleted)}) from spec.checkpoint.uri {where}; your program starts from step 0",
@@ -169,6 +174,22 @@ def _where(uri: str) -> str:
     if "://" in uri or Path(uri).is_absolute():
         return uri
     return f"{uri}, i.e. {Path(uri).resolve()}"
+
+
+def _say_what_fresh_keeps(job) -> None:
+    """`--fresh` with the built-in trainer (its controller deletes this job's steps once the trainer checks
+    out): one line now naming what it will keep in spec.checkpoint.uri, if anything (already checked by the
+    preflight)."""
+    from elastic_jax.api import checkpoints, identity
+
+    ckpt = job.spec.checkpoint
+    try:
+        plan = checkpoints.fresh_plan(ckpt.uri, identity.local_identity(job.metadata.name, ckpt.uri),
+                                      allow_foreign=ckpt.resume_from == "Any")
+    except checkpoints.CheckpointUriError:
+        return  # (the controller refuses it with the same words)
+    if plan.keep:
+        typer.echo(f"--fresh: {plan.kept_line()} (in spec.checkpoint.uri {_where(ckpt.uri)})", err=True)
 
 
 def _finished_at(job, fresh: bool):

@@ -44,6 +44,7 @@ from elastic_jax import contract
 from elastic_jax.api.control import (MAX_GENERATION_AHEAD_S, MAX_STATUS_WAIT_S, ControllerStatus, SliceReport,
                                       SliceReportResult, StopRequest)
 from elastic_jax.api.job import INT64_MAX
+from elastic_jax.controller import http_limits
 from elastic_jax.controller.elastic.slice_set import SliceSet
 from elastic_jax.controller.metrics import ControllerMetrics
 from elastic_jax.controller.status_feed import StatusFeed
@@ -305,10 +306,16 @@ class ControlApiServer:
       app: the FastAPI app.
       host: bind address (0.0.0.0 in a pod, 127.0.0.1 locally).
       port: TCP port; 0 picks a free one (read `port` after `start()`).
+      read_timeout_s: seconds a client has to send a whole request before its connection is closed.
+      max_connections: open connections at most; past it the longest-waiting incomplete request is closed
+        (`http_limits.BoundedH11Protocol`).
     """
 
-    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = contract.CONTROLLER_PORT):
-        self._config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = contract.CONTROLLER_PORT,
+                 read_timeout_s: float = http_limits.READ_TIMEOUT_S,
+                 max_connections: int = http_limits.MAX_CONNECTIONS):
+        self._config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+                                      http=http_limits.bounded_protocol(read_timeout_s, max_connections))
         self._server = uvicorn.Server(self._config)
         self._thread: threading.Thread | None = None
         self.host = host

@@ -212,9 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             ckpt = job.spec.checkpoint
             writer = identity_from_env(os.environ, job.metadata.name, ckpt.uri)
             if args.fresh:  # only now: a manifest mistake must not cost the old checkpoints
-                deleted = clear_local_checkpoints(ckpt.uri, writer, allow_foreign=ckpt.resume_from == "Any")
-                log.info("--fresh: deleted %d checkpoint(s) from %s", len(deleted), ckpt.uri,
-                         extra={"event": "checkpoints_cleared", "deleted": deleted})
+                plan = clear_local_checkpoints(ckpt.uri, writer, allow_foreign=ckpt.resume_from == "Any")
+                log.info("--fresh: deleted %d checkpoint entr%s of this job from %s%s", len(plan.delete),
+                         "y" if len(plan.delete) == 1 else "ies", ckpt.uri,
+                         f"; {plan.kept_line()}" if plan.keep else "",
+                         extra={"event": "checkpoints_cleared", "deleted": plan.delete, "kept": plan.keep})
             checkpointer = job_checkpointer(job, metrics, writer)
         except (TrainerConfigError, CheckpointUriError) as e:
             return _fail(str(e))

@@ -32,9 +32,6 @@ STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
 # tests/unit/test_checkpoints.py checks that they agree): on GCS the commit itself, on local disk written just
 # before the rename that commits the step.
 COMMIT_SUCCESS_FILE = "commit_success.txt"
-# Orbax's root metadata folder (`orbax.checkpoint.checkpoint_manager.METADATA_ITEM_NAME`;
-# tests/unit/test_checkpoints.py checks that they agree).
-ORBAX_ROOT_METADATA = "metadata"
 # The reachability probe must answer in seconds: a wrong bucket name is a bad
 # spec, reported at start-up, not something to retry for minutes.
 DEFAULT_PROBE_TIMEOUT_S = 10.0
@@ -656,90 +653,135 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
             return
 
 
-def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> list[str]:
-    """What `--fresh` would delete from the local checkpoint directory `uri`; refuses if anything is not this job's.
+# Orbax's name for a save in progress of a step (`orbax.checkpoint.step.TMP_DIR_STEP_PATTERN` with no step
+# prefix, as `Checkpointer` saves: `<step>.orbax-checkpoint-tmp-<timestamp>`, or without the timestamp in
+# newer Orbax; tests/integration/test_fresh_plan.py checks it against Orbax's own listing).
+_ORBAX_TMP_STEP = re.compile(r"(\d+)\.orbax-checkpoint-tmp(-\d+)?")
 
-    Only entries Orbax itself recognises are deleted: committed step
-    directories (the name is the step number *and* the directory holds Orbax's
-    step metadata file), interrupted saves (`<step>.orbax-checkpoint-tmp-*`)
-    and Orbax's root `metadata/`. A folder whose name is only digits (a user's
-    `2024/`) is not a step. If the directory holds anything else, nothing may
-    be deleted; nor when a step was written by another job (or by no known
-    job), unless `allow_foreign` (`spec.checkpoint.resumeFrom: Any`). A step
-    whose metadata does not read (corrupt) is deleted with this job's own
-    steps, but not when no step is this job's. Nor when
-    a directory to be emptied is not writable (read-only, immutable).
+
+class FreshPlan(NamedTuple):
+    """What `--fresh` does to a local checkpoint directory.
+
+    Attributes:
+      delete: entry names to delete, sorted: this job's Orbax steps and Orbax's temporaries of its saves.
+      keep: every other entry, sorted (a user's files or folders, whatever their names), left alone.
+    """
+
+    delete: list[str]
+    keep: list[str]
+
+    def kept_line(self) -> str:
+        """One line naming what was kept ("" when nothing was)."""
+        if not self.keep:
+            return ""
+        shown = ", ".join(self.keep[:5]) + (f", ... ({len(self.keep)} in all)" if len(self.keep) > 5 else "")
+        return f"kept {len(self.keep)} entr{'y' if len(self.keep) == 1 else 'ies'} that are not this job's checkpoints: {shown}"
+
+
+def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> FreshPlan:
+    """What `--fresh` would delete from the local checkpoint directory `uri`, and what it keeps.
+
+    A name is not proof. Deleted are only Orbax's own entries of this job: a step directory as Orbax
+    names and commits it (the name is the step number and it holds Orbax's step metadata file) whose
+    metadata names this job as its writer, and a temporary of a save in progress
+    (`<step>.orbax-checkpoint-tmp[-<timestamp>]`, a directory) whose step metadata names this job, or that
+    has none and sits beside this job's own steps (a save cut short). Everything else is kept (a user's
+    `metadata/`, `2024/`, `notes.orbax-checkpoint-tmp/`) and listed in `keep`, except a folder or link named by a number (Orbax lists
+    it as a step): that refuses the lot. A step another job wrote
+    (or no known job) refuses the lot, unless `allow_foreign` (`spec.checkpoint.resumeFrom: Any`): kept,
+    it would be resumed from. A step whose metadata does not read (corrupt) is deleted with this job's own
+    steps, and refuses when no step is this job's. So does a directory to be emptied that is not writable
+    (read-only, immutable).
 
     Args:
       uri: `spec.checkpoint.uri`.
-      me: this job's identity; None skips the ownership check.
+      me: this job's identity; None skips the ownership check (every step and temporary is this job's).
       allow_foreign: steps other jobs wrote may be deleted too.
 
     Returns:
-      The entry names to delete, sorted (empty when the directory does not exist).
+      The plan (both lists empty when the directory does not exist).
 
     Raises:
-      CheckpointUriError: `uri` is not a local path, is not a directory, holds
-        entries that are not checkpoints, holds another job's steps (the
-        message names some), or cannot be emptied.
+      CheckpointUriError: `uri` is not a local path, is not a directory, holds another job's steps (the
+        message names some), only unreadable steps, a folder or link named like a step that is not an Orbax
+        step (Orbax would list it), or cannot be emptied.
     """
     if not is_local(uri):
         raise uri_error(uri, "--fresh clears local checkpoint directories only")
     root = local_path(uri)
     if not root.exists():
-        return []
+        return FreshPlan([], [])
     if not root.is_dir():
         raise uri_error(uri, "is a file, not a directory (checkpoints need a directory of their own)")
-    names = sorted(p.name for p in root.iterdir())
-    ours = [n for n in names
-            if is_orbax_step_dir(root / n) or ".orbax-checkpoint-tmp" in n or n == ORBAX_ROOT_METADATA]
-    foreign = [n for n in names if n not in ours]
-    if foreign:
-        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise uri_error(uri, f"--fresh deletes checkpoints only, and this directory also holds {shown}; "
-                             "give the job a checkpoint directory of its own")
-    if me is not None and not allow_foreign:
-        others, corrupt, mine = {}, [], 0
-        for name in ours:
-            if is_orbax_step_dir(root / name):
-                readable, writer = read_step_writer(root / name)
-                if not readable:
-                    corrupt.append(name)
-                elif writer is None or writer.uid != me.uid:
-                    others[name] = writer
-                else:
-                    mine += 1
-        if corrupt and not others and not mine:
-            # (a step whose metadata does not read cannot be shown to be this job's; beside this job's own
-            # steps it is one of them, a save cut short: --fresh deletes it with them)
-            raise uri_error(uri, f"--fresh deletes this job's checkpoints only, and step(s) {', '.join(corrupt[:5])} "
-                                 "have unreadable metadata and no step here is this job's; delete them by hand, "
-                                 "or set spec.checkpoint.resumeFrom: Any to treat them as this job's")
-        if others:
-            step, by = next(iter(sorted(others.items(), key=lambda kv: int(kv[0]))))
-            who = by.describe() if by else "a job that saved no writer identity"
-            raise uri_error(uri, f"--fresh deletes this job's checkpoints only, and step {step} "
-                                 f"({len(others)} step(s) in all) was written by {who}, not {me.describe()}; "
-                                 "give the job a checkpoint directory of its own, or set "
-                                 "spec.checkpoint.resumeFrom: Any to treat them as this job's")
+    owned = lambda w: me is None or allow_foreign or (w is not None and w.uid == me.uid)  # noqa: E731
+    mine, corrupt, unsigned, keep, others = [], [], [], [], {}
+    for path in sorted(root.iterdir(), key=lambda p: p.name):
+        name = path.name
+        if path.is_symlink():  # (a link is never Orbax's; deleting through it would reach outside)
+            keep.append(name)
+        elif is_orbax_step_dir(path):
+            readable, writer = read_step_writer(path)
+            if not readable:
+                corrupt.append(name)
+            elif owned(writer):
+                mine.append(name)
+            else:
+                others[name] = writer
+        elif _ORBAX_TMP_STEP.fullmatch(name) and path.is_dir():
+            readable, writer = read_step_writer(path)
+            if readable and owned(writer):
+                mine.append(name)
+            elif readable:
+                keep.append(name)  # another job's save in progress: not ours to delete
+            else:
+                unsigned.append(name)
+        else:
+            keep.append(name)
+    # A kept folder named by a number is one Orbax lists as a step (`orbax.checkpoint.step.checkpoint_steps`):
+    # the fresh run would trip on it (or restore it), so nothing is deleted.
+    stepnamed = [n for n in keep if n.isdigit()]
+    if stepnamed:
+        raise uri_error(uri, f"--fresh deletes checkpoints only, and {', '.join(stepnamed[:5])} "
+                             f"{'is' if len(stepnamed) == 1 else 'are'} named like a checkpoint step but "
+                             f"{'is' if len(stepnamed) == 1 else 'are'} not one of this directory's Orbax steps "
+                             "(no step metadata, or a link); move it out, or give the job a checkpoint directory "
+                             "of its own; nothing was deleted")
+    if others:
+        step, by = next(iter(sorted(others.items(), key=lambda kv: int(kv[0]))))
+        who = by.describe() if by else "a job that saved no writer identity"
+        raise uri_error(uri, f"--fresh deletes this job's checkpoints only, and step {step} "
+                             f"({len(others)} step(s) in all) was written by {who}, not {me.describe()}; "
+                             "give the job a checkpoint directory of its own, or set "
+                             "spec.checkpoint.resumeFrom: Any to treat them as this job's")
+    if corrupt and not mine and me is not None and not allow_foreign:
+        # (a step whose metadata does not read cannot be shown to be this job's; beside this job's own
+        # steps it is one of them, a save cut short: --fresh deletes it with them)
+        raise uri_error(uri, f"--fresh deletes this job's checkpoints only, and step(s) {', '.join(corrupt[:5])} "
+                             "have unreadable metadata and no step here is this job's; delete them by hand, "
+                             "or set spec.checkpoint.resumeFrom: Any to treat them as this job's")
+    # A temporary without step metadata is a save cut short; beside this job's steps it is this job's (Orbax's
+    # next manager would clean it anyway), alone it is kept.
+    if mine or me is None or allow_foreign:
+        mine += corrupt + unsigned
+    else:
+        keep += unsigned
+    ours = sorted(mine)
     # Every directory to be emptied must be writable, or a read-only/immutable one would stop the
     # deletion half-way through a step (its metadata gone, its arrays left).
     for directory in ([root] if ours else []) + [Path(d) for n in ours for d, _, _ in os.walk(root / n)]:
         if not os.access(directory, os.W_OK | os.X_OK):
             raise uri_error(uri, f"--fresh cannot delete the checkpoints: {str(directory)!r} is not writable; "
                                  "nothing was deleted")
-    return ours
+    return FreshPlan(ours, sorted(keep))
 
 
-def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_foreign: bool = False) -> list[str]:
+def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_foreign: bool = False) -> FreshPlan:
     """Deletes this job's checkpoints in a local checkpoint directory (`--fresh`), and nothing else.
 
-    What may be deleted is `fresh_plan`'s answer
-    (Orbax step directories this job wrote, interrupted saves, Orbax's root
-    `metadata/`; anything else, another job's step, or a directory that is not
-    writable refuses the lot, so a read-only or immutable directory never
-    loses half a step). The directory itself stays (a launcher may hold a lock
-    on it).
+    What is deleted is `fresh_plan`'s answer (this job's Orbax steps and the temporaries of its saves;
+    everything else is kept and listed; another job's step, or a directory that is not writable, refuses
+    the lot, so a read-only or immutable directory never loses half a step). The directory itself stays (a
+    launcher may hold a lock on it).
 
     Args:
       uri: `spec.checkpoint.uri`.
@@ -747,26 +789,25 @@ def clear_local_checkpoints(uri: str, writer: JobIdentity | None = None, allow_f
       allow_foreign: delete steps other jobs wrote too.
 
     Returns:
-      The names deleted, sorted.
+      The plan carried out: `delete` was deleted, `keep` left alone.
 
     Raises:
-      CheckpointUriError: `uri` is not a local directory, holds entries that
-        are not this job's checkpoints, or cannot be emptied (the message
-        names `spec.checkpoint.uri` and why).
+      CheckpointUriError: `uri` is not a local directory, holds another job's steps, or cannot be emptied
+        (the message names `spec.checkpoint.uri` and why).
 
     Here, not beside Orbax in the controller, so `elastic-jax run --fresh` in library mode deletes before the
     user's program starts without importing JAX.
     """
     import shutil
 
-    ours = fresh_plan(uri, writer, allow_foreign)
+    plan = fresh_plan(uri, writer, allow_foreign)
     root = local_path(uri)
-    for name in ours:
+    for name in plan.delete:
         try:
             shutil.rmtree(root / name)
         except OSError as e:
             raise uri_error(uri, f"--fresh could not delete {name} ({e.strerror or _one_line(e)})") from None
-    return ours
+    return plan
 
 
 def finished_at(uri: str, total_steps: int) -> tuple[int, JobIdentity | None] | None:

@@ -24,7 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter,
 from pydantic.alias_generators import to_camel
 
 from elastic_jax import contract
-from elastic_jax.api import checkpoints, images, pod_rules, runtime_env
+from elastic_jax.api import checkpoints, images, nesting, pod_rules, runtime_env
 
 GROUP = contract.GROUP
 VERSION = contract.VERSION
@@ -443,6 +443,16 @@ class TrainerSpec(_Model):
         [f"spec.controller.trainer.entryPoint {s.entry_point!r} must look like 'package.module:function'"],
     )
     _entry_point_shape = model_validator(mode="after")(_checked(RULES))
+
+    @field_validator("config", mode="before")
+    @classmethod
+    def _config_depth(cls, value: Any) -> Any:
+        # Before pydantic walks it: a config nested thousands deep (the API server takes 10000 levels)
+        # would end every recursive reader after it (JSON, YAML, deepcopy) in a RecursionError.
+        problem = nesting.config_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 LIBRARY_MODE_TRAINER = ("spec.controller.trainer: not used with spec.controller.command (library mode: the command "

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from elastic_jax.api import nesting
 from elastic_jax.api.job import (PROBLEM_SEPARATOR, ElasticTrainingJob, as_written_problem, located,
                                  partial_problems)
 
@@ -130,6 +131,10 @@ def dump_yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=KubectlSafeDumper, sort_keys=False)
 
 
+class NestedTooDeep(yaml.composer.ComposerError):
+    """A YAML document nested past `nesting`'s bounds (`problem` says which field, in the model's words)."""
+
+
 class _UniqueKeyLoader(_KubectlScalars, yaml.SafeLoader):
     """PyYAML's safe loader reading plain scalars as kubectl does (`go_yaml_scalar`), refusing a key repeated in one mapping (PyYAML keeps the last
     silently; kubectl refuses it, so `steps: 60` then `steps: 5` must not pass here), and
@@ -138,6 +143,8 @@ class _UniqueKeyLoader(_KubectlScalars, yaml.SafeLoader):
     def __init__(self, stream):
         super().__init__(stream)
         self._aliases = 0
+        # The keys (or list positions) from the document's root to the node being composed.
+        self._path: list[Any] = []
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
@@ -146,7 +153,19 @@ class _UniqueKeyLoader(_KubectlScalars, yaml.SafeLoader):
                 raise yaml.composer.ComposerError(
                     None, None, f"more than {MAX_ALIASES} YAML aliases (refused: alias expansion bomb?)",
                     self.peek_event().start_mark)
-        return super().compose_node(parent, index)
+        if parent is not None:
+            self._path.append(index.value if isinstance(index, yaml.ScalarNode) else index)
+        try:
+            if self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent):
+                # PyYAML composes recursively (three frames a level): refuse past the bounds the manifest is
+                # held to anyway (`nesting`), in its words, before Python's recursion limit ends it in a traceback.
+                problem = _nesting_problem(self._path)
+                if problem:
+                    raise NestedTooDeep(None, None, problem, self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            if parent is not None:
+                self._path.pop()
 
     def construct_document(self, node):
         _check_expansion(node)
@@ -165,6 +184,19 @@ class _UniqueKeyLoader(_KubectlScalars, yaml.SafeLoader):
 
 for _tag in (_BOOL_TAG, _INT_TAG, _FLOAT_TAG):
     _UniqueKeyLoader.add_constructor(_tag, _construct_go_scalar)
+
+
+def _nesting_problem(path: list[Any]) -> str | None:
+    """`nesting`'s refusal when a mapping or list starts at `path` (keys from the document's root): inside
+    the trainer config past `nesting.MAX_CONFIG_DEPTH` levels, or anywhere past `nesting.MAX_MANIFEST_DEPTH`."""
+    if path[:4] == _CONFIG_PATH and len(path) - 4 >= nesting.MAX_CONFIG_DEPTH:
+        return nesting.too_deep_message(nesting.CONFIG_FIELD, nesting.MAX_CONFIG_DEPTH)
+    if len(path) >= nesting.MAX_MANIFEST_DEPTH:
+        return nesting.too_deep_message(str(path[0]), nesting.MAX_MANIFEST_DEPTH)
+    return None
+
+
+_CONFIG_PATH = ["spec", "controller", "trainer", "config"]
 
 
 def _check_expansion(root: yaml.Node) -> None:
@@ -379,6 +411,10 @@ def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = Fa
     where = f"{source}: " if source else ""
     if not isinstance(data, dict):
         raise ManifestError(f"{where}expected a YAML mapping with apiVersion, kind, metadata, spec")
+    # Before anything recursive (null pruning, json.dumps, pydantic's JSON parser) walks it.
+    problem = nesting.manifest_problem(data)
+    if problem:
+        raise ManifestError(where + problem, data=None)
     data = integral_floats_as_ints(prune_nulls(data))
     problems: list[str] = []
     job = partial = None
@@ -414,6 +450,8 @@ def load_manifest(path: str | Path, *, as_written: bool = False) -> ElasticTrain
         raise ManifestError(f"{path}: not a text file (expected UTF-8 YAML)") from None
     try:
         docs = [d for d in yaml.load_all(text, Loader=_UniqueKeyLoader) if d is not None]
+    except NestedTooDeep as e:
+        raise ManifestError(f"{path}: {e.problem} (line {e.problem_mark.line + 1})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

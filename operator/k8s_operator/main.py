@@ -27,6 +27,7 @@ from prometheus_client import start_http_server
 from elastic_jax import contract
 from elastic_jax.api import labels
 from elastic_jax.api.job import GROUP
+from elastic_jax.k8s_operator import deep_objects
 from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
 from elastic_jax.logs import FORMATS, log_format
@@ -337,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(env ELASTIC_JAX_STOP_DEADLINE_SECONDS)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    # Before kopf's threads start: any object the API server stores must be readable (`deep_objects`).
+    stack_problems = deep_objects.prepare()
     cpu_listen.LISTEN_ADDRESS = cpu_listen.LISTEN_ADDRESSES[args.pod_listen_address]
     from elastic_jax.k8s_operator import service_accounts
     try:
@@ -353,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)
     _use_product_log_schema(args.log_format, quiet_timers=not args.verbose)
+    for problem in stack_problems:
+        logging.getLogger(__name__).warning(problem)
     for noisy in ("httpx", "httpcore", "kubernetes.client.rest"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     if args.metrics_port:

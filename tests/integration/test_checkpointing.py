@@ -263,8 +263,8 @@ def test_fresh_deletes_only_this_jobs_steps(tmp_path: Path) -> None:
     with pytest.raises(CheckpointUriError, match=r"step 10 .*written by local/job-a \(uid uid-a\), not local/job-b"):
         clear_local_checkpoints(uri, job_b)
     assert (tmp_path / "ck" / "10").is_dir()  # untouched
-    assert clear_local_checkpoints(uri, job_b, allow_foreign=True) == ["10"]
+    assert clear_local_checkpoints(uri, job_b, allow_foreign=True).delete == ["10"]
     with Checkpointer(uri, interval_steps=10, max_to_keep=3, writer=job_b) as ckpt:
         assert ckpt.maybe_save(20, state, data_state)
         ckpt.wait_until_finished()
-    assert clear_local_checkpoints(uri, job_b) == ["20"]
+    assert clear_local_checkpoints(uri, job_b).delete == ["20"]

@@ -164,6 +164,24 @@ def _run_args(tmp_path: Path, manifest: dict, *flags: str) -> subprocess.Complet
     return proc
 
 
+def test_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path):
+    """--fresh on a checkpoint uri that is someone's project folder: every file kept, and said so in one line
+    (issue 31: a folder named `metadata/` or `*.orbax-checkpoint-tmp` was deleted as a checkpoint)."""
+    project = tmp_path / "project"
+    for folder in ("src", "metadata", "old.orbax-checkpoint-tmp"):
+        (project / folder).mkdir(parents=True)
+        (project / folder / "important.py").write_text("x = 1\n")
+    (project / "notes.txt").write_text("keep me")
+    m = job_manifest("danger", tmp_path, checkpoint={"uri": str(project), "intervalSteps": 10})
+    proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("kept 4 entries that are not this job's checkpoints: metadata, notes.txt, old.orbax-checkpoint-tmp, "
+            "src") in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    for folder in ("src", "metadata", "old.orbax-checkpoint-tmp"):
+        assert (project / folder / "important.py").read_text() == "x = 1\n"
+    assert (project / "notes.txt").exists()
+
+
 def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_path):
     ckpt = tmp_path / "ckpt"
     # What makes it an Orbax step of this job: Orbax's step metadata naming this job as its writer.

@@ -1,16 +1,10 @@
 """The shared checkpoint-location rules (elastic_jax.api.checkpoints): pure parts."""
 
-import orbax.checkpoint as ocp
-
 from elastic_jax.api import checkpoints
 from elastic_jax.api.identity import JobIdentity
 
 A = JobIdentity(namespace="local", name="a", uid="uid-a")
 B = JobIdentity(namespace="local", name="b", uid="uid-b")
-
-
-def test_the_root_metadata_name_is_orbaxs():
-    assert checkpoints.ORBAX_ROOT_METADATA == ocp.checkpoint_manager.METADATA_ITEM_NAME
 
 
 def test_the_commit_marker_name_is_orbaxs():

@@ -404,19 +404,6 @@ def test_another_jobs_checkpoints_are_refused_before_any_process_starts(tmp_path
     assert nothing_started(tmp_path)
 
 
-def test_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path):
-    """--fresh on a checkpoint uri that is someone's project folder: refused, every file kept."""
-    project = tmp_path / "project"
-    (project / "src").mkdir(parents=True)
-    (project / "src" / "important.py").write_text("x = 1\n")
-    (project / "notes.txt").write_text("keep me")
-    m = job_manifest("danger", tmp_path, checkpoint={"uri": str(project), "intervalSteps": 10})
-    assert_one_line_error(run_bad(tmp_path, m, "--fresh", "--no-failure"), "spec.checkpoint.uri",
-                          "--fresh deletes checkpoints only", "notes.txt")
-    assert (project / "src" / "important.py").read_text() == "x = 1\n" and (project / "notes.txt").exists()
-    assert nothing_started(tmp_path)
-
-
 def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):
     """Issue 9 item 12: `2024/` under the checkpoint directory is a user's folder, not an Orbax
     step (no step metadata): --fresh refuses and deletes nothing, not even this job's steps."""

@@ -23,7 +23,7 @@ import hmac
 import logging
 import os
 from concurrent import futures
-from typing import NoReturn
+from typing import Iterator, NoReturn
 
 import grpc
 import jax
@@ -145,10 +145,14 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
             raise ValueError("a slice worker needs a non-empty token")
         self._expected = f"Bearer {token}".encode()
 
-        def refuse(request: bytes, context: grpc.ServicerContext) -> bytes:
+        def refuse(requests: Iterator[bytes], context: grpc.ServicerContext) -> bytes:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
 
-        self._refusal = grpc.unary_unary_rpc_method_handler(refuse)
+        # A stream handler whose request iterator is never read: gRPC asks for no message, so an
+        # unauthenticated body is refused before it is read (a unary handler got the whole body first: 4
+        # refused calls of 250 MiB took the worker from 801 to 1681 MB). Unary and streaming calls are the
+        # same on the wire; HTTP/2 flow control holds the unread rest at the sender.
+        self._refusal = grpc.stream_unary_rpc_method_handler(refuse)
 
     def intercept_service(self, continuation, handler_call_details):
         given = dict(handler_call_details.invocation_metadata or ()).get(wire.AUTH_METADATA_KEY, "")
