@@ -1,6 +1,11 @@
 """Root pytest configuration: shared fixtures live in tests/support/ as plugins; the
 background Go build for e2e/ in e2e/harness/background_build.py."""
 
+import pytest
+
+# Shared scenario checks (tests/tpu/ and their CPU twin): plain asserts with pytest's introspection.
+pytest.register_assert_rewrite("tests.support.pathways_scenarios")
+
 pytest_plugins = [
     "e2e.harness.background_build",
     "tests.support.gcs_emulator",
