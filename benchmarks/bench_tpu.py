@@ -63,12 +63,12 @@ TPU_TRAINER = {"seqLen": 256, "dModel": 512, "numLayers": 8, "numHeads": 8, "mlp
 CPU_TRAINER = {"seqLen": 32, "dModel": 32, "numLayers": 1, "numHeads": 2, "mlpDim": 64, "maxBytes": 200_000,
                "learningRate": 0.01, "warmupSteps": 5}
 SIZES = {  # global batch, warm-up steps (compile), timed steps
-    "tpu": {"trainer": TPU_TRAINER, "global_batch": 256, "warmup": 5, "timed": 30},
+    "tpu": {"trainer": TPU_TRAINER, "global_batch": 256, "warmup": 3, "timed": 20},
     "cpu": {"trainer": CPU_TRAINER, "global_batch": 8, "warmup": 1, "timed": 3},
 }
 # The CPU smoke run's host devices: one slice of 2, the chip's shape (one slice, lost and back).
 CPU_SMOKE_DEVICES = 2
-CHILD_TIMEOUT_S = 420.0
+CHILD_TIMEOUT_S = 300.0
 
 
 # -- children -----------------------------------------------------------------------------------------------

@@ -19,7 +19,11 @@ import sys
 
 import pytest
 
-from tests.support.pathways_scenarios import ROOT, child_env
+# On the TPU machine the tier runs with --confcutdir=tests/tpu (benchmarks/tpu_session.sh): the root
+# conftest, which registers this too, is not loaded there.
+pytest.register_assert_rewrite("tests.support.pathways_scenarios")
+
+from tests.support.pathways_scenarios import ROOT, child_env  # noqa: E402
 
 _PROBE = "import jax; d = jax.devices()[0]; print('TPU', d.platform, d.device_kind, len(jax.devices()))"
 PROBE_TIMEOUT_S = 180.0
