@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import shlex
 import statistics
 import subprocess
@@ -166,6 +165,7 @@ def child_main(platform: str, workdir: Path) -> dict[str, Any]:
 
 
 def _leaves(trainer: Any) -> list[Any]:
+    """The parameter leaves' shapes (`jax.ShapeDtypeStruct`s), without computing them."""
     import jax
 
     return jax.tree_util.tree_leaves(jax.eval_shape(trainer.init_params, jax.random.key(0)))
@@ -234,7 +234,7 @@ def report(result: dict[str, Any], platform: str, command: str) -> dict[str, Any
     result.update(
         label=f"TPU ({result['device_kind']})" if is_tpu else "CPU smoke run: NOT a TPU result",
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), command=command,
-        size={k: v for k, v in SIZES[platform].items()}, targets=TARGETS,
+        size=dict(SIZES[platform]), targets=TARGETS,
         met={"ratio": result["ratio"] <= TARGETS["ratio"], "recovery_s": result["recovery_s"] <= TARGETS["recovery_s"],
              "steps_lost": result["steps_lost"] == TARGETS["steps_lost"]} if is_tpu else None,
     )
@@ -258,6 +258,7 @@ def report(result: dict[str, Any], platform: str, command: str) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line (see the module docstring); `--child` runs one child's part and prints its line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--platform", choices=("tpu", "cpu"), default="tpu",
                         help="tpu (default; refuses to run without one) or cpu (tiny smoke run, labelled CPU)")

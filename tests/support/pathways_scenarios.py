@@ -452,6 +452,7 @@ def check_resume(first: dict[str, Any], second: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The child's entry point: runs one scenario and prints its `RESULT {json}` line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("workdir", type=Path)
