@@ -114,7 +114,9 @@ def run_scenario(name: str, workdir: Path, platform: str, timeout_s: float = 600
                            "--platform", platform], cwd=ROOT, env=child_env(platform), capture_output=True,
                           text=True, timeout=timeout_s)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
-    assert proc.returncode == 0 and lines, f"scenario {name} exited {proc.returncode}:\n{proc.stderr[-6000:]}"
+    # A partial result printed before the child died is shown with its error.
+    assert proc.returncode == 0 and lines, (f"scenario {name} exited {proc.returncode}; last result: "
+                                            f"{lines[-1] if lines else None}\n{proc.stderr[-6000:]}")
     return json.loads(lines[-1][len(RESULT_PREFIX):])
 
 
@@ -392,6 +394,8 @@ def scenario(name: str, workdir: Path, platform: str) -> dict[str, Any]:
         if checkpointer.restores:
             target, state, step = checkpointer.restores[0]
             out.update(restored_step=step, restored=shardings_of(state, layout), target=shardings_of(target, layout))
+            # Printed first: the handler's plugin program is compiled by the device's own client next.
+            print(RESULT_PREFIX + json.dumps(out), flush=True)
             # A closed checkpointer cannot restore again: a fresh one over the same folder.
             again = recording_checkpointer(manifest(layout, workdir, RESTORE_STEP + 4))
             try:
