@@ -862,10 +862,19 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
     Returns:
       The started runtime (close it, or use it as a context manager).
 
+    On the pathways backend it first registers Pathways with JAX and connects
+    to the proxy (`controller/pathways_connect.initialize`: persistence on,
+    `pathwaysutils.initialize()`, `jax.devices()`), before anything touches a
+    JAX backend; calling `pathwaysutils.initialize()` again afterwards (MaxText
+    does) is a no-op.
+
     Raises:
       RuntimeConfigError: a variable missing or bad, a manifest that does not
-        validate or does not match its digest, or a port that cannot be bound;
-        the message names which.
+        validate or does not match its digest, a port that cannot be bound,
+        or pathwaysutils missing on the pathways backend; the message names which.
+      SystemExit: code 75 (`ControllerExit.RESTART`) when the Pathways proxy
+        did not answer within its client's connection timeout: a controller
+        loss (the operator starts the controller again), not a failure of the job.
     """
     from elastic_jax.api.manifest import ManifestError, load_manifest
     from elastic_jax.api.manifest_digest import check_digest
@@ -881,5 +890,21 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
         raise RuntimeConfigError(str(e)) from None
     # As the built-in controller does (effective only before jax loads).
     pin_host_devices(job.spec.backend, job.spec.slices.devices_per_host)
+    if job.spec.backend == "pathways":
+        _initialize_pathways()
     return Runtime(job, token, host=settings.host, port=settings.port, summary_file=settings.summary_file,
                    environ=env).start()
+
+
+def _initialize_pathways() -> None:
+    """`pathways_connect.initialize`, with its failures as `connect` reports them (see there)."""
+    from elastic_jax.controller import pathways_connect
+    from elastic_jax.exit_codes import ControllerExit
+
+    try:
+        pathways_connect.initialize()
+    except ImportError as e:
+        raise RuntimeConfigError(f"spec.backend pathways: {e}") from None
+    except pathways_connect.ProxyUnavailableError as e:
+        logging.getLogger(__name__).error("controller lost: %s", e, extra={"event": "controller_lost", "reason": str(e)})
+        raise SystemExit(int(ControllerExit.RESTART)) from e
