@@ -748,7 +748,9 @@ class Runtime:
 
         Args:
           target: the initial state: a pytree of `jax.Array`s (or `jax.ShapeDtypeStruct`s) with the
-            saved state's structure; the restored arrays get its shapes, dtypes and shardings.
+            saved state's structure; the restored arrays get its shapes, dtypes and shardings (a single
+            device's as the same placement's `NamedSharding`). On pathways place it on your mesh with
+            `NamedSharding`s: Orbax's Pathways array handler restores only onto those.
 
         Returns:
           `Restored(state, step, data)`; `Restored(target, 0, {})` when nothing is committed.
