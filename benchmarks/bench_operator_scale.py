@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slices", type=int, default=8)
     parser.add_argument("--backend", choices=("cpu", "pathways"), default="cpu")
     parser.add_argument("--hosts", type=int, default=1,
-                        help="hosts per slice (cpu: 1; pathways: 1, 2, 4 or 8, a v5e topology of that many hosts)")
+                        help="hosts per slice (cpu: 1; pathways: 1, 4 or 8, a v5e topology of that many 4-chip hosts)")
     parser.add_argument("--spare-pools", type=int, default=2, help="pathways: kwok TPU node pools beyond jobs x slices")
     parser.add_argument("--failures", type=int, default=20, help="one-at-a-time failures, phase (a)")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of each steady-state count")

@@ -1,6 +1,6 @@
 """The operator scale path with backend pathways: Pathways heads on the node agent, multi-host slices on kwok TPU pools.
 
-Two pathways jobs of two v5e 2x4 slices (two hosts each) on the local
+Two pathways jobs of two v5e 4x4 slices (four hosts each) on the local
 control plane (`e2e/kwok/fleet.py`). Each controller pod is a Pathways head
 on a node agent's CPU node: the resource-manager and proxy sidecars are the
 stand-ins the node agent runs for Google's images, the controller container is
@@ -11,7 +11,7 @@ pools (pool, accelerator and topology labels, `google.com/tpu` capacity, the
 
 Checks that the operator drives them as on GKE: it creates the slice JobSets
 once each head's resource manager listens; the real scheduler puts each slice's
-two workers on one pool of their own (the JobSet webhook's exclusive
+four workers on one pool of their own (the JobSet webhook's exclusive
 placement), one per host, tolerating the TPU taint; every slice is reported
 Ready to its controller and the job is Running. A worker evicted (the status a
 kubelet posts; under restartPolicy OnFailure a killed container restarts in
@@ -37,7 +37,7 @@ from elastic_jax.api import labels as lbl
 pytestmark = pytest.mark.timeout(420)
 
 NAMESPACE = fleet.test_namespace("kwok-pw")
-JOBS, SLICES, HOSTS = ["kp-a", "kp-b"], 2, 2
+JOBS, SLICES, HOSTS = ["kp-a", "kp-b"], 2, 4
 POOLS = len(JOBS) * SLICES + 1  # one spare pool: the scheduler, not the test, picks which pools are used
 
 

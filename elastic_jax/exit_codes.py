@@ -36,8 +36,9 @@ class ControllerExit(enum.IntEnum):
 
     RESTART = 75  # sysexits.h EX_TEMPFAIL: "temporary failure, retry"
     """The process was told to end by a signal that was not a stop request
-    (a node's graceful shutdown, spot preemption, a stray `kill`): a loss of the
-    controller, not the end of the job. It checkpointed the last completed step
+    (a node's graceful shutdown, spot preemption, a stray `kill`), or the
+    Pathways proxy did not answer at start (`pathways_connect.ProxyUnavailableError`):
+    a loss of the controller, not the end of the job. It checkpointed the last completed step
     if it could; restart it and it resumes from there."""
 
 

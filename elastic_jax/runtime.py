@@ -841,7 +841,9 @@ class Runtime:
 
         Args:
           target: the initial state: a pytree of `jax.Array`s (or `jax.ShapeDtypeStruct`s) with the
-            saved state's structure; the restored arrays get its shapes, dtypes and shardings.
+            saved state's structure; the restored arrays get its shapes, dtypes and shardings (a single
+            device's as the same placement's `NamedSharding`). On pathways place it on your mesh with
+            `NamedSharding`s: Orbax's Pathways array handler restores only onto those.
 
         Returns:
           `Restored(state, step, data)`; `Restored(target, 0, {})` when nothing is committed.
@@ -955,10 +957,19 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
     Returns:
       The started runtime (close it, or use it as a context manager).
 
+    On the pathways backend it first registers Pathways with JAX and connects
+    to the proxy (`controller/pathways_connect.initialize`: persistence on,
+    `pathwaysutils.initialize()`, `jax.devices()`), before anything touches a
+    JAX backend; calling `pathwaysutils.initialize()` again afterwards (MaxText
+    does) is a no-op.
+
     Raises:
       RuntimeConfigError: a variable missing or bad, a manifest that does not
-        validate or does not match its digest, or a port that cannot be bound;
-        the message names which.
+        validate or does not match its digest, a port that cannot be bound,
+        or pathwaysutils missing on the pathways backend; the message names which.
+      SystemExit: code 75 (`ControllerExit.RESTART`) when the Pathways proxy
+        did not answer within its client's connection timeout: a controller
+        loss (the operator starts the controller again), not a failure of the job.
     """
     from elastic_jax.api.manifest import ManifestError, load_manifest
     from elastic_jax.api.manifest_digest import check_digest
@@ -974,5 +985,21 @@ def connect(environ: Mapping[str, str] | None = None) -> Runtime:
         raise RuntimeConfigError(str(e)) from None
     # As the built-in controller does (effective only before jax loads).
     pin_host_devices(job.spec.backend, job.spec.slices.devices_per_host)
+    if job.spec.backend == "pathways":
+        _initialize_pathways()
     return Runtime(job, token, host=settings.host, port=settings.port, summary_file=settings.summary_file,
                    environ=env).start()
+
+
+def _initialize_pathways() -> None:
+    """`pathways_connect.initialize`, with its failures as `connect` reports them (see there)."""
+    from elastic_jax.controller import pathways_connect
+    from elastic_jax.exit_codes import ControllerExit
+
+    try:
+        pathways_connect.initialize()
+    except ImportError as e:
+        raise RuntimeConfigError(f"spec.backend pathways: {e}") from None
+    except pathways_connect.ProxyUnavailableError as e:
+        logging.getLogger(__name__).error("controller lost: %s", e, extra={"event": "controller_lost", "reason": str(e)})
+        raise SystemExit(int(ControllerExit.RESTART)) from e

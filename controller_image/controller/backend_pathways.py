@@ -51,15 +51,22 @@ _PROBE_VALUE = 99.0
 
 
 def default_slice_of(device: Any) -> int:
-    """`device.slice_index` (set on TPU and Pathways devices).
+    """The slice a device belongs to: `device.slice_index` (Pathways and multi-slice TPU devices set it).
+
+    A TPU device without one (`None`: a single-host TPU VM, measured on a v5e)
+    is slice 0: its chips are one slice. A CPU device is refused: the pathways
+    backend needs TPUs (tests map CPU devices to slices explicitly, `slice_of`).
 
     Raises:
-      ValueError: the device has no slice index (e.g. a CPU device).
+      ValueError: a CPU device (message names the device and the way out).
     """
     index = getattr(device, "slice_index", None)
-    if index is None:
-        raise ValueError(f"device {device} has no slice_index: the pathways backend needs TPU slices")
-    return int(index)
+    if index is not None:
+        return int(index)
+    if getattr(device, "platform", None) == "cpu":
+        raise ValueError(f"device {device} is a CPU device with no slice_index: the pathways backend needs TPU "
+                         "devices (through the Pathways proxy, or a TPU VM's own chips); use spec.backend cpu")
+    return 0
 
 
 def slice_to_devices(devices: Iterable[Any], slice_of: SliceOf = default_slice_of) -> dict[int, list[Any]]:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -133,19 +134,35 @@ def step_read_problem(uri: str, step: int) -> str | None:
     return None
 
 
+def _named(sharding: jax.sharding.Sharding) -> jax.sharding.Sharding:
+    """`sharding` as a `NamedSharding` when it is a single device's (the same placement); others as they are.
+
+    Orbax's Pathways array handler (registered by `pathwaysutils.initialize()` with persistence on)
+    restores only onto `NamedSharding`s ("Pathways only supports jax.sharding.NamedSharding"), and a
+    plain `jax.jit` output or `jax.device_put(x, device)` has a `SingleDeviceSharding` (issue 29 fault 2).
+    """
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (device,) = sharding.device_set
+        return jax.sharding.NamedSharding(jax.sharding.Mesh(np.array([device]), ("device",)),
+                                          jax.sharding.PartitionSpec())
+    return sharding
+
+
 def _with_default_sharding(target: PyTree) -> PyTree:
     """Restore targets for Orbax: every leaf becomes a ShapeDtypeStruct with a sharding.
 
     Concrete arrays keep their sharding; a ShapeDtypeStruct without one gets the
-    first local device, which is what a plain `jnp.zeros` would have had.
+    first local device, which is what a plain `jnp.zeros` would have had. A
+    single device's sharding becomes the same placement as a `NamedSharding`
+    (`_named`), which every Orbax array handler accepts, Pathways' too.
     """
     default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
     def leaf(x: Any) -> Any:
         if isinstance(x, jax.Array):
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
-        if isinstance(x, jax.ShapeDtypeStruct) and x.sharding is None:
-            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=default)
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=_named(x.sharding))
+        if isinstance(x, jax.ShapeDtypeStruct):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=_named(x.sharding or default))
         return x
 
     return jax.tree.map(leaf, target)

@@ -175,8 +175,20 @@ class TrainingRun:
 
         return init(jax.random.key(self.spec.training.seed))
 
+    def _restore_target(self, active: list[int] | None = None) -> dict[str, Any]:
+        """The initial state as a restore target, on the mesh of `active` (default: every slice with devices now)
+        when the state lives on the slices (pathways): a checkpoint then restores into the mesh's `NamedSharding`
+        arrays, which Orbax's Pathways array handler (persistence) requires, instead of onto one device (issue 29
+        fault 2). The cpu backend keeps the state in this process: as is."""
+        state = self._initial_state()
+        if self.keeps_state:
+            return state
+        if active is None:
+            active = sorted(self.backend.visible_slices() or ())
+        return self.backend.place_state(state, active) if active else state
+
     def _restore_or_init(self) -> dict[str, Any]:
-        state, step, saved = self.runtime.restore(self._initial_state())
+        state, step, saved = self.runtime.restore(self._restore_target())
         if self.restored_from_step is not None:
             self._check_data(saved, step)
             _logger.info("restored checkpoint step %d (data position: batch %d)", step, step)
@@ -307,7 +319,7 @@ class TrainingRun:
         active = sorted(self.slice_set.active)
         if not self.keeps_state:
             if self.runtime.state_lost:
-                state = self.runtime.recover(self._initial_state()).state  # (a storage read: not under the lock)
+                state = self.runtime.recover(self._restore_target(active)).state  # (a storage read: not under the lock)
                 with self._lock:
                     self.state = state
             self.state = self.backend.place_state(self.state, active)

@@ -8,8 +8,9 @@ failed (reason in the summary and the log); 2 bad input (manifest, trainer
 config, checkpoint URI, checkpoints of another job or beyond spec.training.steps), reported as one line on stderr starting with `error:`
 before anything trains; 4 stopped on request (`POST /v1/stop`); 75 interrupted
 by a signal that was not a stop request (SIGTERM, SIGINT, SIGHUP: a node
-shutdown, a preemption), after checkpointing the last completed step: a
-controller loss, restart it and it resumes.
+shutdown, a preemption), after checkpointing the last completed step, or the
+Pathways proxy did not answer at start (`pathways_connect.ProxyUnavailableError`):
+a controller loss, restart it and it resumes.
 
 Configuration, flags first, then environment (as the operator sets it in a pod), read once into a
 `settings.ControllerSettings` (the reader `elastic_jax.connect` uses too):
@@ -98,6 +99,15 @@ def _fail(message: str) -> int:
     print(f"error: {message}", file=sys.stderr, flush=True)
     write_termination_message(f"error: {message}")
     return ControllerExit.BAD_INPUT
+
+
+def _lost(message: str) -> int:
+    """A controller loss before training (e.g. the Pathways proxy did not answer): the reason on stderr and in
+    the termination message; `ControllerExit.RESTART`, so the operator or launcher starts a new controller."""
+    logging.getLogger("elastic_jax.controller").error("controller lost: %s", message,
+                                                      extra={"event": "controller_lost", "reason": message})
+    write_termination_message(f"restart: {message}")
+    return ControllerExit.RESTART
 
 
 def _close_quietly(what: str, close) -> str | None:
@@ -202,6 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         return _fail(str(e))
     try:
+        if job.spec.backend == "pathways":
+            # First, before the trainer's module or Orbax touch a JAX backend: under JAX_PLATFORMS=proxy
+            # only pathwaysutils.initialize() makes the proxy backend known (issue 29 fault 1).
+            from elastic_jax.controller import pathways_connect
+
+            try:
+                pathways_connect.initialize()
+            except ImportError as e:
+                return _fail(f"spec.backend pathways: {e}")
+            except pathways_connect.ProxyUnavailableError as e:
+                return _lost(str(e))
         try:
             # The manifest's folder names a trainer module left beside it, except the operator's mount of
             # the manifest ConfigMap (a cluster: the user's folder is not there).

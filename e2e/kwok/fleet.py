@@ -44,9 +44,10 @@ _DISPATCHED = re.compile(r'^apiserver_flowcontrol_dispatched_requests_total\{([^
 HEAD_POOL = layout.PoolSpec("kwok-head-pool", 1, "n2-standard-64", cpu="1500", memory="8000Gi")
 # Its node index among the nodes added to a running cluster (clear of e2e/test_pathways_operator.py's).
 HEAD_NODE_INDEX = layout.EXTRA_NODE_INDEX + 60
-# TPU v5e (4 chips a host, ct5lp-hightpu-4t): the topology of a slice of that many hosts.
+# TPU v5e (4 chips a host, ct5lp-hightpu-4t): the topology of a slice of that many hosts. No v5e topology
+# has 2 hosts: 2x4 is the single-host 8-chip machine (ct5lp-hightpu-8t; `tpu_shapes.slice_shape`).
 TPU_ACCELERATOR = "tpu-v5-lite-podslice"
-TOPOLOGY_BY_HOSTS = {1: "2x2", 2: "2x4", 4: "4x4", 8: "4x8"}
+TOPOLOGY_BY_HOSTS = {1: "2x2", 4: "4x4", 8: "4x8"}
 TPU_POOL_PREFIX = "kwok-tpu-"
 
 
@@ -54,7 +55,7 @@ def tpu_topology(hosts: int) -> str:
     """The v5e topology of a slice of `hosts` hosts.
 
     Raises:
-      ValueError: no v5e topology has that many hosts here (1, 2, 4 or 8).
+      ValueError: no v5e topology of 4-chip hosts has that many hosts (1, 4 or 8).
     """
     try:
         return TOPOLOGY_BY_HOSTS[hosts]

@@ -110,7 +110,6 @@ def test_rendered_children_match_golden_file(case):
 
 @pytest.mark.parametrize("accelerator, topology, hosts, instance_type", [
     ("tpu-v5-lite-podslice", "2x2", 1, "tpuv5e:2x2"),
-    ("tpu-v5-lite-podslice", "2x4", 2, "tpuv5e:2x4"),
     ("tpu-v5-lite-podslice", "16x16", 64, "tpuv5e:16x16"),
     ("tpu-v5p-slice", "2x2x1", 1, "tpuv5:2x2x1"),
     ("tpu-v5p-slice", "2x2x2", 2, "tpuv5:2x2x2"),
@@ -124,6 +123,23 @@ def test_topology_gives_hosts_and_four_chips_per_host(accelerator, topology, hos
     shape = slice_shape(accelerator, topology)
     assert (shape.hosts, shape.chips_per_host, shape.chips) == (hosts, 4, hosts * 4)
     assert shape.instance_type == instance_type
+
+
+@pytest.mark.parametrize("accelerator, topology, hosts, chips_per_host, instance_type", [
+    # issue 29 fault 5: 2x4 is GKE's single-host 8-chip machine (ct5lp-hightpu-8t, ct6e-standard-8t); it
+    # rendered as 2 hosts x 4 chips, a shape no node pool of that topology has.
+    ("tpu-v5-lite-podslice", "2x4", 1, 8, "tpuv5e1t:2x4"),
+    ("tpu-v6e-slice", "2x4", 1, 8, "tpuv6e1t:2x4"),
+    # the multi-host and 4-chip shapes of the same generations are unchanged
+    ("tpu-v5-lite-podslice", "2x2", 1, 4, "tpuv5e:2x2"),
+    ("tpu-v5-lite-podslice", "4x4", 4, 4, "tpuv5e:4x4"),
+    ("tpu-v6e-slice", "4x8", 8, 4, "tpuv6e:4x8"),
+    ("tpu-v6e-slice", "4x2", 2, 4, "tpuv6e:4x2"),
+])
+def test_eight_chip_single_host_shapes(accelerator, topology, hosts, chips_per_host, instance_type):
+    shape = slice_shape(accelerator, topology)
+    assert (shape.hosts, shape.chips_per_host, shape.chips, shape.instance_type) == (
+        hosts, chips_per_host, hosts * chips_per_host, instance_type)
 
 
 def test_table_has_the_generations_the_issue_names():

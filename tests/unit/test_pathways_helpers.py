@@ -24,8 +24,24 @@ def test_slice_to_devices_groups_by_slice_index():
 def test_cpu_device_has_no_slice_index():
     import jax
 
-    with pytest.raises(ValueError, match="no slice_index"):
+    with pytest.raises(ValueError, match="CPU device with no slice_index: the pathways backend needs TPU devices"):
         default_slice_of(jax.devices()[0])
+
+
+@pytest.mark.parametrize("device, slice_index", [
+    (SimpleNamespace(id=0, platform="tpu", slice_index=3), 3),  # Pathways / multi-slice
+    (SimpleNamespace(id=0, platform="tpu", slice_index=0), 0),
+    # issue 29 fault 5: a single-host v5e VM reports slice_index None (measured); it was refused
+    (SimpleNamespace(id=0, platform="tpu", slice_index=None), 0),
+    (SimpleNamespace(id=0, platform="tpu"), 0),
+])
+def test_tpu_devices_without_a_slice_index_are_one_slice(device, slice_index):
+    assert default_slice_of(device) == slice_index
+
+
+def test_a_single_host_tpu_vm_is_one_slice_of_all_its_chips():
+    chips = [SimpleNamespace(id=i, platform="tpu", slice_index=None) for i in range(8)]
+    assert {i: [d.id for d in ds] for i, ds in slice_to_devices(chips).items()} == {0: list(range(8))}
 
 
 @pytest.mark.parametrize(

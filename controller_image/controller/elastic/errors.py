@@ -14,14 +14,22 @@ from collections.abc import Iterable
 
 import jax
 
-# Status-code prefixes that mean "a slice went away": what Pathways raises when
-# a slice's hosts vanish (DATA_LOSS, UNAVAILABLE) or stop answering
-# (DEADLINE_EXCEEDED). pathways-utils also accepts INTERNAL and NOT_FOUND, but
-# XLA raises INTERNAL for errors no slice caused, above all a host callback that
-# raised (`INTERNAL: CpuCallback error ...`, e.g. an optax transform calling
-# Python): treating those as slice losses retried the user's bug until the
-# restart budget ran out (issue 9, item 2).
+# Which `JaxRuntimeError`s are a lost slice (issue 29; the table and its reasons: docs/pathways.md
+# "Which errors are a lost slice"). pathways-utils 0.1.13 (`elastic.is_error_due_to_slice_down`) treats
+# DATA_LOSS anywhere in the message as a lost slice, and DEADLINE_EXCEEDED, NOT_FOUND and INTERNAL
+# anywhere as one too, with a warning that they may not be.
+#   * DATA_LOSS: lost, wherever it appears (Pathways may wrap it in another status), as pathways-utils.
+#   * DEADLINE_EXCEEDED, UNAVAILABLE as the status: lost (a slice's hosts stop answering, its connection
+#     drops; UNAVAILABLE is not in pathways-utils' list but is what a dropped connection raises).
+#   * INTERNAL, NOT_FOUND as the status: suspect. XLA raises INTERNAL for errors no slice caused, above all
+#     a host callback that raised (`INTERNAL: CpuCallback error ...`): retrying those as slice losses retried
+#     the user's bug until the restart budget ran out (issue 9, item 2). A suspect error is a lost slice only
+#     when an active slice is down right after it (reported down, or failing the health check:
+#     `Manager.confirms_slice_loss`); otherwise it is the user's error, not retried.
+#   * a host callback's error (any status), any other status, any other exception type: not a lost slice.
+SLICE_DOWN_ANYWHERE = ("DATA_LOSS",)
 SLICE_DOWN_PREFIXES = ("DATA_LOSS", "DEADLINE_EXCEEDED", "UNAVAILABLE")
+SUSPECT_PREFIXES = ("INTERNAL", "NOT_FOUND")
 
 # Markers of an error raised by the user's own Python inside a jitted program
 # (jax.pure_callback / io_callback / debug.callback): never a slice loss.
@@ -84,24 +92,34 @@ class ScaleUpSignalError(Exception):
     """Raised at a step boundary when a slice is ready to join; the manager retries with it."""
 
 
-def is_slice_down(error: BaseException) -> bool:
-    """True when `error` means a lost slice (either backend).
+def slice_down_verdict(error: BaseException) -> str:
+    """Whether `error` means a lost slice, by the table above (`SLICE_DOWN_*`, `SUSPECT_PREFIXES`).
 
     Args:
       error: any exception.
 
     Returns:
-      True for `SliceDownError`, and for a `jax.errors.JaxRuntimeError` whose
-      message starts with one of `SLICE_DOWN_PREFIXES` (Pathways convention)
-      and is not a host-callback error. False for everything else, including
-      `INTERNAL:` errors, which XLA raises for a failing host callback.
+      "lost" (a `SliceDownError`, or a `JaxRuntimeError` of a slice-down status), "suspect" (a
+      `JaxRuntimeError` whose status is INTERNAL or NOT_FOUND, not from a host callback: a lost slice
+      only if a slice is down right after it), or "no".
     """
     if isinstance(error, SliceDownError):
-        return True
-    if isinstance(error, jax.errors.JaxRuntimeError):
-        text = str(error).lstrip()
-        return text.startswith(SLICE_DOWN_PREFIXES) and not is_host_callback_error(error)
-    return False
+        return "lost"
+    if not isinstance(error, jax.errors.JaxRuntimeError) or is_host_callback_error(error):
+        return "no"
+    text = str(error).lstrip()
+    if text.startswith(SLICE_DOWN_PREFIXES) or any(f"{code}:" in text for code in SLICE_DOWN_ANYWHERE):
+        return "lost"
+    return "suspect" if text.startswith(SUSPECT_PREFIXES) else "no"
+
+
+def is_slice_down(error: BaseException) -> bool:
+    """True when `error` certainly means a lost slice (either backend): `slice_down_verdict` is "lost".
+
+    A "suspect" error (INTERNAL, NOT_FOUND) is not: the elastic manager confirms it first
+    (`Manager.confirms_slice_loss`).
+    """
+    return slice_down_verdict(error) == "lost"
 
 
 def is_host_callback_error(error: BaseException) -> bool:

@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from elastic_jax.controller.elastic.errors import ElasticRuntimeError, ScaleUpSignalError, StopRequested, is_slice_down
+from elastic_jax.controller.elastic.errors import (ElasticRuntimeError, ScaleUpSignalError, SliceDownError, StopRequested,
+                                                   is_slice_down, slice_down_verdict)
 from elastic_jax.controller.elastic.slice_set import SliceSet
 
 _logger = logging.getLogger(__name__)
@@ -235,7 +236,8 @@ class Manager:
                     # (a prepared one first: it runs the retried step without compiling).
                     prepared = self._prepared(healthy - self.slice_set.active)
                     self.slice_set.set_active(self.slice_set.choose_active(healthy, prefer=prepared))
-                    _logger.info("elastic attempt %d on slices %s", attempt, sorted(self.slice_set.active))
+                    attempt_slices = self.slice_set.active
+                    _logger.info("elastic attempt %d on slices %s", attempt, sorted(attempt_slices))
                     if pre_callback is not None:
                         pre_callback()
                     try:
@@ -244,13 +246,40 @@ class Manager:
                         self._handle_event(attempt, error, policy, cleanup, on_elastic_event_callback)
                     except Exception as error:  # noqa: BLE001 - re-raised unless it is a slice loss
                         if not is_slice_down(error):
-                            raise
+                            lost = self.confirms_slice_loss(error, attempt_slices)
+                            if not lost:
+                                raise
+                            first = " ".join(str(error).split())[:300]
+                            error = SliceDownError(f"slices {sorted(lost)} down after {first}", lost)
                         _logger.warning("elastic event: %s", error)
                         self._handle_event(attempt, error, policy, cleanup, on_elastic_event_callback)
 
             return wrapper  # type: ignore[return-value]
 
         return decorator
+
+    def confirms_slice_loss(self, error: BaseException, slices: frozenset[int]) -> frozenset[int]:
+        """The `slices` (the attempt's) down right after a "suspect" error (INTERNAL, NOT_FOUND:
+        `errors.slice_down_verdict`).
+
+        pathways-utils counts those statuses as slice losses; XLA also raises them for errors no slice
+        caused (a host callback that raised). So such an error is a slice loss only when an active slice
+        is down now: no longer Ready (the operator reported it), or failing the health check (then marked
+        down, as a failed health check before an attempt is).
+
+        Returns:
+          The slices of `slices` that are down (empty: not a slice loss; also for any error that is not suspect).
+        """
+        if slice_down_verdict(error) != "suspect":
+            return frozenset()
+        active = frozenset(slices)
+        ready = active & self.slice_set.ready()
+        healthy = self.health_check(ready) if ready else frozenset()
+        failed = ready - healthy
+        if failed:
+            gens = {i: self.slice_set.record(i).generation for i in failed}
+            self.slice_set.mark_down(failed, "failed health check", gens)
+        return active - healthy
 
     def _wait(self, target: int, timeout_s: float | None, grace_s: float) -> frozenset[int]:
         if grace_s > 0 and target < self.total_slice_count:

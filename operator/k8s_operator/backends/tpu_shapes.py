@@ -9,6 +9,13 @@ resource manager's `--instance_type` takes. Hosts per slice are the
 topology's chips divided by chips per host, as in `calculate_vms_per_slice`
 there, which also refuses a topology whose chips do not divide evenly.
 
+Single-host 8-chip machines (`ct5lp-hightpu-8t`, `ct6e-standard-8t`): on
+v5e and v6e, GKE serves topology `2x4` with one 8-chip host, not two 4-chip
+hosts (GKE TPU docs, "Plan TPUs in GKE": 2x4 is the single-host machine type
+with 8 chips); pathways-utils' builder gives those machine types 8 chips per
+VM and the `tpuv5e1t` / `tpuv6e1t` instance types (`MACHINE_TYPE_TO_TPU_VERSION_MAP`,
+`chips_per_vm`). `TpuGeneration.single_host` holds that row.
+
 The number of topology dimensions (2 for v5e/v6e, 3 for v4/v5p/tpu7x) is
 from the GKE TPU documentation ("Plan TPUs in GKE", topology column); the
 references do not check it, but a v5p `2x2` would otherwise reach GKE and
@@ -37,14 +44,17 @@ class TpuGeneration:
     instance_prefix: str  # Pathways --instance_type prefix, e.g. "tpuv5e"
     chips_per_host: int  # google.com/tpu of one host (machine type *-4t)
     topology_dims: int  # 2: AxB, 3: AxBxC
+    # topology -> (chips on its one host, Pathways instance prefix): the single-host machine types
+    # with more chips than `chips_per_host` (v5e/v6e 2x4 on *-8t machines).
+    single_host: tuple[tuple[str, int, str], ...] = ()
 
 
 # Keyed by the GKE accelerator label, the value users put in spec.slices.accelerator.
 GENERATIONS: dict[str, TpuGeneration] = {g.accelerator: g for g in (
     TpuGeneration("tpu-v4-podslice", "tpuv4", 4, 3),
-    TpuGeneration("tpu-v5-lite-podslice", "tpuv5e", 4, 2),
+    TpuGeneration("tpu-v5-lite-podslice", "tpuv5e", 4, 2, single_host=(("2x4", 8, "tpuv5e1t"),)),  # ct5lp-hightpu-8t
     TpuGeneration("tpu-v5p-slice", "tpuv5", 4, 3),
-    TpuGeneration("tpu-v6e-slice", "tpuv6e", 4, 2),
+    TpuGeneration("tpu-v6e-slice", "tpuv6e", 4, 2, single_host=(("2x4", 8, "tpuv6e1t"),)),  # ct6e-standard-8t
     TpuGeneration("tpu7x", "tpu7x", 4, 3),
 )}
 
@@ -61,6 +71,7 @@ class SliceShape:
     topology: str
     hosts: int  # worker pods (TPU VMs) per slice
     chips_per_host: int  # google.com/tpu limit of each worker pod
+    instance_prefix: str = ""  # Pathways --instance_type prefix; "" = the generation's
 
     @property
     def chips(self) -> int:
@@ -70,7 +81,7 @@ class SliceShape:
     @property
     def instance_type(self) -> str:
         """The resource manager's `--instance_type`, e.g. `tpuv5e:2x2`."""
-        return f"{GENERATIONS[self.accelerator].instance_prefix}:{self.topology}"
+        return f"{self.instance_prefix or GENERATIONS[self.accelerator].instance_prefix}:{self.topology}"
 
 
 def slice_shape(accelerator: str | None, topology: str | None) -> SliceShape:
@@ -81,7 +92,7 @@ def slice_shape(accelerator: str | None, topology: str | None) -> SliceShape:
       topology: chips along each axis, e.g. `2x2` or `2x2x2`.
 
     Returns:
-      The hosts per slice and chips per host.
+      The hosts per slice and chips per host (v5e/v6e `2x4`: one host with 8 chips).
 
     Raises:
       SliceShapeError: unknown accelerator (names spec.slices.accelerator and
@@ -105,6 +116,10 @@ def slice_shape(accelerator: str | None, topology: str | None) -> SliceShape:
             f"{TOPOLOGY_FIELD} {topology!r} must have {gen.topology_dims} dimensions for {accelerator} (e.g. {example})"
         )
     chips = math.prod(dims)
+    for single_topology, host_chips, prefix in gen.single_host:
+        if topology == single_topology:  # one host holds every chip (an 8-chip machine type)
+            return SliceShape(accelerator=gen.accelerator, topology=topology, hosts=1, chips_per_host=host_chips,
+                              instance_prefix=prefix)
     if chips % gen.chips_per_host:
         # Fewer chips than one host are other machine types (e.g. ct5lp-hightpu-1t), which Pathways' table lacks.
         raise SliceShapeError(
