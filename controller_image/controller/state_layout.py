@@ -68,7 +68,8 @@ def relayout(x: Any, target: NamedSharding, alive: Collection[Any]) -> Any:
     """Leaf `x` laid out as `target`, reading only shards held by devices in `alive`.
 
     Args:
-      x: a `jax.Array` (any sharding), or a host array (numpy; copied to the devices).
+      x: a `jax.Array` (any sharding), a host array (numpy; copied to the devices), or a
+        `jax.ShapeDtypeStruct` (returned with `target` as its sharding).
       target: the new sharding (a `NamedSharding` on the new mesh).
       alive: devices whose memory is still readable (the surviving slices').
 
@@ -78,6 +79,8 @@ def relayout(x: Any, target: NamedSharding, alive: Collection[Any]) -> Any:
     Raises:
       NoReplicaError: some shard of `target` is held by no alive device (nor contained in a full copy there).
     """
+    if isinstance(x, jax.ShapeDtypeStruct):  # an abstract restore target: the layout only
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=target)
     if not isinstance(x, jax.Array):
         return jax.device_put(x, target)
     if x.sharding.is_equivalent_to(target, x.ndim):

@@ -93,3 +93,14 @@ def test_each_attempt_runs_under_the_default_device_of_its_active_slices():
     assert asked == [[0, 1], [1]]
     assert seen == [device, device]
     assert jax.config.jax_default_device is None  # only inside the attempt
+
+
+def test_an_abstract_state_gets_the_layout_without_devices_touched():
+    from jax.sharding import Mesh, NamedSharding
+    import numpy as np
+
+    from elastic_jax.controller.state_layout import relayout
+
+    target = NamedSharding(Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("slice", "data")), PartitionSpec())
+    out = relayout(jax.ShapeDtypeStruct((4, 2), np.float32), target, alive=())
+    assert isinstance(out, jax.ShapeDtypeStruct) and out.sharding == target and out.shape == (4, 2)
