@@ -95,10 +95,6 @@ def mesh_for(slices: Mapping[int, Sequence[Any]], active: Sequence[int]) -> Mesh
     return Mesh(np.array(groups, dtype=object), ("slice", "data"))
 
 
-def _all(slices: Mapping[int, Sequence[Any]]) -> set[Any]:
-    return {d for group in slices.values() for d in group}
-
-
 def batch_spec(global_batch_size: int, mesh: Mesh) -> PartitionSpec:
     """How to shard the batch's leading axis: over every device when it divides, else over slices, else replicate."""
     n_slices, per_slice = mesh.devices.shape
@@ -238,15 +234,28 @@ class PathwaysBackend:
         ("data"), replicated across slices (`state_layout.fsdp_spec`)."""
         return state_shardings(state, mesh_for(self.slices, active))
 
-    def _surviving_devices(self) -> set[Any]:
-        """Devices whose copy of the state is still there: those of the slices that ran the last completed
-        step and were not lost since (the same report generation and loss count, not Down)."""
-        alive = set()
-        for i, mark in self._held_by.items():
+    def _lost_slices(self) -> set[int]:
+        """Slices whose device memory cannot be read: Down now, or lost since they ran the last completed
+        step (another report generation or loss count: a slice back already holds none of that state)."""
+        lost = set()
+        for i in self.slices:
             rec = self.slice_set.record(i)
-            if rec.state != "Down" and (rec.generation, rec.failures) == mark and i in self.slices:
-                alive.update(self.slices[i])
-        return alive
+            mark = self._held_by.get(i)
+            if rec.state == "Down" or (mark is not None and (rec.generation, rec.failures) != mark):
+                lost.add(i)
+        return lost
+
+    def _surviving_devices(self) -> set[Any]:
+        """Devices of the slices that ran the last completed step and were not lost since: each holds its
+        shards of that step's state."""
+        lost = self._lost_slices()
+        return {d for i in self._held_by if i not in lost and i in self.slices for d in self.slices[i]}
+
+    def _readable_devices(self) -> set[Any]:
+        """Every device but those of lost slices (an array made since, e.g. a restored checkpoint on an
+        active slice's device, is readable wherever it lives)."""
+        lost = self._lost_slices()
+        return {d for i, group in self.slices.items() if i not in lost for d in group}
 
     def place_state(self, state: Any, active: Sequence[int]) -> Any:
         """`state` laid out on the mesh of the active slices: sharded within a slice, replicated across slices.
@@ -265,8 +274,8 @@ class PathwaysBackend:
           NoReplicaError: a leaf on the devices of lost slices only (`recover_state` answers None then).
         """
         shardings = self.state_shardings(state, active)
-        alive = self._surviving_devices() if self._held_by else set(jax.devices()) | _all(self.slices)
-        return jax.tree_util.tree_map(lambda x, s: relayout(x, s, alive), state, shardings)
+        readable = self._readable_devices()
+        return jax.tree_util.tree_map(lambda x, s: relayout(x, s, readable), state, shardings)
 
     def recover_state(self, state: Any, active: Sequence[int]) -> Any | None:
         """After a slice loss: `state` (the last completed step's) on the mesh of `active`, from the

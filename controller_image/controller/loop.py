@@ -297,10 +297,10 @@ class TrainingRun:
         `jax.devices()[0]`, which may be on a missing slice); each attempt then runs on an active slice's
         device (the manager's `default_device` hook)."""
         pick = getattr(self.backend, "default_device", None)
-        visible = self.backend.visible_slices()
-        if pick is None or not visible:
+        visible = None if pick is None else self.backend.visible_slices()  # (cpu: no hook, nothing asked)
+        if not visible:
             return contextlib.nullcontext()
-        return jax.default_device(pick(visible))
+        return jax.default_device(pick((visible & self.slice_set.ready()) or visible))
 
     def _on_elastic_event(self, error: Exception) -> None:
         # Booked by the runtime as the library's (and whether it took device state with it).

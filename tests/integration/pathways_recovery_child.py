@@ -56,13 +56,13 @@ def ready(slice_set, index, generation):
     slice_set.apply_report(index, SliceReport(state="Ready", generation=generation, addresses=[f"127.0.0.1:{8470 + index}"]))
 
 
-def job(tmp, name, count, spares, snapshot_every=100):
+def job(tmp, name, count, spares, snapshot_every=100, checkpoint_every=100):
     return parse_manifest({
         "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": {"name": name},
         "spec": {"backend": "pathways",
                  "slices": {"count": count, "spares": spares, "minSlices": 1, "accelerator": "cpu", "topology": "1x2"},
                  "training": {"steps": STEPS, "globalBatchSize": 24, "logEverySteps": 100},
-                 "checkpoint": {"uri": f"{tmp}/{name}", "intervalSteps": 100},
+                 "checkpoint": {"uri": f"{tmp}/{name}", "intervalSteps": checkpoint_every},
                  "elasticity": {"hostSnapshotIntervalSteps": snapshot_every}}})
 
 
@@ -181,16 +181,16 @@ def loss_and_rejoin(tmp, trainer):
 
 
 def no_replica(tmp, trainer):
-    """One active slice and a spare: the mesh's only slice (slice 0) is lost; nothing survives, the host
-    snapshot of step 5 is restored (2 steps lost), and the state is initialised on the spare's devices."""
+    """One active slice and a spare: the mesh's only slice (slice 0) is lost; nothing survives, the
+    checkpoint of step 5 is restored (2 steps lost) onto a target initialised on the spare's devices."""
     devices = jax.devices()[:4]
     slice_set = SliceSet(1, 1)
     for i in range(2):
         ready(slice_set, i, 1)
     backend = PathwaysBackend(slice_set, devices=devices, slice_of=slice_of)
-    checkpointer = Checkpointer(f"{tmp}/single", 100, 2)
-    run = TrainingRun(job(tmp, "single", 1, 1, snapshot_every=5), trainer, backend, slice_set, checkpointer,
-                      ControllerMetrics())
+    checkpointer = Checkpointer(f"{tmp}/single", 5, 2)
+    run = TrainingRun(job(tmp, "single", 1, 1, snapshot_every=0, checkpoint_every=5), trainer, backend, slice_set,
+                      checkpointer, ControllerMetrics())
     out = {"init_slices": []}
     real_init = run._initial_state
 
@@ -206,7 +206,8 @@ def no_replica(tmp, trainer):
 
     def execute(program, state, batch):
         calls["n"] += 1
-        if calls["n"] == 8:  # 7 steps done; the snapshot is step 5's
+        if calls["n"] == 8:  # 7 steps done; the newest checkpoint is step 5's
+            checkpointer.wait_until_finished()  # (its async save committed: a condition, not a sleep)
             run.state = poisoned(run.state, set(backend.slices[0]))
             backend._probe = lambda i: (_ for _ in ()).throw(jax.errors.JaxRuntimeError("DATA_LOSS: slice 0")) \
                 if i == 0 else real_probe(i)

@@ -73,9 +73,9 @@ def test_the_default_device_is_on_an_active_slice_in_every_attempt(result):
         assert default in active, (active, default)
 
 
-def test_with_no_surviving_replica_the_host_snapshot_is_restored_onto_an_active_slice(result):
+def test_with_no_surviving_replica_the_checkpoint_is_restored_onto_an_active_slice(result):
     single = result["single"]
     assert single["succeeded"], single["failure"]
-    assert single["steps_lost"] == 2  # lost after 7 steps, the snapshot is step 5's
+    assert single["steps_lost"] == 2  # lost after 7 steps, the newest checkpoint is step 5's
     # the state is initialised on an active slice's device: first slice 0, after its loss slice 1
     assert single["init_slices"][0] == [0] and single["init_slices"][-1] == [1], single["init_slices"]
