@@ -110,14 +110,19 @@ class Recorder:
         run.runtime.report_step, run.runtime.check_scale_up = report_step, check_scale_up
 
 
-def reference(tmp, trainer):
+def four_slices(tmp, trainer, name):
+    """A `TrainingRun` on 4 Ready slices of 2 devices, with its backend, checkpointer and `Recorder`."""
     slice_set = SliceSet(4)
     for i in range(4):
         ready(slice_set, i, 1)
     backend = PathwaysBackend(slice_set, slice_of=slice_of)
-    checkpointer = Checkpointer(f"{tmp}/ref", 100, 2)
-    run = TrainingRun(job(tmp, "ref", 4, 0), trainer, backend, slice_set, checkpointer, ControllerMetrics())
-    rec = Recorder(run)
+    checkpointer = Checkpointer(f"{tmp}/{name}", 100, 2)
+    run = TrainingRun(job(tmp, name, 4, 0), trainer, backend, slice_set, checkpointer, ControllerMetrics())
+    return slice_set, backend, checkpointer, run, Recorder(run)
+
+
+def reference(tmp, trainer):
+    _, backend, checkpointer, run, rec = four_slices(tmp, trainer, "ref")
     summary = run.run()
     backend.close()
     checkpointer.close()
@@ -127,13 +132,7 @@ def reference(tmp, trainer):
 
 def loss_and_rejoin(tmp, trainer):
     """Slice 0 (which holds jax.devices()[0]) is lost after 6 steps, then comes back."""
-    slice_set = SliceSet(4)
-    for i in range(4):
-        ready(slice_set, i, 1)
-    backend = PathwaysBackend(slice_set, slice_of=slice_of)
-    checkpointer = Checkpointer(f"{tmp}/loss", 100, 2)
-    run = TrainingRun(job(tmp, "loss", 4, 0), trainer, backend, slice_set, checkpointer, ControllerMetrics())
-    rec = Recorder(run)
+    slice_set, backend, checkpointer, run, rec = four_slices(tmp, trainer, "loss")
     out = {"actives": [], "default_slices": [], "bytes_before": None, "bytes_after": None}
     real_execute, real_probe = backend._execute, backend._probe
     calls = {"n": 0}
