@@ -171,7 +171,8 @@ class Runtime:
             lambda: (self.record.live_phase(self._phase, self.manager.waiting),
                      [s.state for s in self.slice_set.statuses()]))
         # A host's backend brings its hooks (pathways: slices with devices; cpu: warm spares before a join).
-        hooks = {} if parts is None else {"visible": parts.backend.visible_slices, "prepare": parts.backend.prepare}
+        hooks = {} if parts is None else {"visible": parts.backend.visible_slices, "prepare": parts.backend.prepare,
+                                          "default_device": getattr(parts.backend, "default_device", None)}
         self.manager = Manager(
             self.slice_set,
             health_check=self._backend.health_check if self._backend is not None else None,
@@ -626,8 +627,9 @@ class Runtime:
             self._step_t0 = time.monotonic()  # the copy is not the next step's time (`step_seconds`)
         return taken
 
-    def recover(self, target: Any) -> Restored:
-        """Restores the state lost with a slice: the newer of the host snapshot and the last committed checkpoint.
+    def recover(self, target: Any, replica: Any = None) -> Restored:
+        """Restores the state lost with a slice: the surviving replica, else the newer of the host snapshot and
+        the last committed checkpoint.
 
         The built-in trainer's recovery (flow 1 on pathways), now the library's: a tie goes to the
         snapshot; with neither, `target` itself at step 0. The step is rewound to the restored one
@@ -641,9 +643,14 @@ class Runtime:
           target: the initial state (pytree of `jax.Array`s or `jax.ShapeDtypeStruct`s with the
             state's structure): the shapes, dtypes and shardings a checkpoint is restored onto, and
             the state returned when nothing was saved.
+          replica: the state of the current step rebuilt from the replicas on the surviving slices
+            (pathways: `PathwaysBackend.recover_state`), or None when none survived. When given it is
+            returned as it is at the current step: nothing is read, no step is lost (`steps_lost` += 0),
+            and `target` is not used.
 
         Returns:
-          `Restored(state, step, data)`. A snapshot's `state` holds host (numpy) arrays: put them on
+          `Restored(state, step, data)` (`replica`, the current step and {} when `replica` is given).
+          A snapshot's `state` holds host (numpy) arrays: put them on
           the new mesh's devices (`jax.device_put` with your shardings) before the next step.
 
         Raises:
@@ -654,6 +661,14 @@ class Runtime:
         from elastic_jax.controller.snapshot import choose_restore_source
 
         ledger = self.record.ledger
+        if replica is not None:
+            ledger.switch("recovering")
+            self._recovered = True
+            self._state_lost = False
+            logging.getLogger(__name__).warning(
+                "recovered the state of step %d from the surviving slices' replicas (0 steps lost)", self.step,
+                extra={"event": "state_recovered", "source": "replica", "step": self.step, "steps_lost": 0})
+            return Restored(replica, self.step, {})
         ledger.switch("restoring")
         snap = self._snapshots.latest
         committed = self._run_checkpoints().checkpointer.last_committed_step

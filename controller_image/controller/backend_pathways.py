@@ -2,15 +2,24 @@
 
 With Pathways (`pathwaysutils.initialize()`), `jax.devices()` in the
 controller spans all slices and `device.slice_index` tells them apart. A step
-is one data-parallel `jax.jit` over a mesh `("slice", "data")` of the active
-slices' devices; XLA reduces gradients across slices over DCN. A lost slice
+is one program over a mesh `("slice", "data")` of the active slices'
+devices: the batch is split over every device, the state is sharded within a
+slice (FSDP over "data") and replicated across slices (`state_layout`); XLA
+reduces gradients across slices over DCN. The built-in loop's step is fused
+(`step`: gradients and the optimizer update in one program). A lost slice
 surfaces as `jax.errors.JaxRuntimeError` (`DATA_LOSS: ...`): the backend then
 runs a small computation on each active slice (pathways-utils'
 `DefaultSliceHealthChecker` idea) to find which ones are gone, marks them
-down and raises `SliceDownError`, so the same `Manager` handles it. Unlike
-the cpu backend, device-resident state on a lost slice is gone: the loop
-restores it from the newest host snapshot or committed checkpoint
-(`keeps_state_on_slice_loss = False`).
+down and raises `SliceDownError`, so the same `Manager` handles it.
+
+Recovery keeps compiling and restoring off the critical path: the programs of
+every mesh are kept for the run, and those of the likely next meshes (one
+slice fewer, a missing slice back, a spare in) are compiled ahead on a
+background thread (`mesh_programs`); the state of the next mesh is rebuilt
+from the replicas on the surviving slices (`recover_state`). The state on a
+lost slice's devices is gone (`keeps_state_on_slice_loss = False`): only
+when no slice of the mesh survives does the loop restore it from the newest
+host snapshot or committed checkpoint.
 
 A slice whose node pool is still provisioning when the controller starts
 has no devices in `jax.devices()` yet. That is not bad input: the slice is
@@ -39,6 +48,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from elastic_jax.controller.elastic.errors import SliceDownError, is_slice_down
 from elastic_jax.controller.elastic.slice_set import SliceSet
+from elastic_jax.controller.mesh_programs import ProgramCache, ProgramKey
+from elastic_jax.controller.state_layout import NoReplicaError, relayout, state_shardings
 
 _logger = logging.getLogger(__name__)
 
@@ -139,7 +150,9 @@ class PathwaysBackend:
             _logger.warning("slices %s have no devices yet (node pool provisioning, or workers not registered); "
                             "waiting for them as for any lost slice", missing,
                             extra={"event": "slices_missing_at_start", "slices": missing})
-        self._compiled: dict[tuple[int, ...], Any] = {}
+        self._programs = ProgramCache(self._compile)
+        self._last_key: ProgramKey | None = None  # the program of the last step (its mesh's neighbours compile ahead)
+        self._held_by: dict[int, tuple[int, int]] = {}  # slices of the last completed step -> (generation, failures)
 
     # -- which slices exist -------------------------------------------------
 
@@ -174,8 +187,13 @@ class PathwaysBackend:
     def _probe(self, index: int) -> jax.Array:
         devices = self.slices[index]
         mesh = Mesh(np.array(devices, dtype=object), ("data",))
-        x = jax.device_put(np.full(len(devices), _PROBE_VALUE, np.float32), NamedSharding(mesh, PartitionSpec("data")))
-        return x + 1
+        # The default device is part of JAX's compile cache key: the probe's program, compiled at the first
+        # health check (outside any attempt), would compile again inside an attempt (its default device on
+        # an active slice), on the training thread, during a recovery. The probe names its devices anyway.
+        with jax.default_device(None):
+            x = jax.device_put(np.full(len(devices), _PROBE_VALUE, np.float32),
+                               NamedSharding(mesh, PartitionSpec("data")))
+            return x + 1
 
     def health_check(self, indices: Iterable[int]) -> frozenset[int]:
         """Dispatches a tiny computation on each slice, then validates them all.
@@ -204,37 +222,181 @@ class PathwaysBackend:
 
     # -- state placement ----------------------------------------------------
 
+    def default_device(self, active: Iterable[int]) -> Any:
+        """A device of an active slice, for `jax.default_device` during an attempt (and initialisation).
+
+        `jax.devices()[0]` may belong to a lost slice: state initialised or computed there would be on
+        no mesh device, or fail (pathways-utils' `Manager.default_device` makes the same choice).
+
+        Raises:
+          ValueError: no active slice has devices.
+        """
+        for i in sorted(active):
+            if self.slices.get(i):
+                return self.slices[i][0]
+        raise ValueError(f"no devices for the active slices {sorted(active)}")
+
+    def state_shardings(self, state: Any, active: Sequence[int]) -> Any:
+        """The `NamedSharding` per leaf of `state` on the mesh of `active`: FSDP over each slice's devices
+        ("data"), replicated across slices (`state_layout.fsdp_spec`)."""
+        return state_shardings(state, mesh_for(self.slices, active))
+
+    def _lost_slices(self) -> set[int]:
+        """Slices whose device memory cannot be read: Down now, or lost since they ran the last completed
+        step (another report generation or loss count: a slice back already holds none of that state)."""
+        lost = set()
+        for i in self.slices:
+            rec = self.slice_set.record(i)
+            mark = self._held_by.get(i)
+            if rec.state == "Down" or (mark is not None and (rec.generation, rec.failures) != mark):
+                lost.add(i)
+        return lost
+
+    def _surviving_devices(self) -> set[Any]:
+        """Devices of the slices that ran the last completed step and were not lost since: each holds its
+        shards of that step's state."""
+        lost = self._lost_slices()
+        return {d for i in self._held_by if i not in lost and i in self.slices for d in self.slices[i]}
+
+    def _readable_devices(self) -> set[Any]:
+        """Every device but those of lost slices (an array made since, e.g. a restored checkpoint on an
+        active slice's device, is readable wherever it lives)."""
+        lost = self._lost_slices()
+        return {d for i, group in self.slices.items() if i not in lost for d in group}
+
     def place_state(self, state: Any, active: Sequence[int]) -> Any:
-        """Replicates the state onto the mesh of the active slices (after a resize)."""
-        replicated = NamedSharding(mesh_for(self.slices, active), PartitionSpec())
-        return jax.device_put(state, replicated)
+        """`state` laid out on the mesh of the active slices: sharded within a slice, replicated across slices.
+
+        Every shard is taken from a device that still holds it (a slice of the last completed step's mesh
+        that was not lost since): a surviving slice keeps its shards, a joining or spare slice gets
+        device-to-device copies of them; nothing is compiled and no lost shard is read. Host arrays
+        (numpy: a host snapshot) and arrays that live elsewhere (an initial state, a restored checkpoint)
+        are put there as they are.
+
+        Args:
+          state: a pytree of `jax.Array`s or numpy arrays.
+          active: the active slice indices.
+
+        Raises:
+          NoReplicaError: a leaf on the devices of lost slices only (`recover_state` answers None then).
+        """
+        shardings = self.state_shardings(state, active)
+        readable = self._readable_devices()
+        return jax.tree_util.tree_map(lambda x, s: relayout(x, s, readable), state, shardings)
+
+    def recover_state(self, state: Any, active: Sequence[int]) -> Any | None:
+        """After a slice loss: `state` (the last completed step's) on the mesh of `active`, from the
+        surviving slices' replicas, or None when no slice of its mesh survived (restore it then).
+
+        Each surviving slice holds a full copy (`place_state`), so losing any but the last slice of the
+        mesh loses no step.
+        """
+        if not self._held_by or not self._surviving_devices():
+            return None
+        try:
+            return self.place_state(state, active)
+        except NoReplicaError as e:
+            _logger.warning("no surviving replica of the state: %s", e)
+            return None
+
+    # -- the programs -------------------------------------------------------
+
+    def _key(self, kind: str, fn: Any, state: Any, batch: Mapping[str, Any], active: Sequence[int]) -> ProgramKey:
+        leaves, treedef = jax.tree_util.tree_flatten(state)
+        return ProgramKey(
+            kind, fn, tuple(sorted(active)),
+            (treedef, tuple((tuple(np.shape(x)), np.dtype(x.dtype).name) for x in leaves)),
+            tuple(sorted((k, tuple(np.shape(v)), np.dtype(v.dtype).name) for k, v in batch.items())))
+
+    def _compile(self, key: ProgramKey) -> Any:
+        """Ahead-of-time compile of `key`'s program for its mesh (any thread)."""
+        mesh = mesh_for(self.slices, key.active)
+        treedef, leaves = key.state
+        state = jax.tree_util.tree_unflatten(treedef, [jax.ShapeDtypeStruct(shape, np.dtype(d)) for shape, d in leaves])
+        shardings = state_shardings(state, mesh)
+        state = jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state, shardings)
+        batch_size = key.batch[0][1][0]
+        batch_sharding = NamedSharding(mesh, batch_spec(batch_size, mesh))
+        batch = {k: jax.ShapeDtypeStruct(shape, np.dtype(d), sharding=batch_sharding) for k, shape, d in key.batch}
+        replicated = NamedSharding(mesh, PartitionSpec())
+        out = (shardings, replicated) if key.kind == "step" else replicated
+        jitted = jax.jit(key.fn, in_shardings=(shardings, batch_sharding), out_shardings=out)
+        return jitted.lower(state, batch).compile()
+
+    def _next_meshes(self, active: tuple[int, ...]) -> list[tuple[int, ...]]:
+        """The meshes an elastic event can lead to from `active`, likeliest first: a missing slice back (a
+        rejoin), one slice fewer (a loss), one slice swapped for an idle one (a loss with a spare)."""
+        idle = [i for i in self.slices if i < self.slice_set.total and i not in active]
+        out: list[tuple[int, ...]] = []
+        if len(active) < self.slice_set.count:
+            out += [tuple(sorted((*active, p))) for p in idle]
+        out += [tuple(i for i in active if i != s) for s in active if len(active) > 1]
+        if len(active) == self.slice_set.count:
+            out += [tuple(sorted((*(i for i in active if i != s), p))) for s in active for p in idle]
+        return out
+
+    def _program(self, kind: str, fn: Any, state: Any, batch: Mapping[str, Any], active: tuple[int, ...]):
+        key = self._key(kind, fn, state, batch, active)
+        program = self._programs.get(key)
+        if self._last_key != key:
+            self._last_key = key
+            self._programs.ahead(key.with_active(m) for m in self._next_meshes(active))
+        return key, program
+
+    def prepare(self, indices: Iterable[int]) -> frozenset[int]:
+        """The slices of `indices` (Ready, outside the mesh) whose mesh with the active slices has its step
+        program compiled; starts compiling it (in the background) for the others, so a rejoin never
+        compiles on the training thread. Every one of them before the first step (nothing to compile yet)."""
+        indices = frozenset(indices)
+        key = self._last_key
+        if key is None:
+            return indices
+        prepared = set()
+        base = {i for i in key.active if self.slice_set.record(i).state != "Down"}
+        for i in indices:
+            target = key.with_active(self.slice_set.choose_active(base | {i}, prefer={i}))
+            if self._programs.ready(target):
+                prepared.add(i)
+            else:
+                self._programs.ahead([target])
+        return frozenset(prepared)
+
+    def wait_for_programs(self, timeout_s: float | None = None) -> bool:
+        """Waits for the programs compiling ahead; True when none is left within `timeout_s` seconds."""
+        return self._programs.wait(timeout_s)
 
     # -- the step -----------------------------------------------------------
 
-    def _step_fn(self, fn: Any, active: tuple[int, ...], batch_size: int):
-        key = (fn, *active, batch_size)
-        jitted = self._compiled.get(key)
-        if jitted is None:
-            mesh = mesh_for(self.slices, active)
-            replicated = NamedSharding(mesh, PartitionSpec())
-            jitted = jax.jit(
-                fn,
-                in_shardings=(replicated, NamedSharding(mesh, batch_spec(batch_size, mesh))),
-                out_shardings=replicated,
-            )
-            self._compiled[key] = jitted
-        return jitted
+    def _execute(self, program: Any, state: Any, batch: dict[str, Any]) -> Any:
+        return jax.block_until_ready(program(state, batch))
+
+    def _run(self, kind: str, fn: Any, state: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> Any:
+        active = tuple(sorted(active))
+        try:
+            # (no-op while the state is laid out on this mesh already; after a resize, from the survivors)
+            state = self.place_state(state, active)
+            _, program = self._program(kind, fn, state, batch, active)
+            out = self._execute(program, state, dict(batch))
+        except jax.errors.JaxRuntimeError as e:
+            if not is_slice_down(e):
+                raise
+            lost = sorted(set(active) - self.health_check(active)) or list(active)
+            gens = {i: self.slice_set.record(i).generation for i in lost}
+            self.slice_set.mark_down(lost, str(e).splitlines()[0], gens)
+            raise SliceDownError(f"slices {lost} lost: {str(e).splitlines()[0]}", lost) from e
+        self._held_by = {i: (r.generation, r.failures) for i in active for r in [self.slice_set.record(i)]}
+        return out
 
     def map_sum(self, fn: Any, params: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> Any:
         """`fn(params, batch)` as one program over the active slices' devices, the batch sharded across them.
 
         `fn` returns sums over its examples (as on the cpu backend), so XLA's reduction across the
-        slices (over DCN) makes the result the sum over the global batch. Jitted once per `fn`
-        (by identity), mesh and batch size; `cleanup` drops the programs of an old mesh.
+        slices (over DCN) makes the result the sum over the global batch. Compiled once per `fn`
+        (by identity), mesh and shapes, and kept for the run (`mesh_programs.ProgramCache`).
 
         Args:
           fn: `(params, batch) -> pytree of arrays`, jit-traceable.
-          params: placed on the active slices' mesh (`place_state`).
+          params: the parameters (laid out on the active slices' mesh by `place_state` if not already).
           batch: the global batch, dict of arrays with leading axis = global batch size.
           active: active slice indices.
 
@@ -246,26 +408,39 @@ class PathwaysBackend:
             the health check afterwards are named and marked down.
           jax.errors.JaxRuntimeError: any other runtime error (user code), unchanged.
         """
-        active = tuple(sorted(active))
-        batch_size = next(iter(batch.values())).shape[0]
-        try:
-            return jax.block_until_ready(self._step_fn(fn, active, batch_size)(params, dict(batch)))
-        except jax.errors.JaxRuntimeError as e:
-            if not is_slice_down(e):
-                raise
-            lost = sorted(set(active) - self.health_check(active)) or list(active)
-            gens = {i: self.slice_set.record(i).generation for i in lost}
-            self.slice_set.mark_down(lost, str(e).splitlines()[0], gens)
-            raise SliceDownError(f"slices {lost} lost: {str(e).splitlines()[0]}", lost) from e
+        return self._run("map_sum", fn, params, batch, active)
+
+    def step(self, fn: Any, state: Any, batch: Mapping[str, np.ndarray], active: Sequence[int]) -> Any:
+        """One fused training step `fn(state, batch) -> (new_state, outputs)` as one program over the mesh.
+
+        The built-in loop's step: gradients and the optimizer update in one program, so each mesh has one
+        executable. `new_state` has `state`'s structure and layout (sharded within a slice, replicated
+        across slices); `outputs` (e.g. loss sum, weight, a finite flag) come back replicated. The input
+        state is not donated: it is what a slice loss during this step recovers from.
+
+        Args:
+          fn: jit-traceable; pass the same object every step (programs are kept by its identity).
+          state: a pytree of arrays (laid out on the mesh by `place_state` if not already).
+          batch: the global batch, dict of arrays with leading axis = global batch size.
+          active: active slice indices.
+
+        Returns:
+          `(new_state, outputs)`, computed.
+
+        Raises:
+          SliceDownError, jax.errors.JaxRuntimeError: as `map_sum`.
+        """
+        return self._run("step", fn, state, batch, active)
 
     def interrupt(self) -> None:
         """Nothing to do: one Pathways program cannot be cut short from here; a stop waits for the step to end
         (or for the slice loss that ends it)."""
 
     def cleanup(self) -> None:
-        """After an elastic event: drop compiled programs for the old mesh (pathways-utils does the same)."""
-        self._compiled.clear()
-        jax.clear_caches()
+        """After an elastic event: nothing is dropped. The compiled programs of every mesh are kept (the same
+        mesh comes back with the slice) and the state's arrays are what the next attempt recovers from
+        (pathways-utils clears JAX's caches and deletes every live array here)."""
 
     def close(self) -> None:
-        """Nothing to close (Pathways owns the connections)."""
+        """Stops compiling ahead (Pathways owns the connections)."""
+        self._programs.close()

@@ -3,7 +3,8 @@
 The loop owns the authoritative training state (parameters, optimizer state,
 step, data position). Each step it asks the backend for the summed
 loss and gradients of the global batch over the active slices, applies the
-optimizer update, and checkpoints every `spec.checkpoint.intervalSteps`.
+optimizer update (on pathways both in one program over the mesh,
+`PathwaysBackend.step`), and checkpoints every `spec.checkpoint.intervalSteps`.
 It is a caller of the library's `elastic_jax.Runtime`, as a user's own loop is:
 the runtime's `elastic_retry` wraps the loop (a slice loss abandons the current
 step, which is retried on the remaining slices, replica resize, or after the
@@ -21,6 +22,7 @@ same as with all slices, and so is the loss curve.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -112,6 +114,19 @@ class TrainingRun:
 
         self._apply_update = apply_update
         self._slice_step = make_slice_step(trainer)  # one object: its programs are cached by identity
+        slice_step = self._slice_step
+
+        def train_step(state, batch):
+            """The pathways backend's one program per mesh: summed gradients and the optimizer update."""
+            loss_sum, weight, grads_sum = slice_step(state["params"], batch)
+            grads = jax.tree_util.tree_map(lambda g: g / weight, grads_sum)
+            updates, opt_state = trainer.optimizer.update(grads, state["opt_state"], state["params"])
+            new = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}
+            return new, (loss_sum, weight, all_finite(new))
+
+        self._train_step = train_step  # (one object, as `_slice_step`)
+        # pathways: the update runs inside the step's program (`PathwaysBackend.step`); cpu: here, after the sum.
+        self._fused = callable(getattr(backend, "step", None))
 
     # -- what the runtime holds -----------------------------------------------
 
@@ -249,7 +264,8 @@ class TrainingRun:
         started = time.monotonic()
         stop = self.runtime.stop_state
         try:
-            self.state = self._restore_or_init()
+            with self._on_a_visible_slice():
+                self.state = self._restore_or_init()
             self.runtime.set_phase("Running")
             retry = self.runtime.elastic_retry(retry_policy=self.budget,
                                                on_elastic_event_callback=self._on_elastic_event)
@@ -309,6 +325,16 @@ class TrainingRun:
             resumed_from=self.checkpoints.resumed_from,
         )
 
+    def _on_a_visible_slice(self) -> contextlib.AbstractContextManager:
+        """Before the first attempt: `jax.default_device` on a slice the backend sees (pathways: not
+        `jax.devices()[0]`, which may be on a missing slice); each attempt then runs on an active slice's
+        device (the manager's `default_device` hook)."""
+        pick = getattr(self.backend, "default_device", None)
+        visible = None if pick is None else self.backend.visible_slices()  # (cpu: no hook, nothing asked)
+        if not visible:
+            return contextlib.nullcontext()
+        return jax.default_device(pick((visible & self.slice_set.ready()) or visible))
+
     def _on_elastic_event(self, error: Exception) -> None:
         # Booked by the runtime as the library's (and whether it took device state with it).
         event = self.record.history()[-1]
@@ -319,7 +345,11 @@ class TrainingRun:
         active = sorted(self.slice_set.active)
         if not self.keeps_state:
             if self.runtime.state_lost:
-                state = self.runtime.recover(self._restore_target(active)).state  # (a storage read: not under the lock)
+                # The surviving slices' replicas (no step lost, nothing compiled or read from storage); only
+                # when no slice of the old mesh survived, a host snapshot or checkpoint (not under the lock).
+                replica = self.backend.recover_state(self.state, active) if self._fused else None
+                state = self.runtime.recover(replica if replica is not None else self._restore_target(active),
+                                             replica=replica).state
                 with self._lock:
                     self.state = state
             self.state = self.backend.place_state(self.state, active)
@@ -333,22 +363,15 @@ class TrainingRun:
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
             # on a replaced slice it includes the first compile. The runtime books the ledger so.
             # The library's per-slice run-and-sum (`Runtime.map_sum`), over this attempt's slices.
-            loss_sum, weight, grads = self.runtime.map_sum(self._slice_step, self.state["params"], batch, active)
-            loss_sum, weight = float(loss_sum), float(weight)
-            try:
-                params, opt_state, finite = self._apply_update(
-                    self.state["params"], self.state["opt_state"], grads, np.float32(weight))
-                finite = bool(finite)
-            except Exception as e:  # noqa: BLE001 - jax raises JaxRuntimeError or (when read back) ValueError
-                if is_slice_down(e) or isinstance(e, StopRequested):
-                    raise
-                # Runs on the controller: no slice can have caused it (a host callback in
-                # the optimizer that raised, a bad shape): the user's error, not retried.
-                raise UserCodeError(f"the optimizer update of step {self.step + 1} failed: {one_line_reason(e)}") from None
+            if self._fused:
+                new_state, (loss_sum, weight, finite) = self.backend.step(self._train_step, self.state, batch, active)
+                loss_sum, weight, finite = float(loss_sum), float(weight), bool(finite)
+            else:
+                new_state, loss_sum, weight, finite = self._step_then_update(batch, active)
             loss = float(loss_sum / weight)
             self.runtime.check_finite(self.step + 1, loss, finite=finite)
             with self._lock:
-                self.state = {"params": params, "opt_state": opt_state}
+                self.state = new_state
                 self.runtime.report_step(self.step + 1, loss)
             now = time.monotonic()  # (the step's seconds and histogram: booked by `report_step`)
             window_steps += 1
@@ -361,6 +384,23 @@ class TrainingRun:
                 window_start, window_steps = now, 0
             self.runtime.take_host_snapshot(self.step, self.state, self._data())
             self.runtime.save(self.step, self.state, self._data())
+
+
+    def _step_then_update(self, batch: dict[str, Any], active: list[int]) -> tuple[dict[str, Any], float, float, bool]:
+        """cpu backend: the summed gradients from the slices, then the optimizer update here (its own program)."""
+        loss_sum, weight, grads = self.runtime.map_sum(self._slice_step, self.state["params"], batch, active)
+        loss_sum, weight = float(loss_sum), float(weight)
+        try:
+            params, opt_state, finite = self._apply_update(
+                self.state["params"], self.state["opt_state"], grads, np.float32(weight))
+            finite = bool(finite)
+        except Exception as e:  # noqa: BLE001 - jax raises JaxRuntimeError or (when read back) ValueError
+            if is_slice_down(e) or isinstance(e, StopRequested):
+                raise
+            # Runs on the controller: no slice can have caused it (a host callback in
+            # the optimizer that raised, a bad shape): the user's error, not retried.
+            raise UserCodeError(f"the optimizer update of step {self.step + 1} failed: {one_line_reason(e)}") from None
+        return {"params": params, "opt_state": opt_state}, loss_sum, weight, finite
 
 
 def _is_user_facing(error: Exception) -> bool:

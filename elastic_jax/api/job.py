@@ -392,8 +392,9 @@ class SliceSpec(_Model):
             "for a pod to be scheduled or a process to start) and the lost slice, once replaced, becomes a "
             "spare. Slice indices are 0..count+spares-1; any `count` Ready ones train. Costs `spares` more "
             "slices of hardware for the whole run (pathways: `spares` more TPU node pools of the slice's "
-            "shape, their workers registered with the resource manager; a swap then costs a state restore from "
-            "the newest host snapshot and a compile for the new mesh, not a node pool's provisioning)."
+            "shape, their workers registered with the resource manager; a swap then copies the state from a "
+            "surviving slice to the spare and runs the program compiled ahead for the new mesh, not a node "
+            "pool's provisioning)."
         ),
     )
     hosts_per_slice: int = Field(default=1, ge=1, le=256, description="Worker hosts (pods) per slice. The cpu backend supports 1.")

@@ -75,18 +75,18 @@ def main(tmp):
 
     backend._probe = broken_probe
     out["healthy_after"] = sorted(backend.health_check([0, 1]))
-    real_step_fn = backend._step_fn
-    backend._step_fn = lambda fn, active, size: (_ for _ in ()).throw(jax.errors.JaxRuntimeError("DATA_LOSS: lost"))
+    real_execute = backend._execute
+    backend._execute = lambda program, state, batch: (_ for _ in ()).throw(jax.errors.JaxRuntimeError("DATA_LOSS: lost"))
     try:
         backend.map_sum(slice_step, both, batch, [0, 1])
     except SliceDownError as e:
         out["slice_down_slices"] = list(e.slice_indices)
     out["slice1_state"] = slice_set.record(1).state
-    backend._probe, backend._step_fn = real_probe, real_step_fn
+    backend._probe, backend._execute = real_probe, real_execute
 
-    # A whole training run: slice 1 is lost once at step 25; state restores
-    # from the host snapshot of step 20 (newer than checkpoint 0), the
-    # operator reports slice 1 Ready again, training scales up and finishes.
+    # A whole training run: slice 1 is lost once at step 25; the state of step 25 is rebuilt from
+    # slice 0's replica (no step lost), the operator reports slice 1 Ready again, training scales up
+    # and finishes.
     job = parse_manifest({
         "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": {"name": "pw"},
         "spec": {"backend": "pathways", "slices": {"count": 2, "minSlices": 1, "accelerator": "cpu", "topology": "1x2"},
@@ -98,7 +98,7 @@ def main(tmp):
         ready(slice_set, i, 1)
     backend = PathwaysBackend(slice_set, slice_of=slice_of)
     calls = {"n": 0}
-    real = backend.map_sum
+    real = backend.step
 
     def flaky(fn, params, batch, active):
         calls["n"] += 1
@@ -112,7 +112,7 @@ def main(tmp):
             ready(slice_set, 1, 2)
         return real(fn, params, batch, active)
 
-    backend.map_sum = flaky
+    backend.step = flaky
     checkpointer = Checkpointer(job.spec.checkpoint.uri, 100, 2)
     run = TrainingRun(job, trainer, backend, slice_set, checkpointer, ControllerMetrics())
     summary = run.run()
@@ -132,14 +132,14 @@ def main(tmp):
     backend = PathwaysBackend(slice_set, devices=lambda: all_devices[:shown["n"]], slice_of=slice_of)
     out["missing_at_start"] = backend.missing_slices()
     first_active = []
-    real_missing = backend.map_sum
+    real_missing = backend.step
 
     def recording(fn, params, batch, active):
         if not first_active:
             first_active.extend(active)
         return real_missing(fn, params, batch, active)
 
-    backend.map_sum = recording
+    backend.step = recording
 
     def pool_appears():
         shown["n"] = 4

@@ -48,7 +48,7 @@ def main(tmp):
     calls = {"n": 0}
     actives: list[list[int]] = []
     spares_seen: list[list[int]] = []
-    real = backend.map_sum
+    real = backend.step
 
     def step(fn, params, batch, active):
         calls["n"] += 1
@@ -63,7 +63,7 @@ def main(tmp):
         spares_seen.append(sorted(slice_set.spare_indices()))
         return real(fn, params, batch, active)
 
-    backend.map_sum = step
+    backend.step = step
     checkpointer = Checkpointer(job.spec.checkpoint.uri, 100, 2)
     summary = TrainingRun(job, trainer, backend, slice_set, checkpointer, ControllerMetrics()).run()
     checkpointer.close()

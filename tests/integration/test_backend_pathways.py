@@ -30,8 +30,9 @@ def test_pathways_backend_on_cpu_devices(tmp_path):
     assert r["slice_down_slices"] == [1] and r["slice1_state"] == "Down"
     assert r["succeeded"], r["failure"]
     assert r["steps"] == 40 and r["loss_down"]
-    # Lost at step 25 (25 steps done); the host snapshot of step 20 was newer than any checkpoint.
-    assert r["steps_lost"] == 5
+    # Lost at step 25 (25 steps done): slice 0's replica of the state survived, so no step is redone
+    # (issue 29 item 3; it restored the host snapshot of step 20 before, 5 steps lost).
+    assert r["steps_lost"] == 0
     assert r["causes"][0] == "slice_down" and "scale_up" in r["causes"]
     # issue 10 item 3: a slice absent at start is waited for; the first step runs on both slices
     assert r["missing_at_start"] == [1]
@@ -42,7 +43,8 @@ def test_pathways_backend_on_cpu_devices(tmp_path):
 def test_a_hot_spare_takes_a_lost_slices_place_at_once_on_pathways(tmp_path):
     """Issue 12 item 2 on pathways: with one spare the mesh is never below `count` slices: slice 1 is lost
     at the 16th step; the next step trains on slices 0 and 2 (the spare, its devices already registered),
-    from the host snapshot of step 15; slice 1, replaced by the operator, is the new spare."""
+    from slice 0's replica of the state (copied to the spare's devices); slice 1, replaced by the operator,
+    is the new spare."""
     r = _child("pathways_spare_child.py", tmp_path)
     assert r["succeeded"], r["failure"]
     assert r["steps"] == 30 and r["loss_down"]
@@ -50,5 +52,5 @@ def test_a_hot_spare_takes_a_lost_slices_place_at_once_on_pathways(tmp_path):
     assert r["actives"][0] == [0, 1] and r["actives"][15] == [0, 2], r["actives"]
     assert r["spares_seen"][0] == [2] and r["spares_seen"][15] == [], r["spares_seen"]
     assert r["spares_seen"][-1] == [1], r["spares_seen"]
-    assert r["steps_lost"] == 0  # the snapshot of step 15 is the step before the loss
+    assert r["steps_lost"] == 0  # slice 0's replica is the state of the step before the loss
     assert r["causes"][0] == "slice_down"

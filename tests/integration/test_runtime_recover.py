@@ -201,3 +201,31 @@ def test_elastic_jax_run_reports_the_steps_a_library_loop_recovered(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.summary["steps_lost"] == 2 and run.summary["steps"] == 8, run.summary
     assert "steps lost 2" in run.stderr + run.stdout, run.stderr[-2000:]
+
+
+def test_recover_with_a_surviving_replica_keeps_the_step_and_loses_none(runtime_of, tmp_path):
+    """Issue 29 item 3 as a library: the program rebuilt the state from the surviving slices' replicas
+    (the built-in trainer's `PathwaysBackend.recover_state`); `recover` returns it at the current step."""
+    rt, client = runtime_of(snapshot_every=5)
+    state = {"s": _state(0.0)}
+    seen = []
+
+    @rt.elastic_retry()
+    def train():
+        if rt.state_lost:
+            restored = rt.recover(_state(0.0), replica=state["s"])
+            seen.append((restored.step, float(restored.state["w"][0])))
+        while rt.step < 10:
+            step = rt.step + 1
+            state["s"] = {"w": state["s"]["w"] + 1.0}
+            rt.report_step(step, loss=1.0 / step)
+            rt.take_host_snapshot(step, state["s"])
+            if step == 7 and not seen:
+                client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
+                raise elastic_jax.SliceDownError("slice 1 lost", [1])
+
+    train()
+    assert seen == [(7, 7.0)]  # not the snapshot of step 5
+    assert rt.steps_lost == 0 and not rt.state_lost and rt.step == 10
+    rt.close()
+    assert json.loads((tmp_path / "summary.json").read_text())["steps_lost"] == 0

@@ -19,6 +19,7 @@ probed from `jax.devices()`:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -82,6 +83,9 @@ class Manager:
         slices are prepared while the mesh trains: a scale-up waits until the
         slice is prepared (the active slices never wait for its compile), and
         a swap prefers prepared spares.
+      default_device: `active slices -> device`: each attempt runs under `jax.default_device` of it (pathways:
+        a device of an active slice, as pathways-utils' manager does; `jax.devices()[0]` may be on a lost
+        slice); None: JAX's default.
 
     Attributes:
       attempts: attempts started by the last `elastic_retry` call.
@@ -92,8 +96,10 @@ class Manager:
                  stop_event: threading.Event | None = None,
                  visible: Callable[[], frozenset[int]] | None = None,
                  on_wait: Callable[[bool], Any] | None = None,
-                 prepare: Callable[[frozenset[int]], frozenset[int]] | None = None):
+                 prepare: Callable[[frozenset[int]], frozenset[int]] | None = None,
+                 default_device: Callable[[frozenset[int]], Any] | None = None):
         self.slice_set = slice_set
+        self.default_device = default_device
         self.prepare = prepare
         self.on_wait = on_wait
         self.visible = visible
@@ -206,8 +212,8 @@ class Manager:
           pre_callback: called before each attempt, after the active set is set.
           on_elastic_event_callback: called with the error after each slice-down
             error or scale-up signal, before the retry policy.
-          cleanup: backend cleanup after an event (pathways: clear caches and
-            live arrays; cpu: nothing, compiled programs are kept).
+          cleanup: backend cleanup after an event (pathways and cpu: nothing, compiled
+            programs and the state's arrays are kept; pathways-utils clears JAX's caches and live arrays).
           startup_grace_s: the first attempt first waits this long for *all*
             slices, so a job does not start on the minimum and resize at once.
 
@@ -241,7 +247,8 @@ class Manager:
                     if pre_callback is not None:
                         pre_callback()
                     try:
-                        return func(*args, **kwargs)
+                        with self._on_active_slice():
+                            return func(*args, **kwargs)
                     except ScaleUpSignalError as error:
                         self._handle_event(attempt, error, policy, cleanup, on_elastic_event_callback)
                     except Exception as error:  # noqa: BLE001 - re-raised unless it is a slice loss
@@ -280,6 +287,14 @@ class Manager:
             gens = {i: self.slice_set.record(i).generation for i in failed}
             self.slice_set.mark_down(failed, "failed health check", gens)
         return active - healthy
+
+    def _on_active_slice(self) -> contextlib.AbstractContextManager:
+        """`jax.default_device` of the `default_device` hook's choice for this attempt's slices (or nothing)."""
+        if self.default_device is None:
+            return contextlib.nullcontext()
+        import jax
+
+        return jax.default_device(self.default_device(self.slice_set.active))
 
     def _wait(self, target: int, timeout_s: float | None, grace_s: float) -> frozenset[int]:
         if grace_s > 0 and target < self.total_slice_count:
