@@ -12,10 +12,10 @@ time holds a TPU chip; this parent never opens it):
   - fused: one `jax.jit` of loss + gradient + the trainer's optax update on
     the same global batches (host batches fed each step, state donated,
     dispatched without a sync per step), mean seconds per step;
-  - runtime: the `TrainingRun` (its `map_sum` program, the jitted update, host
-    snapshots every `hostSnapshotIntervalSteps` = 10 as by default), mean
-    seconds per step over the same number of steps (from one `map_sum` call's
-    start to the next); ratio runtime / fused (target <= 1.03x);
+  - runtime: the `TrainingRun` (its fused `step` program: gradients and the
+    optax update in one program per mesh; host snapshots every
+    `hostSnapshotIntervalSteps` = 10 as by default), mean seconds per step over
+    the same number of steps (from one `step` call's start to the next); ratio runtime / fused (target <= 1.03x);
   - then a slice loss (the error Pathways raises, `JaxRuntimeError("DATA_LOSS:
     ...")`, inside the backend's program call; the slice reported Down, then
     Ready at once, so no wait for the slice is included): seconds from the

@@ -177,11 +177,6 @@ class PathwaysBackend:
             self._refresh()
         return frozenset(i for i in self.slices if i < self.slice_set.total)
 
-    def prepare(self, indices: Iterable[int]) -> frozenset[int]:
-        """Every one of `indices`: the step program is compiled here, for the mesh of the next attempt (a new
-        mesh needs a new program, so there is nothing to compile on an idle slice ahead)."""
-        return frozenset(indices)
-
     # -- health ------------------------------------------------------------
 
     def _probe(self, index: int) -> jax.Array:
@@ -380,7 +375,10 @@ class PathwaysBackend:
         except jax.errors.JaxRuntimeError as e:
             if not is_slice_down(e):
                 raise
-            lost = sorted(set(active) - self.health_check(active)) or list(active)
+            # Lost: what fails the health check, and what the operator reported not Ready meanwhile (a slice
+            # whose workers are being replaced may still answer a probe on Pathways' side for a moment).
+            reported = {i for i in active if self.slice_set.record(i).state != "Ready"}
+            lost = sorted((set(active) - self.health_check(active)) | reported) or list(active)
             gens = {i: self.slice_set.record(i).generation for i in lost}
             self.slice_set.mark_down(lost, str(e).splitlines()[0], gens)
             raise SliceDownError(f"slices {lost} lost: {str(e).splitlines()[0]}", lost) from e

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from elastic_jax import contract
 from elastic_jax.exit_codes import ControllerExit
 
 ROOT = Path(__file__).parents[2]
@@ -73,10 +74,10 @@ def _env(tmp_path: Path, target: str) -> dict[str, str]:
     termination.write_text("")
     return {"PYTHONPATH": f"{ROOT}:{tmp_path}", "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "proxy",
             "JAX_BACKEND_TARGET": target, "PATHWAYS_PROXY_CONNECTION_TIMEOUT_SECS": "3",
-            "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "compilation-cache"),
-            "ELASTIC_JAX_MANIFEST": str(manifest), "ELASTIC_JAX_TOKEN_FILE": str(tmp_path / "token"),
-            "ELASTIC_JAX_HOST": "127.0.0.1", "ELASTIC_JAX_PORT": "0", "ELASTIC_JAX_LOG_FORMAT": "text",
-            "ELASTIC_JAX_TERMINATION_MESSAGE_PATH": str(termination)}
+            contract.JAX_ENV_COMPILATION_CACHE_DIR: str(tmp_path / "compilation-cache"),
+            contract.ENV_MANIFEST: str(manifest), contract.ENV_TOKEN_FILE: str(tmp_path / "token"),
+            contract.ENV_HOST: "127.0.0.1", contract.ENV_PORT: "0", contract.ENV_LOG_FORMAT: "text",
+            contract.ENV_TERMINATION_MESSAGE_PATH: str(termination)}
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:

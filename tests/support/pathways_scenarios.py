@@ -126,7 +126,7 @@ def run_scenario(name: str, workdir: Path, platform: str, timeout_s: float = 600
 class ScriptedBackend:
     """A `PathwaysBackend` with a slice loss or a stop at a given step; everything else is the backend's own.
 
-    The loss is injected where Pathways raises it: the real `map_sum` runs a step
+    The loss is injected where Pathways raises it: the real `map_sum` or `step` runs a step
     function that raises `JaxRuntimeError("DATA_LOSS: ...")` inside the backend's
     program call (while it is traced), so the backend's own handling (health check,
     mark down, `SliceDownError`) runs. Around it the operator's reports are applied
@@ -136,13 +136,13 @@ class ScriptedBackend:
     Args:
       backend: the `PathwaysBackend`.
       slice_set: the `SliceSet` the reports are applied to.
-      lose_at_call: the `map_sum` call (1-based; call n runs step n when nothing was redone) that loses
+      lose_at_call: the `map_sum` or `step` call (1-based; call n runs step n when nothing was redone) that loses
         `lost_slice`; None: no loss.
       lost_slice: the slice lost.
-      stop_at_call: the `map_sum` call at whose start `on_stop` is called (None: never).
+      stop_at_call: the `map_sum` or `step` call at whose start `on_stop` is called (None: never).
 
     Attributes:
-      call_starts: `time.perf_counter()` at the start of every `map_sum` call (seconds).
+      call_starts: `time.perf_counter()` at the start of every `map_sum` or `step` call (seconds).
       loss_raised_at: `time.perf_counter()` when the injected error was raised, or None.
       on_stop: called once at `stop_at_call` (set it to the run's `request_stop`).
     """
@@ -163,13 +163,20 @@ class ScriptedBackend:
 
     def map_sum(self, fn: Any, params: Any, batch: Any, active: Any) -> Any:
         """The backend's `map_sum`, but the scripted call loses `lost_slice` (raises `SliceDownError`)."""
+        return self._call(self._backend.map_sum, fn, params, batch, active)
+
+    def step(self, fn: Any, state: Any, batch: Any, active: Any) -> Any:
+        """The backend's fused `step` (the built-in loop's), scripted as `map_sum` is."""
+        return self._call(self._backend.step, fn, state, batch, active)
+
+    def _call(self, run: Any, fn: Any, state: Any, batch: Any, active: Any) -> Any:
         self.call_starts.append(time.perf_counter())
         call = len(self.call_starts)
         if call == self._stop_at_call:
             self.on_stop()
         if call == self._lose_at_call:
-            self._lose(params, batch, active)
-        return self._backend.map_sum(fn, params, batch, active)
+            self._lose(run, state, batch, active)
+        return run(fn, state, batch, active)
 
     def _report(self, state: str) -> None:
         from elastic_jax.api.control import SliceReport
@@ -179,21 +186,21 @@ class ScriptedBackend:
         addresses = [f"slice-{index}-worker-0:8471"] if state == "Ready" else []
         self._slice_set.apply_report(index, SliceReport(state=state, generation=generation, addresses=addresses))
 
-    def _lose(self, params: Any, batch: Any, active: Any) -> None:
+    def _lose(self, run: Any, state: Any, batch: Any, active: Any) -> None:
         import jax
 
         message = INJECTED_LOSS.format(index=self._lost_slice)
 
-        def lost_step(params: Any, batch: Any) -> Any:
+        def lost_step(state: Any, batch: Any) -> Any:
             raise jax.errors.JaxRuntimeError(message)
 
         self._report("Down")
         self.loss_raised_at = time.perf_counter()
         try:
-            self._backend.map_sum(lost_step, params, batch, active)
+            run(lost_step, state, batch, active)
         finally:
             self._report("Ready")
-        raise AssertionError(f"the backend's map_sum did not raise for {message!r}")
+        raise AssertionError(f"the backend's {run.__name__} did not raise for {message!r}")
 
 
 class Layout:
