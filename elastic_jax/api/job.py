@@ -470,7 +470,10 @@ def as_written_problem(manifest: dict[str, Any]) -> str | None:
     Args:
       manifest: the manifest as written, nulls pruned (`manifest.prune_nulls`).
     """
-    controller = (manifest.get("spec") or {}).get("controller") or {}
+    spec = manifest.get("spec")
+    controller = spec.get("controller") if isinstance(spec, dict) else None
+    if not isinstance(controller, dict):  # not a mapping: the model's own error names the field
+        return None
     trainer = controller.get("trainer")
     if "command" in controller and isinstance(trainer, dict) and (
             "config" in trainer or trainer.get("entryPoint", BUILTIN_TRAINER) != BUILTIN_TRAINER):

@@ -494,3 +494,19 @@ def test_numeric_options_of_the_worker_out_of_range_name_the_option(tmp_path, ca
         parse_args(["--token-file", str(tmp_path / "token"), *args])
     err = capsys.readouterr().err
     assert stopped.value.code == 2 and fragment in err, err
+
+
+@pytest.mark.parametrize("path, value", [
+    (("spec",), [1, 2]), (("spec",), "hello"), (("spec", "controller"), [1]),
+], ids=["spec-list", "spec-string", "controller-list"])
+def test_a_section_that_is_not_a_mapping_is_one_line_naming_it(tmp_path, path, value):
+    """A new user's trial: `spec: [1,2]` or `spec.controller: [1]` printed an AttributeError traceback (exit 1)
+    from the library-mode rule, which read the manifest before the model refused it."""
+    m = job_manifest("shape", tmp_path)
+    parent = m
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    field = ".".join(path)
+    assert_one_line_error(_validate(tmp_path, m), f"{field}: Input should be an object")
+    assert_one_line_error(run_bad(tmp_path, m), f"{field}: Input should be an object")
