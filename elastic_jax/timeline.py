@@ -11,7 +11,10 @@ again for an earlier one.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import os
+import tempfile
 from pathlib import Path
 
 from elastic_jax.contract import RUN_HISTORY_FILE as HISTORY_FILE
@@ -89,11 +92,27 @@ def read_history(run_dir: str | Path) -> list[dict]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(record, dict) and record.get("kind") in ("step", "event"):
+        if _well_formed(record):
             lines.append(record)
     if not any(r["kind"] == "step" for r in lines):
         raise TimelineError(f"{path}: no completed step recorded: nothing to draw")
     return lines
+
+
+_NUMBER = (int, float)
+# What `timeline_data` reads of each kind of line, and the types it needs (a bool is no number here).
+_FIELDS = {"step": {"t": _NUMBER, "pid": int, "step": int, "active": int, "desired": int},
+           "event": {"t": _NUMBER, "at_step": int, "cause": str}}
+
+
+def _well_formed(record: object) -> bool:
+    """Whether a history line has the fields `timeline_data` reads, of the right types (others are skipped, as
+    a torn line is: the file is the runs' own, but a hand-edited or foreign one must not stop `report`)."""
+    if not isinstance(record, dict):
+        return False
+    fields = _FIELDS.get(record.get("kind"))  # type: ignore[arg-type]
+    return fields is not None and all(
+        isinstance(record.get(name), types) and not isinstance(record.get(name), bool) for name, types in fields.items())
 
 
 def timeline_data(records: list[dict]) -> TimelineData:
@@ -180,10 +199,21 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
     fig.suptitle(f"{title or run_dir.name}: {data.step[-1]} steps, {len(data.recoveries)} elastic event(s)")
     fig.tight_layout()
     out = run_dir / TIMELINE_FILE
+    # Written to a new private file, then renamed over the old picture: a link planted at timeline.png is
+    # replaced, never written through (as `summary.json` and `metrics.prom` are written).
+    tmp = None
     try:
-        fig.savefig(out, dpi=80)
+        fd, tmp = tempfile.mkstemp(prefix=f".{TIMELINE_FILE}.", dir=run_dir)
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png", dpi=80)
+        if out.is_dir() and not out.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory")
+        os.replace(tmp, out)
+        tmp = None
     except OSError as e:
         raise TimelineError(f"{out}: cannot be written ({e.strerror})") from None
     finally:
         plt.close(fig)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
     return out

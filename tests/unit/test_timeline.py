@@ -40,3 +40,37 @@ def test_draw_writes_a_png_where_it_says(tmp_path):
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(_step(float(i), i)) + "\n" for i in range(1, 20)))
     path = timeline.draw(tmp_path, title="t")
     assert path == tmp_path / "timeline.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("bad", [
+    {"kind": "step"}, {"kind": "step", "t": "x", "pid": 1, "step": 9, "active": 2, "desired": 2},
+    {"kind": "step", "t": 5.0, "step": "a", "active": 2, "desired": 2},
+    {"kind": "event", "t": 5.0, "cause": "slice_down"}, {"kind": "step", "t": True, "pid": 1, "step": 9,
+                                                          "active": 2, "desired": 2},
+], ids=["no-fields", "t-string", "no-pid", "event-no-step", "t-bool"])
+def test_a_line_of_the_wrong_shape_is_skipped_as_a_torn_one_is(tmp_path, bad):
+    """A new user's trial: such a line made `report` print a KeyError/TypeError traceback."""
+    lines = [_step(1.0, 1), _step(2.0, 2), bad, _step(3.0, 3)]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    data = timeline.timeline_data(timeline.read_history(tmp_path))
+    assert data.step == [1, 2, 3] and data.recoveries == []
+
+
+def test_draw_replaces_a_planted_link_instead_of_writing_through_it(tmp_path):
+    """A new user's trial: `report` on a folder whose timeline.png was a link overwrote the link's target."""
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(_step(float(i), i)) + "\n" for i in range(1, 5)))
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (tmp_path / "timeline.png").symlink_to(precious)
+    path = timeline.draw(tmp_path)
+    assert precious.read_text() == "keep me"
+    assert not path.is_symlink() and path.read_bytes()[:4] == b"\x89PNG"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".timeline")] == []  # no temp file left
+
+
+def test_a_folder_at_the_pictures_place_is_one_error(tmp_path):
+    (tmp_path / "history.jsonl").write_text(json.dumps(_step(1.0, 1)) + "\n")
+    (tmp_path / "timeline.png").mkdir()
+    with pytest.raises(timeline.TimelineError, match="cannot be written"):
+        timeline.draw(tmp_path)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".timeline")] == []
