@@ -429,9 +429,11 @@ def uncommitted_steps(root, me: JobIdentity | None) -> list[int]:
     a local step directory as committed by its name alone and skips an uncommitted GCS one, then saves over
     it: both made a copy that left the markers out look like a finished step, or like nothing.
 
-    A step this job's own save left uncommitted (its metadata names `me`'s uid: a controller killed mid-save on
-    GCS) is not listed: Orbax saves that step again. `<step>.orbax-checkpoint-tmp-*` folders are never listed
-    (an interrupted local save, Orbax's to clean).
+    On GCS, a step this job's own save left uncommitted (its metadata names `me`'s uid: a controller killed
+    mid-save) is not listed: Orbax skips it when restoring and saves that step again. On local disk there is no
+    such step (a save writes `<step>.orbax-checkpoint-tmp-*` and renames it at its commit, never listed here),
+    and Orbax would restore a step folder without the marker as committed: so there a copy of this job's own
+    step that left the marker out is listed like any other (a new user's trial resumed from one).
 
     Args:
       root: the checkpoint directory, a `pathlib.Path` or an `etils.epath.Path` (gs://).
@@ -450,7 +452,7 @@ def uncommitted_steps(root, me: JobIdentity | None) -> list[int]:
             continue
         meta = _step_metadata(step_dir) or {}
         writer = identity.from_metadata(meta.get("custom_metadata"))
-        if me is not None and writer is not None and writer.uid == me.uid:
+        if me is not None and writer is not None and writer.uid == me.uid and str(root).startswith("gs://"):
             continue
         found.append(int(step_dir.name))
     return sorted(found)

@@ -43,3 +43,16 @@ def test_short_reason_drops_object_reprs_and_is_bounded():
     assert short_reason(cut) == "Exception: reading failed."
     assert len(short_reason(ValueError("x" * 1000), 100)) == 100
     assert short_reason(OSError()) == "OSError"
+
+
+def test_a_local_step_without_its_commit_marker_is_uncommitted_even_when_it_names_this_job(tmp_path):
+    """A new user's trial: `cp -a 30 40 && rm 40/commit_success.txt` in a job's own local folder was resumed
+    from (Orbax lists a local step folder by its name). Only on GCS is this job's own cut-short save excused."""
+    from tests.support.runs import fake_step
+
+    for step in (10, 20):
+        fake_step(tmp_path, step, A)
+    (fake_step(tmp_path, 30, A) / "commit_success.txt").unlink()
+    (fake_step(tmp_path, 40, B) / "commit_success.txt").unlink()
+    assert checkpoints.uncommitted_steps(tmp_path, A) == [30, 40]
+    assert checkpoints.uncommitted_steps(tmp_path, None) == [30, 40]
