@@ -10,6 +10,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 
 PREFIX = "elastic_jax"
+RECOVERY_CAUSES = ("slice_down", "step_deadline", "draining", "scale_up")
+"""Every cause an elastic event can have: `elastic.errors.SliceDownError.cause`, and `scale_up` (a rejoin)."""
 
 
 class ControllerMetrics:
@@ -53,6 +55,8 @@ class ControllerMetrics:
         self.active_slices = Gauge(f"{PREFIX}_active_slices", "Slices in the training mesh.", registry=r)
         self.desired_slices = Gauge(f"{PREFIX}_desired_slices", "Slices the job wants.", registry=r)
         self.recoveries = Counter(f"{PREFIX}_recoveries", "Elastic recoveries by cause.", ["cause"], registry=r)
+        for cause in RECOVERY_CAUSES:  # each series from the start, at 0: a healthy job's panel reads 0, not "No data"
+            self.recoveries.labels(cause=cause)
         self.recovery_seconds = Histogram(
             f"{PREFIX}_recovery_seconds",
             "Seconds from a slice failure (or scale-up signal) to the next completed step.",

@@ -24,3 +24,13 @@ def test_phase_and_slices_are_read_at_each_scrape():
     now.update(phase="Recovering", states=["Active", "Down", "Spare"])
     assert _samples(metrics, "elastic_jax_phase")["Recovering"] == 1
     assert _samples(metrics, "elastic_jax_slices")["Down"] == 1
+
+
+def test_every_recovery_cause_has_a_series_at_zero_before_the_first_recovery():
+    """A new user's trial: `elastic_jax_recoveries_total` had no series until the first recovery, so the
+    dashboard's "recoveries by cause" read "No data" on a healthy job."""
+    metrics = ControllerMetrics()
+    samples = {s.labels["cause"]: s.value
+               for f in text_string_to_metric_families(metrics.exposition().decode()) if f.name == "elastic_jax_recoveries"
+               for s in f.samples if s.name == "elastic_jax_recoveries_total"}
+    assert samples == {"slice_down": 0, "step_deadline": 0, "draining": 0, "scale_up": 0}
