@@ -677,7 +677,7 @@ class FreshPlan(NamedTuple):
         if not self.keep:
             return ""
         shown = ", ".join(self.keep[:5]) + (f", ... ({len(self.keep)} in all)" if len(self.keep) > 5 else "")
-        return f"kept {len(self.keep)} entr{'y' if len(self.keep) == 1 else 'ies'} that are not this job's checkpoints: {shown}"
+        return f"kept {len(self.keep)} {'entry that is' if len(self.keep) == 1 else 'entries that are'} not this job's checkpoints: {shown}"
 
 
 def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> FreshPlan:
