@@ -254,12 +254,13 @@ class PathwaysBackend:
         return {d for i in self._held_by if i not in lost and i in self.slices for d in self.slices[i]}
 
     def _readable_devices(self) -> set[Any]:
-        """Every device but those of lost slices (an array made since, e.g. a restored checkpoint on an
-        active slice's device, is readable wherever it lives)."""
-        lost = self._lost_slices()
-        return {d for i, group in self.slices.items() if i not in lost for d in group}
+        """Every device but those of slices Down now: an array made since the last loss (an initial state, a
+        restored checkpoint) is readable wherever it lives, also on a slice that was lost and is back (a
+        single slice lost and replaced: the only slice there is). The last step's state is read only from
+        `_surviving_devices` (`recover_state`)."""
+        return {d for i, group in self.slices.items() if self.slice_set.record(i).state != "Down" for d in group}
 
-    def place_state(self, state: Any, active: Sequence[int]) -> Any:
+    def place_state(self, state: Any, active: Sequence[int], readable: set[Any] | None = None) -> Any:
         """`state` laid out on the mesh of the active slices: sharded within a slice, replicated across slices.
 
         Every shard is taken from a device that still holds it (a slice of the last completed step's mesh
@@ -271,12 +272,14 @@ class PathwaysBackend:
         Args:
           state: a pytree of `jax.Array`s or numpy arrays.
           active: the active slice indices.
+          readable: the devices shards may be read from (default: every device of a slice not Down now).
 
         Raises:
-          NoReplicaError: a leaf on the devices of lost slices only (`recover_state` answers None then).
+          NoReplicaError: a leaf on no readable device (`recover_state` answers None then).
         """
         shardings = self.state_shardings(state, active)
-        readable = self._readable_devices()
+        if readable is None:
+            readable = self._readable_devices()
         return jax.tree_util.tree_map(lambda x, s: relayout(x, s, readable), state, shardings)
 
     def recover_state(self, state: Any, active: Sequence[int]) -> Any | None:
@@ -286,10 +289,11 @@ class PathwaysBackend:
         Each surviving slice holds a full copy (`place_state`), so losing any but the last slice of the
         mesh loses no step.
         """
-        if not self._held_by or not self._surviving_devices():
+        survivors = self._surviving_devices() if self._held_by else set()
+        if not survivors:
             return None
         try:
-            return self.place_state(state, active)
+            return self.place_state(state, active, readable=survivors)
         except NoReplicaError as e:
             _logger.warning("no surviving replica of the state: %s", e)
             return None
