@@ -429,8 +429,9 @@ def uncommitted_steps(root, me: JobIdentity | None) -> list[int]:
     a local step directory as committed by its name alone and skips an uncommitted GCS one, then saves over
     it: both made a copy that left the markers out look like a finished step, or like nothing.
 
-    On GCS, a step this job's own save left uncommitted (its metadata names `me`'s uid: a controller killed
-    mid-save) is not listed: Orbax skips it when restoring and saves that step again. On local disk there is no
+    On GCS, a step this job's own save left uncommitted (its metadata names `me`'s uid, or it has no step
+    metadata yet: a controller killed mid-save; the chaos cluster test's restart arm failed the job on one) is
+    not listed: Orbax skips it when restoring and saves that step again. On local disk there is no
     such step (a save writes `<step>.orbax-checkpoint-tmp-*` and renames it at its commit, never listed here),
     and Orbax would restore a step folder without the marker as committed: so there a copy of this job's own
     step that left the marker out is listed like any other (a new user's trial resumed from one).
@@ -450,9 +451,12 @@ def uncommitted_steps(root, me: JobIdentity | None) -> list[int]:
     for step_dir in entries:
         if (step_dir / COMMIT_SUCCESS_FILE).exists():
             continue
-        meta = _step_metadata(step_dir) or {}
-        writer = identity.from_metadata(meta.get("custom_metadata"))
-        if me is not None and writer is not None and writer.uid == me.uid and str(root).startswith("gs://"):
+        meta = _step_metadata(step_dir)
+        writer = identity.from_metadata((meta or {}).get("custom_metadata"))
+        # On GCS a save cut short before its step metadata was written has none (each object appears whole);
+        # a copy brings the metadata along. Both that and this job's own cut-short save are Orbax's to redo.
+        if str(root).startswith("gs://") and (
+                meta is None or (me is not None and writer is not None and writer.uid == me.uid)):
             continue
         found.append(int(step_dir.name))
     return sorted(found)

@@ -92,6 +92,20 @@ def test_a_gcs_save_of_this_job_cut_short_is_saved_again_not_refused(gcs_emulato
         assert ckpt.latest_committed_step() == 20
 
 
+def test_a_gcs_save_cut_short_before_its_metadata_is_saved_again_not_refused(gcs_emulator):
+    """A controller killed before its save wrote the step's metadata leaves neither marker nor writer (the chaos
+    cluster test's restart arm: the recreated controller refused step 20 and the job Failed)."""
+    from google.cloud import storage
+
+    gcs_emulator.make_bucket("ej-early")
+    _save_steps("gs://ej-early/job", ORIGINAL)
+    bucket = storage.Client().bucket("ej-early")
+    for name in ("commit_success.txt", "_CHECKPOINT_METADATA"):
+        bucket.blob(f"job/20/{name}").delete()
+    with Checkpointer("gs://ej-early/job", interval_steps=10, max_to_keep=5, writer=ORIGINAL) as ckpt:
+        assert ckpt.latest_committed_step() == 10
+
+
 def test_local_steps_copied_without_commit_markers_refuse_the_job(tmp_path):
     _save_steps(str(tmp_path / "orig"), ORIGINAL)
     _copy_local_without_markers(tmp_path / "orig", tmp_path / "copy")
