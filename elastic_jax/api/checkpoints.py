@@ -455,8 +455,9 @@ def uncommitted_steps(root, me: JobIdentity | None) -> list[int]:
         writer = identity.from_metadata((meta or {}).get("custom_metadata"))
         # On GCS a save cut short before its step metadata was written has none (each object appears whole);
         # a copy brings the metadata along. Both that and this job's own cut-short save are Orbax's to redo.
-        if str(root).startswith("gs://") and (
-                meta is None or (me is not None and writer is not None and writer.uid == me.uid)):
+        # Orbax writes the step metadata before the writer's custom metadata lands, so a save cut short can name
+        # no writer either: only a step naming another writer is surely a copy.
+        if str(root).startswith("gs://") and (writer is None or (me is not None and writer.uid == me.uid)):
             continue
         found.append(int(step_dir.name))
     return sorted(found)
