@@ -99,6 +99,7 @@ class TrainingRun:
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
+        self._init_program: Any = None  # `_initial_state`'s jitted init, compiled once
         self.tokens_per_second: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; the runtime keeps host snapshots
@@ -182,13 +183,19 @@ class TrainingRun:
     # -- the run --------------------------------------------------------------
 
     def _initial_state(self) -> dict[str, Any]:
-        # Jitted: flax init op by op is slow (seconds for a small transformer on 2 cores).
-        @jax.jit
-        def init(key):
-            params = self.trainer.init_params(key)
-            return {"params": params, "opt_state": self.trainer.optimizer.init(params)}
+        # Jitted (flax init op by op is slow: seconds for a small transformer on 2 cores), and one jitted
+        # function for the run: a recovery's restore target then costs a run of the kept program, not a
+        # compile of a new one (seconds on a v5e chip at examples/02's size: docs/benchmarks.md "TPU").
+        if self._init_program is None:
+            trainer = self.trainer
 
-        return init(jax.random.key(self.spec.training.seed))
+            @jax.jit
+            def init(key):
+                params = trainer.init_params(key)
+                return {"params": params, "opt_state": trainer.optimizer.init(params)}
+
+            self._init_program = init
+        return self._init_program(jax.random.key(self.spec.training.seed))
 
     def _restore_target(self, active: list[int] | None = None) -> dict[str, Any]:
         """The initial state as a restore target, on the mesh of `active` (default: every slice with devices now)

@@ -30,6 +30,13 @@ def test_injected_slice_loss_loses_no_step_on_cpu_slices(tmp_path):
     sc.check_slice_loss(sc.run_scenario("slice_loss", tmp_path, "cpu"))
 
 
+def test_lone_slice_loss_restores_the_host_snapshot_without_compiling(tmp_path):
+    # Every device one slice, as on a single TPU chip: no replica survives, the snapshot of every step does.
+    result = sc.run_scenario("lone_slice_loss", tmp_path, "cpu")
+    assert result["slices"] == 1 and result["host_snapshot_every"] == 1, result
+    sc.check_slice_loss(result)
+
+
 def test_second_process_resumes_from_the_committed_step_on_cpu_slices(tmp_path):
     first = sc.run_scenario("resume_first", tmp_path, "cpu")
     sc.check_resume(first, sc.run_scenario("resume_second", tmp_path, "cpu"))

@@ -21,7 +21,10 @@ built-in LM, with real Orbax checkpoints on local disk:
   says of the same restore target;
 * `slice_loss`: the last slice lost mid-run (`ScriptedBackend`: reported Down, the
   step raises `JaxRuntimeError("DATA_LOSS: ...")` inside the backend's own
-  program call, then reported Ready), trained to the end;
+  program call, then reported Ready), trained to the end, counting the programs
+  compiled on the training thread from the loss to the next completed step;
+* `lone_slice_loss`: the same with every device one slice (a single TPU chip's
+  case: no replica survives, the state comes from a host snapshot of every step);
 * `resume_first` / `resume_second`: a run stopped cleanly mid-way (its final save
   commits), then a second process resuming from the committed step.
 
@@ -49,7 +52,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULT_PREFIX = "RESULT "
-SCENARIOS = ("train", "restore", "slice_loss", "resume_first", "resume_second")
+SCENARIOS = ("train", "restore", "slice_loss", "lone_slice_loss", "resume_first", "resume_second")
 PLATFORMS = ("tpu", "cpu")
 CPU_DEVICES = 4
 CPU_DEVICES_PER_SLICE = 2
@@ -143,6 +146,7 @@ class ScriptedBackend:
 
     Attributes:
       call_starts: `time.perf_counter()` at the start of every `map_sum` or `step` call (seconds).
+      call_ends: `time.perf_counter()` when each call that completed returned (seconds).
       loss_raised_at: `time.perf_counter()` when the injected error was raised, or None.
       on_stop: called once at `stop_at_call` (set it to the run's `request_stop`).
     """
@@ -156,6 +160,7 @@ class ScriptedBackend:
         self._stop_at_call = stop_at_call
         self.on_stop = lambda: None
         self.call_starts: list[float] = []
+        self.call_ends: list[float] = []
         self.loss_raised_at: float | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -176,7 +181,9 @@ class ScriptedBackend:
             self.on_stop()
         if call == self._lose_at_call:
             self._lose(run, state, batch, active)
-        return run(fn, state, batch, active)
+        out = run(fn, state, batch, active)
+        self.call_ends.append(time.perf_counter())
+        return out
 
     def _report(self, state: str) -> None:
         from elastic_jax.api.control import SliceReport
@@ -219,12 +226,13 @@ class Layout:
       one_slice_without_index: on TPU, when a device has no `slice_index` (a single-host TPU VM:
         `None`), map every device to slice 0 instead of the backend's default (which may refuse them);
         for a benchmark that must measure what it can. The tests keep the product's default.
+      one_slice: every device is slice 0, on any platform (the `lone_slice_loss` scenario).
 
     Raises:
       SystemExit: JAX runs on another platform than `platform`.
     """
 
-    def __init__(self, platform: str, one_slice_without_index: bool = False):
+    def __init__(self, platform: str, one_slice_without_index: bool = False, one_slice: bool = False):
         import jax
 
         self.platform = platform
@@ -233,7 +241,10 @@ class Layout:
         if self.devices[0].platform != platform:
             raise SystemExit(f"asked for platform {platform} but JAX runs on {self.devices[0].platform}")
         indices = {getattr(d, "slice_index", None) for d in self.devices}
-        if platform == "cpu":
+        if one_slice:
+            self.slice_of, self.count = (lambda d: 0), 1
+            self.slice_mapping = "every device one slice"
+        elif platform == "cpu":
             self.slice_of = lambda d: d.id // CPU_DEVICES_PER_SLICE
             self.count = len(self.devices) // CPU_DEVICES_PER_SLICE
             self.slice_mapping = f"device.id // {CPU_DEVICES_PER_SLICE}"
@@ -260,13 +271,14 @@ class Layout:
 
 
 def manifest(layout: Layout, workdir: Path, steps: int, name: str = "tier", trainer: dict | None = None,
-             global_batch: int | None = None, checkpoint_interval: int = 10) -> Any:
+             global_batch: int | None = None, checkpoint_interval: int = 10, host_snapshot_every: int = 10) -> Any:
     """The scenario's `ElasticTrainingJob`: pathways backend, every slice of `layout`, replica resize down to 1.
 
     Args:
       trainer: the built-in LM's config (default `TRAINER[platform]`).
       global_batch: examples per step (default `GLOBAL_BATCH[platform]`).
       checkpoint_interval: steps between checkpoints (`spec.checkpoint.intervalSteps`).
+      host_snapshot_every: steps between host snapshots (`spec.elasticity.hostSnapshotIntervalSteps`).
     """
     from elastic_jax.api.manifest import parse_manifest
 
@@ -278,6 +290,7 @@ def manifest(layout: Layout, workdir: Path, steps: int, name: str = "tier", trai
                  "controller": {"trainer": {"config": dict(trainer or TRAINER[layout.platform])}},
                  "training": {"steps": steps, "globalBatchSize": global_batch or GLOBAL_BATCH[layout.platform],
                               "logEverySteps": 10},
+                 "elasticity": {"hostSnapshotIntervalSteps": host_snapshot_every},
                  "checkpoint": {"uri": str(workdir / "ckpt"), "intervalSteps": checkpoint_interval, "maxToKeep": 2}}})
 
 
@@ -386,9 +399,33 @@ def pathways_handler_verdict(checkpointer: Any, target: Any, step: int) -> str:
     return ""
 
 
+def _training_thread_compiles() -> list[float]:
+    """Starts recording when XLA compiles a program on this (the training) thread: `time.perf_counter()`s."""
+    import threading
+
+    import jax
+
+    main, times = threading.current_thread(), []
+
+    def on_event(event: str, seconds: float, **kwargs: Any) -> None:
+        if event.endswith("backend_compile_duration") and threading.current_thread() is main:
+            times.append(time.perf_counter())
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    return times
+
+
+def _recovery_compiles(backend: ScriptedBackend, compiles: list[float]) -> int | None:
+    """Programs compiled on the training thread from the injected loss to the next completed step."""
+    if backend.loss_raised_at is None:
+        return None
+    done = min((t for t in backend.call_ends if t > backend.loss_raised_at), default=float("inf"))
+    return sum(1 for t in compiles if backend.loss_raised_at <= t <= done)
+
+
 def scenario(name: str, workdir: Path, platform: str) -> dict[str, Any]:
     """Runs scenario `name` in this process (see the module docstring); returns its result dict."""
-    layout = Layout(platform)
+    layout = Layout(platform, one_slice=name == "lone_slice_loss")
     out: dict[str, Any] = layout.describe()
     if name == "train":
         summary, _, _ = train(layout, manifest(layout, workdir, TRAIN_STEPS))
@@ -409,9 +446,15 @@ def scenario(name: str, workdir: Path, platform: str) -> dict[str, Any]:
                 out["pathways_handler"] = pathways_handler_verdict(again, target, step)
             finally:
                 again.close()
-    elif name == "slice_loss":
-        summary, _, backend = train(layout, manifest(layout, workdir, TRAIN_STEPS), lose_at_call=LOSE_AT_CALL)
-        out.update(summary_fields(summary), lost_slice=layout.count - 1, injected=backend.loss_raised_at is not None)
+    elif name in ("slice_loss", "lone_slice_loss"):
+        # One slice (a single TPU chip): no replica survives its loss, so 0 steps lost needs a host snapshot
+        # of every step; with several, the survivors' replicas are the source and the default interval stays.
+        every = 1 if layout.count == 1 else 10
+        compiles = _training_thread_compiles()
+        summary, _, backend = train(layout, manifest(layout, workdir, TRAIN_STEPS, host_snapshot_every=every),
+                                    lose_at_call=LOSE_AT_CALL)
+        out.update(summary_fields(summary), lost_slice=layout.count - 1, injected=backend.loss_raised_at is not None,
+                   host_snapshot_every=every, recovery_compiles=_recovery_compiles(backend, compiles))
     elif name == "resume_first":
         summary, _, _ = train(layout, manifest(layout, workdir, TRAIN_STEPS), stop_at_call=TRAIN_STEPS // 2)
         out.update(summary_fields(summary))
@@ -444,8 +487,10 @@ def check_restore(r: dict[str, Any]) -> None:
 
 
 def check_slice_loss(r: dict[str, Any]) -> None:
-    """(c) The injected slice loss is recovered with 0 steps lost and the run trains to the end."""
+    """(c) The injected slice loss is recovered with 0 steps lost, nothing compiled on the training thread (the
+    programs are kept per mesh or compiled ahead), and the run trains to the end."""
     assert r["injected"], r
+    assert r["recovery_compiles"] == 0, r
     assert r["succeeded"], r["failure"]
     assert r["steps"] == r["total_steps"] == TRAIN_STEPS, r
     assert r["causes"][:1] == ["slice_down"] and r["lost_slice"] in r["recovery_slices"][0], r
