@@ -1,6 +1,6 @@
 """TPU benchmark (issue 29 item 2): the pathways backend's own loop on a chip, beside a fused `jax.jit` step.
 
-One command, three child processes run one after another (one program at a
+One command, four child processes run one after another (one program at a
 time holds a TPU chip; this parent never opens it):
 
 * start, cold: process start → first completed step of a `TrainingRun` (real
@@ -22,6 +22,9 @@ time holds a TPU chip; this parent never opens it):
     error to the next completed step on the mesh seen before (target <= 2 s),
     and the steps lost (target 0). The run's own recovery record is reported
     beside it.
+* main again with a host snapshot every step (no fused step): on one slice
+  (a single chip) no replica survives the slice's loss, so 0 steps lost costs
+  a snapshot per step; its step time is reported against the same fused step.
 
 `--platform tpu` (default) pins `JAX_PLATFORMS=tpu` in the children: without a
 TPU they fail and the benchmark exits 2; a result whose devices are not TPUs is
@@ -73,9 +76,10 @@ CHILD_TIMEOUT_S = 300.0
 # -- children -----------------------------------------------------------------------------------------------
 
 
-def _run(layout: Layout, workdir: Path, steps: int, size: dict, lose_at_call: int | None = None
-         ) -> tuple[Any, ScriptedBackend, Any]:
-    """A `TrainingRun` of the benchmark job (checkpoint only at the end); returns (summary, backend, trainer)."""
+def _run(layout: Layout, workdir: Path, steps: int, size: dict, lose_at_call: int | None = None,
+         snapshot_every: int = 10) -> tuple[Any, ScriptedBackend, Any]:
+    """A `TrainingRun` of the benchmark job (checkpoint only at the end, a host snapshot every `snapshot_every`
+    steps); returns (summary, backend, trainer)."""
     from elastic_jax.api.control import SliceReport
     from elastic_jax.controller.builtin_lm import make_trainer
     from elastic_jax.controller.checkpointing import Checkpointer
@@ -84,12 +88,23 @@ def _run(layout: Layout, workdir: Path, steps: int, size: dict, lose_at_call: in
     from elastic_jax.controller.metrics import ControllerMetrics
 
     job = manifest(layout, workdir, steps, name="bench-tpu", trainer=size["trainer"],
-                   global_batch=size["global_batch"], checkpoint_interval=steps)
+                   global_batch=size["global_batch"], checkpoint_interval=steps, host_snapshot_every=snapshot_every)
     slice_set = SliceSet(layout.count)
     for i in range(layout.count):
         slice_set.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"slice-{i}-worker-0:8471"]))
-    backend = ScriptedBackend(layout.backend(slice_set), slice_set, lose_at_call=lose_at_call,
-                              lost_slice=layout.count - 1)
+    inner = layout.backend(slice_set)
+    # Where a step's time goes: the program's run (dispatch to results ready) per call, beside the call.
+    execute, inner.execute_s = inner._execute, []
+
+    def timed_execute(*args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return execute(*args)
+        finally:
+            inner.execute_s.append(time.perf_counter() - t0)
+
+    inner._execute = timed_execute
+    backend = ScriptedBackend(inner, slice_set, lose_at_call=lose_at_call, lost_slice=layout.count - 1)
     trainer = make_trainer(job.spec.controller.trainer.config)
     checkpointer = Checkpointer(job.spec.checkpoint.uri, steps, 1)
     try:
@@ -101,8 +116,9 @@ def _run(layout: Layout, workdir: Path, steps: int, size: dict, lose_at_call: in
     return summary, backend, trainer
 
 
-def _fused_step_s(layout: Layout, trainer: Any, size: dict, backend: Any) -> float:
-    """Mean seconds per step of one fused `jax.jit` (loss, gradient, optax update) on the runtime's mesh and batches."""
+def _fused_step_s(layout: Layout, trainer: Any, size: dict, backend: Any) -> tuple[float, float]:
+    """Mean seconds per step of one fused `jax.jit` (loss, gradient, optax update) on the runtime's mesh and
+    batches: dispatched without a sync per step, and with the loss read after each step."""
     import jax
     import optax
     from jax.sharding import NamedSharding, PartitionSpec
@@ -136,31 +152,50 @@ def _fused_step_s(layout: Layout, trainer: Any, size: dict, backend: Any) -> flo
     for i in range(size["warmup"], size["warmup"] + size["timed"]):
         state, loss = fused(state, batches[i])
     jax.block_until_ready((state, loss))
-    return (time.perf_counter() - started) / size["timed"]
+    pipelined = (time.perf_counter() - started) / size["timed"]
+    # The same, reading each step's loss before the next is dispatched (as the runtime does): what a
+    # synchronous step costs by itself.
+    started = time.perf_counter()
+    for i in range(size["warmup"] + size["timed"], size["warmup"] + 2 * size["timed"]):
+        state, loss = fused(state, batches[i])
+        float(loss)
+    return pipelined, (time.perf_counter() - started) / size["timed"]
 
 
-def child_main(platform: str, workdir: Path) -> dict[str, Any]:
-    """Fused step, runtime step, slice loss → next completed step, steps lost: one process."""
+def child_main(platform: str, workdir: Path, snapshot_every: int = 10, fused: bool = True) -> dict[str, Any]:
+    """Runtime step, slice loss → next completed step, steps lost, and (`fused`) the fused step: one process.
+
+    `snapshot_every`: the run's host snapshot interval (steps); 1 is what 0 steps lost costs on one slice
+    (no replica survives the loss of the only slice).
+    """
     layout = Layout(platform, one_slice_without_index=True)
     size = SIZES[platform]
     warmup, timed = size["warmup"], size["timed"]
     # Calls 1..warmup compile; the timed window runs from call warmup+1 to the start of call warmup+timed+1;
     # the next call loses a slice; its retry completes when the call after it starts.
     lose_at = warmup + timed + 2
-    summary, backend, trainer = _run(layout, workdir / "main", lose_at + 3, size, lose_at_call=lose_at)
+    summary, backend, trainer = _run(layout, workdir / f"main-{snapshot_every}", lose_at + 3, size,
+                                     lose_at_call=lose_at, snapshot_every=snapshot_every)
     starts = backend.call_starts
     runtime_steps = [b - a for a, b in zip(starts[warmup:warmup + timed], starts[warmup + 1:warmup + timed + 1])]
+    window = slice(warmup, warmup + timed)  # the timed calls (none redone: the loss comes after them)
+    ends, execute_s = backend.call_ends[window], backend.execute_s[window]
     out = layout.describe()
     out.update(
+        # The median call: in the backend's `step` (placement check, program lookup, the program's run) and,
+        # of that, the program's run; the rest of a step is the loop's own host work between calls.
+        step_call_median_s=statistics.median(e - s for s, e in zip(starts[window], ends)),
+        execute_median_s=statistics.median(execute_s),
         runtime_step_s=statistics.mean(runtime_steps), runtime_step_median_s=statistics.median(runtime_steps),
         recovery_s=starts[lose_at + 1] - backend.loss_raised_at,
         recovery_record_s=summary.recoveries[0]["seconds"] if summary.recoveries else None,
         recovery_slices=summary.recoveries[0]["slices"] if summary.recoveries else None,
         steps_lost=summary.steps_lost, lost_at_step=lose_at - 1,
-        params=int(sum(x.size for x in _leaves(trainer))),
+        params=int(sum(x.size for x in _leaves(trainer))), host_snapshot_every=snapshot_every,
     )
-    out["fused_step_s"] = _fused_step_s(layout, trainer, size, backend)
-    out["ratio"] = out["runtime_step_s"] / out["fused_step_s"]
+    if fused:
+        out["fused_step_s"], out["fused_synced_step_s"] = _fused_step_s(layout, trainer, size, backend)
+        out["ratio"] = out["runtime_step_s"] / out["fused_step_s"]
     return out
 
 
@@ -202,7 +237,10 @@ def _child(kind: str, platform: str, workdir: Path, cache_dir: Path | None) -> t
         sys.stderr.write(proc.stderr[-4000:])
         hint = "; is a TPU attached? (--platform cpu: the CPU smoke run)" if platform == "tpu" else ""
         raise _fail(f"the {kind} child exited {proc.returncode} on platform {platform}{hint}")
-    return json.loads(lines[-1][len(CHILD_PREFIX):]), started
+    part = json.loads(lines[-1][len(CHILD_PREFIX):])
+    # Each child's figures as they come: a session cut short still reports what it measured.
+    print(f"{kind} child ({time.time() - started:.0f} s): {json.dumps(part)}", flush=True)
+    return part, started
 
 
 def _fail(message: str) -> SystemExit:
@@ -211,20 +249,23 @@ def _fail(message: str) -> SystemExit:
 
 
 def measure(platform: str, workdir: Path) -> dict[str, Any]:
-    """The three children, in order: start cold, start warm (same cache), main."""
+    """The four children, in order: start cold, start warm (same cache), main, main with a snapshot every step."""
     cache = workdir / "jax-cache"
     cache.mkdir(parents=True, exist_ok=True)
     cold, cold_t0 = _child("start", platform, workdir / "cold", cache)
     cache_entries = sum(1 for p in cache.rglob("*") if p.is_file())
     warm, warm_t0 = _child("start", platform, workdir / "warm", cache)
     main, _ = _child("main", platform, workdir, None)
-    for part in (cold, warm, main):
+    every_step, _ = _child("main1", platform, workdir, None)
+    for part in (cold, warm, main, every_step):
         if part["platform"] != platform:
             raise _fail(f"asked for {platform} but a child ran on {part['platform']} ({part['device_kind']})")
     result = dict(main)
     result.update(start_to_first_step_cold_s=cold["first_step_unix"] - cold_t0,
                   start_to_first_step_warm_s=warm["first_step_unix"] - warm_t0,
                   cache_entries_after_cold=cache_entries)
+    every_step["ratio"] = every_step["runtime_step_s"] / main["fused_step_s"]
+    result["snapshot_every_step"] = every_step
     return result
 
 
@@ -238,14 +279,24 @@ def report(result: dict[str, Any], platform: str, command: str) -> dict[str, Any
         met={"ratio": result["ratio"] <= TARGETS["ratio"], "recovery_s": result["recovery_s"] <= TARGETS["recovery_s"],
              "steps_lost": result["steps_lost"] == TARGETS["steps_lost"]} if is_tpu else None,
     )
+    one = result["snapshot_every_step"]
     rows = [
         ("fused jit step", f"{result['fused_step_s']:.4f} s", ""),
+        ("fused jit step, loss read each step", f"{result['fused_synced_step_s']:.4f} s", ""),
         ("runtime step (mean; median)", f"{result['runtime_step_s']:.4f} s; {result['runtime_step_median_s']:.4f} s", ""),
         ("runtime / fused", f"{result['ratio']:.3f}x", f"<= {TARGETS['ratio']}x"),
+        ("  of a step: in the backend's step", f"{result['step_call_median_s']:.4f} s (median)", ""),
+        ("  of that: the program's run", f"{result['execute_median_s']:.4f} s (median)", ""),
         ("slice loss -> next completed step", f"{result['recovery_s']:.2f} s (run's record: "
          f"{result['recovery_record_s'] if result['recovery_record_s'] is None else round(result['recovery_record_s'], 2)} s)",
          f"<= {TARGETS['recovery_s']} s"),
-        ("steps lost", str(result["steps_lost"]), str(TARGETS["steps_lost"])),
+        ("steps lost", f"{result['steps_lost']} (a host snapshot every {result['host_snapshot_every']} steps)",
+         str(TARGETS["steps_lost"])),
+        ("with a host snapshot every step:", "", ""),
+        ("  runtime step (mean; median)", f"{one['runtime_step_s']:.4f} s; {one['runtime_step_median_s']:.4f} s", ""),
+        ("  runtime / fused", f"{one['ratio']:.3f}x", f"<= {TARGETS['ratio']}x"),
+        ("  slice loss -> next completed step", f"{one['recovery_s']:.2f} s", f"<= {TARGETS['recovery_s']} s"),
+        ("  steps lost", str(one["steps_lost"]), str(TARGETS["steps_lost"])),
         ("start -> first step, cold cache", f"{result['start_to_first_step_cold_s']:.1f} s", ""),
         ("start -> first step, warm cache", f"{result['start_to_first_step_warm_s']:.1f} s "
          f"({result['cache_entries_after_cold']} cache files)", ""),
@@ -264,11 +315,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="tpu (default; refuses to run without one) or cpu (tiny smoke run, labelled CPU)")
     parser.add_argument("--out", type=Path, help="where to write the JSON result (required)")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temporary one)")
-    parser.add_argument("--child", choices=("start", "main"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("start", "main", "main1"), default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        run = child_start if args.child == "start" else child_main
-        print(CHILD_PREFIX + json.dumps(run(args.platform, args.workdir)), flush=True)
+        if args.child == "start":
+            part = child_start(args.platform, args.workdir)
+        else:
+            part = child_main(args.platform, args.workdir, *((1, False) if args.child == "main1" else ()))
+        print(CHILD_PREFIX + json.dumps(part), flush=True)
         return
     if args.out is None:
         parser.error("--out is required")
