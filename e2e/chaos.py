@@ -19,7 +19,11 @@ goes wrong meanwhile:
   is SIGKILLed first (a crash: no SIGTERM, so nothing is saved on the way
   out), then the drawn worker (or its node), then every other worker. The
   operator recreates the controller pod, which resumes from the latest
-  committed checkpoint, and the JobSets replace the workers.
+  committed checkpoint, and the JobSets replace the workers;
+* with `after_commit` too, a whole-job tick also waits until the controller
+  started since the last one (or the first controller) has logged a
+  committed checkpoint (:func:`committed_steps`), so every recreated
+  controller has a step in `gs://` to resume from, not step 0.
 
 No tick comes once the job has logged its last step: a failure after
 training measures nothing (and would cost a whole-job arm a restart that no
@@ -50,7 +54,9 @@ allows that claim to the operator (`--allowed-compilation-cache-claims`).
 from __future__ import annotations
 
 import contextlib
+import json
 import random
+import re
 import shutil
 import time
 import uuid
@@ -74,6 +80,8 @@ POOL = layout.PoolSpec("chaos-pool", 4, "e2-standard-2", cpu="400m", memory="8Gi
 CONTROLLER_POOL = "cpu-pool"
 POLL_S = 0.1
 CACHE_CLAIM = "xla-cache"
+# The controller's line once a checkpoint step is in storage (`controller_image/controller/checkpointing.py`).
+COMMITTED = re.compile(r"checkpoint step (\d+) committed")
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,9 @@ class Plan:
       operator_down_s: seconds from the operator's SIGKILL to its restart.
       whole_job: each tick's failure takes the whole job down (a synchronous job): the controller and every
         worker SIGKILLed, the controller pod recreated by the operator from the latest checkpoint.
+      after_commit: with `whole_job`, a tick also waits (however long: the arm's `timeout_s` bounds it) until
+        the controller started since the previous tick has logged a committed checkpoint step; without it a
+        tick can kill a controller before its first save commits (then the next one starts from step 0).
     """
 
     every: float = 0.0
@@ -101,12 +112,15 @@ class Plan:
     node_down_s: float = 20.0
     operator_down_s: float = 5.0
     whole_job: bool = False
+    after_commit: bool = False
 
     def __post_init__(self) -> None:
         if self.unit not in ("s", "step"):
             raise ValueError(f"Plan.unit must be 's' or 'step', not {self.unit!r}")
         if self.every < 0:
             raise ValueError(f"Plan.every must be >= 0, not {self.every}")
+        if self.after_commit and not self.whole_job:
+            raise ValueError("Plan.after_commit needs Plan.whole_job (only a whole-job tick kills the controller)")
 
 
 @dataclass
@@ -299,6 +313,47 @@ def _steps(log: Path | None) -> list[dict]:
         if log is not None and log.exists() else []
 
 
+def committed_steps(log: Path | None) -> list[int]:
+    """The checkpoint steps a controller's log says were committed (in storage), in the order it logged them;
+    [] for no log or a log not written yet."""
+    if log is None or not log.exists():
+        return []
+    return [int(m.group(1)) for e in _json_lines(log) if (m := COMMITTED.match(str(e.get("msg", ""))))]
+
+
+def tick_due(plan: Plan, tick: int, at: float | None, logs: list[Path], logs_at_kill: int) -> bool:
+    """Whether tick `tick` (0-based) of `plan` fails something now.
+
+    Args:
+      plan: the failures.
+      tick: the ticks done so far.
+      at: seconds (or the job's step, `unit="step"`) since the first step; None: no step yet.
+      logs: the controller logs seen so far, in the order the controllers ran (the last one: the current).
+      logs_at_kill: `len(logs)` when the last tick failed something (0: none yet).
+
+    With `plan.after_commit` the controller started since the last failure (a log past `logs_at_kill`) must also
+    have logged a committed checkpoint (:func:`committed_steps`): the old controller's log, still the last one
+    until its replacement runs, does not count.
+    """
+    if at is None or not plan.every or (plan.max_ticks is not None and tick >= plan.max_ticks) \
+            or at < (tick + 1) * plan.every:
+        return False
+    return not plan.after_commit or (len(logs) > logs_at_kill and bool(committed_steps(logs[-1])))
+
+
+def _json_lines(log: Path) -> list[dict]:
+    """Every JSON object line of `log` (`JsonFormatter`'s lines, with or without an `event` field)."""
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            out.append(entry)
+    return out
+
+
 def _fail(cluster: LocalCluster, job: _Job, plan: Plan, tick: int, rng: random.Random, training: set[int],
           node_lost: bool) -> tuple[tuple[float, str, str] | None, str | None]:
     """One tick's failure (the module docstring): a training slice's worker SIGKILLed, or its node lost at tick
@@ -398,6 +453,7 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
         t0 = time.time()
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest))
         tick, origin = 0, None  # origin: the first step's time (unit s) or 0 (unit step)
+        logs_at_kill = 0  # controller logs seen when the last whole-job tick killed the controller
         operator_at = None
         status: dict = {}
         timed_out = False
@@ -418,12 +474,12 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
             at = (now - origin if plan.unit == "s" else (events[-1]["step"] if events else 0)) \
                 if origin is not None else None
             trained_all = bool(events) and events[-1]["step"] >= steps
-            if at is not None and (plan.max_ticks is None or tick < plan.max_ticks) and not trained_all \
-                    and at >= (tick + 1) * plan.every:
+            if not trained_all and tick_due(plan, tick, at, logs, logs_at_kill):
                 training = set(events[-1].get("active_slices", [])) if events else set()
                 failure, node = _fail(cluster, job, plan, tick, rng, training, lost_node is not None)
                 if failure is not None:
                     failures.append(failure)
+                    logs_at_kill = len(logs)
                 if node is not None:
                     lost_node = (node, time.time() + plan.node_down_s)
                 if tick == plan.operator_kill_tick:

@@ -6,8 +6,10 @@ the same plan: a worker SIGKILLed, the operator SIGKILLed and restarted, and a
 worker's node lost and restored, at fixed steps (not seconds, so the
 machine's speed does not decide whether they happen). All succeed and end
 with the no-failure run's loss; the elastic arms lost no step and kept their
-controller; the restart arm's controller was recreated at each failure and
-each one resumed from a checkpoint in `gs://`, not from step 0. Keeps the
+controller; the restart arm's controller was recreated at each failure (each failure waiting for a
+checkpoint committed since the last one: `Plan.after_commit`) and each one
+resumed from the newest step its predecessor committed, in `gs://`, not
+from step 0. Keeps the
 benchmark's cluster path from rotting; it times nothing.
 """
 
@@ -20,8 +22,9 @@ import re
 
 import pytest
 
-from e2e.chaos import Plan, chaos_nodes, gcs_checkpoints, run_arm
+from e2e.chaos import Plan, chaos_nodes, committed_steps, gcs_checkpoints, run_arm
 from e2e.operator_fixtures import ejob_crd, operator_kubeconfig  # noqa: F401  (fixtures)
+from elastic_jax.logs import read_events
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -71,9 +74,10 @@ def test_elastic_arms_lose_no_step_and_match_the_no_failure_loss(pool, operator_
 
 def test_restart_arm_recreates_the_controller_at_each_failure_from_its_gcs_checkpoint(pool, operator_kubeconfig,  # noqa: F811
                                                                                       base, tmp_path):
-    plan = dataclasses.replace(PLAN, whole_job=True)
+    # after_commit: each failure waits for a checkpoint committed by the controller started since the last one.
+    plan = dataclasses.replace(PLAN, whole_job=True, after_commit=True)
     with gcs_checkpoints(tmp_path / "gcs") as checkpoints:
-        # A checkpoint every 5 steps: each restart (at step 10 or later) has a committed step > 0 to resume from.
+        # A checkpoint every 5 steps: the failures at steps 10 and 20 (or once a commit is logged) find one.
         run = run_arm(pool, operator_kubeconfig, tmp_path, STEPS, plan, random.Random(0), ckpt_interval=5,
                       checkpoints=checkpoints)
         assert checkpoints.emulator.metadata_connections == 0  # the controller's GCS clients stayed on the emulator
@@ -82,7 +86,13 @@ def test_restart_arm_recreates_the_controller_at_each_failure_from_its_gcs_check
     assert len(restarts) == 2, run.failures
     assert int(run.status.get("controllerRestarts") or 0) == 2, run.status
     assert len(run.controller_logs) == 3, run.controller_logs
-    resumed = [RESTORED.search(log.read_text(errors="replace")) for log in run.controller_logs[1:]]
-    # At least one recreated controller resumed from gs:// (session 20: a kill at step 10 can come before step 5's
-    # async save committed, and then step 0 is right; making the plan wait for a commit is left to do).
-    assert any(m is not None and int(m.group(1)) >= 5 for m in resumed), [m and m.group(0) for m in resumed]
+    for killed, recreated in zip(run.controller_logs, run.controller_logs[1:]):
+        # Every recreated controller resumed from the newest step its killed predecessor logged as committed or,
+        # where a later save committed in the instant between storage and its log line (then the SIGKILL), from
+        # that later step: never an older one, never step 0, never past the last step trained.
+        committed, trained = committed_steps(killed), [
+            e["step"] for e in read_events(killed.read_text(errors="replace")) if e["event"] == "step"]
+        restored = RESTORED.search(recreated.read_text(errors="replace"))
+        what = (killed.name, committed, trained[-1:], recreated.name, restored and restored.group(0))
+        assert committed and restored is not None, what
+        assert 0 < max(committed) <= int(restored.group(1)) <= trained[-1], what

@@ -123,9 +123,7 @@ def four_slices(tmp, trainer, name):
 
 def reference(tmp, trainer):
     _, backend, checkpointer, run, rec = four_slices(tmp, trainer, "ref")
-    summary = run.run()
-    backend.close()
-    checkpointer.close()
+    summary = _run_to_end(run, backend, checkpointer, {})
     assert summary.succeeded, summary.failure_reason
     return {s: v[0] for s, v in rec.losses.items()}
 
@@ -169,11 +167,8 @@ def loss_and_rejoin(tmp, trainer):
         return real_execute(program, state, batch)
 
     backend._execute = execute
-    summary = run.run()
-    backend.close()
-    checkpointer.close()
-    out.update(succeeded=summary.succeeded, failure=summary.failure_reason, steps=summary.steps,
-               steps_lost=summary.steps_lost, causes=[r["cause"] for r in summary.recoveries],
+    summary = _run_to_end(run, backend, checkpointer, out)
+    out.update(causes=[r["cause"] for r in summary.recoveries],
                losses={s: v for s, v in rec.losses.items()},
                compiled_here=[list(k.active) for k in backend._programs.compiled_here])
     return out
@@ -214,12 +209,19 @@ def no_replica(tmp, trainer):
         return real_execute(program, state, batch)
 
     backend._execute = execute
+    _run_to_end(run, backend, checkpointer, out)
+    return out
+
+
+def _run_to_end(run, backend, checkpointer, out):
+    """Runs `run` to its end, closes its backend and checkpointer, and records in `out` what every scenario
+    reports (succeeded, failure, steps, steps_lost); returns the run summary for the scenario's own fields."""
     summary = run.run()
     backend.close()
     checkpointer.close()
     out.update(succeeded=summary.succeeded, failure=summary.failure_reason, steps=summary.steps,
                steps_lost=summary.steps_lost)
-    return out
+    return summary
 
 
 def main(tmp):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.chaos import Plan, run_arm
+from e2e.chaos import Plan, committed_steps, run_arm, tick_due
 from e2e.harness import processes
 from elastic_jax.logs import JsonFormatter
 
@@ -83,6 +83,55 @@ def test_a_whole_job_arm_needs_checkpoints_that_outlive_the_controller_pod(tmp_p
     # Refused before anything touches a cluster: with the pod's own emptyDir every restart would start at step 0.
     with pytest.raises(ValueError, match="outlive"):
         run_arm(None, tmp_path / "kubeconfig", tmp_path, 10, Plan(every=5, whole_job=True), random.Random(0))
+
+
+def test_committed_steps_reads_the_checkpointers_own_commit_lines(tmp_path):
+    # The real Checkpointer saving to a local folder, its log through the product's formatter: the line the
+    # restart arm's plan waits for (Plan.after_commit) is the one the controller writes once a step is stored.
+    import numpy as np
+
+    from elastic_jax.controller import checkpointing
+
+    log = tmp_path / "controller.log"
+    handler = logging.FileHandler(log)
+    handler.setFormatter(JsonFormatter())
+    checkpointing.logger.addHandler(handler)
+    previous, checkpointing.logger.level = checkpointing.logger.level, logging.INFO
+    ckpt = checkpointing.Checkpointer(str(tmp_path / "ckpt"), 5, 2)
+    try:
+        assert committed_steps(log) == []
+        for step in (5, 10):
+            assert ckpt.maybe_save(step, {"w": np.arange(4, dtype=np.float32)}, {"next_batch_index": step})
+            ckpt.wait_until_finished()
+    finally:
+        ckpt.close()
+        checkpointing.logger.removeHandler(handler)
+        checkpointing.logger.setLevel(previous)
+        handler.close()
+    assert committed_steps(log) == [5, 10]
+    assert committed_steps(tmp_path / "never-written.log") == [] and committed_steps(None) == []
+
+
+def test_an_after_commit_tick_waits_for_a_commit_by_the_controller_started_since_the_last_one(tmp_path):
+    plan = Plan(every=10, unit="step", whole_job=True, after_commit=True)
+    first = _log(tmp_path / "0.log", _steps(100, range(1, 12)))
+    # Step 11 reached, nothing committed yet: no tick (the next controller would start from step 0).
+    assert not tick_due(plan, 0, 11, [first], 0)
+    first = _log(tmp_path / "0.log", [*_steps(100, range(1, 12)), (112, "checkpoint step 5 committed in 0.40s", {})])
+    assert tick_due(plan, 0, 11, [first], 0)
+    assert not tick_due(plan, 0, 9, [first], 0)  # (the step still decides when)
+    # Killed at tick 0: until its replacement's log appears, the old log's commit does not count, at any step.
+    assert not tick_due(plan, 1, 25, [first], 1)
+    second = _log(tmp_path / "1.log", [(120, "restored checkpoint step 5", {}), *_steps(121, range(6, 22))])
+    assert not tick_due(plan, 1, 21, [first, second], 1)
+    second = _log(tmp_path / "1.log", [(120, "restored checkpoint step 5", {}), *_steps(121, range(6, 22)),
+                                       (140, "checkpoint step 10 committed in 0.40s", {})])
+    assert tick_due(plan, 1, 21, [first, second], 1)
+    # Without after_commit only the step decides (the seconds-unit bench arms keep their schedule).
+    assert tick_due(Plan(every=10, unit="step", whole_job=True), 0, 11, [tmp_path / "none.log"], 0)
+    assert not tick_due(Plan(every=10, unit="step", whole_job=True, max_ticks=1), 1, 30, [first], 0)
+    with pytest.raises(ValueError, match="after_commit"):
+        Plan(every=10, after_commit=True)
 
 
 def test_belongs_tells_a_cluster_process_from_a_stranger(tmp_path):
