@@ -153,3 +153,31 @@ def test_a_quota_refusing_worker_pods_is_read_from_the_jobs_own_job_by_uid(clust
     cond = wait_for(refused, timeout_s=180, what="PodsNotStarting FailedCreate from the quota", explain=explain)
     assert "quota-slice-0-worker-0" in cond["message"] and "exceeded quota: one-pod" in cond["message"], cond
     cluster.kubectl("delete", "ejob", "quota", "-n", namespace, "--wait=false")
+
+
+def test_a_job_in_a_denied_namespace_fails_naming_the_setting_and_creates_nothing(cluster, namespace,
+                                                                                  operator_kubeconfig, tmp_path):
+    """Issue 31, RISK 8: the operator may create pods and Secrets anywhere it watches; `--denied-namespaces`
+    (Helm value `deniedNamespaces`, default the cluster's own namespaces) keeps it out. Here the test's
+    namespace is denied, as kube-system is by default, so no other job of the cluster is touched."""
+    op = OperatorProcess(operator_kubeconfig, tmp_path / "denying-operator.log", free_port(),
+                         extra_args=("--namespace", namespace, "--denied-namespaces", f"kube-system,{namespace}",
+                                     "--node-lost-seconds", "0"))
+    op.start()
+    try:
+        op.wait_up()
+        manifest = example_manifest()
+        manifest["metadata"]["name"] = "denied"
+        manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / "denied")
+        _apply(cluster, namespace, manifest)
+        st = wait_phase(cluster, namespace, "denied", ("Failed",), timeout_s=120)["status"]
+        (cond,) = [c for c in st["conditions"] if c["type"] == "Failed"]
+        assert cond["reason"] == "InvalidSpec", cond
+        assert f"metadata.namespace '{namespace}' is denied" in cond["message"], cond
+        assert "deniedNamespaces" in cond["message"] and "--denied-namespaces" in cond["message"], cond
+        wait_for(lambda: [e for e in job_events(cluster, namespace, "denied")
+                          if e["reason"] == "InvalidSpec" and e["type"] == "Warning" and "deniedNamespaces" in e["message"]],
+                 timeout_s=60, what="the InvalidSpec Warning Event naming deniedNamespaces")
+        assert job_children(cluster.api(), namespace, "denied-") == []
+    finally:
+        op.stop()

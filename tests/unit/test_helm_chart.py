@@ -343,3 +343,20 @@ def test_pod_listen_address_reaches_the_operator_as_a_word(helm):
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
                     "--set", "operator.podListenAddress=$(POD_IP)", check=False)
     assert proc.returncode != 0 and "/operator/podListenAddress" in proc.stderr, proc.stderr
+
+
+def test_denied_namespaces_reach_the_operator_with_the_release_namespace(helm, tmp_path):
+    def args(*values):
+        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    # By default: the cluster's own namespaces and the release's (where the operator key Secret lives).
+    assert f"--denied-namespaces=kube-system,kube-public,kube-node-lease,{NAMESPACE}" in args()
+    assert "--denied-namespaces=ops" in args("--set", "deniedNamespaces={ops}", "--set", "denyReleaseNamespace=false")
+    # An empty list with the release namespace off: the flag with nothing (none denied), not the operator's default.
+    (tmp_path / "none.yaml").write_text("deniedNamespaces: []\ndenyReleaseNamespace: false\n")
+    assert "--denied-namespaces=" in args("-f", str(tmp_path / "none.yaml"))
+    # Values reused from a release without the key (`helm upgrade --reuse-values`): the operator's default.
+    assert not [a for a in args("--set", "deniedNamespaces=null") if a.startswith("--denied-namespaces")]
+    assert f"--denied-namespaces={NAMESPACE}" in args("--set", f"deniedNamespaces={{{NAMESPACE}}}")  # once
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "deniedNamespaces={Kube_System}", check=False)
+    assert proc.returncode != 0 and "/deniedNamespaces/0" in proc.stderr, proc.stderr
