@@ -324,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="namespaces whose jobs are never reconciled into pods or Secrets (comma-separated; "
                              "blank: none); default: kube-system, kube-public, kube-node-lease "
                              "(env ELASTIC_JAX_DENIED_NAMESPACES)")
+    parser.add_argument("--checkpoint-prefixes", default=os.environ.get(contract.ENV_CHECKPOINT_PREFIXES, ""),
+                        help="gs:// prefixes jobs may keep checkpoints and compilation caches under, {namespace} "
+                             "being the job's namespace (comma-separated, e.g. gs://ml-ckpt/{namespace}/); "
+                             "default: any (env ELASTIC_JAX_CHECKPOINT_PREFIXES)")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
     # A string default goes through `type` (argparse checks `choices` only for given arguments).
     parser.add_argument("--pod-listen-address", type=_listen_word,
@@ -359,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from elastic_jax.k8s_operator import denied_namespaces
     denied_namespaces.configure(args.denied_namespaces)
+    from elastic_jax.k8s_operator import checkpoint_prefixes
+    try:
+        checkpoint_prefixes.configure(args.checkpoint_prefixes)
+    except ValueError as e:
+        parser.error(f"--checkpoint-prefixes: {e}")
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)

@@ -360,3 +360,16 @@ def test_denied_namespaces_reach_the_operator_with_the_release_namespace(helm, t
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
                     "--set", "deniedNamespaces={Kube_System}", check=False)
     assert proc.returncode != 0 and "/deniedNamespaces/0" in proc.stderr, proc.stderr
+
+
+def test_checkpoint_prefixes_reach_the_operator_and_bad_entries_fail_the_schema(helm, tmp_path):
+    def args(*values):
+        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    # None by default: any location (the residual risk docs/security.md names).
+    assert not [a for a in args() if a.startswith("--checkpoint-prefixes")]
+    (tmp_path / "prefixes.yaml").write_text("checkpointPrefixes: ['gs://ml-ckpt/{namespace}/', gs://shared-ro]\n")
+    got = args("-f", str(tmp_path / "prefixes.yaml"))
+    assert "--checkpoint-prefixes=gs://ml-ckpt/{namespace}/,gs://shared-ro" in got
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "checkpointPrefixes={s3://b/x}", check=False)
+    assert proc.returncode != 0 and "/checkpointPrefixes/0" in proc.stderr, proc.stderr
