@@ -8,6 +8,7 @@ import pytest
 
 from elastic_jax.k8s_operator import checkpoint_prefixes, handlers
 from elastic_jax.k8s_operator.checkpoint_prefixes import CheckpointPrefixes, CheckpointPrefixRefused, parse_templates
+from tests.support.operator_refusal import refused_at_create
 from tests.unit.test_pod_fields import _body, _job
 
 PER_NAMESPACE = CheckpointPrefixes(("gs://ml-ckpt/{namespace}/", "gs://{namespace}-scratch"))
@@ -85,20 +86,10 @@ def test_the_flag_sets_the_policy():
 
 def test_the_operator_fails_a_job_outside_its_prefixes_with_a_condition_and_an_event(monkeypatch):
     monkeypatch.setattr(checkpoint_prefixes, "POLICY", PER_NAMESPACE)
-    events = []
-    monkeypatch.setattr(handlers.kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-
-    class Patch:
-        status: dict = {}
-    patch = Patch()
-    patch.status = {}
     body = _body("ns-a", checkpoint={"uri": "gs://ml-ckpt/ns-a-evil/ck"})
     body["metadata"]["uid"] = "u-ck"
-    with pytest.raises(handlers.kopf.PermanentError, match="checkpointPrefixes"):
-        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch)
-    assert patch.status["phase"] == "Failed"
-    (cond,) = [c for c in patch.status["conditions"] if c["type"] == "Failed"]
-    assert cond["reason"] == "InvalidSpec"
+    status, cond, events = refused_at_create(monkeypatch, body, "checkpointPrefixes")
+    assert status["phase"] == "Failed" and cond["reason"] == "InvalidSpec"
     assert "spec.checkpoint.uri 'gs://ml-ckpt/ns-a-evil/ck' is outside" in cond["message"]
     assert "gs://ml-ckpt/ns-a/" in cond["message"]
     assert events == [("Warning", "InvalidSpec", cond["message"])]

@@ -9,6 +9,7 @@ import pytest
 from elastic_jax.k8s_operator import denied_namespaces, handlers
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.denied_namespaces import DEFAULT, DeniedNamespaces, NamespaceDenied
+from tests.support.operator_refusal import refused_at_create
 from tests.unit.test_pod_fields import _body
 
 
@@ -51,18 +52,9 @@ def test_the_operator_denies_kube_system_by_default_through_parse_job():
 
 
 def test_a_job_in_a_denied_namespace_fails_with_a_condition_and_an_event(monkeypatch):
-    events = []
-    monkeypatch.setattr(handlers.kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-
-    class Patch:
-        status: dict = {}
-    patch = Patch()
-    patch.status = {}
     body = _body("kube-system")
     body["metadata"]["uid"] = "u-ks"
-    with pytest.raises(handlers.kopf.PermanentError, match="deniedNamespaces"):
-        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch)
-    assert patch.status["phase"] == "Failed"
-    (cond,) = [c for c in patch.status["conditions"] if c["type"] == "Failed"]
+    status, cond, events = refused_at_create(monkeypatch, body, "deniedNamespaces")
+    assert status["phase"] == "Failed"
     assert cond["reason"] == "InvalidSpec" and "metadata.namespace 'kube-system' is denied" in cond["message"]
     assert events == [("Warning", "InvalidSpec", cond["message"])]

@@ -13,6 +13,7 @@ from elastic_jax.k8s_operator import children, handlers, pod_fields
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.pod_fields import PodFieldRefused, PodFieldsPolicy, parse_names
 from elastic_jax.k8s_operator.allow_lists import parse_namespaced
+from tests.support.operator_refusal import refused_at_create
 
 
 def _body(namespace="ml", **spec):
@@ -112,19 +113,10 @@ def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
 
 def test_a_refused_job_is_failed_with_a_condition_and_an_event_and_nothing_is_created(monkeypatch):
     monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
-    events = []
-    monkeypatch.setattr(handlers.kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-
-    class Patch:
-        status: dict = {}
-    patch = Patch()
-    patch.status = {}
     body = _body(priorityClassName="system-node-critical")
     body["metadata"]["uid"] = "u1"
-    with pytest.raises(handlers.kopf.PermanentError, match="spec.priorityClassName"):
-        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch)
-    assert patch.status["phase"] == "Failed"
-    cond = [c for c in patch.status["conditions"] if c["type"] == "Failed"][0]
+    status, cond, events = refused_at_create(monkeypatch, body, "spec.priorityClassName")
+    assert status["phase"] == "Failed"
     assert cond["reason"] == "InvalidSpec" and "spec.priorityClassName 'system-node-critical'" in cond["message"]
     assert events == [("Warning", "InvalidSpec", cond["message"])]
 

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from elastic_jax.api import crd, tpu_placement
 from elastic_jax.api.manifest import ManifestError, parse_manifest
 from elastic_jax.cli import app
-from elastic_jax.k8s_operator import handlers
 from tests.support.bad_manifests import cpu_job, pathways_job
+from tests.support.operator_refusal import refused_at_create
 
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -98,19 +98,9 @@ def test_validate_refuses_it_in_one_line_naming_the_field(tmp_path):
 
 
 def test_the_operator_fails_the_job_with_a_condition_and_an_event(monkeypatch):
-    events = []
-    monkeypatch.setattr(handlers.kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-
-    class Patch:
-        status: dict = {}
-    patch = Patch()
-    patch.status = {}
     body = _with(cpu_job, "controller", resources={"limits": {"google.com/tpu": "4"}, "requests": {"google.com/tpu": "4"}})
     body["metadata"].update(namespace="ml", uid="u-tpu")
-    with pytest.raises(handlers.kopf.PermanentError, match=r"spec\.controller\.resources\.requests"):
-        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch)
-    assert patch.status["phase"] == "Failed"
-    cond = [c for c in patch.status["conditions"] if c["type"] == "Failed"][0]
-    assert cond["reason"] == "InvalidSpec"
+    status, cond, events = refused_at_create(monkeypatch, body, r"spec\.controller\.resources\.requests")
+    assert status["phase"] == "Failed" and cond["reason"] == "InvalidSpec"
     assert "spec.controller.resources.limits['google.com/tpu']: asks for TPU chips" in cond["message"]
     assert events == [("Warning", "InvalidSpec", cond["message"])]
