@@ -655,7 +655,10 @@ class CheckpointSpec(_Model):
                                   "local path names a folder of the job's own: not /, not the home folder ~ "
                                   "itself, no ~user, no '..' segment; the bucket name follows GCS's naming rules "
                                   "(3-63 lowercase letters, digits, '-', '_', '.'; no 'goog' prefix), and no "
-                                  "empty segment ('//') follows it. No white space at either end."))
+                                  "empty segment ('//') follows it. No white space at either end. A gs:// "
+                                  "location must lie under a prefix the cluster admin allowed for the namespace, "
+                                  "when the admin set any (operator's checkpointPrefixes); otherwise the job fails "
+                                  "naming this field."))
     interval_steps: int = Field(default=50, ge=1, le=INT64_MAX, description="Save every this many steps (async).")
     max_to_keep: int = Field(default=3, ge=1, le=INT64_MAX, description="Committed checkpoints kept; older ones are deleted.")
     resume_from: Literal["SameJob", "Any"] = Field(
