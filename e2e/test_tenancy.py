@@ -7,6 +7,8 @@ the operator as a least-privilege process and real controller and worker process
   claiming operator is gone (uninstalled), deleting the job still ends (the other operator releases it).
 - The manifest ConfigMap edited after the job started (by someone who may edit ConfigMaps, not the job):
   the next controller incarnation refuses it and the job fails with the reason, not the edited spec.
+- Issue 31, RISK 8: a job in a denied namespace, or with a gs:// checkpoint outside the admin's prefixes,
+  fails with a condition and an Event naming the setting, and nothing is created.
 """
 
 from __future__ import annotations
@@ -153,3 +155,51 @@ def test_a_quota_refusing_worker_pods_is_read_from_the_jobs_own_job_by_uid(clust
     cond = wait_for(refused, timeout_s=180, what="PodsNotStarting FailedCreate from the quota", explain=explain)
     assert "quota-slice-0-worker-0" in cond["message"] and "exceeded quota: one-pod" in cond["message"], cond
     cluster.kubectl("delete", "ejob", "quota", "-n", namespace, "--wait=false")
+
+
+def _refused_by_an_operator_with(cluster, namespace: str, operator_kubeconfig, tmp_path, flags: tuple[str, ...],
+                                 name: str, uri: str, fragments: tuple[str, ...]) -> None:
+    """A job `name` (checkpoint `uri`) applied under an operator watching only `namespace` with `flags` fails
+    before anything is created: condition InvalidSpec and a Warning Event, both holding every fragment."""
+    op = OperatorProcess(operator_kubeconfig, tmp_path / f"{name}-operator.log", free_port(),
+                         extra_args=("--namespace", namespace, "--node-lost-seconds", "0", *flags))
+    op.start()
+    try:
+        op.wait_up()
+        manifest = example_manifest()
+        manifest["metadata"]["name"] = name
+        manifest["spec"]["checkpoint"]["uri"] = uri
+        _apply(cluster, namespace, manifest)
+        st = wait_phase(cluster, namespace, name, ("Failed",), timeout_s=120)["status"]
+        (cond,) = [c for c in st["conditions"] if c["type"] == "Failed"]
+        assert cond["reason"] == "InvalidSpec", cond
+        assert all(f in cond["message"] for f in fragments), cond
+        wait_for(lambda: [e for e in job_events(cluster, namespace, name)
+                          if e["reason"] == "InvalidSpec" and e["type"] == "Warning"
+                          and all(f in e["message"] for f in fragments)],
+                 timeout_s=60, what=f"the InvalidSpec Warning Event of {name}")
+        assert job_children(cluster.api(), namespace, f"{name}-") == []
+    finally:
+        op.stop()
+
+
+def test_a_job_in_a_denied_namespace_fails_naming_the_setting_and_creates_nothing(cluster, namespace,
+                                                                                  operator_kubeconfig, tmp_path):
+    """Issue 31, RISK 8: the operator may create pods and Secrets anywhere it watches; `--denied-namespaces`
+    (Helm value `deniedNamespaces`, default the cluster's own namespaces) keeps it out. Here the test's
+    namespace is denied, as kube-system is by default, so no other job of the cluster is touched."""
+    _refused_by_an_operator_with(
+        cluster, namespace, operator_kubeconfig, tmp_path, ("--denied-namespaces", f"kube-system,{namespace}"),
+        "denied", str(tmp_path / "denied"),
+        (f"metadata.namespace '{namespace}' is denied", "deniedNamespaces", "--denied-namespaces"))
+
+
+def test_a_checkpoint_outside_the_admins_prefixes_fails_naming_the_field_and_creates_nothing(
+        cluster, namespace, operator_kubeconfig, tmp_path):
+    """Issue 31, RISK 8: `--checkpoint-prefixes` (Helm value `checkpointPrefixes`): a job of this namespace
+    writing under a prefix that only textually starts with its own is refused before anything is created."""
+    _refused_by_an_operator_with(
+        cluster, namespace, operator_kubeconfig, tmp_path, ("--checkpoint-prefixes", "gs://ml-ckpt/{namespace}/"),
+        "elsewhere", f"gs://ml-ckpt/{namespace}-evil/ck",
+        (f"spec.checkpoint.uri 'gs://ml-ckpt/{namespace}-evil/ck' is outside every gs:// prefix",
+         f"gs://ml-ckpt/{namespace}/", "checkpointPrefixes"))

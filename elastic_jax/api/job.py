@@ -24,7 +24,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainValidator, TypeAdapter,
 from pydantic.alias_generators import to_camel
 
 from elastic_jax import contract
-from elastic_jax.api import checkpoints, images, nesting, pod_rules, runtime_env
+from elastic_jax.api import checkpoints, images, nesting, pod_rules, runtime_env, tpu_placement
 
 GROUP = contract.GROUP
 VERSION = contract.VERSION
@@ -189,6 +189,8 @@ MAX_ENV = 128
 MAX_COMMAND_ITEMS = 64
 MAX_COMMAND_ITEM_CHARS = 4096
 ENV_LIST_SCHEMA = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+# Tolerations per pod: bounds the cost of the CRD's CEL rules over the list (`tpu_placement.CEL_RULES`).
+MAX_TOLERATIONS = 64
 
 
 class EnvVar(_Model):
@@ -526,7 +528,8 @@ class ControllerSpec(_Model):
     resources: Resources = Field(
         default_factory=Resources,
         description=("Controller container resources. For cpu and memory that are given neither a request nor a "
-                     "limit, the operator requests 250m CPU and 512Mi memory (no limit)."))
+                     "limit, the operator requests 250m CPU and 512Mi memory (no limit). backend cpu: no google.com/tpu "
+                     "(nor cloud-tpus.google.com/*) request or limit."))
     env: list[EnvVar] = Field(
         default_factory=list, max_length=MAX_ENV, json_schema_extra=ENV_LIST_SCHEMA,
         description=("Extra environment variables for the controller. Variables the operator sets (ELASTIC_JAX_* "
@@ -535,11 +538,13 @@ class ControllerSpec(_Model):
     node_selector: dict[str, str] = Field(
         default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_SCHEMA,
         description=("Node labels the controller pod must match (Pod nodeSelector). pathways: must not name "
-                     "cloud.google.com/gke-tpu-accelerator (the controller runs off the TPU pools)."))
+                     "cloud.google.com/gke-tpu-accelerator (the controller runs off the TPU pools); backend cpu: no "
+                     "cloud.google.com/gke-tpu* key."))
     tolerations: list[Toleration] = Field(
-        default_factory=list,
+        default_factory=list, max_length=MAX_TOLERATIONS,
         description=("Tolerations of the controller pod. Only taint keys the cluster admin allowed (operator's "
-                     "podFields.tolerationKeys) and google.com/tpu are accepted."))
+                     "podFields.tolerationKeys) and google.com/tpu are accepted; backend cpu: not google.com/tpu, nor a "
+                     "key-less Exists toleration of effect NoSchedule or unset (the pods stay off TPU nodes)."))
     service_account_name: str | None = Field(
         default=None, max_length=253, json_schema_extra={"pattern": DNS1123_SUBDOMAIN_PATTERN},
         description=("ServiceAccount of the controller pod (e.g. one bound to a Google service account by GKE "
@@ -582,7 +587,8 @@ class WorkerSpec(_Model):
         default_factory=Resources,
         description=("Worker container resources. cpu backend: for cpu and memory that are given neither a request "
                      "nor a limit, the operator requests 250m CPU and 512Mi memory (no limit). pathways: the "
-                     "google.com/tpu limit is the operator's."))
+                     "google.com/tpu limit is the operator's; backend cpu: no google.com/tpu (nor "
+                     "cloud-tpus.google.com/*) request or limit."))
     env: list[EnvVar] = Field(
         default_factory=list, max_length=MAX_ENV, json_schema_extra=ENV_LIST_SCHEMA,
         description=("Extra environment variables for workers. Variables the operator sets (ELASTIC_JAX_* other "
@@ -592,12 +598,14 @@ class WorkerSpec(_Model):
         default_factory=dict, max_length=64, json_schema_extra=NODE_SELECTOR_SCHEMA,
         description=("Node labels every worker pod must match (Pod nodeSelector). pathways: added to the TPU "
                      "selectors the operator sets; a key naming cloud.google.com/gke-tpu-accelerator or "
-                     "cloud.google.com/gke-tpu-topology is refused (use spec.slices)."))
+                     "cloud.google.com/gke-tpu-topology is refused (use spec.slices); backend cpu: no "
+                     "cloud.google.com/gke-tpu* key."))
     tolerations: list[Toleration] = Field(
-        default_factory=list,
+        default_factory=list, max_length=MAX_TOLERATIONS,
         description=("Tolerations of the worker pods (pathways: GKE adds the google.com/tpu one itself). Only taint "
                      "keys the cluster admin allowed (operator's podFields.tolerationKeys) and google.com/tpu are "
-                     "accepted."))
+                     "accepted; backend cpu: not google.com/tpu, nor a key-less Exists toleration of effect "
+                     "NoSchedule or unset (the pods stay off TPU nodes)."))
     termination_grace_period_seconds: int | None = Field(
         default=None, ge=0, le=3600,
         description=(
@@ -647,7 +655,10 @@ class CheckpointSpec(_Model):
                                   "local path names a folder of the job's own: not /, not the home folder ~ "
                                   "itself, no ~user, no '..' segment; the bucket name follows GCS's naming rules "
                                   "(3-63 lowercase letters, digits, '-', '_', '.'; no 'goog' prefix), and no "
-                                  "empty segment ('//') follows it. No white space at either end."))
+                                  "empty segment ('//') follows it. No white space at either end. A gs:// "
+                                  "location must lie under a prefix the cluster admin allowed for the namespace, "
+                                  "when the admin set any (operator's checkpointPrefixes); otherwise the job fails "
+                                  "naming this field."))
     interval_steps: int = Field(default=50, ge=1, le=INT64_MAX, description="Save every this many steps (async).")
     max_to_keep: int = Field(default=3, ge=1, le=INT64_MAX, description="Committed checkpoints kept; older ones are deleted.")
     resume_from: Literal["SameJob", "Any"] = Field(
@@ -838,6 +849,8 @@ class ElasticTrainingJobSpec(_Model):
          "fieldPath": ".training.globalBatchSize"},
         # `_env_not_reserved`, generated from the runtime contract's lists
         *runtime_env.cel_rules(),
+        # `tpu_placement.problems`: a cpu job stays off TPU nodes
+        *tpu_placement.CEL_RULES,
         # (immutability: `cluster.add_immutability_rules`, put on by `elastic_jax.api.crd`)
     ]})
 
@@ -925,6 +938,7 @@ def _backend_fields(spec: Any) -> list[str]:
         lambda s: ["spec.compilationCache.uri: backend cpu reads its cache from a volume "
                    "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways"]
         if s.backend == "cpu" and s.compilation_cache is not None and s.compilation_cache.uri is not None else [],
+        tpu_placement.problems,
     ))
 
 

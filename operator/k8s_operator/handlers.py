@@ -38,7 +38,7 @@ from elastic_jax.api.manifest import ManifestError, parse_manifest, safe_load_bo
 from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_digest
 from elastic_jax.api.status import ElasticTrainingJobStatus, SliceStatusEntry
 from elastic_jax.k8s_operator import (
-    backends, children, claims, counters, incarnation, metrics, names, pod_fields, service_accounts, tokens,
+    backends, checkpoint_prefixes, children, claims, counters, denied_namespaces, incarnation, metrics, names, pod_fields, service_accounts, tokens,
 )
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
@@ -168,19 +168,27 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     job = backends.resolve(parse_manifest(data, ""))
     try:
         admin_check(job, body["metadata"].get("namespace") or "default")
-    except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused) as e:
+    except ADMIN_REFUSALS as e:
         raise UnsupportedBackend(str(e)) from None
     return job
 
 
+# What `admin_check` raises: a refusal by one of the cluster admin's lists, naming the field and the setting.
+ADMIN_REFUSALS = (denied_namespaces.NamespaceDenied, service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused,
+                  checkpoint_prefixes.CheckpointPrefixRefused)
+
+
 def admin_check(job: job_api.ElasticTrainingJob, namespace: str) -> None:
-    """The cluster admin's allow lists: ServiceAccount, priority class, tolerations, image pull Secrets.
+    """The cluster admin's lists: denied namespaces, then ServiceAccount, priority class, tolerations, image pull
+    Secrets, cache claims, then the allowed gs:// prefixes.
 
     Raises:
-      service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused: naming the field.
+      one of `ADMIN_REFUSALS`: naming the field (or the namespace) and the setting.
     """
+    denied_namespaces.POLICY.check(namespace)
     service_accounts.POLICY.check(job, namespace)
     pod_fields.POLICY.check(job, namespace)
+    checkpoint_prefixes.POLICY.check(job, namespace)
 
 
 def _patch_status(patch: Any, **fields: Any) -> None:
@@ -395,7 +403,7 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
                     raise ManifestDigestMismatch(f"its digest is not status.manifestSha256 {recorded_digest[:16]}...: "
                                                  "it was changed after the job was created")
                 admin_check(applied, key[0])
-            except (service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused, ManifestDigestMismatch) as e:
+            except (*ADMIN_REFUSALS, ManifestDigestMismatch) as e:
                 _logger.warning("ignoring the manifest ConfigMap of %s/%s: %s", key[0], key[1], e)
                 applied = None
             except (ManifestError, yaml.YAMLError):

@@ -320,6 +320,14 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get(contract.ENV_ALLOWED_COMPILATION_CACHE_CLAIMS, ""),
                         help="namespace/name (or namespace/*) of PersistentVolumeClaims jobs in that namespace may "
                              "mount in spec.compilationCache.persistentVolumeClaim (comma-separated); default: none")
+    parser.add_argument("--denied-namespaces", default=os.environ.get(contract.ENV_DENIED_NAMESPACES),
+                        help="namespaces whose jobs are never reconciled into pods or Secrets (comma-separated; "
+                             "blank: none); default: kube-system, kube-public, kube-node-lease "
+                             "(env ELASTIC_JAX_DENIED_NAMESPACES)")
+    parser.add_argument("--checkpoint-prefixes", default=os.environ.get(contract.ENV_CHECKPOINT_PREFIXES, ""),
+                        help="gs:// prefixes jobs may keep checkpoints and compilation caches under, {namespace} "
+                             "being the job's namespace (comma-separated, e.g. gs://ml-ckpt/{namespace}/); "
+                             "default: any (env ELASTIC_JAX_CHECKPOINT_PREFIXES)")
     # A word, not "$(POD_IP)": the kubelet would expand that in the operator's own args and env.
     # A string default goes through `type` (argparse checks `choices` only for given arguments).
     parser.add_argument("--pod-listen-address", type=_listen_word,
@@ -352,6 +360,14 @@ def main(argv: list[str] | None = None) -> int:
                              args.allowed_image_pull_secrets, args.allowed_compilation_cache_claims)
     except ValueError as e:
         parser.error(f"--allowed-image-pull-secrets / --allowed-compilation-cache-claims: {e}")
+
+    from elastic_jax.k8s_operator import denied_namespaces
+    denied_namespaces.configure(args.denied_namespaces)
+    from elastic_jax.k8s_operator import checkpoint_prefixes
+    try:
+        checkpoint_prefixes.configure(args.checkpoint_prefixes)
+    except ValueError as e:
+        parser.error(f"--checkpoint-prefixes: {e}")
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)

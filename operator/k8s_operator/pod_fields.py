@@ -21,7 +21,8 @@ settings (Helm value `podFields`, flags `--allowed-priority-classes`,
 `--allowed-toleration-keys`, `--allowed-image-pull-secrets`,
 `--allowed-compilation-cache-claims`), which tenants cannot edit. Defaults: no
 priority class, no pull Secret, no cache claim, and only the
-`google.com/tpu` toleration (what GKE itself adds to TPU pods). `*` allows
+`google.com/tpu` toleration (what GKE itself adds to TPU pods; a `backend:
+cpu` job may not carry it at all, `elastic_jax.api.tpu_placement`). `*` allows
 any value of a list (pull Secrets, cache claims: `namespace/*`). Anything else fails the
 job naming the field (docs/security.md).
 """

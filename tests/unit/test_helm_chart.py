@@ -10,6 +10,7 @@ e2e/kind/test_helm_install.py adds the API server's dry run and a real install.
 from __future__ import annotations
 
 import base64
+import functools
 import shutil
 import subprocess
 
@@ -69,6 +70,11 @@ def render(helm: str, *values: str, crds: bool = False) -> list[dict]:
 
 def by_kind(docs: list[dict], kind: str) -> list[dict]:
     return [d for d in docs if d["kind"] == kind]
+
+
+def operator_args(helm: str, *values: str) -> list[str]:
+    """The operator container's args as the chart renders them with `values` (helm flags)."""
+    return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 def test_lint_strict(helm):
@@ -241,8 +247,7 @@ def test_chart_versions_follow_the_package():
 
 
 def test_node_lost_seconds_reaches_the_operator_and_zero_is_kept(helm):
-    def args(*values):
-        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = functools.partial(operator_args, helm)
     assert "--node-lost-seconds=30" in args()
     assert "--node-lost-seconds=0" in args("--set", "operator.nodeLostSeconds=0")  # 0 (off) is not "unset"
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
@@ -303,8 +308,7 @@ def test_network_policies_let_only_the_operator_reach_controllers_and_controller
 
 
 def test_controller_service_accounts_reach_the_operator_and_bad_entries_fail_the_schema(helm):
-    def args(*values):
-        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = functools.partial(operator_args, helm)
     # None allowed by default: no flag, the operator's empty policy.
     assert not [a for a in args() if a.startswith("--allowed-")]
     got = args("--set", "controllerServiceAccounts.allowed={ml/trainer,ml/reader}",
@@ -317,8 +321,7 @@ def test_controller_service_accounts_reach_the_operator_and_bad_entries_fail_the
 
 
 def test_pod_field_allow_lists_reach_the_operator_and_bad_entries_fail_the_schema(helm):
-    def args(*values):
-        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = functools.partial(operator_args, helm)
     # Nothing allowed by default: no flag, the operator's safe defaults (docs/security.md).
     assert not [a for a in args() if a.startswith("--allowed-")]
     got = args("--set", "podFields.priorityClassNames={training-low,training-high}",
@@ -336,10 +339,37 @@ def test_pod_field_allow_lists_reach_the_operator_and_bad_entries_fail_the_schem
 
 
 def test_pod_listen_address_reaches_the_operator_as_a_word(helm):
-    def args(*values):
-        return by_kind(render(helm, *values), "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = functools.partial(operator_args, helm)
     assert "--pod-listen-address=all" in args()
     assert "--pod-listen-address=pod-ip" in args("--set", "operator.podListenAddress=pod-ip")
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
                     "--set", "operator.podListenAddress=$(POD_IP)", check=False)
     assert proc.returncode != 0 and "/operator/podListenAddress" in proc.stderr, proc.stderr
+
+
+def test_denied_namespaces_reach_the_operator_with_the_release_namespace(helm, tmp_path):
+    args = functools.partial(operator_args, helm)
+    # By default: the cluster's own namespaces and the release's (where the operator key Secret lives).
+    assert f"--denied-namespaces=kube-system,kube-public,kube-node-lease,{NAMESPACE}" in args()
+    assert "--denied-namespaces=ops" in args("--set", "deniedNamespaces={ops}", "--set", "denyReleaseNamespace=false")
+    # An empty list with the release namespace off: the flag with nothing (none denied), not the operator's default.
+    (tmp_path / "none.yaml").write_text("deniedNamespaces: []\ndenyReleaseNamespace: false\n")
+    assert "--denied-namespaces=" in args("-f", str(tmp_path / "none.yaml"))
+    # Values reused from a release without the key (`helm upgrade --reuse-values`): the operator's default.
+    assert not [a for a in args("--set", "deniedNamespaces=null") if a.startswith("--denied-namespaces")]
+    assert f"--denied-namespaces={NAMESPACE}" in args("--set", f"deniedNamespaces={{{NAMESPACE}}}")  # once
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "deniedNamespaces={Kube_System}", check=False)
+    assert proc.returncode != 0 and "/deniedNamespaces/0" in proc.stderr, proc.stderr
+
+
+def test_checkpoint_prefixes_reach_the_operator_and_bad_entries_fail_the_schema(helm, tmp_path):
+    args = functools.partial(operator_args, helm)
+    # None by default: any location (the residual risk docs/security.md names).
+    assert not [a for a in args() if a.startswith("--checkpoint-prefixes")]
+    (tmp_path / "prefixes.yaml").write_text("checkpointPrefixes: ['gs://ml-ckpt/{namespace}/', gs://shared-ro]\n")
+    got = args("-f", str(tmp_path / "prefixes.yaml"))
+    assert "--checkpoint-prefixes=gs://ml-ckpt/{namespace}/,gs://shared-ro" in got
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "checkpointPrefixes={s3://b/x}", check=False)
+    assert proc.returncode != 0 and "/checkpointPrefixes/0" in proc.stderr, proc.stderr

@@ -90,9 +90,9 @@ def test_invalid_spec_names_field(override, expected):
 def test_quantities_as_in_a_pod_spec():
     """`cpu: 2` (an int) is what users write in Pod specs; it is kept as the string "2"."""
     job = parse_manifest(_job(worker={"resources": {"requests": {"cpu": 2, "memory": "1.5Gi"},
-                                                     "limits": {"cpu": "2500m", "google.com/tpu": 4}}}))
+                                                     "limits": {"cpu": "2500m", "example.com/gpu": 4}}}))
     assert job.spec.worker.resources.requests == {"cpu": "2", "memory": "1.5Gi"}
-    assert job.spec.worker.resources.limits == {"cpu": "2500m", "google.com/tpu": "4"}
+    assert job.spec.worker.resources.limits == {"cpu": "2500m", "example.com/gpu": "4"}
 
 
 def test_yaml_timestamp_is_a_string_as_kubectl_sends_it():

@@ -13,6 +13,7 @@ from elastic_jax.k8s_operator import children, handlers, pod_fields
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.pod_fields import PodFieldRefused, PodFieldsPolicy, parse_names
 from elastic_jax.k8s_operator.allow_lists import parse_namespaced
+from tests.support.operator_refusal import refused_at_create
 
 
 def _body(namespace="ml", **spec):
@@ -37,8 +38,11 @@ def test_a_job_without_these_fields_passes_the_default_policy():
 
 
 def test_the_tpu_toleration_is_always_fine():
+    # (backend pathways: a cpu job may not tolerate it at all, `elastic_jax.api.tpu_placement`)
     tpu = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
-    PodFieldsPolicy().check(_job(worker={"tolerations": [tpu]}, controller={"tolerations": [tpu]}), "ml")
+    PodFieldsPolicy().check(_job(backend="pathways", slices={"count": 1, "accelerator": "tpu-v5-lite-podslice",
+                                                             "topology": "2x2"},
+                                 worker={"tolerations": [tpu]}, controller={"tolerations": [tpu]}), "ml")
 
 
 def test_listed_values_are_accepted():
@@ -56,8 +60,8 @@ def test_listed_values_are_accepted():
      "spec.controller.tolerations[0].key 'node-role.kubernetes.io/control-plane' is not allowed"),
     ("ml", {"worker": {"tolerations": [{"key": "ml-pool", "operator": "Exists"}, CP_TOLERATION]}},
      "spec.worker.tolerations[1].key 'node-role.kubernetes.io/control-plane' is not allowed"),
-    # A toleration without a key tolerates every taint.
-    ("ml", {"worker": {"tolerations": [{"operator": "Exists"}]}},
+    # A toleration without a key tolerates every taint (of its effect).
+    ("ml", {"worker": {"tolerations": [{"operator": "Exists", "effect": "NoExecute"}]}},
      "spec.worker.tolerations[0]: a toleration without a key tolerates every taint"),
     ("ml", {"imagePullSecrets": [{"name": "registry"}, {"name": "prod-registry"}]},
      "spec.imagePullSecrets[1].name 'prod-registry' is not allowed in namespace ml: a cluster admin must list "
@@ -90,7 +94,7 @@ def assert_names_the_operator_flag(message: str) -> None:
 def test_a_star_allows_any_value():
     anything = PodFieldsPolicy(parse_names("*"), parse_names("*"), parse_namespaced("ml/*", any_name=True))
     anything.check(_job(priorityClassName="system-node-critical",
-                        controller={"tolerations": [CP_TOLERATION, {"operator": "Exists"}]},
+                        controller={"tolerations": [CP_TOLERATION, {"operator": "Exists", "effect": "NoExecute"}]},
                         imagePullSecrets=[{"name": "any"}]), "ml")
     with pytest.raises(PodFieldRefused, match="not allowed in namespace other"):
         anything.check(_job("other", imagePullSecrets=[{"name": "any"}]), "other")
@@ -109,19 +113,10 @@ def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
 
 def test_a_refused_job_is_failed_with_a_condition_and_an_event_and_nothing_is_created(monkeypatch):
     monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
-    events = []
-    monkeypatch.setattr(handlers.kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-
-    class Patch:
-        status: dict = {}
-    patch = Patch()
-    patch.status = {}
     body = _body(priorityClassName="system-node-critical")
     body["metadata"]["uid"] = "u1"
-    with pytest.raises(handlers.kopf.PermanentError, match="spec.priorityClassName"):
-        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch)
-    assert patch.status["phase"] == "Failed"
-    cond = [c for c in patch.status["conditions"] if c["type"] == "Failed"][0]
+    status, cond, events = refused_at_create(monkeypatch, body, "spec.priorityClassName")
+    assert status["phase"] == "Failed"
     assert cond["reason"] == "InvalidSpec" and "spec.priorityClassName 'system-node-critical'" in cond["message"]
     assert events == [("Warning", "InvalidSpec", cond["message"])]
 
