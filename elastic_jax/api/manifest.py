@@ -288,9 +288,9 @@ _TYPE_NEEDS = {"int_type": "an integer (a whole number, e.g. 10)", "float_type":
                "bool_type": "true or false", "string_type": "a string"}
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """`value` as a manifest spells it (`true`, `1.5`, `'10'`; a `WrittenFloat` as written), at most 60
-    characters."""
+    characters: the `(got ...)` of an error line."""
     text = (value.written if isinstance(value, WrittenFloat)
             else json.dumps(value) if isinstance(value, bool) or value is None else repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
@@ -300,6 +300,9 @@ def _what(value: Any) -> str:
     """What kind of value `value` is, in a manifest's words."""
     if isinstance(value, bool):
         return "a boolean"
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        # (a free-form field, the trainer's config, keeps floats as read: `seqLen: 1e30` or 64.0)
+        return "a float (YAML reads a number with a decimal point or an exponent, or an integer beyond 2**64, as one)"
     if isinstance(value, float):
         return "a fraction" if math.isfinite(value) else "a number"
     if isinstance(value, (int, float)):
@@ -333,7 +336,7 @@ def type_problem(kind: str, value: Any) -> str | None:
     needs = _TYPE_NEEDS.get(kind)
     if needs is None:
         return None
-    message = f"{_shown(value)}: must be {needs}, not {_what(value)}"
+    message = f"{shown(value)}: must be {needs}, not {_what(value)}"
     if isinstance(value, str) and kind != "string_type" and _UNIT.match(value):
         message += f" (no unit: write {_UNIT.match(value).group(1)})"  # `10s`: the field's name says the unit
     elif isinstance(value, str) and kind != "string_type" and _reads_as_scalar(value):
@@ -377,7 +380,7 @@ def validation_problems(error: ValidationError, prefix: str = "", written: Any =
         value = _as_written(written, tuple(item["loc"]), item.get("input"))
         msg = type_problem(item["type"], value) or msg
         if item["type"] in _CONSTRAINT_ERRORS and isinstance(value, (int, float, str)):
-            msg += f" (got {_shown(value)})"
+            msg += f" (got {shown(value)})"
         for one in msg.split(PROBLEM_SEPARATOR):
             # Kubernetes' spelling of a path (spec.worker.tolerations[0].key); a model validator's message
             # already names its fields.
@@ -430,6 +433,18 @@ def prune_nulls(node: Any, path: tuple[str, ...] = ()) -> Any:
     return node
 
 
+def _keep_written(parsed: Any, raw: Any) -> Any:
+    """`parsed` (read back from JSON) with each float that `raw` (the same data as read from YAML) holds as a
+    `WrittenFloat` at the same place, of the same value, replaced by it; everything else as in `parsed`."""
+    if isinstance(parsed, float) and isinstance(raw, WrittenFloat) and raw == parsed:
+        return raw
+    if isinstance(parsed, dict) and isinstance(raw, dict):
+        return {k: _keep_written(v, raw.get(k)) for k, v in parsed.items()}
+    if isinstance(parsed, list) and isinstance(raw, list) and len(parsed) == len(raw):
+        return [_keep_written(v, r) for v, r in zip(parsed, raw)]
+    return parsed
+
+
 def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = False) -> ElasticTrainingJob:
     """Validates an already-parsed manifest with the API server's type rules.
 
@@ -470,6 +485,11 @@ def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = Fa
         # fields validated); the API server runs them beside the field errors.
         partial, beside = partial_problems(data)
         problems += [p for p in beside if p not in problems]
+    if job is not None and job.spec.controller.trainer is not None:
+        # The free-form config as read (its floats keep their text), not as it came back from JSON: the trainer's
+        # own errors then show a number as written (`seqLen: 1e30`, not `1e+30`).
+        raw = ((written.get("spec") or {}).get("controller") or {}).get("trainer") or {}
+        job.spec.controller.trainer.config = _keep_written(job.spec.controller.trainer.config, raw.get("config"))
     problem = as_written_problem(data) if as_written else None
     if problem:
         problems.append(problem)
