@@ -192,6 +192,8 @@ class Runtime:
         self._state_lost = False
         self._recovered = False  # `recover` ran once: `steps_lost` is measured, not n/a
         self.steps_lost = 0
+        # What the run itself found about its settings (`warn_setting`), before the backend's in the status.
+        self._setting_warnings: list[str] = []
         # (step, seconds, ledger category) of each reported step: a rewind moves the lost ones' seconds.
         self._step_seconds: collections.deque[tuple[int, float, str]] = collections.deque(maxlen=100_000)
         self._step_t0 = time.monotonic()
@@ -800,8 +802,22 @@ class Runtime:
             failure_reason=self._failure_reason,
             last_committed_checkpoint_step=None if self._checkpoints is None else self._checkpoints.last_committed_step,
             resumed_from=self._resumed_from(), steps_lost=self.steps_lost,
-            setting_warnings=list(getattr(self._backend, "setting_warnings", None) or []), stalled=stalled,
+            setting_warnings=self._all_setting_warnings(), stalled=stalled,
         )
+
+    def warn_setting(self, line: str) -> None:
+        """Adds `line` (one line naming the spec field it is about) to the status's `setting_warnings`, once:
+        `elastic-jax run` prints it as a `warning:` line on the run's own output; the operator copies it to
+        `status.settingWarnings` and posts it as a Warning Event. Kept for the rest of the run."""
+        with self._lock:
+            if line not in self._setting_warnings:
+                self._setting_warnings.append(line)
+
+    def _all_setting_warnings(self) -> list[str]:
+        """`warn_setting`'s lines, then the backend's; at most the 8 the status holds (`ControllerStatus`)."""
+        with self._lock:
+            own = list(self._setting_warnings)
+        return (own + list(getattr(self._backend, "setting_warnings", None) or []))[:8]
 
     def stall_reason(self) -> str | None:
         """None while the program makes progress, else why it is stuck; `/healthz` answers 503 with it.

@@ -28,6 +28,7 @@ import optax
 import pydantic
 from pydantic.alias_generators import to_camel
 
+from elastic_jax.api.manifest import shown, type_problem
 from elastic_jax.controller.data import text_examples
 from elastic_jax.controller.trainer import Trainer, TrainerConfigError
 
@@ -80,7 +81,11 @@ def _problem(err: Any) -> str:
     """One pydantic error of the config as a line naming `spec.controller.trainer.config.<key>`."""
     key = ".".join(str(part) for part in err["loc"])
     field = f"{CONFIG_FIELD}.{key}" if key else CONFIG_FIELD
-    got = "" if err["type"] == "extra_forbidden" else f" (got {err['input']!r})"
+    value = err.get("input")
+    if err["type"] == "int_type" and isinstance(value, float):  # (`1e30`, `64.0`: what the key needs, and why)
+        return f"{field}: {type_problem('int_type', value)}"
+    # (a number as the manifest wrote it: `1e30`, not the float's `1e+30`)
+    got = "" if err["type"] == "extra_forbidden" else f" (got {shown(value)})"
     return f"{field}: {err['msg']}{got}"
 
 

@@ -230,6 +230,9 @@ class TrainingRun:
             raise CheckpointMismatchError(problem)
         changes = data_changes(saved, self._data())
         if changes:
+            # (the run's own output says it too, not only this log: `elastic-jax run` prints setting warnings)
+            self.runtime.warn_setting(f"{ALLOW_DATA_CHANGE_FIELD}: true: resumed from checkpoint step {step} with a "
+                                      f"changed data order: {describe_changes(changes, step)}")
             _logger.warning("resuming with a changed data order, as %s allows: %s", ALLOW_DATA_CHANGE_FIELD,
                             describe_changes(changes, step),
                             extra={"event": "data_changed", "step": step,

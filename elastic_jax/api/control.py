@@ -209,7 +209,8 @@ class ControllerStatus(_Msg):
     setting_warnings: list[Text] = Field(
         default_factory=list, max_length=8,
         description="Settings the run found wrong while it ran, one line each naming the field (e.g. "
-                    "spec.elasticity.stepDeadlineSeconds shorter than every slice's step, with the step time). The "
+                    "spec.elasticity.stepDeadlineSeconds shorter than every slice's step, with the step time; a resume "
+                    "that spec.checkpoint.allowDataChange let change the global batch size or seed, naming each). The "
                     "operator copies them to status.settingWarnings and posts each new one as a Warning Event.")
     pid: Count
     resumed_from: ResumeInfo | None = Field(default=None, description="The checkpoint this run resumed from; None when it started from step 0.")

@@ -111,8 +111,27 @@ class _KubectlScalars:
         return super().resolve(kind, value, implicit)
 
 
+class WrittenFloat(float):
+    """A float read from a plain YAML scalar, remembering the scalar as written (`written`, e.g. `1e30`).
+
+    YAML (kubectl's reader, `go_yaml_scalar`) reads `1e30`, and an integer beyond 2**64, as a float; an error
+    about the value shows it as the user wrote it (`validation_problems`), not the float's digits
+    (`1000000000000000019884624838656`, `1e+23` for `100000000000000000000000`). It is a float in every
+    other way (its JSON is the float's).
+    """
+
+    written: str
+
+    def __new__(cls, value: float, written: str) -> "WrittenFloat":
+        number = super().__new__(cls, value)
+        number.written = written
+        return number
+
+
 def _construct_go_scalar(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> Any:
-    return go_yaml_scalar(loader.construct_scalar(node))[1]
+    text = loader.construct_scalar(node)
+    value = go_yaml_scalar(text)[1]
+    return WrittenFloat(value, text) if type(value) is float and math.isfinite(value) else value
 
 
 class KubectlSafeDumper(yaml.SafeDumper):
@@ -124,6 +143,10 @@ class KubectlSafeDumper(yaml.SafeDumper):
         if kind is yaml.ScalarNode and implicit[0] and tag == _STR_TAG:
             return go_yaml_scalar(value)[0]
         return tag
+
+
+for _dumper in (KubectlSafeDumper, yaml.SafeDumper):  # (a manifest read here dumps like any float)
+    _dumper.add_representer(WrittenFloat, yaml.representer.SafeRepresenter.represent_float)
 
 
 def dump_yaml(data: Any) -> str:
@@ -265,9 +288,11 @@ _TYPE_NEEDS = {"int_type": "an integer (a whole number, e.g. 10)", "float_type":
                "bool_type": "true or false", "string_type": "a string"}
 
 
-def _shown(value: Any) -> str:
-    """`value` as a manifest spells it (`true`, `1.5`, `'10'`), at most 60 characters."""
-    text = json.dumps(value) if isinstance(value, bool) or value is None else repr(value)
+def shown(value: Any) -> str:
+    """`value` as a manifest spells it (`true`, `1.5`, `'10'`; a `WrittenFloat` as written), at most 60
+    characters: the `(got ...)` of an error line."""
+    text = (value.written if isinstance(value, WrittenFloat)
+            else json.dumps(value) if isinstance(value, bool) or value is None else repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -275,6 +300,9 @@ def _what(value: Any) -> str:
     """What kind of value `value` is, in a manifest's words."""
     if isinstance(value, bool):
         return "a boolean"
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        # (a free-form field, the trainer's config, keeps floats as read: `seqLen: 1e30` or 64.0)
+        return "a float (YAML reads a number with a decimal point or an exponent, or an integer beyond 2**64, as one)"
     if isinstance(value, float):
         return "a fraction" if math.isfinite(value) else "a number"
     if isinstance(value, (int, float)):
@@ -308,7 +336,7 @@ def type_problem(kind: str, value: Any) -> str | None:
     needs = _TYPE_NEEDS.get(kind)
     if needs is None:
         return None
-    message = f"{_shown(value)}: must be {needs}, not {_what(value)}"
+    message = f"{shown(value)}: must be {needs}, not {_what(value)}"
     if isinstance(value, str) and kind != "string_type" and _UNIT.match(value):
         message += f" (no unit: write {_UNIT.match(value).group(1)})"  # `10s`: the field's name says the unit
     elif isinstance(value, str) and kind != "string_type" and _reads_as_scalar(value):
@@ -320,10 +348,27 @@ def type_problem(kind: str, value: Any) -> str | None:
     return message
 
 
-def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
+def _as_written(written: Any, loc: tuple[Any, ...], value: Any) -> Any:
+    """The value at `loc` (pydantic's error location) in `written` (the manifest as read, before whole-number
+    floats became ints) when it is the number `value` as a `WrittenFloat`: so an error shows `1e30` as the user
+    wrote it; else `value` (what pydantic got)."""
+    node = written
+    for key in loc:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node):
+            node = node[key]
+        else:
+            return value
+    same = isinstance(value, (int, float)) and not isinstance(value, bool) and node == value
+    return node if isinstance(node, WrittenFloat) and same else value
+
+
+def validation_problems(error: ValidationError, prefix: str = "", written: Any = None) -> list[str]:
     """Every problem of a pydantic error, each `field.path: message` (camelCase paths), in its order.
 
-    A model validator's several problems (one a line, `job.raise_all`) are one problem each.
+    A model validator's several problems (one a line, `job.raise_all`) are one problem each. `written`: the
+    data as read from YAML (`WrittenFloat`s in it), at the error's root: a number is shown as written there.
     """
     parts = []
     for item in error.errors():
@@ -332,9 +377,10 @@ def validation_problems(error: ValidationError, prefix: str = "") -> list[str]:
             msg = msg[len("Value error, "):]
         if item["type"] == "extra_forbidden":
             msg = "unknown field"
-        msg = type_problem(item["type"], item.get("input")) or msg
-        if item["type"] in _CONSTRAINT_ERRORS and isinstance(item.get("input"), (int, float, str)):
-            msg += f" (got {_shown(item['input'])})"
+        value = _as_written(written, tuple(item["loc"]), item.get("input"))
+        msg = type_problem(item["type"], value) or msg
+        if item["type"] in _CONSTRAINT_ERRORS and isinstance(value, (int, float, str)):
+            msg += f" (got {shown(value)})"
         for one in msg.split(PROBLEM_SEPARATOR):
             # Kubernetes' spelling of a path (spec.worker.tolerations[0].key); a model validator's message
             # already names its fields.
@@ -387,6 +433,18 @@ def prune_nulls(node: Any, path: tuple[str, ...] = ()) -> Any:
     return node
 
 
+def _keep_written(parsed: Any, raw: Any) -> Any:
+    """`parsed` (read back from JSON) with each float that `raw` (the same data as read from YAML) holds as a
+    `WrittenFloat` at the same place, of the same value, replaced by it; everything else as in `parsed`."""
+    if isinstance(parsed, float) and isinstance(raw, WrittenFloat) and raw == parsed:
+        return raw
+    if isinstance(parsed, dict) and isinstance(raw, dict):
+        return {k: _keep_written(v, raw.get(k)) for k, v in parsed.items()}
+    if isinstance(parsed, list) and isinstance(raw, list) and len(parsed) == len(raw):
+        return [_keep_written(v, r) for v, r in zip(parsed, raw)]
+    return parsed
+
+
 def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = False) -> ElasticTrainingJob:
     """Validates an already-parsed manifest with the API server's type rules.
 
@@ -415,17 +473,23 @@ def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = Fa
     problem = nesting.manifest_problem(data)
     if problem:
         raise ManifestError(where + problem, data=None)
-    data = integral_floats_as_ints(prune_nulls(data))
+    written = prune_nulls(data)
+    data = integral_floats_as_ints(written)
     problems: list[str] = []
     job = partial = None
     try:
         job = ElasticTrainingJob.model_validate_json(json.dumps(data, default=str), strict=True)
     except ValidationError as e:
-        problems = validation_problems(e)
+        problems = validation_problems(e, written=written)
         # The rules of every section that failed did not run (pydantic runs a model's rules once all its
         # fields validated); the API server runs them beside the field errors.
         partial, beside = partial_problems(data)
         problems += [p for p in beside if p not in problems]
+    if job is not None and job.spec.controller.trainer is not None:
+        # The free-form config as read (its floats keep their text), not as it came back from JSON: the trainer's
+        # own errors then show a number as written (`seqLen: 1e30`, not `1e+30`).
+        raw = ((written.get("spec") or {}).get("controller") or {}).get("trainer") or {}
+        job.spec.controller.trainer.config = _keep_written(job.spec.controller.trainer.config, raw.get("config"))
     problem = as_written_problem(data) if as_written else None
     if problem:
         problems.append(problem)

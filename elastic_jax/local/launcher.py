@@ -133,6 +133,12 @@ class _Slice:
 
 
 
+def control_api_line(port: int, token_file: Path) -> str:
+    """The line `elastic-jax run` prints when a controller is ready: its control API's URL on loopback (`port`)
+    and the file holding the bearer token (`token_file`); the token itself is never printed."""
+    return f"control API: http://127.0.0.1:{port} (token: {token_file})"
+
+
 @contextlib.contextmanager
 def stopping_signals():
     """While the launcher stops everything, a second Ctrl-C or SIGTERM only says the stop is under way.
@@ -297,6 +303,9 @@ class LocalLauncher:
         if not ok or not self.client.ready():
             raise LaunchError(f"controller not ready after {self.options.ready_timeout_s:.0f} s; see {self.controller.log_path}", 1)
         self._cleared = True  # ready means --fresh is done; a restart must resume, not wipe again
+        # The user's way in (curl, `elastic-jax` tools, a Prometheus scrape): said on the run's own output, at
+        # every start (a restarted controller listens on a new port). The token's file, never the token.
+        self.on_message(control_api_line(self.controller_port, token_file.resolve()))
 
     def _start_worker(self, s: _Slice) -> None:
         s.port = free_port()

@@ -67,5 +67,6 @@ class ProgressView:
                       f"slices {slices} recoveries {rec}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
-        """Prints a line above the bar."""
-        self.console.print(text)
+        """Prints a line above the bar: whole (never wrapped at the console's width, 80 columns when stderr is no
+        terminal: a URL or a path is read and copied whole) and as written (no markup, no highlighting)."""
+        self.console.print(text, soft_wrap=True, markup=False, highlight=False)

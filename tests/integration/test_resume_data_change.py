@@ -75,6 +75,10 @@ def test_a_changed_batch_size_and_seed_are_refused_naming_both_unless_allowed(tm
     assert allowed.summary["restored_from_step"] == 20 and allowed.summary["steps"] == 40
     log = allowed.controller_log()
     assert "spec.checkpoint.allowDataChange" in log and BATCH in log and SEED in log, log[-3000:]
+    # Trial finding C5: the run's own output says so too (it was in controller.log only), once, naming both.
+    said = [ln for ln in allowed.stderr.splitlines() if ln.startswith("warning: spec.checkpoint.allowDataChange")]
+    assert said == ["warning: spec.checkpoint.allowDataChange: true: resumed from checkpoint step 20 with a changed "
+                    f"data order: {BATCH}, {SEED}"], allowed.stderr[-3000:]
 
 
 def test_the_controller_refuses_a_changed_seed_on_gcs_with_exit_2(tmp_path, gcs_emulator):

@@ -51,3 +51,15 @@ def substituted(expr: str, namespace: str, job: str, rate_interval: str = "1m") 
     """`expr` with the dashboard's variables as Grafana substitutes them for one job."""
     return (expr.replace("$namespace", namespace).replace("$job", job)
             .replace("$__rate_interval", rate_interval).replace("$__range", rate_interval))
+
+
+def all_value(dashboard: dict, name: str) -> str:
+    """What Grafana substitutes for variable `name` when "All" is chosen (its `allValue`).
+
+    Raises:
+      KeyError: the variable has no "All" option with an explicit value.
+    """
+    var = next(v for v in dashboard["templating"]["list"] if v["name"] == name)
+    if not var.get("includeAll"):
+        raise KeyError(f"${name} has no All option")
+    return var["allValue"]

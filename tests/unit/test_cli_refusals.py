@@ -510,3 +510,22 @@ def test_a_section_that_is_not_a_mapping_is_one_line_naming_it(tmp_path, path, v
     field = ".".join(path)
     assert_one_line_error(_validate(tmp_path, m), f"{field}: Input should be an object")
     assert_one_line_error(run_bad(tmp_path, m), f"{field}: Input should be an object")
+
+
+def test_a_trainer_config_number_read_as_a_float_is_shown_as_written_saying_why(tmp_path):
+    """Trial finding: `seqLen: 1e30` read `Input should be a valid integer (got 1e+30)`, and an integer written
+    out beyond 2**64 `(got 1e+23)`: neither as written, nor why a whole number is no integer. The trainer's
+    config keeps each float's text; the line says what the key needs and that YAML read it as a float."""
+    m = job_manifest("bigconfig", tmp_path)
+    m["spec"]["controller"]["trainer"]["config"].update(seqLen="__SEQ__", maxBytes="__BYTES__")
+    (tmp_path / "job.yaml").write_text(
+        yaml.safe_dump(m).replace("__SEQ__", "1e30").replace("__BYTES__", "100000000000000000000000"))
+    proc = _invoke("validate", "--trainer", str(tmp_path / "job.yaml"))
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    why = "must be an integer (a whole number, e.g. 10), not a float (YAML reads"
+    assert sorted(errors) == [
+        f"error: {tmp_path / 'job.yaml'}: spec.controller.trainer.config.maxBytes: 100000000000000000000000: {why} "
+        "a number with a decimal point or an exponent, or an integer beyond 2**64, as one)",
+        f"error: {tmp_path / 'job.yaml'}: spec.controller.trainer.config.seqLen: 1e30: {why} a number with a "
+        "decimal point or an exponent, or an integer beyond 2**64, as one)"], errors

@@ -58,3 +58,24 @@ def test_the_panels_the_issue_asks_for_are_there():
     for title, expr in dash.queries(dashboard):  # every job panel is one job's
         if "elastic_jax_" in expr and not title.startswith("$namespace"):
             assert 'job="$job"' in expr or title == "$job", (title, expr)
+
+
+def test_namespace_all_is_the_default_and_matches_a_series_without_the_label():
+    """Trial finding C4: every query filtered `namespace="$namespace"`, a label a Prometheus scraping a local
+    `elastic-jax run` does not add: such a dashboard showed nothing. The namespace variable defaults to All, whose
+    value matches a series without the label (Prometheus matches an absent label as ""), and every query selects
+    namespaces by regex, so All means any namespace or none; one chosen namespace still selects only its own."""
+    import re
+
+    dashboard = dash.load()
+    var = next(v for v in dashboard["templating"]["list"] if v["name"] == "namespace")
+    assert var.get("current", {}).get("value") == "$__all", var
+    everything = dash.all_value(dashboard, "namespace")
+    for title, expr in dash.queries(dashboard):
+        if "$namespace" not in expr:
+            continue
+        matchers = re.findall(r'namespace(=~|=|!=|!~)"([^"]*)"', expr)
+        assert matchers and set(matchers) == {("=~", "$namespace")}, (title, expr)
+        for value, matches in ((everything, ["", "team-a", "team-b"]), ("team-a", ["team-a"])):
+            pattern = "$namespace".replace("$namespace", value)
+            assert [ns for ns in ("", "team-a", "team-b") if re.fullmatch(pattern, ns)] == matches, (title, value)

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from elastic_jax import contract
+from elastic_jax.api.job import located
 from elastic_jax.api.manifest import ManifestError, load_manifest, parse_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -362,3 +363,56 @@ def test_a_rule_over_a_field_that_failed_is_skipped():
                             training={"steps": 10, "globalBatchSize": 1}), "job.yaml")
     assert info.value.problems == ["job.yaml: spec.slices.count: 'two': must be an integer (a whole number, e.g. 10), "
                                    "not a string"]  # ('two' unquoted is still a string: no hint to unquote it)
+
+
+def _bounded_int_fields(model, path=()):
+    """(camelCase path, bound) of every int field of `model` and its nested sections that has an upper bound."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():
+        key = path + (field.alias or name,)
+        union = typing.get_origin(field.annotation) in (typing.Union, types.UnionType)
+        args = [a for a in typing.get_args(field.annotation) if a is not type(None)] if union else [field.annotation]
+        items = [i for a in args if typing.get_origin(a) is list for i in typing.get_args(a)]
+        section = next((a for a in args + items if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if section is not None:
+            yield from _bounded_int_fields(section, key + ((0,) if section in items else ()))
+        elif int in args and any(getattr(m, "le", None) is not None for m in field.metadata):
+            yield key
+
+
+def _dotted(field: tuple) -> str:
+    """`spec.worker.tolerations[0].tolerationSeconds`: a field path as an error line names it."""
+    return located(field, "m").removesuffix(": m")
+
+
+BOUNDED_INT_FIELDS = sorted(_bounded_int_fields(__import__("elastic_jax.api.job", fromlist=["x"]).ElasticTrainingJob))
+
+
+@pytest.mark.parametrize("written", ["1e30", "100000000000000000000000", "123456789012345678901234567890"])
+@pytest.mark.parametrize("field", BOUNDED_INT_FIELDS, ids=lambda f: _dotted(f))
+def test_an_int_over_its_bound_is_shown_as_written_naming_the_field(tmp_path, field, written):
+    """Trial finding: `steps: 1e30` read `(got 1000000000000000019884624838656)`, and an integer written out
+    beyond 2**64 came back rounded through a float (YAML reads both as floats, as kubectl does). Every
+    bounded int field of the manifest shows the value as written."""
+    import yaml
+
+    m = _job()
+    node = m
+    for key, after in zip(field, field[1:]):
+        if isinstance(node, list):
+            node.append({})
+            node = node[key]
+        else:
+            node = node.setdefault(key, [] if isinstance(after, int) else {})
+    node[field[-1]] = "__BIG__"
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(m).replace("__BIG__", written))
+    with pytest.raises(ManifestError) as e:
+        load_manifest(path)
+    mine = [p for p in e.value.problems if f": {_dotted(field)}: " in p]
+    assert len(mine) == 1 and mine[0].endswith(f"(got {written})"), e.value.problems
+    assert len(BOUNDED_INT_FIELDS) > 10  # (the walk found the manifest's int fields)
