@@ -69,8 +69,10 @@ def test_every_slice_slower_than_the_deadline_marks_none_down_and_names_the_fiel
     while _step_seconds(backend, params, rounds) < 1.0:  # a step of at least a second, measured here
         rounds *= 2
     step_s = min(_step_seconds(backend, params, rounds) for _ in range(2))
-    # Below the step time, well inside the 4x the run may wait: the step is slower than the deadline.
-    backend.step_deadline_s = backend.configured_step_deadline_s = step_s / 2.5
+    # Below the fastest step measured, so the step is slower than the deadline; the run may wait up to 4x
+    # the deadline (3.2x that step): room for a step slowed by a loaded machine (at 2.5 it was 1.6x, and a
+    # step under load 6-7 on 2 cores overran it).
+    backend.step_deadline_s = backend.configured_step_deadline_s = step_s / 1.25
 
     assert _step_seconds(backend, params, rounds) > backend.configured_step_deadline_s
     assert slices.active == {0, 1}  # no slice marked down
@@ -79,8 +81,10 @@ def test_every_slice_slower_than_the_deadline_marks_none_down_and_names_the_fiel
     assert warning.startswith("spec.elasticity.stepDeadlineSeconds") and "took" in warning, warning
     assert backend.step_deadline_s == backend.configured_step_deadline_s * 4 or \
         backend.step_deadline_s == backend.configured_step_deadline_s * 2, backend.step_deadline_s
-    # The run keeps the longer deadline: the next step is no miss at all.
-    assert _step_seconds(backend, params, rounds) < backend.step_deadline_s
+    # The run keeps the longer deadline: the next step runs through (a miss of every slice past the longest
+    # wait would raise here), still on both slices, with no second warning.
+    _step_seconds(backend, params, rounds)
+    assert slices.active == {0, 1} and len(backend.setting_warnings) == 1
 
 
 def test_one_slice_missing_the_deadline_while_another_answers_is_still_a_hang(two_slices):
