@@ -17,6 +17,7 @@ from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
     apply_job, ejob_crd, example_manifest, get_job, operator_kubeconfig, run_operator,
 )
 from elastic_jax.api import labels
+from elastic_jax.api import status as status_api
 
 OPERATOR_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "elastic-jax"}},
                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "elastic-jax",
@@ -77,4 +78,34 @@ def test_each_job_gets_owned_network_policies_selecting_its_pods_and_they_go_wit
                  what="the NetworkPolicies deleted with the job", interval_s=0.5,
                  explain=lambda: json.dumps(sorted(_policies(cluster, namespace))))
     finally:
+        runner.close()  # stops the operator by PID
+
+
+def test_a_planted_policy_of_the_jobs_name_is_not_taken_for_the_jobs_own(cluster, namespace, operator_kubeconfig,
+                                                                           tmp_path):
+    """A tenant's NetworkPolicy named like the job's (say, admitting every pod) would decide who reaches it:
+    the operator reads its owner (RBAC `get`), refuses it by name and starts nothing."""
+    manifest = example_manifest()
+    name = manifest["metadata"]["name"]
+    planted = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+               "metadata": {"name": f"{name}-controller-ingress", "namespace": namespace},
+               "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{}]}}
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(planted))
+    runner = run_operator(operator_kubeconfig, tmp_path / "operator.log",
+                          ("--control-api-from", json.dumps([OPERATOR_PEER])))
+    operator = next(runner)
+    try:
+        manifest["spec"]["checkpoint"]["uri"] = f"/tmp/elastic-jax/e2e-netpol/{namespace}/checkpoints"
+        status, explain = apply_job(cluster, namespace, manifest, operator)
+        failed = wait_for(lambda: next((c for c in status().get("conditions") or []
+                                        if c["type"] == "CreateFailed" and c["status"] == "True"), None),
+                          timeout_s=120, what="CreateFailed naming the planted NetworkPolicy", interval_s=0.5,
+                          explain=explain)
+        assert failed["reason"] == status_api.REASON_CHILD_CONFLICT, failed
+        assert f"NetworkPolicy {name}-controller-ingress exists and is not owned by this job" in failed["message"]
+        assert "who reaches the job's pods" in failed["message"], failed
+        assert pods(cluster, namespace, f"{labels.JOB_NAME}={name}") == []
+        assert "ownerReferences" not in _policies(cluster, namespace)[f"{name}-controller-ingress"]["metadata"]
+    finally:
+        cluster.kubectl("delete", "elastictrainingjob", "-n", namespace, name, "--wait=false", check=False)
         runner.close()  # stops the operator by PID

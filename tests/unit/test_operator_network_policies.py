@@ -102,3 +102,12 @@ def test_bad_peers_are_one_usage_error_naming_the_flag(text, says, monkeypatch, 
 def test_good_peers_are_kept_as_given():
     text = json.dumps([*CONTROL_API_FROM, {"ipBlock": {"cidr": "10.0.0.0/8"}}])
     assert network_policies.parse_peers(text) == json.loads(text)
+
+
+def test_a_taken_policy_name_says_what_the_policy_would_do():
+    """The ConfigMap/Service wording ("would choose the job's code") was said of a planted NetworkPolicy."""
+    from elastic_jax.k8s_operator.status_builder import child_conflict
+
+    _, message = child_conflict("NetworkPolicy", "demo-controller-ingress")
+    assert "NetworkPolicy demo-controller-ingress exists and is not owned by this job" in message
+    assert "who reaches the job's pods" in message and "code" not in message
