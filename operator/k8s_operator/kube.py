@@ -175,13 +175,13 @@ class Kube:
                 return None
             refs = (obj.get("metadata") or {}).get("ownerReferences") or []
             return [{k: str(r.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")} for r in refs]
-        api, method = {"ConfigMap": (self.core, "read_namespaced_config_map"),
-                       "Service": (self.core, "read_namespaced_service"),
-                       "Pod": (self.core, "read_namespaced_pod"),
-                       "NetworkPolicy": (self.networking, "read_namespaced_network_policy")}.get(kind, (None, None))
+        api, method = {"ConfigMap": ("core", "read_namespaced_config_map"),
+                       "Service": ("core", "read_namespaced_service"),
+                       "Pod": ("core", "read_namespaced_pod"),
+                       "NetworkPolicy": ("networking", "read_namespaced_network_policy")}.get(kind, (None, None))
         if method is None:
             raise ValueError(f"unexpected kind {kind}")
-        obj = unless_absent(lambda: getattr(api, method)(name, namespace, **self._timeout))
+        obj = unless_absent(lambda: getattr(getattr(self, api), method)(name, namespace, **self._timeout))
         if obj is None:
             return None
         return [{"apiVersion": r.api_version or "", "kind": r.kind or "", "name": r.name or "", "uid": r.uid or ""}
