@@ -303,6 +303,10 @@ def test_the_operator_is_told_who_reaches_control_apis_so_every_job_gets_network
     # The retired per-namespace setting is refused by the schema, not silently ignored.
     with pytest.raises(AssertionError, match="namespaces"):
         render(helm, "--set", "networkPolicy.namespaces={team-a}")
+    # A peer the operator would refuse at startup (a crash loop) is refused by `helm install` instead.
+    for bad in ({"podselector": {}}, {}, {"podSelector": {"app": "x"}}):
+        with pytest.raises(AssertionError, match="controlApiFrom"):
+            render(helm, "--set-json", f"networkPolicy.controlApiFrom=[{json.dumps(bad)}]")
 
 
 def test_controller_service_accounts_reach_the_operator_and_bad_entries_fail_the_schema(helm):
