@@ -1,4 +1,4 @@
-"""Spec → the backend-independent children (Secret, ConfigMap, Service) and the full child set.
+"""Spec → the backend-independent children (Secret, ConfigMap, Service, NetworkPolicies) and the full child set.
 
 Pure functions: no API calls. Owner references are added by the handler
 with `kopf.adopt`, so deleting the job garbage-collects everything.
@@ -17,6 +17,7 @@ from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.manifest import dump_yaml
 from elastic_jax.k8s_operator import names
 from elastic_jax.k8s_operator.backends import renderer_for
+from elastic_jax.k8s_operator.network_policies import network_policies
 
 
 def spec_hash(job: ElasticTrainingJob) -> str:
@@ -117,20 +118,23 @@ def controller_service(job: ElasticTrainingJob) -> dict[str, Any]:
     }
 
 
-def static_children(job: ElasticTrainingJob) -> list[dict[str, Any]]:
-    """The children created once per job: the manifest ConfigMap, the controller Service and, for
-    backend pathways, the Pathways head's headless Service."""
+def static_children(job: ElasticTrainingJob, control_api_from: list[dict[str, Any]] | None = None
+                    ) -> list[dict[str, Any]]:
+    """The children created once per job: the manifest ConfigMap, the controller Service, for backend
+    pathways the Pathways head's headless Service, and the job's NetworkPolicies when `control_api_from`
+    (the peers allowed to the control API, `network_policies.parse_peers`) is not None."""
     out = [manifest_configmap(job), controller_service(job)]
     if job.spec.backend == "pathways":
         from elastic_jax.k8s_operator.backends.pathways import head_service
 
         out.append(head_service(job))
-    return out
+    return out + network_policies(job, control_api_from)
 
 
 def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int = 0,
-                    job_uid: str = "") -> list[dict[str, Any]]:
-    """Every child of a job: Secret, ConfigMap, Service(s), controller Pod, one JobSet per slice.
+                    job_uid: str = "", control_api_from: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every child of a job: Secret, ConfigMap, Service(s), NetworkPolicies (`static_children`), controller
+    Pod, one JobSet per slice.
 
     `job_uid` (the job's metadata.uid) goes to the controller with its namespace and name.
 
@@ -140,7 +144,7 @@ def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int
     renderer = renderer_for(job.spec.backend)
     return [
         token_secret(job, token),
-        *static_children(job),
+        *static_children(job, control_api_from),
         renderer.controller_pod(job, controller_attempt, job_uid),
         *(renderer.worker_jobset(job, i) for i in range(job.spec.slices.total)),
     ]

@@ -93,6 +93,8 @@ class OperatorState:
         force-deleted (`--node-lost-seconds`); 0 turns that off.
       controller_threads: each job's controller HTTP runs on its own thread (`ControllerLink`), never
         on a kopf handler thread (what the operator runs); False runs it in the handler (unit tests).
+      control_api_from: NetworkPolicyPeers allowed to each job's control API (`--control-api-from`): each
+        job gets its NetworkPolicies (`network_policies`); None: none are created.
 
     Raises:
       tokens.OperatorKeyError: the key file is unreadable or too short.
@@ -100,8 +102,10 @@ class OperatorState:
 
     def __init__(self, kube: Kube | None = None, key: bytes | None = None,
                  node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY,
-                 controller_threads: bool = False):
+                 controller_threads: bool = False, control_api_from: list[dict] | None = None):
         self._kube = kube
+        # NetworkPolicyPeers allowed to every job's control API (`network_policies`); None: no policies.
+        self.control_api_from = control_api_from
         self.controller_threads = controller_threads
         self.identity = identity
         # UIDs of the jobs another operator claimed (reported once each, counted in the gauge).
@@ -744,7 +748,7 @@ def _setup(state: OperatorState, key, job, js: JobState, body, status, applier: 
 
     secret, static = effects.setup_effects(js, status.get("tokenSecret") or "",
                                            lambda: adopted(children.token_secret(job, token)),
-                                           lambda: [adopted(c) for c in children.static_children(job)])
+                                           lambda: [adopted(c) for c in children.static_children(job, state.control_api_from)])
     out = applier.apply(secret)
     if out.secret_taken:
         taken = out.secret_taken

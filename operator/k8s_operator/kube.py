@@ -15,7 +15,7 @@ from kubernetes import config
 # hundreds of model modules on first attribute use, which was the operator's first reconcile pass (5-7 s
 # on a loaded 2-core machine). A SIGTERM during that pass waited for it (kopf lets a sync handler
 # finish), so a restarted operator took over 10 s to stop.
-from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import ApiClient, BatchV1Api, CoreV1Api, CustomObjectsApi, NetworkingV1Api
 from kubernetes.client.rest import ApiException
 
 from elastic_jax import contract
@@ -104,6 +104,7 @@ class Kube:
         self.core = CoreV1Api(api_client)
         self.custom = CustomObjectsApi(api_client)
         self.batch = BatchV1Api(api_client)
+        self.networking = NetworkingV1Api(api_client)
         self._timeout = {"_request_timeout": request_timeout_s}
 
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
@@ -124,6 +125,8 @@ class Kube:
                 self.core.create_namespaced_config_map(namespace, body, **self._timeout)
             elif kind == "Service":
                 self.core.create_namespaced_service(namespace, body, **self._timeout)
+            elif kind == "NetworkPolicy":
+                self.networking.create_namespaced_network_policy(namespace, body, **self._timeout)
             elif kind == contract.JOBSET_KIND:
                 self.custom.create_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, JOBSET_PLURAL, body,
                                                            **self._timeout)
@@ -158,8 +161,8 @@ class Kube:
         return (cm.data or {}).get(labels.MANIFEST_KEY)
 
     def owners(self, namespace: str, kind: str, name: str) -> list[dict[str, str]] | None:
-        """The ownerReferences ({apiVersion, kind, name, uid}) of the existing ConfigMap, Service, Pod or
-        JobSet `name`; None when it is absent. Secrets are never read (the operator may only create them).
+        """The ownerReferences ({apiVersion, kind, name, uid}) of the existing ConfigMap, Service, Pod,
+        NetworkPolicy or JobSet `name`; None when it is absent. Secrets are never read (the operator may only create them).
 
         Raises:
           ValueError: another kind.
@@ -172,19 +175,21 @@ class Kube:
                 return None
             refs = (obj.get("metadata") or {}).get("ownerReferences") or []
             return [{k: str(r.get(k) or "") for k in ("apiVersion", "kind", "name", "uid")} for r in refs]
-        method = {"ConfigMap": "read_namespaced_config_map", "Service": "read_namespaced_service",
-                  "Pod": "read_namespaced_pod"}.get(kind)
+        api, method = {"ConfigMap": ("core", "read_namespaced_config_map"),
+                       "Service": ("core", "read_namespaced_service"),
+                       "Pod": ("core", "read_namespaced_pod"),
+                       "NetworkPolicy": ("networking", "read_namespaced_network_policy")}.get(kind, (None, None))
         if method is None:
             raise ValueError(f"unexpected kind {kind}")
-        obj = unless_absent(lambda: getattr(self.core, method)(name, namespace, **self._timeout))
+        obj = unless_absent(lambda: getattr(getattr(self, api), method)(name, namespace, **self._timeout))
         if obj is None:
             return None
         return [{"apiVersion": r.api_version or "", "kind": r.kind or "", "name": r.name or "", "uid": r.uid or ""}
                 for r in (getattr(obj.metadata, "owner_references", None) or [])]
 
     def owned_by(self, namespace: str, kind: str, name: str, owner_uid: str) -> bool:
-        """Whether the existing ConfigMap, Service, Pod or JobSet `name` has an ownerReference to `owner_uid`
-        (False when absent).
+        """Whether the existing ConfigMap, Service, Pod, NetworkPolicy or JobSet `name` has an ownerReference to
+        `owner_uid` (False when absent).
 
         Raises:
           ValueError: another kind.

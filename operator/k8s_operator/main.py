@@ -344,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
                              "not ended by then (exit 0 and one line on stderr; every pass is idempotent); keep it "
                              f"under the pod's termination grace; default {STOP_DEADLINE_S:g} "
                              "(env ELASTIC_JAX_STOP_DEADLINE_SECONDS)")
+    parser.add_argument("--control-api-from", default=os.environ.get(contract.ENV_CONTROL_API_FROM, ""),
+                        help="JSON list of NetworkPolicyPeers allowed to reach the controller pods' control API "
+                             "(the operator's own pods at least): each job then gets NetworkPolicies in its "
+                             "namespace (docs/security.md); the chart sets it when networkPolicy.enabled; "
+                             "default: none are created (env ELASTIC_JAX_CONTROL_API_FROM)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     # Before kopf's threads start: any object the API server stores must be readable (`deep_objects`).
@@ -368,6 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_prefixes.configure(args.checkpoint_prefixes)
     except ValueError as e:
         parser.error(f"--checkpoint-prefixes: {e}")
+    from elastic_jax.k8s_operator import network_policies
+    try:
+        control_api_from = network_policies.parse_peers(args.control_api_from)
+    except ValueError as e:
+        parser.error(f"--control-api-from: {e}")
 
     kopf.configure(verbose=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN)
@@ -411,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     state = handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
-                                   controller_threads=True)
+                                   controller_threads=True, control_api_from=control_api_from)
     # The daemons' passes: their own threads, as many as kopf's (the daemons themselves are async: a quiet
     # pass is skipped on the event loop).
     state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,

@@ -51,3 +51,13 @@ def controller_pod(job: str, attempt: int) -> str:
 def slice_jobset(job: str, index: int) -> str:
     """The JobSet of slice `index`."""
     return f"{job}-slice-{index}"
+
+
+def controller_policy(job: str) -> str:
+    """The NetworkPolicy limiting who reaches the job's controller pods (`network_policies`)."""
+    return f"{job}-controller-ingress"
+
+
+def worker_policy(job: str) -> str:
+    """The NetworkPolicy limiting who reaches the job's worker pods (`network_policies`)."""
+    return f"{job}-worker-ingress"

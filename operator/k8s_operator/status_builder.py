@@ -484,7 +484,8 @@ def token_refused(detail: str) -> tuple[str, str]:
 def child_conflict(kind: str, name: str) -> tuple[str, str]:
     """(reason, message) of the CreateFailed condition when the name of one of the job's children is taken."""
     why = {contract.JOBSET_KIND: "its pods are not this slice's workers, so the slice cannot start",
-           "Pod": "it is not this job's controller"}.get(
+           "Pod": "it is not this job's controller",
+           "NetworkPolicy": "a NetworkPolicy of that name would decide who reaches the job's pods"}.get(
         kind, "a ConfigMap of that name would choose the job's code, a Service would route its traffic")
     what = "that slice is not started" if kind == contract.JOBSET_KIND else "nothing is started"
     return st.REASON_CHILD_CONFLICT, (

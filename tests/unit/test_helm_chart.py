@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import shutil
 import subprocess
 
@@ -20,6 +21,7 @@ import yaml
 from elastic_jax import __version__
 from elastic_jax import contract
 from elastic_jax.api import images
+from elastic_jax.k8s_operator import network_policies
 from e2e.harness.paths import REPO_ROOT, bin_dir
 from tests.support.kube_models import validate
 
@@ -284,27 +286,32 @@ def test_operator_reads_no_secret_and_mounts_its_key(helm):
     assert {v["name"]: v for v in pod["volumes"]}["operator-key"]["secret"]["secretName"] == "my-key"
 
 
-def test_network_policies_let_only_the_operator_reach_controllers_and_controllers_reach_workers(helm):
-    assert by_kind(render(helm), "NetworkPolicy") == []  # cluster-wide, no namespaces named: none
-    docs = render(helm, "--set", "networkPolicy.namespaces={team-a,team-b}")
-    policies = by_kind(docs, "NetworkPolicy")
-    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"].rsplit("-", 1)[1]) for p in policies) == [
-        ("team-a", "controller"), ("team-a", "worker"), ("team-b", "controller"), ("team-b", "worker")]
-    for p in policies:
-        assert validate(p) == []
+def _control_api_from(docs) -> list | None:
+    env = {e["name"]: e for e in by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    return json.loads(env[contract.ENV_CONTROL_API_FROM]["value"]) if contract.ENV_CONTROL_API_FROM in env else None
+
+
+def test_the_operator_is_told_who_reaches_control_apis_so_every_job_gets_network_policies(helm):
+    """The chart makes no NetworkPolicy itself (they are per job, made by the operator, in any namespace):
+    it tells the operator the peers of the control API, its own pods first, by default and cluster-wide."""
+    docs = render(helm)
+    assert by_kind(docs, "NetworkPolicy") == []
     operator_labels = by_kind(docs, "Deployment")[0]["spec"]["selector"]["matchLabels"]
-    controller = next(p for p in policies if p["metadata"]["name"].endswith("-controller"))
-    assert controller["spec"]["podSelector"] == {"matchLabels": {"elasticjax.dev/role": "controller"}}
-    control_rule = next(r for r in controller["spec"]["ingress"] if {"protocol": "TCP", "port": 8080} in r["ports"])
-    assert control_rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
-                                     "podSelector": {"matchLabels": operator_labels}}]
-    worker = next(p for p in policies if p["metadata"]["name"].endswith("-worker"))
-    assert worker["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {"elasticjax.dev/role": "controller"}}}],
-                                          "ports": [{"protocol": "TCP", "port": 8471}]}]
-    # watchNamespaces are the default; the toggle turns them off.
-    assert len(by_kind(render(helm, "--set", "watchNamespaces={ns1}"), "NetworkPolicy")) == 2
-    assert by_kind(render(helm, "--set", "watchNamespaces={ns1}", "--set", "networkPolicy.enabled=false"),
-                   "NetworkPolicy") == []
+    peers = _control_api_from(docs)
+    assert peers == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                      "podSelector": {"matchLabels": operator_labels}}]
+    assert network_policies.parse_peers(json.dumps(peers)) == peers  # what the operator accepts at startup
+    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    docs = render(helm, "--set-json", f"networkPolicy.controlApiFrom=[{json.dumps(prometheus)}]")
+    assert _control_api_from(docs) == [*peers, prometheus]
+    assert _control_api_from(render(helm, "--set", "networkPolicy.enabled=false")) is None
+    # The retired per-namespace setting is refused by the schema, not silently ignored.
+    with pytest.raises(AssertionError, match="namespaces"):
+        render(helm, "--set", "networkPolicy.namespaces={team-a}")
+    # A peer the operator would refuse at startup (a crash loop) is refused by `helm install` instead.
+    for bad in ({"podselector": {}}, {}, {"podSelector": {"app": "x"}}):
+        with pytest.raises(AssertionError, match="controlApiFrom"):
+            render(helm, "--set-json", f"networkPolicy.controlApiFrom=[{json.dumps(bad)}]")
 
 
 def test_controller_service_accounts_reach_the_operator_and_bad_entries_fail_the_schema(helm):

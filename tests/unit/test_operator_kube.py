@@ -35,8 +35,9 @@ def test_kubes_reads_and_deletes_of_a_gone_object_find_nothing_and_raise_nothing
             return lambda *a, **k: _refuse(404)()
 
     kube = Kube.__new__(Kube)
-    kube.core = kube.custom = kube.batch = Gone()
+    kube.core = kube.custom = kube.batch = kube.networking = Gone()
     assert kube.read_manifest("ns", "j-manifest", "uid") is None
     assert kube.owners("ns", "JobSet", "j-slice-0") is None and kube.owners("ns", "Pod", "j-controller-0") is None
+    assert kube.owners("ns", "NetworkPolicy", "j-controller-ingress") is None
     assert kube.job_uid_if_owned("ns", "j-slice-0-worker-0", "js-uid") is None
     kube.delete_pod("ns", "p"), kube.delete_jobset("ns", "j-slice-0"), kube.delete_job("ns", "j")

@@ -28,6 +28,11 @@ from elastic_jax.k8s_operator.backends.tpu_shapes import GENERATIONS, SliceShape
 GOLDEN = Path(__file__).parent / "golden" / "pathways"
 TOKEN = "golden-token"
 JOB_UID = "0b5e4c1a-golden-job-uid"
+# The peers the chart gives the operator by default (release `ej` in namespace `elastic-jax`).
+CONTROL_API_FROM = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "elastic-jax"}},
+                     "podSelector": {"matchLabels": {"app.kubernetes.io/name": "elastic-jax",
+                                                     "app.kubernetes.io/instance": "ej",
+                                                     "app.kubernetes.io/component": "operator"}}}]
 
 
 def pathways_job(accelerator="tpu-v5-lite-podslice", topology="2x2", count=2, name="tpu-job", **spec):
@@ -74,14 +79,14 @@ CASES = {
 
 
 def render(job) -> str:
-    """The Service, controller Pod and slice JobSets, as the YAML stream the golden files hold.
+    """The Services, the NetworkPolicy, controller Pod and slice JobSets, as the YAML stream the golden files hold.
 
     Secret and ConfigMap are left out: they do not depend on the backend (the
     ConfigMap holds every spec default, which would tie these files to
     unrelated API changes) and tests/unit/test_operator_render.py covers them.
     """
     resolved = backends.resolve(job)
-    objs = children.render_children(resolved, token=TOKEN, job_uid=JOB_UID)
+    objs = children.render_children(resolved, token=TOKEN, job_uid=JOB_UID, control_api_from=CONTROL_API_FROM)
     text = GOLDEN_HEADER + yaml.safe_dump_all([o for o in objs if o["kind"] not in ("Secret", "ConfigMap")],
                                               sort_keys=False)
     # The manifest digest covers every spec default, like the ConfigMap: a placeholder keeps these files

@@ -179,9 +179,9 @@ def test_static_children_are_rendered_once_per_job_uid_not_every_pass(monkeypatc
     rendered: list[str] = []
     real = children.static_children
 
-    def counting(job):
+    def counting(job, control_api_from=None):
         rendered.append(job.metadata.name)
-        return real(job)
+        return real(job, control_api_from)
 
     monkeypatch.setattr(children, "static_children", counting)
     state = handlers.OperatorState(kube=_Kube(), key=KEY)

@@ -51,3 +51,9 @@ app.kubernetes.io/part-of: elastic-jax
 {{- define "elastic-jax.operatorKeySecret" -}}
 {{- default (printf "%s-operator-key" (include "elastic-jax.fullname" .)) .Values.operatorKey.existingSecret -}}
 {{- end -}}
+
+{{/* NetworkPolicyPeers allowed to the jobs' control API, as JSON: this release's operator pods first. */}}
+{{- define "elastic-jax.controlApiFrom" -}}
+{{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (include "elastic-jax.selectorLabels" . | fromYaml)) -}}
+{{- prepend (.Values.networkPolicy.controlApiFrom | default list) $operator | toJson -}}
+{{- end -}}
