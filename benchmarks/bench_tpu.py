@@ -12,10 +12,10 @@ time holds a TPU chip; this parent never opens it):
   - fused: one `jax.jit` of loss + gradient + the trainer's optax update on
     the same global batches (host batches fed each step, state donated,
     dispatched without a sync per step), mean seconds per step;
-  - runtime: the `TrainingRun` (its fused `step` program: gradients and the
-    optax update in one program per mesh; host snapshots every
+  - runtime: the `TrainingRun` (its fused step program, launched one step
+    ahead: gradients and the optax update in one program per mesh; host snapshots every
     `hostSnapshotIntervalSteps` = 10 as by default), mean seconds per step over
-    the same number of steps (from one `step` call's start to the next); ratio runtime / fused (target <= 1.03x);
+    the same number of steps (from one step's launch to the next); ratio runtime / fused (target <= 1.03x);
   - then a slice loss (the error Pathways raises, `JaxRuntimeError("DATA_LOSS:
     ...")`, inside the backend's program call; the slice reported Down, then
     Ready at once, so no wait for the slice is included): seconds from the
@@ -92,19 +92,8 @@ def _run(layout: Layout, workdir: Path, steps: int, size: dict, lose_at_call: in
     slice_set = SliceSet(layout.count)
     for i in range(layout.count):
         slice_set.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"slice-{i}-worker-0:8471"]))
-    inner = layout.backend(slice_set)
-    # Where a step's time goes: the program's run (dispatch to results ready) per call, beside the call.
-    execute, inner.execute_s = inner._execute, []
-
-    def timed_execute(*args: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return execute(*args)
-        finally:
-            inner.execute_s.append(time.perf_counter() - t0)
-
-    inner._execute = timed_execute
-    backend = ScriptedBackend(inner, slice_set, lose_at_call=lose_at_call, lost_slice=layout.count - 1)
+    backend = ScriptedBackend(layout.backend(slice_set), slice_set, lose_at_call=lose_at_call,
+                              lost_slice=layout.count - 1)
     trainer = make_trainer(job.spec.controller.trainer.config)
     checkpointer = Checkpointer(job.spec.checkpoint.uri, steps, 1)
     try:
@@ -171,23 +160,19 @@ def child_main(platform: str, workdir: Path, snapshot_every: int = 10, fused: bo
     layout = Layout(platform, one_slice_without_index=True)
     size = SIZES[platform]
     warmup, timed = size["warmup"], size["timed"]
-    # Calls 1..warmup compile; the timed window runs from call warmup+1 to the start of call warmup+timed+1;
-    # the next call loses a slice; its retry completes when the call after it starts.
+    # Calls (launches) 1..warmup compile; the timed window runs from launch warmup+1 to launch warmup+timed+1,
+    # one step apart each (the loop launches step n+1 before it reads step n); a later launch loses a slice.
     lose_at = warmup + timed + 2
     summary, backend, trainer = _run(layout, workdir / f"main-{snapshot_every}", lose_at + 3, size,
                                      lose_at_call=lose_at, snapshot_every=snapshot_every)
     starts = backend.call_starts
     runtime_steps = [b - a for a, b in zip(starts[warmup:warmup + timed], starts[warmup + 1:warmup + timed + 1])]
-    window = slice(warmup, warmup + timed)  # the timed calls (none redone: the loss comes after them)
-    ends, execute_s = backend.call_ends[window], backend.execute_s[window]
+    # The retried step completed when its outputs were ready (the first `wait` to return after the loss).
+    retried = min(t for t in backend.call_ends if t > backend.loss_raised_at)
     out = layout.describe()
     out.update(
-        # The median call: in the backend's `step` (placement check, program lookup, the program's run) and,
-        # of that, the program's run; the rest of a step is the loop's own host work between calls.
-        step_call_median_s=statistics.median(e - s for s, e in zip(starts[window], ends)),
-        execute_median_s=statistics.median(execute_s),
         runtime_step_s=statistics.mean(runtime_steps), runtime_step_median_s=statistics.median(runtime_steps),
-        recovery_s=starts[lose_at + 1] - backend.loss_raised_at,
+        recovery_s=retried - backend.loss_raised_at,
         recovery_record_s=summary.recoveries[0]["seconds"] if summary.recoveries else None,
         recovery_slices=summary.recoveries[0]["slices"] if summary.recoveries else None,
         steps_lost=summary.steps_lost, lost_at_step=lose_at - 1,
@@ -210,8 +195,8 @@ def child_start(platform: str, workdir: Path) -> dict[str, Any]:
     """Trains 2 steps; reports when the first completed (unix seconds) and how many cache entries exist."""
     layout = Layout(platform, one_slice_without_index=True)
     _, backend, _ = _run(layout, workdir, 2, SIZES[platform])
-    # Step 1 completed (update and bookkeeping included) when call 2 started.
-    first_step_unix = time.time() - (time.perf_counter() - backend.call_starts[1])
+    # Step 1 completed when its outputs were ready (the first `wait` returned).
+    first_step_unix = time.time() - (time.perf_counter() - backend.call_ends[0])
     out = layout.describe()
     out["first_step_unix"] = first_step_unix
     return out
@@ -285,8 +270,6 @@ def report(result: dict[str, Any], platform: str, command: str) -> dict[str, Any
         ("fused jit step, loss read each step", f"{result['fused_synced_step_s']:.4f} s", ""),
         ("runtime step (mean; median)", f"{result['runtime_step_s']:.4f} s; {result['runtime_step_median_s']:.4f} s", ""),
         ("runtime / fused", f"{result['ratio']:.3f}x", f"<= {TARGETS['ratio']}x"),
-        ("  of a step: in the backend's step", f"{result['step_call_median_s']:.4f} s (median)", ""),
-        ("  of that: the program's run", f"{result['execute_median_s']:.4f} s (median)", ""),
         ("slice loss -> next completed step", f"{result['recovery_s']:.2f} s (run's record: "
          f"{result['recovery_record_s'] if result['recovery_record_s'] is None else round(result['recovery_record_s'], 2)} s)",
          f"<= {TARGETS['recovery_s']} s"),

@@ -126,8 +126,8 @@ class TrainingRun:
             return new, (loss_sum, weight, all_finite(new))
 
         self._train_step = train_step  # (one object, as `_slice_step`)
-        # pathways: the update runs inside the step's program (`PathwaysBackend.step`); cpu: here, after the sum.
-        self._fused = callable(getattr(backend, "step", None))
+        # pathways: the update runs inside the step's program (`PathwaysBackend.launch`); cpu: here, after the sum.
+        self._fused = callable(getattr(backend, "launch", None))
 
     # -- what the runtime holds -----------------------------------------------
 
@@ -365,19 +365,30 @@ class TrainingRun:
             self.state = self.backend.place_state(self.state, active)
         tokens_per_step = spec.training.global_batch_size * self.trainer.tokens_per_example
         window_start, window_steps = time.monotonic(), 0
+        # pathways: step n+1 is launched on step n's (future) state before step n's outputs are read, so the
+        # host's work between steps overlaps the chip's (`PathwaysBackend.launch`). A launch not waited for
+        # (an elastic event, a stop, a non-finite step) is dropped: `self.state` is always a completed step's.
+        launched = None
         while self.step < spec.training.steps and not self.stop_requested:
             self.runtime.check_scale_up()
             # Flow 4: a draining slice is let go after a save while every slice still exists.
             self.runtime.check_drain(self.step, self.state, self._data())
-            batch = self.batches[self.step]
             # The step that completes a recovery is part of it (as RecoveryRecord.seconds counts it):
             # on a replaced slice it includes the first compile. The runtime books the ledger so.
             # The library's per-slice run-and-sum (`Runtime.map_sum`), over this attempt's slices.
             if self._fused:
-                new_state, (loss_sum, weight, finite) = self.backend.step(self._train_step, self.state, batch, active)
+                if launched is None:
+                    launched = self.backend.launch(self._train_step, self.state, self.batches[self.step], active)
+                ahead = None
+                if self.step + 1 < spec.training.steps:
+                    ahead = self.backend.launch(self._train_step, launched.outputs[0], self.batches[self.step + 1],
+                                                active)
+                new_state, outputs = self.backend.wait(launched)
+                launched = ahead
+                loss_sum, weight, finite = jax.device_get(outputs)
                 loss_sum, weight, finite = float(loss_sum), float(weight), bool(finite)
             else:
-                new_state, loss_sum, weight, finite = self._step_then_update(batch, active)
+                new_state, loss_sum, weight, finite = self._step_then_update(self.batches[self.step], active)
             loss = float(loss_sum / weight)
             self.runtime.check_finite(self.step + 1, loss, finite=finite)
             with self._lock:

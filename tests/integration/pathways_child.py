@@ -98,11 +98,11 @@ def main(tmp):
         ready(slice_set, i, 1)
     backend = PathwaysBackend(slice_set, slice_of=slice_of)
     calls = {"n": 0}
-    real = backend.step
+    real = backend.launch
 
     def flaky(fn, params, batch, active):
         calls["n"] += 1
-        if calls["n"] == 26:  # the 26th step: 25 done, the lost one would be step 26
+        if calls["n"] == 26:  # the 26th launch: 24 steps done (step 25 runs, launched ahead): both redone
             slice_set.mark_down([1], "test: slice lost")
             raise SliceDownError("DATA_LOSS: slice 1 lost", [1])
         if calls["n"] == 30:
@@ -112,7 +112,7 @@ def main(tmp):
             ready(slice_set, 1, 2)
         return real(fn, params, batch, active)
 
-    backend.step = flaky
+    backend.launch = flaky
     checkpointer = Checkpointer(job.spec.checkpoint.uri, 100, 2)
     run = TrainingRun(job, trainer, backend, slice_set, checkpointer, ControllerMetrics())
     summary = run.run()
@@ -132,14 +132,14 @@ def main(tmp):
     backend = PathwaysBackend(slice_set, devices=lambda: all_devices[:shown["n"]], slice_of=slice_of)
     out["missing_at_start"] = backend.missing_slices()
     first_active = []
-    real_missing = backend.step
+    real_missing = backend.launch
 
     def recording(fn, params, batch, active):
         if not first_active:
             first_active.extend(active)
         return real_missing(fn, params, batch, active)
 
-    backend.step = recording
+    backend.launch = recording
 
     def pool_appears():
         shown["n"] = 4

@@ -33,7 +33,7 @@ from elastic_jax.controller.metrics import ControllerMetrics  # noqa: E402
 
 TINY = {"seqLen": 32, "dModel": 32, "numLayers": 1, "numHeads": 2, "mlpDim": 64, "maxBytes": 100_000}
 STEPS = 16
-LOST_AT_CALL = 7  # the 7th step program: 6 steps done
+LOST_AT_CALL = 7  # the 7th step program's launch: 5 steps done, the 6th running (launched ahead)
 BACK_AT_CALL = 10
 
 COMPILES: list[dict] = []  # every backend compile: the thread and the window open then
@@ -200,7 +200,9 @@ def no_replica(tmp, trainer):
 
     def execute(program, state, batch):
         calls["n"] += 1
-        if calls["n"] == 8:  # 7 steps done; the newest checkpoint is step 5's
+        # The 9th launch: 7 steps done (the loop launches step n+1 before it reads step n); the newest
+        # checkpoint is step 5's.
+        if calls["n"] == 9:
             checkpointer.wait_until_finished()  # (its async save committed: a condition, not a sleep)
             run.state = poisoned(run.state, set(backend.slices[0]))
             backend._probe = lambda i: (_ for _ in ()).throw(jax.errors.JaxRuntimeError("DATA_LOSS: slice 0")) \

@@ -24,7 +24,7 @@ from elastic_jax.controller.loop import TrainingRun  # noqa: E402
 from elastic_jax.controller.metrics import ControllerMetrics  # noqa: E402
 
 TINY = {"seqLen": 32, "dModel": 32, "numLayers": 1, "numHeads": 2, "mlpDim": 64, "maxBytes": 100_000}
-LOST_AT_CALL = 16  # the 16th step attempt: 15 steps done
+LOST_AT_CALL = 16  # the 16th launch: 14 steps done, the 15th running (launched ahead)
 BACK_AT_CALL = 22
 
 
@@ -48,7 +48,7 @@ def main(tmp):
     calls = {"n": 0}
     actives: list[list[int]] = []
     spares_seen: list[list[int]] = []
-    real = backend.step
+    real = backend.launch
 
     def step(fn, params, batch, active):
         calls["n"] += 1
@@ -63,7 +63,7 @@ def main(tmp):
         spares_seen.append(sorted(slice_set.spare_indices()))
         return real(fn, params, batch, active)
 
-    backend.step = step
+    backend.launch = step
     checkpointer = Checkpointer(job.spec.checkpoint.uri, 100, 2)
     summary = TrainingRun(job, trainer, backend, slice_set, checkpointer, ControllerMetrics()).run()
     checkpointer.close()

@@ -67,8 +67,9 @@ TRAINER = {
 GLOBAL_BATCH = {"tpu": 32, "cpu": 8}
 TRAIN_STEPS = 24
 RESTORE_STEP = 10  # the step run #1 of `restore` commits (a multiple of the checkpoint interval, 10)
-# 16 steps done, 6 past the newest host snapshot and checkpoint (step 10; both every 10 steps): a recovery
-# from either loses 6 steps, one from the surviving replicas none.
+# 15 steps done (the loop launches step n+1 before it reads step n), 5 past the newest host snapshot and
+# checkpoint (step 10; both every 10 steps): a recovery from either loses 5 steps, one from the surviving
+# replicas none.
 LOSE_AT_CALL = 17
 # The message convention of the error Pathways raises for a lost slice (errors.SLICE_DOWN_PREFIXES).
 INJECTED_LOSS = "DATA_LOSS: slice {index} lost (injected)"
@@ -139,14 +140,15 @@ class ScriptedBackend:
     Args:
       backend: the `PathwaysBackend`.
       slice_set: the `SliceSet` the reports are applied to.
-      lose_at_call: the `map_sum` or `step` call (1-based; call n runs step n when nothing was redone) that loses
-        `lost_slice`; None: no loss.
+      lose_at_call: the `map_sum` or `launch` call (1-based; call n runs step n when nothing was
+        redone) that loses `lost_slice`; None: no loss.
       lost_slice: the slice lost.
-      stop_at_call: the `map_sum` or `step` call at whose start `on_stop` is called (None: never).
+      stop_at_call: the `map_sum` or `launch` call at whose start `on_stop` is called (None: never).
 
     Attributes:
-      call_starts: `time.perf_counter()` at the start of every `map_sum` or `step` call (seconds).
-      call_ends: `time.perf_counter()` when each call that completed returned (seconds).
+      call_starts: `time.perf_counter()` at the start of every `map_sum` or `launch` call (seconds).
+      call_ends: `time.perf_counter()` when each `map_sum` call that completed returned, or a
+        `wait` returned a launched step's outputs (seconds).
       loss_raised_at: `time.perf_counter()` when the injected error was raised, or None.
       on_stop: called once at `stop_at_call` (set it to the run's `request_stop`).
     """
@@ -170,11 +172,17 @@ class ScriptedBackend:
         """The backend's `map_sum`, but the scripted call loses `lost_slice` (raises `SliceDownError`)."""
         return self._call(self._backend.map_sum, fn, params, batch, active)
 
-    def step(self, fn: Any, state: Any, batch: Any, active: Any) -> Any:
-        """The backend's fused `step` (the built-in loop's), scripted as `map_sum` is."""
-        return self._call(self._backend.step, fn, state, batch, active)
+    def launch(self, fn: Any, state: Any, batch: Any, active: Any) -> Any:
+        """The backend's `launch` (the built-in loop's step), scripted as `map_sum` is: a call is a launch."""
+        return self._call(self._backend.launch, fn, state, batch, active, wait=False)
 
-    def _call(self, run: Any, fn: Any, state: Any, batch: Any, active: Any) -> Any:
+    def wait(self, launched: Any) -> Any:
+        """The backend's `wait`; records when the launched step's outputs were ready (`call_ends`)."""
+        out = self._backend.wait(launched)
+        self.call_ends.append(time.perf_counter())
+        return out
+
+    def _call(self, run: Any, fn: Any, state: Any, batch: Any, active: Any, wait: bool = True) -> Any:
         self.call_starts.append(time.perf_counter())
         call = len(self.call_starts)
         if call == self._stop_at_call:
@@ -182,7 +190,8 @@ class ScriptedBackend:
         if call == self._lose_at_call:
             self._lose(run, state, batch, active)
         out = run(fn, state, batch, active)
-        self.call_ends.append(time.perf_counter())
+        if wait:
+            self.call_ends.append(time.perf_counter())
         return out
 
     def _report(self, state: str) -> None:
@@ -428,8 +437,11 @@ def scenario(name: str, workdir: Path, platform: str) -> dict[str, Any]:
     layout = Layout(platform, one_slice=name == "lone_slice_loss")
     out: dict[str, Any] = layout.describe()
     if name == "train":
-        summary, _, _ = train(layout, manifest(layout, workdir, TRAIN_STEPS))
-        out.update(summary_fields(summary))
+        summary, _, backend = train(layout, manifest(layout, workdir, TRAIN_STEPS))
+        starts, ends = backend.call_starts, backend.call_ends
+        # Each step but the last launched before the previous step's outputs were read (one step ahead).
+        out.update(summary_fields(summary), launches=len(starts), waits=len(ends),
+                   launched_ahead=[starts[i + 1] < ends[i] for i in range(len(ends) - 1)])
     elif name == "restore":
         first, _, _ = train(layout, manifest(layout, workdir, RESTORE_STEP))
         summary, checkpointer, _ = train(layout, manifest(layout, workdir, RESTORE_STEP + 4))
@@ -470,8 +482,10 @@ def scenario(name: str, workdir: Path, platform: str) -> dict[str, Any]:
 
 
 def check_train(r: dict[str, Any]) -> None:
-    """(a) The run trains every step and the loss falls."""
+    """(a) The run trains every step, each launched before the previous one's outputs were read, and the loss
+    falls."""
     assert r["succeeded"], r["failure"]
+    assert r["launches"] == r["waits"] == TRAIN_STEPS and all(r["launched_ahead"]), r
     assert r["steps"] == r["total_steps"] == TRAIN_STEPS, r
     assert r["final_loss"] < 0.8 * r["initial_loss"], r
 
