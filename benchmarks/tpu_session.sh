@@ -48,6 +48,17 @@ wait_for_chip() {
   echo "the chip stayed busy"
 }
 
+# `tpu_session.sh largest`: issue 29 item 4's ladder alone (benchmarks/bench_tpu_largest.py, up to ~8 min:
+# larger models compile longer), as its own device call.
+if [ "${1:-}" = largest ]; then
+  echo "== $(date -u +%T) largest"
+  timeout -k 10 "${LARGEST_TIMEOUT_S:-540}" python3 benchmarks/bench_tpu_largest.py --out "$OUT/largest.json" \
+    --workdir /tmp/bench-tpu-largest 2>&1 | tee "$OUT/largest.log"
+  rc=${PIPESTATUS[0]}
+  echo "== $(date -u +%FT%TZ) done: largest $rc"
+  exit "$rc"
+fi
+
 # 2. The benchmark first (refuses to report a run whose devices are not TPUs): its figures are the ones no
 #    CPU run can give.
 echo "== $(date -u +%T) bench"

@@ -38,3 +38,19 @@ def test_tpu_run_without_a_tpu_is_refused_not_reported(tmp_path):
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "is a TPU attached?" in proc.stderr
     assert not out.exists()
+
+
+def test_largest_ladder_cpu_smoke_trains_every_rung_with_the_state_split_over_the_slice(tmp_path):
+    # benchmarks/bench_tpu_largest.py (issue 29 item 4) on 2 CPU host devices as one slice: every rung of
+    # the tiny ladder trains, and FSDP puts half of each rung's state on each device.
+    out = tmp_path / "largest.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_tpu_largest.py"), "--platform", "cpu",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert "NOT a TPU result" in result["label"] and result["stopped_by"] is None, result
+    assert [r["rung"] for r in result["rungs"]] == [0, 1], result["rungs"]
+    for rung in result["rungs"]:
+        assert rung["finite"] and rung["devices_holding_state"] == 2, rung
+        # Odd-sized leaves (Adam's count) stay whole on both devices: a little over half.
+        assert rung["state_bytes"] / 2 <= rung["max_device_state_bytes"] < 0.51 * rung["state_bytes"], rung
