@@ -11,6 +11,7 @@ Pathways TPU workers) is in docs/security.md.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -35,7 +36,9 @@ def parse_peers(text: str) -> list[dict[str, Any]] | None:
 
     Raises:
       ValueError: not JSON, not a non-empty list of objects, or a peer with an unknown key, no key,
-        `ipBlock` with a selector, or a selector that is not an object of matchLabels/matchExpressions.
+        `ipBlock` with a selector, an `ipBlock` whose `cidr` is not a CIDR or whose `except` entries are not
+        CIDRs strictly inside it (the API server's own rules), or a selector that is not an object of
+        matchLabels/matchExpressions.
     """
     if not text.strip():
         return None
@@ -55,11 +58,37 @@ def parse_peers(text: str) -> list[dict[str, Any]] | None:
                              "podSelector, namespaceSelector, ipBlock)")
         if "ipBlock" in peer and len(peer) > 1:
             raise ValueError(f"item {i}: ipBlock cannot be combined with a selector")
+        if "ipBlock" in peer:
+            _check_ip_block(peer["ipBlock"], f"item {i}: ipBlock")
         for key in ("podSelector", "namespaceSelector"):
             selector = peer.get(key)
             if selector is not None and (not isinstance(selector, dict) or set(selector) - _SELECTOR_KEYS):
                 raise ValueError(f"item {i}: {key} must be an object with matchLabels and/or matchExpressions")
     return peers
+
+
+def _check_ip_block(block: Any, where: str) -> None:
+    """Raises ValueError naming `where` unless `block` is an IPBlock the API server accepts."""
+    if not isinstance(block, dict) or not isinstance(block.get("cidr"), str) or set(block) - {"cidr", "except"}:
+        raise ValueError(f"{where} must be an object with a cidr string and optionally an except list")
+    cidr = _network(block["cidr"], f"{where}.cidr")
+    excepts = block.get("except", [])
+    if not isinstance(excepts, list):
+        raise ValueError(f"{where}.except must be a list of CIDRs")
+    for j, text in enumerate(excepts):
+        inner = _network(text, f"{where}.except[{j}]")
+        if inner.version != cidr.version or inner == cidr or not inner.subnet_of(cidr):  # type: ignore[arg-type]
+            raise ValueError(f"{where}.except[{j}]: {text} must lie strictly inside {block['cidr']}")
+
+
+def _network(text: Any, where: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    # Host bits may be set, as Go's net.ParseCIDR (which the API server uses) allows.
+    if isinstance(text, str) and "/" in text:
+        try:
+            return ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            pass
+    raise ValueError(f"{where}: {text!r} is not a CIDR (e.g. 10.0.0.0/8)")
 
 
 def controller_policy(job: ElasticTrainingJob, control_api_from: list[dict[str, Any]]) -> dict[str, Any]:

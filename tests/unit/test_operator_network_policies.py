@@ -91,6 +91,16 @@ def test_no_peers_no_policies():
     ('[{"podselector": {}}]', "unknown key 'podselector'"),
     ('[{"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]', "ipBlock cannot be combined"),
     ('[{"podSelector": {"app": "x"}}]', "podSelector must be an object with matchLabels"),
+    # A new-user trial: an ipBlock typo passed, so every job would have failed on the refused policy.
+    ('[{"ipBlock": {"cidr": "not-a-cidr"}}]', "item 0: ipBlock.cidr: 'not-a-cidr' is not a CIDR"),
+    ('[{"ipBlock": {"cidr": "10.0.0.1"}}]', "ipBlock.cidr: '10.0.0.1' is not a CIDR"),
+    ('[{"ipBlock": {"cidr": "10.0.0.0/33"}}]', "is not a CIDR"),
+    ('[{"ipBlock": {}}]', "ipBlock must be an object with a cidr string"),
+    ('[{"ipBlock": {"cidr": "10.0.0.0/8", "exept": []}}]', "ipBlock must be an object with a cidr string"),
+    ('[{"ipBlock": {"cidr": "10.0.0.0/8", "except": "10.1.0.0/16"}}]', "except must be a list"),
+    ('[{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["192.168.0.0/16"]}}]', "192.168.0.0/16 must lie strictly inside 10.0.0.0/8"),
+    ('[{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.0.0.0/8"]}}]', "must lie strictly inside"),
+    ('[{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["fd00::/8"]}}]', "must lie strictly inside"),
 ])
 def test_bad_peers_are_one_usage_error_naming_the_flag(text, says, monkeypatch, capsys):
     with pytest.raises(ValueError, match=says):
@@ -100,7 +110,8 @@ def test_bad_peers_are_one_usage_error_naming_the_flag(text, says, monkeypatch, 
 
 
 def test_good_peers_are_kept_as_given():
-    text = json.dumps([*CONTROL_API_FROM, {"ipBlock": {"cidr": "10.0.0.0/8"}}])
+    text = json.dumps([*CONTROL_API_FROM, {"ipBlock": {"cidr": "10.0.0.0/8"}},
+                       {"ipBlock": {"cidr": "10.1.2.3/16", "except": ["10.1.5.0/24"]}}, {"ipBlock": {"cidr": "fd00::/8"}}])
     assert network_policies.parse_peers(text) == json.loads(text)
 
 
