@@ -50,6 +50,7 @@ from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.logs import read_events
+from elastic_jax.local import run_folder
 from elastic_jax.local.processes import (Child, UnsafeDirectoryError, free_port, open_private, port_open, private_dir,
                                          venv_script, wait_until, write_private_file)
 from elastic_jax.supervision import backoff, budgets, controller_watch
@@ -931,13 +932,15 @@ class RunLock(_HeldFlock):
     whose launcher is gone is waited for, up to `wait_s` seconds, with one line on stderr saying so.
 
     Args:
-      workdir: the run directory (created if missing).
+      workdir: the run directory (created if missing); an existing one must be empty or an earlier run's
+        (`run_folder.claim`, which marks it).
       wait_s: seconds to wait for the processes of a run whose launcher is gone.
       on_wait: called once with a message when it waits.
 
     Raises (from `acquire`):
       LaunchError: another live launcher holds it, or a gone launcher's processes still did after
-        `wait_s` (exit code 2); the directory cannot be created.
+        `wait_s` (exit code 2); the directory cannot be created; it holds files and is not an earlier
+        run's folder (exit code 2, before anything is written in it).
     """
 
     def __init__(self, workdir: Path, wait_s: float = 120.0, on_wait: Callable[[str], None] | None = None):
@@ -955,6 +958,14 @@ class RunLock(_HeldFlock):
             raise LaunchError(str(e)) from None
         except OSError as e:
             raise LaunchError(f"--workdir {workdir}: cannot be created ({e.strerror})") from None
+        # Before the first file of the run is written: a folder that is not new, empty or an earlier run's
+        # (`/etc`, a home folder) would have its `token`, `summary.json`, ... overwritten.
+        try:
+            run_folder.claim(workdir, f"--workdir {workdir}")
+        except run_folder.NotARunFolderError as e:
+            raise LaunchError(str(e)) from None
+        except OSError as e:
+            raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
         try:
             fd = open_private(self.path, os.O_RDWR)
         except OSError as e:

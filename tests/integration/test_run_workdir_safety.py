@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from elastic_jax.local import run_folder
 from tests.support.runs import ROOT, job_manifest, leftover_processes
 
 CLI = str(Path(sys.executable).parent / "elastic-jax")
@@ -50,6 +51,7 @@ def _manifest(tmp_path: Path) -> dict:
 def test_links_planted_in_the_workdir_are_never_followed_and_everything_is_private(tmp_path):
     workdir = tmp_path / "run"
     workdir.mkdir(mode=0o700)
+    (workdir / run_folder.MARKER).write_text("")  # (an earlier run's folder: one that is not is refused outright)
     victims = {name: tmp_path / f"victim-{name}" for name in ("launcher.lock", "metrics.prom", "summary.json",
                                                                 "controller.log")}
     for name, victim in victims.items():
@@ -75,6 +77,7 @@ def test_links_planted_in_the_workdir_are_never_followed_and_everything_is_priva
 def test_a_world_writable_cache_or_workdir_or_a_linked_workdir_is_refused(tmp_path):
     workdir = tmp_path / "run"
     workdir.mkdir(mode=0o700)
+    (workdir / run_folder.MARKER).write_text("")
     (workdir / "xla-cache").mkdir()
     os.chmod(workdir / "xla-cache", 0o777)
     _refused(_run(tmp_path, _manifest(tmp_path), workdir), "xla-cache", "writable by others")

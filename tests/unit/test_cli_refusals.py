@@ -452,6 +452,22 @@ def test_bad_workdir(tmp_path):
     assert not leftover_processes(str(tmp_path))
 
 
+def test_a_workdir_that_is_not_a_run_folder_is_refused_before_anything_is_written(tmp_path):
+    """Issue 31 RISK 6's kind: `--workdir /etc` (or a folder holding a `token` and `summary.json`) was written
+    into, those files overwritten. A folder that is not new, empty or an earlier run's is refused, untouched."""
+    path = _write(tmp_path, job_manifest("notrun", tmp_path))
+    planted = {"token": "my token\n", "summary.json": '{"mine": true}\n'}
+    for name, files in (("planted", planted), ("etc", {"passwd": "root:x:0:0\n", "hosts": "127.0.0.1\n"})):
+        folder = tmp_path / name
+        folder.mkdir(mode=0o700)
+        for file, text in files.items():
+            (folder / file).write_text(text)
+        assert_one_line_error(_invoke("run", str(path), "--workdir", str(folder)),
+                              f"--workdir {folder}", "not an earlier elastic-jax run's folder")
+        assert {p.name: p.read_text() for p in folder.iterdir()} == files  # nothing written, nothing replaced
+    assert not leftover_processes(str(tmp_path))
+
+
 def test_contradictory_failure_flags_are_refused(tmp_path):
     m = job_manifest("flags", tmp_path)
     for flags in (["--kill-at-step", "5", "--no-failure"], ["--kill-slice", "1", "--no-failure"]):

@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from elastic_jax.local import run_folder
 from elastic_jax.local.launcher import LaunchError, RunLock
 
 
@@ -69,3 +70,31 @@ def test_a_checkpoint_folder_is_locked_once_and_free_again_after_release(tmp_pat
         assert again.fd is not None
     with CheckpointLock("gs://bucket/prefix") as remote:
         assert remote.fd is None
+
+
+@pytest.mark.parametrize("earlier", [None, run_folder.MARKER, *run_folder.EARLIER_RUN_FILES])
+def test_a_new_empty_or_earlier_runs_folder_is_taken_and_marked(tmp_path, earlier):
+    """Folders runs of this and earlier versions made (`runs/<job>`: the marker, or their `launcher.lock`,
+    `controller.log`, `history.jsonl`) keep working, and so does a second run of a folder a run marked."""
+    folder = tmp_path / "run"
+    if earlier is not None:
+        folder.mkdir(mode=0o700)
+        (folder / earlier).write_text("")
+        (folder / "token").write_text("old token")  # (an earlier run's: replaced by the next one)
+    for _ in range(2):
+        with RunLock(folder):
+            assert (folder / run_folder.MARKER).is_file()
+
+
+def test_a_folder_with_other_files_or_a_planted_link_at_a_run_name_is_refused_untouched(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    for name, plant in (("token", lambda p: p.write_text("mine")), ("controller.log", lambda p: p.symlink_to(victim)),
+                        (run_folder.MARKER, lambda p: p.symlink_to(victim))):
+        folder = tmp_path / f"not-a-run-{name}"
+        folder.mkdir(mode=0o700)
+        plant(folder / name)
+        with pytest.raises(LaunchError, match=rf"--workdir {folder}: is not empty and not an earlier elastic-jax run's"):
+            RunLock(folder).acquire()
+        assert [p.name for p in folder.iterdir()] == [name]
+    assert victim.read_text() == "precious"
