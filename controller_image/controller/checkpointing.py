@@ -60,8 +60,9 @@ PyTree = Any
 
 logger = logging.getLogger(__name__)
 
-_STATE_ITEM = "state"
-_DATA_ITEM = "data"
+# (named in elastic_jax.api.checkpoints: --fresh deletes a step folder only when it holds nothing else)
+_STATE_ITEM = _locations.STATE_ITEM
+_DATA_ITEM = _locations.DATA_ITEM
 _DEFAULT_PROBE_TIMEOUT_S = _locations.DEFAULT_PROBE_TIMEOUT_S
 
 

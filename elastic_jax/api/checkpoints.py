@@ -32,6 +32,11 @@ STEP_METADATA_FILE = "_CHECKPOINT_METADATA"
 # tests/unit/test_checkpoints.py checks that they agree): on GCS the commit itself, on local disk written just
 # before the rename that commits the step.
 COMMIT_SUCCESS_FILE = "commit_success.txt"
+# The items the Checkpointer (`elastic_jax.controller.checkpointing`, also behind `Runtime.save`) saves in every
+# step, each Orbax's folder `<step>/<item>`: the train state and the data loader's record.
+STATE_ITEM = "state"
+DATA_ITEM = "data"
+STEP_ITEMS = (STATE_ITEM, DATA_ITEM)
 # The reachability probe must answer in seconds: a wrong bucket name is a bad
 # spec, reported at start-up, not something to retry for minutes.
 DEFAULT_PROBE_TIMEOUT_S = 10.0
@@ -533,7 +538,7 @@ def data_change_problem(saved: Any, now: Any, step: int, uri: str, allow: bool) 
 def read_step_data(step_dir: Path) -> Any:
     """The loop's data record saved with a local step (`<step>/data/metadata`'s `data`); None if unreadable."""
     try:
-        record = json.loads((step_dir / "data" / _JSON_ITEM_FILE).read_text())
+        record = json.loads((step_dir / DATA_ITEM / _JSON_ITEM_FILE).read_text())
     except (OSError, ValueError):
         return None
     return record.get("data") if isinstance(record, dict) else None
@@ -666,6 +671,40 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
 _ORBAX_TMP_STEP = re.compile(r"(\d+)\.orbax-checkpoint-tmp(-\d+)?")
 
 
+# What Orbax writes at the top of a step folder of this job besides the item folders (`STEP_ITEMS`): its step
+# metadata and commit marker (files), and an item folder's temporary while it is saved
+# (`<item>.orbax-checkpoint-tmp[-<timestamp>]`, `<item>.partial_save.orbax-checkpoint-tmp...`).
+_ORBAX_STEP_FILES = (STEP_METADATA_FILE, COMMIT_SUCCESS_FILE)
+_ORBAX_ITEM_TMP = re.compile(
+    rf"({'|'.join(map(re.escape, STEP_ITEMS))})(\.partial_save)?\.orbax-checkpoint-tmp(-\d+)?")
+
+
+def unexpected_step_entry(step_dir: Path) -> str | None:
+    """The first entry (by name) at the top of local step folder `step_dir` that Orbax does not write there for
+    this job, or None when every entry is Orbax's.
+
+    Orbax's are: a folder named by one of `STEP_ITEMS` or an item's temporary (`_ORBAX_ITEM_TMP`), and the
+    files `_CHECKPOINT_METADATA` and `commit_success.txt`; a link is never Orbax's. What is inside an item
+    folder is Orbax's own format (OCDBT data, its metadata) and not judged here.
+
+    Returns:
+      The entry's name (`thesis.tex`), "(cannot be listed: <why>)" when `step_dir` cannot be listed, or None.
+    """
+    try:
+        entries = sorted(step_dir.iterdir(), key=lambda p: p.name)
+    except OSError as e:
+        return f"(cannot be listed: {e.strerror or _one_line(e)})"
+    for entry in entries:
+        if entry.is_symlink():
+            return entry.name
+        if entry.name in STEP_ITEMS or _ORBAX_ITEM_TMP.fullmatch(entry.name):
+            if not entry.is_dir():
+                return entry.name
+        elif entry.name not in _ORBAX_STEP_FILES or not entry.is_file():
+            return entry.name
+    return None
+
+
 class FreshPlan(NamedTuple):
     """What `--fresh` does to a local checkpoint directory.
 
@@ -697,8 +736,10 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> FreshPl
     it as a step): that refuses the lot. A step another job wrote
     (or no known job) refuses the lot, unless `allow_foreign` (`spec.checkpoint.resumeFrom: Any`): kept,
     it would be resumed from. A step whose metadata does not read (corrupt) is deleted with this job's own
-    steps, and refuses when no step is this job's. So does a directory to be emptied that is not writable
-    (read-only, immutable).
+    steps, and refuses when no step is this job's. A step folder (or temporary) to be deleted must hold only
+    what Orbax writes in a step (`unexpected_step_entry`: this job's item folders, its step metadata, commit
+    marker and temporaries); any other entry (a user's `5/thesis.tex`) refuses the lot. So does a directory
+    to be emptied that is not writable (read-only, immutable).
 
     Args:
       uri: `spec.checkpoint.uri`.
@@ -711,7 +752,8 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> FreshPl
     Raises:
       CheckpointUriError: `uri` is not a local path, is not a directory, holds another job's steps (the
         message names some), only unreadable steps, a folder or link named like a step that is not an Orbax
-        step (Orbax would list it), or cannot be emptied.
+        step (Orbax would list it), a step folder to delete that holds an entry Orbax does not write there
+        (the message names the folder and the entry), or cannot be emptied.
     """
     if not is_local(uri):
         raise uri_error(uri, "--fresh clears local checkpoint directories only")
@@ -773,6 +815,16 @@ def fresh_plan(uri: str, me: JobIdentity | None, allow_foreign: bool) -> FreshPl
     else:
         keep += unsigned
     ours = sorted(mine)
+    # A step folder is deleted whole, so all in it must be Orbax's: a user's file planted in one (`5/thesis.tex`
+    # beside a garbage `_CHECKPOINT_METADATA`) is not this job's to delete, and nothing is.
+    for name in ours:
+        entry = unexpected_step_entry(root / name)
+        if entry is not None and entry.startswith("(cannot be listed"):
+            raise uri_error(uri, f"--fresh cannot delete step folder {name}: it {entry[1:-1]}; nothing was deleted")
+        if entry is not None:
+            raise uri_error(uri, f"--fresh deletes Orbax's checkpoint files only, and step folder {name} holds "
+                                 f"{entry}, which Orbax does not write in a step; move it out of {name}, or give the "
+                                 "job a checkpoint directory of its own; nothing was deleted")
     # Every directory to be emptied must be writable, or a read-only/immutable one would stop the
     # deletion half-way through a step (its metadata gone, its arrays left).
     for directory in ([root] if ours else []) + [Path(d) for n in ours for d, _, _ in os.walk(root / n)]:

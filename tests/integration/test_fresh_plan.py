@@ -115,3 +115,53 @@ def test_a_user_entry_named_like_a_step_refuses_and_nothing_is_deleted(tmp_path,
     with pytest.raises(checkpoints.CheckpointUriError, match="--fresh deletes checkpoints only, and 2024 is named"):
         checkpoints.clear_local_checkpoints(str(root), A)
     assert (root / "10").is_dir() and (root / "2024").exists()
+
+
+def _plant(root: Path, where: str) -> Path:
+    """A user's file planted where `--fresh` would delete it; returns it."""
+    if where == "the issue's 5/ with garbage step metadata":
+        (root / "5").mkdir()
+        (root / "5" / "_CHECKPOINT_METADATA").write_text("garbage {")
+        planted = root / "5" / "thesis.tex"
+    elif where == "this job's committed step":
+        planted = root / "10" / "thesis.tex"
+    elif where == "this job's save cut short":
+        shutil.copytree(root / "20", root / "30.orbax-checkpoint-tmp-1234")
+        planted = root / "30.orbax-checkpoint-tmp-1234" / "thesis.tex"
+    else:  # a folder named like an item's temporary of another item, i.e. not Orbax's
+        planted = root / "20" / "notes.orbax-checkpoint-tmp" / "thesis.tex"
+        planted.parent.mkdir()
+    planted.write_text("\\documentclass{article}")
+    return planted
+
+
+@pytest.mark.parametrize("where", ["the issue's 5/ with garbage step metadata", "this job's committed step",
+                                   "this job's save cut short", "a folder Orbax would not write in a step"])
+def test_a_step_folder_holding_anything_orbax_does_not_write_refuses_and_nothing_is_deleted(tmp_path, where):
+    """New-user trial (issue 31 FAIL 2's kind): `5/` with a garbage `_CHECKPOINT_METADATA` and the user's
+    `thesis.tex`, beside this job's real Orbax steps, was deleted whole by --fresh (as a corrupt step of this
+    job). A step folder is deleted only when all in it is Orbax's; else one line names it, nothing goes."""
+    root = tmp_path / "ck"
+    _save(str(root), A, 10, 20)
+    planted = _plant(root, where)
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    folder = planted.relative_to(root).parts[0]
+    with pytest.raises(checkpoints.CheckpointUriError) as refused:
+        checkpoints.clear_local_checkpoints(str(root), A)
+    line = str(refused.value)
+    entry = planted.relative_to(root / folder).parts[0]
+    assert "\n" not in line and f"step folder {folder} holds {entry}, which Orbax does not write" in line, line
+    assert line.endswith("nothing was deleted"), line
+    assert planted.read_text() == "\\documentclass{article}"
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before  # not one file gone
+
+
+def test_everything_orbax_writes_in_a_step_passes_the_check(tmp_path):
+    """The check knows Orbax's real step layout: steps the Checkpointer saved (and its item temporaries) pass."""
+    root = tmp_path / "ck"
+    _save(str(root), A, 10)
+    assert checkpoints.unexpected_step_entry(root / "10") is None
+    shutil.copytree(root / "10" / "state", root / "10" / "state.orbax-checkpoint-tmp-17")
+    assert checkpoints.unexpected_step_entry(root / "10") is None
+    (root / "10" / "metrics").symlink_to(root / "10" / "data", target_is_directory=True)
+    assert checkpoints.unexpected_step_entry(root / "10") == "metrics"  # a link is never Orbax's

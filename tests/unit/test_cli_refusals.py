@@ -421,6 +421,27 @@ def test_fresh_never_deletes_a_user_folder_named_by_digits(tmp_path):
     assert nothing_started(tmp_path)
 
 
+def test_fresh_never_deletes_a_step_folder_holding_a_users_file(tmp_path):
+    """New-user trial (issue 31 FAIL 2's kind): beside this job's steps, `5/` with a garbage
+    `_CHECKPOINT_METADATA` and the user's `thesis.tex`. `validate --trainer` refused it (never committed), but
+    `run --fresh` deleted `5/`, thesis and all. Now refused: one line naming `5` and `thesis.tex`, exit 2,
+    nothing deleted, nothing started."""
+    ckpt = tmp_path / "ckpt"
+    for step in (10, 20):
+        fake_step(ckpt, step, identity.local_identity("thesis", str(ckpt)))
+    (ckpt / "5").mkdir()
+    (ckpt / "5" / "_CHECKPOINT_METADATA").write_text("not json {")
+    (ckpt / "5" / "thesis.tex").write_text("\\chapter{One}")
+    m = job_manifest("thesis", tmp_path, training={"steps": 20, "globalBatchSize": 8},
+                     checkpoint={"uri": str(ckpt), "intervalSteps": 10})
+    assert_one_line_error(run_bad(tmp_path, m, "--fresh", "--no-failure"), "spec.checkpoint.uri",
+                          "step folder 5 holds thesis.tex, which Orbax does not write in a step",
+                          "nothing was deleted")
+    assert (ckpt / "5" / "thesis.tex").read_text() == "\\chapter{One}"
+    assert all((ckpt / str(s) / "_CHECKPOINT_METADATA").is_file() for s in (5, 10, 20))
+    assert nothing_started(tmp_path)
+
+
 def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
     """--fresh on a step whose folder is immutable: it deleted the step's metadata, then died with a
     PermissionError traceback (half a step gone). Now refused up front, one line, nothing deleted."""
