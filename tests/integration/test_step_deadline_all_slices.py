@@ -7,14 +7,15 @@ active slice misses it in the same step with none answering, the slices are
 not the problem: none is marked down, the step runs on (deadline doubled, at
 most twice), the run keeps the longer deadline, and a warning names the field
 and the observed step time. A slice that misses it while another answers is
-still a hang. Real worker processes run a step that genuinely computes longer
-than the deadline (the deadline is set from a measured step time).
+still a hang. Real worker processes, frozen (SIGSTOP) past the deadline from the
+step's dispatch, then thawed.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import jax
@@ -61,29 +62,46 @@ def _step_seconds(backend: CpuBackend, params, rounds: int) -> float:
     return time.monotonic() - started
 
 
+def _frozen(pids: list[int]) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    for pid in pids:
+        while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+            time.sleep(0.05)
+
+
+def _thaw(pids: list[int]) -> None:
+    for pid in pids:
+        os.kill(pid, signal.SIGCONT)
+
+
 def test_every_slice_slower_than_the_deadline_marks_none_down_and_names_the_field(two_slices):
     workers, slices, backend = two_slices
     params = {"x": np.eye(256, dtype=np.float32)}
     _step_seconds(backend, params, 1)  # compiled on both workers (their first step)
-    rounds = 50
-    while _step_seconds(backend, params, rounds) < 1.0:  # a step of at least a second, measured here
-        rounds *= 2
-    step_s = min(_step_seconds(backend, params, rounds) for _ in range(2))
-    # Below the fastest step measured, so the step is slower than the deadline; the run may wait up to 4x
-    # the deadline (3.2x that step): room for a step slowed by a loaded machine (at 2.5 it was 1.6x, and a
-    # step under load 6-7 on 2 cores overran it).
-    backend.step_deadline_s = backend.configured_step_deadline_s = step_s / 1.25
-
-    assert _step_seconds(backend, params, rounds) > backend.configured_step_deadline_s
+    backend.step_deadline_s = backend.configured_step_deadline_s = 2.0
+    # Both workers frozen (SIGSTOP) for 3 s from the step's dispatch: every slice misses the 2 s deadline with
+    # none answering, and both answer once thawed, well inside the 8 s (4x) the run may wait. (A step made
+    # genuinely longer by its size was load-fragile: under load one worker finished inside the deadline and
+    # the other's miss was, rightly, a hang.)
+    pids = [w.popen.pid for w in workers]
+    _frozen(pids)
+    thaw = threading.Timer(3.0, _thaw, (pids,))
+    thaw.start()
+    try:
+        seconds = _step_seconds(backend, params, 1)
+    finally:
+        thaw.cancel()
+        _thaw(pids)
+    assert seconds > backend.configured_step_deadline_s
     assert slices.active == {0, 1}  # no slice marked down
     assert all(w.popen.poll() is None for w in workers)
     [warning] = backend.setting_warnings
     assert warning.startswith("spec.elasticity.stepDeadlineSeconds") and "took" in warning, warning
     assert backend.step_deadline_s == backend.configured_step_deadline_s * 4 or \
         backend.step_deadline_s == backend.configured_step_deadline_s * 2, backend.step_deadline_s
-    # The run keeps the longer deadline: the next step runs through (a miss of every slice past the longest
-    # wait would raise here), still on both slices, with no second warning.
-    _step_seconds(backend, params, rounds)
+    # The run keeps the longer deadline; the next step runs through, still on both slices.
+    _step_seconds(backend, params, 1)
     assert slices.active == {0, 1} and len(backend.setting_warnings) == 1
 
 

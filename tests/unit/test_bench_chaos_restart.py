@@ -96,7 +96,15 @@ def test_committed_steps_reads_the_checkpointers_own_commit_lines(tmp_path):
     handler = logging.FileHandler(log)
     handler.setFormatter(JsonFormatter())
     checkpointing.logger.addHandler(handler)
-    previous, checkpointing.logger.level = checkpointing.logger.level, logging.INFO
+    # setLevel, not `.level =`: only setLevel clears the loggers' isEnabledFor cache, and in the whole suite an
+    # earlier test had left INFO cached as off for this logger (its lines were lost; the file alone passed).
+    # Nor may an earlier test's disabled flag, filters or global logging.disable drop them.
+    previous = checkpointing.logger.level
+    checkpointing.logger.setLevel(logging.INFO)
+    was_disabled, checkpointing.logger.disabled = checkpointing.logger.disabled, False
+    filters, checkpointing.logger.filters = checkpointing.logger.filters, []
+    global_disable = logging.root.manager.disable
+    logging.disable(logging.NOTSET)
     ckpt = checkpointing.Checkpointer(str(tmp_path / "ckpt"), 5, 2)
     try:
         assert committed_steps(log) == []
@@ -107,6 +115,9 @@ def test_committed_steps_reads_the_checkpointers_own_commit_lines(tmp_path):
         ckpt.close()
         checkpointing.logger.removeHandler(handler)
         checkpointing.logger.setLevel(previous)
+        checkpointing.logger.disabled = was_disabled
+        checkpointing.logger.filters = filters
+        logging.disable(global_disable)
         handler.close()
     assert committed_steps(log) == [5, 10]
     assert committed_steps(tmp_path / "never-written.log") == [] and committed_steps(None) == []
