@@ -85,7 +85,9 @@ def test_deep_jobs_fail_alone_and_the_operator_keeps_serving_every_namespace(clu
             wait_for(lambda: [e for e in job_events(cluster, namespace, name)
                               if e["type"] == "Warning" and e["reason"] == "InvalidSpec" and WORDS in e["message"]],
                      timeout_s=60, what=f"the InvalidSpec Event of {name}")
-            assert [r for r in operator.log_records() if r.get("job") == name and WORDS in r.get("msg", "")], name
+            # (waited for: the line may reach the operator's log after the Event is stored)
+            wait_for(lambda: [r for r in operator.log_records() if r.get("job") == name and WORDS in r.get("msg", "")],
+                     timeout_s=60, what=f"the operator's log line naming {name}")
         assert operator.alive() and operator.proc.pid == pid, operator.log()[-4000:]
     finally:
         cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
