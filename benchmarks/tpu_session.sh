@@ -59,6 +59,17 @@ if [ "${1:-}" = largest ]; then
   exit "$rc"
 fi
 
+# `tpu_session.sh ratio`: the bench's main child alone (runtime step vs fused step, slice loss -> next step,
+# steps lost), for a call on little device time (~2 min after the install).
+if [ "${1:-}" = ratio ]; then
+  echo "== $(date -u +%T) ratio (main child)"
+  JAX_PLATFORMS=tpu timeout -k 10 "${RATIO_TIMEOUT_S:-200}" python3 benchmarks/bench_tpu.py --child main --platform tpu \
+    --workdir /tmp/bench-tpu-ratio 2>&1 | tee "$OUT/ratio.log"
+  rc=${PIPESTATUS[0]}
+  echo "== $(date -u +%FT%TZ) done: ratio $rc"
+  exit "$rc"
+fi
+
 # 2. The benchmark first (refuses to report a run whose devices are not TPUs): its figures are the ones no
 #    CPU run can give.
 echo "== $(date -u +%T) bench"

@@ -50,13 +50,16 @@ def test_every_dashboard_query_returns_data_from_a_real_operator_and_controller_
     ]
     with Prometheus(binary, tmp_path / "prom", scrape) as prom:
         sel = f'{{namespace="{namespace}", job="{name}"}}'
-        wait_for(lambda: prom.query(f"elastic_jax_step{sel} > 0"), timeout_s=120, what="the controller scraped",
-                 explain=prom.log_tail)
+        # Both targets scraped before the loss: a rate() over the operator's histogram needs a sample from
+        # before the notification (a series first scraped after it reads rate 0 -> histogram_quantile NaN).
+        wait_for(lambda: prom.query(f"elastic_jax_step{sel} > 0")
+                 and prom.query("elasticjax_operator_failure_notify_seconds_count"),
+                 timeout_s=120, what="the controller and the operator scraped", explain=prom.log_tail)
         victim = next(p for p in pods(cluster, namespace, f"{labels.JOB_NAME}={name},{labels.SLICE_INDEX}=0")
                       if p["status"].get("phase") == "Running" and is_ready(p) and not p["metadata"].get("deletionTimestamp"))
         os.kill(cluster.container_pid(namespace, victim["metadata"]["name"], "worker", victim["metadata"]["uid"]),
                 signal.SIGKILL)
-        wait_for(lambda: prom.query("elasticjax_operator_failure_notify_seconds_count >= 1")
+        wait_for(lambda: prom.query("rate(elasticjax_operator_failure_notify_seconds_count[10m]) > 0")
                  and prom.query("elasticjax_operator_slice_replacements_total >= 1")
                  and prom.query(f"elastic_jax_recovery_seconds_count{sel} >= 1")
                  and prom.query(f"elastic_jax_active_slices{sel} == 2")
