@@ -1,0 +1,94 @@
+"""Two operator processes of one release at once (issue 31 item 14, kopf#247): exactly one is active.
+
+The chart runs one replica, but a `kubectl scale --replicas=2` or an upgrade whose new pod starts beside the
+old one puts two operators on one peering object. With the chart's old fixed priority both paused and a job
+stayed `Pending` with no Event. With `--priority auto` (the default) each process's priority is its own start
+time, so the newest is active and the older one pauses until it is gone.
+
+Here, on the real API server (least-privilege identity, kopf's peering CRDs from the chart), two real
+`elastic-jax-operator` processes share one `ClusterKopfPeering`: the older pauses when the newer starts, a job
+applied then is served by the newer alone, and when the newer stops (SIGTERM, as a rollout does) the older
+resumes and serves the next job. Suspended jobs suffice: their whole pass (claim, status, Events) runs and no
+pod starts.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import yaml
+
+from e2e.harness.paths import REPO_ROOT
+from e2e.helpers import wait_for
+from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
+    OperatorProcess, ejob_crd, example_manifest, operator_kubeconfig, wait_phase,
+)
+from elastic_jax.local.processes import free_port
+
+PEERING_CRDS = REPO_ROOT / "helm" / "elastic-jax" / "crds" / "kopf-peerings.yaml"
+PAUSED = "Pausing operations in favour of"  # kopf's log line (kopf/_core/engines/peering.py)
+RESUMED = "Resuming operations after the pause"
+
+
+def _messages(op: OperatorProcess, since: int = 0) -> list[str]:
+    return [str(r.get("msg", "")) for r in op.log_records()[since:]]
+
+
+def _names_job(op: OperatorProcess, name: str) -> bool:
+    """Whether any of the operator's log records is about the job `name` (kopf's object fields or ours)."""
+    return any(name in json.dumps(r) for r in op.log_records())
+
+
+def _suspended_job(cluster, namespace: str, name: str) -> None:
+    manifest = example_manifest()
+    manifest["metadata"]["name"] = name
+    manifest["spec"]["suspend"] = True
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
+    assert result.returncode == 0, result.stderr
+
+
+def test_of_two_operators_on_one_peering_the_newest_serves_and_the_older_takes_over_when_it_stops(
+        cluster, namespace, ejob_crd, operator_kubeconfig, tmp_path):
+    cluster.kubectl("apply", "-f", str(PEERING_CRDS))
+    for crd in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    peering = f"elastic-jax-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering}}))
+    args = ("--peering", peering)  # --priority: the default, auto
+    older = OperatorProcess(operator_kubeconfig, tmp_path / "older.log", free_port(), args)
+    newer = OperatorProcess(operator_kubeconfig, tmp_path / "newer.log", free_port(), args)
+    try:
+        older.start()
+        older.wait_up()
+        _suspended_job(cluster, namespace, "first")
+        wait_phase(cluster, namespace, "first", ("Suspended",), timeout_s=120, explain=older.log)
+
+        newer.start()
+        newer.wait_up()
+        wait_for(lambda: any(PAUSED in m for m in _messages(older)), timeout_s=120,
+                 what="the older operator pausing for the newer", explain=lambda: older.log()[-3000:])
+        assert not any(PAUSED in m for m in _messages(newer)), newer.log()[-3000:]
+        _suspended_job(cluster, namespace, "second")
+        wait_phase(cluster, namespace, "second", ("Suspended",), timeout_s=120,
+                   explain=lambda: newer.log()[-3000:] + older.log()[-2000:])
+        assert _names_job(newer, "second"), newer.log()[-3000:]
+        assert not _names_job(older, "second"), f"the paused operator acted on the job:\n{older.log()[-3000:]}"
+
+        # A rollout's SIGTERM: kopf removes the newer's peering entry on its way out, the older resumes.
+        seen = len(older.log_records())
+        newer.stop()
+        wait_for(lambda: any(RESUMED in m for m in _messages(older, seen)), timeout_s=120,
+                 what="the older operator resuming", explain=lambda: older.log()[-3000:])
+        _suspended_job(cluster, namespace, "third")
+        wait_phase(cluster, namespace, "third", ("Suspended",), timeout_s=120, explain=lambda: older.log()[-3000:])
+        assert _names_job(older, "third"), older.log()[-3000:]
+    finally:
+        for op in (newer, older):
+            op.stop()
+            for proc in op.procs:  # each process this test started, by PID
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(10)
+        cluster.kubectl("delete", "clusterkopfpeering", peering, "--wait=false", check=False)
