@@ -9,7 +9,8 @@ Here, on the real API server (least-privilege identity, kopf's peering CRDs from
 `elastic-jax-operator` processes share one `ClusterKopfPeering`: the older pauses when the newer starts, a job
 applied then is served by the newer alone, and when the newer stops (SIGTERM, as a rollout does) the older
 resumes and serves the next job. Suspended jobs suffice: their whole pass (claim, status, Events) runs and no
-pod starts.
+pod starts. A fixed `--priority` that a live peer already holds (kopf would pause both: no job served, no
+Event) is refused at start, naming the peer, while the one running keeps serving.
 """
 
 from __future__ import annotations
@@ -48,14 +49,30 @@ def _suspended_job(cluster, namespace: str, name: str) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_of_two_operators_on_one_peering_the_newest_serves_and_the_older_takes_over_when_it_stops(
-        cluster, namespace, ejob_crd, operator_kubeconfig, tmp_path):
+def _peering(cluster) -> str:
+    """kopf's peering CRDs (the chart's) and a new `ClusterKopfPeering`; returns its name."""
     cluster.kubectl("apply", "-f", str(PEERING_CRDS))
     for crd in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"):
         cluster.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
     peering = f"elastic-jax-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(
         {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": peering}}))
+    return peering
+
+
+def _stop_all(cluster, peering: str, *ops: OperatorProcess) -> None:
+    for op in ops:
+        op.stop()
+        for proc in op.procs:  # each process this test started, by PID
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    cluster.kubectl("delete", "clusterkopfpeering", peering, "--wait=false", check=False)
+
+
+def test_of_two_operators_on_one_peering_the_newest_serves_and_the_older_takes_over_when_it_stops(
+        cluster, namespace, ejob_crd, operator_kubeconfig, tmp_path):
+    peering = _peering(cluster)
     args = ("--peering", peering)  # --priority: the default, auto
     older = OperatorProcess(operator_kubeconfig, tmp_path / "older.log", free_port(), args)
     newer = OperatorProcess(operator_kubeconfig, tmp_path / "newer.log", free_port(), args)
@@ -85,10 +102,30 @@ def test_of_two_operators_on_one_peering_the_newest_serves_and_the_older_takes_o
         wait_phase(cluster, namespace, "third", ("Suspended",), timeout_s=120, explain=lambda: older.log()[-3000:])
         assert _names_job(older, "third"), older.log()[-3000:]
     finally:
-        for op in (newer, older):
-            op.stop()
-            for proc in op.procs:  # each process this test started, by PID
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait(10)
-        cluster.kubectl("delete", "clusterkopfpeering", peering, "--wait=false", check=False)
+        _stop_all(cluster, peering, newer, older)
+
+
+def test_a_fixed_priority_a_live_peer_already_holds_is_refused_at_start_and_the_peer_keeps_serving(
+        cluster, namespace, ejob_crd, operator_kubeconfig, tmp_path):
+    peering = _peering(cluster)
+    args = ("--peering", peering, "--priority", "5")
+    first = OperatorProcess(operator_kubeconfig, tmp_path / "first.log", free_port(), args)
+    second = OperatorProcess(operator_kubeconfig, tmp_path / "second.log", free_port(), args)
+    try:
+        first.start()
+        first.wait_up()
+        # kopf writes its peering entry once it runs: the job served means it is there.
+        _suspended_job(cluster, namespace, "served")
+        wait_phase(cluster, namespace, "served", ("Suspended",), timeout_s=120, explain=first.log)
+        wait_for(lambda: (cluster.api().get(f"/apis/kopf.dev/v1/clusterkopfpeerings/{peering}").get("status") or None),
+                 timeout_s=60, what="the first operator's peering entry")
+        second.start()
+        assert second.proc.wait(120) == 2, second.log()[-3000:]
+        last = second.log().strip().splitlines()[-1]
+        assert last.startswith("error: --priority 5: ") and "already run(s) on ClusterKopfPeering" in last, last
+        assert "--priority auto" in last, last
+        assert not any("Pausing" in m for m in _messages(first)), first.log()[-3000:]
+        _suspended_job(cluster, namespace, "still-served")
+        wait_phase(cluster, namespace, "still-served", ("Suspended",), timeout_s=120, explain=first.log)
+    finally:
+        _stop_all(cluster, peering, second, first)

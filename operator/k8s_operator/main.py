@@ -428,6 +428,11 @@ def main(argv: list[str] | None = None) -> int:
                                                                 thread_name_prefix="reconcile-pass")
     handlers.install_status_net(state)
     priority = peering_priority(args.priority)
+    if args.peering is not None and args.priority != AUTO_PRIORITY:
+        problem = _fixed_priority_problem(args.peering, args.namespace or [], priority)
+        if problem:
+            print(f"error: --priority {priority}: {problem}", file=sys.stderr)
+            return 2
     if args.peering is not None:
         logging.getLogger(__name__).info("peering %s with priority %d (%s)", args.peering, priority,
                                          "the newest operator is active" if args.priority == AUTO_PRIORITY
@@ -445,6 +450,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0  # (not reached)
 
 
+
+
+def _fixed_priority_problem(peering: str, namespaces: list[str], priority: int) -> str | None:
+    """Why this operator must not join `peering` at the fixed `priority` (`peering_check`), or None.
+
+    A peering object that cannot be read is logged and not a reason to refuse (kopf reports its own errors).
+    """
+    import datetime
+
+    from kubernetes.client import ApiException
+
+    from elastic_jax.k8s_operator import peering_check
+    from elastic_jax.k8s_operator.kube import Kube
+
+    try:
+        objects = peering_check.peering_objects(Kube().custom, peering, namespaces)
+    except ApiException as e:
+        logging.getLogger(__name__).warning("could not read peering %s to check --priority %d: %s", peering,
+                                            priority, e.reason or e.status, extra={"event": "peering_unread"})
+        return None
+    now = datetime.datetime.now(datetime.UTC)
+    for where, obj in objects:
+        peers = peering_check.same_priority_peers(obj.get("status"), priority, os.environ.get("POD_ID"), now)
+        if peers:
+            return (f"{', '.join(peers)} already run(s) on {where} with this priority, and kopf pauses every "
+                    "operator of equal priority (no job would be served); give each operator its own priority, "
+                    "or use --priority auto (the newest is active)")
+    return None
 
 
 def _exit_after(seconds: float) -> None:
