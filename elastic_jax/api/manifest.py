@@ -523,3 +523,14 @@ def load_manifest(path: str | Path, *, as_written: bool = False) -> ElasticTrain
     if len(docs) != 1:
         raise ManifestError(f"{path}: expected exactly one YAML document, found {len(docs)}")
     return parse_manifest(docs[0], str(path), as_written=as_written)
+
+
+def controller_manifest(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The manifest the operator hands the controller in its ConfigMap (camelCase; status and server fields
+    dropped): what `load_manifest` reads back there, and what the ConfigMap's size limit counts."""
+    return {
+        "apiVersion": job.api_version,
+        "kind": job.kind,
+        "metadata": {"name": job.metadata.name, **({"namespace": job.metadata.namespace} if job.metadata.namespace else {})},
+        "spec": job.spec.to_manifest(),
+    }

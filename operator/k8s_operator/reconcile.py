@@ -15,6 +15,7 @@ import re
 from typing import Any, Mapping
 
 from elastic_jax.api import labels
+from elastic_jax.api.cluster import checkpoints_go_with_pod, local_checkpoint_loss
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import (COND_CONTROLLER_RESTARTED, COND_IMAGE_PULL_FAILED, COND_SUSPENDED,
                                     EVENT_WORKERS_RESTARTED, REASON_CONTROLLER_BACK_OFF, ElasticTrainingJobStatus)
@@ -364,22 +365,6 @@ START_ERROR_REASONS = ("StartError", "ContainerCannotRun")
 # Event reasons of a suspend/resume of a job whose checkpoints cannot outlive its controller pod.
 SUSPEND_DROPS_CHECKPOINTS = "SuspendDropsCheckpoints"
 RESUMED_FROM_STEP_ZERO = "ResumedFromStepZero"
-
-
-def checkpoints_go_with_pod(job: ElasticTrainingJob) -> bool:
-    """Whether `job`'s checkpoints live in its controller pod: a local `spec.checkpoint.uri` is an emptyDir of
-    the pod (`backends.cpu.checkpoint_volume`) and goes with it, on a suspend as on a loss; shared storage
-    (`gs://`) outlives it."""
-    return "://" not in job.spec.checkpoint.uri
-
-
-def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
-    """Why a new controller pod of `job` cannot see the last one's checkpoints, or None when it can
-    (`checkpoints_go_with_pod`)."""
-    if not checkpoints_go_with_pod(job):
-        return None
-    return (f"spec.checkpoint.uri {job.spec.checkpoint.uri} is local to the controller pod (an emptyDir), so its "
-            "checkpoints go with the pod (use gs:// to keep them across a suspend)")
 
 
 def _was_suspended(status: ElasticTrainingJobStatus) -> bool:

@@ -17,7 +17,7 @@ from elastic_jax.api import crd, pod_rules, runtime_env
 from elastic_jax.api.manifest import ManifestError, dump_yaml, go_yaml_scalar, parse_manifest, safe_load_bounded
 from elastic_jax.cli import app
 from elastic_jax.k8s_operator import handlers, incarnation
-from elastic_jax.k8s_operator.backends import tpu_shapes
+from elastic_jax.api import tpu_shapes
 from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.reconcile import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
