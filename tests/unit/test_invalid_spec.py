@@ -19,7 +19,7 @@ from elastic_jax.cli import app
 from elastic_jax.k8s_operator import handlers, incarnation
 from elastic_jax.api import tpu_shapes
 from elastic_jax.k8s_operator.kube import ChildRefused
-from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.api import labels as lbl
 from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, YAML_TEXT, cpu_job, pathways_job
