@@ -67,10 +67,6 @@ TOKEN_FILE = f"{names.TOKEN_DIR}/{labels.TOKEN_KEY}"
 CHECKPOINT_VOLUME = "checkpoints"
 
 
-# Top-level folders of the controller image that an emptyDir must not cover (the cluster rules' list).
-IMAGE_SYSTEM_DIRS = frozenset(cluster.IMAGE_SYSTEM_DIRS)
-
-
 def mount_path(uri: str) -> str:
     """The normalized absolute folder of a local `spec.checkpoint.uri` (`//a/../b/` is `/b`: POSIX keeps a
     leading `//`, which would slip past the overlap checks)."""
