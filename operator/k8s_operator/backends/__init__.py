@@ -11,6 +11,8 @@ from typing import Any, Protocol
 from elastic_jax.api.backend_rules import check_backend, resolve
 from elastic_jax.api.cluster import UnsupportedBackend
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
+from elastic_jax.k8s_operator.backends.pathways import PathwaysRenderer
 
 # The rules and their error live in the api (`elastic-jax validate` applies them without the operator);
 # the renderers' callers import them from here too.
@@ -27,6 +29,10 @@ class Renderer(Protocol):
         """The JobSet of slice `index`."""
 
 
+# One renderer per backend of `backend_rules.SUPPORTED_BACKENDS` (tests/unit/test_operator_render.py).
+RENDERERS: dict[str, type[Renderer]] = {"cpu": CpuRenderer, "pathways": PathwaysRenderer}
+
+
 def renderer_for(backend: str) -> Renderer:
     """The renderer of `backend`.
 
@@ -34,10 +40,4 @@ def renderer_for(backend: str) -> Renderer:
       UnsupportedBackend: no renderer for it in this operator version.
     """
     check_backend(backend)
-    if backend == "cpu":
-        from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
-
-        return CpuRenderer()
-    from elastic_jax.k8s_operator.backends.pathways import PathwaysRenderer
-
-    return PathwaysRenderer()
+    return RENDERERS[backend]()
