@@ -10,6 +10,7 @@ symlinks, `package-dir` read from pyproject.toml) and the tool reads that.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -64,6 +65,8 @@ def _lay_out(dest: Path, replace: dict[str, str] | None = None) -> Path:
 
 def _lint(path: Path) -> subprocess.CompletedProcess[str]:
     """`lint-imports` with pyproject.toml's contracts over the package laid out at `path` (no cache written)."""
+    if importlib.util.find_spec("importlinter") is None:
+        pytest.fail("import-linter is not installed: pip install -c constraints.txt -e '.[dev]' (pyproject's dev extra)")
     env = {**os.environ, "PYTHONPATH": str(path), "COLUMNS": "400"}  # (one line per contract: rich wraps at 80)
     return subprocess.run([*LINT_IMPORTS, "--no-cache", "--no-logo", str(PYPROJECT)], cwd=path, env=env,
                           capture_output=True, text=True, timeout=300)
