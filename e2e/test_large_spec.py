@@ -66,7 +66,7 @@ def test_a_job_whose_kubectl_copy_leaves_no_room_for_the_operators_annotations_s
     """Plain `kubectl apply` of a job just under the annotations limit: the operator's own few annotations
     (claim, kopf's marker) may not fit (`validate --cluster` warns). Whatever the operator can write, the
     finalizer's removal patch adds no annotation, so `kubectl delete` completes."""
-    from elastic_jax.k8s_operator.children import ANNOTATIONS_MAX_BYTES, OPERATOR_ANNOTATIONS_RESERVE_BYTES
+    from elastic_jax.api.size_limits import ANNOTATIONS_MAX_BYTES, OPERATOR_ANNOTATIONS_RESERVE_BYTES
 
     manifest = _large_job("big-edge", 1000)
     base = len(json.dumps(manifest, separators=(",", ":")))

@@ -468,7 +468,7 @@ def _cluster_problems(checked, job) -> list[str]:
     found = cluster.problems({"backend": checked.spec.backend, "checkpoint": {"uri": checked.spec.checkpoint.uri}})
     if job is None:
         return found + _tpu_problems(checked, job)
-    from elastic_jax.k8s_operator.children import client_apply_size_problem, manifest_size_problem
+    from elastic_jax.api.size_limits import client_apply_size_problem, manifest_size_problem
 
     too_large_for_client_apply = client_apply_size_problem(job)
     if too_large_for_client_apply:  # (a warning: `kubectl apply --server-side` takes it)
@@ -477,7 +477,8 @@ def _cluster_problems(checked, job) -> list[str]:
     if too_large:  # (the API server refuses it only when the operator creates the ConfigMap)
         found.append(too_large)
     # What the operator checks when rendering (the TPU table of backend pathways), with its messages.
-    from elastic_jax.k8s_operator.backends import UnsupportedBackend, resolve
+    from elastic_jax.api.backend_rules import resolve
+    from elastic_jax.api.cluster import UnsupportedBackend
 
     try:
         resolve(job)
@@ -489,10 +490,10 @@ def _cluster_problems(checked, job) -> list[str]:
 
 def _warn_suspend(job) -> None:
     """`spec.suspend: true` with a local checkpoint folder: a warning line (not an error), in the words of the
-    operator's SuspendDropsCheckpoints / ResumedFromStepZero Events (`reconcile.local_checkpoint_loss`)."""
+    operator's SuspendDropsCheckpoints / ResumedFromStepZero Events (`cluster.local_checkpoint_loss`)."""
     if not job.spec.suspend:
         return
-    from elastic_jax.k8s_operator.reconcile import local_checkpoint_loss
+    from elastic_jax.api.cluster import local_checkpoint_loss
 
     why = local_checkpoint_loss(job)
     if why:
@@ -505,9 +506,9 @@ def _tpu_problems(checked, job=None) -> list[str]:
     (the job, or as far as it validated: a check reading a field that failed is skipped)."""
     if checked.spec.backend != "pathways":
         return []
-    from elastic_jax.k8s_operator.backends import UnsupportedBackend
-    from elastic_jax.k8s_operator.backends.pathways import check_node_selectors
-    from elastic_jax.k8s_operator.backends.tpu_shapes import slice_shape
+    from elastic_jax.api.backend_rules import check_node_selectors
+    from elastic_jax.api.cluster import UnsupportedBackend
+    from elastic_jax.api.tpu_shapes import slice_shape
 
     found = []
     slices = checked.spec.slices

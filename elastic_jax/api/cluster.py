@@ -13,6 +13,10 @@ Python's `re`: the patterns use only the syntax they share).
 `IMMUTABLE_EXCEPT` names the spec fields that may change on an existing job;
 `immutability_rules` makes every other field a CEL transition rule
 (`self == oldSelf`) naming it.
+
+`UnsupportedBackend` is the error of a job the operator cannot run (its
+renderers, `elastic_jax.api.backend_rules`, `elastic_jax.api.tpu_shapes`);
+`local_checkpoint_loss` is what a local checkpoint folder costs a suspended job.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ from typing import Any
 
 from elastic_jax import contract
 from elastic_jax.api import checkpoints
+from elastic_jax.api.job import ElasticTrainingJob
+
+
+class UnsupportedBackend(ValueError):
+    """The operator cannot render this job on a cluster (its backend, or a rule of it); `str()` names the field."""
 
 # Folders the operator mounts in the controller pod (its manifest, its token, the writable scratch).
 MANIFEST_DIR = contract.MANIFEST_DIR
@@ -121,6 +130,38 @@ def problems(spec: dict[str, Any]) -> list[str]:
     The same rules the CRD's CEL applies at `kubectl apply` (`CEL_RULES`).
     """
     return [message for _, message, ok in RULES if not ok(spec)]
+
+
+def check_job(job: ElasticTrainingJob) -> None:
+    """The job meets the uri's own rules (`checkpoints.uri_problems`) and the cluster's
+    (`problems`: both the CRD's CEL rules, so only a job
+    created under an older CRD gets here with a bad one), e.g. a local `spec.checkpoint.uri` is an absolute
+    folder the controller pod can mount an emptyDir at.
+
+    Raises:
+      UnsupportedBackend: the first rule broken (its message names the field).
+    """
+    # (the uri's own table first: the cluster's local rules leave what it refuses to it, as the CRD does)
+    found = checkpoints.uri_problems(job.spec.checkpoint.uri) + problems(job.spec.to_manifest())
+    if found:
+        raise UnsupportedBackend(found[0])
+
+
+def checkpoints_go_with_pod(job: ElasticTrainingJob) -> bool:
+    """Whether `job`'s checkpoints live in its controller pod: a local `spec.checkpoint.uri` is an emptyDir of
+    the pod (the operator's `backends.cpu.checkpoint_volume`) and goes with it, on a suspend as on a loss;
+    shared storage (`gs://`) outlives it."""
+    return "://" not in job.spec.checkpoint.uri
+
+
+def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
+    """Why a new controller pod of `job` cannot see the last one's checkpoints, or None when it can
+    (`checkpoints_go_with_pod`): the words of the operator's SuspendDropsCheckpoints / ResumedFromStepZero
+    Events and of `elastic-jax validate`'s suspend warning."""
+    if not checkpoints_go_with_pod(job):
+        return None
+    return (f"spec.checkpoint.uri {job.spec.checkpoint.uri} is local to the controller pod (an emptyDir), so its "
+            "checkpoints go with the pod (use gs:// to keep them across a suspend)")
 
 
 # -- immutability ----------------------------------------------------------------------

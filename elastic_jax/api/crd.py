@@ -21,11 +21,9 @@ from typing import Any
 
 import yaml
 
-from elastic_jax.api import cluster, generated_file
+from elastic_jax.api import backend_rules, cluster, generated_file, tpu_shapes
 from elastic_jax.api import job as job_api
 from elastic_jax.api.status import ElasticTrainingJobStatus
-# The TPU table lives with the renderer that uses it; the CRD carries it as CEL (one table, two readers).
-from elastic_jax.k8s_operator.backends import pathways, tpu_shapes
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / f"{job_api.PLURAL}.yaml"
 HELM_CRD_PATH = CRD_PATH.parents[1] / "helm" / "elastic-jax" / "crds" / CRD_PATH.name
@@ -130,7 +128,7 @@ def build_crd() -> dict[str, Any]:
     spec_schema = model_schema(job_api.ElasticTrainingJobSpec)
     # What only a cluster needs (e.g. an absolute checkpoint folder), and the fields fixed at creation.
     spec_schema["x-kubernetes-validations"] = (spec_schema.get("x-kubernetes-validations", []) + cluster.CEL_RULES
-                                               + tpu_shapes.cel_rules() + pathways.node_selector_cel_rules())
+                                               + tpu_shapes.cel_rules() + backend_rules.node_selector_cel_rules())
     cluster.add_immutability_rules(spec_schema)
     status_schema = model_schema(ElasticTrainingJobStatus)
     status_schema.pop("required", None)  # the operator fills status gradually

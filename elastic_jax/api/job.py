@@ -74,7 +74,7 @@ MAX_DURATION_SECONDS = 30 * 24 * 3600
 
 
 # One rule, one line: a model validator collects every rule it breaks and raises them together, one
-# problem a line (`manifest.format_validation_error` splits them), as the API server lists every failed
+# problem a line (`manifest.validation_problems` splits them), as the API server lists every failed
 # rule instead of the first.
 PROBLEM_SEPARATOR = "\n"
 
@@ -887,16 +887,6 @@ class ElasticTrainingJobSpec(_Model):
     _spec_rules = model_validator(mode="after")(_checked(RULES))
 
 
-def spec_rule_problems(spec: Any) -> list[str]:
-    """Every rule of `ElasticTrainingJobSpec` across its sections that `spec` breaks (the API server lists all).
-
-    Args:
-      spec: the spec, or a stand-in holding only the fields that validated on their own
-        (`partial_problems`): a rule reading a missing one is skipped (`run_rules`).
-    """
-    return run_rules(spec, ElasticTrainingJobSpec.RULES)
-
-
 def _env_not_reserved(spec: Any) -> list[str]:
     found = []
     for role, env in (("controller", spec.controller.env), ("worker", spec.worker.env)):
@@ -969,15 +959,6 @@ def partial_problems(raw: Any) -> tuple[types.SimpleNamespace | None, list[str]]
         return None, []
     found: list[str] = []
     return _valid_parts(ElasticTrainingJob, raw, (), found), found
-
-
-def problems_beside(raw_spec: Any) -> list[str]:
-    """`partial_problems` of a spec alone (`raw_spec`: camelCase data)."""
-    if not isinstance(raw_spec, dict):
-        return []
-    found: list[str] = []
-    _valid_parts(ElasticTrainingJobSpec, raw_spec, ("spec",), found)
-    return found
 
 
 def _valid_parts(model: type[BaseModel], raw: dict[str, Any], loc: tuple[Any, ...],

@@ -269,19 +269,6 @@ def safe_load_bounded(text: str) -> Any:
     return yaml.load(text, Loader=_UniqueKeyLoader)
 
 
-def format_validation_error(error: ValidationError, prefix: str = "") -> str:
-    """Turns a pydantic error into `field.path: message; ...` (camelCase paths).
-
-    Args:
-      error: the pydantic error.
-      prefix: prepended to every path (e.g. "spec.").
-
-    Returns:
-      One line; several problems are joined with "; ".
-    """
-    return "; ".join(validation_problems(error, prefix))
-
-
 # What a field of each JSON type needs, for pydantic's type errors ("Input should be a valid integer" named
 # neither the value nor what to write instead).
 _TYPE_NEEDS = {"int_type": "an integer (a whole number, e.g. 10)", "float_type": "a number (e.g. 10 or 2.5)",
@@ -523,3 +510,14 @@ def load_manifest(path: str | Path, *, as_written: bool = False) -> ElasticTrain
     if len(docs) != 1:
         raise ManifestError(f"{path}: expected exactly one YAML document, found {len(docs)}")
     return parse_manifest(docs[0], str(path), as_written=as_written)
+
+
+def controller_manifest(job: ElasticTrainingJob) -> dict[str, Any]:
+    """The manifest the operator hands the controller in its ConfigMap (camelCase; status and server fields
+    dropped): what `load_manifest` reads back there, and what the ConfigMap's size limit counts."""
+    return {
+        "apiVersion": job.api_version,
+        "kind": job.kind,
+        "metadata": {"name": job.metadata.name, **({"namespace": job.metadata.namespace} if job.metadata.namespace else {})},
+        "spec": job.spec.to_manifest(),
+    }

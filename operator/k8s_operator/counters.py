@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import CounterBase, ElasticTrainingJobStatus, Goodput, GoodputBase, SliceCounterBase
 from elastic_jax.k8s_operator import goodput as gp
+from elastic_jax.k8s_operator.slices import JobSetView
 
-if TYPE_CHECKING:  # (reconcile reads the carried restarts for the budgets)
-    from elastic_jax.k8s_operator.reconcile import JobSetView
+if TYPE_CHECKING:
     from elastic_jax.k8s_operator.tracker import Freeze
 
 

@@ -55,7 +55,8 @@ from elastic_jax.api.status import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VAL
 from elastic_jax.k8s_operator.conditions import get_condition, now_rfc3339, set_condition
 from elastic_jax.k8s_operator.kube import Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS, NodeLoss, lost_nodes, node_view
-from elastic_jax.k8s_operator.reconcile import Observed, decide, jobset_view
+from elastic_jax.k8s_operator.reconcile import Observed, decide
+from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import (

@@ -15,6 +15,7 @@ import re
 from typing import Any, Mapping
 
 from elastic_jax.api import labels
+from elastic_jax.api.cluster import checkpoints_go_with_pod, local_checkpoint_loss
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import (COND_CONTROLLER_RESTARTED, COND_IMAGE_PULL_FAILED, COND_SUSPENDED,
                                     EVENT_WORKERS_RESTARTED, REASON_CONTROLLER_BACK_OFF, ElasticTrainingJobStatus)
@@ -24,40 +25,8 @@ from elastic_jax.k8s_operator.conditions import get_condition
 from elastic_jax.k8s_operator.backends import pathways as pathways_backend
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod, pods_on_lost_nodes
 from elastic_jax.k8s_operator.pod_faults import image_pull_failed, pod_faults
-from elastic_jax.k8s_operator.slices import PodView
+from elastic_jax.k8s_operator.slices import JobSetView, PodView
 from elastic_jax.supervision import backoff, budgets
-
-
-@dataclasses.dataclass(frozen=True)
-class JobSetView:
-    """The fields of a worker JobSet the operator needs."""
-
-    name: str
-    slice_index: int
-    restarts: int = 0
-    failed: bool = False
-    message: str = ""
-    deleting: bool = False
-    head: str = ""
-    created: str = ""  # metadata.creationTimestamp (RFC 3339)
-    uid: str = ""  # metadata.uid: its Events are read by it, never by name alone; a JobSet created again under the same name restarts its count (`counters`)
-
-
-def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
-    """Extracts a `JobSetView` from a JobSet object."""
-    status = body.get("status") or {}
-    failed = next((c for c in status.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"), None)
-    return JobSetView(
-        name=(body.get("metadata") or {}).get("name", ""),
-        slice_index=slice_index,
-        restarts=int(status.get("restarts") or 0),
-        failed=failed is not None,
-        message=(failed or {}).get("message", ""),
-        deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
-        head=((body.get("metadata") or {}).get("annotations") or {}).get(labels.PATHWAYS_HEAD, ""),
-        created=(body.get("metadata") or {}).get("creationTimestamp") or "",
-        uid=(body.get("metadata") or {}).get("uid") or "",
-    )
 
 
 @dataclasses.dataclass
@@ -364,22 +333,6 @@ START_ERROR_REASONS = ("StartError", "ContainerCannotRun")
 # Event reasons of a suspend/resume of a job whose checkpoints cannot outlive its controller pod.
 SUSPEND_DROPS_CHECKPOINTS = "SuspendDropsCheckpoints"
 RESUMED_FROM_STEP_ZERO = "ResumedFromStepZero"
-
-
-def checkpoints_go_with_pod(job: ElasticTrainingJob) -> bool:
-    """Whether `job`'s checkpoints live in its controller pod: a local `spec.checkpoint.uri` is an emptyDir of
-    the pod (`backends.cpu.checkpoint_volume`) and goes with it, on a suspend as on a loss; shared storage
-    (`gs://`) outlives it."""
-    return "://" not in job.spec.checkpoint.uri
-
-
-def local_checkpoint_loss(job: ElasticTrainingJob) -> str | None:
-    """Why a new controller pod of `job` cannot see the last one's checkpoints, or None when it can
-    (`checkpoints_go_with_pod`)."""
-    if not checkpoints_go_with_pod(job):
-        return None
-    return (f"spec.checkpoint.uri {job.spec.checkpoint.uri} is local to the controller pod (an emptyDir), so its "
-            "checkpoints go with the pod (use gs:// to keep them across a suspend)")
 
 
 def _was_suspended(status: ElasticTrainingJobStatus) -> bool:

@@ -98,6 +98,38 @@ class PodView:
 _STARTING = frozenset({"", "ContainerCreating", "PodInitializing"})
 
 
+@dataclasses.dataclass(frozen=True)
+class JobSetView:
+    """The fields of a worker JobSet the operator needs."""
+
+    name: str
+    slice_index: int
+    restarts: int = 0
+    failed: bool = False
+    message: str = ""
+    deleting: bool = False
+    head: str = ""
+    created: str = ""  # metadata.creationTimestamp (RFC 3339)
+    uid: str = ""  # metadata.uid: its Events are read by it, never by name alone; a JobSet created again under the same name restarts its count (`counters`)
+
+
+def jobset_view(body: dict[str, Any], slice_index: int) -> JobSetView:
+    """Extracts a `JobSetView` from a JobSet object."""
+    status = body.get("status") or {}
+    failed = next((c for c in status.get("conditions") or [] if c.get("type") == "Failed" and c.get("status") == "True"), None)
+    return JobSetView(
+        name=(body.get("metadata") or {}).get("name", ""),
+        slice_index=slice_index,
+        restarts=int(status.get("restarts") or 0),
+        failed=failed is not None,
+        message=(failed or {}).get("message", ""),
+        deleting=bool((body.get("metadata") or {}).get("deletionTimestamp")),
+        head=((body.get("metadata") or {}).get("annotations") or {}).get(labels.PATHWAYS_HEAD, ""),
+        created=(body.get("metadata") or {}).get("creationTimestamp") or "",
+        uid=(body.get("metadata") or {}).get("uid") or "",
+    )
+
+
 def _waiting(status: dict[str, Any]) -> tuple[str, str, str]:
     """(reason, message, image) of the first container held in a waiting state that is a fault."""
     for key in ("initContainerStatuses", "containerStatuses"):

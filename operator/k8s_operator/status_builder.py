@@ -7,6 +7,7 @@ from typing import Any
 
 from elastic_jax import contract
 from elastic_jax.api import status as st
+from elastic_jax.api.cluster import checkpoints_go_with_pod, local_checkpoint_loss
 from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTROLLER_UNRESPONSIVE,
@@ -14,8 +15,7 @@ from elastic_jax.api.status import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTRO
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, derive_phase, get_condition, set_condition
 from elastic_jax.k8s_operator import controller_restart
 from elastic_jax.k8s_operator.finished import finished_phase
-from elastic_jax.k8s_operator.reconcile import (ControllerBackOff, attempt_of, backoff_message,
-                                                checkpoints_go_with_pod, local_checkpoint_loss)
+from elastic_jax.k8s_operator.reconcile import ControllerBackOff, attempt_of, backoff_message
 from elastic_jax.k8s_operator.slice_warming import spare_indices
 
 
@@ -333,7 +333,7 @@ def pending_stage(c: ControllerStatus, controller_pod: str, shown_step: int, loc
 
 
 def _checkpoints_gone(prev: st.ElasticTrainingJobStatus, i: Inputs, restarting: bool, from_current: bool) -> bool:
-    """For a job whose checkpoints go with its controller pod (`reconcile.checkpoints_go_with_pod`): the
+    """For a job whose checkpoints go with its controller pod (`cluster.checkpoints_go_with_pod`): the
     checkpoint `lastCheckpointStep` names went with a pod that is gone or going, and no answer of the
     current pod says otherwise.
 

@@ -22,7 +22,8 @@ from elastic_jax.k8s_operator.effects import (REASON_PHASE_CHANGED, CountGoodput
                                               Effect, PatchStatus, PostEvent, invalid_child_effects, refusal_event)
 from elastic_jax.k8s_operator.head_status import with_resource_manager
 from elastic_jax.k8s_operator.pod_faults import PodFault, invalid_refusal, pod_faults
-from elastic_jax.k8s_operator.reconcile import JobSetView, dead
+from elastic_jax.k8s_operator.reconcile import dead
+from elastic_jax.k8s_operator.slices import JobSetView
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import (REASON_INVALID_SPEC, Inputs, build_status, resume_events,
                                                      setting_warning_events,

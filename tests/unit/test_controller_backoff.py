@@ -16,7 +16,8 @@ from elastic_jax.api import status as st
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.api.control import ControllerStatus, ResumeInfo
 from elastic_jax.k8s_operator import tracker as tracker_mod
-from elastic_jax.k8s_operator.reconcile import JobSetView, Observed, decide
+from elastic_jax.k8s_operator.reconcile import Observed, decide
+from elastic_jax.k8s_operator.slices import JobSetView
 from elastic_jax.k8s_operator.slices import PodView, pod_view
 from elastic_jax.k8s_operator.status_builder import Inputs, build_status
 from elastic_jax.supervision import backoff

@@ -17,10 +17,9 @@ from elastic_jax.api import crd, pod_rules, runtime_env
 from elastic_jax.api.manifest import ManifestError, dump_yaml, go_yaml_scalar, parse_manifest, safe_load_bounded
 from elastic_jax.cli import app
 from elastic_jax.k8s_operator import handlers, incarnation
-from elastic_jax.k8s_operator.backends import tpu_shapes
+from elastic_jax.api import tpu_shapes
 from elastic_jax.k8s_operator.kube import ChildRefused
-from elastic_jax.k8s_operator.reconcile import jobset_view
-from elastic_jax.k8s_operator.slices import pod_view
+from elastic_jax.k8s_operator.slices import jobset_view, pod_view
 from elastic_jax.api import labels as lbl
 from tests.support.bad_manifests import ACCEPTED, BAD_NAMESPACE, CASES, YAML_TEXT, cpu_job, pathways_job
 from tests.support.fake_kube import FakeKube as _Kube
@@ -286,6 +285,20 @@ def test_validate_cluster_refuses_a_manifest_too_large_for_its_configmap(tmp_pat
     assert code == 2 and "spec.controller.trainer.config" in out and "1048576" in out, out
     job["spec"]["controller"]["trainer"]["config"]["vocab"] = ["w" * 1000] * 900
     assert _validate(tmp_path, job)[0] == 0
+
+
+def test_the_configmap_size_limit_counts_the_configmap_the_operator_renders(monkeypatch):
+    """`validate --cluster` (`api.size_limits`) measures the manifest the operator's ConfigMap holds
+    (`children.manifest_configmap`): at exactly its bytes the limit holds, one byte less refuses it."""
+    from elastic_jax.api import size_limits
+    from elastic_jax.k8s_operator import children
+
+    job = parse_manifest({**cpu_job(), "metadata": {"name": "j", "namespace": "ml"}})
+    rendered = sum(len(v.encode()) for v in children.manifest_configmap(job)["data"].values())
+    monkeypatch.setattr(size_limits, "CONFIGMAP_MAX_BYTES", rendered)
+    assert size_limits.manifest_size_problem(job) is None
+    monkeypatch.setattr(size_limits, "CONFIGMAP_MAX_BYTES", rendered - 1)
+    assert f"the manifest is {rendered} bytes" in size_limits.manifest_size_problem(job)
 
 
 def test_validate_cluster_warns_that_plain_kubectl_apply_cannot_copy_a_large_job(tmp_path):

@@ -109,7 +109,7 @@ def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped
 
     from elastic_jax.api import labels as lbl
     from elastic_jax.k8s_operator import handlers
-    from elastic_jax.k8s_operator.reconcile import jobset_view
+    from elastic_jax.k8s_operator.slices import jobset_view
     from elastic_jax.k8s_operator.slices import pod_view
     from tests.support.fake_kube import FakeKube
 
@@ -228,7 +228,7 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
 
     from elastic_jax.api import labels as lbl
     from elastic_jax.k8s_operator import handlers, wake
-    from elastic_jax.k8s_operator.reconcile import jobset_view
+    from elastic_jax.k8s_operator.slices import jobset_view
     from elastic_jax.k8s_operator.slices import pod_view
     from tests.support.fake_kube import FakeKube
     from tests.unit.test_operator_wake import _Stopped

@@ -12,7 +12,7 @@ from elastic_jax.api import labels as lbl
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import ElasticTrainingJobStatus
 from elastic_jax.k8s_operator import counters, handlers
-from elastic_jax.k8s_operator.reconcile import JobSetView, jobset_view
+from elastic_jax.k8s_operator.slices import JobSetView, jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube

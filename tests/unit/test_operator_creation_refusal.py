@@ -10,7 +10,7 @@ import kopf
 from elastic_jax.api import labels as lbl
 from elastic_jax.k8s_operator import handlers, incarnation
 from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
-from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from tests.unit.test_operator_handler_faults import _Kube, _Patch
 

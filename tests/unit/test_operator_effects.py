@@ -15,7 +15,8 @@ from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.api.status import REASON_NODE_LOST
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeLostPod
-from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, JobSetView, Plan
+from elastic_jax.k8s_operator.reconcile import RESUMED_FROM_STEP_ZERO, Plan
+from elastic_jax.k8s_operator.slices import JobSetView
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import REASON_INVALID_SPEC, Inputs, child_conflict
 from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status, expiry

@@ -15,7 +15,7 @@ import kopf
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord, SliceStatus
 from elastic_jax.k8s_operator import handlers
-from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube

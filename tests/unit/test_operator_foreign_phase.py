@@ -11,7 +11,8 @@ from elastic_jax.api import status as st
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator.finished import REASON_FOREIGN_PHASE_IGNORED, finished_phase
-from elastic_jax.k8s_operator.reconcile import JobSetView, Observed, decide
+from elastic_jax.k8s_operator.reconcile import Observed, decide
+from elastic_jax.k8s_operator.slices import JobSetView
 from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import Inputs, build_status
 

@@ -132,7 +132,7 @@ def test_the_operators_counter_gets_what_each_pass_added():
 
 def _observed(status: dict, ctrl: ControllerStatus | None, total: Goodput | None, **kw):
     """The status decision's input for a job whose controller answered `ctrl` (its ledger: `total`)."""
-    from elastic_jax.k8s_operator.reconcile import JobSetView
+    from elastic_jax.k8s_operator.slices import JobSetView
     from elastic_jax.k8s_operator.status_decision import StatusObserved
     inputs = _inputs(previous=status, controller=ctrl, goodput=total, **kw)
     return StatusObserved(inputs=inputs, status=status, finished=False, refusal=None, controller_pods=[],

@@ -8,7 +8,7 @@ import kopf
 from elastic_jax.api import labels as lbl
 from elastic_jax.k8s_operator import handlers
 from elastic_jax.k8s_operator.slices import pod_view
-from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import jobset_view
 from tests.support.fake_kube import FakeKube
 
 

@@ -11,7 +11,7 @@ import pytest
 from elastic_jax.api import labels as lbl
 from elastic_jax.k8s_operator import backends, children, handlers, incarnation
 from elastic_jax.k8s_operator.backends import renderer_for
-from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.api.manifest import parse_manifest
 from tests.unit.test_operator_handler_faults import _Kube, _Patch

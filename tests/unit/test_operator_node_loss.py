@@ -14,7 +14,8 @@ from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator import handlers
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeView, lost_nodes, node_view, pods_on_lost_nodes
-from elastic_jax.k8s_operator.reconcile import JobSetView, Observed, decide, jobset_view
+from elastic_jax.k8s_operator.reconcile import Observed, decide
+from elastic_jax.k8s_operator.slices import JobSetView, jobset_view
 from elastic_jax.k8s_operator.slices import PodView, observe_slice, pod_view
 from elastic_jax.k8s_operator.status_builder import with_node_loss
 from elastic_jax.k8s_operator.tracker import JobTracker

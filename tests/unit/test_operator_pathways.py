@@ -23,7 +23,7 @@ from elastic_jax.api.manifest_digest import manifest_digest
 from elastic_jax.k8s_operator import backends, children
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.backends.pathways import PathwaysRenderer, proxy_image, server_image
-from elastic_jax.k8s_operator.backends.tpu_shapes import GENERATIONS, SliceShapeError, slice_shape
+from elastic_jax.api.tpu_shapes import GENERATIONS, SliceShapeError, slice_shape
 
 GOLDEN = Path(__file__).parent / "golden" / "pathways"
 TOKEN = "golden-token"

@@ -8,7 +8,8 @@ import dataclasses
 from elastic_jax.api import labels
 from elastic_jax.api import status as st
 from elastic_jax.k8s_operator.pod_faults import pod_faults
-from elastic_jax.k8s_operator.reconcile import JobSetView, Observed, decide
+from elastic_jax.k8s_operator.reconcile import Observed, decide
+from elastic_jax.k8s_operator.slices import JobSetView
 from elastic_jax.k8s_operator.slices import PodView, pod_view
 from elastic_jax.k8s_operator.status_builder import with_pod_faults
 from tests.unit.test_operator_reconcile import _ctrl, _job

@@ -19,7 +19,7 @@ from elastic_jax.api.client import ControlApiError
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.k8s_operator import handlers, incarnation, metrics
 from elastic_jax.k8s_operator.kube import Kube
-from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube

@@ -7,9 +7,8 @@ import json
 
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator.nodes import NodeLoss
-from elastic_jax.k8s_operator.reconcile import (SUSPEND_CONTROLLER_NOT_STOPPED, JobSetView, Observed, attempt_of, decide,
-                                               jobset_view)
-from elastic_jax.k8s_operator.slices import PodView, pod_view
+from elastic_jax.k8s_operator.reconcile import SUSPEND_CONTROLLER_NOT_STOPPED, Observed, attempt_of, decide
+from elastic_jax.k8s_operator.slices import JobSetView, PodView, jobset_view, pod_view
 
 
 def _job(**spec):

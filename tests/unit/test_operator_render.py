@@ -99,6 +99,14 @@ def test_unknown_backend_is_refused_clearly():
         renderer_for("gpu")
 
 
+def test_every_backend_the_rules_accept_has_a_renderer():
+    """`validate` accepts the backends of `backend_rules.SUPPORTED_BACKENDS`; the operator renders each."""
+    from elastic_jax.api.backend_rules import SUPPORTED_BACKENDS
+    from elastic_jax.k8s_operator.backends import RENDERERS
+
+    assert set(RENDERERS) == set(SUPPORTED_BACKENDS)
+
+
 def test_service_selects_the_controller():
     svc = children.controller_service(_job())
     assert svc["spec"]["selector"] == {labels.JOB_NAME: "demo", labels.ROLE: "controller"}

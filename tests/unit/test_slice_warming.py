@@ -12,7 +12,7 @@ from elastic_jax.api import labels as lbl
 from elastic_jax.api.control import ControllerStatus, SliceStatus
 from elastic_jax.api.status import ElasticTrainingJobStatus, SliceStatusEntry
 from elastic_jax.k8s_operator import handlers, slice_warming
-from elastic_jax.k8s_operator.reconcile import jobset_view
+from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from elastic_jax.api.backend_rules import check_backend, resolve
+from elastic_jax.api.cluster import UnsupportedBackend
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
+from elastic_jax.k8s_operator.backends.pathways import PathwaysRenderer
 
-
-class UnsupportedBackend(ValueError):
-    """The operator cannot render `spec.backend`; `str()` names the field."""
+# The rules and their error live in the api (`elastic-jax validate` applies them without the operator);
+# the renderers' callers import them from here too.
+__all__ = ["Renderer", "UnsupportedBackend", "renderer_for", "resolve"]
 
 
 class Renderer(Protocol):
@@ -25,41 +29,15 @@ class Renderer(Protocol):
         """The JobSet of slice `index`."""
 
 
+# One renderer per backend of `backend_rules.SUPPORTED_BACKENDS` (tests/unit/test_operator_render.py).
+RENDERERS: dict[str, type[Renderer]] = {"cpu": CpuRenderer, "pathways": PathwaysRenderer}
+
+
 def renderer_for(backend: str) -> Renderer:
     """The renderer of `backend`.
 
     Raises:
       UnsupportedBackend: no renderer for it in this operator version.
     """
-    if backend == "cpu":
-        from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
-
-        return CpuRenderer()
-    if backend == "pathways":
-        from elastic_jax.k8s_operator.backends.pathways import PathwaysRenderer
-
-        return PathwaysRenderer()
-    raise UnsupportedBackend(
-        f"spec.backend {backend!r} is not supported by this operator version (supported: cpu, pathways)"
-    )
-
-
-def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
-    """`job` as the operator will render it, with backend-derived fields filled in.
-
-    pathways: hostsPerSlice and devicesPerHost come from the TPU topology, so
-    the slice tracker counts the right number of pods. cpu: `job` unchanged
-    (a local spec.checkpoint.uri must be a path the controller pod can mount).
-
-    Raises:
-      UnsupportedBackend: the operator cannot render this spec (message names the field).
-    """
-    renderer_for(job.spec.backend)
-    from elastic_jax.k8s_operator.backends import cpu
-
-    cpu.check_local_checkpoint(job)  # the cluster rules, for every backend (pathways: gs:// only)
-    if job.spec.backend == "pathways":
-        from elastic_jax.k8s_operator.backends import pathways
-
-        return pathways.resolve(job)
-    return job
+    check_backend(backend)
+    return RENDERERS[backend]()

@@ -16,7 +16,7 @@ import posixpath
 from typing import Any
 
 from elastic_jax import contract
-from elastic_jax.api import checkpoints, cluster, labels
+from elastic_jax.api import cluster, labels
 from elastic_jax.api.identity import JobIdentity, identity_env
 from elastic_jax.api.job import ElasticTrainingJob, EnvVar
 from elastic_jax.api.manifest_digest import DIGEST_ENV, manifest_digest
@@ -64,34 +64,7 @@ TOKEN_MOUNT = {"name": "token", "mountPath": names.TOKEN_DIR, "readOnly": True}
 TOKEN_FILE = f"{names.TOKEN_DIR}/{labels.TOKEN_KEY}"
 
 
-def local_checkpoint(job: ElasticTrainingJob) -> bool:
-    """True when `spec.checkpoint.uri` is a local path (in the controller pod, not in object storage)."""
-    return "://" not in job.spec.checkpoint.uri
-
-
 CHECKPOINT_VOLUME = "checkpoints"
-CHECKPOINT_FIELD = "spec.checkpoint.uri"
-
-
-def check_local_checkpoint(job: ElasticTrainingJob) -> None:
-    """The job meets the uri's own rules (`checkpoints.uri_problems`) and the cluster's
-    (`elastic_jax.api.cluster`: both the CRD's CEL rules, so only a job
-    created under an older CRD gets here with a bad one), e.g. a local `spec.checkpoint.uri` is an absolute
-    folder the controller pod can mount an emptyDir at.
-
-    Raises:
-      UnsupportedBackend: the first rule broken (its message names the field).
-    """
-    from elastic_jax.k8s_operator.backends import UnsupportedBackend
-
-    # (the uri's own table first: the cluster's local rules leave what it refuses to it, as the CRD does)
-    found = checkpoints.uri_problems(job.spec.checkpoint.uri) + cluster.problems(job.spec.to_manifest())
-    if found:
-        raise UnsupportedBackend(found[0])
-
-
-# Top-level folders of the controller image that an emptyDir must not cover (the cluster rules' list).
-IMAGE_SYSTEM_DIRS = frozenset(cluster.IMAGE_SYSTEM_DIRS)
 
 
 def mount_path(uri: str) -> str:
@@ -107,7 +80,7 @@ def checkpoint_volume(job: ElasticTrainingJob) -> tuple[list[dict[str, Any]], li
     the controller pod (kind, a laptop). Checkpoints that outlive the pod need
     `gs://` (docs/security.md, docs/kubernetes.md "What the operator does with a job").
     """
-    if not local_checkpoint(job):
+    if not cluster.checkpoints_go_with_pod(job):  # (gs://: nothing to mount)
         return [], []
     return ([{"name": CHECKPOINT_VOLUME, "emptyDir": {}}],
             [{"name": CHECKPOINT_VOLUME, "mountPath": mount_path(job.spec.checkpoint.uri)}])

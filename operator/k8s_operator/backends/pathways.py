@@ -55,11 +55,11 @@ from elastic_jax.api import images
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.api.backend_rules import TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL, resolve_pathways
+from elastic_jax.api.tpu_shapes import SliceShape, slice_shape
 from elastic_jax.k8s_operator import names, slices
-from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.backends import cpu
 from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
-from elastic_jax.k8s_operator.backends.tpu_shapes import SliceShape, slice_shape
 
 # Images: pathways-utils' repositories, pinned to the release of the controller's jax
 # (`images.PATHWAYS_RELEASES`), never `latest` (the references' default): the proxy client
@@ -90,15 +90,10 @@ RM_CONTAINER = slices.RM_CONTAINER
 WORKER_GRACE_S = 30
 _PROXY_RESOURCES = {"limits": {"cpu": "16", "memory": "100G"}}
 
-HOSTS_FIELD = "spec.slices.hostsPerSlice"
-DEVICES_FIELD = "spec.slices.devicesPerHost"
-CHECKPOINT_FIELD = "spec.checkpoint.uri"
 SCRATCH_SUBDIR = "pathways-scratch"
 # spec.compilationCache's default: JAX's persistent cache of the controller (the JAX client that compiles
 # every program Pathways runs), kept across controller restarts and slice replacements.
 COMPILATION_CACHE_SUBDIR = "compilation-cache"
-TPU_ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
-TPU_TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 TPU_RESOURCE = "google.com/tpu"
 NODE_POOL_LABEL = "cloud.google.com/gke-nodepool"
 
@@ -107,46 +102,6 @@ _NAMESPACE_ENV = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath
 
 def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-
-
-# Node labels the pathways renderer decides: a user selector naming one would move the slices off
-# their TPU pools (or the controller onto one). Refused, naming the field.
-_WORKER_SELECTOR_FIELD = "spec.worker.nodeSelector"
-_CONTROLLER_SELECTOR_FIELD = "spec.controller.nodeSelector"
-
-
-def check_node_selectors(job: ElasticTrainingJob) -> None:
-    """User node selectors may add labels, never replace the TPU ones the operator sets.
-
-    Raises:
-      UnsupportedBackend: spec.worker.nodeSelector names the TPU accelerator or topology label, or
-        spec.controller.nodeSelector names the TPU accelerator label (the controller must stay off TPU pools).
-    """
-    for key in (TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL):
-        if key in job.spec.worker.node_selector:
-            raise UnsupportedBackend(
-                f"{_WORKER_SELECTOR_FIELD}[{key!r}]: the operator sets this TPU selector from spec.slices "
-                "(accelerator, topology); remove it from the nodeSelector")
-    if TPU_ACCELERATOR_LABEL in job.spec.controller.node_selector:
-        raise UnsupportedBackend(
-            f"{_CONTROLLER_SELECTOR_FIELD}[{TPU_ACCELERATOR_LABEL!r}]: the pathways controller runs off the TPU "
-            "node pools (the operator requires that label to be absent); remove it")
-
-
-def node_selector_cel_rules() -> list[dict[str, str]]:
-    """CEL rules for the CRD's spec: the API server refuses what `check_node_selectors` refuses (backend pathways)."""
-    rules = [{"rule": (f"self.backend != 'pathways' || !has(self.worker) || !has(self.worker.nodeSelector) || "
-                       f"!('{key}' in self.worker.nodeSelector)"),
-              "message": (f"{_WORKER_SELECTOR_FIELD}[{key!r}]: the operator sets this TPU selector from spec.slices "
-                          "(accelerator, topology); remove it from the nodeSelector"),
-              "fieldPath": ".worker.nodeSelector"} for key in (TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL)]
-    rules.append({"rule": (f"self.backend != 'pathways' || !has(self.controller) || "
-                           f"!has(self.controller.nodeSelector) || !('{TPU_ACCELERATOR_LABEL}' in "
-                           "self.controller.nodeSelector)"),
-                  "message": (f"{_CONTROLLER_SELECTOR_FIELD}[{TPU_ACCELERATOR_LABEL!r}]: the pathways controller runs "
-                              "off the TPU node pools (the operator requires that label to be absent); remove it"),
-                  "fieldPath": ".controller.nodeSelector"})
-    return rules
 
 
 def _head_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
@@ -191,41 +146,6 @@ def head_incarnation(pod_name: str, rm_restarts: int) -> str:
     manager only; any other value means the head restarted under it.
     """
     return f"{pod_name}.rm-{rm_restarts}"
-
-
-def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
-    """`job` with hostsPerSlice and devicesPerHost derived from the slice topology.
-
-    The CRD defaults both fields to 1, so 1 means "derive"; any other value
-    must equal the derived one.
-
-    Returns:
-      A copy with `hosts_per_slice` = hosts per slice and `devices_per_host`
-      = TPU chips per host.
-
-    Raises:
-      UnsupportedBackend: unknown accelerator or bad topology (`SliceShapeError`,
-        naming spec.slices.accelerator / spec.slices.topology), a conflicting
-        spec.slices.hostsPerSlice or spec.slices.devicesPerHost, or a
-        spec.checkpoint.uri that is not gs:// (Pathways needs a GCS scratch
-        location, placed under it).
-    """
-    s = job.spec.slices
-    shape = slice_shape(s.accelerator, s.topology)
-    check_node_selectors(job)
-    for field, value, derived, what in ((HOSTS_FIELD, s.hosts_per_slice, shape.hosts, "hosts"),
-                                        (DEVICES_FIELD, s.devices_per_host, shape.chips_per_host, "chips per host")):
-        if value not in (1, derived):
-            raise UnsupportedBackend(
-                f"{field} is {value} but {s.accelerator} {s.topology} has {derived} {what}; omit it or set {derived}"
-            )
-    if not job.spec.checkpoint.uri.startswith("gs://"):
-        raise UnsupportedBackend(
-            f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} must be gs://bucket/prefix for backend pathways "
-            "(pods on different nodes share it, and Pathways keeps its GCS scratch under it)"
-        )
-    slices = s.model_copy(update={"hosts_per_slice": shape.hosts, "devices_per_host": shape.chips_per_host})
-    return job.model_copy(update={"spec": job.spec.model_copy(update={"slices": slices})})
 
 
 def _under_checkpoint(job: ElasticTrainingJob, subdir: str) -> str:
@@ -348,9 +268,9 @@ class PathwaysRenderer:
         """The cpu backend's controller pod, plus the Pathways head and the env pointing JAX at its proxy.
 
         Raises:
-          UnsupportedBackend: see `resolve`.
+          UnsupportedBackend: see `backend_rules.resolve_pathways`.
         """
-        job = resolve(job)
+        job = resolve_pathways(job)
         shape = slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
         pod = CpuRenderer().controller_pod(job, attempt, job_uid)
         spec = pod["spec"]
@@ -386,9 +306,9 @@ class PathwaysRenderer:
         """The JobSet of slice `index`: hosts-per-slice Pathways workers on one TPU node pool.
 
         Raises:
-          UnsupportedBackend: see `resolve`.
+          UnsupportedBackend: see `backend_rules.resolve_pathways`.
         """
-        job = resolve(job)
+        job = resolve_pathways(job)
         shape = slice_shape(job.spec.slices.accelerator, job.spec.slices.topology)
         js = CpuRenderer().worker_jobset(job, index)
         exclusive = {labels.JOBSET_EXCLUSIVE_TOPOLOGY: NODE_POOL_LABEL}
@@ -405,8 +325,8 @@ class PathwaysRenderer:
         # Pathways workers talk to the resource manager, not to our controller: no token, no scratch.
         pod.pop("volumes", None)
         pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
-        # The user's selectors (spec.worker.nodeSelector) plus the TPU ones; `check_node_selectors` refused
-        # a user key that would replace a TPU one.
+        # The user's selectors (spec.worker.nodeSelector) plus the TPU ones; `backend_rules.check_node_selectors`
+        # refused a user key that would replace a TPU one.
         pod["nodeSelector"] = {**job.spec.worker.node_selector,
                                TPU_ACCELERATOR_LABEL: shape.accelerator, TPU_TOPOLOGY_LABEL: shape.topology}
         # Host networking as google/pathways-job ("for performance"; DCN traffic between slices). It is

@@ -20,6 +20,9 @@ The number of topology dimensions (2 for v5e/v6e, 3 for v4/v5p/tpu7x) is
 from the GKE TPU documentation ("Plan TPUs in GKE", topology column); the
 references do not check it, but a v5p `2x2` would otherwise reach GKE and
 never schedule.
+
+Pure (no Kubernetes client): the operator's pathways renderer, `elastic-jax validate` and the CRD's
+CEL rules (`elastic_jax.api.crd`) all read this one table.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import dataclasses
 import math
 import re
 
-from elastic_jax.k8s_operator.backends import UnsupportedBackend
+from elastic_jax.api.cluster import UnsupportedBackend
 
 ACCELERATOR_FIELD = "spec.slices.accelerator"
 TOPOLOGY_FIELD = "spec.slices.topology"
