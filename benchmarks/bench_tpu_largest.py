@@ -83,11 +83,11 @@ def child(platform: str, workdir: Path, rung: int) -> dict[str, Any]:
         # The run's own initial state and fused step program, driven step by step here without its
         # checkpoints and snapshots.
         run = TrainingRun(job, make_trainer(config), backend, slice_set, checkpointer, ControllerMetrics())
-        state = backend.place_state(run._initial_state(), [0])
+        state = backend.place_state(run.initial_state(), [0])
         seconds = []
         for step in range(STEPS):
             started = time.perf_counter()
-            state, outputs = backend.wait(backend.launch(run._train_step, state, run.batches[step], [0]))
+            state, outputs = backend.wait(backend.launch(run.train_step, state, run.batches[step], [0]))
             loss_sum, weight, finite = jax.device_get(outputs)
             seconds.append(time.perf_counter() - started)
         leaves = jax.tree_util.tree_leaves(state)

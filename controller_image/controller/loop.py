@@ -99,7 +99,7 @@ class TrainingRun:
         self.budget = RestartBudget(self.spec.elasticity.max_restarts, self.spec.elasticity.max_restarts_per_slice)
         self.batches = global_batches(trainer.dataset, self.spec.training.global_batch_size, self.spec.training.seed)
         self._lock = threading.Lock()
-        self._init_program: Any = None  # `_initial_state`'s jitted init, compiled once
+        self._init_program: Any = None  # `initial_state`'s jitted init, compiled once
         self.tokens_per_second: float | None = None
         # cpu backend: the state never leaves this process, a slice loss costs nothing.
         # pathways backend: device state on a lost slice is gone; the runtime keeps host snapshots
@@ -125,7 +125,9 @@ class TrainingRun:
             new = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}
             return new, (loss_sum, weight, all_finite(new))
 
-        self._train_step = train_step  # (one object, as `_slice_step`)
+        #: The pathways step program's function, `(state, global batch) -> (new state, (loss_sum, weight,
+        #: finite))`; one object for the run (as `_slice_step`), so each mesh compiles it once.
+        self.train_step = train_step
         # pathways: the update runs inside the step's program (`PathwaysBackend.launch`); cpu: here, after the sum.
         self._fused = callable(getattr(backend, "launch", None))
 
@@ -182,7 +184,9 @@ class TrainingRun:
 
     # -- the run --------------------------------------------------------------
 
-    def _initial_state(self) -> dict[str, Any]:
+    def initial_state(self) -> dict[str, Any]:
+        """The state at step 0: `{"params": ..., "opt_state": ...}` from `training.seed` (jax arrays, on the
+        default device; placed on a mesh by the backend's `place_state`)."""
         # Jitted (flax init op by op is slow: seconds for a small transformer on 2 cores), and one jitted
         # function for the run: a recovery's restore target then costs a run of the kept program, not a
         # compile of a new one (seconds on a v5e chip at examples/02's size: docs/benchmarks.md "TPU").
@@ -202,7 +206,7 @@ class TrainingRun:
         when the state lives on the slices (pathways): a checkpoint then restores into the mesh's `NamedSharding`
         arrays, which Orbax's Pathways array handler (persistence) requires, instead of onto one device (issue 29
         fault 2). The cpu backend keeps the state in this process: as is."""
-        state = self._initial_state()
+        state = self.initial_state()
         if self.keeps_state:
             return state
         if active is None:
@@ -378,10 +382,10 @@ class TrainingRun:
             # The library's per-slice run-and-sum (`Runtime.map_sum`), over this attempt's slices.
             if self._fused:
                 if launched is None:
-                    launched = self.backend.launch(self._train_step, self.state, self.batches[self.step], active)
+                    launched = self.backend.launch(self.train_step, self.state, self.batches[self.step], active)
                 ahead = None
                 if self.step + 1 < spec.training.steps:
-                    ahead = self.backend.launch(self._train_step, launched.outputs[0], self.batches[self.step + 1],
+                    ahead = self.backend.launch(self.train_step, launched.outputs[0], self.batches[self.step + 1],
                                                 active)
                 new_state, outputs = self.backend.wait(launched)
                 launched = ahead

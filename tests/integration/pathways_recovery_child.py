@@ -186,7 +186,7 @@ def no_replica(tmp, trainer):
     run = TrainingRun(job(tmp, "single", 1, 1, snapshot_every=0, checkpoint_every=5), trainer, backend, slice_set,
                       checkpointer, ControllerMetrics())
     out = {"init_slices": []}
-    real_init = run._initial_state
+    real_init = run.initial_state
 
     def initial_state():
         state = real_init()
@@ -194,7 +194,7 @@ def no_replica(tmp, trainer):
                                           for d in x.sharding.device_set}))
         return state
 
-    run._initial_state = initial_state
+    run.initial_state = initial_state
     real_execute, real_probe = backend._execute, backend._probe
     calls = {"n": 0}
 

@@ -135,7 +135,7 @@ def main(tmp):
     runtime = Runtime(job(tmp, 12), "t0ken")
     target = jax.jit(lambda key: {"params": trainer.init_params(key)})(jax.random.key(0))
     try:
-        restored = runtime.restore({"params": target["params"], "opt_state": run._initial_state()["opt_state"]})
+        restored = runtime.restore({"params": target["params"], "opt_state": run.initial_state()["opt_state"]})
         out["library"] = {"step": restored.step,
                           "shardings": sorted({type(x.sharding).__name__ for x in jax.tree.leaves(restored.state)})}
     except Exception as e:  # noqa: BLE001
