@@ -31,9 +31,6 @@ from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
 from elastic_jax.k8s_operator.conditions import get_condition
 from elastic_jax.k8s_operator.steps_lost import resumed_step
 
-TRAINING_PHASES = ("Running", "Degraded", "Recovering")
-
-
 def restarting(previous: st.ElasticTrainingJobStatus, controller_lost: bool, controller: ControllerStatus | None,
                from_current: bool, stopped: bool) -> bool:
     """Whether the job's controller is being replaced after this pass.
@@ -60,13 +57,6 @@ def restarting(previous: st.ElasticTrainingJobStatus, controller_lost: bool, con
         return False
     resumed = resumed_step(controller)
     return resumed is None or controller.step <= resumed
-
-
-def phase(derived: st.Phase, previous_phase: str, restarting_now: bool) -> st.Phase:
-    """The job's phase: `Recovering` while a training job's controller is replaced, else `derived`."""
-    if restarting_now and previous_phase in TRAINING_PHASES:
-        return "Recovering"
-    return derived
 
 
 def restarted_condition(restarts: int, controller_pod: str, restarting_now: bool, resumed_from: int | None,

@@ -8,11 +8,12 @@ from typing import Any
 from elastic_jax import contract
 from elastic_jax.api import status as st
 from elastic_jax.api.cluster import checkpoints_go_with_pod, local_checkpoint_loss
-from elastic_jax.api.control import ENDED_PHASES, ControllerStatus
+from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.api.status import (COND_CONTROLLER_ANSWERS_REFUSED, COND_CONTROLLER_UNRESPONSIVE,
                                     REASON_CONTROLLER_ANSWER_INVALID, REASON_CONTROLLER_NOT_ANSWERING)
-from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, derive_phase, get_condition, set_condition
+from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, get_condition, set_condition
+from elastic_jax.k8s_operator.phases import TRAINING_PHASES, phase as job_phase
 from elastic_jax.k8s_operator import controller_restart
 from elastic_jax.k8s_operator.finished import finished_phase
 from elastic_jax.k8s_operator.reconcile import ControllerBackOff, attempt_of, backoff_message
@@ -157,7 +158,8 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         # until the new controller's answer said otherwise. That step is kept for the steps it loses.
         out.counter_base = _at_resume(prev, out.counter_base or st.CounterBase())
         out.step = resume_step(prev, local)
-    phase = derive_phase(
+    unresponsive = i.controller_unresponsive and not restarting
+    phase = job_phase(
         finished=finished,
         suspended=i.job.spec.suspend,
         controller_phase=c.phase if c is not None else None,
@@ -166,28 +168,19 @@ def build_status(i: Inputs) -> st.ElasticTrainingJobStatus:
         desired_slices=i.job.spec.slices.count,
         trained=c is not None and c.step > (c.resumed_from.step if c.resumed_from is not None else 0),
         stopping=bool(i.suspend_waits_for),
-        started=prev.phase != "Pending",
+        previous=prev.phase,
+        restarting=restarting,
+        unresponsive=unresponsive,
     )
-    if (c is None or c.phase in ENDED_PHASES) and not finished and not i.job.spec.suspend \
-            and prev.phase in ("Running", "Degraded", "Recovering"):
-        # The controller is briefly unreachable (exiting, or its pod being replaced), or it ended and has not
-        # exited yet (it released its mesh: 0 active): keep the last phase. A job that succeeded read
-        # Running -> Degraded -> Succeeded, with a PhaseChanged Event (session 16's trial).
-        phase = prev.phase
-    phase = controller_restart.phase(phase, prev.phase, restarting)
-    unresponsive = i.controller_unresponsive and not restarting and phase in controller_restart.TRAINING_PHASES
-    if unresponsive:
-        # A frozen or wedged controller: its last answer's step and mesh are all that is known, and no step is
-        # seen to move. `kubectl get ejob` kept Running 2/2; now Degraded with 0 active (STEP stays the last
-        # step read: those steps were made). Not a phase of its own: the livenessProbe ends the freeze (then
-        # Recovering) or the controller answers again (then its answer's phase), and an older CRD's phase
-        # enum refuses a new phase's status writes.
-        phase = "Recovering" if phase == "Recovering" else "Degraded"
+    if unresponsive and phase in TRAINING_PHASES:
+        # A frozen or wedged controller: its last answer's step and mesh are all that is known. `kubectl get
+        # ejob` kept Running 2/2; now Degraded with 0 active (STEP stays the last step read: those steps were
+        # made). The livenessProbe ends the freeze (then Recovering) or the controller answers again.
         out.active_slices = 0
     out.phase = phase
     conds = list(prev.conditions)
     g, now = i.generation, i.now
-    training = phase in ("Running", "Degraded", "Recovering")
+    training = phase in TRAINING_PHASES
     running_message = f"phase {phase}"
     if phase == "Pending" and c is not None and from_current:
         reached = out.counter_base.step_at_resume if out.counter_base is not None else None

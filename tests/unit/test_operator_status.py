@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord, ResumeInfo
 from elastic_jax.api.identity import JobIdentity
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.api.status import Condition, CounterBase, ElasticTrainingJobStatus, ResumedFrom, SliceStatusEntry
 from elastic_jax.k8s_operator import status_builder
-from elastic_jax.k8s_operator.conditions import derive_phase, get_condition, set_condition
+from elastic_jax.k8s_operator.conditions import get_condition, set_condition
+from elastic_jax.k8s_operator.phases import phase as job_phase
 from elastic_jax.k8s_operator.status_builder import Inputs, changed_fields
 
 
@@ -70,28 +73,52 @@ def test_set_condition_keeps_transition_time_while_status_holds():
     assert c[0].last_transition_time == "t3"
 
 
-def test_phases():
-    p = dict(finished=None, suspended=False, active_slices=2, desired_slices=2)
-    assert derive_phase(controller_phase=None, slice_states=["Ready"] * 2, **p) == "Pending"
-    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Provisioning"] * 2, **p) == "Pending"
-    assert derive_phase(controller_phase="Running", slice_states=["Ready"] * 2, **p) == "Running"
-    assert derive_phase(controller_phase="Recovering", slice_states=["Ready", "Down"], **p) == "Recovering"
-    assert derive_phase(controller_phase="Running", slice_states=["Ready", "Down"],
-                        **{**p, "active_slices": 1}) == "Degraded"
-    assert derive_phase(controller_phase="Running", slice_states=[], **{**p, "suspended": True}) == "Suspended"
-    assert derive_phase(controller_phase="Running", slice_states=[], **{**p, "finished": "Failed"}) == "Failed"
+R2, ONE_DOWN = ["Ready"] * 2, ["Ready", "Down"]
+
+
+@pytest.mark.parametrize("case, expected", [
+    # (the controller's answer and the slices)
+    (dict(controller_phase=None, slice_states=R2), "Pending"),
+    (dict(controller_phase="WaitingForSlices", slice_states=["Provisioning"] * 2), "Pending"),
+    (dict(controller_phase="Running", slice_states=R2), "Running"),
+    (dict(controller_phase="Recovering", slice_states=ONE_DOWN), "Recovering"),
+    (dict(controller_phase="Running", slice_states=ONE_DOWN, active_slices=1), "Degraded"),
+    (dict(controller_phase="Running", slice_states=R2, previous="Pending", trained=False), "Pending"),
+    # (the job ended or was suspended: whatever else holds)
+    (dict(controller_phase="Running", slice_states=[], suspended=True), "Suspended"),
+    (dict(controller_phase=None, slice_states=[], suspended=True, stopping=True), "Suspending"),
+    (dict(controller_phase="Running", slice_states=[], finished="Failed"), "Failed"),
+    (dict(controller_phase=None, slice_states=[], finished="Failed", suspended=True, stopping=True), "Failed"),
+    (dict(controller_phase=None, slice_states=R2, finished="Succeeded", restarting=True), "Succeeded"),
+    # (the controller replaced: Recovering for a job that was training, Pending stays Pending)
+    (dict(controller_phase=None, slice_states=R2, previous="Running", restarting=True), "Recovering"),
+    (dict(controller_phase="Running", slice_states=R2, previous="Degraded", restarting=True), "Recovering"),
+    (dict(controller_phase=None, slice_states=R2, previous="Pending", restarting=True), "Pending"),
+    # (unreachable, or ended and not exited yet: the phase it had)
+    (dict(controller_phase=None, slice_states=R2, previous="Degraded"), "Degraded"),
+    (dict(controller_phase="Succeeded", slice_states=R2, previous="Running", active_slices=0), "Running"),
+    (dict(controller_phase=None, slice_states=R2, previous="Suspended"), "Pending"),
+    # (unresponsive: no step seen to move)
+    (dict(controller_phase="Running", slice_states=R2, previous="Running", unresponsive=True), "Degraded"),
+    (dict(controller_phase="Recovering", slice_states=ONE_DOWN, previous="Running", unresponsive=True), "Recovering"),
+    (dict(controller_phase="Starting", slice_states=R2, previous="Pending", unresponsive=True), "Pending"),
+    (dict(controller_phase=None, slice_states=R2, previous="Running", unresponsive=True, restarting=True), "Recovering"),
+])
+def test_phases(case, expected):
+    args = dict(finished=None, suspended=False, active_slices=2, desired_slices=2)
+    assert job_phase(**{**args, **case}) == expected
 
 
 def test_waiting_at_start_for_a_slice_still_coming_up_is_pending_not_degraded():
     # Seen on the pathways path: one slice's pool missing at start, the other slice Ready; the
     # controller waits for all of them and has trained nothing. "Degraded" would say it trains.
     p = dict(finished=None, suspended=False, active_slices=0, desired_slices=2)
-    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Provisioning"],
+    assert job_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Provisioning"],
                         trained=False, **p) == "Pending"
     # The same wait after it trained (a replaced slice's pod is coming up again): a recovery.
-    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Provisioning"],
+    assert job_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Provisioning"],
                         trained=True, **p) == "Recovering"
-    assert derive_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Down"],
+    assert job_phase(controller_phase="WaitingForSlices", slice_states=["Ready", "Down"],
                         trained=False, **p) == "Recovering"
 
 
@@ -280,7 +307,7 @@ def test_a_suspended_job_is_suspending_until_its_controller_container_has_stoppe
     cond = get_condition(done["conditions"], "Suspended")
     assert (cond["status"], cond["reason"]) == ("True", "Suspended"), cond
     # a finished job is never Suspending, whatever still runs
-    assert derive_phase(finished="Failed", suspended=True, stopping=True, controller_phase=None, slice_states=[],
+    assert job_phase(finished="Failed", suspended=True, stopping=True, controller_phase=None, slice_states=[],
                         active_slices=0, desired_slices=2) == "Failed"
 
 
