@@ -939,6 +939,7 @@ def _backend_fields(spec: Any) -> list[str]:
                    "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways"]
         if s.backend == "cpu" and s.compilation_cache is not None and s.compilation_cache.uri is not None else [],
         tpu_placement.problems,
+        tpu_placement.slice_shape_problems,
     ))
 
 

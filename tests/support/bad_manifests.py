@@ -236,6 +236,10 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
      _set(cpu_job, "spec.controller.resources", {"limits": {"google.com/tpu": "1"}}), "spec.controller.resources"),
     ("cpu-worker-limits-legacy-cloud-tpus",
      _set(cpu_job, "spec.worker.resources", {"limits": {"cloud-tpus.google.com/v3": 8}}), "spec.worker.resources"),
+    # the TPU slice shape is read by backend pathways only: a cpu job naming one was written for TPUs
+    ("cpu-slices-with-a-tpu-accelerator",
+     _set(cpu_job, "spec.slices.accelerator", "tpu-v5-lite-podslice"), "spec.slices.accelerator"),
+    ("cpu-slices-with-a-tpu-topology", _set(cpu_job, "spec.slices.topology", "2x4"), "spec.slices.topology"),
 ]
 
 # (id, manifest factory): edge cases that both `validate --cluster` and the API server accept.
