@@ -500,20 +500,24 @@ def _warn_suspend(job) -> None:
 
 
 def _tpu_problems(checked, job=None) -> list[str]:
-    """The TPU accelerator/topology table and the TPU node selectors (backend pathways): the CRD's CEL applies
-    them to every job, so `validate` does too, with or without --cluster; each checked alone over `checked`
+    """The TPU accelerator/topology table, the TPU node selectors (backend pathways: the CRD's CEL applies
+    them to every job, so `validate` does too, with or without --cluster) and the operator's split of the
+    global batch over the slices' chips; each checked alone over `checked`
     (the job, or as far as it validated: a check reading a field that failed is skipped)."""
     if checked.spec.backend != "pathways":
         return []
     from elastic_jax.k8s_operator.backends import UnsupportedBackend
-    from elastic_jax.k8s_operator.backends.pathways import check_node_selectors
+    from elastic_jax.k8s_operator.backends.pathways import check_batch_shares, check_node_selectors
     from elastic_jax.k8s_operator.backends.tpu_shapes import slice_shape
 
     found = []
     slices = checked.spec.slices
     for check in (lambda: slice_shape(slices.accelerator, slices.topology) if slices.accelerator and slices.topology
                   else None,  # (a missing one is the manifest's own error: "backend pathways needs ...")
-                  lambda: check_node_selectors(checked)):  # (also a CEL rule of the CRD)
+                  lambda: check_node_selectors(checked),  # (also a CEL rule of the CRD)
+                  # (the operator's: the chips come from the TPU table, which the CRD's CEL does not multiply)
+                  lambda: check_batch_shares(checked, slice_shape(slices.accelerator, slices.topology))
+                  if slices.accelerator and slices.topology else None):
         try:
             check()
         except UnsupportedBackend as e:

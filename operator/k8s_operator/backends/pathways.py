@@ -54,7 +54,7 @@ from typing import Any
 from elastic_jax.api import images
 from elastic_jax.api import job as job_api
 from elastic_jax.api import labels
-from elastic_jax.api.job import ElasticTrainingJob
+from elastic_jax.api.job import ElasticTrainingJob, batch_shares_problem
 from elastic_jax.k8s_operator import names, slices
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.backends import cpu
@@ -193,6 +193,23 @@ def head_incarnation(pod_name: str, rm_restarts: int) -> str:
     return f"{pod_name}.rm-{rm_restarts}"
 
 
+def check_batch_shares(job: ElasticTrainingJob, shape: SliceShape) -> None:
+    """The built-in loop's batch over slices x chips (`job.batch_shares_problem`): the pathways backend shards
+    it over every chip only when it divides, and otherwise runs the whole share on every chip of a slice.
+
+    Raises:
+      UnsupportedBackend: naming spec.training.globalBatchSize and the numbers (library mode: never, your
+        program shards its own batches).
+    """
+    if job.spec.controller.command is not None:
+        return
+    s = job.spec.slices
+    problem = batch_shares_problem(job.spec.training.global_batch_size, s.count, shape.chips,
+                                   f"the chips of {s.accelerator} {s.topology}")
+    if problem:
+        raise UnsupportedBackend(problem[0])
+
+
 def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
     """`job` with hostsPerSlice and devicesPerHost derived from the slice topology.
 
@@ -206,7 +223,8 @@ def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
     Raises:
       UnsupportedBackend: unknown accelerator or bad topology (`SliceShapeError`,
         naming spec.slices.accelerator / spec.slices.topology), a conflicting
-        spec.slices.hostsPerSlice or spec.slices.devicesPerHost, or a
+        spec.slices.hostsPerSlice or spec.slices.devicesPerHost, a
+        spec.training.globalBatchSize the slices' chips do not share equally (`check_batch_shares`), or a
         spec.checkpoint.uri that is not gs:// (Pathways needs a GCS scratch
         location, placed under it).
     """
@@ -219,6 +237,7 @@ def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:
             raise UnsupportedBackend(
                 f"{field} is {value} but {s.accelerator} {s.topology} has {derived} {what}; omit it or set {derived}"
             )
+    check_batch_shares(job, shape)
     if not job.spec.checkpoint.uri.startswith("gs://"):
         raise UnsupportedBackend(
             f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} must be gs://bucket/prefix for backend pathways "
