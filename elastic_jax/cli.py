@@ -85,6 +85,10 @@ def run(
     # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
     # which refuses it before any worker starts).
     _check_checkpoint(job, manifest, fresh=fresh, check_gcs=False)
+    # The trainer too (its config, its size, its data), before the run folder or the checkpoint folder is
+    # created or locked: a refusal leaves both as they were (the controller would refuse it the same way, but
+    # only after the launcher had written its folder).
+    _check_trainer(job, manifest)
     inject = not no_failure and steps > 1
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
@@ -136,6 +140,17 @@ def run(
         typer.echo("interrupted: every process stopped", err=True)
     typer.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
     raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
+
+
+def _check_trainer(job, manifest: Path) -> None:
+    """`_trainer_problems` for `run`, before anything is written: its `error:` lines (exit 2) when the trainer
+    cannot be built. Nothing in library mode (your program is the trainer), nor without the controller extra
+    here (the controller then checks it, and says so the same way)."""
+    if job.spec.controller.library_mode:
+        return
+    found = [p for p in _trainer_problems(job, manifest) if not p.startswith(_NEEDS_EXTRA)]
+    if found:
+        raise _errors(found)
 
 
 def _clear_for_library_mode(job, manifest: Path) -> None:
