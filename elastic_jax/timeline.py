@@ -98,7 +98,9 @@ def read_history(run_dir: str | Path) -> list[dict]:
         if _well_formed(record):
             lines.append(record)
     if not any(r["kind"] == "step" for r in lines):
-        raise TimelineError(_no_step_yet(run_dir))
+        if (run_dir / MARKER).is_file():
+            raise TimelineError(_no_step_yet(run_dir))
+        raise TimelineError(f"{path}: no completed step recorded: nothing to draw")
     return lines
 
 
