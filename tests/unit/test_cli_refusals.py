@@ -448,7 +448,7 @@ def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
     ckpt = tmp_path / "ckpt"
     step = fake_step(ckpt, 10, identity.local_identity("frozenfresh", str(ckpt)))
     (step / "state").mkdir()
-    (step / "state" / "array").write_text("data")
+    (step / "state" / "_METADATA").write_text("data")
     m = job_manifest("frozenfresh", tmp_path, checkpoint={"uri": str(ckpt)})
     subprocess.run(["chattr", "+i", str(step / "state")], check=True)
     try:
@@ -458,7 +458,7 @@ def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
     assert_one_line_error(proc, "spec.checkpoint.uri",
                           f"--fresh cannot delete the checkpoints: {str(step / 'state')!r} is not writable; "
                           "nothing was deleted")
-    assert (step / "_CHECKPOINT_METADATA").is_file() and (step / "state" / "array").read_text() == "data"
+    assert (step / "_CHECKPOINT_METADATA").is_file() and (step / "state" / "_METADATA").read_text() == "data"
     assert nothing_started(tmp_path)
 
 
