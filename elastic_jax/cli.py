@@ -65,7 +65,10 @@ def run(
     except ManifestError as e:
         raise _errors(e.problems)
     if job.spec.backend != "cpu":
-        raise _error(f"spec.backend: {job.spec.backend!r} runs on GKE; `elastic-jax run` runs the cpu backend only")
+        # (every line about the manifest's content names the file, as `validate` and the manifest's own errors do)
+        raise _error(f"{manifest}: spec.backend: {job.spec.backend!r} runs on GKE (kubectl apply -f {manifest}; "
+                     f"`elastic-jax validate --cluster {manifest}` checks it first); `elastic-jax run` runs the cpu "
+                     "backend only")
     steps = job.spec.training.steps
     total = job.spec.slices.total  # spares have indices count..total-1
     if kill_slice is not None and not 0 <= kill_slice < total:
@@ -80,7 +83,8 @@ def run(
         if no_failure and value is not None:
             raise _error(f"{flag} and --no-failure contradict each other")
     if fresh and "://" in job.spec.checkpoint.uri:
-        raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
+        raise _error(f"{manifest}: spec.checkpoint.uri is {job.spec.checkpoint.uri}: --fresh clears local checkpoint "
+                     "directories only")
     # Before any process starts: a checkpoint location that is a file or not writable, another
     # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
     # which refuses it before any worker starts).

@@ -462,6 +462,27 @@ def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
     assert nothing_started(tmp_path)
 
 
+@pytest.mark.parametrize("example", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "examples")
+                                            .glob("*pathways*.yaml")))
+def test_run_of_a_pathways_example_names_the_file(tmp_path, example):
+    """New-user trial: `elastic-jax run examples/02-tpu-v5e-pathways.yaml` said `error: spec.backend: ...` without
+    the file, unlike every other line about a manifest. Now the file, the field and what to do instead."""
+    path = Path(__file__).resolve().parents[2] / "examples" / example
+    proc = _invoke("run", str(path), "--workdir", str(tmp_path / "run"))
+    assert_one_line_error(proc, f"error: {path}: spec.backend: 'pathways' runs on GKE (kubectl apply -f {path}; "
+                                f"`elastic-jax validate --cluster {path}` checks it first)")
+    assert nothing_started(tmp_path)
+
+
+def test_fresh_with_a_gcs_uri_names_the_file(tmp_path):
+    m = job_manifest("freshgcs", tmp_path, checkpoint={"uri": "gs://bucket/prefix"})
+    path = _write(tmp_path, m)
+    proc = _invoke("run", str(path), "--workdir", str(tmp_path / "run"), "--fresh")
+    assert_one_line_error(proc, f"error: {path}: spec.checkpoint.uri is gs://bucket/prefix: --fresh clears local "
+                                "checkpoint directories only")
+    assert nothing_started(tmp_path)
+
+
 # -- flags ------------------------------------------------------------------------------------------------
 
 def test_bad_workdir(tmp_path):
