@@ -419,8 +419,8 @@ class LocalLauncher:
                 s.ready_generation = None  # one kill per accepted Ready
                 # A worker that stopped serving because it was told to stop (SIGTERM: it exits 143 once its
                 # server has stopped) is on its way out: a SIGKILL now replaced its real end with "-9". Give it
-                # a moment to end by itself; a hung one (SIGSTOP, a stuck step) is killed after it.
-                if s.child.wait(EXIT_GRACE_S) is not None:
+                # a moment to end by itself; a hung one (a stuck step) is killed after it, a stopped one at once.
+                if not s.child.stopped() and s.child.wait(EXIT_GRACE_S) is not None:
                     continue  # (the next supervise pass reports how it ended and restarts it)
                 _logger.warning("controller reports slice %d down%s while its worker runs; replacing it", s.index,
                                 f" ({cause})" if cause else "", extra={"slice": s.index, "cause": cause})

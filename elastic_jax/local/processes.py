@@ -116,6 +116,16 @@ class Child:
         """Started and not yet exited."""
         return self.popen is not None and self.popen.poll() is None
 
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP: state `T` in /proc); False when unknown or not running."""
+        if not self.alive():
+            return False
+        try:
+            stat = Path(f"/proc/{self.popen.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[:1] in (["T"], ["t"])
+
     def signal(self, sig: int) -> None:
         """Sends `sig` to the process (not its group: a test kills exactly one process)."""
         if self.alive():

@@ -27,6 +27,9 @@ class _Child:
     def wait(self, timeout_s):
         return self.exit_code()
 
+    def stopped(self):
+        return False
+
     def die(self):
         self.up = False
 
@@ -322,6 +325,8 @@ def test_a_hung_worker_the_controller_reports_down_is_killed_and_the_report_says
     reasons = _ended_reasons(launcher)
     try:
         s.child.signal(signal.SIGSTOP)  # hung: it ends only when killed
+        while not s.child.stopped():
+            time.sleep(0.01)
         launcher._replace_slices_seen_down(_down_view(5))
         assert s.child.wait(10) == -signal.SIGKILL
         launcher._supervise_workers(time.monotonic())
