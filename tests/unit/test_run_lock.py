@@ -22,6 +22,7 @@ def _dead_pid() -> int:
 
 def _hold(path, pid: int) -> int:
     """Another open file of the lock holding its flock (as a controller that inherited it does)."""
+    (path.parent / run_folder.MARKER).write_text("")  # (the run that took the folder marked it)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.ftruncate(fd, 0)
