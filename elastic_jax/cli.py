@@ -65,7 +65,10 @@ def run(
     except ManifestError as e:
         raise _errors(e.problems)
     if job.spec.backend != "cpu":
-        raise _error(f"spec.backend: {job.spec.backend!r} runs on GKE; `elastic-jax run` runs the cpu backend only")
+        # (every line about the manifest's content names the file, as `validate` and the manifest's own errors do)
+        raise _error(f"{manifest}: spec.backend: {job.spec.backend!r} runs on GKE (kubectl apply -f {manifest}; "
+                     f"`elastic-jax validate --cluster {manifest}` checks it first); `elastic-jax run` runs the cpu "
+                     "backend only")
     steps = job.spec.training.steps
     total = job.spec.slices.total  # spares have indices count..total-1
     if kill_slice is not None and not 0 <= kill_slice < total:
@@ -80,11 +83,16 @@ def run(
         if no_failure and value is not None:
             raise _error(f"{flag} and --no-failure contradict each other")
     if fresh and "://" in job.spec.checkpoint.uri:
-        raise _error(f"--fresh clears local checkpoint directories only; spec.checkpoint.uri is {job.spec.checkpoint.uri}")
+        raise _error(f"{manifest}: spec.checkpoint.uri is {job.spec.checkpoint.uri}: --fresh clears local checkpoint "
+                     "directories only")
     # Before any process starts: a checkpoint location that is a file or not writable, another
     # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
     # which refuses it before any worker starts).
     _check_checkpoint(job, manifest, fresh=fresh, check_gcs=False)
+    # The trainer too (its config, its size, its data), before the run folder or the checkpoint folder is
+    # created or locked: a refusal leaves both as they were (the controller would refuse it the same way, but
+    # only after the launcher had written its folder).
+    _check_trainer(job, manifest)
     inject = not no_failure and steps > 1
     options = LaunchOptions(
         workdir=workdir or Path("runs") / job.metadata.name,
@@ -136,6 +144,17 @@ def run(
         typer.echo("interrupted: every process stopped", err=True)
     typer.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
     raise typer.Exit(130 if summary.get("interrupted") else 0 if summary["succeeded"] else 1)
+
+
+def _check_trainer(job, manifest: Path) -> None:
+    """`_trainer_problems` for `run`, before anything is written: its `error:` lines (exit 2) when the trainer
+    cannot be built. Nothing in library mode (your program is the trainer), nor without the controller extra
+    here (the controller then checks it, and says so the same way)."""
+    if job.spec.controller.library_mode:
+        return
+    found = [p for p in _trainer_problems(job, manifest) if not p.startswith(_NEEDS_EXTRA)]
+    if found:
+        raise _errors(found)
 
 
 def _clear_for_library_mode(job, manifest: Path) -> None:
@@ -501,12 +520,13 @@ def _warn_suspend(job) -> None:
 
 
 def _tpu_problems(checked, job=None) -> list[str]:
-    """The TPU accelerator/topology table and the TPU node selectors (backend pathways): the CRD's CEL applies
-    them to every job, so `validate` does too, with or without --cluster; each checked alone over `checked`
+    """The TPU accelerator/topology table, the TPU node selectors (backend pathways: the CRD's CEL applies
+    them to every job, so `validate` does too, with or without --cluster) and the operator's split of the
+    global batch over the slices' chips; each checked alone over `checked`
     (the job, or as far as it validated: a check reading a field that failed is skipped)."""
     if checked.spec.backend != "pathways":
         return []
-    from elastic_jax.api.backend_rules import check_node_selectors
+    from elastic_jax.api.backend_rules import check_batch_shares, check_node_selectors
     from elastic_jax.api.cluster import UnsupportedBackend
     from elastic_jax.api.tpu_shapes import slice_shape
 
@@ -514,7 +534,10 @@ def _tpu_problems(checked, job=None) -> list[str]:
     slices = checked.spec.slices
     for check in (lambda: slice_shape(slices.accelerator, slices.topology) if slices.accelerator and slices.topology
                   else None,  # (a missing one is the manifest's own error: "backend pathways needs ...")
-                  lambda: check_node_selectors(checked)):  # (also a CEL rule of the CRD)
+                  lambda: check_node_selectors(checked),  # (also a CEL rule of the CRD)
+                  # (the operator's: the chips come from the TPU table, which the CRD's CEL does not multiply)
+                  lambda: check_batch_shares(checked, slice_shape(slices.accelerator, slices.topology))
+                  if slices.accelerator and slices.topology else None):
         try:
             check()
         except UnsupportedBackend as e:

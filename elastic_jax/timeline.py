@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from elastic_jax.contract import RUN_HISTORY_FILE as HISTORY_FILE
+from elastic_jax.local.run_folder import MARKER
 
 TIMELINE_FILE = "timeline.png"
 RATE_WINDOW_STEPS = 5
@@ -82,6 +83,8 @@ def read_history(run_dir: str | Path) -> list[dict]:
     try:
         text = path.read_text()
     except FileNotFoundError:
+        if (run_dir / MARKER).is_file():
+            raise TimelineError(_no_step_yet(run_dir)) from None
         raise TimelineError(f"{run_dir}: no {HISTORY_FILE} (not an `elastic-jax run` folder, or a run from before "
                             f"runs recorded their history)") from None
     except OSError as e:
@@ -95,8 +98,24 @@ def read_history(run_dir: str | Path) -> list[dict]:
         if _well_formed(record):
             lines.append(record)
     if not any(r["kind"] == "step" for r in lines):
+        if (run_dir / MARKER).is_file():
+            raise TimelineError(_no_step_yet(run_dir))
         raise TimelineError(f"{path}: no completed step recorded: nothing to draw")
     return lines
+
+
+def _no_step_yet(run_dir: Path) -> str:
+    """What a run folder (its marker is there) without a completed step is, in one line: its run never
+    reached step 1 (stopped or still starting: building the trainer, compiling the first step), with the
+    run's failure reason from `summary.json` when it ended with one, and where its logs are."""
+    why = ""
+    try:
+        reason = json.loads((run_dir / "summary.json").read_text()).get("failure_reason")
+        why = f" (it ended: {reason})" if isinstance(reason, str) and reason else ""
+    except (OSError, ValueError, AttributeError):
+        pass
+    return (f"{run_dir}: an `elastic-jax run` folder whose run never completed step 1{why}: nothing to draw; "
+            f"its logs: {run_dir / 'controller.log'}, {run_dir}/worker-*.log")
 
 
 _NUMBER = (int, float)

@@ -18,7 +18,9 @@ forward pass is a pure function of the parameters and exports with
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
@@ -49,7 +51,9 @@ class BuiltinLMConfig(pydantic.BaseModel):
     max_bytes: int = pydantic.Field(4_000_000, gt=0, description="Bytes of text read, at most.")
     seq_len: int = pydantic.Field(64, gt=0, description="Tokens (bytes) per example fed to the model.")
     d_model: int = pydantic.Field(128, gt=0, description="Width of the residual stream.")
-    num_layers: int = pydantic.Field(2, gt=0, description="Transformer blocks.")
+    num_layers: int = pydantic.Field(
+        2, gt=0, le=256,
+        description="Transformer blocks, at most 256: each is traced into the step program, so compiling grows with it.")
     num_heads: int = pydantic.Field(4, gt=0, description="Attention heads; must divide dModel.")
     mlp_dim: int = pydantic.Field(512, gt=0, description="Hidden width of each block's MLP.")
     learning_rate: float = pydantic.Field(3e-3, gt=0, description="Peak AdamW learning rate.")
@@ -77,6 +81,78 @@ class BuiltinLMConfig(pydantic.BaseModel):
         return decay_steps
 
 
+# Bytes of training state per parameter: the float32 parameter, its gradient and AdamW's two moments.
+STATE_BYTES_PER_PARAM = 16
+# The keys that size the model, in the order a message lists them.
+_SIZE_KEYS = ("numLayers", "dModel", "mlpDim", "numHeads", "seqLen")
+
+
+def param_count(cfg: BuiltinLMConfig) -> int:
+    """Parameters of `make_model(cfg)`, counted from the config alone (no array is made; a test checks it
+    against `jax.eval_shape` of the model's init).
+
+    Returns:
+      The count: the byte and position embeddings (the output layer is tied), per block two LayerNorms,
+      attention's query/key/value/output projections with biases and the MLP's two layers with biases, and
+      the final LayerNorm.
+    """
+    d, m = cfg.d_model, cfg.mlp_dim
+    block = 2 * (2 * d) + 4 * (d * d + d) + (d * m + m) + (m * d + d)
+    return VOCAB_SIZE * d + cfg.seq_len * d + cfg.num_layers * block + 2 * d
+
+
+def activation_bytes_per_example(cfg: BuiltinLMConfig) -> int:
+    """A lower bound of the float32 activations one example keeps for the backward pass: per block the
+    attention weights (heads x seqLen x seqLen) and the residual and MLP widths per position; then the logits."""
+    t = cfg.seq_len
+    per_block = cfg.num_heads * t * t + t * (4 * cfg.d_model + cfg.mlp_dim)
+    return 4 * (cfg.num_layers * per_block + t * VOCAB_SIZE)
+
+
+def memory_limit_bytes() -> int | None:
+    """The memory this process may use: the smaller of the host's RAM and its cgroup's limit (a pod's memory
+    limit, cgroup v2 `memory.max` or v1 `memory.limit_in_bytes`); None when neither can be read."""
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def size_problem(cfg: BuiltinLMConfig, limit_bytes: int | None = None) -> str | None:
+    """Why the model `cfg` describes cannot train here: its training state (`STATE_BYTES_PER_PARAM` per
+    parameter) plus one example's activations exceed `limit_bytes` (default `memory_limit_bytes()`); None when
+    it fits or the limit is unknown.
+
+    Without it an absurd size (`numLayers: 1000000000`) passed and the controller sat at step 0, tracing,
+    with no word (the local trial of session 21).
+    """
+    limit = memory_limit_bytes() if limit_bytes is None else limit_bytes
+    if limit is None:
+        return None
+    params = param_count(cfg)
+    need = params * STATE_BYTES_PER_PARAM + activation_bytes_per_example(cfg)
+    if need <= limit:
+        return None
+    values = cfg.model_dump(by_alias=True)
+    sizes = ", ".join(f"{k} {values[k]}" for k in _SIZE_KEYS)
+    return (f"{CONFIG_FIELD}: the model is too large for this host: {sizes} make {params:,} parameters, whose "
+            f"training state (parameters, gradients, AdamW moments: {STATE_BYTES_PER_PARAM} bytes each) and one "
+            f"example's activations need at least {_gib(need)}, more than the {_gib(limit)} of memory here")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n < 2**60 else f"{n / 2**30:.3g} GiB"
+
+
 def _problem(err: Any) -> str:
     """One pydantic error of the config as a line naming `spec.controller.trainer.config.<key>`."""
     key = ".".join(str(part) for part in err["loc"])
@@ -94,13 +170,18 @@ def parse_config(config: Mapping[str, Any] | None) -> BuiltinLMConfig:
 
     Raises:
       TrainerConfigError: unknown keys, wrong types or out-of-range values: every one of them
-        (`problems`), each a one-line message naming `spec.controller.trainer.config.<key>`.
+        (`problems`), each a one-line message naming `spec.controller.trainer.config.<key>`; or a model
+        too large for this host's memory (`size_problem`).
     """
     try:
         # Strict, as the manifest is: seqLen: "64" is refused, not coerced.
-        return BuiltinLMConfig.model_validate(dict(config or {}), strict=True)
+        cfg = BuiltinLMConfig.model_validate(dict(config or {}), strict=True)
     except pydantic.ValidationError as e:
         raise TrainerConfigError(*[_problem(err) for err in e.errors()]) from None
+    too_large = size_problem(cfg)
+    if too_large:
+        raise TrainerConfigError(too_large)
+    return cfg
 
 
 # The keys the data source is opened with (`text_examples`).

@@ -85,7 +85,8 @@ def job_manifest(name: str, slices: int, hosts: int = 1, backend: str = "cpu") -
                 "controller": {"image": node_images.SERVE_ONLY_CONTROLLER, "resources": small,
                                "nodeSelector": {POOL_LABEL: HEAD_POOL.name}},
                 "worker": {"resources": small},
-                "training": {"steps": 1_000_000, "globalBatchSize": 8 * slices},
+                # (two examples per chip: 4-chip v5e hosts; the operator refuses a batch the chips do not share)
+                "training": {"steps": 1_000_000, "globalBatchSize": 8 * hosts * slices},
                 # never written: a serve-only controller saves nothing (Pathways needs a gs:// location)
                 "checkpoint": {"uri": f"gs://elastic-jax-scale/{name}"},
                 "elasticity": {"maxRestarts": 100_000, "maxRestartsPerSlice": 10_000},

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from elastic_jax.api import cluster
 from elastic_jax.api.cluster import UnsupportedBackend
-from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.tpu_shapes import slice_shape
+from elastic_jax.api.job import ElasticTrainingJob, batch_shares_problem
+from elastic_jax.api.tpu_shapes import SliceShape, slice_shape
 
 SUPPORTED_BACKENDS = ("cpu", "pathways")
 
@@ -82,6 +82,23 @@ def node_selector_cel_rules() -> list[dict[str, str]]:
     return rules
 
 
+def check_batch_shares(job: ElasticTrainingJob, shape: SliceShape) -> None:
+    """The built-in loop's batch over slices x chips (`job.batch_shares_problem`): the pathways backend shards
+    it over every chip only when it divides, and otherwise runs the whole share on every chip of a slice.
+
+    Raises:
+      UnsupportedBackend: naming spec.training.globalBatchSize and the numbers (library mode: never, your
+        program shards its own batches).
+    """
+    if job.spec.controller.command is not None:
+        return
+    s = job.spec.slices
+    problem = batch_shares_problem(job.spec.training.global_batch_size, s.count, shape.chips,
+                                   f"the chips of {s.accelerator} {s.topology}")
+    if problem:
+        raise UnsupportedBackend(problem[0])
+
+
 def resolve_pathways(job: ElasticTrainingJob) -> ElasticTrainingJob:
     """`job` (backend pathways) with hostsPerSlice and devicesPerHost derived from the slice topology.
 
@@ -96,7 +113,8 @@ def resolve_pathways(job: ElasticTrainingJob) -> ElasticTrainingJob:
       UnsupportedBackend: unknown accelerator or bad topology (`SliceShapeError`,
         naming spec.slices.accelerator / spec.slices.topology), a TPU node selector
         (`check_node_selectors`), a conflicting spec.slices.hostsPerSlice or
-        spec.slices.devicesPerHost, or a spec.checkpoint.uri that is not gs://
+        spec.slices.devicesPerHost, a spec.training.globalBatchSize the slices' chips do not share
+        equally (`check_batch_shares`), or a spec.checkpoint.uri that is not gs://
         (Pathways needs a GCS scratch location, placed under it).
     """
     s = job.spec.slices
@@ -108,6 +126,7 @@ def resolve_pathways(job: ElasticTrainingJob) -> ElasticTrainingJob:
             raise UnsupportedBackend(
                 f"{field} is {value} but {s.accelerator} {s.topology} has {derived} {what}; omit it or set {derived}"
             )
+    check_batch_shares(job, shape)
     if not job.spec.checkpoint.uri.startswith("gs://"):
         raise UnsupportedBackend(
             f"{CHECKPOINT_FIELD} {job.spec.checkpoint.uri!r} must be gs://bucket/prefix for backend pathways "

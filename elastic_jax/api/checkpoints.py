@@ -679,16 +679,48 @@ _ORBAX_ITEM_TMP = re.compile(
     rf"({'|'.join(map(re.escape, STEP_ITEMS))})(\.partial_save)?\.orbax-checkpoint-tmp(-\d+)?")
 
 
+# What Orbax (0.12, OCDBT) writes inside an item folder (`state/`, `data/`, and their temporaries), by path
+# relative to it: the tree's metadata and sharding, the JSON item's `metadata`, the commit marker, the OCDBT
+# manifest and data files (`d/<hex>`), one `ocdbt.process_<n>/` per process with its own manifest and data
+# files, and `array_metadatas/process_<n>`. tests/integration/test_fresh_plan.py checks it against real saves.
+_ORBAX_ITEM_FILES = re.compile(
+    r"_METADATA|_sharding|_CHECKPOINT_METADATA|commit_success\.txt|metadata|manifest\.ocdbt|d/[0-9a-f]+"
+    r"|array_metadatas/process_\d+|ocdbt\.process_\d+/(manifest\.ocdbt|d/[0-9a-f]+)")
+_ORBAX_ITEM_DIRS = re.compile(r"d|array_metadatas|ocdbt\.process_\d+|ocdbt\.process_\d+/d")
+
+
+def _unexpected_in_item(item_dir: Path) -> str | None:
+    """The first path (relative to `item_dir`, by name) inside an item folder that Orbax does not write there
+    (`_ORBAX_ITEM_FILES`, `_ORBAX_ITEM_DIRS`; a link never), or None. "(cannot be listed: ...)" likewise."""
+    stack = [item_dir]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = sorted(folder.iterdir(), key=lambda p: p.name)
+        except OSError as e:
+            return f"(cannot be listed: {e.strerror or _one_line(e)})"
+        for entry in entries:
+            rel = entry.relative_to(item_dir).as_posix()
+            if entry.is_symlink():
+                return rel
+            if entry.is_dir() and _ORBAX_ITEM_DIRS.fullmatch(rel):
+                stack.append(entry)
+            elif not (entry.is_file() and _ORBAX_ITEM_FILES.fullmatch(rel)):
+                return rel
+    return None
+
+
 def unexpected_step_entry(step_dir: Path) -> str | None:
     """The first entry (by name) at the top of local step folder `step_dir` that Orbax does not write there for
     this job, or None when every entry is Orbax's.
 
-    Orbax's are: a folder named by one of `STEP_ITEMS` or an item's temporary (`_ORBAX_ITEM_TMP`), and the
-    files `_CHECKPOINT_METADATA` and `commit_success.txt`; a link is never Orbax's. What is inside an item
-    folder is Orbax's own format (OCDBT data, its metadata) and not judged here.
+    Orbax's are: a folder named by one of `STEP_ITEMS` or an item's temporary (`_ORBAX_ITEM_TMP`) holding only
+    what Orbax writes in an item (`_unexpected_in_item`: a user's `state/notes.txt` was deleted with the step),
+    and the files `_CHECKPOINT_METADATA` and `commit_success.txt`; a link is never Orbax's.
 
     Returns:
-      The entry's name (`thesis.tex`), "(cannot be listed: <why>)" when `step_dir` cannot be listed, or None.
+      The entry's name (`thesis.tex`, or its path inside an item: `state/notes.txt`), "(cannot be listed:
+      <why>)" when a folder cannot be listed, or None.
     """
     try:
         entries = sorted(step_dir.iterdir(), key=lambda p: p.name)
@@ -700,6 +732,9 @@ def unexpected_step_entry(step_dir: Path) -> str | None:
         if entry.name in STEP_ITEMS or _ORBAX_ITEM_TMP.fullmatch(entry.name):
             if not entry.is_dir():
                 return entry.name
+            inside = _unexpected_in_item(entry)
+            if inside is not None:
+                return inside if inside.startswith("(") else f"{entry.name}/{inside}"
         elif entry.name not in _ORBAX_STEP_FILES or not entry.is_file():
             return entry.name
     return None

@@ -71,6 +71,11 @@ INT64_MAX = 2**63 - 1024
 # typo, and a timer that large overflows Python's waits.
 MAX_GLOBAL_BATCH_SIZE = 2**20
 MAX_DURATION_SECONDS = 30 * 24 * 3600
+# (the CEL twin of `batch_shares_problem`)
+BATCH_SHARES_MESSAGE = (
+    "spec.training.globalBatchSize must be a multiple of spec.slices.count (backend cpu: of spec.slices.count x "
+    "spec.slices.devicesPerHost): the built-in loop gives every slice, and every device of a slice, an equal share "
+    "of each step's batch")
 
 
 # One rule, one line: a model validator collects every rule it breaks and raises them together, one
@@ -847,6 +852,12 @@ class ElasticTrainingJobSpec(_Model):
          "message": "spec.training.globalBatchSize must be at least spec.slices.count: every slice needs one "
                     "example per step",
          "fieldPath": ".training.globalBatchSize"},
+        # `_batch_divides`: the built-in loop's equal shares (cpu: per device of each slice)
+        {"rule": ("has(self.controller) && has(self.controller.command) || "
+                  "self.training.globalBatchSize < self.slices.count || "
+                  "self.training.globalBatchSize % (self.slices.count * (self.backend == 'cpu' && "
+                  "has(self.slices.devicesPerHost) ? self.slices.devicesPerHost : 1)) == 0"),
+         "message": BATCH_SHARES_MESSAGE, "fieldPath": ".training.globalBatchSize"},
         # `_env_not_reserved`, generated from the runtime contract's lists
         *runtime_env.cel_rules(),
         # `tpu_placement.problems`: a cpu job stays off TPU nodes
@@ -883,7 +894,8 @@ class ElasticTrainingJobSpec(_Model):
 
     # (rules across sections: they read sections that may have failed, `run_rules` skips those)
     RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
-        lambda s: _env_not_reserved(s), lambda s: _batch_covers_slices(s), lambda s: _backend_fields(s))
+        lambda s: _env_not_reserved(s), lambda s: _batch_covers_slices(s), lambda s: _batch_divides(s),
+        lambda s: _backend_fields(s))
     _spec_rules = model_validator(mode="after")(_checked(RULES))
 
 
@@ -911,6 +923,46 @@ def _batch_covers_slices(spec: Any) -> list[str]:
     return []
 
 
+def batch_shares_problem(global_batch_size: int, slice_count: int, devices_per_slice: int,
+                         devices_field: str = "spec.slices.devicesPerHost") -> list[str]:
+    """The built-in loop's rule for `spec.training.globalBatchSize`: equal shares per slice and per device.
+
+    The cpu backend cuts each step's batch into `slice_count` chunks (`backend_cpu.split_sizes`: an uneven
+    split compiles a second step program on every worker and leaves the larger chunks' slices setting the
+    pace) and shards a chunk over its worker's devices only when it divides (else one device runs it all);
+    the pathways backend shards the batch over slices x chips only when it divides (else every chip of a
+    slice, or of the job, runs the whole share). Neither says so at run time: refused here, by name.
+
+    Args:
+      global_batch_size: examples per step (>= `slice_count`: `_batch_covers_slices` says the other case).
+      slice_count: `spec.slices.count`.
+      devices_per_slice: devices of one slice (cpu: `devicesPerHost`; pathways: the topology's chips).
+      devices_field: what `devices_per_slice` is read from, for the message.
+
+    Returns:
+      [] or one line naming the field and the numbers.
+    """
+    if global_batch_size < slice_count:
+        return []
+    shares = slice_count * devices_per_slice
+    if global_batch_size % shares == 0:
+        return []
+    per = "" if devices_per_slice == 1 else f" x {devices_field} ({devices_per_slice}) = {shares}"
+    below, above = global_batch_size // shares * shares, (global_batch_size // shares + 1) * shares
+    nearest = f"{below} or {above}" if below else f"{above}"
+    return [f"spec.training.globalBatchSize ({global_batch_size}) must be a multiple of spec.slices.count "
+            f"({slice_count}){per}, e.g. {nearest}: the built-in loop gives every slice"
+            f"{'' if devices_per_slice == 1 else ' and every device'} an equal share of each step's batch "
+            f"({global_batch_size} / {shares} = {global_batch_size / shares:.4g})"]
+
+
+def _batch_divides(spec: Any) -> list[str]:
+    if spec.controller.command is not None:  # (library mode: your program cuts its own batches)
+        return []
+    devices = spec.slices.devices_per_host if spec.backend == "cpu" else 1  # (pathways chips: `backends.pathways`)
+    return batch_shares_problem(spec.training.global_batch_size, spec.slices.count, devices)
+
+
 def _pathways_shape(spec: Any) -> list[str]:
     if spec.backend != "pathways":
         return []
@@ -929,6 +981,7 @@ def _backend_fields(spec: Any) -> list[str]:
                    "(spec.compilationCache.persistentVolumeClaim); gs:// is for backend pathways"]
         if s.backend == "cpu" and s.compilation_cache is not None and s.compilation_cache.uri is not None else [],
         tpu_placement.problems,
+        tpu_placement.slice_shape_problems,
     ))
 
 

@@ -13,7 +13,10 @@ API server (ExtendedResourceToleration), so the fields that open the way are:
 - `spec.<role>.nodeSelector`: a key under `cloud.google.com/gke-tpu` (the GKE
   TPU node labels: accelerator, topology, ...);
 - `spec.<role>.resources`: a request or limit of `google.com/tpu` or of the
-  legacy `cloud-tpus.google.com/*` resources.
+  legacy `cloud-tpus.google.com/*` resources;
+- `spec.slices.accelerator` / `spec.slices.topology`: the TPU slice shape, which
+  only backend pathways reads (a cpu job that names one was written for TPUs and
+  would otherwise run on CPU workers without a word: `slice_shape_problems`).
 
 Those are every scheduling field of the spec (it has no affinity, extra
 containers or raw pod template: unknown fields are refused). Each rule is
@@ -77,6 +80,23 @@ def problems(spec: Any) -> list[str]:
     return found
 
 
+SLICE_SHAPE_FIELDS = ("accelerator", "topology")
+
+
+def slice_shape_problems(spec: Any) -> list[str]:
+    """`spec.slices.accelerator` / `spec.slices.topology` set on a cpu job, each one line naming the field.
+
+    Args:
+      spec: an `ElasticTrainingJobSpec` or a stand-in of its valid fields (AttributeError when
+        `spec.slices` failed its own validation: `job.run_rules` skips the rule).
+    """
+    if spec.backend != "cpu":
+        return []
+    return [f"spec.slices.{name}: {value!r} is a TPU slice shape, read by backend pathways only; "
+            f"backend cpu runs CPU worker processes (remove it, or set spec.backend: pathways)"
+            for name in SLICE_SHAPE_FIELDS if (value := getattr(spec.slices, name)) is not None]
+
+
 def _cel(role: str) -> list[dict[str, str]]:
     cpu_and = f"self.backend != 'cpu' || !has(self.{role})"
     tol = f"self.{role}.tolerations"
@@ -101,5 +121,9 @@ def _cel(role: str) -> list[dict[str, str]]:
     ]
 
 
-# The CRD's rules on the spec: what `problems` refuses, at `kubectl apply`.
-CEL_RULES: list[dict[str, str]] = [rule for role in ROLES for rule in _cel(role)]
+# The CRD's rules on the spec: what `problems` and `slice_shape_problems` refuse, at `kubectl apply`.
+CEL_RULES: list[dict[str, str]] = [rule for role in ROLES for rule in _cel(role)] + [
+    {"rule": f"self.backend != 'cpu' || !has(self.slices.{name})",
+     "message": (f"spec.slices.{name}: a TPU slice shape, read by backend pathways only; backend cpu runs CPU "
+                 "worker processes (remove it, or set spec.backend: pathways)"),
+     "fieldPath": f".slices.{name}"} for name in SLICE_SHAPE_FIELDS]

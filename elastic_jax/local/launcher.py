@@ -51,8 +51,8 @@ from elastic_jax.api.job import ElasticTrainingJob
 from elastic_jax.exit_codes import ControllerExit, ends_job
 from elastic_jax.logs import read_events
 from elastic_jax.local import run_folder
-from elastic_jax.local.processes import (Child, UnsafeDirectoryError, free_port, open_private, port_open, private_dir,
-                                         venv_script, wait_until, write_private_file)
+from elastic_jax.local.processes import (Child, UnsafeDirectoryError, describe_exit, free_port, open_private, port_open,
+                                         private_dir, venv_script, wait_until, write_private_file)
 from elastic_jax.supervision import backoff, budgets, controller_watch
 from elastic_jax.supervision import steps_lost as steps_lost_rule
 from elastic_jax.supervision.slice_state import Observation, SliceState, controller_saw_down, down_cause, \
@@ -62,6 +62,9 @@ _logger = logging.getLogger(__name__)
 
 # Set in the environment of every process the launcher starts (see `_child_env`).
 RUN_DIR_ENV = contract.ENV_RUN_DIR
+# Seconds a worker the controller reports down may take to end by itself before the launcher SIGKILLs it: a
+# worker stopped by SIGTERM closes its server first (the controller's RPCs fail at once), then exits 143.
+EXIT_GRACE_S = 3.0
 
 
 class LaunchError(RuntimeError):
@@ -130,6 +133,8 @@ class _Slice:
     # did not change, so no report followed, and the restarted worker never rejoined (`scale_ups: 0`).
     unsent: tuple[str, str | None] | None = None
     resend_at: float = 0.0
+    # Why the launcher itself SIGKILLed the current worker (its report names that, not only the signal).
+    killed_because: str | None = None
 
 
 
@@ -382,14 +387,18 @@ class LocalLauncher:
                 continue
             if not s.child.alive():
                 code = s.child.exit_code()
+                how = describe_exit(code)
+                if s.killed_because and code == -signal.SIGKILL:
+                    how += f" (by the launcher: {s.killed_because})"
+                s.killed_because = None
                 s.deaths += 1
                 # Lost after it was up (killed, OOM, a hung step replaced): a fresh failure. Only deaths
                 # before Ready (it cannot start) back off further.
                 s.consecutive_failures = budgets.failures_after_loss(s.listening, s.consecutive_failures)
                 delay = budgets.restart_delay_s(s.consecutive_failures, self.options.restart_backoff_s)
                 s.restart_at = now + delay
-                self._observe(s, "Failed", f"worker process exited with {code}")
-                _logger.warning("slice %d worker exited (%s); restarting in %.1f s", s.index, code, delay)
+                self._observe(s, "Failed", f"worker process ended: {how}")
+                _logger.warning("slice %d worker ended (%s); restarting in %.1f s", s.index, how, delay)
             elif s.listening or port_open("127.0.0.1", s.port):
                 s.listening = True
                 self._observe(s, "Ready")
@@ -407,10 +416,16 @@ class LocalLauncher:
             s = self.slices[view.index]
             if controller_saw_down(view.state, view.generation, s.state, s.ready_generation) and s.child.alive():
                 cause = down_cause(status, s.index)
+                s.ready_generation = None  # one kill per accepted Ready
+                # A worker that stopped serving because it was told to stop (SIGTERM: it exits 143 once its
+                # server has stopped) is on its way out: a SIGKILL now replaced its real end with "-9". Give it
+                # a moment to end by itself; a hung one (a stuck step) is killed after it, a stopped one at once.
+                if not s.child.stopped() and s.child.wait(EXIT_GRACE_S) is not None:
+                    continue  # (the next supervise pass reports how it ended and restarts it)
                 _logger.warning("controller reports slice %d down%s while its worker runs; replacing it", s.index,
                                 f" ({cause})" if cause else "", extra={"slice": s.index, "cause": cause})
+                s.killed_because = f"the controller reported slice {s.index} down{f' ({cause})' if cause else ''}"
                 s.child.signal(signal.SIGKILL)  # the next supervise pass sees the exit and restarts it
-                s.ready_generation = None  # one kill per accepted Ready
 
     def _inject_failure(self, status: ControllerStatus) -> None:
         """Injects the demo failure once this run's training passes `kill_at_step`.

@@ -51,6 +51,25 @@ def venv_script(name: str) -> str:
     return str(candidate) if candidate.exists() else name
 
 
+def describe_exit(code: int | None) -> str:
+    """How a process ended, in words a user reads: `killed by SIGKILL` (a negative code: the signal that
+    killed it), `exit 143 (stopped by SIGTERM)` (128 + a signal: the convention of a process, such as the slice
+    worker, that handles the signal and exits), `exit 1`; "still running" for None."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    if code > 128:
+        try:
+            return f"exit {code} (stopped by {signal.Signals(code - 128).name})"
+        except ValueError:
+            pass
+    return f"exit {code}"
+
+
 class Child:
     """One supervised child process.
 
@@ -96,6 +115,16 @@ class Child:
     def alive(self) -> bool:
         """Started and not yet exited."""
         return self.popen is not None and self.popen.poll() is None
+
+    def stopped(self) -> bool:
+        """Whether the process is stopped (SIGSTOP: state `T` in /proc); False when unknown or not running."""
+        if not self.alive():
+            return False
+        try:
+            stat = Path(f"/proc/{self.popen.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[:1] in (["T"], ["t"])
 
     def signal(self, sig: int) -> None:
         """Sends `sig` to the process (not its group: a test kills exactly one process)."""

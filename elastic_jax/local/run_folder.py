@@ -2,11 +2,12 @@
 
 A run writes `token`, `summary.json`, `metrics.prom`, logs, `launcher.lock`, `history.jsonl`, `timeline.png`
 and `xla-cache/` into its folder, replacing files of those names. So it takes a folder only when the folder is
-new (created here), empty, or an earlier run's: one holding the marker `.elastic-jax-run` this module writes
-when it claims a folder, or, from versions before the marker, a `launcher.lock`, `controller.log` or
-`history.jsonl` as those runs left them (every earlier run wrote `controller.log` or `launcher.lock` first).
-A folder holding anything else (`/etc`, a home folder, one with only a `token` or `summary.json` in it) is
-refused before anything is written.
+new (created here), empty, or an earlier run's: one holding the marker `.elastic-jax-run` (a regular file)
+this module writes when it claims a folder. The marker is the only proof: a folder of a user's files that
+also holds a regular file named `launcher.lock` or `controller.log` is not a run's (those names were taken as
+proof before, for runs of versions without the marker; such a folder now needs the marker added by hand, or
+a new --workdir). A folder holding anything else (`/etc`, a home folder, one with only a `token` or
+`summary.json` in it) is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 from elastic_jax.local.processes import write_private_file
 
 MARKER = ".elastic-jax-run"
-# What runs made before the marker existed left in their folder, each written by the run itself.
+# What runs made before the marker existed left in their folder: no proof (a user's folder may hold files of
+# these names), named in the refusal of such a folder so its owner knows what to do.
 EARLIER_RUN_FILES = ("launcher.lock", "controller.log", "history.jsonl")
 _MARKER_TEXT = ("This folder is an `elastic-jax run` folder (its --workdir): a later run of the job writes its "
                 "logs, token, summary.json, metrics.prom, history and timeline here, replacing the old ones.\n")
@@ -37,8 +39,8 @@ def _regular_file(path: Path) -> bool:
 
 
 def is_run_folder(folder: Path) -> bool:
-    """Whether the existing directory `folder` is empty or an earlier run's (the marker, or a file an earlier
-    version's run wrote, as a regular file).
+    """Whether the existing directory `folder` is empty or an earlier run's (it holds the marker as a regular
+    file: the only proof; `EARLIER_RUN_FILES` are not).
 
     Raises:
       OSError: `folder` cannot be listed.
@@ -46,7 +48,7 @@ def is_run_folder(folder: Path) -> bool:
     names = os.listdir(folder)
     if not names:
         return True
-    return any(_regular_file(folder / name) for name in (MARKER, *EARLIER_RUN_FILES))
+    return _regular_file(folder / MARKER)
 
 
 def claim(folder: Path, what: str) -> None:
@@ -65,8 +67,11 @@ def claim(folder: Path, what: str) -> None:
     if not is_run_folder(folder):
         shown = sorted(os.listdir(folder))
         listed = ", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else "")
+        older = ("; if an elastic-jax older than its marker ran there, add an empty file " + MARKER + " to reuse it"
+                 if any(_regular_file(folder / name) for name in EARLIER_RUN_FILES) else "")
         raise NotARunFolderError(
-            f"{what}: is not empty and not an earlier elastic-jax run's folder (it holds {listed}); a run would "
-            "overwrite files there: give a new or empty folder, or leave --workdir out (runs/<job name>)")
+            f"{what}: is not empty and not an earlier elastic-jax run's folder (it holds {listed}; no {MARKER}); "
+            "a run would overwrite files there: give a new or empty folder, or leave --workdir out "
+            f"(runs/<job name>){older}")
     if not _regular_file(folder / MARKER):
         write_private_file(folder / MARKER, _MARKER_TEXT)  # (replaces a link planted at the name, never follows it)

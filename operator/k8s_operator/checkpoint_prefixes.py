@@ -23,11 +23,23 @@ set: no normalization here can promise to agree with every reader's.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from elastic_jax.api.job import COMPILATION_CACHE_URI_FIELD, ElasticTrainingJob
 from elastic_jax.api.checkpoints import URI_FIELD
 
 NAMESPACE_PLACEHOLDER = "{namespace}"
+# One template of the setting, as a regular expression both Python (`parse_templates`, fullmatch) and the chart's
+# values.schema.json (Go RE2: no lookaround, so "not `.` or `..`" is spelled out) apply, so `helm install` refuses
+# what the operator would refuse at start: `gs://`, a bucket of lowercase letters, digits, `-`, `_`, `.` (and the
+# placeholder's braces) starting and ending with a letter, digit or brace, then path segments that are not empty,
+# `.` or `..` and hold no `%`, whitespace or `,` (the flag's separator). `gs:/bucket`, `gcs://b`, `gs://b//x`,
+# `gs://B/x` fail it. tests/unit/test_helm_chart.py checks the schema carries this very pattern.
+_SEGMENT = r"([^/%\s,.][^/%\s,]*|\.[^/%\s,.][^/%\s,]*|\.\.[^/%\s,]+)"
+TEMPLATE_PATTERN = r"^gs://[a-z0-9{]([a-z0-9_.{}-]*[a-z0-9}])?(/" + _SEGMENT + r")*/?$"
+TEMPLATE_RULE = ("gs://bucket[/prefix]: a bucket of lowercase letters, digits, '-', '_', '.', then path segments "
+                 "that are not empty, '.' or '..' and hold no '%', whitespace or ',' (e.g. "
+                 "gs://ml-ckpt/{namespace}/)")
 _SETTING = "operator setting checkpointPrefixes (Helm value checkpointPrefixes, operator flag --checkpoint-prefixes)"
 
 
@@ -51,13 +63,13 @@ def parse_templates(text: str | None) -> tuple[str, ...]:
     """The flag's comma- or whitespace-separated templates, each checked.
 
     Raises:
-      ValueError: a template that is not `gs://bucket[/path]` of plain segments (`segments`), naming it.
+      ValueError: a template that does not match `TEMPLATE_PATTERN` (the chart's schema applies the same), or
+        is not `gs://bucket[/path]` of plain segments (`segments`), naming it and `TEMPLATE_RULE`.
     """
     templates = tuple(dict.fromkeys((text or "").replace(",", " ").split()))
     for t in templates:
-        if segments(t.replace(NAMESPACE_PLACEHOLDER, "ns")) is None:
-            raise ValueError(f"{t!r} is not gs://bucket[/prefix] of plain path segments (e.g. "
-                             f"gs://ml-ckpt/{NAMESPACE_PLACEHOLDER}/)")
+        if not re.fullmatch(TEMPLATE_PATTERN[1:-1], t) or segments(t.replace(NAMESPACE_PLACEHOLDER, "ns")) is None:
+            raise ValueError(f"{t!r} is not {TEMPLATE_RULE}")
     return templates
 
 

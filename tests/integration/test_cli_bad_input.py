@@ -59,6 +59,24 @@ def test_a_refusal_before_anything_starts_is_exit_2_and_one_line_from_the_instal
     assert not (tmp_path / "run").exists()  # refused before anything started
 
 
+@pytest.mark.parametrize("config, words", [
+    ({"numLayers": 1e9}, "spec.controller.trainer.config.numLayers: 1000000000.0: must be an integer"),
+    ({"numLayers": 1_000_000_000}, "spec.controller.trainer.config.numLayers: Input should be less than or equal"),
+    ({"dModel": 1_048_576}, "spec.controller.trainer.config: the model is too large for this host"),
+])
+def test_a_trainer_config_refused_leaves_the_run_and_checkpoint_folders_as_they_were(tmp_path, config, words):
+    """A new user's `numLayers: 1e9` (issue of session 21): refused in one line before anything is written; before,
+    the controller refused it after the launcher had created --workdir (marker, token, lock, controller.log)
+    and the checkpoint folder, and an integer billion sat at step 0 with no word."""
+    m = job_manifest("big", tmp_path)
+    m["spec"]["controller"] = {"trainer": {"config": {**config, "maxBytes": 20000}}}
+    (tmp_path / "ckpt-parent").mkdir()
+    m["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt-parent" / "ck")
+    code, out, err = run_bad(tmp_path, m)
+    assert_one_line_error(code, out, err, f"{tmp_path / 'job.yaml'}: {words}")
+    assert not (tmp_path / "run").exists() and list((tmp_path / "ckpt-parent").iterdir()) == []
+
+
 def test_unreachable_gcs_checkpoint_uri(tmp_path, gcs_emulator):
     m = job_manifest("badgcs", tmp_path, checkpoint={"uri": "gs://no-such-bucket-ej/ckpt"})
     code, out, err = run_bad(tmp_path, m, env=gcs_emulator.env)
@@ -317,10 +335,10 @@ def test_the_controllers_port_out_of_range_names_the_option(tmp_path):
 
 
 def test_a_trainer_the_controller_cannot_build_is_one_line_of_run_and_keeps_the_checkpoints(tmp_path):
-    """The refusal path through the controller process: `run` starts it, it cannot build the trainer (here a
-    module beside the manifest, which a controller does not search), and `run` prints its refusal as one line
-    naming the file, the field and the folder that would find it (exit 2); no worker started, nothing left
-    running. With --fresh the old checkpoints stay: they go only once the trainer checks out, so a typo costs
+    """A trainer that cannot be built (here a module beside the manifest, which a controller does not search):
+    `run` builds it before writing anything, as the controller would, and prints the refusal as one line
+    naming the file, the field and the folder that would find it (exit 2); no process started, no run
+    folder created. With --fresh the old checkpoints stay: they go only once the trainer checks out, so a typo costs
     nothing. The wording of each such refusal (a config key, the data, an entry point that is missing or
     raises) is `load_trainer`'s, checked in-process by `validate --trainer` in tests/unit/test_cli_refusals.py."""
     folder = tmp_path / "project"
@@ -339,7 +357,7 @@ def test_a_trainer_the_controller_cannot_build_is_one_line_of_run_and_keeps_the_
                           f"{path}: spec.controller.trainer.entryPoint 'mytrainer:make_trainer'",
                           "No module named 'mytrainer'", "must be installed", "on PYTHONPATH",
                           f"mytrainer.py is beside the manifest in {folder}", f"PYTHONPATH={folder}")
-    assert (tmp_path / "run" / "controller.log").exists() and no_workers_started(tmp_path)  # the controller refused
+    assert not (tmp_path / "run").exists()  # refused before the run folder was written
     assert (ckpt / "100" / "_CHECKPOINT_METADATA").is_file()
     assert not leftover_processes(str(tmp_path))
 

@@ -156,6 +156,28 @@ def test_a_step_folder_holding_anything_orbax_does_not_write_refuses_and_nothing
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before  # not one file gone
 
 
+@pytest.mark.parametrize("inside", ["state/notes.txt", "data/notes.txt", "state/d/my-results.csv",
+                                    "state/ocdbt.process_0/extra/x", "state.orbax-checkpoint-tmp-17/notes.txt"])
+def test_a_users_file_inside_a_steps_item_folder_refuses_and_nothing_is_deleted(tmp_path, inside):
+    """New-user trial: a file of the user's inside a step's `state/` folder went with the step (the item folders'
+    contents were taken as Orbax's unseen). Only what Orbax writes in an item passes; else one line names it."""
+    root = tmp_path / "ck"
+    _save(str(root), A, 10, 20)
+    if inside.startswith("state.orbax"):
+        shutil.copytree(root / "20" / "state", root / "20" / "state.orbax-checkpoint-tmp-17")
+    planted = root / "20" / inside
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text("mine")
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    with pytest.raises(checkpoints.CheckpointUriError) as refused:
+        checkpoints.clear_local_checkpoints(str(root), A)
+    line = str(refused.value)
+    shown = inside if "extra" not in inside else "state/ocdbt.process_0/extra"
+    assert "\n" not in line and f"step folder 20 holds {shown}, which Orbax does not write" in line, line
+    assert planted.read_text() == "mine"
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+
+
 def test_everything_orbax_writes_in_a_step_passes_the_check(tmp_path):
     """The check knows Orbax's real step layout: steps the Checkpointer saved (and its item temporaries) pass."""
     root = tmp_path / "ck"

@@ -27,6 +27,7 @@ def pathways_job(name: str = "bad") -> dict[str, Any]:
     job = cpu_job(name)
     job["spec"].update(backend="pathways", checkpoint={"uri": "gs://bucket/ck"},
                        slices={"count": 1, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"})
+    job["spec"]["training"]["globalBatchSize"] = 4  # (one example per chip: the operator refuses fewer)
     return job
 
 
@@ -143,7 +144,7 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
     ("compilation-cache-host-path", _set(cpu_job, "spec.compilationCache", {"hostPath": {"path": "/"}}),
      "spec.compilationCache"),
     ("slices-plus-spares-above-64",
-     _set(_set(cpu_job, "spec.slices", {"count": 60, "spares": 8}), "spec.training.globalBatchSize", 64),
+     _set(_set(cpu_job, "spec.slices", {"count": 60, "spares": 8}), "spec.training.globalBatchSize", 120),
      "spec.slices.spares"),
     # tolerations: the API server's cross-field rules (ValidateTolerations)
     ("toleration-exists-with-a-value",
@@ -236,10 +237,25 @@ CASES: list[tuple[str, Callable[[], dict], str]] = [
      _set(cpu_job, "spec.controller.resources", {"limits": {"google.com/tpu": "1"}}), "spec.controller.resources"),
     ("cpu-worker-limits-legacy-cloud-tpus",
      _set(cpu_job, "spec.worker.resources", {"limits": {"cloud-tpus.google.com/v3": 8}}), "spec.worker.resources"),
+    # the built-in loop gives every slice (cpu: every device of a slice) an equal share of the global batch
+    ("global-batch-not-a-multiple-of-the-slices",
+     _set(_set(cpu_job, "spec.slices", {"count": 3}), "spec.training.globalBatchSize", 25),
+     "spec.training.globalBatchSize"),
+    ("global-batch-not-a-multiple-of-the-devices",
+     _set(_set(cpu_job, "spec.slices", {"count": 2, "devicesPerHost": 4}), "spec.training.globalBatchSize", 12),
+     "spec.training.globalBatchSize"),
+    # the TPU slice shape is read by backend pathways only: a cpu job naming one was written for TPUs
+    ("cpu-slices-with-a-tpu-accelerator",
+     _set(cpu_job, "spec.slices.accelerator", "tpu-v5-lite-podslice"), "spec.slices.accelerator"),
+    ("cpu-slices-with-a-tpu-topology", _set(cpu_job, "spec.slices.topology", "2x4"), "spec.slices.topology"),
 ]
 
 # (id, manifest factory): edge cases that both `validate --cluster` and the API server accept.
 ACCEPTED: list[tuple[str, Callable[[], dict]]] = [
+    # library mode: your program cuts its own batches (the equal-shares rule is the built-in loop's)
+    ("library-mode-global-batch-not-a-multiple-of-the-slices",
+     _set(_set(_set(cpu_job, "spec.controller.command", ["python", "train.py"]), "spec.slices", {"count": 3}),
+          "spec.training.globalBatchSize", 25)),
     # library mode with the trainer's default entry point written out (what the API server's defaulting does)
     ("library-mode-command-with-the-default-trainer",
      _set(_set(cpu_job, "spec.controller.command", ["python", "train.py"]), "spec.controller.trainer",

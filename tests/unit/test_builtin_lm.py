@@ -130,3 +130,38 @@ def test_every_config_problem_is_reported_not_the_first():
         make_trainer({"seqLen": 0, "numLayers": 0, "data": "/nonexistent-dir/*.txt"})
     assert [p.split(":")[0] for p in info.value.problems] == [
         "spec.controller.trainer.config.seqLen", "spec.controller.trainer.config.numLayers"], info.value.problems
+
+
+@pytest.mark.parametrize("config", [TINY, {"seqLen": 48, "dModel": 24, "numLayers": 3, "numHeads": 3, "mlpDim": 40}])
+def test_the_counted_parameters_are_the_models(config):
+    from elastic_jax.controller.builtin_lm import make_model, param_count, parse_config
+
+    cfg = parse_config({k: v for k, v in config.items() if k in ("seqLen", "dModel", "numLayers", "numHeads", "mlpDim")})
+    shapes = jax.eval_shape(lambda k: make_model(cfg).init(k, jnp.zeros((1, cfg.seq_len), jnp.int32)),
+                            jax.random.key(0))
+    assert param_count(cfg) == sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(shapes))
+
+
+@pytest.mark.parametrize("config, words", [
+    # the new user's trial: it sat at step 0, tracing a billion blocks, with no word
+    ({"numLayers": 1_000_000_000}, "spec.controller.trainer.config.numLayers: Input should be less than or equal "
+                                   "to 256 (got 1000000000)"),
+    ({"dModel": 1_048_576}, "spec.controller.trainer.config: the model is too large for this host: numLayers 2, "
+                            "dModel 1048576"),
+    ({"mlpDim": 1 << 40}, "spec.controller.trainer.config: the model is too large for this host"),
+    ({"seqLen": 1 << 24}, "spec.controller.trainer.config: the model is too large for this host"),
+])
+def test_an_absurd_model_size_is_refused_naming_the_config(config, words):
+    with pytest.raises(TrainerConfigError) as info:
+        make_trainer({**config, "maxBytes": 1000})
+    assert any(p.startswith(words) for p in info.value.problems), info.value.problems
+    assert all("\n" not in p for p in info.value.problems)
+
+
+def test_the_size_rule_compares_with_the_memory_it_is_given():
+    from elastic_jax.controller.builtin_lm import STATE_BYTES_PER_PARAM, parse_config, param_count, size_problem
+
+    cfg = parse_config({})
+    assert size_problem(cfg, limit_bytes=2**40) is None
+    problem = size_problem(cfg, limit_bytes=param_count(cfg) * STATE_BYTES_PER_PARAM)
+    assert problem and "more than the 0.0 GiB of memory here" in problem

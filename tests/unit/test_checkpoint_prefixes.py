@@ -66,7 +66,13 @@ def test_no_prefixes_no_restriction():
     CheckpointPrefixes().check(_job("ns-a", checkpoint={"uri": "gs://anyone/anything"}), "ns-a")
 
 
-@pytest.mark.parametrize("text", ["s3://b/x", "gs://b//x", "gs://b/../x", "gs://", "gs://b/%7Bnamespace%7D", "/local"])
+# (the typos of a new-user trial: `gs:/bucket`, `gcs://`, an upper-case or dash-led bucket, a `./` segment)
+TEMPLATE_TYPOS = ["gs:/bucket", "gcs://bucket/x", "gs://Bucket/x", "gs://-b/x", "gs://b./x", "gs://b/./x",
+                  "gs://b/x/..", "gs:///x"]
+
+
+@pytest.mark.parametrize("text", ["s3://b/x", "gs://b//x", "gs://b/../x", "gs://", "gs://b/%7Bnamespace%7D", "/local",
+                                  *TEMPLATE_TYPOS])
 def test_a_bad_template_stops_the_operator_naming_it(text, capsys):
     with pytest.raises(ValueError, match="is not gs://bucket"):
         parse_templates(text)
@@ -74,6 +80,14 @@ def test_a_bad_template_stops_the_operator_naming_it(text, capsys):
     with pytest.raises(SystemExit) as info:
         main.main(["--checkpoint-prefixes", text, "--metrics-port", "0"])
     assert info.value.code == 2 and "--checkpoint-prefixes" in capsys.readouterr().err
+
+
+def test_a_bad_template_is_refused_in_the_words_of_the_charts_schema():
+    with pytest.raises(ValueError) as info:
+        parse_templates("gs://ml-ckpt/{namespace}/, gs:/bucket")
+    assert str(info.value) == f"'gs:/bucket' is not {checkpoint_prefixes.TEMPLATE_RULE}"
+    assert parse_templates("gs://ml-ckpt/{namespace}/ gs://{namespace}-ckpt/ gs://b_1.x/.cache/..v") == (
+        "gs://ml-ckpt/{namespace}/", "gs://{namespace}-ckpt/", "gs://b_1.x/.cache/..v")
 
 
 def test_the_flag_sets_the_policy():

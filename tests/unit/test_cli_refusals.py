@@ -448,7 +448,7 @@ def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
     ckpt = tmp_path / "ckpt"
     step = fake_step(ckpt, 10, identity.local_identity("frozenfresh", str(ckpt)))
     (step / "state").mkdir()
-    (step / "state" / "array").write_text("data")
+    (step / "state" / "_METADATA").write_text("data")
     m = job_manifest("frozenfresh", tmp_path, checkpoint={"uri": str(ckpt)})
     subprocess.run(["chattr", "+i", str(step / "state")], check=True)
     try:
@@ -458,7 +458,28 @@ def test_fresh_on_a_directory_it_cannot_empty_deletes_nothing(tmp_path):
     assert_one_line_error(proc, "spec.checkpoint.uri",
                           f"--fresh cannot delete the checkpoints: {str(step / 'state')!r} is not writable; "
                           "nothing was deleted")
-    assert (step / "_CHECKPOINT_METADATA").is_file() and (step / "state" / "array").read_text() == "data"
+    assert (step / "_CHECKPOINT_METADATA").is_file() and (step / "state" / "_METADATA").read_text() == "data"
+    assert nothing_started(tmp_path)
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (Path(__file__).resolve().parents[2] / "examples")
+                                            .glob("*pathways*.yaml")))
+def test_run_of_a_pathways_example_names_the_file(tmp_path, example):
+    """New-user trial: `elastic-jax run examples/02-tpu-v5e-pathways.yaml` said `error: spec.backend: ...` without
+    the file, unlike every other line about a manifest. Now the file, the field and what to do instead."""
+    path = Path(__file__).resolve().parents[2] / "examples" / example
+    proc = _invoke("run", str(path), "--workdir", str(tmp_path / "run"))
+    assert_one_line_error(proc, f"error: {path}: spec.backend: 'pathways' runs on GKE (kubectl apply -f {path}; "
+                                f"`elastic-jax validate --cluster {path}` checks it first)")
+    assert nothing_started(tmp_path)
+
+
+def test_fresh_with_a_gcs_uri_names_the_file(tmp_path):
+    m = job_manifest("freshgcs", tmp_path, checkpoint={"uri": "gs://bucket/prefix"})
+    path = _write(tmp_path, m)
+    proc = _invoke("run", str(path), "--workdir", str(tmp_path / "run"), "--fresh")
+    assert_one_line_error(proc, f"error: {path}: spec.checkpoint.uri is gs://bucket/prefix: --fresh clears local "
+                                "checkpoint directories only")
     assert nothing_started(tmp_path)
 
 

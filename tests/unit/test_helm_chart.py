@@ -380,3 +380,21 @@ def test_checkpoint_prefixes_reach_the_operator_and_bad_entries_fail_the_schema(
     proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
                     "--set", "checkpointPrefixes={s3://b/x}", check=False)
     assert proc.returncode != 0 and "/checkpointPrefixes/0" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("typo", ["gs:/bucket", "gcs://bucket/x", "gs://bucket//x", "gs://b/../x", "gs://b/./x",
+                                  "gs://Bucket/x", "gs://b./x"])
+def test_a_checkpoint_prefix_typo_fails_the_schema_as_the_operator_refuses_it(helm, typo):
+    """New-user trial: `gs://bucket//x` (and the like) rendered into the Deployment, and the operator then refused
+    its flag at start (a crash loop after `helm install` had succeeded). The schema carries the operator's own
+    pattern (`checkpoint_prefixes.TEMPLATE_PATTERN`) and its rule in the description."""
+    from elastic_jax.k8s_operator import checkpoint_prefixes
+
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["checkpointPrefixes"]
+    assert schema["items"]["pattern"] == checkpoint_prefixes.TEMPLATE_PATTERN
+    assert checkpoint_prefixes.TEMPLATE_RULE in schema["description"]
+    proc = run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", f"checkpointPrefixes[0]={typo}", check=False)
+    assert proc.returncode != 0 and "/checkpointPrefixes/0" in proc.stderr, proc.stderr
+    with pytest.raises(ValueError, match="is not gs://bucket"):
+        checkpoint_prefixes.parse_templates(typo)

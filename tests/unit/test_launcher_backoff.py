@@ -2,6 +2,7 @@
 the slice budgets (stand-in children and no controller)."""
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -22,6 +23,12 @@ class _Child:
 
     def exit_code(self):
         return None if self.up else -9
+
+    def wait(self, timeout_s):
+        return self.exit_code()
+
+    def stopped(self):
+        return False
 
     def die(self):
         self.up = False
@@ -252,3 +259,86 @@ def test_a_controller_exiting_3_at_once_is_restarted_with_the_operators_growing_
     assert len(gaps) == 3, gaps
     assert gaps[0] < 0.3, gaps  # the first loss: at once
     assert gaps[1] >= 0.3 and gaps[2] >= 0.6, gaps  # then 0.3 s, doubling
+
+
+# A worker's end as the real one does it: on SIGTERM it stops serving, says so, takes a moment, exits 143.
+_STOPS_ON_SIGTERM = """
+import signal, sys, time
+def stop(*_):
+    print("stopping", flush=True)
+    time.sleep(0.7)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+print("serving", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _real_worker(tmp_path: Path) -> Child:
+    import sys
+
+    child = Child("worker-0", [sys.executable, "-c", _STOPS_ON_SIGTERM], tmp_path / "worker-0.log")
+    child.start()
+    deadline = time.monotonic() + 60
+    while "serving" not in child.log_path.read_text():
+        assert time.monotonic() < deadline and child.alive(), child.log_path.read_text()
+        time.sleep(0.05)
+    return child
+
+
+def _down_view(generation: int):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(slices=[SimpleNamespace(index=0, state="Down", generation=generation)],
+                           recovery_history=[SimpleNamespace(slices=[0], cause="slice_down")])
+
+
+def _ended_reasons(launcher) -> list:
+    reasons = []
+    launcher._observe = lambda sl, observation, reason=None: reasons.append(reason)
+    return reasons
+
+
+def test_a_worker_stopped_by_sigterm_is_reported_as_sigterm_not_killed_by_the_launcher(tmp_path, monkeypatch):
+    """New-user trial: `kill -TERM` of a worker was reported `worker exited (-9)`: the worker closed its server
+    (the controller reported the slice down at once) and the launcher SIGKILLed it while it was exiting."""
+    launcher, s, _ = _launcher(tmp_path)
+    s.child = _real_worker(tmp_path)
+    s.state, s.ready_generation = "Ready", 5
+    reasons = _ended_reasons(launcher)
+    try:
+        s.child.signal(signal.SIGTERM)
+        while "stopping" not in s.child.log_path.read_text():
+            time.sleep(0.05)
+        launcher._replace_slices_seen_down(_down_view(5))  # the controller's RPC failed: it says Down
+        launcher._supervise_workers(time.monotonic())
+    finally:
+        s.child.stop(grace_s=5)
+    assert reasons == ["worker process ended: exit 143 (stopped by SIGTERM)"], reasons
+
+
+def test_a_hung_worker_the_controller_reports_down_is_killed_and_the_report_says_by_whom(tmp_path):
+    launcher, s, _ = _launcher(tmp_path)
+    s.child = _real_worker(tmp_path)
+    s.state, s.ready_generation = "Ready", 5
+    reasons = _ended_reasons(launcher)
+    try:
+        s.child.signal(signal.SIGSTOP)  # hung: it ends only when killed
+        while not s.child.stopped():
+            time.sleep(0.01)
+        launcher._replace_slices_seen_down(_down_view(5))
+        assert s.child.wait(10) == -signal.SIGKILL
+        launcher._supervise_workers(time.monotonic())
+    finally:
+        s.child.stop(grace_s=1)
+    assert reasons == ["worker process ended: killed by SIGKILL (by the launcher: the controller reported slice 0 "
+                       "down (slice_down))"], reasons
+
+
+def test_describe_exit_names_the_real_signal():
+    from elastic_jax.local.processes import describe_exit
+
+    assert describe_exit(-15) == "killed by SIGTERM" and describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(143) == "exit 143 (stopped by SIGTERM)" and describe_exit(130) == "exit 130 (stopped by SIGINT)"
+    assert describe_exit(1) == "exit 1" and describe_exit(None) == "still running"

@@ -42,8 +42,14 @@ def test_defaults_min_slices_is_count():
         ({"slices": {"count": 2, "cuont": 1}}, "spec.slices.cuont: unknown field"),
         ({"backend": "gpu"}, "spec.backend: Input should be 'cpu' or 'pathways'"),
         ({"slices": {"count": 5}}, "spec.training.globalBatchSize (4) must be at least spec.slices.count (5)"),
+        ({"slices": {"count": 3}, "training": {"steps": 10, "globalBatchSize": 25}},
+         "spec.training.globalBatchSize (25) must be a multiple of spec.slices.count (3), e.g. 24 or 27: the "
+         "built-in loop gives every slice an equal share of each step's batch (25 / 3 = 8.333)"),
+        ({"slices": {"count": 2, "devicesPerHost": 4}, "training": {"steps": 10, "globalBatchSize": 4}},
+         "spec.training.globalBatchSize (4) must be a multiple of spec.slices.count (2) x spec.slices.devicesPerHost "
+         "(4) = 8, e.g. 8: the built-in loop gives every slice and every device an equal share"),
         ({"slices": {"count": 2, "spares": -1}}, "spec.slices.spares: Input should be greater than or equal to 0"),
-        ({"slices": {"count": 60, "spares": 8}, "training": {"steps": 10, "globalBatchSize": 64}},
+        ({"slices": {"count": 60, "spares": 8}, "training": {"steps": 10, "globalBatchSize": 120}},
          "spec.slices.spares: count + spares (60 + 8) must be at most 64"),
         ({"backend": "pathways"}, "backend pathways needs spec.slices.accelerator and spec.slices.topology"),
         ({"controller": {"trainer": {"entryPoint": "nocolon"}}}, "spec.controller.trainer.entryPoint 'nocolon' must look like"),

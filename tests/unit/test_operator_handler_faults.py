@@ -222,7 +222,7 @@ def test_pathways_shell_creates_the_head_service_and_annotates_jobsets_with_the_
             return super().create(namespace, body)
 
     spec = {"backend": "pathways", "slices": {"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-            "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "gs://test-bucket/j"}}
+            "training": {"steps": 10, "globalBatchSize": 8}, "checkpoint": {"uri": "gs://test-bucket/j"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
     state = handlers.OperatorState(kube=Recording(), key=b"k" * 32)
@@ -255,7 +255,7 @@ def test_pathways_shell_says_the_job_waits_for_its_resource_manager(monkeypatch)
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
     spec = {"backend": "pathways", "slices": {"count": 1, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-            "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "gs://test-bucket/j"}}
+            "training": {"steps": 10, "globalBatchSize": 8}, "checkpoint": {"uri": "gs://test-bucket/j"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
     state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)

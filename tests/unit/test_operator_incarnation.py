@@ -45,7 +45,7 @@ def _index(*bodies):
 
 PATHWAYS_SPEC = {"backend": "pathways",
                  "slices": {"count": 1, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"},
-                 "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://test-bucket/ck"}}
+                 "training": {"steps": 10, "globalBatchSize": 4}, "checkpoint": {"uri": "gs://test-bucket/ck"}}
 
 
 @pytest.mark.parametrize("spec", [SPEC, PATHWAYS_SPEC], ids=["cpu", "pathways"])

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from elastic_jax.api import labels
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.api.manifest_digest import manifest_digest
+from elastic_jax.cli import app
 from elastic_jax.k8s_operator import backends, children
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.backends.pathways import PathwaysRenderer, proxy_image, server_image
@@ -43,7 +45,8 @@ def pathways_job(accelerator="tpu-v5-lite-podslice", topology="2x2", count=2, na
         "controller": {"image": "ghcr.io/example/trainer:1.0",
                        "trainer": {"entryPoint": "elastic_jax.controller.builtin_lm:make_trainer"},
                        "env": [{"name": "USER_VAR", "value": "1"}], "resources": {"requests": {"cpu": "4"}}},
-        "training": {"steps": 1000, "globalBatchSize": 64},
+        # (a multiple of every count x chips used here, up to 64 slices of 16x16: equal shares per chip)
+        "training": {"steps": 1000, "globalBatchSize": 3 * 64 * 256},
         "checkpoint": {"uri": "gs://my-bucket/tpu-job"},
     }
     for key, value in spec.items():
@@ -187,6 +190,23 @@ def test_matching_hosts_per_slice_is_accepted():
 def test_conflicting_slice_fields_are_refused_naming_the_field(slices, message):
     with pytest.raises(UnsupportedBackend, match=message):
         backends.resolve(pathways_job("tpu-v5p-slice", "2x2x2", slices=slices))
+
+
+def test_a_global_batch_the_chips_do_not_share_is_refused_naming_the_field(tmp_path):
+    # 2 slices x 4 chips (v5e 2x2): the pathways backend shards 260 over slices only, each chip running 130
+    message = ("spec.training.globalBatchSize (260) must be a multiple of spec.slices.count (2) x the chips of "
+               "tpu-v5-lite-podslice 2x2 (4) = 8, e.g. 256 or 264")
+    with pytest.raises(UnsupportedBackend, match=re.escape(message)):
+        backends.resolve(pathways_job(training={"globalBatchSize": 260}))
+    # library mode: your program shards its own batches
+    backends.resolve(pathways_job(training={"globalBatchSize": 260}, controller={"command": ["python", "t.py"],
+                                                                                 "trainer": None}))
+    manifest = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "02-tpu-v5e-pathways.yaml").read_text())
+    manifest["spec"]["training"]["globalBatchSize"] = 260
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(manifest))
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "job.yaml")])
+    assert result.exit_code == 2 and result.output.count("error:") == 1, result.output
+    assert f"error: {tmp_path / 'job.yaml'}: {message}" in result.output and "Traceback" not in result.output
 
 
 def test_local_checkpoint_uri_is_refused_naming_the_field():

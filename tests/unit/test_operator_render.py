@@ -139,7 +139,7 @@ def test_every_child_name_fits_63_for_the_longest_name_and_largest_shape(backend
     job = backends.resolve(parse_manifest({
         "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob",
         "metadata": {"name": name, "namespace": "ns"},
-        "spec": {"backend": backend, "slices": slices, "training": {"steps": 1, "globalBatchSize": 64},
+        "spec": {"backend": backend, "slices": slices, "training": {"steps": 1, "globalBatchSize": 64 * 1024},
                  "checkpoint": {"uri": "gs://test-bucket/c"}}}))
     objs = children.render_children(job, token="t", controller_attempt=99999)
     all_names = [o["metadata"]["name"] for o in objs]
@@ -236,6 +236,7 @@ def test_pods_get_no_service_link_env(backend):
     spec = {"backend": backend}
     if backend == "pathways":
         spec["slices"] = {"count": 2, "accelerator": "tpu-v5-lite-podslice", "topology": "2x2"}
+        spec["training"] = {"steps": 10, "globalBatchSize": 8}
         spec["checkpoint"] = {"uri": "gs://bucket/ck"}
     job = _job(**spec)
     renderer = renderer_for(backend)

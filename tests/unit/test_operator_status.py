@@ -207,7 +207,7 @@ def test_rejected_spec_change_condition_names_the_field():
 
 def test_changed_fields_ignores_suspend_and_ttl():
     a = _job().spec.to_manifest()
-    b = _job(suspend=True, ttlSecondsAfterFinished=3, slices={"count": 3}).spec.to_manifest()
+    b = _job(suspend=True, ttlSecondsAfterFinished=3, slices={"count": 4}).spec.to_manifest()
     assert changed_fields(a, b) == ["spec.slices.count", "spec.slices.minSlices"]
 
 

@@ -22,6 +22,7 @@ def _dead_pid() -> int:
 
 def _hold(path, pid: int) -> int:
     """Another open file of the lock holding its flock (as a controller that inherited it does)."""
+    (path.parent / run_folder.MARKER).write_text("")  # (the run that took the folder marked it)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.ftruncate(fd, 0)
@@ -72,10 +73,10 @@ def test_a_checkpoint_folder_is_locked_once_and_free_again_after_release(tmp_pat
         assert remote.fd is None
 
 
-@pytest.mark.parametrize("earlier", [None, run_folder.MARKER, *run_folder.EARLIER_RUN_FILES])
+@pytest.mark.parametrize("earlier", [None, run_folder.MARKER])
 def test_a_new_empty_or_earlier_runs_folder_is_taken_and_marked(tmp_path, earlier):
-    """Folders runs of this and earlier versions made (`runs/<job>`: the marker, or their `launcher.lock`,
-    `controller.log`, `history.jsonl`) keep working, and so does a second run of a folder a run marked."""
+    """Folders a run made (`runs/<job>`: the marker) keep working, and so does a second run of a folder a run
+    marked."""
     folder = tmp_path / "run"
     if earlier is not None:
         folder.mkdir(mode=0o700)
@@ -84,6 +85,23 @@ def test_a_new_empty_or_earlier_runs_folder_is_taken_and_marked(tmp_path, earlie
     for _ in range(2):
         with RunLock(folder):
             assert (folder / run_folder.MARKER).is_file()
+
+
+@pytest.mark.parametrize("name", run_folder.EARLIER_RUN_FILES)
+def test_a_users_regular_file_named_like_a_run_file_is_no_proof(tmp_path, name):
+    """New-user trial: a folder of a user's files holding a regular `launcher.lock` or `controller.log` was taken as
+    an earlier run's and its files of the run's names replaced. Only the marker proves a run folder."""
+    folder = tmp_path / "mine"
+    folder.mkdir(mode=0o700)
+    (folder / name).write_text("my own notes")
+    (folder / "token").write_text("my token")
+    with pytest.raises(LaunchError) as refused:
+        RunLock(folder).acquire()
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"--workdir {folder}: is not empty and not an earlier elastic-jax run's")
+    assert f"no {run_folder.MARKER}" in line and f"add an empty file {run_folder.MARKER}" in line
+    assert sorted(p.name for p in folder.iterdir()) == sorted([name, "token"])
+    assert (folder / name).read_text() == "my own notes" and (folder / "token").read_text() == "my token"
 
 
 def test_a_folder_with_other_files_or_a_planted_link_at_a_run_name_is_refused_untouched(tmp_path):

@@ -74,3 +74,27 @@ def test_a_folder_at_the_pictures_place_is_one_error(tmp_path):
     with pytest.raises(timeline.TimelineError, match="cannot be written"):
         timeline.draw(tmp_path)
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".timeline")] == []
+
+
+def test_report_on_a_run_folder_that_never_reached_step_1_says_what_it_is(tmp_path):
+    from typer.testing import CliRunner
+
+    from elastic_jax.cli import app
+    from elastic_jax.local import run_folder
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    run_folder.claim(run_dir, "--workdir")  # (what `elastic-jax run` writes first)
+    (run_dir / "summary.json").write_text(json.dumps({"failure_reason": "interrupted at step 0"}))
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip() == (f"error: {run_dir}: an `elastic-jax run` folder whose run never completed step 1 "
+                                     f"(it ended: interrupted at step 0): nothing to draw; its logs: "
+                                     f"{run_dir / 'controller.log'}, {run_dir}/worker-*.log")
+    # a history without a step (a controller stopped while compiling its first one) is the same folder
+    (run_dir / timeline.HISTORY_FILE).write_text(json.dumps({"kind": "start", "t": 1.0}) + "\n")
+    assert "never completed step 1" in CliRunner().invoke(app, ["report", str(run_dir)]).output
+    # a folder that is no run's still says so
+    other = tmp_path / "other"
+    other.mkdir()
+    assert "not an `elastic-jax run` folder" in CliRunner().invoke(app, ["report", str(other)]).output

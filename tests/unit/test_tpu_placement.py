@@ -97,6 +97,28 @@ def test_validate_refuses_it_in_one_line_naming_the_field(tmp_path):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_tpu_slice_shape_on_a_cpu_job_is_refused_by_validate_and_run(tmp_path, command):
+    job = cpu_job()
+    job["spec"]["slices"].update(accelerator="tpu-v5-lite-podslice", topology="2x4")
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = CliRunner().invoke(app, [command, str(path), *(["--workdir", str(tmp_path / "w")] if command == "run" else [])])
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert [ln.split(": ")[2] for ln in lines] == ["spec.slices.accelerator", "spec.slices.topology"], result.output
+    assert all("backend cpu runs CPU worker processes" in ln for ln in lines)
+    assert "Traceback" not in result.output and not (tmp_path / "w").exists()
+
+
+def test_the_crd_refuses_a_tpu_slice_shape_on_a_cpu_job():
+    rules = crd.build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "x-kubernetes-validations"]
+    for name in ("accelerator", "topology"):
+        [rule] = [r for r in rules if r["rule"] == f"self.backend != 'cpu' || !has(self.slices.{name})"]
+        assert rule["fieldPath"] == f".slices.{name}" and rule["message"].startswith(f"spec.slices.{name}: ")
+
+
 def test_the_operator_fails_the_job_with_a_condition_and_an_event(monkeypatch):
     body = _with(cpu_job, "controller", resources={"limits": {"google.com/tpu": "4"}, "requests": {"google.com/tpu": "4"}})
     body["metadata"].update(namespace="ml", uid="u-tpu")

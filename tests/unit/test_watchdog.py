@@ -101,6 +101,7 @@ def test_controller_pod_has_a_liveness_probe_on_healthz(backend):
         job = job.model_copy(update={"spec": job.spec.model_copy(update={
             "backend": "pathways",
             "checkpoint": job.spec.checkpoint.model_copy(update={"uri": "gs://test-bucket/ck"}),
+            "training": job.spec.training.model_copy(update={"global_batch_size": 8}),
             "slices": job.spec.slices.model_copy(update={"accelerator": "tpu-v5-lite-podslice", "topology": "2x2"})})})
     c = renderer_for(backend).controller_pod(job, 0)["spec"]["containers"][0]
     probe = c["livenessProbe"]
