@@ -83,6 +83,9 @@ ENV_RUN_DIR = "ELASTIC_JAX_RUN_DIR"  # the launcher's run folder, for the contro
 # In the launcher's run folder: each controller appends a line per step and elastic event (controller/run_history.py);
 # elastic_jax/timeline.py draws them.
 RUN_HISTORY_FILE = "history.jsonl"
+# The file that marks a folder as an `elastic-jax run` folder (its --workdir): the only proof a later run or
+# `elastic-jax report` accepts (`elastic_jax.local.run_folder`).
+RUN_FOLDER_MARKER = ".elastic-jax-run"
 # JAX's own variables (not ours: no ELASTIC_JAX_ prefix) the local launcher gives its cpu workers (one persistent
 # compilation cache per run) and the operator renders from spec.compilationCache (cpu workers, the pathways
 # controller): a restarted worker reads its step program's executable instead of compiling it again (every

@@ -17,8 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from elastic_jax.contract import RUN_FOLDER_MARKER as MARKER
 from elastic_jax.contract import RUN_HISTORY_FILE as HISTORY_FILE
-from elastic_jax.local.run_folder import MARKER
 
 TIMELINE_FILE = "timeline.png"
 RATE_WINDOW_STEPS = 5

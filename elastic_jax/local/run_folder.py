@@ -16,9 +16,10 @@ import os
 import stat
 from pathlib import Path
 
+from elastic_jax.contract import RUN_FOLDER_MARKER
 from elastic_jax.local.processes import write_private_file
 
-MARKER = ".elastic-jax-run"
+MARKER = RUN_FOLDER_MARKER
 # What runs made before the marker existed left in their folder: no proof (a user's folder may hold files of
 # these names), named in the refusal of such a folder so its owner knows what to do.
 EARLIER_RUN_FILES = ("launcher.lock", "controller.log", "history.jsonl")
