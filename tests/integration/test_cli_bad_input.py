@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,50 @@ def assert_one_line_error(code, stdout, stderr, *fragments):
 
 def no_workers_started(tmp_path: Path) -> bool:
     return not list((tmp_path / "run").glob("worker-*.log"))
+
+
+TRAINED = "trained"  # the name of the job whose real checkpoints the tests below start from
+
+
+@dataclass
+class TrainedJob:
+    """Real Orbax steps 10 and 20 of job `trained` (20 steps, one save every 10), written once per module.
+
+    `restore()` puts them back at `ckpt`, always the same path: a local job's writer UID is of its name and
+    its checkpoint path (`identity.local_uid`), so a copy elsewhere would be another job's steps."""
+
+    ckpt: Path
+    pristine: Path
+
+    def restore(self) -> Path:
+        """The checkpoint folder as the training run left it (whatever an earlier test did to it)."""
+        shutil.rmtree(self.ckpt, ignore_errors=True)
+        shutil.copytree(self.pristine, self.ckpt, symlinks=True)
+        return self.ckpt
+
+    def manifest(self, tmp_path: Path, name: str = TRAINED, steps: int = 20, **checkpoint) -> dict:
+        """A manifest of job `name` training `steps` steps on these checkpoints (`checkpoint` adds fields)."""
+        return job_manifest(name, tmp_path, training={"steps": steps, "globalBatchSize": 8},
+                            checkpoint={"uri": str(self.ckpt), "intervalSteps": 10, "maxToKeep": 5, **checkpoint})
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> TrainedJob:
+    """One real training run shared by every test that needs a job's committed steps: each of them used to
+    train its own (a full `elastic-jax run` each, 8 in this file) before what it tests."""
+    base = tmp_path_factory.mktemp("trained")
+    job = TrainedJob(ckpt=base / "ckpt", pristine=base / "pristine")
+    first = run_cli(job.manifest(base), base, "--no-failure")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.summary["resumed_from"] is None and first.summary["steps"] == 20, first.summary
+    steps = sorted(int(p.name) for p in job.ckpt.iterdir() if p.name.isdigit())
+    assert steps == [10, 20], steps
+    for step in steps:  # each committed step names its writer (Orbax custom metadata)
+        data = json.loads((job.ckpt / str(step) / "_CHECKPOINT_METADATA").read_text())
+        assert data["custom_metadata"]["elasticJaxWriter"] == {
+            "namespace": "local", "name": TRAINED, "uid": local_uid(TRAINED, str(job.ckpt))}, data
+    shutil.copytree(job.ckpt, job.pristine, symlinks=True)
+    return job
 
 
 def test_a_refusal_before_anything_starts_is_exit_2_and_one_line_from_the_installed_command(tmp_path):
@@ -190,7 +235,8 @@ def test_fresh_never_deletes_what_is_not_a_checkpoint(tmp_path):
         (project / folder).mkdir(parents=True)
         (project / folder / "important.py").write_text("x = 1\n")
     (project / "notes.txt").write_text("keep me")
-    m = job_manifest("danger", tmp_path, checkpoint={"uri": str(project), "intervalSteps": 10})
+    m = job_manifest("danger", tmp_path, training={"steps": 10, "globalBatchSize": 8},
+                     checkpoint={"uri": str(project), "intervalSteps": 10})
     proc = _run_args(tmp_path, m, "--fresh", "--no-failure")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ("kept 4 entries that are not this job's checkpoints: metadata, notes.txt, old.orbax-checkpoint-tmp, "
@@ -217,20 +263,15 @@ def test_fresh_deletes_steps_and_interrupted_saves_then_trains_from_zero(tmp_pat
     assert sorted(p.name for p in ckpt.iterdir() if not p.name.startswith(".")) == ["10", "20"]
 
 
-def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
+def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path, trained):
     """A job pointed at checkpoints it did not write must not 'succeed' without training."""
-    ckpt = {"uri": str(tmp_path / "shared"), "intervalSteps": 10}
-    first = run_cli(job_manifest("owner", tmp_path, training={"steps": 20, "globalBatchSize": 8}, checkpoint=ckpt),
-                    tmp_path, "--no-failure")
-    assert first.returncode == 0, first.stderr[-3000:]
+    trained.restore()
     # resumeFrom Any: past the writer check, the state itself must still fit this job.
-    ckpt = {**ckpt, "resumeFrom": "Any"}
-    shorter = _run_args(tmp_path, job_manifest("shorter", tmp_path, training={"steps": 10, "globalBatchSize": 8},
-                                               checkpoint=ckpt), "--no-failure")
+    shorter = _run_args(tmp_path, trained.manifest(tmp_path, "shorter", steps=10, resumeFrom="Any"), "--no-failure")
     # Refused before any process starts (it was refused by the controller, exit 1, after ~14 s).
     assert_one_line_error(shorter.returncode, shorter.stdout, shorter.stderr, "spec.checkpoint.uri",
                           "holds checkpoint step 20, beyond spec.training.steps (10)")
-    other = job_manifest("othermodel", tmp_path, training={"steps": 40, "globalBatchSize": 8}, checkpoint=ckpt)
+    other = trained.manifest(tmp_path, "othermodel", steps=40, resumeFrom="Any")
     other["spec"]["controller"]["trainer"]["config"]["dModel"] *= 2
     changed = run_cli(other, tmp_path, "--no-failure")
     assert changed.returncode == 1 and not changed.summary["succeeded"]
@@ -244,72 +285,57 @@ def test_another_jobs_checkpoints_fail_the_run_clearly(tmp_path):
     assert "is not compatible with the stored shape" in changed.summary["failure_reason"]
 
 
-def test_resume_is_refused_from_another_jobs_checkpoint_unless_the_spec_allows_it(tmp_path):
+def test_resume_is_refused_from_another_jobs_checkpoint_unless_the_spec_allows_it(tmp_path, trained):
     """Issue 9 item 13: a run resumes only from steps its own job wrote, and says which job that was.
     Another job pointed at the same directory is refused with one line naming spec.checkpoint.uri, the step
-    and the writer; `spec.checkpoint.resumeFrom: Any` takes it, and the summary names the writer."""
-    uri = str(tmp_path / "shared")
-    ckpt = {"uri": uri, "intervalSteps": 5}
-    training = {"steps": 10, "globalBatchSize": 8}
-    first = run_cli(job_manifest("writer-a", tmp_path, training=training, checkpoint=ckpt), tmp_path, "--no-failure")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert first.summary["resumed_from"] is None
-    uid_a = local_uid("writer-a", uri)
+    and the writer; `spec.checkpoint.resumeFrom: Any` takes it, and the summary names the writer. (Job
+    `trained` wrote steps 10 and 20 in the fixture, a run of its own: `resumed_from` None, each step its writer.)"""
+    uri = str(trained.restore())
+    uid_a = local_uid(TRAINED, uri)
 
-    log_before = first.controller_log()
-    other = _run_args(tmp_path, job_manifest("writer-b", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),
-                      "--no-failure")
-    message = (f"spec.checkpoint.uri {uri!r}: checkpoint step 10 was written by another job, "
-               f"local/writer-a (uid {uid_a}), not this job local/writer-b (uid {local_uid('writer-b', uri)}); "
+    other = _run_args(tmp_path, trained.manifest(tmp_path, "writer-b", steps=30), "--no-failure")
+    message = (f"spec.checkpoint.uri {uri!r}: checkpoint step 20 was written by another job, "
+               f"local/{TRAINED} (uid {uid_a}), not this job local/writer-b (uid {local_uid('writer-b', uri)}); "
                "set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its own directory")
     # Refused by `elastic-jax run` itself, before any process starts.
     assert_one_line_error(other.returncode, other.stdout, other.stderr)
     assert other.stderr.strip() == f"error: {tmp_path / 'job.yaml'}: {message}"
-    assert first.controller_log() == log_before  # no controller ran (the launcher would have replaced its log)
+    assert not (tmp_path / "run" / "controller.log").exists()  # no controller ran
 
-    again = run_cli(job_manifest("writer-a", tmp_path, training={**training, "steps": 20}, checkpoint=ckpt),
-                    tmp_path, "--no-failure")
+    again = run_cli(trained.manifest(tmp_path, steps=30), tmp_path, "--no-failure")
     assert again.returncode == 0, again.stderr[-3000:]
-    writer_a = {"namespace": "local", "name": "writer-a", "uid": uid_a}
-    assert again.summary["resumed_from"] == {"step": 10, "fallbackReason": None, "writer": writer_a}
-    assert f"resumed from checkpoint step 10 written by local/writer-a (uid {uid_a})" in again.stderr
+    writer_a = {"namespace": "local", "name": TRAINED, "uid": uid_a}
+    assert again.summary["resumed_from"] == {"step": 20, "fallbackReason": None, "writer": writer_a}
+    assert f"resumed from checkpoint step 20 written by local/{TRAINED} (uid {uid_a})" in again.stderr
     assert '"event": "resumed"' in again.controller_log()
 
-    taken = run_cli(job_manifest("writer-b", tmp_path, training={**training, "steps": 30},
-                                 checkpoint={**ckpt, "resumeFrom": "Any"}), tmp_path, "--no-failure")
+    taken = run_cli(trained.manifest(tmp_path, "writer-b", steps=40, resumeFrom="Any"), tmp_path, "--no-failure")
     assert taken.returncode == 0, taken.stderr[-3000:]
-    assert taken.summary["resumed_from"] == {"step": 20, "fallbackReason": None, "writer": writer_a}
+    assert taken.summary["resumed_from"] == {"step": 30, "fallbackReason": None, "writer": writer_a}
     # Steps it saved carry its own identity: writer-b's rerun resumes without resumeFrom Any.
-    mine = run_cli(job_manifest("writer-b", tmp_path, training={**training, "steps": 35}, checkpoint=ckpt),
-                   tmp_path, "--no-failure")
+    mine = run_cli(trained.manifest(tmp_path, "writer-b", steps=50), tmp_path, "--no-failure")
     assert mine.returncode == 0, mine.stderr[-3000:]
     assert mine.summary["resumed_from"]["writer"] == {"namespace": "local", "name": "writer-b",
                                                       "uid": local_uid("writer-b", uri)}
 
 
-def test_a_checkpoint_without_writer_identity_needs_resume_from_any(tmp_path):
+def test_a_checkpoint_without_writer_identity_needs_resume_from_any(tmp_path, trained):
     """Steps saved before the writer was recorded (Orbax step metadata with empty custom metadata, as older
     elastic-jax wrote it) cannot be shown to be this job's: refused unless resumeFrom is Any."""
-    ckpt_dir = tmp_path / "ckpt"
-    ckpt = {"uri": str(ckpt_dir), "intervalSteps": 5}
-    training = {"steps": 10, "globalBatchSize": 8}
-    first = run_cli(job_manifest("legacy", tmp_path, training=training, checkpoint=ckpt), tmp_path, "--no-failure")
-    assert first.returncode == 0, first.stderr[-3000:]
+    ckpt_dir = trained.restore()
     for meta in ckpt_dir.glob("*/_CHECKPOINT_METADATA"):
         data = json.loads(meta.read_text())
-        assert data["custom_metadata"]["elasticJaxWriter"]["name"] == "legacy"
+        assert data["custom_metadata"]["elasticJaxWriter"]["name"] == TRAINED
         data["custom_metadata"] = {}
         meta.write_text(json.dumps(data))
-    refused = _run_args(tmp_path, job_manifest("legacy", tmp_path, training={**training, "steps": 15}, checkpoint=ckpt),
-                        "--no-failure")
+    refused = _run_args(tmp_path, trained.manifest(tmp_path, steps=30), "--no-failure")
     assert_one_line_error(refused.returncode, refused.stdout, refused.stderr, "spec.checkpoint.uri",
-                          "checkpoint step 10 has no writer identity (saved by an older elastic-jax)",
+                          "checkpoint step 20 has no writer identity (saved by an older elastic-jax)",
                           "spec.checkpoint.resumeFrom: Any")
-    taken = run_cli(job_manifest("legacy", tmp_path, training={**training, "steps": 15},
-                                 checkpoint={**ckpt, "resumeFrom": "Any"}), tmp_path, "--no-failure")
+    taken = run_cli(trained.manifest(tmp_path, steps=30, resumeFrom="Any"), tmp_path, "--no-failure")
     assert taken.returncode == 0, taken.stderr[-3000:]
-    assert taken.summary["resumed_from"] == {"step": 10, "fallbackReason": None, "writer": None}
-    assert "resumed from checkpoint step 10 written by an unknown job (no writer identity saved)" in taken.stderr
+    assert taken.summary["resumed_from"] == {"step": 20, "fallbackReason": None, "writer": None}
+    assert "resumed from checkpoint step 20 written by an unknown job (no writer identity saved)" in taken.stderr
 
 
 def _cli(tmp_path: Path, manifest: dict, *args: str) -> subprocess.CompletedProcess:
@@ -362,24 +388,19 @@ def test_a_trainer_the_controller_cannot_build_is_one_line_of_run_and_keeps_the_
     assert not leftover_processes(str(tmp_path))
 
 
-def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path):
+def test_a_finished_job_run_again_says_so_and_starts_nothing(tmp_path, trained):
     """A new-user trial: a job whose checkpoints already hold its last step, run again, started the controller
     and every worker (~30 s) to restore and train nothing, and its summary's first loss was the first run's.
     `run` now says at once that the job is finished, starts no process, and exits 0 (the job is done) with a
     SUMMARY that trained nothing and measured no loss; --fresh still starts over."""
-    ckpt = tmp_path / "ckpt"
-    m = job_manifest("done", tmp_path, training={"steps": 20, "globalBatchSize": 8},
-                     checkpoint={"uri": str(ckpt), "intervalSteps": 10})
-    # Real steps: "finished" now also reads the last step's data (a step of metadata alone is not finished).
-    first = run_cli(m, tmp_path, "--no-failure")
-    assert first.returncode == 0, first.stderr[-3000:]
-    shutil.rmtree(tmp_path / "run")
+    # Real steps (the fixture's run): "finished" also reads the last step's data (metadata alone is not finished).
+    trained.restore()
+    m = trained.manifest(tmp_path)
     proc = _cli(tmp_path, m, "run", "--no-failure")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert ("job done: already finished at checkpoint step 20/20; trained 0 steps this run, nothing was started "
-            "(--fresh starts over)") \
-        in proc.stderr, proc.stderr
-    assert "checkpoint step 20 written by local/done (uid " in proc.stderr and "Traceback" not in proc.stderr
+    assert (f"job {TRAINED}: already finished at checkpoint step 20/20; trained 0 steps this run, nothing was "
+            "started (--fresh starts over)") in proc.stderr, proc.stderr
+    assert f"checkpoint step 20 written by local/{TRAINED} (uid " in proc.stderr and "Traceback" not in proc.stderr
     s = json.loads(proc.stdout.strip().splitlines()[-1].removeprefix("SUMMARY "))
     assert s["already_finished"] and s["succeeded"] and s["steps"] == s["restored_from_step"] == 20, s
     assert s["steps_this_run"] == 0 and s["nothing_started"], s
@@ -399,18 +420,15 @@ def _truncate_largest_data_file(step_dir: Path) -> None:
     files[-1].write_bytes(files[-1].read_bytes()[: files[-1].stat().st_size // 2])
 
 
-def test_a_corrupt_final_step_is_not_a_finished_job_and_all_corrupt_steps_say_so(tmp_path):
+def test_a_corrupt_final_step_is_not_a_finished_job_and_all_corrupt_steps_say_so(tmp_path, trained):
     """A new-user trial, on real Orbax steps: (1) the last step's largest data file truncated, and `run` said
     "already finished" (exit 0) from the step's metadata alone, though the final model could not be read. Now
     it warns, starts, falls back to the newest step that restores and trains the rest, like the controller with
     any corrupt newest step; (2) the report says it fell back, and why, in one short line (the warning was only
     in controller.log); (3) every step truncated: the run failed as "does not fit this trainer's state (a
     changed model?)"; now it says no step could be restored, each step tried and why."""
-    ckpt = tmp_path / "ckpt"
-    m = job_manifest("fin", tmp_path, training={"steps": 20, "globalBatchSize": 8},
-                     checkpoint={"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 5})
-    first = run_cli(m, tmp_path, "--no-failure")
-    assert first.returncode == 0, first.stderr[-3000:]
+    ckpt = trained.restore()
+    m = trained.manifest(tmp_path)
     _truncate_largest_data_file(ckpt / "20")
 
     again = run_cli(m, tmp_path, "--no-failure")
@@ -443,27 +461,28 @@ def test_a_corrupt_final_step_is_not_a_finished_job_and_all_corrupt_steps_say_so
     assert "Traceback" not in broken.stderr and "Event loop is closed" not in broken.stderr, broken.stderr[-3000:]
 
 
-@pytest.mark.parametrize("damage", ["empty", "truncated"])
-def test_a_newest_step_with_unreadable_step_metadata_falls_back_and_fresh_clears_it(tmp_path, damage):
+def test_a_newest_step_with_unreadable_step_metadata_falls_back_and_fresh_clears_it(tmp_path, trained):
     """A new-user trial: the newest step's `_CHECKPOINT_METADATA` emptied or cut short, and the job was refused
     (exit 2) as "no writer identity (saved by an older elastic-jax)" (Orbax reads a broken file as empty
     metadata), with no fallback, and --fresh refused to delete it too. It is a corrupt step: the run falls back
-    to the newest one that reads, and --fresh deletes it with this job's own steps."""
-    ckpt = tmp_path / "ckpt"
-    m = job_manifest("meta", tmp_path, training={"steps": 20, "globalBatchSize": 8},
-                     checkpoint={"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 5})
-    assert run_cli(m, tmp_path, "--no-failure").returncode == 0
+    to the newest one that reads (each damage in turn: each run saves step 20 again, whole), and --fresh deletes
+    it with this job's own steps."""
+    ckpt = trained.restore()
+    m = trained.manifest(tmp_path)
     meta = ckpt / "20" / "_CHECKPOINT_METADATA"
-    meta.write_text("" if damage == "empty" else meta.read_text()[: len(meta.read_text()) // 2])
-    shutil.rmtree(tmp_path / "run")
-    again = run_cli(m, tmp_path, "--no-failure")
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "writer identity" not in again.stderr and "already finished" not in again.stderr, again.stderr[-3000:]
-    s = again.summary
-    assert s["succeeded"] and s["steps"] == 20 and s["restored_from_step"] == 10, s
-    assert s["resumed_from"]["fallbackReason"].startswith("newer committed steps could not be restored: step 20"), s
+    for damage in ("empty", "truncated"):
+        meta.write_text("" if damage == "empty" else meta.read_text()[: len(meta.read_text()) // 2])
+        shutil.rmtree(tmp_path / "run", ignore_errors=True)
+        again = run_cli(m, tmp_path, "--no-failure")
+        assert again.returncode == 0, (damage, again.stderr[-3000:])
+        assert "writer identity" not in again.stderr and "already finished" not in again.stderr, \
+            (damage, again.stderr[-3000:])
+        s = again.summary
+        assert s["succeeded"] and s["steps"] == 20 and s["restored_from_step"] == 10, (damage, s)
+        assert s["resumed_from"]["fallbackReason"].startswith(
+            "newer committed steps could not be restored: step 20"), (damage, s)
+        assert json.loads(meta.read_text())["custom_metadata"], damage  # step 20 saved again, whole
 
-    meta = ckpt / "20" / "_CHECKPOINT_METADATA"  # (saved again whole: damage it once more for --fresh)
     meta.write_text("")
     shutil.rmtree(tmp_path / "run")
     fresh = run_cli(m, tmp_path, "--no-failure", "--fresh")
