@@ -41,12 +41,20 @@ def _names_job(op: OperatorProcess, name: str) -> bool:
     return any(name in json.dumps(r) for r in op.log_records())
 
 
-def _suspended_job(cluster, namespace: str, name: str) -> None:
+def _served(cluster, namespace: str, name: str, *ops: OperatorProcess) -> None:
+    """Applies a suspended job `name` and waits until an operator made it `Suspended` (its whole pass ran)."""
     manifest = example_manifest()
     manifest["metadata"]["name"] = name
     manifest["spec"]["suspend"] = True
     result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest), check=False)
     assert result.returncode == 0, result.stderr
+    wait_phase(cluster, namespace, name, ("Suspended",), timeout_s=120,
+               explain=lambda: "\n".join(op.log()[-2000:] for op in ops))
+
+
+def _pair(kubeconfig, tmp_path, names: tuple[str, str], args: tuple[str, ...]) -> list[OperatorProcess]:
+    """Two operator processes (not started) with the same arguments, each logging to `<name>.log`."""
+    return [OperatorProcess(kubeconfig, tmp_path / f"{n}.log", free_port(), args) for n in names]
 
 
 def _peering(cluster) -> str:
@@ -74,22 +82,18 @@ def test_of_two_operators_on_one_peering_the_newest_serves_and_the_older_takes_o
         cluster, namespace, ejob_crd, operator_kubeconfig, tmp_path):
     peering = _peering(cluster)
     args = ("--peering", peering)  # --priority: the default, auto
-    older = OperatorProcess(operator_kubeconfig, tmp_path / "older.log", free_port(), args)
-    newer = OperatorProcess(operator_kubeconfig, tmp_path / "newer.log", free_port(), args)
+    older, newer = _pair(operator_kubeconfig, tmp_path, ("older", "newer"), args)
     try:
         older.start()
         older.wait_up()
-        _suspended_job(cluster, namespace, "first")
-        wait_phase(cluster, namespace, "first", ("Suspended",), timeout_s=120, explain=older.log)
+        _served(cluster, namespace, "first", older)
 
         newer.start()
         newer.wait_up()
         wait_for(lambda: any(PAUSED in m for m in _messages(older)), timeout_s=120,
                  what="the older operator pausing for the newer", explain=lambda: older.log()[-3000:])
         assert not any(PAUSED in m for m in _messages(newer)), newer.log()[-3000:]
-        _suspended_job(cluster, namespace, "second")
-        wait_phase(cluster, namespace, "second", ("Suspended",), timeout_s=120,
-                   explain=lambda: newer.log()[-3000:] + older.log()[-2000:])
+        _served(cluster, namespace, "second", newer, older)
         assert _names_job(newer, "second"), newer.log()[-3000:]
         assert not _names_job(older, "second"), f"the paused operator acted on the job:\n{older.log()[-3000:]}"
 
@@ -98,8 +102,7 @@ def test_of_two_operators_on_one_peering_the_newest_serves_and_the_older_takes_o
         newer.stop()
         wait_for(lambda: any(RESUMED in m for m in _messages(older, seen)), timeout_s=120,
                  what="the older operator resuming", explain=lambda: older.log()[-3000:])
-        _suspended_job(cluster, namespace, "third")
-        wait_phase(cluster, namespace, "third", ("Suspended",), timeout_s=120, explain=lambda: older.log()[-3000:])
+        _served(cluster, namespace, "third", older)
         assert _names_job(older, "third"), older.log()[-3000:]
     finally:
         _stop_all(cluster, peering, newer, older)
@@ -109,14 +112,11 @@ def test_a_fixed_priority_a_live_peer_already_holds_is_refused_at_start_and_the_
         cluster, namespace, ejob_crd, operator_kubeconfig, tmp_path):
     peering = _peering(cluster)
     args = ("--peering", peering, "--priority", "5")
-    first = OperatorProcess(operator_kubeconfig, tmp_path / "first.log", free_port(), args)
-    second = OperatorProcess(operator_kubeconfig, tmp_path / "second.log", free_port(), args)
+    first, second = _pair(operator_kubeconfig, tmp_path, ("first", "second"), args)
     try:
         first.start()
         first.wait_up()
-        # kopf writes its peering entry once it runs: the job served means it is there.
-        _suspended_job(cluster, namespace, "served")
-        wait_phase(cluster, namespace, "served", ("Suspended",), timeout_s=120, explain=first.log)
+        _served(cluster, namespace, "served", first)
         wait_for(lambda: (cluster.api().get(f"/apis/kopf.dev/v1/clusterkopfpeerings/{peering}").get("status") or None),
                  timeout_s=60, what="the first operator's peering entry")
         second.start()
@@ -125,7 +125,6 @@ def test_a_fixed_priority_a_live_peer_already_holds_is_refused_at_start_and_the_
         assert last.startswith("error: --priority 5: ") and "already run(s) on ClusterKopfPeering" in last, last
         assert "--priority auto" in last, last
         assert not any("Pausing" in m for m in _messages(first)), first.log()[-3000:]
-        _suspended_job(cluster, namespace, "still-served")
-        wait_phase(cluster, namespace, "still-served", ("Suspended",), timeout_s=120, explain=first.log)
+        _served(cluster, namespace, "still-served", first)
     finally:
         _stop_all(cluster, peering, second, first)
