@@ -19,7 +19,8 @@ Failure classification (docs/failure-handling.md, flows 1, 5, 6):
   for the slices that did not answer; but when every active slice (two or
   more) missed it and none answered, the deadline is too short for the step,
   not a sign of hung slices: no slice is marked down, the step's calls run on
-  with the deadline doubled (at most `DEADLINE_EXTENSIONS` times), the run
+  with the deadline doubled (`CpuBackend.extensions_allowed` times at most:
+  twice, or until it reaches `firstStepDeadlineSeconds`), the run
   keeps the longer deadline, and a warning naming
   `spec.elasticity.stepDeadlineSeconds` and the observed step time goes to
   the log and `/v1/status` (`settingWarnings`);
@@ -53,9 +54,10 @@ STALL_RESENDS = 3
 """Times a step is sent again after a deadline this process's own stall explains (then the slices are blamed)."""
 
 DEADLINE_EXTENSIONS = 2
-"""Times a step's deadline is doubled while every active slice (two or more) has missed it and none answered: the
-step itself is slower than `spec.elasticity.stepDeadlineSeconds`, not a slice fault (docs/failure-handling.md).
-The step's calls run on meanwhile (nothing is sent again); past 4x the deadline no answer is a hang again."""
+"""Least times a step's deadline is doubled while every active slice (two or more) has missed it and none answered:
+the step itself is slower than `spec.elasticity.stepDeadlineSeconds`, not a slice fault (docs/failure-handling.md).
+The step's calls run on meanwhile (nothing is sent again). More doublings are allowed up to
+`firstStepDeadlineSeconds` (`CpuBackend.extensions_allowed`); past that no answer is a hang again."""
 
 DEADLINE_FIELD = "spec.elasticity.stepDeadlineSeconds"
 
@@ -405,9 +407,10 @@ class CpuBackend:
                 timeout_s = self.step_deadline_s if warm_key in self._warm else self.first_step_deadline_s
                 timeouts[index] = timeout_s
                 deadline_s = max(deadline_s, timeout_s)
-                # The call may run past the deadline (`_overdue` decides); its own deadline is the last resort.
-                future = client.step_async(program, param_leaves + jax.tree_util.tree_leaves(share),
-                                           timeout_s * 2 ** DEADLINE_EXTENSIONS + 5.0)
+                # The call may run past the deadline (the loop below decides); its own deadline is the last resort.
+                last_resort_s = max(timeout_s * 2 ** DEADLINE_EXTENSIONS,
+                                    self.step_deadline_s * 2 ** self.extensions_allowed()) + 5.0
+                future = client.step_async(program, param_leaves + jax.tree_util.tree_leaves(share), last_resort_s)
                 futures[chunk] = future
                 future.add_done_callback(lambda f, i=index, c=chunk, k=warm_key: events.put(("done", i, c, (f, k))))
             results: dict[int, list[np.ndarray]] = {}
@@ -424,10 +427,11 @@ class CpuBackend:
                     # (warm slices only: a first step's deadline is firstStepDeadlineSeconds'; and not while this
                     # process itself stalled: `map_sum` excuses that one)
                     if (not results and not errors and overdue == active and len(active) >= 2
-                            and set(timeouts.values()) == {self.step_deadline_s} and extensions < DEADLINE_EXTENSIONS
+                            and set(timeouts.values()) == {self.step_deadline_s} and extensions < self.extensions_allowed()
                             and self._stalls.stalled_seconds(dispatched_at) < GAP_S):
                         extensions += 1
-                        self._deadline_missed_by_all(active, timeouts[active[0]], extensions)
+                        if extensions == 1:  # (once: a deadline of 0.001 s doubles ~17 times)
+                            self._deadline_missed_by_all(active, timeouts[active[0]])
                         continue
                     for c, i in pending.items():
                         if i in overdue:
@@ -472,19 +476,33 @@ class CpuBackend:
                 self._events = None
         return self._reduce([results[c] for c in range(len(sizes))], out_tree)
 
-    def _deadline_missed_by_all(self, active: list[int], deadline_s: float, extensions: int) -> None:
+    def extensions_allowed(self) -> int:
+        """Times a step's deadline may be doubled while every active slice misses it with none answering.
+
+        At least `DEADLINE_EXTENSIONS` (4x `stepDeadlineSeconds`), and as many as it takes to reach
+        `firstStepDeadlineSeconds`, the longest the job says a step may take (compile included): a
+        deadline far below the step time (0.001 s) stays a setting to warn about, never a hang that
+        replaces every healthy worker until the restart budget is spent (nvidia-resiliency-ext#129).
+        """
+        doublings = DEADLINE_EXTENSIONS
+        while self.step_deadline_s * 2 ** doublings < self.first_step_deadline_s:
+            doublings += 1
+        return doublings
+
+    def _deadline_missed_by_all(self, active: list[int], deadline_s: float) -> None:
         """Logs that every active slice missed the step's deadline (`deadline_s`) with none answering: the step
-        is slower than the deadline, the slices are not at fault; the step waits `extensions` doublings longer.
+        is slower than the deadline, the slices are not at fault; the step may wait up to
+        `extensions_allowed()` doublings longer.
 
         Marking them down replaced healthy workers until the restart budget was spent (nvidia-resiliency-ext
         #129). One active slice cannot tell a slow step from a hung slice, so it is never excused.
         """
+        longest_s = deadline_s * 2 ** self.extensions_allowed()
         _logger.warning(
             "every active slice %s missed the step deadline of %g s with none answering: the step is slower than "
             "%s (%g s), not a slice fault; no slice is marked down, the step may take up to %g s",
-            active, deadline_s * 2 ** (extensions - 1), DEADLINE_FIELD, self.configured_step_deadline_s,
-            deadline_s * 2 ** extensions,
-            extra={"event": "step_deadline_extended", "slices": active, "deadline_s": deadline_s * 2 ** extensions,
+            active, deadline_s, DEADLINE_FIELD, self.configured_step_deadline_s, longest_s,
+            extra={"event": "step_deadline_extended", "slices": active, "deadline_s": longest_s,
                    "configured_deadline_s": self.configured_step_deadline_s})
 
     def _report_slow_step(self, seconds: float, active: list[int], deadline_s: float) -> None:

@@ -5,7 +5,7 @@ healthy worker missed the deadline each step, was marked down and replaced,
 until "restart budget exhausted", and the field was never named. When every
 active slice misses it in the same step with none answering, the slices are
 not the problem: none is marked down, the step runs on (deadline doubled, at
-most twice), the run keeps the longer deadline, and a warning names the field
+least twice and up to `firstStepDeadlineSeconds`), the run keeps the longer deadline, and a warning names the field
 and the observed step time. A slice that misses it while another answers is
 still a hang. Real worker processes, frozen (SIGSTOP) past the deadline from the
 step's dispatch, then thawed.
@@ -103,6 +103,31 @@ def test_every_slice_slower_than_the_deadline_marks_none_down_and_names_the_fiel
     # The run keeps the longer deadline; the next step runs through, still on both slices.
     _step_seconds(backend, params, 1)
     assert slices.active == {0, 1} and len(backend.setting_warnings) == 1
+
+
+def test_a_deadline_far_below_the_step_time_extends_up_to_the_first_step_deadline(two_slices):
+    """A new user's `stepDeadlineSeconds: 0.001` (a trial finding): 4x that is still far below any step, so with
+    two doublings only every healthy slice was marked down each step until the restart budget was spent. The
+    deadline doubles up to `firstStepDeadlineSeconds` (20 s here) instead: no slice down, one warning."""
+    workers, slices, backend = two_slices
+    params = {"x": np.eye(256, dtype=np.float32)}
+    _step_seconds(backend, params, 1)
+    backend.step_deadline_s = backend.configured_step_deadline_s = 0.001
+    backend.first_step_deadline_s = 20.0
+    assert backend.extensions_allowed() == 15  # 0.001 * 2**15 = 32.8 s >= 20 s
+    pids = [w.popen.pid for w in workers]
+    _frozen(pids)  # a step of ~1 s, whatever the load: 1000x the deadline
+    thaw = threading.Timer(1.0, _thaw, (pids,))
+    thaw.start()
+    try:
+        seconds = _step_seconds(backend, params, 1)
+    finally:
+        thaw.cancel()
+        _thaw(pids)
+    assert slices.active == {0, 1} and all(w.popen.poll() is None for w in workers)
+    [warning] = backend.setting_warnings
+    assert "(0.001 s) is shorter than a step" in warning, warning
+    assert seconds <= backend.step_deadline_s < 20.0 * 2, (seconds, backend.step_deadline_s)
 
 
 def test_one_slice_missing_the_deadline_while_another_answers_is_still_a_hang(two_slices):
