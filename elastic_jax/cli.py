@@ -369,8 +369,12 @@ def _print_report(s: dict, started_at: float) -> None:
     if s.get("injected_failure_skipped"):
         print(f"  injected failure: none ({s['injected_failure_skipped']})", file=out)
     unbooked = s.get("unbooked_seconds") or 0.0
+    # (what the unbooked seconds were: a trial read "start-up, shutdown" over a long wait for a lost controller's
+    # successor)
+    what = "start-up, waits for a lost controller's successor, shutdown" if s.get("controller_restarts") \
+        else "start-up, shutdown"
     over = (f" of {s['booked_seconds']:.1f} s booked by the controllers; the launcher's own {unbooked:.1f} s of the "
-            f"{s['wall_seconds']:.1f} s wall (start-up, shutdown) are not" if unbooked >= 0.05 else "")
+            f"{s['wall_seconds']:.1f} s wall ({what}) are not" if unbooked >= 0.05 else "")
     print(f"  goodput {'n/a (no steps run)' if s.get('goodput') is None else format(s['goodput'], '.1%') + over}",
           file=out)
     booked = {k: v for k, v in (s.get("goodput_seconds") or {}).items() if v >= 0.05}

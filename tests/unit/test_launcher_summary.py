@@ -91,6 +91,20 @@ def test_wall_and_booked_seconds_add_up_and_the_report_names_the_difference(tmp_
             "(start-up, shutdown) are not") in capsys.readouterr().err
 
 
+def test_the_report_names_a_lost_controllers_gap_among_the_unbooked_seconds(tmp_path, capsys):
+    """A new-user trial: the back-off before a lost controller's successor (no controller runs, nothing books
+    it) was printed as "(start-up, shutdown)"."""
+    booked = {"starting": 3.0, "productive": 40.0}
+    launcher = _launcher(tmp_path)
+    (tmp_path / "run").mkdir(exist_ok=True)
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({"succeeded": True, "steps": STEPS,
+                                                               "goodput_seconds": booked, "goodput": 40 / 43}))
+    s = launcher.summary(73.0, 1)
+    _print_report(s, started_at=0.0)
+    assert ("the launcher's own 30.0 s of the 73.0 s wall (start-up, waits for a lost controller's successor, "
+            "shutdown) are not") in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("started, expected", [(161, "resumed from checkpoint step 161"), (0, None)])
 def test_the_report_says_where_the_run_started_not_where_a_successor_resumed(tmp_path, capsys, started, expected):
     """A new-user trial: a run resumed from 161, its controller was killed and the successor resumed from 200;
