@@ -71,3 +71,29 @@ def test_an_int64_overflow_status_is_a_condition_and_a_warning(cluster, namespac
     assert "step" not in s or s["step"] < 2**63, s
     warnings = [e for e in job_events(cluster, namespace, name) if e.get("reason") == "ControllerAnswerInvalid"]
     assert warnings and warnings[0].get("type") == "Warning", warnings
+
+
+def test_a_status_write_the_api_server_refuses_beyond_the_guard_is_an_outcome_not_an_exception(
+        cluster, namespace, ejob_crd, operator_kubeconfig):
+    """The operator's own status write (`status_write.write`, as the job's daemon calls it), as the operator's
+    ServiceAccount, on the real API server: a value the CRD's schema refuses and the guard does not know (a
+    phase outside the enum) comes back as the API server's 422 naming the field, not an exception that would
+    end the daemon; a good write goes through; a deleted job's write is `gone`."""
+    from kubernetes import config as kube_config
+
+    from elastic_jax.k8s_operator import status_write
+    from elastic_jax.k8s_operator.kube import Kube
+
+    name = "status-refused"
+    manifest = example_manifest(EXAMPLE)
+    manifest["metadata"]["name"] = name
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
+    kube = Kube(kube_config.new_client_from_config(config_file=str(operator_kubeconfig)))
+    refused = status_write.write(kube, namespace, name, {"status": {"phase": "NotAPhase", "step": 3}})
+    assert "(422)" in refused.refused and "status.phase" in refused.refused, refused
+    assert "step" not in (get_job(cluster, namespace, name).get("status") or {})  # nothing half-written
+    assert status_write.write(kube, namespace, name, {"status": {"phase": "Pending", "step": 3}}) == \
+        status_write.Written()
+    assert get_job(cluster, namespace, name)["status"]["step"] == 3
+    cluster.kubectl("delete", "ejob", "-n", namespace, name, "--wait=true")
+    assert status_write.write(kube, namespace, name, {"status": {"step": 4}}).gone

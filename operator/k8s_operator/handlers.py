@@ -477,22 +477,21 @@ def pass_inputs(body, js: JobState, job_pods, job_jobsets, unready_nodes) -> tup
 
 
 @kopf.daemon(*JOBS, id="reconcile_job")
-async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, patch, **kwargs):
+async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, **kwargs):
     """The job's reconcile daemon: a pass (`reconcile_once`) whenever something it reads may have changed.
 
     It sleeps until its `JobState.waker` is woken (the job object, its pods or JobSets, the not-Ready
     nodes, its controller link's news: `wake`), or PASS_INTERVAL_S after a pass that was not quiet, or
     the end of a quiet pass's window (`tracker.resync_window_s`); a woken pass still skips itself when its inputs did
-    not move. It applies each pass's patch as kopf applies a timer's (`application.patch_and_check`, so
-    `status_write`'s net catches a refused one), and after a pass that raised it waits kopf's
-    `execution.default_backoff` as kopf's timer did. It ends when kopf stops it (the job deleted, the
-    operator stopping), after the pass in progress.
+    not move. Each pass fills a patch of its own, which the daemon writes itself (`write_status`), also after a
+    pass that raised; kopf's `patch` kwarg stays empty, so kopf writes nothing when the daemon returns. After a
+    pass that raised it waits kopf's `execution.default_backoff`, as kopf's timer did. It ends when kopf stops
+    it (the job deleted, the operator stopping), after the pass in progress.
     """
-    from kopf._core.actions import application
-
     state = _state(memo)
     if state.kopf_settings is None:
         raise RuntimeError("OperatorState.kopf_settings is unset: the operator's startup sets it (main)")
+    kwargs.pop("patch", None)  # (kopf's: see above)
     key, uid = (namespace, name), body["metadata"].get("uid")
     last_end: float | None = None
     while not stopped:
@@ -509,7 +508,7 @@ async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, 
         if stopped:
             break
         error: Exception | None = None
-        remaining = None
+        patch = kopf.Patch()
         try:
             await reconcile_once(body=body, namespace=namespace, name=name, memo=memo, patch=patch, logger=logger,
                                  **kwargs)
@@ -517,24 +516,19 @@ async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, 
             raise
         except Exception as e:  # noqa: BLE001 - as kopf's timer did: logged (and posted), tried again later
             error = e
-        try:  # (also after a pass that raised, as kopf's timer did: what it put in the patch is written)
-            _, remaining = await application.patch_and_check(settings=state.kopf_settings, resource=resource,
-                                                             body=body, patch=patch, logger=logger)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a failed write must not end the job's daemon: the next pass retries
-            error = error or e
+        if patch:  # (also after a pass that raised, as kopf's timer did: what it put in the patch is written)
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    state.pass_executor, write_status, state, namespace, name, dict(patch))
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - no answer or a 5xx must not end the daemon: the next pass writes
+                error = error or e
         if error is not None:
             backoff = state.kopf_settings.execution.default_backoff
             logger.error(f"reconcile pass failed with an exception and will try again in {backoff} seconds: "
                          f"{str(error) or repr(error)}", exc_info=error)
             await stopped.wait(backoff)
-        # The same object, emptied: kopf applies the `patch` it passed in once more when the daemon returns
-        # (kopf/_core/engines/daemons.py), so a new object here left the first pass's status in it, written
-        # again at every operator stop: a trial's restarted operator read that stale first-pass status
-        # (counterBase without the controller's UID, slices Provisioning) and counted every step lost.
-        patch.clear()
-        patch.update(remaining or {})
         last_end = time.monotonic()
 
 
@@ -654,25 +648,23 @@ def _guard_status(js: JobState | None, status, generation: int, patch, built: bo
     patch.status["conditions"] = ElasticTrainingJobStatus(conditions=conditions).to_kube()["conditions"]
 
 
-def install_status_net(state: OperatorState) -> None:
-    """Catches a status write the API server refuses (`status_write.install_refusal_net`) for `state`'s jobs:
-    a Warning Event, and the job's next writes restricted (`_guard_status`); never the end of its timer."""
+def write_status(state: OperatorState, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    """Writes a pass's status `patch` (`status_write.write`); a refusal is a Warning Event, and the job's next
+    writes are restricted (`_guard_status`); a whole write after the hold lifts that. Never raises for a refusal.
 
-    def refused(namespace: str, name: str, message: str) -> None:
-        js = state.jobs.get((namespace, name))
-        if js is None:
-            return
-        js.status_refused = (message, time.monotonic())
+    Raises:
+      ApiException: no answer, a 5xx or 429 (the daemon logs it and the next pass writes again).
+    """
+    outcome = status_write.write(state.kube, namespace, name, patch)
+    js = state.jobs.get((namespace, name))
+    if js is None or outcome.gone:
+        return
+    if outcome.refused:
+        js.status_refused = (outcome.refused, time.monotonic())
         if js.ref is not None:
-            _event_sink(js.ref)("Warning", REASON_STATUS_WRITE_REFUSED, message)
-
-    def written(namespace: str, name: str) -> None:
-        js = state.jobs.get((namespace, name))
-        if js is not None and js.status_refused is not None \
-                and time.monotonic() - js.status_refused[1] >= status_write.REFUSED_HOLD_S:
-            js.status_refused = None  # a whole write went through after the hold
-
-    status_write.install_refusal_net(job_api.GROUP, refused, written)
+            _event_sink(js.ref)("Warning", REASON_STATUS_WRITE_REFUSED, outcome.refused)
+    elif js.status_refused is not None and time.monotonic() - js.status_refused[1] >= status_write.REFUSED_HOLD_S:
+        js.status_refused = None  # a whole write went through after the hold
 
 
 def _claimed(state: OperatorState, body, namespace: str, name: str) -> bool:

@@ -253,6 +253,18 @@ class Kube:
             raise
         return True
 
+    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        """Merge-patches the job's `status` subresource with `patch` (`{"status": {...}}`, camelCase).
+
+        Returns:
+          The job as the API server stored it; None when the job is gone (404).
+
+        Raises:
+          ApiException: any other failure (a 4xx: the API server refused the patch; a 5xx; no answer).
+        """
+        return unless_absent(lambda: self.custom.patch_namespaced_custom_object_status(
+            job_api.GROUP, job_api.VERSION, namespace, job_api.PLURAL, name, patch, **self._timeout))
+
     def delete_job(self, namespace: str, name: str) -> None:
         """Deletes the ElasticTrainingJob itself (TTL after finished)."""
         unless_absent(lambda: self.custom.delete_namespaced_custom_object(

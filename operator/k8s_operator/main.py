@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     @kopf.on.startup()
     def _startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_):
         _configure(settings, args)
-        memo["elasticjax"].kopf_settings = settings  # (the daemons write their passes' patches with them)
+        memo["elasticjax"].kopf_settings = settings  # (the daemons wait its back-off after a failed pass)
 
     @kopf.on.cleanup()
     async def _stopping(**_):
@@ -426,7 +426,6 @@ def main(argv: list[str] | None = None) -> int:
     # pass is skipped on the event loop).
     state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,
                                                                 thread_name_prefix="reconcile-pass")
-    handlers.install_status_net(state)
     priority = peering_priority(args.priority)
     if args.peering is not None and args.priority != AUTO_PRIORITY:
         problem = _fixed_priority_problem(args.peering, args.namespace or [], priority)

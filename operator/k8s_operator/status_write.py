@@ -4,20 +4,23 @@ The operator copies parts of a controller's answer into the job's status; a
 controller runs a tenant's program. The API server refuses a whole status
 patch for one bad value (NaN or Infinity is not JSON; an integer outside
 int64 is not an integer of the schema), and a refused patch raised out of
-kopf's timer ends that job's timer task for good: its status froze and a
+kopf's timer ended that job's timer task for good: its status froze and a
 later controller loss was never handled (the hostile-tenant trial).
 
 Two layers:
-- `guard`: before kopf writes the patch, any top-level status field holding
+- `guard`: before the patch is written, any top-level status field holding
   a value the API server would refuse is dropped from it (the models already
   bound what a controller can send: `elastic_jax.api.control`); the handler
   turns what was dropped into the `StatusWriteRefused` condition and a
   Warning Event.
-- `install_refusal_net`: a status patch the API server refuses anyway (a
-  rule this guard does not know) is caught around kopf's patch step, so the
-  timer keeps running; the callback posts a Warning Event, and the job's next
-  passes write only the operator's own fields plus the condition for
-  `REFUSED_HOLD_S`, then try the whole status again.
+- `write`: the daemon writes each pass's status itself (`Kube.patch_job_status`,
+  a merge patch of the status subresource), not through kopf's patch step: a
+  status patch the API server refuses anyway (a rule this guard does not
+  know) is an outcome, never an exception, so the daemon keeps running; the
+  caller posts a Warning Event, and the job's next passes write only the
+  operator's own fields plus the condition for `REFUSED_HOLD_S`, then try
+  the whole status again. (Before, the operator wrapped a private kopf
+  function to catch it: issue 30.)
 """
 
 from __future__ import annotations
@@ -25,9 +28,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Callable, MutableMapping
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.rest import ApiException
 
 from elastic_jax.api.job import INT64_MAX
+from elastic_jax.k8s_operator.kube import api_message
 
 _logger = logging.getLogger(__name__)
 
@@ -97,47 +105,46 @@ def restrict(status_patch: MutableMapping[str, Any]) -> list[str]:
     return dropped
 
 
-RefusedCallback = Callable[[str, str, str], None]  # (namespace, name, the API server's message)
-WrittenCallback = Callable[[str, str], None]  # (namespace, name)
+@dataclass(frozen=True)
+class Written:
+    """What became of one status write.
+
+    Attributes:
+      refused: the API server's refusal (a 4xx other than 404 and 429: status code and message), "" when
+        written.
+      gone: the job no longer exists (404): nothing was written.
+      dropped: top-level status fields the patch set that the stored object lacks (a CRD older than the
+        operator prunes fields it does not know; kopf warned of such "inconsistencies").
+    """
+
+    refused: str = ""
+    gone: bool = False
+    dropped: tuple[str, ...] = ()
 
 
-def install_refusal_net(group: str, on_refused: RefusedCallback, on_written: WrittenCallback) -> None:
-    """Wraps kopf's patch step so that a refused status patch of a `group` object never escapes into kopf.
-
-    kopf (1.45) applies a handler's patch in `kopf._core.actions.application.patch_and_check`,
-    after the handler returned: an `APIClientError` there ends a timer's task for good. The
-    wrapper catches a 4xx (except 404, which kopf handles) of a patch that has a status, calls
-    `on_refused`, and returns as kopf does for an unapplied patch; `on_written` follows each
-    status patch of the group that went through. Idempotent.
+def write(kube: Any, namespace: str, name: str, patch: Mapping[str, Any]) -> Written:
+    """Writes a pass's status patch (`{"status": {...}}`) to the job `namespace/name` through `kube`
+    (`Kube.patch_job_status`).
 
     Raises:
-      RuntimeError: kopf no longer has that step (another kopf version: pin it, or adapt this).
+      ApiException: no answer, a 5xx or 429 (not the patch's fault: the next pass writes again).
     """
-    from kopf._cogs.clients import errors
-    from kopf._core.actions import application
+    try:
+        stored = kube.patch_job_status(namespace, name, dict(patch))
+    except ApiException as e:
+        if e.status == 404:
+            return Written(gone=True)
+        if e.status is None or not 400 <= e.status < 500 or e.status == 429:
+            raise
+        message = f"the API server refused the status write ({e.status}): {api_message(e)[:900]}"
+        _logger.error("%s", message, extra={"job": name, "namespace": namespace})
+        return Written(refused=message)
+    if stored is None:
+        return Written(gone=True)
+    kept = stored.get("status") or {}
+    dropped = tuple(sorted(k for k, v in (patch.get("status") or {}).items() if v is not None and k not in kept))
+    if dropped:
+        _logger.warning("the API server dropped status fields %s (a CRD older than the operator?)",
+                        ", ".join(dropped), extra={"job": name, "namespace": namespace})
+    return Written(dropped=dropped)
 
-    inner = getattr(application, "patch_and_check", None)
-    if inner is None:
-        raise RuntimeError("kopf._core.actions.application.patch_and_check is gone: adapt status_write")
-    if getattr(inner, "_elasticjax_net", False):
-        return
-
-    async def patch_and_check(*, settings, resource, body, patch, logger):
-        ours = getattr(resource, "group", None) == group and bool(patch) and "status" in patch
-        if not ours:
-            return await inner(settings=settings, resource=resource, body=body, patch=patch, logger=logger)
-        namespace, name = body.metadata.namespace, body.metadata.name
-        try:
-            result = await inner(settings=settings, resource=resource, body=body, patch=patch, logger=logger)
-        except errors.APIClientError as e:
-            if isinstance(e, errors.APINotFoundError):
-                raise
-            message = f"the API server refused the status write ({e.status}): {str(e)[:900]}"
-            _logger.error("%s", message, extra={"job": name, "namespace": namespace})
-            on_refused(namespace, name, message)
-            return None, None
-        on_written(namespace, name)
-        return result
-
-    patch_and_check._elasticjax_net = True  # type: ignore[attr-defined]
-    application.patch_and_check = patch_and_check

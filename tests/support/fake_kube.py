@@ -24,6 +24,9 @@ class FakeKube:
 
     Attributes:
       created: names created, in order; created_bodies: their bodies; deleted: names deleted (pods, JobSets).
+      status_patches: the status patches written (`patch_job_status`), in order; `on_status_patch`, when set,
+        is called with each (from the daemon's executor thread) and its return value is the stored job (or
+        it raises, as the API server refuses).
     """
 
     def __init__(self, taken: dict[str, Any] | None = None, manifest_text: str | None = None,
@@ -34,6 +37,8 @@ class FakeKube:
         self.created: list[str] = []
         self.created_bodies: list[dict[str, Any]] = []
         self.deleted: list[str] = []
+        self.status_patches: list[dict[str, Any]] = []
+        self.on_status_patch: Any = None
 
     def claim(self, namespace: str, name: str, resource_version: str, annotation: str, identity: str) -> bool:
         return True
@@ -67,6 +72,12 @@ class FakeKube:
 
     def delete_job(self, namespace: str, name: str) -> None:
         pass
+
+    def patch_job_status(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+        self.status_patches.append(patch)
+        if self.on_status_patch is not None:
+            return self.on_status_patch(patch)
+        return {"metadata": {"namespace": namespace, "name": name}, "status": dict(patch.get("status") or {})}
 
     def read_manifest(self, namespace: str, configmap: str, owner_uid: str) -> str | None:
         return self.manifest_text

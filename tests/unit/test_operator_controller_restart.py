@@ -220,11 +220,10 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
     load. The path from the container's end to the status write: the pod event (`handlers.job_pod_event`)
     wakes the job's sleeping daemon at once (not its next timeout), and that very pass decides the loss,
     creates the replacement and writes Recovering, 0 active (the daemon, the pass and the decisions are the
-    real ones; kopf's patch step and the API server are stood in for)."""
+    real ones; the API server is stood in for)."""
     import asyncio
 
     import kopf
-    from kopf._core.actions import application
 
     from elastic_jax.api import labels as lbl
     from elastic_jax.k8s_operator import handlers, wake
@@ -260,15 +259,18 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
     waits: list[tuple[float, bool]] = []
     stopped: list = []
 
-    async def patch_and_check(settings, resource, body, patch, logger):
+    loop: list = []
+
+    def patch_job_status(patch):
         # (the API server's write and the watch bringing it back: the daemon's live status and resourceVersion)
-        written.append(dict(patch.status))
-        status.update({k: v for k, v in patch.status.items()})
+        written.append(dict(patch["status"]))
+        status.update({k: v for k, v in patch["status"].items()})
         meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
         if len(written) == 2:
-            stopped[0].event.set()
-        return None, None
+            loop[0].call_soon_threadsafe(stopped[0].event.set)  # (from the daemon's executor thread)
+        return {"metadata": meta, "status": dict(status)}
 
+    state.kube.on_status_patch = patch_job_status
     real_wait = wake.Waker.wait
 
     async def wait_then_kill(self, timeout_s, stop=None):
@@ -285,13 +287,13 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
         waits.append((timeout_s, woken))
         return woken
 
-    monkeypatch.setattr(application, "patch_and_check", patch_and_check)
     monkeypatch.setattr(wake.Waker, "wait", wait_then_kill)
     # (the timeout must never be what runs the pass: far beyond the time the test takes)
     monkeypatch.setattr(wake, "PASS_INTERVAL_S", 600.0)
 
     async def run():
         stopped.append(_Stopped())
+        loop.append(asyncio.get_running_loop())
         await asyncio.wait_for(handlers.reconcile_job(
             body=body, namespace="ns", name="j", memo=memo, stopped=stopped[0], resource=None, logger=handlers._logger,
             patch=kopf.Patch(), spec=spec, status=status, meta=meta, job_pods=job_pods, job_jobsets=job_jobsets), 60)

@@ -3,7 +3,6 @@ write, and a refusal is never silent (hostile-tenant trial: a NaN loss froze the
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 
@@ -16,6 +15,7 @@ from elastic_jax.api import status as st
 from elastic_jax.k8s_operator import handlers, status_write
 from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.tracker import JobTracker
+from tests.support.fake_kube import FakeKube
 
 BASE = {"phase": "Running", "step": 3, "totalSteps": 10, "desiredSlices": 1, "minSlices": 1, "activeSlices": [0],
         "inactiveSlices": [], "slices": [], "pid": 7}
@@ -101,39 +101,31 @@ def test_a_dropped_field_is_a_condition_and_one_warning_then_cleared(monkeypatch
     assert cond["status"] == "False" and patch.status["step"] == 4 and events[-1][:2] == ("Normal", "StatusWritten")
 
 
-class _Resource:
-    group = "elasticjax.dev"
+def _api_error(status: int, message: str):
+    from kubernetes.client.rest import ApiException
 
-
-class _Meta:
-    namespace, name = "ns", "j"
-
-
-class _Body:
-    metadata = _Meta()
+    error = ApiException(status=status, reason="Unprocessable Entity")
+    error.body = json.dumps({"kind": "Status", "message": message})
+    return error
 
 
 def test_a_status_write_the_api_server_refuses_anyway_is_caught_said_and_the_next_writes_restricted(monkeypatch):
-    """The trial's silent death: kopf applies the patch after the handler, and a 4xx there ended the timer."""
-    from kopf._cogs.clients import errors
-    from kopf._core.actions import application
+    """The trial's silent death: a 4xx of a status write ended the job's timer (kopf applied the patch after the
+    handler). The daemon writes the status itself (`handlers.write_status`): a refusal is an outcome."""
+    kube = FakeKube()
 
-    calls = []
+    def refusing(patch):
+        raise _api_error(422, "status.step: Invalid value")
 
-    async def refusing(*, settings, resource, body, patch, logger):
-        calls.append(dict(patch["status"]))
-        raise errors.APIClientError({"message": "status.step: Invalid value"}, status=422, headers={})
-
-    monkeypatch.setattr(application, "patch_and_check", refusing)
+    kube.on_status_patch = refusing
     events = []
     monkeypatch.setattr(handlers, "_event_sink", lambda ref: lambda *e: events.append(e))
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
+    state = handlers.OperatorState(kube=kube, key=b"k" * 32)
     t = _tracker(events)
     state.jobs.add(t)
-    handlers.install_status_net(state)
-    assert asyncio.run(application.patch_and_check(settings=None, resource=_Resource(), body=_Body(),
-                                                   patch={"status": {"step": 3}}, logger=None)) == (None, None)
-    assert calls and events[-1][:2] == ("Warning", st.REASON_STATUS_WRITE_REFUSED)
+    handlers.write_status(state, "ns", "j", {"status": {"step": 3}})  # (no exception)
+    assert kube.status_patches == [{"status": {"step": 3}}]
+    assert events[-1][:2] == ("Warning", st.REASON_STATUS_WRITE_REFUSED)
     assert "422" in events[-1][2] and "status.step: Invalid value" in events[-1][2]
     patch = _Patch({"phase": "Running", "step": 3, "loss": 0.5, "controllerPod": "p"})
     handlers._guard_status(t, {}, 1, patch)  # the next pass: only the operator's own fields, and the condition
@@ -141,3 +133,26 @@ def test_a_status_write_the_api_server_refuses_anyway_is_caught_said_and_the_nex
     cond = [c for c in patch.status["conditions"] if c["type"] == st.COND_STATUS_WRITE_REFUSED][0]
     assert cond["reason"] == st.REASON_STATUS_WRITE_REFUSED and "422" in cond["message"]
     assert "loss, step" in cond["message"]
+
+
+@pytest.mark.parametrize("status", [500, 503, 429, None])
+def test_a_status_write_without_an_answer_or_with_a_server_error_raises_for_the_next_pass(status):
+    """Not the patch's fault: the daemon logs it and its next pass writes again; nothing is restricted."""
+    from kubernetes.client.rest import ApiException
+
+    kube = FakeKube()
+    kube.on_status_patch = lambda patch: (_ for _ in ()).throw(ApiException(status=status, reason="x"))
+    with pytest.raises(ApiException):
+        status_write.write(kube, "ns", "j", {"status": {"step": 3}})
+
+
+def test_a_status_write_of_a_gone_job_or_with_fields_the_crd_prunes_says_so():
+    from kubernetes.client.rest import ApiException
+
+    kube = FakeKube()
+    kube.on_status_patch = lambda patch: None  # (Kube.patch_job_status: 404)
+    assert status_write.write(kube, "ns", "j", {"status": {"step": 3}}) == status_write.Written(gone=True)
+    kube.on_status_patch = lambda patch: {"status": {"step": 3}}  # an older CRD dropped `newField`
+    assert status_write.write(kube, "ns", "j", {"status": {"step": 3, "newField": 1, "cleared": None}}).dropped == ("newField",)
+    kube.on_status_patch = lambda patch: (_ for _ in ()).throw(ApiException(status=404, reason="x"))
+    assert status_write.write(kube, "ns", "j", {"status": {"step": 3}}) == status_write.Written(gone=True)

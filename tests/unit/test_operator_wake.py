@@ -21,6 +21,7 @@ from elastic_jax.api.control import ControllerStatus
 from elastic_jax.k8s_operator import handlers, tracker as tracker_mod, wake
 from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.tracker import JobTracker
+from tests.support.fake_kube import FakeKube
 
 STATUS = {"phase": "Running", "step": 3, "totalSteps": 10, "desiredSlices": 1, "minSlices": 1, "activeSlices": [0],
           "inactiveSlices": [], "slices": [], "pid": 7, "version": 5}
@@ -161,14 +162,12 @@ class _Stopped:
 
 def _daemon_job():
     """(state, memo, body) of one job `ns/j` for a test that runs its reconcile daemon."""
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
+    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
     state.kopf_settings = handlers.kopf.OperatorSettings()
     return state, {"elasticjax": state}, {"metadata": {"name": "j", "namespace": "ns", "uid": "uid-j"}}
 
 
 def test_the_daemon_sleeps_out_a_quiet_jobs_window_and_a_pod_event_runs_its_pass(monkeypatch):
-    from kopf._core.actions import application
-
     state, memo, body = _daemon_job()
     waits: list[float] = []
     passes: list[int] = []
@@ -183,9 +182,6 @@ def test_the_daemon_sleeps_out_a_quiet_jobs_window_and_a_pod_event_runs_its_pass
         if len(passes) == 2:
             stop[0].event.set()
 
-    async def no_patch(**kwargs):
-        return None, None
-
     real_wait = wake.Waker.wait
 
     async def recorded_wait(self, timeout_s, stop=None):
@@ -196,7 +192,6 @@ def test_the_daemon_sleeps_out_a_quiet_jobs_window_and_a_pod_event_runs_its_pass
         return await real_wait(self, timeout_s, stop)
 
     monkeypatch.setattr(handlers, "reconcile_once", one_pass)
-    monkeypatch.setattr(application, "patch_and_check", no_patch)
     monkeypatch.setattr(wake.Waker, "wait", recorded_wait)
 
     async def run():
@@ -215,12 +210,10 @@ def test_the_patch_kopf_applies_when_the_daemon_returns_holds_nothing_already_wr
     """kopf writes the daemon's `patch` kwarg once more after the daemon returns (an operator stop). Two trials:
     an operator restarted twice soon after a job's creation counted every step lost, because the stop wrote the
     first pass's status again (Pending conditions, slices Provisioning, counterBase without the controller's
-    UID) over the live one. Each pass's patch is written by the daemon itself; what is left for kopf is only
-    what that write left over (here: nothing)."""
-    from kopf._core.actions import application
-
+    UID) over the live one. Each pass's patch is written by the daemon itself (through its `Kube`); kopf's is
+    left empty."""
     state, memo, body = _daemon_job()
-    written: list[dict] = []
+    written = state.kube.status_patches
     stop: list[_Stopped] = []
 
     async def one_pass(patch, **kwargs):
@@ -228,12 +221,7 @@ def test_the_patch_kopf_applies_when_the_daemon_returns_holds_nothing_already_wr
         if len(written) == 2:
             stop[0].event.set()
 
-    async def write(patch, **kwargs):
-        written.append(dict(patch))
-        return None, None
-
     monkeypatch.setattr(handlers, "reconcile_once", one_pass)
-    monkeypatch.setattr(application, "patch_and_check", write)
     kopfs = handlers.kopf.Patch()
 
     async def run():
