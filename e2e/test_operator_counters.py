@@ -28,7 +28,7 @@ from e2e.helpers import is_ready, pods, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
     apply_job, ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, wait_phase,
 )
-from elastic_jax.k8s_operator.handlers import SUSPENDED_SLICE_REASON
+from elastic_jax.k8s_operator.job_pass import SUSPENDED_SLICE_REASON
 
 
 def _reconciles(operator) -> float:

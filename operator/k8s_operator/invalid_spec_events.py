@@ -1,7 +1,7 @@
 """The `InvalidSpec` Warning Event: posted once per job and cause, whichever path refuses the spec.
 
 A spec is refused on three paths: the create handler (`handlers.job_created`), every reconcile pass that
-parses the job again (`handlers.reconcile_pass`), and a child the API server refused as invalid
+parses the job again (`job_pass.reconcile_pass`), and a child the API server refused as invalid
 (`effects.invalid_child_effects`). The first two run concurrently on a new job (kopf starts its daemon
 beside the create handler), so each saw the job not yet Failed and each posted the same Event: one
 refusal of `spec.compilationCache` read as two (session 10's trial). All of them post through the job's

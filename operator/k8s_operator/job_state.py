@@ -6,7 +6,7 @@ drops it when the job's delete event comes. Nothing about a job lives anywhere e
 the handlers read it from here, the `effects.Applier` writes what applying a pass's effects observed,
 and the pod-event handler finds the job's tracker here. What outlives a job is only the registry's
 record of the name's last UID (`Jobs.earlier`): its token Secret may still be going when a job of the
-same name is created again (`handlers._earlier_job_evidence`).
+same name is created again (`job_pass._earlier_job_evidence`).
 
 Everything here is rebuilt after an operator restart (from the job's status, its children and its
 controller): nothing is lost but the throttles' clocks.
@@ -44,13 +44,13 @@ class JobState:
       created: its metadata.creationTimestamp (`incarnation.own`).
       tracker: its slices and its controller exchange (`tracker.JobTracker`).
       ref: its object reference, for Events (set by each pass).
-      applied: the spec it started with (`handlers._applied_job`), None until read.
+      applied: the spec it started with (`job_pass._applied_job`), None until read.
       static_created: (kind, name) of its ConfigMap and Services created (or found its own).
       static_complete: all of them are: the 1 s pass no longer renders them (a YAML dump of the manifest
         per job per second was ~15% of the steady-state operator's CPU).
       token_secret_ours: the operator created its token Secret (in this process, or recorded in status).
       creation_fault, refusal_checked: why its worker pods are missing, from their Job's Events
-        (`handlers._pod_creation_refusals`), and when (monotonic) that was read.
+        (`job_pass._pod_creation_refusals`), and when (monotonic) that was read.
       status_refused: (the API server's message, monotonic time) of its last refused status write.
       created_controller: (pod name, monotonic time) of the controller pod this process created last:
         how long `reconcile.decide` waits for the pod index to show it.

@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --liveness {args.liveness}: {problem}", file=sys.stderr)
             return 2
 
-    from elastic_jax.k8s_operator import handlers, tokens  # noqa: F401  (registers the handlers)
+    from elastic_jax.k8s_operator import handlers, operator_state, tokens  # noqa: F401  (registers the handlers)
     if args.node_lost_seconds > 0:
         handlers.register_node_index()
 
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     except tokens.OperatorKeyError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    state = handlers.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
+    state = operator_state.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
                                    controller_threads=True, control_api_from=control_api_from)
     # The daemons' passes: their own threads, as many as kopf's (the daemons themselves are async: a quiet
     # pass is skipped on the event loop).

@@ -84,7 +84,7 @@ class StatusObserved:
       controller_pods, worker_pods: the job's pods; jobsets: its JobSets by slice index.
       current: the newest controller pod that runs (None: none).
       controller_created_now: the plan asked for a new controller pod (`Plan.create_controller` not None).
-      creation_refusal: why worker pods are missing, from their Job's Events (`handlers._pod_creation_refusals`).
+      creation_refusal: why worker pods are missing, from their Job's Events (`job_pass._pod_creation_refusals`).
       node_lost_messages: the messages of the pods force-deleted off lost nodes in this pass.
       whole: every slice Ready and the controller Ready (the NodeLost condition clears).
       answer_fault: why the controller's answers are not used (`JobTracker.answer_fault_message`), or None.

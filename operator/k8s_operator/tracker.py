@@ -209,7 +209,7 @@ class JobTracker:
         self.on_news: Callable[[], None] | None = None
         # (inputs, monotonic time, resyncs) of the last pass that found the job whole and changed nothing (`settle`).
         self._quiet: tuple[tuple, float, int] | None = None
-        self.last_pass_quiet = False  # the last pass found the job whole and changed nothing (`handlers._pass`)
+        self.last_pass_quiet = False  # the last pass found the job whole and changed nothing (`job_pass._pass`)
         # When (monotonic) a pass is due whatever its inputs: the end of a controller restart's back-off
         # (`reconcile.Plan.wake_in_s`); None: none. A quiet window ends there (`quiet`, `quiet_until`).
         self.wake_at: float | None = None
@@ -221,7 +221,7 @@ class JobTracker:
 
         The woken daemon then skips the pass: a healthy job with no news costs no pass
         (issue 12 item 4). What a pass reads that can change is in `inputs` (the job object's
-        resourceVersion, its pods and JobSets, the watch's answers, `handlers.pass_inputs`).
+        resourceVersion, its pods and JobSets, the watch's answers, `job_pass.pass_inputs`).
         """
         quiet, wake_at = self._quiet, self.wake_at
         if wake_at is not None and now >= wake_at:

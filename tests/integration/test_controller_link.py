@@ -19,7 +19,7 @@ import pytest
 
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.client import ControlClient
-from elastic_jax.k8s_operator import handlers, metrics
+from elastic_jax.k8s_operator import handlers, job_pass, metrics, operator_state
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
 
@@ -103,7 +103,7 @@ def _tracker(state, job: str, server, timeout_s: float) -> JobTracker:
                    background=state.controller_threads)
     t.token = "tok"
     t.set_controller(_pod(job, f"{job}-controller-0", lbl.ROLE_CONTROLLER, True))
-    state.jobs.add(handlers.JobState("ns", job, f"uid-{job}", "", t,
+    state.jobs.add(job_pass.JobState("ns", job, f"uid-{job}", "", t,
                                      ref={"metadata": {"name": job, "namespace": "ns", "uid": f"uid-{job}"}}))
     return t
 
@@ -112,7 +112,7 @@ def test_a_hanging_controller_does_not_delay_another_jobs_down_report(controller
     hanging, answering = controllers
     events = []
     monkeypatch.setattr(handlers.kopf, "event", lambda ref, type, reason, message: events.append((reason, message)))
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
+    state = operator_state.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
     a = _tracker(state, "a", hanging, timeout_s=120.0)  # A's exchanges end only when the test lets them
     b = _tracker(state, "b", answering, timeout_s=10.0)
     index = {}
@@ -165,7 +165,7 @@ def test_a_jobs_own_status_long_poll_held_open_does_not_delay_its_down_report(co
     """The watch's long poll may be held up to its wait: the job's Down goes out beside it, not after it."""
     _, controller = controllers
     controller.hang_gets, controller.version = True, 41
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
+    state = operator_state.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
     t = _tracker(state, "c", controller, timeout_s=120.0)
     try:
         assert controller.get_entered.wait(30), "the watch never asked for status"
@@ -181,7 +181,7 @@ def test_the_watch_long_polls_a_versioned_controller_and_plainly_polls_an_old_on
     """A controller with versions is asked `after=<its version>&wait=...`; one from before long polls (no
     version in its answers, `after` ignored) is asked plainly again, and its status still reaches the pass."""
     _, controller = controllers
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
+    state = operator_state.OperatorState(kube=object(), key=b"k" * 32, controller_threads=True)
     t = _tracker(state, "d", controller, timeout_s=10.0)
     try:
         _wait(lambda: len(controller.gets) >= 2, "the watch did not ask twice")

@@ -187,7 +187,7 @@ def test_a_nan_loss_and_infinite_seconds_never_reach_the_status_write(hostile, m
     kopf's timer for that job die. Here the operator's whole pass runs against a real HTTP controller."""
     import json
 
-    from elastic_jax.k8s_operator import handlers, tracker
+    from elastic_jax.k8s_operator import job_pass, tracker
     from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
 
     hostile.mode = "answer"
@@ -196,7 +196,7 @@ def test_a_nan_loss_and_infinite_seconds_never_reach_the_status_write(hostile, m
                                   recoveryHistory=[{"cause": "slice_down", "slices": [0], "atStep": 2,
                                                     "seconds": float("inf")}])
     job = _Job(monkeypatch)
-    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+    monkeypatch.setattr(job_pass, "JobTracker", lambda *a, **k: tracker.JobTracker(
         *a, **k, client_factory=lambda url, token: _client(hostile)))
     job.pods = _pods(_controller(), _worker(5, ready=True))
     written = job.reconcile()
@@ -206,13 +206,13 @@ def test_a_nan_loss_and_infinite_seconds_never_reach_the_status_write(hostile, m
 
 
 def test_an_integer_above_int64_refuses_the_answer_and_copies_nothing(hostile, monkeypatch):
-    from elastic_jax.k8s_operator import handlers, tracker
+    from elastic_jax.k8s_operator import job_pass, tracker
     from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
 
     hostile.mode = "answer"
     hostile.answer = _status_json(step=2**64, lastCommittedCheckpointStep=2**70)
     job = _Job(monkeypatch)
-    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+    monkeypatch.setattr(job_pass, "JobTracker", lambda *a, **k: tracker.JobTracker(
         *a, **k, client_factory=lambda url, token: _client(hostile)))
     job.pods = _pods(_controller(), _worker(5, ready=True))
     written = job.reconcile()
@@ -221,11 +221,11 @@ def test_an_integer_above_int64_refuses_the_answer_and_copies_nothing(hostile, m
 
 
 def _job_against(monkeypatch, url_client):
-    from elastic_jax.k8s_operator import handlers, tracker
+    from elastic_jax.k8s_operator import job_pass, tracker
     from tests.unit.test_operator_races import _controller, _Job, _pods, _worker
 
     job = _Job(monkeypatch)
-    monkeypatch.setattr(handlers, "JobTracker", lambda *a, **k: tracker.JobTracker(
+    monkeypatch.setattr(job_pass, "JobTracker", lambda *a, **k: tracker.JobTracker(
         *a, **k, client_factory=lambda url, token: url_client()))
     monkeypatch.setattr(tracker, "ANSWER_FAULT_GRACE_S", 0.0)  # (the bound is a few polls; no clock in tests)
     job.pods = _pods(_controller(), _worker(5, ready=True))

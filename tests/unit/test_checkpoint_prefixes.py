@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from elastic_jax.k8s_operator import checkpoint_prefixes, handlers
+from elastic_jax.k8s_operator import checkpoint_prefixes, job_pass
+
 from elastic_jax.k8s_operator.checkpoint_prefixes import CheckpointPrefixes, CheckpointPrefixRefused, parse_templates
 from tests.support.operator_refusal import refused_at_create
 from tests.unit.test_pod_fields import _body, _job
@@ -108,4 +109,4 @@ def test_the_operator_fails_a_job_outside_its_prefixes_with_a_condition_and_an_e
     assert "gs://ml-ckpt/ns-a/" in cond["message"]
     assert events == [("Warning", "InvalidSpec", cond["message"])]
     # inside: accepted
-    assert handlers.parse_job(_body("ns-a", checkpoint={"uri": "gs://ml-ckpt/ns-a/ck"})).metadata.name == "pf-job"
+    assert job_pass.parse_job(_body("ns-a", checkpoint={"uri": "gs://ml-ckpt/ns-a/ck"})).metadata.name == "pf-job"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from elastic_jax.k8s_operator import denied_namespaces, handlers
+from elastic_jax.k8s_operator import denied_namespaces, job_pass
+
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.denied_namespaces import DEFAULT, DeniedNamespaces, NamespaceDenied
 from tests.support.operator_refusal import refused_at_create
@@ -47,8 +48,8 @@ def test_the_flag_sets_the_list_and_none_keeps_the_default():
 def test_the_operator_denies_kube_system_by_default_through_parse_job():
     assert denied_namespaces.POLICY == DeniedNamespaces()
     with pytest.raises(UnsupportedBackend, match="metadata.namespace 'kube-system' is denied"):
-        handlers.parse_job(_body("kube-system"))
-    assert handlers.parse_job(_body("ml")).metadata.name == "pf-job"
+        job_pass.parse_job(_body("kube-system"))
+    assert job_pass.parse_job(_body("ml")).metadata.name == "pf-job"
 
 
 def test_a_job_in_a_denied_namespace_fails_with_a_condition_and_an_event(monkeypatch):

@@ -16,7 +16,7 @@ from elastic_jax import contract
 from elastic_jax.api import crd, pod_rules, runtime_env
 from elastic_jax.api.manifest import ManifestError, dump_yaml, go_yaml_scalar, parse_manifest, safe_load_bounded
 from elastic_jax.cli import app
-from elastic_jax.k8s_operator import handlers, incarnation
+from elastic_jax.k8s_operator import handlers, incarnation, job_pass, operator_state
 from elastic_jax.api import tpu_shapes
 from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.slices import jobset_view, pod_view
@@ -155,7 +155,7 @@ def test_the_operators_refusal_says_spec_once():
     body["metadata"].update(namespace="ns", uid="u1")
     body["spec"]["controller"] = {"env": [{"name": "POD_IP", "value": "x"}]}
     with pytest.raises(ManifestError) as e:
-        handlers.parse_job(body)
+        job_pass.parse_job(body)
     assert str(e.value).startswith("spec.controller.env[0].name: POD_IP is set by the operator"), str(e.value)
     # the CLI keeps its file name as the first word
     with pytest.raises(ManifestError) as e:
@@ -190,14 +190,14 @@ def test_a_child_refused_as_invalid_fails_the_job_and_stops_its_workers(monkeypa
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
     body = _body()
     kube = _RefusingKube()
-    state = handlers.OperatorState(kube=kube, key=b"k" * 32)
+    state = operator_state.OperatorState(kube=kube, key=b"k" * 32)
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
     key = incarnation.index_key("ns", labels)
     jobsets = [jobset_view({"metadata": {"name": "j-slice-0", "labels": labels}}, 0)]
     status = {"phase": "Pending", "tokenSecret": "j-token"}
     for _ in range(3):
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
+        job_pass.reconcile_pass(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
                                name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                                job_jobsets={key: jobsets})
         status = {**status, **patch.status}
@@ -221,9 +221,9 @@ def test_a_refusal_that_may_pass_later_is_not_terminal(monkeypatch):
             return super().create(namespace, body)
 
     body = _body()
-    state = handlers.OperatorState(kube=Forbidden(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=Forbidden(), key=b"k" * 32)
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=body["spec"], status={"tokenSecret": "j-token"}, meta=body["metadata"],
+    job_pass.reconcile_pass(body=body, spec=body["spec"], status={"tokenSecret": "j-token"}, meta=body["metadata"],
                            namespace="ns", name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                            job_jobsets={})
     assert patch.status.get("phase") != "Failed"
@@ -250,7 +250,7 @@ def test_worker_pods_refused_as_invalid_fail_the_job(monkeypatch):
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
     body = _body()
     kube = _InvalidTemplateKube()
-    state = handlers.OperatorState(kube=kube, key=b"k" * 32)
+    state = operator_state.OperatorState(kube=kube, key=b"k" * 32)
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
     key = incarnation.index_key("ns", labels)
     ctrl = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
@@ -259,7 +259,7 @@ def test_worker_pods_refused_as_invalid_fail_the_job(monkeypatch):
                                          "labels": labels}}, 0)]
     status = {"phase": "Pending", "tokenSecret": "j-token", "controllerPod": "j-controller-0"}
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
+    job_pass.reconcile_pass(body=body, spec=body["spec"], status=status, meta=body["metadata"], namespace="ns",
                            name="j", patch=patch, memo={"elasticjax": state}, job_pods={key: [ctrl]},
                            job_jobsets={key: jobsets})
     status = {**status, **patch.status}
@@ -367,7 +367,7 @@ def test_one_refusal_posts_one_invalid_spec_event_whichever_handler_sees_it_firs
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((ref["metadata"]["uid"],
                                                                                          reason, message)))
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
 
     def refused(uid):
         body = _body()
@@ -379,7 +379,7 @@ def test_one_refusal_posts_one_invalid_spec_event_whichever_handler_sees_it_firs
         with pytest.raises(kopf.PermanentError, match="spec.compilationCache"):
             handlers.job_created(body=body, spec=body["spec"], status={}, meta=body["metadata"], patch=_Patch())
         for _ in range(2):  # the status the passes read is not Failed yet
-            handlers.reconcile_pass(body=body, spec=body["spec"], status={}, meta=body["metadata"], namespace="ns",
+            job_pass.reconcile_pass(body=body, spec=body["spec"], status={}, meta=body["metadata"], namespace="ns",
                                    name="j", patch=_Patch(), memo={"elasticjax": state}, job_pods={}, job_jobsets={})
 
     both_paths(refused("uid-once-a"))

@@ -10,7 +10,7 @@ import yaml
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import load_manifest, parse_manifest
 from elastic_jax.api.manifest_digest import DIGEST_ENV, ManifestDigestMismatch, check_digest, manifest_digest
-from elastic_jax.k8s_operator import backends, children, handlers
+from elastic_jax.k8s_operator import backends, children, job_pass, operator_state
 from elastic_jax.k8s_operator.backends import renderer_for
 from tests.unit.test_operator_pathways import pathways_job
 from tests.support.fake_kube import FakeKube
@@ -65,7 +65,7 @@ def _reconcile(state, status):
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+    job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods={}, job_jobsets={})
     return {**status, **patch.status}
 
@@ -77,7 +77,7 @@ def _controller_env(kube):
 
 def test_the_operator_records_the_digest_of_the_configmap_it_writes(monkeypatch):
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = _reconcile(state, {"phase": "Pending"})
     (cm,) = [b for b in state.kube.created_bodies if b["kind"] == "ConfigMap"]
     written = parse_manifest(yaml.safe_load(cm["data"][lbl.MANIFEST_KEY]), "configmap")
@@ -89,20 +89,20 @@ def test_after_an_operator_restart_a_changed_configmap_is_not_read_back(monkeypa
     entry point, another image) must not become the spec; the live one is used, whose digest the
     controller then finds the mounted copy does not have (and refuses it)."""
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    first = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    first = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = _reconcile(first, {"phase": "Pending"})
     (cm,) = [b for b in first.kube.created_bodies if b["kind"] == "ConfigMap"]
     tampered = yaml.safe_load(cm["data"][lbl.MANIFEST_KEY])
     tampered["spec"]["controller"]["image"] = "evil.example/controller:1"
     tampered["spec"]["controller"]["trainer"] = {"entryPoint": "evil:make"}
-    restarted = handlers.OperatorState(kube=FakeKube(manifest_text=yaml.safe_dump(tampered)), key=b"k" * 32)
+    restarted = operator_state.OperatorState(kube=FakeKube(manifest_text=yaml.safe_dump(tampered)), key=b"k" * 32)
     _reconcile(restarted, {k: v for k, v in status.items() if k != "controllerPod"})
     (pod,) = [b for b in restarted.kube.created_bodies if b["kind"] == "Pod"]
     assert pod["spec"]["containers"][0]["image"] != "evil.example/controller:1"
     assert _controller_env(restarted.kube)[DIGEST_ENV] == status["manifestSha256"]
     # The genuine copy is still read back (the spec the job started with).
-    genuine = handlers.OperatorState(kube=FakeKube(manifest_text=cm["data"][lbl.MANIFEST_KEY]), key=b"k" * 32)
-    job = handlers._applied_job(genuine, ("ns", "j"), _cpu_job(), "u1", status["manifestSha256"])
+    genuine = operator_state.OperatorState(kube=FakeKube(manifest_text=cm["data"][lbl.MANIFEST_KEY]), key=b"k" * 32)
+    job = job_pass._applied_job(genuine, ("ns", "j"), _cpu_job(), "u1", status["manifestSha256"])
     assert manifest_digest(job) == status["manifestSha256"]
 
 
@@ -127,7 +127,7 @@ def test_a_status_that_changes_mid_pass_does_not_unset_the_token_secret_record(m
         return create(namespace, body)
 
     kube.create = create_and_see_the_write
-    written = _reconcile(handlers.OperatorState(kube=kube, key=b"k" * 32), status)
+    written = _reconcile(operator_state.OperatorState(kube=kube, key=b"k" * 32), status)
     assert written["tokenSecret"] == "j-token", written
     assert written.get("manifestSha256"), written
 
@@ -136,7 +136,7 @@ def test_a_lost_token_secret_record_is_written_again_by_the_operator_that_create
     """A status without the record (lost as above, before the fix) gets it back from the operator that knows
     it created the Secret, before any restart needs it."""
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = _reconcile(state, {"phase": "Pending"})
     assert status["tokenSecret"] == "j-token"
     again = _reconcile(state, {**status, "tokenSecret": ""})

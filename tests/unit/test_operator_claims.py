@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import kopf
 
-from elastic_jax.k8s_operator import claims, handlers, metrics
+from elastic_jax.k8s_operator import claims, job_pass, metrics, operator_state
+
+
 from tests.unit.test_operator_handler_faults import _Kube, _Patch
 
 SPEC = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/data/ck"}}
@@ -33,7 +35,7 @@ def _pass(state, annotations, uid="u1", status=None):
             "annotations": annotations}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": SPEC}
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=SPEC, status=status or {}, meta=meta, namespace="ns", name="j", patch=patch,
+    job_pass.reconcile_pass(body=body, spec=SPEC, status=status or {}, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods={}, job_jobsets={})
     return patch.status
 
@@ -41,7 +43,7 @@ def _pass(state, annotations, uid="u1", status=None):
 def test_a_job_another_operator_claimed_is_left_alone_and_said_once(monkeypatch):
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    state = handlers.OperatorState(kube=_ClaimKube(), key=b"k" * 32, identity="ops-b/second")
+    state = operator_state.OperatorState(kube=_ClaimKube(), key=b"k" * 32, identity="ops-b/second")
     for _ in range(3):
         assert _pass(state, {claims.CLAIM_ANNOTATION: "ops-a/first"}) == {}
     assert state.kube.created == [] and state.kube.deleted == [] and state.kube.claims == []
@@ -57,10 +59,10 @@ def test_a_job_another_operator_claimed_is_left_alone_and_said_once(monkeypatch)
 
 def test_an_unclaimed_job_is_claimed_with_its_resource_version_and_a_lost_race_does_nothing(monkeypatch):
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    loser = handlers.OperatorState(kube=_ClaimKube(wins=False), key=b"k" * 32, identity="ops-b/second")
+    loser = operator_state.OperatorState(kube=_ClaimKube(wins=False), key=b"k" * 32, identity="ops-b/second")
     assert _pass(loser, {}) == {}
     assert loser.kube.claims and loser.kube.created == []
-    winner = handlers.OperatorState(kube=_ClaimKube(wins=True), key=b"k" * 32, identity="ops-a/first")
+    winner = operator_state.OperatorState(kube=_ClaimKube(wins=True), key=b"k" * 32, identity="ops-a/first")
     status = _pass(winner, {})
     assert winner.kube.created and status.get("phase") == "Pending"
     # once claimed, passes reconcile without claiming again

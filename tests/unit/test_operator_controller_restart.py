@@ -108,7 +108,7 @@ def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped
     import kopf
 
     from elastic_jax.api import labels as lbl
-    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator import job_pass, operator_state
     from elastic_jax.k8s_operator.slices import jobset_view
     from elastic_jax.k8s_operator.slices import pod_view
     from tests.support.fake_kube import FakeKube
@@ -118,7 +118,7 @@ def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped
     spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "gs://test-bucket/c"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     labels = {lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}
     deleting = {"name": "j-controller-0", "uid": "c0", "labels": labels, "deletionTimestamp": "2099-01-01T00:00:30Z",
                 "deletionGracePeriodSeconds": 30}
@@ -133,7 +133,7 @@ def test_the_kopf_shell_replaces_a_gracefully_deleted_controller_once_it_stopped
     def reconcile(pods):
         nonlocal status
         patch = type("Patch", (), {"status": {}})()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                 memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                 job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
@@ -226,7 +226,7 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
     import kopf
 
     from elastic_jax.api import labels as lbl
-    from elastic_jax.k8s_operator import handlers, wake
+    from elastic_jax.k8s_operator import handlers, operator_state, wake
     from elastic_jax.k8s_operator.slices import jobset_view
     from elastic_jax.k8s_operator.slices import pod_view
     from tests.support.fake_kube import FakeKube
@@ -240,7 +240,7 @@ def test_a_pod_event_of_the_terminated_controller_wakes_the_pass_that_writes_rec
               "tokenSecret": "j-token", "controllerRestarts": 0}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec,
             "status": status}
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     state.kopf_settings = kopf.OperatorSettings()
     memo = {"elasticjax": state}
     labels = {lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}

@@ -11,7 +11,7 @@ import kopf
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import ElasticTrainingJobStatus
-from elastic_jax.k8s_operator import counters, handlers
+from elastic_jax.k8s_operator import counters, job_pass, operator_state
 from elastic_jax.k8s_operator.slices import JobSetView, jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
@@ -137,10 +137,10 @@ def _jobset(uid: str, restarts: int) -> dict:
 
 def test_counters_keep_growing_through_suspend_resume_and_a_new_controller_pod(monkeypatch):
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    monkeypatch.setattr(job_pass, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
     spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
 
     def run(pods, jobsets, suspend=False):
@@ -148,7 +148,7 @@ def test_counters_keep_growing_through_suspend_resume_and_a_new_controller_pod(m
         s = {**spec, "suspend": suspend}
         body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": s}
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): [jobset_view(js, 0) for js in jobsets]})
         status = {**status, **patch.status}
@@ -176,10 +176,10 @@ def test_a_pass_that_sees_nothing_new_writes_nothing(monkeypatch):
     status patch with no change. Running (the controller answering the same), then suspended: the
     second pass of each patches nothing."""
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    monkeypatch.setattr(job_pass, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
     spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     worker = pod_view({"metadata": {"name": "j-slice-0-w", "uid": "w0", "labels": {
         lbl.ROLE: lbl.ROLE_WORKER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.SLICE_INDEX: "0"}},
@@ -191,7 +191,7 @@ def test_a_pass_that_sees_nothing_new_writes_nothing(monkeypatch):
         s = {**spec, "suspend": suspend}
         body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": s}
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=s, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): [] if suspend else [jobset_view(_jobset("js", 0), 0)]})
         patches.append(patch.status)
@@ -206,7 +206,7 @@ def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_event(mon
     new operator's first pass posts it, once: not again on the next passes."""
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    monkeypatch.setattr(job_pass, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
     spec = {"slices": {"count": 1}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
@@ -222,7 +222,7 @@ def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_event(mon
     def run(state, pod, restarts):
         nonlocal status
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [_controller_pod(0, "c0"), pod]},
                                job_jobsets={("ns", "j", "u1"): [jobset_view(_jobset("js-a", restarts), 0)]})
         status = {**status, **patch.status}
@@ -230,10 +230,10 @@ def test_a_worker_lost_while_the_operator_was_down_gets_one_slice_down_event(mon
     def slice_downs():
         return [e for e in events if e[1] == "SliceDown"]
 
-    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), worker("w0"), 0)
+    run(operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32), worker("w0"), 0)
     assert status["slices"][0]["state"] == "Ready" and not slice_downs(), events
     # the operator is down; worker w0 is lost and the JobSet replaces it (restarts 1) before it comes back
-    restarted = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    restarted = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     for _ in range(3):
         run(restarted, worker("w1"), 1)
     assert status["sliceReplacements"] == 1 and status["slices"][0]["restarts"] == 1

@@ -8,7 +8,7 @@ from __future__ import annotations
 import kopf
 
 from elastic_jax.api import labels as lbl
-from elastic_jax.k8s_operator import handlers, incarnation
+from elastic_jax.k8s_operator import incarnation, job_pass, operator_state
 from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
 from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
@@ -64,11 +64,11 @@ def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(mo
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
     clock = [1000.0]
-    monkeypatch.setattr(handlers.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(job_pass.time, "monotonic", lambda: clock[0])
     spec = {"slices": {"count": 2}, "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "/data/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=_QuotaKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_QuotaKube(), key=b"k" * 32)
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
     worker0 = pod_view({"metadata": {"name": "j-slice-0-worker-0-0-x", "uid": "w0", "labels": {
         **labels, lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: "0", lbl.JOB_COMPLETION_INDEX: "0"}},
@@ -81,7 +81,7 @@ def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(mo
     def reconcile():
         nonlocal status
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={key: [worker0]}, job_jobsets={key: jobsets})
         status = {**status, **patch.status}
         clock[0] += 1.0
@@ -95,13 +95,13 @@ def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(mo
     assert len(posted) == 1 and "exceeded quota" in posted[0][2], events
     # bounded reads: at most one round per REFUSAL_CHECK_S, and only for the slice without its pod
     assert set(state.kube.reads) == {("JobSet", "j-slice-1"), ("Job", "j-slice-1-worker-0")}
-    assert len(state.kube.reads) <= 2 * (7 // int(handlers.REFUSAL_CHECK_S) + 1)
+    assert len(state.kube.reads) <= 2 * (7 // int(job_pass.REFUSAL_CHECK_S) + 1)
     # the quota is raised and the pod exists: the condition clears
     worker1 = pod_view({"metadata": {"name": "j-slice-1-worker-0-0-y", "uid": "w1", "labels": {
         **labels, lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: "1", lbl.JOB_COMPLETION_INDEX: "0"}},
         "status": {"phase": "Running"}})
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+    job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods={key: [worker0, worker1]}, job_jobsets={key: jobsets})
     status = {**status, **patch.status}
     assert next(c for c in status["conditions"] if c["type"] == "PodsNotStarting")["status"] == "False"
@@ -121,11 +121,11 @@ def test_without_rbac_to_read_events_the_job_still_reconciles(monkeypatch):
     spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/data/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=NoEvents(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=NoEvents(), key=b"k" * 32)
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
     js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js-0", "labels": labels}}, 0)
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
+    job_pass.reconcile_pass(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
                            name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                            job_jobsets={incarnation.index_key("ns", labels): [js]})
     assert patch.status.get("phase") == "Pending"
@@ -154,12 +154,12 @@ def test_a_foreign_job_holding_the_slices_job_name_is_not_read_about(monkeypatch
     spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/data/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=Planted(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=Planted(), key=b"k" * 32)
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
     js = jobset_view({"metadata": {"name": "j-slice-0", "uid": "js-0", "creationTimestamp": "2026-01-01T00:00:30Z",
                                    "labels": labels}}, 0)
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
+    job_pass.reconcile_pass(body=body, spec=spec, status={"tokenSecret": "j-token"}, meta=meta, namespace="ns",
                            name="j", patch=patch, memo={"elasticjax": state}, job_pods={},
                            job_jobsets={incarnation.index_key("ns", labels): [js]})
     assert state.kube.reads == [("JobSet", "j-slice-0", "js-0")], state.kube.reads

@@ -2,7 +2,7 @@
 
 A restarted operator announced `Provisioning -> Ready` for slices Ready all along; one worker loss posted
 three `controller told slice N Down`; a hung worker's Events did not say `step_deadline`. Through the
-reconcile pass (`handlers.reconcile_pass`) with the fake API, or the tracker where the fault is its own.
+reconcile pass (`job_pass.reconcile_pass`) with the fake API, or the tracker where the fault is its own.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import kopf
 
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.control import ControllerStatus, RecoveryRecord, SliceStatus
-from elastic_jax.k8s_operator import handlers
+from elastic_jax.k8s_operator import job_pass, operator_state
 from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
@@ -66,13 +66,13 @@ def _runner(monkeypatch, status: dict):
     """A `run(state, pods)` doing one reconcile pass with `status` carried between passes, and the Events posted."""
     events: list[tuple[str, str, str]] = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
+    monkeypatch.setattr(job_pass, "JobTracker", functools.partial(JobTracker, client_factory=_Controller))
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": META, "spec": SPEC}
     _Controller.reports = []
 
     def run(state, pods):
         patch = _Patch()
-        handlers.reconcile_pass(body={**body, "status": dict(status)}, spec=SPEC, status=dict(status), meta=META,
+        job_pass.reconcile_pass(body={**body, "status": dict(status)}, spec=SPEC, status=dict(status), meta=META,
                                 namespace="ns", name="j", patch=patch, memo={"elasticjax": state},
                                 job_pods={("ns", "j", "u1"): pods}, job_jobsets={("ns", "j", "u1"): _jobsets()})
         status.update(patch.status)
@@ -85,13 +85,13 @@ def test_a_restarted_operator_posts_no_transition_for_slices_ready_all_along(mon
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     run, events = _runner(monkeypatch, status)
     pods = [_controller_pod(0, "c0"), _worker(0), _worker(1)]
-    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
+    run(operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
     assert [e[2] for e in events if e[1] == "SliceReady"] == [
         "slice 0 Provisioning -> Ready at 127.0.0.2:8471", "slice 1 Provisioning -> Ready at 127.0.0.3:8471"], events
     written = [dict(s) for s in status["slices"]]
     events.clear()
     # the operator restarts (a new process: no memory); the slices stayed Ready
-    restarted = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    restarted = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     run(restarted, pods)
     run(restarted, pods)
     assert not [e for e in events if e[1].startswith("Slice")], events
@@ -126,7 +126,7 @@ def test_one_worker_loss_tells_the_controller_down_once():
 def test_a_hung_workers_events_name_the_controllers_reason(monkeypatch):
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     run, events = _runner(monkeypatch, status)
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     pods = [_controller_pod(0, "c0"), _worker(0), _worker(1)]
     _Controller.answer = _Controller.answer.model_copy(update={"slices": []})
     run(state, pods)
@@ -157,7 +157,7 @@ def test_a_down_slices_pods_changing_rewrites_no_status(monkeypatch):
     printed. A Down slice keeps the pods it lost (its reason names them) until it is Ready again."""
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     run, events = _runner(monkeypatch, status)
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     _Controller.answer = _Controller.answer.model_copy(update={"slices": [], "recovery_history": []})
     c = _controller_pod(0, "c0")
     run(state, [c, _worker(0), _worker(1)])
@@ -179,7 +179,7 @@ def test_a_restarted_operator_adopts_the_ready_the_controller_holds_at_the_same_
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     run, events = _runner(monkeypatch, status)
     pods = [_controller_pod(0, "c0"), _worker(0), _worker(1)]
-    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
+    run(operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
     sent = {i: g for i, s, g in _Controller.reports if s == "Ready"}
     assert set(sent) == {0, 1}
     # the controller holds slice 0 in its mesh at the address it was told; slice 1 at another one
@@ -188,7 +188,7 @@ def test_a_restarted_operator_adopts_the_ready_the_controller_holds_at_the_same_
         SliceStatus(index=1, state="Active", generation=sent[1], addresses=["127.0.0.9:8471"])]}))
     events.clear()
     _Controller.reports = []
-    restarted = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    restarted = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     run(restarted, pods)
     run(restarted, pods)
     assert [r[0] for r in _Controller.reports] == [1], _Controller.reports
@@ -205,7 +205,7 @@ def test_a_restarted_operator_sends_ready_for_a_slice_replaced_while_it_was_down
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     run, events = _runner(monkeypatch, status)
     pods = [_controller_pod(0, "c0"), _worker(0), _worker(1)]
-    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
+    run(operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)
     sent = {i: g for i, s, g in _Controller.reports if s == "Ready"}
     monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={"slices": [
         SliceStatus(index=i, state="Active", generation=sent[i], addresses=[f"127.0.0.{i + 2}:8471"]) for i in (0, 1)]}))
@@ -214,7 +214,7 @@ def test_a_restarted_operator_sends_ready_for_a_slice_replaced_while_it_was_down
                                                              lbl.SLICE_INDEX: str(i)}},
         "status": {"restarts": 1 if i == 0 else 0}}, i) for i in (0, 1)])
     _Controller.reports = []
-    restarted = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    restarted = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     run(restarted, [_controller_pod(0, "c0"), _worker(0, uid="w0b"), _worker(1)])
     run(restarted, [_controller_pod(0, "c0"), _worker(0, uid="w0b"), _worker(1)])
     assert [r[:2] for r in _Controller.reports] == [(0, "Ready")], _Controller.reports

@@ -6,7 +6,7 @@ from __future__ import annotations
 import kopf
 
 from elastic_jax.api import labels as lbl
-from elastic_jax.k8s_operator import handlers
+from elastic_jax.k8s_operator import job_pass, operator_state
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.slices import jobset_view
 from tests.support.fake_kube import FakeKube
@@ -26,7 +26,7 @@ def test_unpullable_controller_image_one_condition_one_event_no_new_pod(monkeypa
     spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
     ctrl = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
         lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
         "status": {"phase": "Pending", "containerStatuses": [{"name": "controller", "image": "bad:1", "state": {
@@ -35,7 +35,7 @@ def test_unpullable_controller_image_one_condition_one_event_no_new_pod(monkeypa
     status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     for _ in range(5):
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [ctrl]},
                                job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
@@ -64,7 +64,7 @@ def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(
                 raise ChildRefused("Pod", body["metadata"]["name"], 403, "forbidden by PodSecurity")
             return super().create(namespace, body)
 
-    state = handlers.OperatorState(kube=Refusing(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=Refusing(), key=b"k" * 32)
     dead = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
         lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.CONTROLLER_ATTEMPT: "0"}},
         "status": {"phase": "Failed", "containerStatuses": [{"name": "controller", "state": {
@@ -75,7 +75,7 @@ def test_a_refused_replacement_is_neither_counted_nor_announced_until_it_exists(
     def reconcile(pods):
         nonlocal status
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): [jobset]})
         status = {**status, **patch.status}
@@ -123,11 +123,11 @@ def test_a_configmap_or_service_planted_under_the_jobs_names_is_a_condition_not_
             def owned_by(self, namespace, kind, name, owner_uid):
                 return False
 
-        state = handlers.OperatorState(kube=Planted(), key=b"k" * 32)
+        state = operator_state.OperatorState(kube=Planted(), key=b"k" * 32)
         status = {"phase": "Pending", "tokenSecret": "j-token"}
         for _ in range(3):
             patch = _Patch()
-            handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j",
+            job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j",
                                    patch=patch, memo={"elasticjax": state}, job_pods={}, job_jobsets={})
             status = {**status, **patch.status}
         assert state.kube.read == ["u1"], "the manifest is read only as this job's"
@@ -150,7 +150,7 @@ def _ticking_clock(monkeypatch):
         t = next(ticks)
         return f"2030-01-01T00:{t // 60:02d}:{t % 60:02d}Z"
 
-    monkeypatch.setattr(handlers, "now_rfc3339", clock)
+    monkeypatch.setattr(job_pass, "now_rfc3339", clock)
     monkeypatch.setattr(tracker_mod, "now_rfc3339", clock)
 
 
@@ -161,11 +161,11 @@ def _finished_job_passes(monkeypatch, status, pods, passes=3):
     spec = {"slices": {"count": 2}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
     patches = []
     for _ in range(passes):
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): pods},
                                job_jobsets={("ns", "j", "u1"): []})
         patches.append(patch.status)
@@ -225,7 +225,7 @@ def test_pathways_shell_creates_the_head_service_and_annotates_jobsets_with_the_
             "training": {"steps": 10, "globalBatchSize": 8}, "checkpoint": {"uri": "gs://test-bucket/j"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=Recording(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=Recording(), key=b"k" * 32)
 
     def head(started: bool):
         rm = {"name": "pathways-rm", "started": started, "restartCount": 0, "state": {"running": {}}}
@@ -236,7 +236,7 @@ def test_pathways_shell_creates_the_head_service_and_annotates_jobsets_with_the_
     status = {"phase": "Pending", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     for started in (False, True):
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [head(started)]},
                                job_jobsets={("ns", "j", "u1"): []})
         jobsets = [b for b in bodies if b["kind"] == "JobSet"]
@@ -258,7 +258,7 @@ def test_pathways_shell_says_the_job_waits_for_its_resource_manager(monkeypatch)
             "training": {"steps": 10, "globalBatchSize": 8}, "checkpoint": {"uri": "gs://test-bucket/j"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
 
     def head(started: bool):
         rm = {"name": "pathways-rm", "started": started, "restartCount": 0, "state": {"running": {}}}
@@ -271,7 +271,7 @@ def test_pathways_shell_says_the_job_waits_for_its_resource_manager(monkeypatch)
     seen = []
     for started in (False, False, True):
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={("ns", "j", "u1"): [head(started)]},
                                job_jobsets={("ns", "j", "u1"): []})
         status = {**status, **patch.status}
@@ -287,12 +287,12 @@ def test_cpu_jobs_have_no_resource_manager_condition(monkeypatch):
     spec = {"slices": {"count": 1}, "training": {"steps": 10, "globalBatchSize": 1}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
     ctrl = pod_view({"metadata": {"name": "j-controller-0", "uid": "c0", "labels": {
         lbl.ROLE: lbl.ROLE_CONTROLLER, lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.CONTROLLER_ATTEMPT: "0"}},
         "status": {"phase": "Pending"}})
     patch = _Patch()
-    handlers.reconcile_pass(body=body, spec=spec, status={"controllerPod": "j-controller-0", "tokenSecret": "j-token"},
+    job_pass.reconcile_pass(body=body, spec=spec, status={"controllerPod": "j-controller-0", "tokenSecret": "j-token"},
                            meta=meta, namespace="ns", name="j", patch=patch, memo={"elasticjax": state},
                            job_pods={("ns", "j", "u1"): [ctrl]}, job_jobsets={("ns", "j", "u1"): []})
     assert not any(c["type"] == "WaitingForResourceManager" for c in patch.status["conditions"])

@@ -9,7 +9,7 @@ import kopf
 import pytest
 
 from elastic_jax.api import labels as lbl
-from elastic_jax.k8s_operator import backends, children, handlers, incarnation
+from elastic_jax.k8s_operator import backends, children, handlers, incarnation, job_pass, operator_state
 from elastic_jax.k8s_operator.backends import renderer_for
 from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
@@ -86,7 +86,7 @@ def test_own_reads_only_this_incarnation_and_older_operators_children_created_af
 def _reconcile(state, meta, status, pods, jobsets=None):
     patch = _Patch()
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": SPEC}
-    handlers.reconcile_pass(body=body, spec=SPEC, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+    job_pass.reconcile_pass(body=body, spec=SPEC, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                            memo={"elasticjax": state}, job_pods=pods, job_jobsets=jobsets or {})
     return {**status, **patch.status}
 
@@ -113,7 +113,7 @@ class _KubeWithOldPod(_Kube):
 def test_reapplied_job_ignores_the_old_jobs_terminating_pods_and_waits_for_their_names(monkeypatch):
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    state = handlers.OperatorState(kube=_KubeWithOldPod(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_KubeWithOldPod(), key=b"k" * 32)
     meta = {"name": "j", "namespace": "ns", "uid": "new-uid", "generation": 1, "creationTimestamp": "2026-01-01T00:00:30Z"}
     # The old job's pods: a controller terminating (SIGTERM: exit 143 soon) and a worker that already failed.
     old_ctrl = _pod("j-controller-0", "c-old", lbl.ROLE_CONTROLLER, "old-uid", deleting=True)
@@ -144,7 +144,7 @@ def test_a_foreign_pod_holding_the_controller_name_is_a_name_conflict_not_an_ear
     """Trial (kind): an unrelated pod named <job>-controller-0 was reported as "an earlier job of this name
     (deleted, still terminating)"; no earlier job existed."""
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    state = handlers.OperatorState(kube=_KubeWithOldPod(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_KubeWithOldPod(), key=b"k" * 32)
     meta = {"name": "j", "namespace": "ns", "uid": "new-uid", "generation": 1, "creationTimestamp": "2026-01-01T00:00:30Z"}
     status = _reconcile(state, meta, {}, {})  # the pod is in no index of this operator's jobs
     cond = next(c for c in status["conditions"] if c["type"] == "CreateFailed")
@@ -155,10 +155,10 @@ def test_a_foreign_pod_holding_the_controller_name_is_a_name_conflict_not_an_ear
 
 def test_the_worker_pod_event_of_an_old_incarnation_is_not_this_jobs_news(monkeypatch):
     calls = []
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
-    tracker = handlers.JobTracker("ns", "j", 1, 1)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
+    tracker = job_pass.JobTracker("ns", "j", 1, 1)
     tracker.observe = lambda *a, **k: calls.append(a)  # type: ignore[method-assign]
-    state.jobs.add(handlers.JobState("ns", "j", "new-uid", "", tracker, ref={"metadata": {"name": "j"}}))
+    state.jobs.add(job_pass.JobState("ns", "j", "new-uid", "", tracker, ref={"metadata": {"name": "j"}}))
     asyncio.run(handlers.worker_pod_event(namespace="ns", labels={lbl.JOB_NAME: "j", lbl.JOB_UID: "old-uid"},
                                           job_pods={}, memo={"elasticjax": state}))
     assert calls == []
@@ -168,9 +168,9 @@ def test_the_worker_pod_event_of_an_old_incarnation_is_not_this_jobs_news(monkey
 
 
 def test_deleting_the_old_job_late_never_drops_the_new_jobs_tracker():
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32)
-    tracker = handlers.JobTracker("ns", "j", 1, 1)
-    state.jobs.add(handlers.JobState("ns", "j", "new-uid", "", tracker))
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
+    tracker = job_pass.JobTracker("ns", "j", 1, 1)
+    state.jobs.add(job_pass.JobState("ns", "j", "new-uid", "", tracker))
     handlers.job_deleted(namespace="ns", name="j", uid="old-uid", memo={"elasticjax": state})
     assert state.jobs.tracker(("ns", "j")) is tracker and not tracker.deleting
     handlers.job_deleted(namespace="ns", name="j", uid="new-uid", memo={"elasticjax": state})

@@ -12,7 +12,7 @@ import pytest
 
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import handlers
+from elastic_jax.k8s_operator import job_pass, operator_state
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeView, lost_nodes, node_view, pods_on_lost_nodes
 from elastic_jax.k8s_operator.reconcile import Observed, decide
 from elastic_jax.k8s_operator.slices import JobSetView, jobset_view
@@ -287,7 +287,7 @@ def test_reconcile_force_deletes_this_jobs_pod_on_the_lost_node_only_and_says_so
     spec = {"slices": {"count": 2}, "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=_Kube(), key=b"k" * 32, node_lost_s=30)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32, node_lost_s=30)
     # no pod IP: the tracker opens no connection to a controller (nothing leaves the test)
     ctrl = pod_view(_pod_body("j-controller-0", "j", "good", lbl.ROLE_CONTROLLER, ip=""))
     w0 = pod_view(_pod_body("j-slice-0-w", "j", "good", lbl.ROLE_WORKER, 0))
@@ -302,7 +302,7 @@ def test_reconcile_force_deletes_this_jobs_pod_on_the_lost_node_only_and_says_so
         unready = {} if node_since is None else {"dead": [node_view(_node_body(
             "dead", "Unknown", (now - dt.timedelta(seconds=node_since)).strftime("%Y-%m-%dT%H:%M:%SZ")))]}
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state},
                                job_pods={("ns", "j", "u1"): pods, ("ns", "other", "u2"): [other]},
                                job_jobsets={("ns", "j", "u1"): jobsets}, unready_nodes=unready)

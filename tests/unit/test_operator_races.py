@@ -15,9 +15,8 @@ import kopf
 from kubernetes import client as k8s
 
 from elastic_jax.api import labels as lbl
-from elastic_jax.api.client import ControlApiError
 from elastic_jax.api.control import ControllerStatus
-from elastic_jax.k8s_operator import handlers, incarnation, metrics
+from elastic_jax.k8s_operator import handlers, incarnation, job_pass, metrics, operator_state
 from elastic_jax.k8s_operator.kube import Kube
 from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
@@ -107,8 +106,8 @@ class _Job:
             self.controllers.append(_Controller(url, token))
             return self.controllers[-1]
 
-        monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=factory))
-        self.state = handlers.OperatorState(kube=kube or _Kube(), key=b"k" * 32)
+        monkeypatch.setattr(job_pass, "JobTracker", functools.partial(JobTracker, client_factory=factory))
+        self.state = operator_state.OperatorState(kube=kube or _Kube(), key=b"k" * 32)
         self.rv = 100
         self.spec = dict(SPEC, suspend=suspend)
         self.status = dict({"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
@@ -133,7 +132,7 @@ class _Job:
         body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta,
                 "spec": self.spec}
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=self.spec, status=dict(self.status), meta=meta, namespace="ns",
+        job_pass.reconcile_pass(body=body, spec=self.spec, status=dict(self.status), meta=meta, namespace="ns",
                                name="j", patch=patch, memo={"elasticjax": self.state}, job_pods=self.pods,
                                job_jobsets=self.jobsets, unready_nodes=self.unready_nodes)
         self.pending.update(patch.status)
@@ -580,13 +579,13 @@ def test_the_timer_skips_a_whole_jobs_pass_until_something_it_reads_moves(monkey
     job = _Job(monkeypatch)
     job.pods = _pods(_controller(), _worker(10, ready=True))
     ran = []
-    real_pass = handlers.reconcile_pass
+    real_pass = job_pass.reconcile_pass
 
     def counted(**kwargs):
         ran.append(kwargs["inputs"])
         return real_pass(**kwargs)
 
-    monkeypatch.setattr(handlers, "reconcile_pass", counted)
+    monkeypatch.setattr(job_pass, "reconcile_pass", counted)
 
     def tick():
         meta = job.meta()

@@ -191,21 +191,21 @@ def test_a_finished_or_suspended_jobs_teardown_is_no_replacement_and_no_warning(
 def test_a_suspended_or_finished_jobs_slices_say_so_not_exit_code_143():
     """Issue 11 (status truth): after a suspend, and at the end of a job, every slice read `Down, exit code
     143` (the SIGTERM the operator's own teardown sent), as if the workers had failed."""
-    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator import job_pass
     from elastic_jax.k8s_operator.tracker import JobTracker
 
     t = JobTracker("ns", "j", 1, 1)
     t.sync([_pod("w-0")], lambda *e: None)
     t.suspended = True
     t.sync([_pod("w-0", phase="Failed", exit_code=143)], lambda *e: None)
-    [entry] = handlers.slice_status(t, [2], [], "2030-01-01T00:00:00Z")
-    assert (entry.state, entry.reason, entry.restarts) == ("Down", handlers.SUSPENDED_SLICE_REASON, 2)
+    [entry] = job_pass.slice_status(t, [2], [], "2030-01-01T00:00:00Z")
+    assert (entry.state, entry.reason, entry.restarts) == ("Down", job_pass.SUSPENDED_SLICE_REASON, 2)
     t.suspended = False  # a loss while the job runs keeps the pod's reason
-    assert handlers.slice_status(t, [2], [], "2030-01-01T00:00:00Z")[0].reason == "pod w-0: exit code 143"
+    assert job_pass.slice_status(t, [2], [], "2030-01-01T00:00:00Z")[0].reason == "pod w-0: exit code 143"
     # ... and at the end of the job, when the operator stops the workers, every slice read the same
     t.finished = True
-    [entry] = handlers.slice_status(t, [2], [], "2030-01-01T00:00:00Z")
-    assert (entry.state, entry.reason) == ("Down", handlers.FINISHED_SLICE_REASON)
+    [entry] = job_pass.slice_status(t, [2], [], "2030-01-01T00:00:00Z")
+    assert (entry.state, entry.reason) == ("Down", job_pass.FINISHED_SLICE_REASON)
 
 
 def test_a_report_refused_while_the_controller_starts_is_not_an_error():
@@ -297,19 +297,19 @@ def test_building_slice_status_is_a_pure_read_of_the_tracker():
     status, which the next pass reads."""
     import dataclasses
 
-    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator import job_pass
     from elastic_jax.k8s_operator.tracker import JobTracker
 
     t = JobTracker("ns", "j", 2, 1)
     before = [dataclasses.replace(s) for s in t.slices]
-    first = handlers.slice_status(t, [0, 0], [], "2030-01-01T00:00:00Z")
+    first = job_pass.slice_status(t, [0, 0], [], "2030-01-01T00:00:00Z")
     assert t.slices == before  # nothing written into the tracker
     assert [e.last_transition_time for e in first] == ["2030-01-01T00:00:00Z"] * 2
     # the next pass reads what the first wrote: the same time, not its own `now`
-    again = handlers.slice_status(t, [0, 0], first, "2030-01-01T00:05:00Z")
+    again = job_pass.slice_status(t, [0, 0], first, "2030-01-01T00:05:00Z")
     assert [e.last_transition_time for e in again] == ["2030-01-01T00:00:00Z"] * 2
     # a state the tracker saw change has its own time, whatever the previous status says
     t.sync([_pod("w-0")], lambda *e: None)
-    changed = handlers.slice_status(t, [0, 0], first, "2030-01-01T00:05:00Z")
+    changed = job_pass.slice_status(t, [0, 0], first, "2030-01-01T00:05:00Z")
     assert changed[0].state == "Ready" and changed[0].last_transition_time == t.slices[0].since != ""
     assert changed[1].last_transition_time == "2030-01-01T00:00:00Z"

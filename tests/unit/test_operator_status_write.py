@@ -12,7 +12,7 @@ import pytest
 from elastic_jax.api.control import MAX_TEXT, ControllerStatus
 from elastic_jax.api.job import INT64_MAX
 from elastic_jax.api import status as st
-from elastic_jax.k8s_operator import handlers, status_write
+from elastic_jax.k8s_operator import job_pass, operator_state, status_write
 from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube
@@ -84,19 +84,19 @@ def _tracker(events):
 
 def test_a_dropped_field_is_a_condition_and_one_warning_then_cleared(monkeypatch):
     events = []
-    monkeypatch.setattr(handlers, "_event_sink", lambda ref: lambda *e: events.append(e))
+    monkeypatch.setattr(job_pass, "event_sink", lambda ref: lambda *e: events.append(e))
     t = _tracker(events)
     status = {}
     for _ in range(2):  # the same fault on two passes: one Warning
         patch = _Patch({"phase": "Running", "step": 2**64})
-        handlers._guard_status(t, status, 1, patch)
+        job_pass._guard_status(t, status, 1, patch)
         cond = [c for c in patch.status["conditions"] if c["type"] == st.COND_STATUS_WRITE_REFUSED][0]
         status = {"conditions": patch.status["conditions"]}
     assert "step" not in patch.status and cond["status"] == "True"
     assert cond["reason"] == st.REASON_STATUS_VALUES_DROPPED and "status.step" in cond["message"]
     assert [e[:2] for e in events] == [("Warning", st.REASON_STATUS_VALUES_DROPPED)]
     patch = _Patch({"step": 4})
-    handlers._guard_status(t, status, 1, patch)
+    job_pass._guard_status(t, status, 1, patch)
     cond = [c for c in patch.status["conditions"] if c["type"] == st.COND_STATUS_WRITE_REFUSED][0]
     assert cond["status"] == "False" and patch.status["step"] == 4 and events[-1][:2] == ("Normal", "StatusWritten")
 
@@ -111,7 +111,7 @@ def _api_error(status: int, message: str):
 
 def test_a_status_write_the_api_server_refuses_anyway_is_caught_said_and_the_next_writes_restricted(monkeypatch):
     """The trial's silent death: a 4xx of a status write ended the job's timer (kopf applied the patch after the
-    handler). The daemon writes the status itself (`handlers.write_status`): a refusal is an outcome."""
+    handler). The daemon writes the status itself (`job_pass.write_status`): a refusal is an outcome."""
     kube = FakeKube()
 
     def refusing(patch):
@@ -119,16 +119,16 @@ def test_a_status_write_the_api_server_refuses_anyway_is_caught_said_and_the_nex
 
     kube.on_status_patch = refusing
     events = []
-    monkeypatch.setattr(handlers, "_event_sink", lambda ref: lambda *e: events.append(e))
-    state = handlers.OperatorState(kube=kube, key=b"k" * 32)
+    monkeypatch.setattr(job_pass, "event_sink", lambda ref: lambda *e: events.append(e))
+    state = operator_state.OperatorState(kube=kube, key=b"k" * 32)
     t = _tracker(events)
     state.jobs.add(t)
-    handlers.write_status(state, "ns", "j", {"status": {"step": 3}})  # (no exception)
+    job_pass.write_status(state, "ns", "j", {"status": {"step": 3}})  # (no exception)
     assert kube.status_patches == [{"status": {"step": 3}}]
     assert events[-1][:2] == ("Warning", st.REASON_STATUS_WRITE_REFUSED)
     assert "422" in events[-1][2] and "status.step: Invalid value" in events[-1][2]
     patch = _Patch({"phase": "Running", "step": 3, "loss": 0.5, "controllerPod": "p"})
-    handlers._guard_status(t, {}, 1, patch)  # the next pass: only the operator's own fields, and the condition
+    job_pass._guard_status(t, {}, 1, patch)  # the next pass: only the operator's own fields, and the condition
     assert set(patch.status) == {"phase", "controllerPod", "conditions"}
     cond = [c for c in patch.status["conditions"] if c["type"] == st.COND_STATUS_WRITE_REFUSED][0]
     assert cond["reason"] == st.REASON_STATUS_WRITE_REFUSED and "422" in cond["message"]

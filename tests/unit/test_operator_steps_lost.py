@@ -156,7 +156,7 @@ def test_the_operators_steps_lost_counter_counts_each_loss_once_across_operator_
     from prometheus_client import REGISTRY
 
     from elastic_jax.api.status import CounterBase
-    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator import operator_state
     from tests.support.fake_kube import FakeKube
     from tests.unit.test_operator_counters import _controller_pod
     from tests.unit.test_operator_events import _Controller, _runner, _worker
@@ -172,12 +172,12 @@ def test_the_operators_steps_lost_counter_counts_each_loss_once_across_operator_
     monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={
         "step": 41, "resumed_from": ResumeInfo(step=40)}))
     pods = [_controller_pod(1, "c1"), _worker(0), _worker(1)]
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     before = counted()
     run(state, pods)
     assert status["stepsLost"] == 10 and counted() - before == 10
     run(state, pods)
-    run(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)  # a restarted operator
+    run(operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32), pods)  # a restarted operator
     assert status["stepsLost"] == 10 and counted() - before == 10
     # the live controller redid 5 steps itself (pathways: lost state restored): counted once more
     monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={"steps_lost": 5}))
@@ -229,7 +229,7 @@ def test_an_operator_restart_alone_loses_no_steps_and_rebooks_nothing(monkeypatc
     controller answers) must change none of the counters or the ledger, nor grow the metrics."""
     from prometheus_client import REGISTRY
 
-    from elastic_jax.k8s_operator import handlers
+    from elastic_jax.k8s_operator import operator_state
     from tests.support.fake_kube import FakeKube
     from tests.unit.test_operator_counters import _controller_pod
     from tests.unit.test_operator_events import _Controller, _runner, _worker
@@ -245,7 +245,7 @@ def test_an_operator_restart_alone_loses_no_steps_and_rebooks_nothing(monkeypatc
         for _ in range(n):
             run(state, pods)
 
-    first = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32, controller_threads=False)
+    first = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32, controller_threads=False)
     monkeypatch.setattr(_Controller, "answer", _Controller.answer.model_copy(update={
         "phase": "Starting", "step": 0, "goodput_seconds": {"starting": 20.0}, "goodput": None}))
     passes(first, 3)
@@ -259,7 +259,7 @@ def test_an_operator_restart_alone_loses_no_steps_and_rebooks_nothing(monkeypatc
     booked_before = {c: metric("elasticjax_operator_goodput_seconds_total", category=c)
                      for c in ("starting", "productive", "recovering")}
     for _ in range(2):  # two operator restarts, as in the trial
-        passes(handlers.OperatorState(kube=FakeKube(), key=b"k" * 32, controller_threads=False), 4)
+        passes(operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32, controller_threads=False), 4)
         assert {k: status.get(k) for k in kept} == kept
     assert metric("elasticjax_operator_steps_lost_total") == lost_before
     assert {c: metric("elasticjax_operator_goodput_seconds_total", category=c) for c in booked_before} == booked_before

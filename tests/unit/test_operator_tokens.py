@@ -9,7 +9,7 @@ from kubernetes.client.rest import ApiException
 
 from elastic_jax.api import status as st
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import effects, handlers, tokens
+from elastic_jax.k8s_operator import effects, handlers, job_pass, operator_state, tokens
 from elastic_jax.k8s_operator.kube import ChildRefused, Kube, api_message
 from elastic_jax.k8s_operator.status_builder import create_failure, with_create_failure
 from elastic_jax.k8s_operator.tracker import JobTracker
@@ -63,11 +63,11 @@ class _Kube:
 
 
 def _setup(state, status=None, uid=UID):
-    """One pass's `handlers._setup` for job `victim` (UID `uid`): (what it observed, the job's state, the patch)."""
+    """One pass's `job_pass._setup` for job `victim` (UID `uid`): (what it observed, the job's state, the patch)."""
     body, patch = _body(uid), _Patch()
     js = state.jobs.open(("ns", "victim"), uid, "", lambda: JobTracker("ns", "victim", 1, 1))
     applier = effects.Applier(state.kube, js, effects.EventLog(lambda *e: None), patch)
-    return handlers._setup(state, ("ns", "victim"), _job(), js, body, status or {}, applier), js, patch
+    return job_pass._setup(state, ("ns", "victim"), _job(), js, body, status or {}, applier), js, patch
 
 
 def test_token_is_derived_from_the_key_and_the_job_uid():
@@ -91,7 +91,7 @@ def test_key_file_must_hold_enough_bytes(tmp_path):
 
 
 def test_operator_creates_the_secret_owned_by_the_job_and_records_it():
-    state = handlers.OperatorState(kube=_Kube(), key=KEY)
+    state = operator_state.OperatorState(kube=_Kube(), key=KEY)
     out, js, patch = _setup(state)
     secret = next(c for c in state.kube.created if c["kind"] == "Secret")
     assert secret["metadata"]["name"] == "victim-token"
@@ -103,7 +103,7 @@ def test_operator_creates_the_secret_owned_by_the_job_and_records_it():
 
 def test_a_foreign_secret_with_the_jobs_name_is_never_used():
     # Issue 9, item 15: a Secret `victim-token` the user cannot read already exists.
-    state = handlers.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
+    state = operator_state.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
     out, js, patch = _setup(state)
     assert out.refusal[0] == st.REASON_TOKEN_SECRET_CONFLICT and "victim-token" in out.refusal[1]
     assert js.tracker.token is None and "tokenSecret" not in patch.status
@@ -113,7 +113,7 @@ def test_a_foreign_secret_with_the_jobs_name_is_never_used():
 def test_the_operators_own_secret_is_used_after_a_restart():
     # After an operator restart the create is a 409, and the job's status (which
     # tenants cannot write) says the operator created it for this job.
-    state = handlers.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
+    state = operator_state.OperatorState(kube=_Kube(existing={"victim-token"}), key=KEY)
     out, js, _ = _setup(state, {"tokenSecret": "victim-token"})
     assert js.tracker.token == tokens.derive_token(KEY, UID) and out.refusal is None
     assert not [c for c in state.kube.created if c["kind"] == "Secret"]
@@ -184,7 +184,7 @@ def test_static_children_are_rendered_once_per_job_uid_not_every_pass(monkeypatc
         return real(job, control_api_from)
 
     monkeypatch.setattr(children, "static_children", counting)
-    state = handlers.OperatorState(kube=_Kube(), key=KEY)
+    state = operator_state.OperatorState(kube=_Kube(), key=KEY)
     for _ in range(3):
         _setup(state, {"tokenSecret": "victim-token"})
     assert rendered == ["victim"]
@@ -206,7 +206,7 @@ def test_a_refused_static_child_is_retried_on_the_next_pass():
                 raise ChildRefused("Service", body["metadata"]["name"], 403, "quota")
             return super().create(namespace, body)
 
-    state = handlers.OperatorState(kube=_Refusing(), key=KEY)
+    state = operator_state.OperatorState(kube=_Refusing(), key=KEY)
     out, js, _ = _setup(state, {"tokenSecret": "victim-token"})
     assert out.refusal[0] == "Forbidden" and "quota" in out.refusal[1] and not js.static_complete
     state.kube.refuse = False
@@ -224,7 +224,7 @@ def test_a_foreign_configmap_holding_the_jobs_name_blocks_the_job_and_is_never_u
         def owners(self, namespace, kind, name):
             return [{"kind": "Deployment", "name": "x", "uid": "someone"}] if kind == "ConfigMap" else None
 
-    state = handlers.OperatorState(kube=_Planted(existing={"victim-manifest"}), key=KEY)
+    state = operator_state.OperatorState(kube=_Planted(existing={"victim-manifest"}), key=KEY)
     out, js, _ = _setup(state, {"tokenSecret": "victim-token"})
     assert out.refusal[0] == st.REASON_CHILD_CONFLICT and "victim-manifest" in out.refusal[1]
     assert not js.static_complete

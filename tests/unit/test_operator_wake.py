@@ -18,7 +18,7 @@ import pytest
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.client import ControlApiError
 from elastic_jax.api.control import ControllerStatus
-from elastic_jax.k8s_operator import handlers, tracker as tracker_mod, wake
+from elastic_jax.k8s_operator import handlers, operator_state, tracker as tracker_mod, wake
 from elastic_jax.k8s_operator.job_state import JobState
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube
@@ -162,7 +162,7 @@ class _Stopped:
 
 def _daemon_job():
     """(state, memo, body) of one job `ns/j` for a test that runs its reconcile daemon."""
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     state.kopf_settings = handlers.kopf.OperatorSettings()
     return state, {"elasticjax": state}, {"metadata": {"name": "j", "namespace": "ns", "uid": "uid-j"}}
 
@@ -236,7 +236,7 @@ def test_the_patch_kopf_applies_when_the_daemon_returns_holds_nothing_already_wr
 
 
 def test_the_job_object_and_a_change_in_the_not_ready_nodes_wake_the_pass():
-    state = handlers.OperatorState(kube=object(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=object(), key=b"k" * 32)
     memo = {"elasticjax": state}
     js = state.jobs.add(JobState("ns", "j", "uid-j", "", JobTracker("ns", "j", 1, 1)))
     asyncio.run(handlers.job_event(namespace="ns", name="j", uid="uid-old", memo=memo))

@@ -9,7 +9,7 @@ import pytest
 
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import children, handlers, pod_fields
+from elastic_jax.k8s_operator import children, job_pass, operator_state, pod_fields
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.pod_fields import PodFieldRefused, PodFieldsPolicy, parse_names
 from elastic_jax.k8s_operator.allow_lists import parse_namespaced
@@ -102,13 +102,13 @@ def test_a_star_allows_any_value():
 
 def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
     monkeypatch.setattr(pod_fields, "POLICY", POLICY)
-    assert handlers.parse_job(_body(priorityClassName="training-low")).spec.priority_class_name == "training-low"
+    assert job_pass.parse_job(_body(priorityClassName="training-low")).spec.priority_class_name == "training-low"
     # The operator's default allows none of them.
     monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
     for spec in ({"priorityClassName": "training-low"}, {"imagePullSecrets": [{"name": "registry"}]},
                  {"worker": {"tolerations": [{"key": "ml-pool", "operator": "Exists"}]}}):
         with pytest.raises(UnsupportedBackend, match="is not allowed"):
-            handlers.parse_job(_body(**spec))
+            job_pass.parse_job(_body(**spec))
 
 
 def test_a_refused_job_is_failed_with_a_condition_and_an_event_and_nothing_is_created(monkeypatch):
@@ -129,8 +129,8 @@ def test_a_tampered_manifest_configmap_cannot_bring_in_a_priority_class(monkeypa
     class Kube:  # the ConfigMap as someone who may edit ConfigMaps of the namespace left it
         def read_manifest(self, ns, name, uid):
             return children.manifest_configmap(tampered)["data"][lbl.MANIFEST_KEY]
-    state = handlers.OperatorState(kube=Kube(), key=b"k" * 32)
-    applied = handlers._applied_job(state, ("ml", "pf-job"), live, "u1")
+    state = operator_state.OperatorState(kube=Kube(), key=b"k" * 32)
+    applied = job_pass._applied_job(state, ("ml", "pf-job"), live, "u1")
     assert applied.spec.priority_class_name is None
 
 

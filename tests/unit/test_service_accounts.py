@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import handlers, service_accounts
+from elastic_jax.k8s_operator import handlers, job_pass, operator_state, service_accounts
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.service_accounts import ServiceAccountPolicy, ServiceAccountRefused
 from elastic_jax.k8s_operator.allow_lists import parse_namespaced
@@ -64,13 +64,13 @@ def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace,
 
 def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
     monkeypatch.setattr(service_accounts, "POLICY", POLICY)
-    assert handlers.parse_job(_body(serviceAccountName="trainer")).spec.controller.service_account_name == "trainer"
+    assert job_pass.parse_job(_body(serviceAccountName="trainer")).spec.controller.service_account_name == "trainer"
     with pytest.raises(UnsupportedBackend, match="spec.controller.serviceAccountName 'admin' is not allowed"):
-        handlers.parse_job(_body(serviceAccountName="admin"))
+        job_pass.parse_job(_body(serviceAccountName="admin"))
     # The operator's default policy allows nothing.
     monkeypatch.setattr(service_accounts, "POLICY", ServiceAccountPolicy())
     with pytest.raises(UnsupportedBackend, match="not allowed in namespace ml"):
-        handlers.parse_job(_body(serviceAccountName="trainer"))
+        job_pass.parse_job(_body(serviceAccountName="trainer"))
 
 
 @pytest.mark.parametrize("text", ["trainer", "ml/", "/trainer", "a/b/c", "*/trainer", "ml/*"])
@@ -100,14 +100,14 @@ def test_a_tampered_manifest_configmap_cannot_bring_in_an_account(monkeypatch):
     import yaml
 
     monkeypatch.setattr(service_accounts, "POLICY", POLICY)
-    live = handlers.parse_job(_body())
+    live = job_pass.parse_job(_body())
     tampered = _body("ml", serviceAccountName="admin")
 
     class Kube:
         def read_manifest(self, namespace, configmap, owner_uid):
             return yaml.safe_dump(tampered)
-    state = handlers.OperatorState(kube=Kube(), key=b"k" * 32)
-    applied = handlers._applied_job(state, ("ml", "sa-job"), live, "uid-1")
+    state = operator_state.OperatorState(kube=Kube(), key=b"k" * 32)
+    applied = job_pass._applied_job(state, ("ml", "sa-job"), live, "uid-1")
     assert applied.spec.controller.service_account_name is None  # the live spec, which passed the check
 
 

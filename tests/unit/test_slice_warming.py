@@ -11,13 +11,13 @@ import kopf
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.control import ControllerStatus, SliceStatus
 from elastic_jax.api.status import ElasticTrainingJobStatus, SliceStatusEntry
-from elastic_jax.k8s_operator import handlers, slice_warming
+from elastic_jax.k8s_operator import job_pass, operator_state, slice_warming
 from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_operator_counters import _controller_pod, _Patch
-from tests.unit.test_operator_status import _ctrl, _inputs, build_status
+from tests.unit.test_operator_status import _inputs, build_status
 
 
 def _with(states: dict[int, str], active: list[int], desired: int = 2) -> ControllerStatus:
@@ -70,17 +70,17 @@ def _worker(i: int):
 
 def test_the_operator_writes_the_warming_reason_of_a_ready_slice(monkeypatch):
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    monkeypatch.setattr(handlers, "JobTracker", functools.partial(JobTracker, client_factory=_Warming))
+    monkeypatch.setattr(job_pass, "JobTracker", functools.partial(JobTracker, client_factory=_Warming))
     spec = {"slices": {"count": 2}, "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = handlers.OperatorState(kube=FakeKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=FakeKube(), key=b"k" * 32)
     status = {"phase": "Running", "controllerPod": "j-controller-0", "tokenSecret": "j-token"}
     jobsets = [jobset_view({"metadata": {"name": f"j-slice-{i}", "uid": f"js-{i}", "labels": {
         lbl.JOB_NAME: "j", lbl.JOB_UID: "u1", lbl.SLICE_INDEX: str(i)}}, "status": {"restarts": i}}, i) for i in (0, 1)]
     for _ in range(2):
         patch = _Patch()
-        handlers.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
+        job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state},
                                job_pods={("ns", "j", "u1"): [_controller_pod(0, "c0"), _worker(0), _worker(1)]},
                                job_jobsets={("ns", "j", "u1"): jobsets})
