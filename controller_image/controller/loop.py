@@ -54,7 +54,7 @@ from elastic_jax.controller.numerics import all_finite
 from elastic_jax.controller.run_record import RunSummary
 from elastic_jax.controller.trainer import Trainer
 from elastic_jax.exit_codes import ControllerExit
-from elastic_jax.runtime import HostParts, Runtime
+from elastic_jax.controller.runtime import HostParts, Runtime
 
 _logger = logging.getLogger(__name__)
 

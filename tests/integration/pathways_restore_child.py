@@ -38,7 +38,7 @@ from elastic_jax.controller.checkpointing import Checkpointer  # noqa: E402
 from elastic_jax.controller.elastic.slice_set import SliceSet  # noqa: E402
 from elastic_jax.controller.loop import TrainingRun  # noqa: E402
 from elastic_jax.controller.metrics import ControllerMetrics  # noqa: E402
-from elastic_jax.runtime import Runtime  # noqa: E402
+from elastic_jax.controller.runtime import Runtime  # noqa: E402
 
 TINY = {"seqLen": 32, "dModel": 32, "numLayers": 1, "numHeads": 2, "mlpDim": 64, "maxBytes": 100_000}
 

@@ -21,7 +21,7 @@ from elastic_jax import SliceDownError
 from elastic_jax.api.client import ControlClient
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.local.launcher import RUN_DIR_ENV
-from elastic_jax.runtime import Runtime
+from elastic_jax.controller.runtime import Runtime
 from tests.integration.test_faults import _metric_step, _wait_for, _worker_pid
 from tests.support import workers as test_workers
 from tests.support.runs import ROOT, job_manifest, run_cli

@@ -14,7 +14,7 @@ from elastic_jax import contract
 from elastic_jax.api.checkpoints import CheckpointForeignError, CheckpointMismatchError, CheckpointUnreadableError
 from elastic_jax.api.client import ControlClient
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.runtime import Runtime
+from elastic_jax.controller.runtime import Runtime
 from tests.support.bad_manifests import pathways_job
 
 TOKEN = "t0ken"

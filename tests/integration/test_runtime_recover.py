@@ -20,7 +20,7 @@ import pytest
 import elastic_jax
 from elastic_jax.api.client import ControlClient
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.runtime import Runtime
+from elastic_jax.controller.runtime import Runtime
 from tests.support.bad_manifests import pathways_job
 
 TOKEN = "t0ken"

@@ -20,7 +20,7 @@ from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import SliceReport
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.exit_codes import ControllerExit
-from elastic_jax.runtime import Runtime, RuntimeConfigError, connect
+from elastic_jax.controller.runtime import Runtime, RuntimeConfigError, connect
 from tests.support.bad_manifests import pathways_job
 
 TOKEN = "t0ken"
@@ -208,7 +208,7 @@ def test_import_elastic_jax_loads_no_jax_until_the_library_is_used():
     import sys
 
     code = ("import sys, elastic_jax; assert 'jax' not in sys.modules, 'jax loaded'; "
-            "from elastic_jax.runtime import connect; assert elastic_jax.connect is connect; "
+            "from elastic_jax.controller.runtime import connect; assert elastic_jax.connect is connect; "
             "assert elastic_jax.SliceDownError.__module__.endswith('elastic.errors')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -380,7 +380,7 @@ def _hosted(tmp_path, backend=None):
     from elastic_jax.controller.checkpointing import Checkpointer
     from elastic_jax.controller.elastic.slice_set import SliceSet
     from elastic_jax.controller.metrics import ControllerMetrics
-    from elastic_jax.runtime import HostParts
+    from elastic_jax.controller.runtime import HostParts
 
     job = parse_manifest(_job())
     parts = HostParts(SliceSet(2), ControllerMetrics(), backend or _FakeBackend(),
