@@ -659,9 +659,11 @@ class LocalLauncher:
                 spell = self._unresponsive
                 spell["seconds"] = round(now - spell["_since"], 1)
                 if spell["_training"]:
-                    self._frozen_training_s += now - spell["_since"]
+                    frozen = controller_watch.freeze_training_s(spell["_ledger"], status.goodput_seconds,
+                                                                now - spell["_since"])
+                    self._frozen_training_s += frozen
                     if spell["_reduced"]:
-                        self._frozen_reduced_s += now - spell["_since"]
+                        self._frozen_reduced_s += frozen
                 self.on_message(f"controller (pid {spell['pid']}) answers again after {spell['seconds']:.0f} s "
                                 f"without an answer; that time is booked recovering, not productive")
                 self._end_unresponsive("answered")
@@ -682,7 +684,8 @@ class LocalLauncher:
             "ended": None, "_since": self._answered_at,
             # (a controller that was training books the freeze as training, `reduced` on fewer slices than
             # desired; paused, it books it waiting: the rule the operator applies too)
-            "_training": booked is not None, "_reduced": booked == "reduced"}
+            "_training": booked is not None, "_reduced": booked == "reduced",
+            "_ledger": dict(last.goodput_seconds) if last is not None else {}}
         self.controller_unresponsive.append(spell)
         self.on_message(f"controller (pid {spell['pid']}) is alive but its control API has not answered for "
                         f"{seconds:.0f} s, at step {spell['at_step']}: frozen (SIGSTOP? a paused machine?) or "

@@ -62,6 +62,19 @@ def freeze_booked_as(last_phase: str | None, stepped: bool, active: int, desired
     return "reduced" if active < desired else "productive"
 
 
+def freeze_training_s(before: Mapping[str, float], after: Mapping[str, float], spell_s: float) -> float:
+    """The seconds of a freeze its ledger booked as training, which the supervisors re-book `recovering`.
+
+    At most the freeze (`spell_s`, seconds) and at most what the ledger's training categories grew between its
+    last answer before the freeze (`before`, goodput seconds per category) and the first after (`after`): a
+    controller whose own ledger booked the freeze otherwise (`stalled`: its stall notice saw the loop outside
+    the slices' step all along) keeps it so. Before, the whole freeze was re-booked from training seconds
+    either way, and the training after the freeze read `recovering` for as long again (a CI run).
+    """
+    grown = sum(after.get(c, 0.0) - before.get(c, 0.0) for c in TRAINING)
+    return max(0.0, min(spell_s, grown))
+
+
 def rebook_freezes(seconds: Mapping[str, float], frozen_s: float, frozen_reduced_s: float,
                    equivalent: float = 0.0) -> tuple[dict[str, float], float]:
     """`rebook_frozen` of `frozen_s` seconds of freezes, `frozen_reduced_s` of them booked `reduced` (frozen on

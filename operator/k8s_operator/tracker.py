@@ -90,7 +90,8 @@ class Freeze:
     Attributes:
       ended_at: when it answered again (Unix seconds: its identity across passes and operator restarts,
         `counterBase.frozenUntil`).
-      seconds: from its last answer before the spell to the answer that ended it.
+      seconds: from its last answer before the spell to the answer that ended it, at most what its ledger
+        booked as training meanwhile (`controller_watch.freeze_training_s`).
       booked_as: the category its ledger booked them in (`controller_watch.freeze_booked_as`): productive or reduced.
     """
 
@@ -405,7 +406,10 @@ class JobTracker:
             return
         booked = controller_watch.freeze_booked_as(last.phase, last.goodput is not None, len(last.active_slices),
                                                    last.desired_slices)
-        if booked is not None:
+        if booked is not None and self.last_status is not None:  # (`last_status`: the answer that ended it)
+            seconds = controller_watch.freeze_training_s(last.goodput_seconds, self.last_status.goodput_seconds,
+                                                         seconds)
+        if booked is not None and seconds > 0:
             self.freezes.append(Freeze(round(time.time(), 3), round(seconds, 3), booked))
             _logger.info("controller was frozen %.0f s while training: booked recovering, not %s", seconds, booked,
                          extra={"job": self.name, "controller_uid": self.controller_uid})

@@ -255,14 +255,15 @@ def test_a_controller_that_never_answered_is_starting_not_unresponsive():
 class _TrainingClient(FakeClient):
     """A controller that answers as training (`phase`, on `active` of 2 slices, a step completed), or times out."""
 
-    phase, active = "Running", [0, 1]
+    phase, active, answers = "Running", [0, 1], 0
 
     def status(self, after=None, wait_s=0.0):
         if self.down:
             raise ControlApiError("GET /v1/status: timed out")
+        self.answers += 1  # (its clock ran on through a freeze: each answer's ledger booked 100 s more training)
         return ControllerStatus(phase=self.phase, step=3, total_steps=9, desired_slices=2, min_slices=1,
                                 active_slices=self.active, inactive_slices=[], slices=[], pid=1, goodput=0.9,
-                                goodput_seconds={"productive": 9.0, "starting": 1.0})
+                                goodput_seconds={"productive": 9.0 + 100 * self.answers, "starting": 1.0})
 
 
 def test_a_freeze_past_the_grace_that_ends_in_an_answer_is_recorded_once_with_the_category_it_was_booked_in(
@@ -301,3 +302,20 @@ def test_a_freeze_past_the_grace_that_ends_in_an_answer_is_recorded_once_with_th
     assert len(t.freezes) == 2
     t.set_controller(_ctrl("u2"))  # another controller: its own freezes only
     assert t.freezes == []
+
+
+def test_a_freeze_the_controllers_own_ledger_booked_as_a_stall_is_not_re_booked_again():
+    """A CI run: the controller SIGSTOPped while its loop was outside the slices' step; once it ran again its
+    stall notice booked the frozen seconds `stalled`, and the whole freeze was re-booked `recovering` from the
+    training before and after it as well (productive read 0 for as long again). Only the training seconds its
+    ledger booked meanwhile are re-booked."""
+    import pytest
+
+    from elastic_jax.supervision import controller_watch
+
+    before = {"productive": 0.4, "starting": 3.0}
+    assert controller_watch.freeze_training_s(before, {"productive": 0.4, "stalled": 29.0, "starting": 3.0},
+                                              29.0) == 0.0
+    assert controller_watch.freeze_training_s(before, {"productive": 29.9, "starting": 3.0}, 29.0) == 29.0
+    assert controller_watch.freeze_training_s(before, {"productive": 10.4, "reduced": 5.0, "stalled": 14.0},
+                                              29.0) == pytest.approx(15.0)
