@@ -75,6 +75,19 @@ def _thaw(pids: list[int]) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
+def _step_while_frozen(backend: CpuBackend, params, workers, frozen_s: float) -> float:
+    """One step's seconds with every worker frozen (SIGSTOP) from its dispatch for `frozen_s`, then thawed."""
+    pids = [w.popen.pid for w in workers]
+    _frozen(pids)
+    thaw = threading.Timer(frozen_s, _thaw, (pids,))
+    thaw.start()
+    try:
+        return _step_seconds(backend, params, 1)
+    finally:
+        thaw.cancel()
+        _thaw(pids)
+
+
 def test_every_slice_slower_than_the_deadline_marks_none_down_and_names_the_field(two_slices):
     workers, slices, backend = two_slices
     params = {"x": np.eye(256, dtype=np.float32)}
@@ -84,15 +97,7 @@ def test_every_slice_slower_than_the_deadline_marks_none_down_and_names_the_fiel
     # none answering, and both answer once thawed, well inside the 8 s (4x) the run may wait. (A step made
     # genuinely longer by its size was load-fragile: under load one worker finished inside the deadline and
     # the other's miss was, rightly, a hang.)
-    pids = [w.popen.pid for w in workers]
-    _frozen(pids)
-    thaw = threading.Timer(3.0, _thaw, (pids,))
-    thaw.start()
-    try:
-        seconds = _step_seconds(backend, params, 1)
-    finally:
-        thaw.cancel()
-        _thaw(pids)
+    seconds = _step_while_frozen(backend, params, workers, 3.0)
     assert seconds > backend.configured_step_deadline_s
     assert slices.active == {0, 1}  # no slice marked down
     assert all(w.popen.poll() is None for w in workers)
@@ -115,15 +120,7 @@ def test_a_deadline_far_below_the_step_time_extends_up_to_the_first_step_deadlin
     backend.step_deadline_s = backend.configured_step_deadline_s = 0.001
     backend.first_step_deadline_s = 20.0
     assert backend.extensions_allowed() == 15  # 0.001 * 2**15 = 32.8 s >= 20 s
-    pids = [w.popen.pid for w in workers]
-    _frozen(pids)  # a step of ~1 s, whatever the load: 1000x the deadline
-    thaw = threading.Timer(1.0, _thaw, (pids,))
-    thaw.start()
-    try:
-        seconds = _step_seconds(backend, params, 1)
-    finally:
-        thaw.cancel()
-        _thaw(pids)
+    seconds = _step_while_frozen(backend, params, workers, 1.0)  # ~1 s, whatever the load: 1000x the deadline
     assert slices.active == {0, 1} and all(w.popen.poll() is None for w in workers)
     [warning] = backend.setting_warnings
     assert "(0.001 s) is shorter than a step" in warning, warning
