@@ -272,8 +272,8 @@ class CounterBase(_Model):
     frozen_seconds: float = Field(
         default=0.0, ge=0, description="Seconds the live controller pod was frozen (it ran but did not answer for "
                                        "longer than the ControllerUnresponsive grace, then answered again) while "
-                                       "training: its own ledger booked them as training; `goodput` books them "
-                                       "`recovering`.")
+                                       "training, as far as its own ledger booked them as training (not what it "
+                                       "booked `stalled` itself); `goodput` books them `recovering`.")
     frozen_reduced_seconds: float = Field(
         default=0.0, ge=0, description="Of `frozenSeconds`, those frozen while it trained on fewer slices than "
                                        "desired (its ledger booked them `reduced`).")
