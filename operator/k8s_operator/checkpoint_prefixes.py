@@ -117,15 +117,10 @@ class CheckpointPrefixes:
                     f"{', '.join(prefixes)} ({_SETTING})")
 
 
-POLICY = CheckpointPrefixes()
-
-
-def configure(text: str | None) -> CheckpointPrefixes:
-    """Sets the operator's `POLICY` from the flag's text (blank: no restriction) and returns it.
+def from_flags(text: str | None) -> CheckpointPrefixes:
+    """The prefixes of the flag's text (blank: no restriction), for `admin_policies.AdminPolicies`.
 
     Raises:
       ValueError: a bad template (`parse_templates`).
     """
-    global POLICY
-    POLICY = CheckpointPrefixes(parse_templates(text))
-    return POLICY
+    return CheckpointPrefixes(parse_templates(text))

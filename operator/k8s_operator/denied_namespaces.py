@@ -53,11 +53,6 @@ class DeniedNamespaces:
                 "deniedNamespaces, operator flag --denied-namespaces); create the job in a tenant namespace")
 
 
-POLICY = DeniedNamespaces()
-
-
-def configure(text: str | None) -> DeniedNamespaces:
-    """Sets the operator's `POLICY` from the flag's text (None: `DEFAULT`; blank: none denied) and returns it."""
-    global POLICY
-    POLICY = DeniedNamespaces(DEFAULT if text is None else parse_names(text))
-    return POLICY
+def from_flags(text: str | None) -> DeniedNamespaces:
+    """The deny list of the flag's text (None: `DEFAULT`; blank: none denied), for `admin_policies.AdminPolicies`."""
+    return DeniedNamespaces(DEFAULT if text is None else parse_names(text))

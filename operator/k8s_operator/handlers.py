@@ -124,10 +124,11 @@ async def node_event(memo, unready_nodes=None, **_):
 
 
 @kopf.on.create(*JOBS)
-def job_created(body, spec, status, meta, patch, **_):
-    """Validates the spec; a bad one ends the job Failed with the field named (no retries)."""
+def job_created(body, spec, status, meta, patch, memo, **_):
+    """Validates the spec (and the admin's policies, `OperatorState.policies`); a bad one ends the job Failed with
+    the field named (no retries)."""
     try:
-        job_pass.parse_job(body)
+        job_pass.parse_job(body, operator_state.state_of(memo).policies)
     except (ManifestError, UnsupportedBackend) as e:
         message = str(e)
         job_pass.fail_spec(patch, status, meta.get("generation", 0), message, body)

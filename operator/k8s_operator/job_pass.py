@@ -31,9 +31,8 @@ from elastic_jax.api.manifest_digest import ManifestDigestMismatch, manifest_dig
 from elastic_jax.api.status import (COND_STATUS_WRITE_REFUSED, REASON_STATUS_VALUES_DROPPED,
                                     REASON_STATUS_WRITE_REFUSED, REASON_STATUS_WRITTEN, ElasticTrainingJobStatus,
                                     SliceStatusEntry)
-from elastic_jax.k8s_operator import (backends, checkpoint_prefixes, children, claims, counters, denied_namespaces,
-                                      effects, incarnation, invalid_spec_events, metrics, names, pod_fields,
-                                      service_accounts, status_write, steps_lost, tokens)
+from elastic_jax.k8s_operator import (admin_policies, backends, children, claims, counters, effects, incarnation,
+                                      invalid_spec_events, metrics, names, status_write, steps_lost, tokens)
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.conditions import get_condition, now_rfc3339, set_condition
@@ -74,14 +73,18 @@ def event_sink(ref: dict[str, Any]):
     return post
 
 
-def parse_job(body: Any) -> job_api.ElasticTrainingJob:
-    """Validates the live object with the pydantic models.
+def parse_job(body: Any, policies: admin_policies.AdminPolicies) -> job_api.ElasticTrainingJob:
+    """Validates the live object with the pydantic models, then against the admin's `policies`.
+
+    Args:
+      body: the job object as the API server returned it.
+      policies: the admin's lists (`OperatorState.policies`).
 
     Raises:
       ManifestError: the spec is invalid (message names the field).
       UnsupportedBackend: no renderer for spec.backend, or one it cannot render (e.g. an unknown TPU), or
-        a spec.controller.serviceAccountName (or its token), priority class, toleration or image pull
-        Secret the admin did not allow (`service_accounts`, `pod_fields`).
+        a denied namespace, a spec.controller.serviceAccountName (or its token), priority class, toleration,
+        image pull Secret, cache claim or gs:// location the admin did not allow (`admin_policies.REFUSALS`).
     """
     meta = body["metadata"]
     data = {"apiVersion": body.get("apiVersion", job_api.API_VERSION), "kind": job_api.KIND,
@@ -93,28 +96,10 @@ def parse_job(body: Any) -> job_api.ElasticTrainingJob:
     # (no source prefix: every message already names its field, spec.… or metadata.…)
     job = backends.resolve(parse_manifest(data, ""))
     try:
-        admin_check(job, body["metadata"].get("namespace") or "default")
-    except ADMIN_REFUSALS as e:
+        policies.check(job, body["metadata"].get("namespace") or "default")
+    except admin_policies.REFUSALS as e:
         raise UnsupportedBackend(str(e)) from None
     return job
-
-
-# What `admin_check` raises: a refusal by one of the cluster admin's lists, naming the field and the setting.
-ADMIN_REFUSALS = (denied_namespaces.NamespaceDenied, service_accounts.ServiceAccountRefused, pod_fields.PodFieldRefused,
-                  checkpoint_prefixes.CheckpointPrefixRefused)
-
-
-def admin_check(job: job_api.ElasticTrainingJob, namespace: str) -> None:
-    """The cluster admin's lists: denied namespaces, then ServiceAccount, priority class, tolerations, image pull
-    Secrets, cache claims, then the allowed gs:// prefixes.
-
-    Raises:
-      one of `ADMIN_REFUSALS`: naming the field (or the namespace) and the setting.
-    """
-    denied_namespaces.POLICY.check(namespace)
-    service_accounts.POLICY.check(job, namespace)
-    pod_fields.POLICY.check(job, namespace)
-    checkpoint_prefixes.POLICY.check(job, namespace)
 
 
 def patch_status(patch: Any, **fields: Any) -> None:
@@ -208,8 +193,8 @@ def _applied_job(state: OperatorState, key, job: job_api.ElasticTrainingJob, uid
                 if recorded_digest and manifest_digest(applied) != recorded_digest:
                     raise ManifestDigestMismatch(f"its digest is not status.manifestSha256 {recorded_digest[:16]}...: "
                                                  "it was changed after the job was created")
-                admin_check(applied, key[0])
-            except (*ADMIN_REFUSALS, ManifestDigestMismatch) as e:
+                state.policies.check(applied, key[0])
+            except (*admin_policies.REFUSALS, ManifestDigestMismatch) as e:
                 _logger.warning("ignoring the manifest ConfigMap of %s/%s: %s", key[0], key[1], e)
                 applied = None
             except (ManifestError, yaml.YAMLError):
@@ -301,7 +286,7 @@ def reconcile_pass(body, spec, status, meta, namespace, name, patch, memo, job_p
     if not _claimed(state, body, namespace, name):
         return
     try:
-        live = parse_job(body)
+        live = parse_job(body, state.policies)
     except (ManifestError, UnsupportedBackend) as e:
         if status.get("phase") != "Failed":
             fail_spec(patch, status, generation, str(e), body)

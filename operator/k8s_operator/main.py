@@ -27,7 +27,8 @@ from prometheus_client import start_http_server
 from elastic_jax import contract
 from elastic_jax.api import labels
 from elastic_jax.api.job import GROUP
-from elastic_jax.k8s_operator import deep_objects
+from elastic_jax.k8s_operator import checkpoint_prefixes, deep_objects, denied_namespaces, pod_fields, service_accounts
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
 from elastic_jax.logs import FORMATS, log_format
@@ -354,25 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before kopf's threads start: any object the API server stores must be readable (`deep_objects`).
     stack_problems = deep_objects.prepare()
     cpu_listen.LISTEN_ADDRESS = cpu_listen.LISTEN_ADDRESSES[args.pod_listen_address]
-    from elastic_jax.k8s_operator import service_accounts
-    try:
-        service_accounts.configure(args.allowed_service_accounts, args.allowed_token_service_accounts)
-    except ValueError as e:
-        parser.error(f"--allowed-service-accounts / --allowed-token-service-accounts: {e}")
-    from elastic_jax.k8s_operator import pod_fields
-    try:
-        pod_fields.configure(args.allowed_priority_classes, args.allowed_toleration_keys,
-                             args.allowed_image_pull_secrets, args.allowed_compilation_cache_claims)
-    except ValueError as e:
-        parser.error(f"--allowed-image-pull-secrets / --allowed-compilation-cache-claims: {e}")
-
-    from elastic_jax.k8s_operator import denied_namespaces
-    denied_namespaces.configure(args.denied_namespaces)
-    from elastic_jax.k8s_operator import checkpoint_prefixes
-    try:
-        checkpoint_prefixes.configure(args.checkpoint_prefixes)
-    except ValueError as e:
-        parser.error(f"--checkpoint-prefixes: {e}")
+    policies = _admin_policies(parser, args)
     from elastic_jax.k8s_operator import network_policies
     try:
         control_api_from = network_policies.parse_peers(args.control_api_from)
@@ -421,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     state = operator_state.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
-                                   controller_threads=True, control_api_from=control_api_from)
+                                         controller_threads=True, control_api_from=control_api_from,
+                                         policies=policies)
     # The daemons' passes: their own threads, as many as kopf's (the daemons themselves are async: a quiet
     # pass is skipped on the event loop).
     state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,
@@ -449,6 +433,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0  # (not reached)
 
 
+
+
+def _admin_policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -> AdminPolicies:
+    """The admin's policies from the flags (`admin_policies`), or a usage error naming the flag (exit 2).
+
+    Raises:
+      SystemExit: through `parser.error`, at the first list that does not parse (in the flags' order).
+    """
+    try:
+        accounts = service_accounts.from_flags(args.allowed_service_accounts, args.allowed_token_service_accounts)
+    except ValueError as e:
+        parser.error(f"--allowed-service-accounts / --allowed-token-service-accounts: {e}")
+    try:
+        fields = pod_fields.from_flags(args.allowed_priority_classes, args.allowed_toleration_keys,
+                                       args.allowed_image_pull_secrets, args.allowed_compilation_cache_claims)
+    except ValueError as e:
+        parser.error(f"--allowed-image-pull-secrets / --allowed-compilation-cache-claims: {e}")
+    try:
+        prefixes = checkpoint_prefixes.from_flags(args.checkpoint_prefixes)
+    except ValueError as e:
+        parser.error(f"--checkpoint-prefixes: {e}")
+    return AdminPolicies(denied_namespaces=denied_namespaces.from_flags(args.denied_namespaces),
+                         service_accounts=accounts, pod_fields=fields, checkpoint_prefixes=prefixes)
 
 
 def _fixed_priority_problem(peering: str, namespaces: list[str], priority: int) -> str | None:

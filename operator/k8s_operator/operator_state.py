@@ -1,5 +1,5 @@
 """What the operator's handlers share through kopf's memo: `OperatorState` (the API client, the operator
-key, the jobs' `JobState`s, the pass threads, kopf's settings)."""
+key, the admin's policies, the jobs' `JobState`s, the pass threads, kopf's settings)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import kopf
 
 from elastic_jax import contract
 from elastic_jax.k8s_operator import tokens
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.k8s_operator.job_state import Jobs
 from elastic_jax.k8s_operator.kube import Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
@@ -36,6 +37,8 @@ class OperatorState:
         on a kopf handler thread (what the operator runs); False runs it in the handler (unit tests).
       control_api_from: NetworkPolicyPeers allowed to each job's control API (`--control-api-from`): each
         job gets its NetworkPolicies (`network_policies`); None: none are created.
+      policies: the admin's lists every job is checked against (`admin_policies`; main builds them from its
+        flags); None: the defaults.
 
     Raises:
       tokens.OperatorKeyError: the key file is unreadable or too short.
@@ -43,8 +46,10 @@ class OperatorState:
 
     def __init__(self, kube: Kube | None = None, key: bytes | None = None,
                  node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY,
-                 controller_threads: bool = False, control_api_from: list[dict] | None = None):
+                 controller_threads: bool = False, control_api_from: list[dict] | None = None,
+                 policies: AdminPolicies | None = None):
         self._kube = kube
+        self.policies = policies if policies is not None else AdminPolicies()
         # NetworkPolicyPeers allowed to every job's control API (`network_policies`); None: no policies.
         self.control_api_from = control_api_from
         self.controller_threads = controller_threads

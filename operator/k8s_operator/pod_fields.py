@@ -122,18 +122,12 @@ def _check_namespaced(allowed: frozenset[tuple[str, str]], namespace: str, name:
             f"--allowed-{_FLAGS[value]})")
 
 
-# Set once by `main` from its flags; the handlers read it. Default: the safe lists above.
-POLICY = PodFieldsPolicy()
-
-
-def configure(priority_classes: str | None, toleration_keys: str | None, pull_secrets: str | None,
-              cache_claims: str | None = None) -> PodFieldsPolicy:
-    """Sets the operator's `POLICY` from the flags' text and returns it.
+def from_flags(priority_classes: str | None, toleration_keys: str | None, pull_secrets: str | None,
+               cache_claims: str | None = None) -> PodFieldsPolicy:
+    """The allow lists of the flags' text (blank: the safe defaults above), for `admin_policies.AdminPolicies`.
 
     Raises:
       ValueError: a pull Secret or cache claim entry that is not `namespace/name`.
     """
-    global POLICY
-    POLICY = PodFieldsPolicy(parse_names(priority_classes), parse_names(toleration_keys),
-                             parse_namespaced(pull_secrets, any_name=True), parse_namespaced(cache_claims, any_name=True))
-    return POLICY
+    return PodFieldsPolicy(parse_names(priority_classes), parse_names(toleration_keys),
+                           parse_namespaced(pull_secrets, any_name=True), parse_namespaced(cache_claims, any_name=True))

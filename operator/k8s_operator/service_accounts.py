@@ -68,17 +68,12 @@ class ServiceAccountPolicy:
                 "Workload Identity does not need the token")
 
 
-# Set once by `main` from its flags; the handlers read it. Empty: no job may name a ServiceAccount.
-POLICY = ServiceAccountPolicy()
-
-
-def configure(allowed: str | None, token_allowed: str | None) -> ServiceAccountPolicy:
-    """Sets the operator's `POLICY` from the flags' text and returns it.
+def from_flags(allowed: str | None, token_allowed: str | None) -> ServiceAccountPolicy:
+    """The allow list of the flags' text (blank: no job may name a ServiceAccount), for
+    `admin_policies.AdminPolicies`.
 
     Raises:
       ValueError: an entry that is not `namespace/name`.
     """
-    global POLICY
-    POLICY = ServiceAccountPolicy(parse_namespaced(allowed, any_name=False),
-                                  parse_namespaced(token_allowed, any_name=False))
-    return POLICY
+    return ServiceAccountPolicy(parse_namespaced(allowed, any_name=False),
+                                parse_namespaced(token_allowed, any_name=False))

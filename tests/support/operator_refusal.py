@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from elastic_jax.k8s_operator import handlers
+from elastic_jax.k8s_operator import handlers, operator_state
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 
 
 class _Patch:
@@ -16,8 +17,10 @@ class _Patch:
         self.status: dict[str, Any] = {}
 
 
-def refused_at_create(monkeypatch, body: dict[str, Any], match: str) -> tuple[dict[str, Any], dict[str, Any], list]:
-    """Runs `handlers.job_created` on `body`, which must be refused (kopf.PermanentError matching `match`).
+def refused_at_create(monkeypatch, body: dict[str, Any], match: str,
+                      policies: AdminPolicies | None = None) -> tuple[dict[str, Any], dict[str, Any], list]:
+    """Runs `handlers.job_created` on `body`, which must be refused (kopf.PermanentError matching `match`), by an
+    operator with the admin's `policies` (None: the defaults).
 
     Returns:
       (the status patch, its `Failed` condition, the Events posted as (type, reason, message)).
@@ -27,6 +30,7 @@ def refused_at_create(monkeypatch, body: dict[str, Any], match: str) -> tuple[di
                         lambda ref, type, reason, message: events.append((type, reason, message)))
     patch = _Patch()
     with pytest.raises(handlers.kopf.PermanentError, match=match):
-        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch)
+        handlers.job_created(body=body, spec=body["spec"], status={}, meta={"generation": 1}, patch=patch,
+                             memo={"elasticjax": operator_state.OperatorState(key=b"k" * 32, policies=policies)})
     (cond,) = [c for c in patch.status["conditions"] if c["type"] == "Failed"]
     return patch.status, cond, events

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from elastic_jax.k8s_operator import checkpoint_prefixes, job_pass
-
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.k8s_operator.checkpoint_prefixes import CheckpointPrefixes, CheckpointPrefixRefused, parse_templates
 from tests.support.operator_refusal import refused_at_create
 from tests.unit.test_pod_fields import _body, _job
@@ -92,21 +92,19 @@ def test_a_bad_template_is_refused_in_the_words_of_the_charts_schema():
 
 
 def test_the_flag_sets_the_policy():
-    try:
-        assert checkpoint_prefixes.configure("gs://a/{namespace}/, gs://b").templates == ("gs://a/{namespace}/", "gs://b")
-        assert checkpoint_prefixes.configure("").templates == ()
-    finally:
-        checkpoint_prefixes.configure("")
+    assert checkpoint_prefixes.from_flags("gs://a/{namespace}/, gs://b").templates == ("gs://a/{namespace}/", "gs://b")
+    assert checkpoint_prefixes.from_flags("") == CheckpointPrefixes()
 
 
 def test_the_operator_fails_a_job_outside_its_prefixes_with_a_condition_and_an_event(monkeypatch):
-    monkeypatch.setattr(checkpoint_prefixes, "POLICY", PER_NAMESPACE)
+    policies = AdminPolicies(checkpoint_prefixes=PER_NAMESPACE)
     body = _body("ns-a", checkpoint={"uri": "gs://ml-ckpt/ns-a-evil/ck"})
     body["metadata"]["uid"] = "u-ck"
-    status, cond, events = refused_at_create(monkeypatch, body, "checkpointPrefixes")
+    status, cond, events = refused_at_create(monkeypatch, body, "checkpointPrefixes", policies)
     assert status["phase"] == "Failed" and cond["reason"] == "InvalidSpec"
     assert "spec.checkpoint.uri 'gs://ml-ckpt/ns-a-evil/ck' is outside" in cond["message"]
     assert "gs://ml-ckpt/ns-a/" in cond["message"]
     assert events == [("Warning", "InvalidSpec", cond["message"])]
     # inside: accepted
-    assert job_pass.parse_job(_body("ns-a", checkpoint={"uri": "gs://ml-ckpt/ns-a/ck"})).metadata.name == "pf-job"
+    assert job_pass.parse_job(_body("ns-a", checkpoint={"uri": "gs://ml-ckpt/ns-a/ck"}),
+                              policies).metadata.name == "pf-job"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from elastic_jax.k8s_operator import denied_namespaces, job_pass
-
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.denied_namespaces import DEFAULT, DeniedNamespaces, NamespaceDenied
 from tests.support.operator_refusal import refused_at_create
@@ -37,19 +37,16 @@ def test_the_deny_list(names, namespace, denied):
 
 
 def test_the_flag_sets_the_list_and_none_keeps_the_default():
-    try:
-        assert denied_namespaces.configure(None).names == DEFAULT
-        assert denied_namespaces.configure("kube-system, ops").names == {"kube-system", "ops"}
-        assert denied_namespaces.configure("").names == frozenset()
-    finally:
-        denied_namespaces.configure(None)
+    assert denied_namespaces.from_flags(None).names == DEFAULT
+    assert denied_namespaces.from_flags("kube-system, ops").names == {"kube-system", "ops"}
+    assert denied_namespaces.from_flags("").names == frozenset()
 
 
 def test_the_operator_denies_kube_system_by_default_through_parse_job():
-    assert denied_namespaces.POLICY == DeniedNamespaces()
+    assert AdminPolicies().denied_namespaces == DeniedNamespaces() == denied_namespaces.from_flags(None)
     with pytest.raises(UnsupportedBackend, match="metadata.namespace 'kube-system' is denied"):
-        job_pass.parse_job(_body("kube-system"))
-    assert job_pass.parse_job(_body("ml")).metadata.name == "pf-job"
+        job_pass.parse_job(_body("kube-system"), AdminPolicies())
+    assert job_pass.parse_job(_body("ml"), AdminPolicies()).metadata.name == "pf-job"
 
 
 def test_a_job_in_a_denied_namespace_fails_with_a_condition_and_an_event(monkeypatch):

@@ -17,6 +17,7 @@ from elastic_jax.api import crd, pod_rules, runtime_env
 from elastic_jax.api.manifest import ManifestError, dump_yaml, go_yaml_scalar, parse_manifest, safe_load_bounded
 from elastic_jax.cli import app
 from elastic_jax.k8s_operator import handlers, incarnation, job_pass, operator_state
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.api import tpu_shapes
 from elastic_jax.k8s_operator.kube import ChildRefused
 from elastic_jax.k8s_operator.slices import jobset_view, pod_view
@@ -155,7 +156,7 @@ def test_the_operators_refusal_says_spec_once():
     body["metadata"].update(namespace="ns", uid="u1")
     body["spec"]["controller"] = {"env": [{"name": "POD_IP", "value": "x"}]}
     with pytest.raises(ManifestError) as e:
-        job_pass.parse_job(body)
+        job_pass.parse_job(body, AdminPolicies())
     assert str(e.value).startswith("spec.controller.env[0].name: POD_IP is set by the operator"), str(e.value)
     # the CLI keeps its file name as the first word
     with pytest.raises(ManifestError) as e:
@@ -377,7 +378,8 @@ def test_one_refusal_posts_one_invalid_spec_event_whichever_handler_sees_it_firs
 
     def both_paths(body):
         with pytest.raises(kopf.PermanentError, match="spec.compilationCache"):
-            handlers.job_created(body=body, spec=body["spec"], status={}, meta=body["metadata"], patch=_Patch())
+            handlers.job_created(body=body, spec=body["spec"], status={}, meta=body["metadata"], patch=_Patch(),
+                                 memo={"elasticjax": state})
         for _ in range(2):  # the status the passes read is not Failed yet
             job_pass.reconcile_pass(body=body, spec=body["spec"], status={}, meta=body["metadata"], namespace="ns",
                                    name="j", patch=_Patch(), memo={"elasticjax": state}, job_pods={}, job_jobsets={})

@@ -56,6 +56,27 @@ def _parsed(*_, **__):
     raise AssertionError("the arguments were accepted")
 
 
+def test_the_policy_flags_become_the_operators_one_admin_policies_value(monkeypatch):
+    """main builds one `AdminPolicies` from the flags (no module global), which the `OperatorState` holds."""
+    from elastic_jax.k8s_operator.admin_policies import AdminPolicies
+
+    built: list[AdminPolicies] = []
+    parse = operator_main._admin_policies
+    monkeypatch.setattr(operator_main, "_admin_policies", lambda parser, args: built.append(parse(parser, args))
+                        or built[-1])
+    monkeypatch.setattr(kopf, "configure", _parsed)  # (stop right after the flags: nothing of kopf runs)
+    with pytest.raises(AssertionError, match="accepted"):
+        operator_main.main(["--metrics-port", "0", "--denied-namespaces", "ops", "--allowed-service-accounts",
+                            "ml/trainer", "--allowed-priority-classes", "low", "--checkpoint-prefixes",
+                            "gs://ck/{namespace}/", "--allowed-image-pull-secrets", "ml/*"])
+    (policies,) = built
+    assert policies.denied_namespaces.names == {"ops"}
+    assert policies.service_accounts.allowed == {("ml", "trainer")}
+    assert policies.pod_fields.priority_classes == {"low"} and policies.pod_fields.pull_secrets == {("ml", "*")}
+    assert policies.checkpoint_prefixes.templates == ("gs://ck/{namespace}/",)
+    assert AdminPolicies() != policies  # (and the defaults stay the defaults: nothing was set globally)
+
+
 def test_the_operators_usage_error_is_exit_2_without_a_traceback_from_its_console_script():
     """The one real process of the usage errors above (in-process, from `main`): the installed command."""
     env = {**os.environ, contract.ENV_NODE_LOST_SECONDS: "nan"}

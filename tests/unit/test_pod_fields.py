@@ -10,6 +10,7 @@ import pytest
 from elastic_jax.api import labels as lbl
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator import children, job_pass, operator_state, pod_fields
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.k8s_operator.backends import UnsupportedBackend
 from elastic_jax.k8s_operator.pod_fields import PodFieldRefused, PodFieldsPolicy, parse_names
 from elastic_jax.k8s_operator.allow_lists import parse_namespaced
@@ -100,19 +101,17 @@ def test_a_star_allows_any_value():
         anything.check(_job("other", imagePullSecrets=[{"name": "any"}]), "other")
 
 
-def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
-    monkeypatch.setattr(pod_fields, "POLICY", POLICY)
-    assert job_pass.parse_job(_body(priorityClassName="training-low")).spec.priority_class_name == "training-low"
+def test_the_operator_fails_the_job_through_parse_job():
+    assert job_pass.parse_job(_body(priorityClassName="training-low"),
+                              AdminPolicies(pod_fields=POLICY)).spec.priority_class_name == "training-low"
     # The operator's default allows none of them.
-    monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
     for spec in ({"priorityClassName": "training-low"}, {"imagePullSecrets": [{"name": "registry"}]},
                  {"worker": {"tolerations": [{"key": "ml-pool", "operator": "Exists"}]}}):
         with pytest.raises(UnsupportedBackend, match="is not allowed"):
-            job_pass.parse_job(_body(**spec))
+            job_pass.parse_job(_body(**spec), AdminPolicies())
 
 
 def test_a_refused_job_is_failed_with_a_condition_and_an_event_and_nothing_is_created(monkeypatch):
-    monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
     body = _body(priorityClassName="system-node-critical")
     body["metadata"]["uid"] = "u1"
     status, cond, events = refused_at_create(monkeypatch, body, "spec.priorityClassName")
@@ -121,8 +120,7 @@ def test_a_refused_job_is_failed_with_a_condition_and_an_event_and_nothing_is_cr
     assert events == [("Warning", "InvalidSpec", cond["message"])]
 
 
-def test_a_tampered_manifest_configmap_cannot_bring_in_a_priority_class(monkeypatch):
-    monkeypatch.setattr(pod_fields, "POLICY", PodFieldsPolicy())
+def test_a_tampered_manifest_configmap_cannot_bring_in_a_priority_class():
     live = _job()
     tampered = _job(priorityClassName="system-node-critical")
 
@@ -145,11 +143,9 @@ def test_the_operator_flags_reach_the_policy_and_a_bad_entry_stops_it(monkeypatc
     with pytest.raises(SystemExit) as info:
         main.main(["--allowed-image-pull-secrets", "registry", "--metrics-port", "0"])
     assert info.value.code == 2 and "--allowed-image-pull-secrets" in capsys.readouterr().err
-    policy = pod_fields.configure("a,b", "ml-pool", "ml/registry")
-    try:
-        assert policy == PodFieldsPolicy(frozenset({"a", "b"}), frozenset({"ml-pool"}), frozenset({("ml", "registry")}))
-    finally:
-        pod_fields.configure("", "", "")
+    policy = pod_fields.from_flags("a,b", "ml-pool", "ml/registry")
+    assert policy == PodFieldsPolicy(frozenset({"a", "b"}), frozenset({"ml-pool"}), frozenset({("ml", "registry")}))
+    assert pod_fields.from_flags("", "", "") == PodFieldsPolicy()  # (no flag: the defaults)
 
 
 CACHE = {"persistentVolumeClaim": {"claimName": "xla-cache"}}
@@ -177,10 +173,7 @@ def test_the_cache_claims_flag_reaches_the_policy_and_a_bad_entry_stops_the_oper
     with pytest.raises(SystemExit) as info:
         main.main(["--allowed-compilation-cache-claims", "xla-cache", "--metrics-port", "0"])
     assert info.value.code == 2 and "--allowed-compilation-cache-claims" in capsys.readouterr().err
-    policy = pod_fields.configure("", "", "", "ml/xla-cache, ml2/*")
+    policy = pod_fields.from_flags("", "", "", "ml/xla-cache, ml2/*")
     assert policy.cache_claims == {("ml", "xla-cache"), ("ml2", "*")}
-    try:
-        with pytest.raises(ValueError, match="'xla-cache' is not namespace/name"):
-            pod_fields.configure("", "", "", "xla-cache")
-    finally:
-        pod_fields.configure("", "", "")
+    with pytest.raises(ValueError, match="'xla-cache' is not namespace/name"):
+        pod_fields.from_flags("", "", "", "xla-cache")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import handlers, job_pass, operator_state, service_accounts
+from elastic_jax.k8s_operator import handlers, job_pass, operator_state
+from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 from elastic_jax.k8s_operator.service_accounts import ServiceAccountPolicy, ServiceAccountRefused
 from elastic_jax.k8s_operator.allow_lists import parse_namespaced
@@ -25,6 +26,7 @@ def _job(namespace="ml", **controller):
 
 POLICY = ServiceAccountPolicy(allowed=parse_namespaced("ml/trainer", any_name=False),
                               token_allowed=parse_namespaced("ml/api-user", any_name=False))
+POLICIES = AdminPolicies(service_accounts=POLICY)
 
 
 def test_no_service_account_is_always_fine_and_gets_no_token():
@@ -62,15 +64,14 @@ def test_anything_the_admin_did_not_allow_is_refused_naming_the_field(namespace,
     assert_names_the_operator_flag(str(info.value))
 
 
-def test_the_operator_fails_the_job_through_parse_job(monkeypatch):
-    monkeypatch.setattr(service_accounts, "POLICY", POLICY)
-    assert job_pass.parse_job(_body(serviceAccountName="trainer")).spec.controller.service_account_name == "trainer"
+def test_the_operator_fails_the_job_through_parse_job():
+    assert job_pass.parse_job(_body(serviceAccountName="trainer"),
+                              POLICIES).spec.controller.service_account_name == "trainer"
     with pytest.raises(UnsupportedBackend, match="spec.controller.serviceAccountName 'admin' is not allowed"):
-        job_pass.parse_job(_body(serviceAccountName="admin"))
+        job_pass.parse_job(_body(serviceAccountName="admin"), POLICIES)
     # The operator's default policy allows nothing.
-    monkeypatch.setattr(service_accounts, "POLICY", ServiceAccountPolicy())
     with pytest.raises(UnsupportedBackend, match="not allowed in namespace ml"):
-        job_pass.parse_job(_body(serviceAccountName="trainer"))
+        job_pass.parse_job(_body(serviceAccountName="trainer"), AdminPolicies())
 
 
 @pytest.mark.parametrize("text", ["trainer", "ml/", "/trainer", "a/b/c", "*/trainer", "ml/*"])
@@ -94,19 +95,18 @@ def test_the_namespace_is_the_objects_not_the_manifests():
         POLICY.check(job, "tenant")
 
 
-def test_a_tampered_manifest_configmap_cannot_bring_in_an_account(monkeypatch):
+def test_a_tampered_manifest_configmap_cannot_bring_in_an_account():
     """The operator renders from the ConfigMap copy of the spec after a restart; a tenant who may edit
     ConfigMaps must not slip a ServiceAccount past the admin's rule that way."""
     import yaml
 
-    monkeypatch.setattr(service_accounts, "POLICY", POLICY)
-    live = job_pass.parse_job(_body())
+    live = job_pass.parse_job(_body(), POLICIES)
     tampered = _body("ml", serviceAccountName="admin")
 
     class Kube:
         def read_manifest(self, namespace, configmap, owner_uid):
             return yaml.safe_dump(tampered)
-    state = operator_state.OperatorState(kube=Kube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=Kube(), key=b"k" * 32, policies=POLICIES)
     applied = job_pass._applied_job(state, ("ml", "sa-job"), live, "uid-1")
     assert applied.spec.controller.service_account_name is None  # the live spec, which passed the check
 
@@ -116,7 +116,6 @@ def test_a_refused_account_is_a_failed_condition_and_one_warning_event(monkeypat
 
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    monkeypatch.setattr(service_accounts, "POLICY", POLICY)
     body = _body(serviceAccountName="admin")
     body["metadata"].update({"uid": "u1", "generation": 1})
 
@@ -125,7 +124,8 @@ def test_a_refused_account_is_a_failed_condition_and_one_warning_event(monkeypat
     patch = Patch()
     patch.status = {}
     with pytest.raises(kopf.PermanentError):
-        handlers.job_created(body=body, spec=body["spec"], status={}, meta=body["metadata"], patch=patch)
+        handlers.job_created(body=body, spec=body["spec"], status={}, meta=body["metadata"], patch=patch,
+                             memo={"elasticjax": operator_state.OperatorState(key=b"k" * 32, policies=POLICIES)})
     assert patch.status["phase"] == "Failed"
     (cond,) = patch.status["conditions"]
     assert cond["reason"] == "InvalidSpec" and "spec.controller.serviceAccountName 'admin'" in cond["message"]
