@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from elastic_jax.api.status import REASON_CONTROLLER_ANSWERING, REASON_CONTROLLER_GONE, Condition, ConditionStatus
+from elastic_jax.k8s_operator.clock import Clock, rfc3339
 
 
-def now_rfc3339() -> str:
-    """The current UTC time as Kubernetes writes it (second precision, Z suffix)."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_rfc3339(clock: Clock) -> str:
+    """`clock`'s current UTC time as Kubernetes writes it (second precision, Z suffix)."""
+    return rfc3339(clock.now())
 
 
 def set_condition(

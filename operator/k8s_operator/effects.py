@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from typing import Any, Callable, Iterable, Mapping, Union
 
 
@@ -351,7 +350,7 @@ class Applier:
             self.job.static_created.add((kind, name))
         elif effect.controller:
             out.controller_pod = name
-            self.job.created_controller = (name, time.monotonic())
+            self.job.created_controller = (name, self.job.clock.monotonic())
 
     def _create_secret(self, effect: CreateTokenSecret, out: Applied) -> None:
         name = effect.body["metadata"]["name"]

@@ -22,7 +22,6 @@ import asyncio
 import contextvars
 import functools
 import logging
-import time
 
 import kopf
 
@@ -89,7 +88,7 @@ async def worker_pod_event(namespace, labels: dict, job_pods, memo, unready_node
     never on the event loop itself (the tracker's lock may be held by a timer pass a moment), and
     the report runs on the job's `ControllerLink` thread.
     """
-    seen_at = time.monotonic()
+    seen_at = operator_state.state_of(memo).clock.monotonic()
     await asyncio.to_thread(job_pass.worker_pod_changed, namespace, labels, job_pods, memo, unready_nodes, job_jobsets,
                             seen_at)
 
@@ -127,11 +126,12 @@ async def node_event(memo, unready_nodes=None, **_):
 def job_created(body, spec, status, meta, patch, memo, **_):
     """Validates the spec (and the admin's policies, `OperatorState.policies`); a bad one ends the job Failed with
     the field named (no retries)."""
+    state = operator_state.state_of(memo)
     try:
-        job_pass.parse_job(body, operator_state.state_of(memo).policies)
+        job_pass.parse_job(body, state.policies)
     except (ManifestError, UnsupportedBackend) as e:
         message = str(e)
-        job_pass.fail_spec(patch, status, meta.get("generation", 0), message, body)
+        job_pass.fail_spec(patch, status, meta.get("generation", 0), message, body, clock=state.clock)
         raise kopf.PermanentError(message)
     job_pass.patch_status(patch, phase=status.get("phase") or "Pending")
 
@@ -167,12 +167,13 @@ async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, 
     while not stopped:
         js = state.jobs.get(key)
         js = js if js is not None and js.uid == uid else None
-        delay = wake.next_pass_delay(time.monotonic(), last_end, js.tracker.quiet_until() if js is not None else None)
+        delay = wake.next_pass_delay(state.clock.monotonic(), last_end,
+                                     js.tracker.quiet_until() if js is not None else None)
         if js is None:  # no pass made its state yet (or a newer job holds the name): nothing to wake it
             if delay > 0:
                 await stopped.wait(delay)
         elif await js.waker.wait(delay, stopped.wait()):
-            gap = wake.woken_pass_delay(time.monotonic(), last_end)
+            gap = wake.woken_pass_delay(state.clock.monotonic(), last_end)
             if gap > 0:
                 await stopped.wait(gap)
         if stopped:
@@ -199,7 +200,7 @@ async def reconcile_job(body, namespace, name, memo, stopped, resource, logger, 
             logger.error(f"reconcile pass failed with an exception and will try again in {backoff} seconds: "
                          f"{str(error) or repr(error)}", exc_info=error)
             await stopped.wait(backoff)
-        last_end = time.monotonic()
+        last_end = state.clock.monotonic()
 
 
 async def reconcile_once(body, namespace, name, memo, job_pods, job_jobsets, unready_nodes=None, **kwargs):
@@ -214,7 +215,7 @@ async def reconcile_once(body, namespace, name, memo, job_pods, job_jobsets, unr
     inputs = None
     if js is not None and js.uid == body["metadata"].get("uid"):
         inputs = job_pass.pass_inputs(body, js, job_pods, job_jobsets, unready_nodes)
-        if js.tracker.quiet(inputs, time.monotonic()):
+        if js.tracker.quiet(inputs, state.clock.monotonic()):
             metrics.RECONCILES.labels("quiet").inc()
             return
     run = functools.partial(contextvars.copy_context().run, job_pass.reconcile_pass, body=body, namespace=namespace,

@@ -15,9 +15,7 @@ once).
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import logging
-import time
 from typing import Any, Callable
 
 import kopf
@@ -35,6 +33,7 @@ from elastic_jax.k8s_operator import (admin_policies, backends, children, claims
                                       invalid_spec_events, metrics, names, status_write, steps_lost, tokens)
 from elastic_jax.k8s_operator import goodput as goodput_ledger
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
+from elastic_jax.k8s_operator.clock import Clock
 from elastic_jax.k8s_operator.conditions import get_condition, now_rfc3339, set_condition
 from elastic_jax.k8s_operator.effects import EventLog
 from elastic_jax.k8s_operator.finished import finished_phase
@@ -121,19 +120,19 @@ def status_fields(**fields: Any) -> dict[str, Any]:
     return ElasticTrainingJobStatus.model_validate(fields).to_kube()
 
 
-def fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None) -> None:
-    """The job Failed with condition reason InvalidSpec; with `body`, also one Warning Event `InvalidSpec`
-    naming the field (kopf's own "failed permanently" event is not reliable enough to promise)."""
+def fail_spec(patch: Any, status: Any, generation: int, message: str, body: Any = None, *, clock: Clock) -> None:
+    """The job Failed with condition reason InvalidSpec (its times from `clock`); with `body`, also one Warning
+    Event `InvalidSpec` naming the field (kopf's own "failed permanently" event is not reliable enough to promise)."""
     if body is not None:
         event_sink(ref_of(body))("Warning", REASON_INVALID_SPEC, message)
-    for k, v in failed_spec_fields(status, generation, message, now_rfc3339()).items():
+    for k, v in failed_spec_fields(status, generation, message, now_rfc3339(clock)).items():
         patch.status[k] = v
 
 
 def _lost_nodes(state: OperatorState, unready_nodes) -> dict[str, NodeLoss]:
     """The nodes not Ready for longer than the operator's bound, by name ({} when off or none)."""
     views = [v for store in (unready_nodes or {}).values() for v in store]
-    return lost_nodes(views, now_rfc3339(), state.node_lost_s)
+    return lost_nodes(views, now_rfc3339(state.clock), state.node_lost_s)
 
 
 def _alive(jobsets) -> set[int]:
@@ -211,7 +210,7 @@ def _job_state(state: OperatorState, key, job: job_api.ElasticTrainingJob, body)
     meta = body["metadata"]
     def tracker() -> JobTracker:
         made = JobTracker(key[0], key[1], job.spec.slices.total, job.spec.slices.hosts_per_slice,
-                          background=state.controller_threads)
+                          background=state.controller_threads, clock=state.clock)
         # (from the slice states the previous operator wrote: a restart is no transition)
         made.seed(ElasticTrainingJobStatus.from_kube(body.get("status") or {}).slices)
         return made
@@ -289,7 +288,7 @@ def reconcile_pass(body, spec, status, meta, namespace, name, patch, memo, job_p
         live = parse_job(body, state.policies)
     except (ManifestError, UnsupportedBackend) as e:
         if status.get("phase") != "Failed":
-            fail_spec(patch, status, generation, str(e), body)
+            fail_spec(patch, status, generation, str(e), body, clock=state.clock)
         return
     try:
         # a function, not a value: read after the controller poll, like the pods (a node Ready again
@@ -300,7 +299,7 @@ def reconcile_pass(body, spec, status, meta, namespace, name, patch, memo, job_p
         _guard_status(js, status, generation, patch, built=bool(built))
         if js is not None:
             js.tracker.settle(inputs, bool(built) and js.tracker.last_pass_quiet and _nothing_patched(patch),
-                              time.monotonic())
+                              js.clock.monotonic())
         metrics.RECONCILES.labels("ok").inc()
     except Exception:
         metrics.RECONCILES.labels("error").inc()
@@ -321,7 +320,7 @@ def _guard_status(js: JobState | None, status, generation: int, patch, built: bo
     problems = status_write.guard(patch.status)
     reason = REASON_STATUS_VALUES_DROPPED
     refused = js.status_refused
-    if refused is not None and time.monotonic() - refused[1] < status_write.REFUSED_HOLD_S:
+    if refused is not None and js.clock.monotonic() - refused[1] < status_write.REFUSED_HOLD_S:
         dropped = status_write.restrict(patch.status)
         reason = REASON_STATUS_WRITE_REFUSED
         problems = [f"{refused[0]}; until {status_write.REFUSED_HOLD_S:.0f} s pass, only the operator's own "
@@ -336,11 +335,11 @@ def _guard_status(js: JobState | None, status, generation: int, patch, built: bo
             post("Warning", reason, message)
             _logger.warning("status write: %s", message, extra={"job": js.name})
         conditions = set_condition(before.conditions, COND_STATUS_WRITE_REFUSED, "True", reason, message, generation,
-                                   now_rfc3339())
+                                   now_rfc3339(js.clock))
     elif built and previous is not None and previous.status == "True":
         post("Normal", REASON_STATUS_WRITTEN, f"status written whole again (was: {previous.message})"[:1000])
         conditions = set_condition(before.conditions, COND_STATUS_WRITE_REFUSED, "False", REASON_STATUS_WRITTEN, "",
-                                   generation, now_rfc3339())
+                                   generation, now_rfc3339(js.clock))
     else:
         return
     patch.status["conditions"] = ElasticTrainingJobStatus(conditions=conditions).to_kube()["conditions"]
@@ -358,10 +357,10 @@ def write_status(state: OperatorState, namespace: str, name: str, patch: dict[st
     if js is None or outcome.gone:
         return
     if outcome.refused:
-        js.status_refused = (outcome.refused, time.monotonic())
+        js.status_refused = (outcome.refused, js.clock.monotonic())
         if js.ref is not None:
             event_sink(js.ref)("Warning", REASON_STATUS_WRITE_REFUSED, outcome.refused)
-    elif js.status_refused is not None and time.monotonic() - js.status_refused[1] >= status_write.REFUSED_HOLD_S:
+    elif js.status_refused is not None and js.clock.monotonic() - js.status_refused[1] >= status_write.REFUSED_HOLD_S:
         js.status_refused = None  # a whole write went through after the hold
 
 
@@ -398,7 +397,7 @@ def _reconcile(state, key, live, body, status, generation, patch, job_pods, job_
     js = _job_state(state, key, job, body)
     tracker = js.tracker
     resource_version = body["metadata"].get("resourceVersion") or ""
-    if js.body_behind(resource_version, time.monotonic()):
+    if js.body_behind(resource_version, js.clock.monotonic()):
         return  # our last status write is not back from the watch yet: this status is older than it
     if body["metadata"].get("deletionTimestamp"):
         # Being deleted (foreground, or a finalizer of someone else's): the children go with it.
@@ -461,7 +460,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
           post: EventLog) -> bool | None:
     """`_reconcile`'s pass once the job's body is current: observe, decide, apply (`effects`), status."""
     ns, name = key
-    tracker = js.tracker
+    tracker, clock = js.tracker, js.clock
     resource_version = body["metadata"].get("resourceVersion") or ""
     previous = ElasticTrainingJobStatus.from_kube(status)  # (the status as read, typed: what this pass reads)
     finished = finished_phase(previous) is not None
@@ -532,7 +531,7 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
     last = ctrl or tracker.last_status
     last_reason = last.failure_reason if last else None
     worker_pods = [p for p in pods if p.role == lbl.ROLE_WORKER]
-    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(),
+    plan = decide(job, Observed(dict(status), controller_pods, jobsets, last_reason, worker_pods, now_rfc3339(clock),
                                 js.expected_pod_age_s(previous.controller_pod), lost,
                                 controller_phase=last.phase if last else None))
     renderer = renderer_for(job.spec.backend)
@@ -559,12 +558,12 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         controller_pod = current.name
     if invalid is not None:
         # the job Failed (InvalidSpec, with an Event) and what runs stops
-        applier.apply(invalid_failure(invalid, status, generation, now_rfc3339(), controller_pods, jobsets))
+        applier.apply(invalid_failure(invalid, status, generation, now_rfc3339(clock), controller_pods, jobsets))
         return
     follow_up, replaced = effects.after_creates(plan, created_controller)
     applier.apply(follow_up)  # (a finish: `MarkFinished` among them)
     # A controller's restart back-off ends at a time, not at news: the daemon wakes for it (`JobTracker.wake_at`).
-    tracker.wake_at = None if plan.wake_in_s is None else time.monotonic() + plan.wake_in_s
+    tracker.wake_at = None if plan.wake_in_s is None else clock.monotonic() + plan.wake_in_s
     restarts = previous.controller_restarts + (1 if replaced else 0)
 
     previous_slices = previous.slices
@@ -582,12 +581,12 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
                                 js.unwritten_goodput, _freezes(tracker))
         counts = steps_lost.carry_steps_lost(previous, counts, None if finished else ctrl,
                                              tracker.answer_uid if ctrl is not None else "")
-        slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339())
+        slice_entries = slice_status(tracker, counts.slice_restarts, previous_slices, now_rfc3339(clock))
         _post_missed_losses(js, previous_slices, counts.slice_restarts, post)
         slice_entries = with_warming(slice_entries, None if job.spec.suspend else ctrl)
         replacements, recoveries, counter_base = counts.slice_replacements, counts.recoveries, counts.base
         job_goodput, lost_steps = counts.goodput, counts.steps_lost
-    now = now_rfc3339()  # (one time for the whole status of this pass)
+    now = now_rfc3339(clock)  # (one time for the whole status of this pass)
     rejected = changed_fields(job.spec.to_manifest(), live.spec.to_manifest())
     observed = StatusObserved(
         inputs=Inputs(job=job, generation=generation, previous=previous, slices=slice_entries,
@@ -606,17 +605,17 @@ def _pass(state, key, job, live, js: JobState, body, status, generation, patch, 
         # (HTTP reads of Events, bounded: before the decision, never inside it)
         observed.creation_refusal = _pod_creation_refusals(state, js, ns, job, jobsets, worker_pods)
         observed.whole = all(t.state == "Ready" for t in tracker.slices) and current is not None and current.ready
-        observed.answer_fault = tracker.answer_fault_message(time.monotonic())
-        observed.unresponsive = tracker.unresponsive_message(time.monotonic())
+        observed.answer_fault = tracker.answer_fault_message(clock.monotonic())
+        observed.unresponsive = tracker.unresponsive_message(clock.monotonic())
         observed.unresponsive_ended = tracker.unresponsive_ended()
-        observed.since_write_s = js.since_status_write(time.monotonic())
+        observed.since_write_s = js.since_status_write(clock.monotonic())
     decision = decide_status(observed)
     js.unwritten_goodput = goodput_ledger.newest(decision.unwritten_goodput, js.unwritten_goodput)
     applier.apply(decision.effects)
     if decision.written is None:
         return  # the worker pods' template was refused as invalid: the job failed (`MarkFinished` applied)
-    js.patched(resource_version, len(patch.status) > 0, time.monotonic())
-    applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, dt.datetime.now(dt.timezone.utc)))
+    js.patched(resource_version, len(patch.status) > 0, clock.monotonic())
+    applier.apply(expiry(job.spec.ttl_seconds_after_finished, decision.written, clock.now()))
     # Quiet: whole and running, its controller answering well, nothing created, written or posted. The same
     # inputs would give the same nothing: the daemon skips such passes (`reconcile_once`).
     # A controller restart's back-off is quiet too once announced: nothing moves until it ends (`wake_at`).
@@ -689,9 +688,9 @@ def _pod_creation_refusals(state: OperatorState, js: JobState, ns: str, job, job
     if not missing:
         js.creation_fault = None
         return None
-    if time.monotonic() - js.refusal_checked < REFUSAL_CHECK_S:
+    if js.clock.monotonic() - js.refusal_checked < REFUSAL_CHECK_S:
         return js.creation_fault
-    js.refusal_checked = time.monotonic()
+    js.refusal_checked = js.clock.monotonic()
     fault = None
     for i in missing:
         jobset = jobsets[i]

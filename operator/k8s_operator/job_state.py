@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from typing import Any, Callable, Iterator
 
 from elastic_jax.api import job as job_api
 from elastic_jax.api.status import Goodput
+from elastic_jax.k8s_operator.clock import SYSTEM, Clock
 from elastic_jax.k8s_operator.tracker import JobTracker
 from elastic_jax.k8s_operator.wake import Waker
 
@@ -42,7 +42,7 @@ class JobState:
     Attributes:
       namespace, name, uid: the ElasticTrainingJob (a recreated job of this name gets a new JobState).
       created: its metadata.creationTimestamp (`incarnation.own`).
-      tracker: its slices and its controller exchange (`tracker.JobTracker`).
+      tracker: its slices and its controller exchange (`tracker.JobTracker`); its clock is the job's (`clock`).
       ref: its object reference, for Events (set by each pass).
       applied: the spec it started with (`job_pass._applied_job`), None until read.
       static_created: (kind, name) of its ConfigMap and Services created (or found its own).
@@ -92,6 +92,11 @@ class JobState:
     def key(self) -> Key:
         return self.namespace, self.name
 
+    @property
+    def clock(self) -> Clock:
+        """The job's clock: its tracker's (one per job, so the job's times and its tracker's never disagree)."""
+        return self.tracker.clock
+
     def body_behind(self, resource_version: str, now: float) -> bool:
         """Whether the job object of this pass is the one the last pass read *and patched*.
 
@@ -103,7 +108,7 @@ class JobState:
 
         Args:
           resource_version: metadata.resourceVersion of this pass's object ("" never waits).
-          now: time.monotonic().
+          now: `clock.monotonic()`, in seconds.
         """
         last = self._patched_from
         return bool(resource_version) and last is not None and last[0] == resource_version \
@@ -124,7 +129,7 @@ class JobState:
         """Seconds since this process created controller pod `name`; None if it did not (or not last)."""
         if self.created_controller is None or self.created_controller[0] != name:
             return None
-        return time.monotonic() - self.created_controller[1]
+        return self.clock.monotonic() - self.created_controller[1]
 
     def close(self) -> None:
         """The job is gone (or replaced by a new job of its name): its children's end is no news, and its
@@ -140,9 +145,14 @@ class JobState:
 
 class Jobs:
     """The operator's `JobState`s by (namespace, name): the one owner of per-job memory. Thread-safe (the
-    pod-event handler reads it from kopf's executor while a timer pass opens or a delete forgets)."""
+    pod-event handler reads it from kopf's executor while a timer pass opens or a delete forgets).
 
-    def __init__(self) -> None:
+    Args:
+      clock: what `earlier`'s wait reads (`OperatorState.clock`).
+    """
+
+    def __init__(self, clock: Clock = SYSTEM) -> None:
+        self._clock = clock
         self._by_key: dict[Key, JobState] = {}
         self._earlier: dict[Key, tuple[str, float]] = {}
         self._lock = threading.Lock()
@@ -191,7 +201,7 @@ class Jobs:
         """Whether another job of that name than `uid` was deleted or replaced within EARLIER_SECRET_WAIT_S."""
         with self._lock:
             seen = self._earlier.get(key)
-        return seen is not None and seen[0] != uid and time.monotonic() - seen[1] < EARLIER_SECRET_WAIT_S
+        return seen is not None and seen[0] != uid and self._clock.monotonic() - seen[1] < EARLIER_SECRET_WAIT_S
 
     def wake(self, key: Key, uid: str | None = None) -> None:
         """Wakes the pass of the job of that name (only if it is job `uid`, when given); a no-op for a job
@@ -209,6 +219,6 @@ class Jobs:
 
     def _remember(self, key: Key, uid: str) -> None:
         """Call with the lock. Also drops records older than EARLIER_SECRET_WAIT_S (the map stays small)."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         self._earlier = {k: v for k, v in self._earlier.items() if now - v[1] < EARLIER_SECRET_WAIT_S}
         self._earlier[key] = (uid, now)

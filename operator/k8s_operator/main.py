@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
 import logging
 import math
 import os
@@ -27,7 +28,8 @@ from prometheus_client import start_http_server
 from elastic_jax import contract
 from elastic_jax.api import labels
 from elastic_jax.api.job import GROUP
-from elastic_jax.k8s_operator import checkpoint_prefixes, deep_objects, denied_namespaces, pod_fields, service_accounts
+from elastic_jax.k8s_operator import (checkpoint_prefixes, clock, deep_objects, denied_namespaces, pod_fields,
+                                      service_accounts)
 from elastic_jax.k8s_operator.admin_policies import AdminPolicies
 from elastic_jax.k8s_operator.backends import cpu as cpu_listen
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
@@ -65,17 +67,17 @@ def peering_priority(value: int | str, now_s: float | None = None, tie_breaker: 
 
     Args:
       value: `--priority` (an int, or "auto").
-      now_s, tie_breaker: the clock (seconds since the epoch) and the random part, for tests.
+      now_s: the start time, seconds since the epoch (main: the operator's clock's); None: the system's now.
+      tie_breaker: the random part, for tests.
 
     Returns:
       The priority (below 2**53: exact in any JSON reader of the peering object).
     """
     import random
-    import time
 
     if value != AUTO_PRIORITY:
         return int(value)
-    now_ms = int((time.time() if now_s is None else now_s) * 1000)
+    now_ms = int((clock.SYSTEM.now().timestamp() if now_s is None else now_s) * 1000)
     return now_ms * 1000 + (random.SystemRandom().randrange(1000) if tie_breaker is None else tie_breaker)
 
 
@@ -405,14 +407,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     state = operator_state.OperatorState(key=key, node_lost_s=args.node_lost_seconds, identity=args.identity,
                                          controller_threads=True, control_api_from=control_api_from,
-                                         policies=policies)
+                                         policies=policies, clock=clock.SystemClock())
     # The daemons' passes: their own threads, as many as kopf's (the daemons themselves are async: a quiet
     # pass is skipped on the event loop).
     state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,
                                                                 thread_name_prefix="reconcile-pass")
-    priority = peering_priority(args.priority)
+    priority = peering_priority(args.priority, now_s=state.clock.now().timestamp())
     if args.peering is not None and args.priority != AUTO_PRIORITY:
-        problem = _fixed_priority_problem(args.peering, args.namespace or [], priority)
+        problem = _fixed_priority_problem(args.peering, args.namespace or [], priority, state.clock.now())
         if problem:
             print(f"error: --priority {priority}: {problem}", file=sys.stderr)
             return 2
@@ -458,13 +460,14 @@ def _admin_policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          service_accounts=accounts, pod_fields=fields, checkpoint_prefixes=prefixes)
 
 
-def _fixed_priority_problem(peering: str, namespaces: list[str], priority: int) -> str | None:
+def _fixed_priority_problem(peering: str, namespaces: list[str], priority: int, now: datetime.datetime) -> str | None:
     """Why this operator must not join `peering` at the fixed `priority` (`peering_check`), or None.
+
+    Args:
+      now: the operator's clock's time (aware, UTC): a peer whose last heartbeat is older has left.
 
     A peering object that cannot be read is logged and not a reason to refuse (kopf reports its own errors).
     """
-    import datetime
-
     from kubernetes.client import ApiException
 
     from elastic_jax.k8s_operator import peering_check
@@ -476,7 +479,6 @@ def _fixed_priority_problem(peering: str, namespaces: list[str], priority: int) 
         logging.getLogger(__name__).warning("could not read peering %s to check --priority %d: %s", peering,
                                             priority, e.reason or e.status, extra={"event": "peering_unread"})
         return None
-    now = datetime.datetime.now(datetime.UTC)
     for where, obj in objects:
         peers = peering_check.same_priority_peers(obj.get("status"), priority, os.environ.get("POD_ID"), now)
         if peers:

@@ -1,5 +1,5 @@
 """What the operator's handlers share through kopf's memo: `OperatorState` (the API client, the operator
-key, the admin's policies, the jobs' `JobState`s, the pass threads, kopf's settings)."""
+key, the admin's policies, the clock, the jobs' `JobState`s, the pass threads, kopf's settings)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import kopf
 from elastic_jax import contract
 from elastic_jax.k8s_operator import tokens
 from elastic_jax.k8s_operator.admin_policies import AdminPolicies
+from elastic_jax.k8s_operator.clock import SYSTEM, Clock
 from elastic_jax.k8s_operator.job_state import Jobs
 from elastic_jax.k8s_operator.kube import Kube
 from elastic_jax.k8s_operator.nodes import DEFAULT_NODE_LOST_SECONDS
@@ -39,6 +40,8 @@ class OperatorState:
         job gets its NetworkPolicies (`network_policies`); None: none are created.
       policies: the admin's lists every job is checked against (`admin_policies`; main builds them from its
         flags); None: the defaults.
+      clock: what every time the operator keeps or writes reads (`clock.Clock`), handed to each job's
+        `JobState` and `JobTracker`; None: the system's. Tests pass a `clock.FakeClock`.
 
     Raises:
       tokens.OperatorKeyError: the key file is unreadable or too short.
@@ -47,9 +50,10 @@ class OperatorState:
     def __init__(self, kube: Kube | None = None, key: bytes | None = None,
                  node_lost_s: float = DEFAULT_NODE_LOST_SECONDS, identity: str = DEFAULT_IDENTITY,
                  controller_threads: bool = False, control_api_from: list[dict] | None = None,
-                 policies: AdminPolicies | None = None):
+                 policies: AdminPolicies | None = None, clock: Clock | None = None):
         self._kube = kube
         self.policies = policies if policies is not None else AdminPolicies()
+        self.clock = clock if clock is not None else SYSTEM
         # NetworkPolicyPeers allowed to every job's control API (`network_policies`); None: no policies.
         self.control_api_from = control_api_from
         self.controller_threads = controller_threads
@@ -58,7 +62,7 @@ class OperatorState:
         self.claimed_elsewhere: set[str] = set()
         self.node_lost_s = node_lost_s
         self.key = key if key is not None else tokens.load_key(os.environ.get(OPERATOR_KEY_FILE_ENV))
-        self.jobs = Jobs()
+        self.jobs = Jobs(self.clock)
         # The threads the daemons' passes run on (`reconcile_once`; main sets the operator's own);
         # None: the event loop's default executor.
         self.pass_executor: concurrent.futures.Executor | None = None

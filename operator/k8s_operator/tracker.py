@@ -25,13 +25,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from typing import Callable, Iterable, Mapping
 
 from elastic_jax.api.client import ControlApiError, ControlClient
 from elastic_jax.api.control import ControllerStatus
 from elastic_jax.api.status import EVENT_CONTROLLER_NOTIFIED, SliceState, SliceStatusEntry
 from elastic_jax.k8s_operator import metrics, names
+from elastic_jax.k8s_operator.clock import SYSTEM, Clock
 from elastic_jax.api.status import REASON_CONTROLLER_GONE
 from elastic_jax.k8s_operator.conditions import ANSWERED_AGAIN, now_rfc3339
 from elastic_jax.k8s_operator.controller_link import ControllerLink
@@ -152,10 +152,14 @@ class JobTracker:
       client_factory: builds a `ControlClient` for (base_url, token); tests pass their own.
       background: run the controller exchanges on this job's own thread (`ControllerLink`): `report` and
         `refresh_status` then never wait on HTTP. False (unit tests of the decisions): in the caller.
+      clock: what its times read (`clock.Clock`; the operator's, `OperatorState.clock`): every "monotonic
+        time" below is `clock.monotonic()`, in seconds.
     """
 
     def __init__(self, namespace: str, name: str, slice_count: int, hosts_per_slice: int,
-                 client_factory: Callable[[str, str], ControlClient] = ControlClient, background: bool = False):
+                 client_factory: Callable[[str, str], ControlClient] = ControlClient, background: bool = False,
+                 clock: Clock = SYSTEM):
+        self.clock = clock
         self.namespace = namespace
         self.name = name
         self.hosts_per_slice = hosts_per_slice
@@ -388,7 +392,7 @@ class JobTracker:
 
     def _answered(self) -> None:
         """Records an answer of the current controller: it is responsive again. Call with the lock."""
-        self._answered_at = time.monotonic()
+        self._answered_at = self.clock.monotonic()
         if self.unanswered is not None:
             self._unanswered_end = ANSWERED_AGAIN
             self._note_freeze(self._answered_at - self.unanswered[1])
@@ -410,7 +414,7 @@ class JobTracker:
             seconds = controller_watch.freeze_training_s(last.goodput_seconds, self.last_status.goodput_seconds,
                                                          seconds)
         if booked is not None and seconds > 0:
-            self.freezes.append(Freeze(round(time.time(), 3), round(seconds, 3), booked))
+            self.freezes.append(Freeze(round(self.clock.now().timestamp(), 3), round(seconds, 3), booked))
             _logger.info("controller was frozen %.0f s while training: booked recovering, not %s", seconds, booked,
                          extra={"job": self.name, "controller_uid": self.controller_uid})
 
@@ -426,7 +430,7 @@ class JobTracker:
             return  # starting or gone: the pod tells
         if error.status_code == 401:
             return  # a 401 is `token_refused`
-        since = self.answer_fault[1] if self.answer_fault is not None else time.monotonic()
+        since = self.answer_fault[1] if self.answer_fault is not None else self.clock.monotonic()
         if self.answer_fault is None:
             _logger.warning("controller answer refused: %s", error, extra={"job": self.name})
         self.answer_fault = (str(error)[:900], since)
@@ -520,8 +524,8 @@ class JobTracker:
             known). A slice whose JobSet is gone or going loses its pods on purpose (the job's
             deletion, the garbage collector, a Pathways head restart): the controller is told,
             but it is no replacement and no Warning.
-          seen_at: time.monotonic() the pod event was seen (the start of the notify-latency metric);
-            None: now.
+          seen_at: the monotonic time (`clock`) the pod event was seen (the start of the notify-latency
+            metric); None: now.
         """
         with self.lock:
             stale = self._stale(pods, observed_at)
@@ -557,7 +561,7 @@ class JobTracker:
                jobsets_alive: set[int] | None = None, seen_at: float | None = None) -> None:
         """Slice transitions from one pod snapshot: states, Events, the replacement count."""
         with self.lock:
-            now = time.monotonic()
+            now = self.clock.monotonic()
             for i, slice_pods in group_by_slice(pods, len(self.slices)).items():
                 track = self.slices[i]
                 # a Ready slice's pod that vanishes unseen was killed/force-deleted, not drained
@@ -579,7 +583,7 @@ class JobTracker:
                              f"replaced its worker; {reason}"
                 if new in ("Down", "Ready"):
                     track.controller_cause = ""  # (said once, on the Down it caused)
-                track.state, track.reason, track.since = new, reason, now_rfc3339()
+                track.state, track.reason, track.since = new, reason, now_rfc3339(self.clock)
                 track.addresses = obs.addresses if new == "Ready" else ()
                 if new in ("Down", "Draining") and track.down_seen_at is None:
                     track.down_seen_at = now if seen_at is None else min(seen_at, now)
@@ -669,7 +673,7 @@ class JobTracker:
                 track.acked, track.acked_generation = want, generation
                 seconds = None
                 if state == "Down" and track.down_seen_at is not None and news:
-                    seconds = time.monotonic() - track.down_seen_at
+                    seconds = self.clock.monotonic() - track.down_seen_at
                     metrics.NOTIFY_SECONDS.observe(seconds)
                 if state == "Ready" and track.state == "Ready":
                     track.down_seen_at = None

@@ -95,7 +95,8 @@ class Waker:
 
 
 def next_pass_delay(now: float, last_pass_end: float | None, quiet_until: float | None) -> float:
-    """Seconds the job's daemon sleeps (unless woken) before its next pass; all times `time.monotonic()`.
+    """Seconds the job's daemon sleeps (unless woken) before its next pass; all times are the operator's monotonic
+    clock's (`OperatorState.clock`), in seconds.
 
     Args:
       now: the current time.

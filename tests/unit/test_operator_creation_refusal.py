@@ -9,6 +9,7 @@ import kopf
 
 from elastic_jax.api import labels as lbl
 from elastic_jax.k8s_operator import incarnation, job_pass, operator_state
+from elastic_jax.k8s_operator.clock import FakeClock
 from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
 from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view
@@ -63,12 +64,11 @@ class _QuotaKube(_Kube):
 def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(monkeypatch):
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    clock = [1000.0]
-    monkeypatch.setattr(job_pass.time, "monotonic", lambda: clock[0])
+    clock = FakeClock()  # (a pass a second, without sleeping: the Events are read at most every REFUSAL_CHECK_S)
     spec = {"slices": {"count": 2}, "training": {"steps": 10, "globalBatchSize": 2}, "checkpoint": {"uri": "/data/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1, "creationTimestamp": "2026-01-01T00:00:00Z"}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = operator_state.OperatorState(kube=_QuotaKube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_QuotaKube(), key=b"k" * 32, clock=clock)
     labels = {lbl.JOB_NAME: "j", lbl.JOB_UID: "u1"}
     worker0 = pod_view({"metadata": {"name": "j-slice-0-worker-0-0-x", "uid": "w0", "labels": {
         **labels, lbl.ROLE: lbl.ROLE_WORKER, lbl.SLICE_INDEX: "0", lbl.JOB_COMPLETION_INDEX: "0"}},
@@ -84,7 +84,7 @@ def test_reconcile_makes_a_condition_and_one_event_from_the_jobs_failedcreate(mo
         job_pass.reconcile_pass(body=body, spec=spec, status=status, meta=meta, namespace="ns", name="j", patch=patch,
                                memo={"elasticjax": state}, job_pods={key: [worker0]}, job_jobsets={key: jobsets})
         status = {**status, **patch.status}
-        clock[0] += 1.0
+        clock.advance(1.0)
 
     for _ in range(7):
         reconcile()

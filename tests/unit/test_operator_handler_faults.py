@@ -3,10 +3,14 @@ condition and one Event over many passes, no new pod, nothing counted (issue 9 i
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
+
 import kopf
 
 from elastic_jax.api import labels as lbl
 from elastic_jax.k8s_operator import job_pass, operator_state
+from elastic_jax.k8s_operator.clock import SystemClock
 from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.slices import jobset_view
 from tests.support.fake_kube import FakeKube
@@ -140,28 +144,24 @@ def test_a_configmap_or_service_planted_under_the_jobs_names_is_a_condition_not_
 _BUDGET = "ElasticRuntimeError: restart budget exhausted: 2 slice failures > spec.elasticity.maxRestarts=1"
 
 
-def _ticking_clock(monkeypatch):
-    """Every call is a second later, as the 1 s timer's passes are."""
-    from elastic_jax.k8s_operator import tracker as tracker_mod
+class _TickingClock(SystemClock):
+    """Every wall-clock read is a second later, as the 1 s timer's passes are (from 2030-01-01T00:00:00Z); the
+    monotonic clock is the system's."""
 
-    ticks = iter(range(3600))
+    def __init__(self) -> None:
+        self._ticks = itertools.count()
 
-    def clock() -> str:
-        t = next(ticks)
-        return f"2030-01-01T00:{t // 60:02d}:{t % 60:02d}Z"
-
-    monkeypatch.setattr(job_pass, "now_rfc3339", clock)
-    monkeypatch.setattr(tracker_mod, "now_rfc3339", clock)
+    def now(self) -> dt.datetime:
+        return dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=next(self._ticks))
 
 
 def _finished_job_passes(monkeypatch, status, pods, passes=3):
     events = []
     monkeypatch.setattr(kopf, "event", lambda ref, type, reason, message: events.append((type, reason, message)))
-    _ticking_clock(monkeypatch)
     spec = {"slices": {"count": 2}, "training": {"steps": 100, "globalBatchSize": 2}, "checkpoint": {"uri": "/tmp/ck"}}
     meta = {"name": "j", "namespace": "ns", "uid": "u1", "generation": 1}
     body = {"apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "metadata": meta, "spec": spec}
-    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32)
+    state = operator_state.OperatorState(kube=_Kube(), key=b"k" * 32, clock=_TickingClock())
     patches = []
     for _ in range(passes):
         patch = _Patch()

@@ -266,39 +266,43 @@ class _TrainingClient(FakeClient):
                                 goodput_seconds={"productive": 9.0 + 100 * self.answers, "starting": 1.0})
 
 
-def test_a_freeze_past_the_grace_that_ends_in_an_answer_is_recorded_once_with_the_category_it_was_booked_in(
-        monkeypatch):
+def test_a_freeze_past_the_grace_that_ends_in_an_answer_is_recorded_once_with_the_category_it_was_booked_in():
     """Issue 11: a frozen controller's ledger books its frozen seconds as training; the tracker records each freeze
     (its seconds, productive or reduced, when it ended) for `counters.carry` to re-book `recovering`."""
     from elastic_jax.k8s_operator import tracker as tracker_module
+    from elastic_jax.k8s_operator.clock import FakeClock
 
+    grace = tracker_module.UNRESPONSIVE_GRACE_S
+    clock = FakeClock()  # (the spells last as long as the test says, without sleeping)
     clients = []
-    t = JobTracker("ns", "job", 2, 1, client_factory=lambda u, tok: clients.append(_TrainingClient(u, tok)) or clients[-1])
+    t = JobTracker("ns", "job", 2, 1, client_factory=lambda u, tok: clients.append(_TrainingClient(u, tok)) or clients[-1],
+                   clock=clock)
     t.token = "tok"
     t.set_controller(_ctrl("u1"))
 
-    def freeze(**answer):
+    def freeze(seconds, **answer):
         clients[-1].down = True
         assert t.poll_status() is None
+        clock.advance(seconds)
         clients[-1].down = False
         for k, v in answer.items():
             setattr(clients[-1], k, v)
         assert t.poll_status() is not None
 
     assert t.poll_status() is not None
-    freeze()  # (a spell under the grace, 20 s: a slow answer, no freeze)
+    freeze(grace - 1)  # (a spell under the grace: a slow answer, no freeze)
     assert t.freezes == []
-    monkeypatch.setattr(tracker_module, "UNRESPONSIVE_GRACE_S", 0.0)  # (no clock in unit tests)
-    freeze()
-    assert [f.booked_as for f in t.freezes] == ["productive"] and t.freezes[0].seconds >= 0
+    freeze(grace + 10)
+    assert [(f.booked_as, f.seconds) for f in t.freezes] == [("productive", grace + 10)]
+    assert t.freezes[0].ended_at == clock.now().timestamp()  # (Unix seconds: its identity across passes)
     clients[-1].active = [0]  # training on 1 of 2 slices when it froze: its ledger booked `reduced`
     assert t.poll_status() is not None
-    freeze()
-    assert [f.booked_as for f in t.freezes] == ["productive", "reduced"]
-    assert t.freezes[0].ended_at <= t.freezes[1].ended_at
+    freeze(grace + 5)
+    assert [(f.booked_as, f.seconds) for f in t.freezes] == [("productive", grace + 10), ("reduced", grace + 5)]
+    assert t.freezes[0].ended_at < t.freezes[1].ended_at
     clients[-1].phase = "WaitingForSlices"  # paused: its ledger books the freeze `waiting`, no goodput
     assert t.poll_status() is not None
-    freeze(phase="Running")
+    freeze(grace + 10, phase="Running")
     assert len(t.freezes) == 2
     t.set_controller(_ctrl("u2"))  # another controller: its own freezes only
     assert t.freezes == []

@@ -175,9 +175,9 @@ def test_the_daemon_sleeps_out_a_quiet_jobs_window_and_a_pod_event_runs_its_pass
 
     async def one_pass(**kwargs):
         if not passes:  # the first pass makes the job's state, and finds it quiet
-            t = JobTracker("ns", "j", 1, 1)
+            t = JobTracker("ns", "j", 1, 1, clock=state.clock)
             state.jobs.add(JobState("ns", "j", "uid-j", "", t))
-            t.settle(("inputs",), True, tracker_mod.time.monotonic())
+            t.settle(("inputs",), True, state.clock.monotonic())
         passes.append(1)
         if len(passes) == 2:
             stop[0].event.set()
