@@ -491,12 +491,25 @@ class Runtime:
     def check_scale_up(self) -> None:
         """At a step boundary: raises `ScaleUpSignalError` when a Ready slice waits to join a short mesh.
 
+        A slice of the current attempt reported Down since it began is that loss first (`SliceDownError`,
+        as `map_sum` raises it), even when it is Ready again by now: a Down and the Ready of its replacement
+        both applied between two steps (a frozen or starved controller takes the reports it held together)
+        made a short mesh with a Ready slice outside, and the loss was booked as a planned scale-up: no
+        recovery, nothing charged to the restart budget, the device state it took not marked lost.
+
         Raises:
+          SliceDownError: a slice of this attempt was reported Down since it began (`elastic_retry` retries,
+            on it too if it is Ready again).
           ScaleUpSignalError: fewer than `spec.slices.count` slices train and
             another is Ready (`elastic_retry` then starts an attempt on more).
         """
-        from elastic_jax.controller.elastic.errors import ScaleUpSignalError
+        from elastic_jax.controller.elastic.errors import ScaleUpSignalError, SliceDownError
 
+        if self._attempt_slices is not None:
+            gone = sorted(self._attempt_slices - self.slice_set.active)
+            if gone:
+                raise SliceDownError(f"slices {gone} went down since this attempt began on slices "
+                                     f"{sorted(self._attempt_slices)}", gone)
         joining = self.manager.available_inactive_slices()
         if joining:
             raise ScaleUpSignalError(f"slices {sorted(joining)} are ready to join")

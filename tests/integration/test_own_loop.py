@@ -201,16 +201,28 @@ def test_a_restarted_worker_rejoins_the_own_loop_through_a_frozen_controller(tmp
     assert "could not report slice 1 Ready" in run.stderr, run.stderr[-3000:]
     s = run.summary
     assert s["succeeded"] and s["steps"] == 3000 and s["worker_restarts"] == 1, s
-    assert s["recoveries"] == 1, s
     log = run.controller_log()
-    # Once it runs again the controller takes the held Down and Ready ~10 ms apart. Whether its loop's
-    # retry starts on [0] and then scales up (attempt 3), or sees both reports first and retries on
-    # [0, 1] at once (CI under load, scale_ups 0), is that race: either way the restarted worker rejoins.
+    # Once it runs again the controller takes the held Down and Ready, each on its own connection, a few
+    # ms apart, while its loop runs (the dead worker's step fails, or is sent again after the stall). The
+    # loop sees slice 1 go (during a step, at the next `map_sum` or `check_scale_up`, or by the dead
+    # worker's step) and retries: on [0] and then scales up (attempt 3), or on [0, 1] at once when the Ready
+    # was in first (scale_ups 0); a Down and Ready both in before its next step boundary is that loss too
+    # (`check_scale_up` raises it; it booked a scale-up and no recovery before). Or the Ready's request
+    # ran before the Down's: the Down, of an older generation, is dropped as stale, and unless the dead
+    # worker's step failed first the controller never sees slice 1 go: its next step (or the one sent again
+    # after the stall) goes to the replacement, in the same attempt, with no recovery. Either way the
+    # restarted worker rejoins.
     attempts = re.findall(r"elastic attempt (\d+) on slices \[([\d, ]+)\]", log)
-    down_at = log.index("elastic event: ")
-    last = re.findall(r"elastic attempt (\d+) on slices \[([\d, ]+)\]", log[down_at:])
-    assert last and last[-1][1] == "0, 1", log[-3000:]
-    assert s["scale_ups"] == (1 if ("2", "0") in attempts else 0), (s, attempts)
+    losses = log.count("elastic event: ")
+    assert s["recoveries"] == losses <= 1, (s, attempts)
+    if "slice 1 reported Down" in log:
+        assert losses == 1, log[-3000:]
+    if losses:
+        last = re.findall(r"elastic attempt (\d+) on slices \[([\d, ]+)\]", log[log.index("elastic event: "):])
+        assert last and last[-1][1] == "0, 1", log[-3000:]
+        assert s["scale_ups"] == (1 if ("2", "0") in attempts else 0), (s, attempts)
+    else:
+        assert attempts == [("1", "0, 1")] and s["scale_ups"] == 0, (s, attempts)
     # and the replacement ran the step program (it compiled it at a step of the loop)
     served = [line for line in (run_dir / "worker-1.log").read_text().splitlines()
               if f'"pid": {frozen["replacement"]}' in line]

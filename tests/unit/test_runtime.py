@@ -122,6 +122,34 @@ def test_elastic_retry_replica_resize_then_scale_up(runtime):
     assert 'elastic_jax_recoveries_total{cause="scale_up"} 1.0' in metrics
 
 
+def test_a_slice_down_and_ready_again_between_two_steps_is_a_loss_not_a_scale_up(runtime):
+    """Slice 1 of the attempt reported Down and then Ready again (a replaced worker) before the loop's next
+    step boundary: both reports held by a frozen or starved controller land together, or the loop is
+    slow to its next step. `check_scale_up` saw a short mesh with a Ready slice outside and raised the
+    scale-up signal, booking the loss as a planned `scale_up` (no recovery, no restart budget, device
+    state not marked lost); it is the attempt's slice loss, as `map_sum` raises it."""
+    rt, client = runtime
+    _ready(client, 0)
+    _ready(client, 1)
+    seen, events = [], []
+
+    @rt.elastic_retry(on_elastic_event_callback=events.append)
+    def train():
+        seen.append(sorted(rt.active_slices))
+        rt.check_scale_up()
+        if len(seen) == 1:
+            client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
+            _ready(client, 1)
+            rt.check_scale_up()  # the next step boundary
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1], [0, 1]]  # the retry takes the replaced slice at once
+    assert [type(e).__name__ for e in events] == ["SliceDownError"], events
+    assert "slices [1] went down since this attempt began" in str(events[0])
+    assert client.status().recoveries == {"slice_down": 1}
+
+
 def test_elastic_retry_stops_on_the_restart_budget_and_passes_user_errors(runtime):
     rt, client = runtime
     _ready(client, 0)
