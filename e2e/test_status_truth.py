@@ -29,6 +29,7 @@ from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
     apply_job, ejob_crd, example_manifest, get_job, operator, operator_kubeconfig, start_training_job, wait_phase,
 )
 from e2e.test_operator_counters import _differences, _finished_event, _reconciles
+from elastic_jax.k8s_operator.controller_link import MIN_POLL_INTERVAL_S
 
 GROUP, VERSION, PLURAL = "elasticjax.dev", "v1alpha1", "elastictrainingjobs"
 
@@ -257,8 +258,12 @@ def test_a_frozen_controllers_seconds_are_booked_recovering_not_productive(clust
     # Its own ledger booked the frozen seconds `stalled` (its stall notice) or as training, which the operator
     # re-books `recovering` (`counterBase.frozenSeconds`: only what the ledger booked as training, never more:
     # a CI run re-booked the whole freeze from the training after it as well). Either way none is productive.
+    # The operator sees a freeze only between answers: from its last answer before SIGSTOP to its first after
+    # SIGCONT, each up to one poll (MIN_POLL_INTERVAL_S, 1 s) plus a request's time away from the signal, and
+    # the ledger's training seconds grow across that span too: hence 4 s (a loaded CI run measured 1.4 s).
+    margin_s = 2 * MIN_POLL_INTERVAL_S + 2
     frozen = after["counterBase"].get("frozenSeconds", 0)
-    assert frozen <= stop_s + 1, (after["counterBase"], stop_s)
+    assert frozen <= stop_s + margin_s, (after["counterBase"], stop_s)
     not_training = sum(seconds.get(k, 0) - before.get(k, 0) for k in seconds if k not in ("productive", "reduced"))
     assert not_training >= stop_s - 2, (before, seconds, stop_s)  # (2 s: the answers' timing around the signals)
     booked = after["goodput"]["wallSeconds"] - running["goodput"]["wallSeconds"]
@@ -270,4 +275,4 @@ def test_a_frozen_controllers_seconds_are_booked_recovering_not_productive(clust
                      timeout_s=180, what="5 s of productive training after the freeze", interval_s=1,
                      explain=explain)["goodput"]
     not_training = sum(v - before.get(k, 0) for k, v in later["seconds"].items() if k not in ("productive", "reduced"))
-    assert not_training <= stop_s + 2, (before, later, stop_s)  # the freeze once, not twice
+    assert not_training <= stop_s + margin_s, (before, later, stop_s)  # the freeze once, not twice
