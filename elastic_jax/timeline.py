@@ -14,6 +14,7 @@ import dataclasses
 import errno
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -81,13 +82,15 @@ def read_history(run_dir: str | Path) -> list[dict]:
         raise TimelineError(f"{run_dir}: not a directory (give the run's --workdir, e.g. runs/<job name>)")
     path = run_dir / HISTORY_FILE
     try:
-        text = path.read_text()
+        text = _read_own_file(path)
     except FileNotFoundError:
         if (run_dir / MARKER).is_file():
             raise TimelineError(_no_step_yet(run_dir)) from None
         raise TimelineError(f"{run_dir}: no {HISTORY_FILE} (not an `elastic-jax run` folder, or a run from before "
                             f"runs recorded their history)") from None
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise TimelineError(f"{path}: a symbolic link, not the run's own file: not read") from None
         raise TimelineError(f"{path}: cannot be read ({e.strerror})") from None
     lines = []
     for line in text.splitlines():
@@ -104,13 +107,29 @@ def read_history(run_dir: str | Path) -> list[dict]:
     return lines
 
 
+def _read_own_file(path: Path) -> str:
+    """The text of a file the run wrote, never through a symbolic link planted at its name (the run writes its
+    files so too: `local/processes.py`) and never anything but a regular file; bytes that are not UTF-8 (a
+    damaged file) become U+FFFD, so their line fails to parse and is skipped as a torn one is.
+
+    Raises:
+      FileNotFoundError: no file at `path`.
+      OSError: it cannot be opened (`ELOOP`: a symbolic link; `EINVAL`: not a regular file).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        return f.read().decode("utf-8", errors="replace")
+
+
 def _no_step_yet(run_dir: Path) -> str:
     """What a run folder (its marker is there) without a completed step is, in one line: its run never
     reached step 1 (stopped or still starting: building the trainer, compiling the first step), with the
     run's failure reason from `summary.json` when it ended with one, and where its logs are."""
     why = ""
     try:
-        reason = json.loads((run_dir / "summary.json").read_text()).get("failure_reason")
+        reason = json.loads(_read_own_file(run_dir / "summary.json")).get("failure_reason")
         why = f" (it ended: {reason})" if isinstance(reason, str) and reason else ""
     except (OSError, ValueError, AttributeError):
         pass

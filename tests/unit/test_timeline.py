@@ -98,3 +98,32 @@ def test_report_on_a_run_folder_that_never_reached_step_1_says_what_it_is(tmp_pa
     other = tmp_path / "other"
     other.mkdir()
     assert "not an `elastic-jax run` folder" in CliRunner().invoke(app, ["report", str(other)]).output
+
+
+def test_report_reads_a_damaged_history_and_never_through_a_link(tmp_path):
+    """A new user's trial (session 24): bytes that are not UTF-8 appended to history.jsonl made `report` print a
+    UnicodeDecodeError traceback (exit 1), and a history.jsonl linked to /etc/shadow was read through the link."""
+    from typer.testing import CliRunner
+
+    from elastic_jax.cli import app
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    history = run_dir / timeline.HISTORY_FILE
+    history.write_bytes(b"".join(json.dumps(_step(float(i), i)).encode() + b"\n" for i in range(1, 5)) + b"\xff\xfe\n")
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert timeline.timeline_data(timeline.read_history(run_dir)).step == [1, 2, 3, 4]  # (the damaged line skipped)
+    # a link planted at the history's name: refused, its target not read
+    secret = tmp_path / "secret.jsonl"
+    secret.write_bytes(history.read_bytes())
+    history.unlink()
+    history.symlink_to(secret)
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 2 and result.output.strip() == (
+        f"error: {history}: a symbolic link, not the run's own file: not read")
+    # something other than a regular file at the name: one line too
+    history.unlink()
+    history.mkdir()
+    result = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert result.exit_code == 2 and result.output.strip() == f"error: {history}: cannot be read (Is a directory)"
