@@ -22,6 +22,7 @@ Command line (with an engine from ``python -m e2e.kind.engine start``)::
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import re
 import shutil
@@ -243,21 +244,56 @@ def attach(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = N
                        subnet=proc.stdout.decode().strip(), image=image or build(engine, log))
 
 
+def host_routes(table: str | None = None) -> list[ipaddress.IPv4Network]:
+    """The IPv4 networks the host routes to (`/proc/net/route`, or `table` in its format), default route left out.
+
+    A bridge of this host's (another Docker engine's cluster, a VPN) owns its subnet here: a cluster network on
+    the same /24 would leave one of the two unreachable from the host.
+    """
+    if table is None:
+        try:
+            table = Path("/proc/net/route").read_text()
+        except OSError:
+            return []
+    routes = []
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        # Destination and Mask: 32-bit hex in host (little-endian) byte order.
+        dest, mask = (int(fields[i], 16).to_bytes(4, "little") for i in (1, 7))
+        if mask == b"\0\0\0\0":
+            continue
+        routes.append(ipaddress.IPv4Network((ipaddress.IPv4Address(dest), str(ipaddress.IPv4Address(mask))),
+                                           strict=False))
+    return routes
+
+
+def candidate_subnets(name: str, routed: list[ipaddress.IPv4Network]) -> list[str]:
+    """The /24s under SUBNET_PREFIX a cluster `name` may take, in order: 16 from one its name picks, less any
+    the host routes (`routed`)."""
+    first = int(hashlib.sha256(name.encode()).hexdigest(), 16) % 200
+    subnets = [f"{SUBNET_PREFIX}.{(first + i) % 256}.0/24" for i in range(16)]
+    return [s for s in subnets if not any(ipaddress.ip_network(s).overlaps(r) for r in routed)]
+
+
 def _create_network(engine: Engine, name: str, log=print) -> str:
     """Create the cluster's bridge network (IPv4 only, no masquerading); return its subnet.
 
-    The /24 is chosen from the cluster name, moving on when Docker reports an
-    overlap with another network.
+    The /24 is chosen from the cluster name, moving on past any the host already
+    routes (another engine's cluster: each private engine sees only its own
+    networks, so a second cluster of the same name got the same /24 and the
+    host's route went to the first one's bridge; a new user's trial) and when
+    Docker reports an overlap with another network.
 
     Raises:
         KindError: no free subnet.
     """
     network = network_name(name)
     engine.docker("network", "rm", network, check=False)
-    first = int(hashlib.sha256(name.encode()).hexdigest(), 16) % 200
-    errors = []
-    for i in range(16):
-        subnet = f"{SUBNET_PREFIX}.{(first + i) % 256}.0/24"
+    routed = host_routes()
+    errors = [f"every candidate is routed on this host ({', '.join(map(str, routed))})"]
+    for subnet in candidate_subnets(name, routed):
         proc = engine.docker("network", "create", "--driver", "bridge", "--subnet", subnet,
                              "--opt", "com.docker.network.bridge.enable_ip_masquerade=false",
                              "--label", f"dev.elastic-jax.kind-cluster={name}", network, check=False)
