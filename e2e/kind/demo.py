@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import uuid
@@ -181,6 +182,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cluster", default=os.environ.get("KIND_CLUSTER_NAME", kind.DEFAULT_NAME))
     args = parser.parse_args(argv)
     log = lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True)  # noqa: E731
+    # SIGTERM (`kill`, a CI's timeout) ends the demo through its `finally` as Ctrl-C does: the default action
+    # ended the process there and left the engine, the kind nodes and the bridge behind (a new user's trial).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     own_engine = None
     if os.environ.get("DOCKER_HOST"):
