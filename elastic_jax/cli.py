@@ -25,21 +25,21 @@ from typing import Optional
 
 import typer
 
-from elastic_jax import timeline
+from elastic_jax import error_lines, timeline
 from elastic_jax.api.manifest import ManifestError, dump_yaml, load_manifest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 
 
 def _error(message: str, code: int = 2) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {error_lines.clip(message)}", err=True)
     return typer.Exit(code)
 
 
 def _errors(messages: list[str], code: int = 2) -> typer.Exit:
     """Every problem on its own `error:` line (as the API server lists them all, not the first)."""
     for message in messages[:-1]:
-        typer.echo(f"error: {message}", err=True)
+        typer.echo(f"error: {error_lines.clip(message)}", err=True)
     return _error(messages[-1], code)
 
 

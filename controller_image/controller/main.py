@@ -49,7 +49,7 @@ from pathlib import Path
 # Before JAX and the trainer are imported: the goodput ledger's "starting" begins here.
 _STARTED_AT = time.monotonic()
 
-from elastic_jax import contract
+from elastic_jax import contract, error_lines
 from elastic_jax.exit_codes import ControllerExit
 from elastic_jax.controller.final_status import FinalStatusHandoff
 from elastic_jax.controller.settings import ControllerSettings, pin_host_devices
@@ -96,6 +96,7 @@ def write_termination_message(line: str) -> None:
 
 
 def _fail(message: str) -> int:
+    message = error_lines.clip(message)
     print(f"error: {message}", file=sys.stderr, flush=True)
     write_termination_message(f"error: {message}")
     return ControllerExit.BAD_INPUT

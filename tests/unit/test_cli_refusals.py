@@ -280,6 +280,19 @@ def test_validate_trainer_reports_every_config_problem_in_one_run(tmp_path):
     assert all(ln.startswith(prefix) for ln in errors) and "no files match" in errors[-1], errors
 
 
+def test_an_error_quoting_a_huge_value_is_one_bounded_line(tmp_path):
+    """A new user's trial: a 5 MB `config.data` string came back as a 5,000,129-byte `error:` line."""
+    from elastic_jax import error_lines
+
+    m = job_manifest("huge", tmp_path)
+    m["spec"]["controller"]["trainer"]["config"]["data"] = "x" * 5_000_000
+    proc = _validate(tmp_path, m, "--trainer")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[:2000]
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert "spec.controller.trainer.config.data: no files match" in line
+    assert len(line) <= len("error: ") + error_lines.MAX_CHARS + 40 and line.endswith(" more characters>"), line[-80:]
+
+
 def test_validate_trainer_passes_a_valid_library_mode_manifest_with_a_note(tmp_path):
     """A new-user trial: `validate --trainer examples/04-own-loop.yaml` exited 2 ("there is no trainer to
     build") for a valid manifest, so a CI loop over the examples failed. A note; its checkpoint folder is
