@@ -26,6 +26,7 @@ from typing import Optional
 import typer
 
 from elastic_jax import error_lines, timeline
+from elastic_jax.api.job import entry_point_problems
 from elastic_jax.api.manifest import ManifestError, dump_yaml, load_manifest
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
@@ -618,6 +619,8 @@ def _trainer_problems(job, manifest: Path) -> list[str]:
     except ImportError as e:
         return [f"{_NEEDS_EXTRA} (pip install 'elastic-jax[controller]'): {e}"]
     spec = job.spec.controller.trainer
+    if entry_point_problems(spec.entry_point):
+        return []  # (an entry point of the wrong shape: its own error says so; importing it would say it twice)
     try:
         built = load_trainer(spec.entry_point, spec.config, manifest.parent)
     except TrainerConfigError as e:

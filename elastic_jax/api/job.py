@@ -436,6 +436,13 @@ class SliceSpec(_Model):
         return self.count if self.min_slices is None else self.min_slices
 
 
+def entry_point_problems(entry_point: str) -> list[str]:
+    """[] for a `package.module:function` entry point; else the one line saying what it must look like."""
+    if _ENTRY_POINT.fullmatch(entry_point):
+        return []
+    return [f"spec.controller.trainer.entryPoint {entry_point!r} must look like 'package.module:function'"]
+
+
 class TrainerSpec(_Model):
     """Which training program the controller runs, and its configuration."""
 
@@ -446,10 +453,7 @@ class TrainerSpec(_Model):
     )
     config: dict[str, Any] = Field(default_factory=dict, description="Free-form configuration passed to the entry point.")
 
-    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (
-        lambda s: [] if _ENTRY_POINT.fullmatch(s.entry_point) else
-        [f"spec.controller.trainer.entryPoint {s.entry_point!r} must look like 'package.module:function'"],
-    )
+    RULES: ClassVar[tuple[Callable[[Any], list[str]], ...]] = (lambda s: entry_point_problems(s.entry_point),)
     _entry_point_shape = model_validator(mode="after")(_checked(RULES))
 
     @field_validator("config", mode="before")

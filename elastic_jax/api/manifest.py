@@ -479,7 +479,9 @@ def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = Fa
         job.spec.controller.trainer.config = _keep_written(job.spec.controller.trainer.config, raw.get("config"))
     problem = as_written_problem(data) if as_written else None
     if problem:
-        problems.append(problem)
+        # The CRD's rule on what was written covers the model's own rule of the same words (a trainer beside a
+        # command): one line, not the same line twice (a new user's trial).
+        problems = [p for p in problems if not problem.startswith(p)] + [problem]
     if problems:
         raise ManifestError(where + "; ".join(problems), [where + p for p in problems],
                             partial=partial or job, data=data) from None

@@ -280,6 +280,22 @@ def test_validate_trainer_reports_every_config_problem_in_one_run(tmp_path):
     assert all(ln.startswith(prefix) for ln in errors) and "no files match" in errors[-1], errors
 
 
+def test_one_mistake_is_one_error_line_not_two(tmp_path):
+    """A new user's trial: a trainer beside a command printed the same line twice (the model's rule, then the
+    CRD's on what was written), and an entry point without `:function` got its shape error and an import error."""
+    m = job_manifest("both", tmp_path)
+    m["spec"]["controller"]["command"] = ["python", "train.py"]  # (beside the trainer and its config)
+    for flags in ((), ("--trainer",)):
+        proc = _validate(tmp_path, m, *flags)
+        errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+        assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+        assert "spec.controller.trainer: not used with spec.controller.command" in errors[0]
+    m = job_manifest("shape", tmp_path)
+    m["spec"]["controller"]["trainer"]["entryPoint"] = "mypkg.mod"
+    proc = _validate(tmp_path, m, "--trainer")
+    assert_one_line_error(proc, "spec.controller.trainer.entryPoint 'mypkg.mod' must look like 'package.module:function'")
+
+
 def test_an_error_quoting_a_huge_value_is_one_bounded_line(tmp_path):
     """A new user's trial: a 5 MB `config.data` string came back as a 5,000,129-byte `error:` line."""
     from elastic_jax import error_lines
