@@ -58,6 +58,8 @@ class TimelineData:
       recoveries: the elastic events (`Recovery`), oldest first.
       controller_starts: `(t, step)` of each controller after the first one's first step (a lost controller's
         successor: its first completed step).
+      controller_gaps: `(t_last, t_next, step)` of each such change: the lost controller's last completed step
+        (`step`, at `t_last`) and its successor's first one (`t_next`): seconds without a training controller.
     """
 
     t: list[float]
@@ -68,6 +70,7 @@ class TimelineData:
     desired: list[int]
     recoveries: list[Recovery]
     controller_starts: list[tuple[float, int]]
+    controller_gaps: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)
 
 
 def read_history(run_dir: str | Path) -> list[dict]:
@@ -170,6 +173,7 @@ def timeline_data(records: list[dict]) -> TimelineData:
         if r["pid"] not in seen_pids:
             if seen_pids:
                 data.controller_starts.append((r["t"] - t0, r["step"]))
+                data.controller_gaps.append((data.t[-1], r["t"] - t0, data.step[-1]))
             seen_pids.append(r["pid"])
             window = []
         window = (window + [(r["t"], r["step"])])[-(RATE_WINDOW_STEPS + 1):]
@@ -188,12 +192,34 @@ def timeline_data(records: list[dict]) -> TimelineData:
     return data
 
 
+def _broken_at_controller_gaps(data: TimelineData) -> tuple[list[float], ...]:
+    """`data`'s t, loss, steps per second, active and desired slices with one point added at each controller
+    gap's end: no loss or rate there (NaN: the lines break instead of joining across the gap) and 0 active
+    slices from the lost controller's last step (nothing trained until its successor's first step)."""
+    nan = float("nan")
+    starts = {i for i, (a, b) in enumerate(zip(data.t, data.t[1:]), 1)
+              if any(a == g[0] and b == g[1] for g in data.controller_gaps)}
+    t, loss, rate, active, desired = [], [], [], [], []
+    for i, when in enumerate(data.t):
+        if i in starts:  # (the gap: from the last step before it, drawn 0 active, until this first step)
+            active[-1] = 0
+            t.append(when), loss.append(nan), rate.append(nan), active.append(0), desired.append(data.desired[i - 1])
+        t.append(when)
+        loss.append(nan if data.loss[i] is None else data.loss[i])
+        rate.append(nan if data.steps_per_second[i] is None else data.steps_per_second[i])
+        active.append(data.active[i])
+        desired.append(data.desired[i])
+    return t, loss, rate, active, desired
+
+
 def draw(run_dir: str | Path, title: str | None = None) -> Path:
     """Draws `<run_dir>/timeline.png` from `<run_dir>/history.jsonl`; returns its path.
 
     Three panels over wall seconds since the run's first record: loss; steps per second; active and
     desired slices. Each recovery is a red line across all three (its cause, slices and step written at the
-    top; a scale-up in purple), its seconds until the next step shaded; a restarted controller is a grey dashed line.
+    top; a scale-up in purple), its seconds until the next step shaded; a lost controller is a red dotted line
+    at its last step, the seconds until its successor's first step shaded grey, with no line drawn across them
+    and 0 active slices (nothing trained); the successor's first step is a grey dotted line.
 
     Raises:
       TimelineError: nothing to draw (see `read_history`), or the picture cannot be written.
@@ -208,13 +234,14 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
 
     fig, (ax_loss, ax_rate, ax_slices) = plt.subplots(3, 1, sharex=True, figsize=(9, 6.5),
                                                       gridspec_kw={"height_ratios": [3, 2, 1.5]})
-    ax_loss.plot(data.t, [float("nan") if v is None else v for v in data.loss], color="tab:blue", lw=1.2)
+    t, loss, rate, active, desired = _broken_at_controller_gaps(data)
+    ax_loss.plot(t, loss, color="tab:blue", lw=1.2)
     ax_loss.set_ylabel("loss")
-    ax_rate.plot(data.t, [float("nan") if v is None else v for v in data.steps_per_second], color="tab:green", lw=1.2)
+    ax_rate.plot(t, rate, color="tab:green", lw=1.2)
     ax_rate.set_ylabel("steps / s")
     ax_rate.set_ylim(bottom=0)
-    ax_slices.step(data.t, data.desired, where="post", color="grey", ls="--", lw=1, label="desired")
-    ax_slices.step(data.t, data.active, where="post", color="tab:orange", lw=1.8, label="active")
+    ax_slices.step(t, desired, where="post", color="grey", ls="--", lw=1, label="desired")
+    ax_slices.step(t, active, where="post", color="tab:orange", lw=1.8, label="active")
     ax_slices.set_ylabel("slices")
     ax_slices.set_ylim(0, max(data.desired + data.active) + 1.8)  # (headroom for the legend above the lines)
     ax_slices.yaxis.get_major_locator().set_params(integer=True)
@@ -229,12 +256,16 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
         took = "unfinished" if r.seconds is None else f"{r.seconds:.2f} s"
         ax_loss.annotate(f"{r.cause} {r.slices} @ step {r.at_step} ({took})", xy=(r.t, 1), xycoords=("data", "axes fraction"),
                          xytext=(3, -12 - 11 * (i % 4)), textcoords="offset points", fontsize=8, color=color)
-    for t, step in data.controller_starts:
+    for (t_last, t_next, lost_at), (_, step) in zip(data.controller_gaps, data.controller_starts):
         for ax in (ax_loss, ax_rate, ax_slices):
-            ax.axvline(t, color="grey", ls=":", lw=1)
-        ax_rate.annotate(f"new controller @ step {step}", xy=(t, 1), xycoords=("data", "axes fraction"),
-                         xytext=(3, -12), textcoords="offset points", fontsize=8, color="grey")
-    fig.suptitle(f"{title or run_dir.name}: {data.step[-1]} steps, {len(data.recoveries)} elastic event(s)")
+            ax.axvline(t_last, color="tab:red", ls=":", lw=1)
+            ax.axvspan(t_last, t_next, color="grey", alpha=0.15)
+            ax.axvline(t_next, color="grey", ls=":", lw=1)
+        ax_rate.annotate(f"controller lost after step {lost_at}: {t_next - t_last:.0f} s until its successor's step "
+                         f"{step}", xy=(t_last, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                         textcoords="offset points", fontsize=8, color="tab:red")
+    losses = f", {len(data.controller_gaps)} controller loss(es)" if data.controller_gaps else ""
+    fig.suptitle(f"{title or run_dir.name}: {data.step[-1]} steps, {len(data.recoveries)} elastic event(s){losses}")
     fig.tight_layout()
     out = run_dir / TIMELINE_FILE
     # Written to a new private file, then renamed over the old picture: a link planted at timeline.png is

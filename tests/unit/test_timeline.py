@@ -127,3 +127,17 @@ def test_report_reads_a_damaged_history_and_never_through_a_link(tmp_path):
     history.mkdir()
     result = CliRunner().invoke(app, ["report", str(run_dir)])
     assert result.exit_code == 2 and result.output.strip() == f"error: {history}: cannot be read (Is a directory)"
+
+
+def test_a_lost_controllers_gap_is_drawn_as_one_not_as_training(tmp_path):
+    """A new user's trial (session 24): after a controller SIGKILL the picture drew 3 active slices and the loss
+    line straight across the 27 s without a controller, with no mark of the loss, titled "0 elastic event(s)"."""
+    lines = [_step(100.0, 1), _step(101.0, 2), _step(102.0, 3), _step(129.0, 2, pid=2), _step(130.0, 3, pid=2)]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    data = timeline.timeline_data(timeline.read_history(tmp_path))
+    assert data.controller_gaps == [(2.0, 29.0, 3)]
+    t, loss, _, active, _ = timeline._broken_at_controller_gaps(data)
+    assert t == [0.0, 1.0, 2.0, 29.0, 29.0, 30.0]
+    assert active == [2, 2, 0, 0, 2, 2]  # (nothing trained from the lost controller's last step to the next)
+    assert loss[3] != loss[3] and loss[2] == 1.0 == loss[4]  # (a NaN: the line breaks across the gap)
+    assert timeline.draw(tmp_path).read_bytes()[:4] == b"\x89PNG"
