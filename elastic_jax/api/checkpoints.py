@@ -594,6 +594,14 @@ def writer_problem(step: int, writer: JobIdentity | None, me: JobIdentity | None
         return (f"{where}: checkpoint step {step} has no writer identity (saved by an older elastic-jax), so it "
                 f"cannot be shown to be this job's ({me.describe()}); set spec.checkpoint.resumeFrom: Any to "
                 "resume from it, or give this job its own directory")
+    if writer.uid != me.uid and writer.namespace == me.namespace == identity.LOCAL_NAMESPACE \
+            and writer.name == me.name:
+        # (a local UID is of the name and the absolute checkpoint path: the same name here is the same job
+        # written through another path, a symbolic link or a moved folder; a new user's trial read it as a bug)
+        return (f"{where}: checkpoint step {step} was written by a job of this name through another checkpoint "
+                f"path ({writer.describe()}, not {me.describe()}): `elastic-jax run` tells jobs apart by name and "
+                "absolute checkpoint path, and a symbolic link or a moved folder is another path; use the path "
+                "it was written under, or set spec.checkpoint.resumeFrom: Any to resume from it")
     if writer.uid != me.uid:
         return (f"{where}: checkpoint step {step} was written by another job, {writer.describe()}, not this job "
                 f"{me.describe()}; set spec.checkpoint.resumeFrom: Any to resume from it, or give this job its "

@@ -20,6 +20,12 @@ def test_writer_problem_names_the_field_the_step_and_the_way_out():
     foreign = checkpoints.writer_problem(10, B, A, "SameJob", "/c")
     assert foreign.startswith("spec.checkpoint.uri '/c': checkpoint step 10 was written by another job, local/b (uid uid-b)")
     assert "spec.checkpoint.resumeFrom: Any" in foreign
+    # a local job of the same name through another path (a link, a moved folder): said so (a new user's trial)
+    moved = JobIdentity(namespace="local", name=A.name, uid="uid-elsewhere")
+    other_path = checkpoints.writer_problem(10, moved, A, "SameJob", "/c")
+    assert "written by a job of this name through another checkpoint path" in other_path, other_path
+    assert "a symbolic link or a moved folder is another path" in other_path
+    assert "spec.checkpoint.resumeFrom: Any" in other_path
     unknown = checkpoints.writer_problem(10, None, A, "SameJob", "/c")
     assert "has no writer identity" in unknown and "spec.checkpoint.resumeFrom: Any" in unknown
 
