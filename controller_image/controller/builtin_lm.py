@@ -162,7 +162,7 @@ def _problem(err: Any) -> str:
         return f"{field}: {type_problem('int_type', value)}"
     # (a number as the manifest wrote it: `1e30`, not the float's `1e+30`)
     got = "" if err["type"] == "extra_forbidden" else f" (got {shown(value)})"
-    return f"{field}: {err['msg']}{got}"
+    return f"{field}: {err['msg'].removeprefix('Value error, ')}{got}"  # (pydantic's prefix of a validator's words)
 
 
 def parse_config(config: Mapping[str, Any] | None) -> BuiltinLMConfig:

@@ -84,7 +84,8 @@ def text_examples(source: str, seq_len: int, max_bytes: int, field: str) -> grai
     text = _join(chunks, max_bytes)
     if text.size < seq_len + 1:
         raise TrainerConfigError(
-            f"{field}: {source!r} holds {text.size} bytes of text, need at least seq_len + 1 = {seq_len + 1}"
+            f"{field}: {text.size} bytes of text read from {source!r} (at most maxBytes = {max_bytes}), need at "
+            f"least seqLen + 1 = {seq_len + 1}"
         )
     num_examples = (text.size - 1) // seq_len
     # A strided view, not a copy: rows are cast to int32 one example at a time.

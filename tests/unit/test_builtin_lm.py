@@ -103,7 +103,7 @@ def test_a_few_optimizer_steps_lower_the_loss(trainer, params):
         ({"seqLen": 0}, r"^spec\.controller\.trainer\.config\.seqLen: Input should be greater than 0 \(got 0\)$"),
         ({"learningRate": "fast"}, r"^spec\.controller\.trainer\.config\.learningRate: Input should be a valid number"),
         ({"seqLen": "32"}, r"^spec\.controller\.trainer\.config\.seqLen: Input should be a valid integer \(got '32'\)$"),
-        ({"dModel": 30, "numHeads": 4}, r"^spec\.controller\.trainer\.config\.numHeads: .*must divide dModel \(30\)"),
+        ({"dModel": 30, "numHeads": 4}, r"^spec\.controller\.trainer\.config\.numHeads: must divide dModel \(30\)"),
         ({"warmupSteps": 100, "decaySteps": 50}, r"^spec\.controller\.trainer\.config\.decaySteps: .*warmupSteps"),
         ({"data": "/nonexistent-dir/**/*.txt"}, r"^spec\.controller\.trainer\.config\.data: no files match"),
     ],

@@ -58,7 +58,8 @@ def test_a_directory_gets_a_glob_hint(tmp_path):
 
 def test_too_little_text_names_the_field(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"short")
-    with pytest.raises(TrainerConfigError, match=rf"^{FIELD}: .* holds 5 bytes of text, need at least"):
+    with pytest.raises(TrainerConfigError, match=rf"^{FIELD}: 5 bytes of text read from .* \(at most maxBytes = "
+                                                 rf"1000\), need at least seqLen \+ 1 = 65$"):
         text_examples(f"{tmp_path}/*.txt", seq_len=64, max_bytes=1000, field=FIELD)
 
 
