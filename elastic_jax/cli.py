@@ -47,7 +47,7 @@ def _errors(messages: list[str], code: int = 2) -> typer.Exit:
 @app.command()
 def run(
     manifest: Path = typer.Argument(..., metavar="MANIFEST", help="ElasticTrainingJob YAML (e.g. examples/local-cpu.yaml)."),
-    workdir: Optional[Path] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
+    workdir: Optional[str] = typer.Option(None, help="Logs, summary and metrics; default runs/<job name>."),
     fresh: bool = typer.Option(False, "--fresh", help="Start from step 0: delete the job's local checkpoints once the trainer checks out (library mode: before your program starts; else resume from them)."),
     kill_at_step: Optional[int] = typer.Option(
         None, help="Kill a worker when training passes this step (1..steps-1); default a third of the run. "
@@ -78,6 +78,9 @@ def run(
         raise _error(f"--kill-at-step {kill_at_step}: a 1-step job (spec.training.steps: 1) has no step to fail after")
     if kill_at_step is not None and not 1 <= kill_at_step < steps:
         raise _error(f"--kill-at-step {kill_at_step}: must be in 1..{steps - 1} (a failure after that many steps)")
+    if workdir is not None and not workdir.strip():
+        # (Path("") is ".": the current folder would have been taken quietly; a new user's trial)
+        raise _error("--workdir '': empty; give a folder (default runs/<job name>)")
     if hang and no_failure:
         raise _error("--hang and --no-failure contradict each other")
     for flag, value in (("--kill-at-step", kill_at_step), ("--kill-slice", kill_slice)):
@@ -96,7 +99,7 @@ def run(
     _check_trainer(job, manifest)
     inject = not no_failure and steps > 1
     options = LaunchOptions(
-        workdir=workdir or Path("runs") / job.metadata.name,
+        workdir=Path(workdir) if workdir is not None else Path("runs") / job.metadata.name,
         kill_at_step=None if not inject else (kill_at_step if kill_at_step is not None else max(1, steps // 3)),
         kill_slice=kill_slice,
         kill_signal=signal.SIGSTOP if hang else signal.SIGKILL,

@@ -618,7 +618,8 @@ def beyond_steps_problem(latest: int | None, total_steps: int, uri: str) -> str 
     if latest is None or latest <= total_steps:
         return None
     return (f"{URI_FIELD} {uri!r} holds checkpoint step {latest}, beyond spec.training.steps ({total_steps}): "
-            "another job's checkpoints? Give this job its own directory (or raise steps to continue it)")
+            "raise spec.training.steps to continue training from it, or, if those steps are not this job's, give "
+            "this job its own directory")
 
 
 def check_resume(uri: str, total_steps: int, me: JobIdentity | None,

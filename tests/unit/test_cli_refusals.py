@@ -518,7 +518,8 @@ def test_bad_workdir(tmp_path):
     m = job_manifest("badwd", tmp_path)
     path = _write(tmp_path, m)
     (tmp_path / "afile").write_text("x")
-    for workdir, what in (("/proc/no/such", "cannot be created"), (str(tmp_path / "afile"), "is a file, not a directory")):
+    for workdir, what in (("/proc/no/such", "cannot be created"), (str(tmp_path / "afile"), "is a file, not a directory"),
+                          ("", "--workdir '': empty"), ("  ", "--workdir '': empty")):  # ('': was the current folder)
         assert_one_line_error(_invoke("run", str(path), "--workdir", workdir), "--workdir", what)
     assert not leftover_processes(str(tmp_path))
 
