@@ -18,9 +18,10 @@ from elastic_jax.api.control import ControllerStatus, ResumeInfo
 from elastic_jax.k8s_operator import tracker as tracker_mod
 from elastic_jax.k8s_operator.reconcile import Observed, decide
 from elastic_jax.k8s_operator.slices import JobSetView
-from elastic_jax.k8s_operator.slices import PodView, pod_view
+from elastic_jax.k8s_operator.slices import pod_view
 from elastic_jax.k8s_operator.status_builder import Inputs, build_status
 from elastic_jax.supervision import backoff
+from tests.support.pod_views import controller_view
 
 
 def _job(max_restarts=10):
@@ -32,8 +33,7 @@ def _job(max_restarts=10):
 
 
 def _dead(attempt=1, code=3, created="2026-12-04T10:00:00Z", finished="2026-12-04T10:00:02Z"):
-    return PodView(f"demo-controller-{attempt}", f"uid{attempt}", "controller", -1, attempt, 0, "Failed", False,
-                   "127.0.10.2", False, code, f"exit code {code}", "", created=created, finished_at=finished)
+    return controller_view(attempt, phase="Failed", exit_code=code, created=created, finished_at=finished)
 
 
 def _jobsets():

@@ -22,6 +22,7 @@ from elastic_jax.k8s_operator.status_builder import REASON_INVALID_SPEC, Inputs,
 from elastic_jax.k8s_operator.status_decision import StatusObserved, decide_status, expiry
 from elastic_jax.k8s_operator.tracker import JobTracker
 from tests.support.fake_kube import FakeKube
+from tests.support.pod_views import controller_view
 
 UID = "uid-1"
 
@@ -86,8 +87,8 @@ def test_refusal_event_of_an_earlier_jobs_child_is_normal():
 
 
 def _controller(name: str, deleting: bool = False, terminal: bool = False) -> PodView:
-    return PodView(name, "u-" + name, "controller", -1, 0, 0, "Failed" if terminal else "Running", False, "",
-                   deleting)
+    return controller_view(name=name, uid="u-" + name, phase="Failed" if terminal else "Running", ready=False, ip="",
+                           deleting=deleting)
 
 
 def test_invalid_child_effects_fail_the_job_and_stop_what_runs():

@@ -13,8 +13,8 @@ from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator.finished import REASON_FOREIGN_PHASE_IGNORED, finished_phase
 from elastic_jax.k8s_operator.reconcile import Observed, decide
 from elastic_jax.k8s_operator.slices import JobSetView
-from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.status_builder import Inputs, build_status
+from tests.support.pod_views import controller_view
 
 
 def _job():
@@ -25,7 +25,7 @@ def _job():
 
 
 def _running_pod():
-    return PodView("demo-controller-0", "uid0", "controller", -1, 0, 0, "Running", True, "127.0.10.2", False)
+    return controller_view()
 
 
 def _jobsets():

@@ -16,9 +16,10 @@ from elastic_jax.k8s_operator import job_pass, operator_state
 from elastic_jax.k8s_operator.nodes import NodeLoss, NodeView, lost_nodes, node_view, pods_on_lost_nodes
 from elastic_jax.k8s_operator.reconcile import Observed, decide
 from elastic_jax.k8s_operator.slices import JobSetView, jobset_view
-from elastic_jax.k8s_operator.slices import PodView, observe_slice, pod_view
+from elastic_jax.k8s_operator.slices import observe_slice, pod_view
 from elastic_jax.k8s_operator.status_builder import with_node_loss
 from elastic_jax.k8s_operator.tracker import JobTracker
+from tests.support.pod_views import controller_view, worker_view
 
 NOW = "2026-01-01T00:01:00Z"
 
@@ -35,13 +36,12 @@ def _node_body(name, status, since, reason="NodeStatusUnknown", message="Kubelet
 
 
 def _worker(name, slice_index=0, node="n1", phase="Running", ready=True, deleting=False, grace=None, attempt=0):
-    return PodView(name, name, "worker", slice_index, attempt, 0, phase, ready, "10.0.0.5", deleting,
-                   deletion_grace_s=grace, node=node)
+    return worker_view(name, slice_index, attempt=attempt, phase=phase, ready=ready, ip="10.0.0.5", deleting=deleting,
+                       deletion_grace_s=grace, node=node)
 
 
 def _ctrl(attempt=0, node="n0", phase="Running", ready=True):
-    return PodView(f"demo-controller-{attempt}", f"c{attempt}", "controller", -1, attempt, 0, phase, ready,
-                   "10.0.0.2", False, node=node)
+    return controller_view(attempt, uid=f"c{attempt}", phase=phase, ready=ready, ip="10.0.0.2", node=node)
 
 
 LOSS = NodeLoss("n1", 45, "Ready=Unknown (NodeStatusUnknown: Kubelet stopped posting node status.)")

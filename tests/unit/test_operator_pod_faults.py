@@ -13,6 +13,7 @@ from elastic_jax.k8s_operator.slices import JobSetView
 from elastic_jax.k8s_operator.slices import PodView, pod_view
 from elastic_jax.k8s_operator.status_builder import with_pod_faults
 from tests.unit.test_operator_reconcile import _ctrl, _job
+from tests.support.pod_views import worker_view
 
 BAD = "registry.invalid/elastic-jax/controller:nope"
 KUBELET = f'Back-off pulling image "{BAD}": ErrImagePull: rpc error: code = NotFound'
@@ -28,8 +29,8 @@ def _pulling(pod: PodView, reason="ImagePullBackOff", image=BAD) -> PodView:
 
 
 def _worker(i, **kw):
-    return PodView(f"demo-slice-{i}-w-0", f"w{i}", "worker", i, 0, 0, kw.pop("phase", "Running"), True, "127.0.10.3",
-                   False, **kw)
+    kw.setdefault("reason", "")
+    return worker_view(f"demo-slice-{i}-w-0", i, uid=f"w{i}", **kw)
 
 
 def _pod_body(status, name="demo-controller-0", role=labels.ROLE_CONTROLLER):

@@ -8,7 +8,8 @@ import json
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.k8s_operator.nodes import NodeLoss
 from elastic_jax.k8s_operator.reconcile import SUSPEND_CONTROLLER_NOT_STOPPED, Observed, attempt_of, decide
-from elastic_jax.k8s_operator.slices import JobSetView, PodView, jobset_view, pod_view
+from elastic_jax.k8s_operator.slices import JobSetView, jobset_view, pod_view
+from tests.support.pod_views import controller_view
 
 
 def _job(**spec):
@@ -20,8 +21,8 @@ def _job(**spec):
 
 
 def _ctrl(attempt=0, phase="Running", exit_code=None, deleting=False, reason="", message=""):
-    return PodView(f"demo-controller-{attempt}", f"uid{attempt}", "controller", -1, attempt, 0, phase,
-                   phase == "Running", "127.0.10.2", deleting, exit_code, reason, message)
+    return controller_view(attempt, phase=phase, deleting=deleting, exit_code=exit_code, reason=reason,
+                           termination_message=message)
 
 
 def _both_jobsets(**kw):

@@ -7,13 +7,13 @@ import dataclasses
 import pytest
 
 from elastic_jax.api import labels
-from elastic_jax.k8s_operator.slices import PodView, SliceObservation, group_by_slice, next_slice_state, observe_slice, pod_view
+from elastic_jax.k8s_operator.slices import SliceObservation, group_by_slice, next_slice_state, observe_slice, pod_view
+from tests.support.pod_views import controller_view, worker_view
 
 
 def _pod(name="w", attempt=0, phase="Running", ready=True, ip="127.0.10.5", deleting=False, exit_code=None, host=0, slice_index=0):
-    return PodView(name=name, uid=name, role="worker", slice_index=slice_index, attempt=attempt, host_index=host,
-                   phase=phase, ready=ready, pod_ip=ip, deleting=deleting, exit_code=exit_code,
-                   reason="" if exit_code is None else f"exit code {exit_code}")
+    return worker_view(name, slice_index, attempt=attempt, host=host, phase=phase, ready=ready, ip=ip,
+                       deleting=deleting, exit_code=exit_code)
 
 
 def test_pod_view_reads_labels_and_termination():
@@ -91,7 +91,7 @@ def test_transitions(prev, kind, new):
 
 
 def test_group_by_slice_ignores_other_indices_and_the_controller():
-    ctrl = PodView("c", "c", "controller", -1, 0, 0, "Running", True, "x", False)
+    ctrl = controller_view(name="c", uid="c", ip="x")
     grouped = group_by_slice([_pod("a", slice_index=0), _pod("b", slice_index=1), _pod("z", slice_index=7), ctrl], 2)
     assert {i: [p.name for p in ps] for i, ps in grouped.items()} == {0: ["a"], 1: ["b"]}
 
@@ -155,8 +155,7 @@ def test_tracker_reports_a_force_deleted_worker_down_to_the_controller():
 
     t = JobTracker("ns", "j", 1, 1, client_factory=lambda url, token: Client())
     t.token = "t"
-    controller = PodView(name="j-controller-0", uid="c", role="controller", slice_index=-1, attempt=0, host_index=0,
-                         phase="Running", ready=True, pod_ip="127.0.0.9", deleting=False)
+    controller = controller_view(name="j-controller-0", uid="c", ip="127.0.0.9")
     t.set_controller(controller)
     events = []
     t.sync([_pod("w-0")], lambda *e: events.append(e))
@@ -237,8 +236,7 @@ def test_a_report_refused_while_the_controller_starts_is_not_an_error():
 
     t = JobTracker("ns", "j", 1, 1, client_factory=lambda url, token: Client())
     t.token = "t"
-    t.set_controller(PodView(name="j-controller-0", uid="c", role="controller", slice_index=-1, attempt=0,
-                             host_index=0, phase="Running", ready=False, pod_ip="127.0.0.9", deleting=False))
+    t.set_controller(controller_view(name="j-controller-0", uid="c", ready=False, ip="127.0.0.9"))
     starting, errors, ok = count("starting"), count("error"), count("ok")
     assert t.poll_status() is None
     t.sync([_pod("w-0")], lambda *e: None)
@@ -276,8 +274,7 @@ def test_a_controller_refusing_the_operators_token_is_recorded_for_a_condition()
 
     t = JobTracker("ns", "j", 1, 1, client_factory=lambda url, token: Client())
     t.token = "t"
-    t.set_controller(PodView(name="j-controller-0", uid="c", role="controller", slice_index=-1, attempt=0,
-                             host_index=0, phase="Running", ready=True, pod_ip="127.0.0.9", deleting=False))
+    t.set_controller(controller_view(name="j-controller-0", uid="c", ip="127.0.0.9"))
     t.poll_status()
     t.sync([_pod("w-0")], lambda *e: None)
     assert "401" in t.token_refused

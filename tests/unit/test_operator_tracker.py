@@ -6,8 +6,8 @@ import dataclasses
 
 from elastic_jax.api.client import ControlApiError
 from elastic_jax.api.control import ControllerStatus, SliceStatus
-from elastic_jax.k8s_operator.slices import PodView
 from elastic_jax.k8s_operator.tracker import JobTracker
+from tests.support.pod_views import controller_view, worker_view
 
 
 class FakeClient:
@@ -32,12 +32,11 @@ class FakeClient:
 
 
 def _worker(i, name, phase="Running", ready=True, exit_code=None, attempt=0):
-    return PodView(name, name, "worker", i, attempt, 0, phase, ready, f"127.0.10.{i + 2}", False, exit_code,
-                   "" if exit_code is None else f"exit code {exit_code}")
+    return worker_view(name, i, attempt=attempt, phase=phase, ready=ready, ip=f"127.0.10.{i + 2}", exit_code=exit_code)
 
 
 def _ctrl(uid):
-    return PodView(f"c-{uid}", uid, "controller", -1, 0, 0, "Running", True, "127.0.11.2", False)
+    return controller_view(name=f"c-{uid}", uid=uid, ip="127.0.11.2")
 
 
 def _tracker():
