@@ -8,7 +8,6 @@ Event) and tells the daemon when to pass again.
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
