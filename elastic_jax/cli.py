@@ -112,7 +112,8 @@ def run(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     started_at = time.time()  # (a checkpoint saved before it is an earlier run's: the report says so)
     try:
-        with RunLock(options.workdir, on_wait=lambda m: typer.echo(m, err=True)) as run_lock, \
+        with RunLock(options.workdir, on_wait=lambda m: typer.echo(m, err=True), job=job.metadata.name,
+                     on_note=lambda m: typer.echo(f"note: {m}", err=True)) as run_lock, \
                 CheckpointLock(job.spec.checkpoint.uri) as checkpoint_lock:
             # (the controller holds them too: a SIGKILLed launcher's controller still checkpointing keeps
             # the next run waiting instead of writing the same checkpoints beside it)

@@ -954,6 +954,8 @@ class RunLock(_HeldFlock):
         (`run_folder.claim`, which marks it).
       wait_s: seconds to wait for the processes of a run whose launcher is gone.
       on_wait: called once with a message when it waits.
+      job: the job's name, recorded in the folder's marker (`run_folder.claim`).
+      on_note: called with one line when the folder held another job's run, whose files this run replaces.
 
     Raises (from `acquire`):
       LaunchError: another live launcher holds it, or a gone launcher's processes still did after
@@ -961,10 +963,12 @@ class RunLock(_HeldFlock):
         run's folder (exit code 2, before anything is written in it).
     """
 
-    def __init__(self, workdir: Path, wait_s: float = 120.0, on_wait: Callable[[str], None] | None = None):
+    def __init__(self, workdir: Path, wait_s: float = 120.0, on_wait: Callable[[str], None] | None = None,
+                 job: str = "", on_note: Callable[[str], None] | None = None):
         self.path = workdir / "launcher.lock"
         self.wait_s = wait_s
         self.on_wait = on_wait
+        self.job, self.on_note = job, on_note
 
     def acquire(self) -> "RunLock":
         workdir = self.path.parent
@@ -979,11 +983,14 @@ class RunLock(_HeldFlock):
         # Before the first file of the run is written: a folder that is not new, empty or an earlier run's
         # (`/etc`, a home folder) would have its `token`, `summary.json`, ... overwritten.
         try:
-            run_folder.claim(workdir, f"--workdir {workdir}")
+            earlier = run_folder.claim(workdir, f"--workdir {workdir}", self.job)
         except run_folder.NotARunFolderError as e:
             raise LaunchError(str(e)) from None
         except OSError as e:
             raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
+        if earlier and self.on_note is not None:
+            self.on_note(f"--workdir {workdir} held a run of job {earlier!r}; this run of job {self.job!r} replaces "
+                         "its logs, summary, metrics and timeline")
         try:
             fd = open_private(self.path, os.O_RDWR)
         except OSError as e:

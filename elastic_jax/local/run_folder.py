@@ -52,14 +52,34 @@ def is_run_folder(folder: Path) -> bool:
     return _regular_file(folder / MARKER)
 
 
-def claim(folder: Path, what: str) -> None:
-    """Marks the existing directory `folder` as a run folder, after checking `is_run_folder`.
+_JOB_LINE = "job: "
+
+
+def _marked_job(marker: Path) -> str | None:
+    """The job name an earlier run wrote into `marker` (its `job: <name>` line), None when none (an older
+    marker, an empty one a user added) or unreadable; never read through a link."""
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            text = f.read(64 * 1024).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    return next((ln[len(_JOB_LINE):].strip() for ln in text.splitlines() if ln.startswith(_JOB_LINE)), None)
+
+
+def claim(folder: Path, what: str, job: str = "") -> str | None:
+    """Marks the existing directory `folder` as a run folder of `job`, after checking `is_run_folder`.
 
     Call it on a folder of this user's alone (`processes.private_dir`), before the run writes anything else in it.
 
     Args:
       folder: the run folder (it exists).
       what: its name in messages, e.g. "--workdir /tmp/run".
+      job: the job's metadata.name, recorded in the marker ("": none recorded).
+
+    Returns:
+      The name of the other job whose run the folder held (recorded by its marker), when it is not `job`:
+      this run replaces that run's files (a new user's trial found that silent); else None.
 
     Raises:
       NotARunFolderError: `folder` holds files and is not an earlier run's folder.
@@ -74,5 +94,8 @@ def claim(folder: Path, what: str) -> None:
             f"{what}: is not empty and not an earlier elastic-jax run's folder (it holds {listed}; no {MARKER}); "
             "a run would overwrite files there: give a new or empty folder, or leave --workdir out "
             f"(runs/<job name>){older}")
-    if not _regular_file(folder / MARKER):
-        write_private_file(folder / MARKER, _MARKER_TEXT)  # (replaces a link planted at the name, never follows it)
+    earlier = _marked_job(folder / MARKER) if _regular_file(folder / MARKER) else None
+    text = _MARKER_TEXT + (f"{_JOB_LINE}{job}\n" if job else "")
+    if job or not _regular_file(folder / MARKER):
+        write_private_file(folder / MARKER, text)  # (replaces a link planted at the name, never follows it)
+    return earlier if earlier and job and earlier != job else None

@@ -116,3 +116,23 @@ def test_a_folder_with_other_files_or_a_planted_link_at_a_run_name_is_refused_un
             RunLock(folder).acquire()
         assert [p.name for p in folder.iterdir()] == [name]
     assert victim.read_text() == "precious"
+
+
+def test_a_run_of_another_job_in_an_earlier_runs_folder_says_so(tmp_path):
+    """A new user's trial: `elastic-jax run other.yaml --workdir wd1`, where wd1 held job shortjob's run, replaced
+    its logs and summary without a word. The marker records the job; another job's run says whose it replaces."""
+    folder, said = tmp_path / "wd1", []
+    with RunLock(folder, job="shortjob", on_note=said.append):
+        pass
+    with RunLock(folder, job="shortjob", on_note=said.append):  # (the same job again: nothing to say)
+        pass
+    assert said == []
+    with RunLock(folder, job="other", on_note=said.append):
+        pass
+    assert said == [f"--workdir {folder} held a run of job 'shortjob'; this run of job 'other' replaces its logs, "
+                    "summary, metrics and timeline"]
+    # a marker from before it recorded the job (or an empty one a user added) says nothing, and is a run folder
+    (folder / run_folder.MARKER).write_text("")
+    with RunLock(folder, job="third", on_note=said.append):
+        pass
+    assert len(said) == 1 and "job: third" in (folder / run_folder.MARKER).read_text()
