@@ -47,3 +47,12 @@ def test_stop_ends_the_build_and_its_children(tmp_path):
     while pid_alive(child):  # reaped by init once its parent is gone
         assert time.monotonic() < deadline, f"child {child} of the stopped build still runs"
         time.sleep(0.05)
+
+
+def test_a_build_that_ended_before_the_wait_reports_its_own_length_not_the_wait(tmp_path):
+    """Session 24: a CI log's "Go binaries ready 1551s after the build started" was read as a 25-minute build;
+    its log said `built in 36s` (the first test needing it came after the unit and integration tiers)."""
+    build = BackgroundBuild(tmp_path / "build.log", ["bash", "-c", "echo built"])
+    build.proc.wait()
+    time.sleep(1.5)
+    assert build.wait() < 1.0
