@@ -96,13 +96,18 @@ def child(platform: str, workdir: Path, rung: int) -> dict[str, Any]:
             for shard in leaf.addressable_shards:
                 per_device[shard.device.id] = per_device.get(shard.device.id, 0) + shard.data.nbytes
         params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(state["params"]))
+        # What one host snapshot of this state costs (the copy `HostSnapshotter` makes beside the training):
+        # against the step time it says how often snapshots can be taken for free.
+        started = time.perf_counter()
+        jax.device_get(state)
+        host_copy_s = time.perf_counter() - started
     finally:
         backend.close()
         checkpointer.close()
     out = layout.describe()
     out.update(rung=rung, config=config, params=params, state_bytes=sum(x.nbytes for x in leaves),
                max_device_state_bytes=max(per_device.values()), devices_holding_state=len(per_device),
-               last_step_s=seconds[-1], loss=float(loss_sum / weight), finite=bool(finite))
+               last_step_s=seconds[-1], host_copy_s=host_copy_s, loss=float(loss_sum / weight), finite=bool(finite))
     return out
 
 
@@ -124,7 +129,8 @@ def ladder(platform: str, workdir: Path) -> dict[str, Any]:
             rungs.append(result)
             print(f"rung {rung}: {result['params']:,} parameters, state {result['state_bytes'] / 2**30:.2f} GiB "
                   f"({result['max_device_state_bytes'] / 2**30:.2f} GiB on the fullest of "
-                  f"{result['devices_holding_state']} device(s)), step {result['last_step_s']:.3f} s", flush=True)
+                  f"{result['devices_holding_state']} device(s)), step {result['last_step_s']:.3f} s, "
+                  f"host copy {result['host_copy_s']:.2f} s", flush=True)
             continue
         tail = proc.stderr[-4000:]
         if any(marker in tail for marker in OUT_OF_MEMORY):

@@ -33,6 +33,7 @@ import atexit
 import collections
 import dataclasses
 import logging
+import math
 import os
 import sys
 import threading
@@ -623,23 +624,35 @@ class Runtime:
         return self._state_lost
 
     def take_host_snapshot(self, step: int, state: Any, data: Mapping[str, Any] | None = None) -> bool:
-        """Copies `state` to host memory (`jax.device_get`) every `spec.elasticity.hostSnapshotIntervalSteps`.
+        """Copies `state` to host memory (`jax.device_get`, on a background thread): every step while a copy
+        fits in a step, and at least every `spec.elasticity.hostSnapshotIntervalSteps` steps.
 
         Call after `report_step(step, ...)`. The newest snapshot is what `recover` restores when it is
         newer than the last committed checkpoint (memory in well under a second instead of a storage
-        read). A no-op on the cpu backend and when the interval is 0.
+        read). A no-op on the cpu backend and when the interval is 0. Blocks only when a copy is due and
+        the previous one is still in flight (`controller/snapshot.py` has the rule).
 
         Args:
           step: the step `state` belongs to (steps completed).
-          state: a pytree of `jax.Array`s (any shardings); copied, not kept.
+          state: a pytree of `jax.Array`s (any shardings); read until its copy lands (about a step): do not
+            donate or delete it meanwhile.
           data: a small JSON dict (your data position), returned by `recover` as `data`.
 
         Returns:
-          True when a snapshot was taken.
+          True when a copy was started.
         """
-        taken = self._snapshots.maybe_take(step, state, self._data_state(step, data))
+        snapshots = self._snapshots
+        slow_before = snapshots.slow_copy
+        taken = snapshots.maybe_take(step, state, self._data_state(step, data))
         if taken:
-            self._step_t0 = time.monotonic()  # the copy is not the next step's time (`step_seconds`)
+            self._step_t0 = time.monotonic()  # a wait for the previous copy is not the next step's time
+        if snapshots.slow_copy is not None and slow_before is None:
+            copy_s, step_s = snapshots.slow_copy
+            every = snapshots.every_steps
+            self.warn_setting(
+                f"spec.elasticity.hostSnapshotIntervalSteps ({every}): a host snapshot of the state takes "
+                f"{copy_s:.2f} s, longer than {every} steps of {step_s:.3f} s, so each due step (every {every}) waits for "
+                f"the previous copy; set it to {math.ceil(copy_s / max(step_s, 1e-9)) + 1} or more (0: no snapshots)")
         return taken
 
     def recover(self, target: Any, replica: Any = None) -> Restored:
@@ -685,7 +698,8 @@ class Runtime:
                 extra={"event": "state_recovered", "source": "replica", "step": self.step, "steps_lost": 0})
             return Restored(replica, self.step, {})
         ledger.switch("restoring")
-        snap = self._snapshots.latest
+        # A copy in flight may hold the newest step (the one just completed): waited for, up to a step's deadline.
+        snap = self._snapshots.settle(self.job.spec.elasticity.step_deadline_seconds)
         committed = self._run_checkpoints().checkpointer.last_committed_step
         restored = None
         if choose_restore_source(None if snap is None else snap.step, committed) == "checkpoint":

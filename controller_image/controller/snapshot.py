@@ -1,17 +1,32 @@
 """In-memory host snapshots of the training state (pathways backend).
 
-On Pathways a lost slice takes the device copies of the state with it. A
-host snapshot every K steps (a `jax.device_get` into the controller's RAM)
-lets the controller restore from memory in well under a second instead of
-reading the last Orbax checkpoint from gs://, whenever the snapshot is newer.
+On Pathways a lost slice takes the device copies of the state with it. A host
+snapshot (a `jax.device_get` into the controller's RAM) lets the controller
+restore from memory in well under a second instead of reading the last Orbax
+checkpoint from gs://, whenever the snapshot is newer.
+
+The copy runs on a background thread, so the training thread never waits for
+it while it fits in a step: a snapshot is then taken every step, and a loss of
+the only slice costs no step (measured on a TPU v5e: docs/benchmarks.md). When
+copying the state outlasts a step (a state of GiBs against a sub-second step),
+copies start only every `every_steps` steps, and a due step waits for the copy
+before it: a copy in flight holds its state's device buffers, so a slow copy
+started every step would keep an extra state in device memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import logging
+import threading
+import time
+from typing import Any, Callable
 
 import jax
+
+from elastic_jax.controller.elastic.errors import one_line_reason
+
+_logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,25 +44,134 @@ class Snapshot:
     data_state: dict
 
 
+class _Copy:
+    """One copy to host memory on its own daemon thread (daemon: a copy hung on a lost slice must not hold
+    the process at exit)."""
+
+    def __init__(self, step: int, state: Any, data_state: dict, copy: Callable[[Any], Any],
+                 clock: Callable[[], float]):
+        self.step, self.started, self.seconds = step, clock(), None
+        self.snapshot: Snapshot | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.snapshot = Snapshot(step, copy(state), data_state)
+            except Exception as e:  # noqa: BLE001 - kept for the training thread to report
+                self.error = e
+            finally:
+                self.seconds = clock() - self.started
+                self._done.set()
+
+        threading.Thread(target=run, name=f"host-snapshot-{step}", daemon=True).start()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout_s: float | None) -> bool:
+        return self._done.wait(timeout_s)
+
+
 class HostSnapshotter:
-    """Keeps the newest host snapshot.
+    """Keeps the newest host snapshot, copied off the training thread.
+
+    Rule, at each step's `maybe_take`:
+    - a copy is due at every multiple of `every_steps`: it starts then, after waiting for a copy still in
+      flight (so a loss never costs more than `every_steps - 1` steps);
+    - between due steps (`fill_in`) a copy starts when the previous one has landed and took no longer than
+      the time between the last two calls (about a step), and at the first call: every step when copying
+      fits in a step.
 
     Args:
-      every_steps: take a snapshot when `step % every_steps == 0` (0 disables).
+      every_steps: the most steps between the starts of two copies (0 disables snapshots).
+      copy: device pytree -> host pytree; `jax.device_get` (a parameter for unit tests of the rule).
+      clock: monotonic seconds; `time.monotonic`.
+      fill_in: whether copies start between due steps (the second rule); False: exactly every
+        `every_steps` steps, for tests that need to know which step a snapshot holds.
+
+    Raises:
+      ValueError: `every_steps` < 0.
     """
 
-    def __init__(self, every_steps: int):
+    def __init__(self, every_steps: int, copy: Callable[[Any], Any] = jax.device_get,
+                 clock: Callable[[], float] = time.monotonic, fill_in: bool = True):
         if every_steps < 0:
             raise ValueError("every_steps must be >= 0")
-        self.every_steps = every_steps
-        self.latest: Snapshot | None = None
+        self.every_steps, self.fill_in = every_steps, fill_in
+        self._copy, self._clock = copy, clock
+        self._latest: Snapshot | None = None
+        self._pending: _Copy | None = None
+        self._last_call: float | None = None
+        self._last_copy_s: float | None = None
+        self._warned = False
+        self.slow_copy: tuple[float, float] | None = None
+        """Set at the first due step that waited for the previous copy: (that copy's seconds, the seconds
+        between the last two steps). The interval is then shorter than a copy: each due step waits."""
+
+    @property
+    def latest(self) -> Snapshot | None:
+        """The newest snapshot that has landed (a copy still in flight is not waited for: see `settle`)."""
+        self._collect()
+        return self._latest
 
     def maybe_take(self, step: int, state: Any, data_state: dict) -> bool:
-        """Copies `state` to host memory when due; returns whether it did."""
-        if not self.every_steps or step % self.every_steps:
+        """Starts a copy of `state` (step `step`) when the rule above says so; returns whether it did.
+
+        `state` (a pytree of `jax.Array`s) is read on a background thread until the copy lands: the caller
+        must not donate or delete it meanwhile. Blocks only on a due step while the previous copy is in
+        flight.
+        """
+        now, interval = self._clock(), None
+        if self._last_call is not None:
+            interval = now - self._last_call
+        self._last_call = now
+        if not self.every_steps:
             return False
-        self.latest = Snapshot(step, jax.device_get(state), dict(data_state))
+        self._collect()
+        due = step % self.every_steps == 0
+        if self._pending is not None:  # still in flight
+            if not due:
+                return False
+            pending = self._pending
+            self.settle(None)
+            if self.slow_copy is None and interval is not None:
+                self.slow_copy = (pending.seconds or 0.0, interval)
+        elif not due and not (self.fill_in and (self._last_copy_s is None or interval is None
+                                                or self._last_copy_s <= interval)):
+            return False
+        self._pending = _Copy(step, state, dict(data_state), self._copy, self._clock)
         return True
+
+    def settle(self, timeout_s: float | None) -> Snapshot | None:
+        """Waits up to `timeout_s` seconds (None: no limit) for the copy in flight; returns the newest snapshot.
+
+        A copy that failed (its state's slice was lost, say) or did not land in time is dropped: the last
+        landed snapshot stays the newest, with a warning naming why.
+        """
+        pending = self._pending
+        if pending is not None and not pending.wait(timeout_s):
+            self._pending = None
+            _logger.warning("the host snapshot of step %d did not land within %.0f s; using the one before it",
+                            pending.step, timeout_s or 0.0)
+        self._collect()
+        return self._latest
+
+    def _collect(self) -> None:
+        pending = self._pending
+        if pending is None or not pending.done():
+            return
+        self._pending = None
+        self._last_copy_s = pending.seconds
+        if pending.snapshot is not None:
+            self._latest = pending.snapshot
+            return
+        # Once as a warning (a state donated or deleted while being copied fails every copy), then quietly.
+        (_logger.debug if self._warned else _logger.warning)(
+            "the host snapshot of step %d failed (%s); the newest snapshot stays step %s. Donate or delete "
+            "nothing handed to take_host_snapshot until the next step", pending.step,
+            one_line_reason(pending.error), None if self._latest is None else self._latest.step)
+        self._warned = True
 
 
 def choose_restore_source(snapshot_step: int | None, committed_step: int | None) -> str:

@@ -813,8 +813,9 @@ class ElasticitySpec(_Model):
         default=10,
         ge=0, le=INT64_MAX,
         description=(
-            "pathways backend: copy the training state to controller RAM every this many steps, so a lost "
-            "slice restores from memory when the copy is newer than the last checkpoint (0: off)."
+            "pathways backend: copy the training state to controller RAM at least every this many steps, and "
+            "every step while a copy (made beside the training) fits in a step, so a lost slice restores from "
+            "memory when the copy is newer than the last checkpoint (0: off)."
         ),
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ import elastic_jax
 from elastic_jax.api.client import ControlClient
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.controller.runtime import Runtime
+from elastic_jax.controller.snapshot import HostSnapshotter
 from tests.support.bad_manifests import pathways_job
 
 TOKEN = "t0ken"
@@ -41,9 +43,11 @@ def _job(ckpt_uri: str, snapshot_every: int, checkpoint_every: int = 1000) -> di
 def runtime_of(tmp_path):
     opened = []
 
-    def make(**kw):
+    def make(fill_in=False, **kw):
         rt = Runtime(parse_manifest(_job(str(tmp_path / "ckpt"), **kw)), TOKEN, host="127.0.0.1", port=0,
                      summary_file=str(tmp_path / "summary.json")).start()
+        if not fill_in:  # snapshots exactly every `snapshot_every` steps: the tests know which step one holds
+            rt._snapshots = HostSnapshotter(rt._snapshots.every_steps, fill_in=False)
         client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
         opened.append((rt, client))
         for index in (0, 1):
@@ -107,6 +111,56 @@ def test_recover_restores_the_newest_host_snapshot_and_counts_the_steps_lost(run
     rt.close()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps_lost"] == 2  # measured now, no longer n/a for a loop that recovers
+
+
+def test_recover_waits_for_the_copy_in_flight_and_restores_the_newest_started(runtime_of):
+    """The runtime's own snapshotter: a copy starts every step while the previous has landed in time (off
+    the training thread), and `recover` waits for the copy in flight: the newest copy started is restored,
+    so a loss right after a step whose copy started costs no step although the interval is 5."""
+    rt, client = runtime_of(snapshot_every=5, fill_in=True)
+    state, started, recovered = {"s": _state(0.0)}, [], []
+
+    @rt.elastic_retry()
+    def train():
+        if rt.state_lost:
+            recovered.append(rt.recover(_state(0.0)))
+            state["s"] = {"w": jnp.asarray(recovered[-1].state["w"])}
+        while rt.step < 10:
+            step = rt.step + 1
+            state["s"] = {"w": state["s"]["w"] + 1.0}
+            rt.report_step(step, loss=1.0 / step)
+            time.sleep(0.05)  # a step long enough for a copy of 16 bytes
+            if rt.take_host_snapshot(step, state["s"], data={"position": step}) and not recovered:
+                started.append(step)
+            if step == 7 and not recovered:
+                client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
+                raise elastic_jax.SliceDownError("slice 1 lost", [1])
+        return state["s"]
+
+    final = train()
+    newest = max(started)  # (which steps copied depends on the copies' seconds: the rule's unit tests)
+    assert [(r.step, r.data) for r in recovered] == [(newest, {"position": newest})]
+    assert rt.steps_lost == 7 - newest and float(final["w"][0]) == 10.0
+
+
+def test_an_interval_shorter_than_a_host_copy_is_a_setting_warning(runtime_of):
+    """A state whose copy outlasts `hostSnapshotIntervalSteps` steps makes every due step wait: the run says
+    so once, naming the field and a value that would not wait (as on the chip: a 5 GiB state copies in
+    1.4 s against a 0.077 s step)."""
+    rt, client = runtime_of(snapshot_every=2)
+
+    def slow_copy(state):
+        time.sleep(0.5)
+        return jax.device_get(state)
+
+    rt._snapshots = HostSnapshotter(2, copy=slow_copy)
+    for step in range(1, 6):
+        rt.report_step(step, loss=1.0)
+        rt.take_host_snapshot(step, _state(float(step)))
+    warnings = client.status().setting_warnings
+    assert len(warnings) == 1 and warnings[0].startswith("spec.elasticity.hostSnapshotIntervalSteps (2): a host "
+                                                         "snapshot of the state takes"), warnings
+    assert "so each due step (every 2) waits for the previous copy; set it to" in warnings[0]
 
 
 def test_recover_prefers_a_newer_committed_checkpoint_and_keeps_resumed_from(runtime_of):

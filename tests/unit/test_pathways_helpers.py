@@ -61,12 +61,89 @@ def test_choose_restore_source():
     assert choose_restore_source(10, 20) == "checkpoint"
 
 
-def test_snapshotter_copies_to_host_every_k_steps():
+def test_snapshotter_copies_to_host_off_the_training_thread():
     import jax.numpy as jnp
 
     snap = HostSnapshotter(every_steps=5)
-    state = {"w": jnp.ones(3)}
-    assert not snap.maybe_take(3, state, {"next_batch_index": 3})
-    assert snap.maybe_take(5, state, {"next_batch_index": 5})
-    assert snap.latest.step == 5 and isinstance(snap.latest.state["w"], np.ndarray)
-    assert not HostSnapshotter(0).maybe_take(5, state, {})
+    assert snap.maybe_take(1, {"w": jnp.ones(3)}, {"next_batch_index": 1})  # the first is due
+    landed = snap.settle(timeout_s=60)
+    assert landed.step == 1 and isinstance(landed.state["w"], np.ndarray)
+    assert landed.data_state == {"next_batch_index": 1}
+    assert not HostSnapshotter(0).maybe_take(5, {"w": jnp.ones(3)}, {})
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _snapshotter(every_steps, copy_seconds, clock, gate=None, landed=None):
+    """A snapshotter whose copy takes `copy_seconds` on `clock` (waits for `gate`, then appends to `landed`)."""
+    def copy(state):
+        if gate is not None:
+            gate.wait(60)
+        clock.now += copy_seconds
+        if landed is not None:
+            landed.append(state["w"])
+        return dict(state)
+    return HostSnapshotter(every_steps, copy=copy, clock=clock)
+
+
+def _steps(snap, clock, steps, step_seconds=1.0):
+    """Calls maybe_take once per step, `step_seconds` apart, each after the previous copy landed; the steps taken."""
+    taken = []
+    for step in steps:
+        clock.now = step * step_seconds  # (the copy ran beside the step: its own seconds do not delay the next)
+        if snap.maybe_take(step, {"w": step}, {}):
+            taken.append(step)
+        snap.settle(60)
+    return taken
+
+
+def test_a_copy_that_fits_in_a_step_is_taken_every_step():
+    clock = _Clock()
+    snap = _snapshotter(10, copy_seconds=0.5, clock=clock)
+    assert _steps(snap, clock, range(1, 13)) == list(range(1, 13))
+    assert snap.latest.step == 12 and snap.slow_copy is None
+
+
+def test_a_copy_longer_than_a_step_is_taken_every_k_steps():
+    clock = _Clock()
+    snap = _snapshotter(5, copy_seconds=3.0, clock=clock)
+    assert _steps(snap, clock, range(1, 13)) == [1, 5, 10]  # the first (to measure), then the multiples
+
+
+def test_a_copy_in_flight_is_skipped_until_due_then_waited_for():
+    import threading
+
+    clock, gate, landed = _Clock(), threading.Event(), []
+    snap = _snapshotter(4, copy_seconds=0.0, clock=clock, gate=gate, landed=landed)
+    assert snap.maybe_take(1, {"w": 1}, {})
+    assert not snap.maybe_take(2, {"w": 2}, {}) and not snap.maybe_take(3, {"w": 3}, {})  # in flight: skipped
+    assert snap.latest is None
+    threading.Timer(0.2, gate.set).start()
+    assert snap.maybe_take(4, {"w": 4}, {})  # due (a multiple of 4): waits for step 1's copy, then starts
+    assert landed[0] == 1
+    assert snap.settle(60).step == 4 and landed == [1, 4]
+    assert snap.slow_copy is not None  # the interval is shorter than a copy: the runtime warns
+
+
+def test_a_failed_or_late_copy_keeps_the_snapshot_before_it(caplog):
+    import threading
+
+    clock, gate = _Clock(), threading.Event()
+    snap = _snapshotter(1, copy_seconds=0.0, clock=clock)
+    snap.maybe_take(1, {"w": 1}, {})
+    assert snap.settle(60).step == 1
+    snap._copy = lambda state: (_ for _ in ()).throw(RuntimeError("DATA_LOSS: slice 0 is gone"))
+    snap.maybe_take(2, {"w": 2}, {})
+    assert snap.settle(60).step == 1
+    assert "host snapshot of step 2 failed (RuntimeError: DATA_LOSS: slice 0 is gone)" in caplog.text
+    snap._copy = lambda state: gate.wait(60) and dict(state)
+    snap.maybe_take(3, {"w": 3}, {})
+    assert snap.settle(0.05).step == 1  # not landed in time: dropped, with a warning
+    assert "host snapshot of step 3 did not land within" in caplog.text
+    gate.set()
