@@ -5,8 +5,8 @@ It trains the CPU example, suspends and resumes it, and writes one JSON file (it
 with wall-clock seconds (time.time()) of: every version of the job on a watch (phase, step, activeSlices,
 controllerPod), the new controller's `GET /v1/status` read every 0.25 s with the operator's token (phase, step,
 active slices, seconds the answer took; an exception's repr when it failed), the controller's log and the
-operator's log (`--verbose`: kopf's status patches). It asserts nothing; `e2e/test_resume_lag.py` keeps the
-ordering it showed.
+operator's log (`--verbose`: kopf's status patches). It asserts nothing; `e2e/test_status_truth.py`'s suspend
+test keeps the ordering it showed.
 """
 
 from __future__ import annotations
@@ -18,10 +18,26 @@ import time
 import pytest
 
 from e2e.helpers import pods, wait_for
-from e2e.operator_fixtures import ejob_crd, get_job, operator_kubeconfig, run_operator  # noqa: F401  (fixtures)
-from e2e.test_resume_lag import train_then_suspend
+from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
+    ejob_crd, get_job, operator_kubeconfig, run_operator, start_training_job, wait_phase,
+)
 
 GROUP, VERSION, PLURAL = "elasticjax.dev", "v1alpha1", "elastictrainingjobs"
+
+
+def train_then_suspend(cluster, namespace: str, operator):
+    """The CPU example trained 5 steps, then `spec.suspend: true` until Suspended with its pods gone.
+
+    Returns:
+      (name, status, explain, job): `start_training_job`'s two callables and the suspended job object.
+    """
+    manifest, status, explain, _ = start_training_job(cluster, namespace, operator, "e2e-resume-lag")
+    name = manifest["metadata"]["name"]
+    cluster.kubectl("patch", "ejob", name, "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_phase(cluster, namespace, name, ("Suspended",), timeout_s=180, explain=explain)
+    wait_for(lambda: not pods(cluster, namespace, f"elasticjax.dev/job-name={name}"), timeout_s=180,
+             what="the job's pods gone", explain=explain)
+    return name, status, explain, get_job(cluster, namespace, name)
 
 
 @pytest.fixture

@@ -56,10 +56,17 @@ def install_crd(cluster) -> Path:
     """Applies the generated CRD and waits until it is Established; returns its file.
 
     Raises:
-      CommandError: kubectl refused it, or it was not Established within 60 s.
+      CommandError: kubectl refused it.
+      TimeoutError: it was not Established within 60 s.
     """
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/elastictrainingjobs.elasticjax.dev", "--timeout=60s")
+    # Polled, not `kubectl wait --for=condition=Established`: that exits 1 ("accessor error: <nil>") when it
+    # reads the CRD before the API server wrote any condition (seen on a fresh cluster).
+    def established() -> bool:
+        crd = json.loads(cluster.kubectl("get", "crd/elastictrainingjobs.elasticjax.dev", "-o", "json").stdout)
+        return any(c["type"] == "Established" and c["status"] == "True"
+                   for c in (crd.get("status") or {}).get("conditions") or [])
+    wait_for(established, timeout_s=60, what="the ElasticTrainingJob CRD Established", interval_s=0.2)
     return CRD
 
 

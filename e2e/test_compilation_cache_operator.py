@@ -5,7 +5,10 @@ claim bound to it in the job's namespace, the claim allowed to the operator. The
 its first workers compile and fill the cache; slice 0's worker process is SIGKILLed, the JobSet controller
 replaces the pod, and the new worker's JAX log (`JAX_LOG_COMPILES=1` makes JAX log cache hits) names a
 persistent cache hit for an entry that was in the folder before the replacement started: the executable was
-read, not compiled. The job ends Succeeded with no step lost. Real processes throughout; nothing is timed.
+read, not compiled. Real processes throughout; nothing is timed.
+
+The test ends at that hit. That a job whose replaced worker shares the cache claim trains on to Succeeded with
+no step lost and the no-failure loss is test_chaos_cluster.py's elastic arm (its workers share a claim too).
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ import yaml
 
 from e2e.chaos import CACHE_CLAIM, cache_claim, chaos_nodes, delete_cache_volume, job_manifest
 from e2e.helpers import create_namespace, is_ready, pods, wait_for
-from e2e.operator_fixtures import OperatorProcess, ejob_crd, operator_kubeconfig, wait_finished_while_training  # noqa: F401
+from e2e.operator_fixtures import OperatorProcess, ejob_crd, operator_kubeconfig  # noqa: F401
 from elastic_jax.api import labels
 from elastic_jax.local.processes import free_port
-from elastic_jax.logs import read_events
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -91,14 +93,6 @@ def test_a_replaced_worker_pod_loads_its_step_program_from_the_shared_cache(clus
             hits = wait_for(replaced_hits, timeout_s=600, what="the replaced worker's persistent cache hit",
                             explain=op.log)
             assert set(hits) & before, (hits, sorted(before))
-            wait_finished_while_training(cluster, ns, name, stall_s=300, explain=op.log)
-            job = cluster.api().get(f"/apis/elasticjax.dev/v1alpha1/namespaces/{ns}/elastictrainingjobs/{name}")
-            assert job["status"]["phase"] == "Succeeded", job["status"]
-            assert int(job["status"].get("recoveries") or 0) >= 1, job["status"]
-            ctl = [p for p in pods(cluster, ns, f"{labels.JOB_NAME}={name},{labels.ROLE}={labels.ROLE_CONTROLLER}")]
-            log = cluster.container_log(ns, ctl[-1]["metadata"]["name"], "controller", ctl[-1]["metadata"]["uid"])
-            finished = [e for e in read_events(log) if e.get("event") == "finished"]
-            assert finished and finished[-1]["steps"] == STEPS and finished[-1]["steps_lost"] == 0, finished
         finally:
             cluster.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=180s", check=False, timeout_s=200)
             op.stop()

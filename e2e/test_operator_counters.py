@@ -4,9 +4,11 @@ On the local control plane with the operator as a least-privilege process
 and the CPU example's images run by the node agent: a worker process
 SIGKILLed, then the job suspended and resumed (a new controller pod and new
 JobSets, each counting from 0), a worker killed again, then the controller
-pod deleted (a new one, counting from 0) and a worker killed again. After
-each step `status.recoveries`, `status.sliceReplacements` and slice 0's
-`restarts` are never lower than before, and each kill raises them.
+pod deleted (a new one, counting from 0). After each step `status.recoveries`,
+`status.sliceReplacements` and slice 0's `restarts` are never lower than
+before, and each kill raises them. (No kill after the new pod: that a kill
+raises the counts over a new controller's base is the kill after the resume;
+`counters.carry` takes a new controller UID alike for either cause.)
 
 The same for the goodput ledger (issue 12 item 3): `status.goodput` books
 the recovery of each kill and its seconds never go down across the
@@ -186,11 +188,6 @@ def test_counters_keep_growing_across_suspend_resume_and_a_new_controller_pod(cl
     assert s["controllerRestarts"] >= 1, s
     assert not _restarted_from_zero(s, before_loss), _restarted_from_zero(s, before_loss)
     assert all(n >= b for n, b in zip(_counts(s), after_resume_loss)), (s, after_resume_loss)
-    replaced = _counts(s)
-    kill_slice0_worker()
-    final = grown_past(replaced)
-    assert final[0] >= 3 and final[1] >= 3, final
-    s = status()
     base = s["counterBase"]
     assert base["controllerUid"] and base["recoveries"] >= 2, base
     # three controller pods' ledgers: the base holds the first two (their productive seconds re-booked

@@ -285,7 +285,7 @@ def pending_stage(c: ControllerStatus, controller_pod: str, shown_step: int, loc
     """What a job that has not trained yet waits for, by its controller's own word (the Running condition's
     message while the phase is Pending).
 
-    Measured on the local control plane under load (a resume after suspend, `e2e/test_resume_lag.py`): the new
+    Measured on the local control plane under load (a resume after suspend, `e2e/measure_resume_lag.py`): the new
     controller answers ~9 s after its pod is created, then reports `Starting` ~12 s (building its trainer,
     restoring or initializing its state) and then `Running` at its resume step ~27 s more (the first step's
     compile on the workers) before a step completes. The operator writes each of those answers within a

@@ -375,7 +375,7 @@ def test_a_frozen_controllers_job_reads_degraded_with_no_slice_active_until_it_a
 
 def test_a_resumed_jobs_pending_status_says_which_stage_of_its_new_controller_step_and_active_stand_on():
     """Session 12's trial: after a resume STEP and ACTIVE "lagged the new controller" by 8-10 s. Measured on the
-    local control plane (`e2e/test_resume_lag.py`): the operator writes each answer of the new controller within a
+    local control plane (`e2e/measure_resume_lag.py`): the operator writes each answer of the new controller within a
     second; the seconds are the controller's own start (~12 s `Starting`: trainer build, restore or init) and its
     first step's compile (~27 s `Running` at its resume step, 0 steps done). Pending said only "phase Pending"
     meanwhile, with the step the job had reached before (88) and then ACTIVE 2 at step 0: now the Running
