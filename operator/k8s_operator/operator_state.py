@@ -41,7 +41,7 @@ class OperatorState:
       policies: the admin's lists every job is checked against (`admin_policies`; main builds them from its
         flags); None: the defaults.
       clock: what every time the operator keeps or writes reads (`clock.Clock`), handed to each job's
-        `JobState` and `JobTracker`; None: the system's. Tests pass a `clock.FakeClock`.
+        `JobState` and `JobTracker`; None: the system's. Tests pass `tests.support.fake_clock.FakeClock`.
 
     Raises:
       tokens.OperatorKeyError: the key file is unreadable or too short.

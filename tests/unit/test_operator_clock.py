@@ -8,7 +8,8 @@ import datetime as dt
 import pytest
 
 from elastic_jax.k8s_operator import job_pass, operator_state
-from elastic_jax.k8s_operator.clock import SYSTEM, FakeClock, rfc3339
+from elastic_jax.k8s_operator.clock import SYSTEM, rfc3339
+from tests.support.fake_clock import FakeClock
 from elastic_jax.k8s_operator.conditions import now_rfc3339
 from elastic_jax.k8s_operator.job_state import CONSISTENCY_TIMEOUT_S, EARLIER_SECRET_WAIT_S, Jobs
 from elastic_jax.k8s_operator.tracker import JobTracker

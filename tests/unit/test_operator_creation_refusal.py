@@ -9,7 +9,7 @@ import kopf
 
 from elastic_jax.api import labels as lbl
 from elastic_jax.k8s_operator import incarnation, job_pass, operator_state
-from elastic_jax.k8s_operator.clock import FakeClock
+from tests.support.fake_clock import FakeClock
 from elastic_jax.k8s_operator.pod_faults import RefusalEvent, creation_fault, slices_missing_pods
 from elastic_jax.k8s_operator.slices import jobset_view
 from elastic_jax.k8s_operator.slices import pod_view

@@ -269,7 +269,7 @@ def test_a_freeze_past_the_grace_that_ends_in_an_answer_is_recorded_once_with_th
     """Issue 11: a frozen controller's ledger books its frozen seconds as training; the tracker records each freeze
     (its seconds, productive or reduced, when it ended) for `counters.carry` to re-book `recovering`."""
     from elastic_jax.k8s_operator import tracker as tracker_module
-    from elastic_jax.k8s_operator.clock import FakeClock
+    from tests.support.fake_clock import FakeClock
 
     grace = tracker_module.UNRESPONSIVE_GRACE_S
     clock = FakeClock()  # (the spells last as long as the test says, without sleeping)

@@ -94,10 +94,9 @@ def test_stop_request_sets_the_event_and_the_stopped_exit_code(runtime):
     assert rt.stop_requested.is_set() and rt.stop_exit_code == ControllerExit.STOPPED
 
 
-def test_elastic_retry_replica_resize_then_scale_up(runtime):
-    """Attempt 1 on both slices; slice 1 lost mid-run -> attempt 2 on slice 0 alone (minSlices 1);
-    slice 1 reported Ready again -> the scale-up signal -> attempt 3 on both."""
-    rt, client = runtime
+def _attempts_on_two_ready_slices(rt, client, attempt):
+    """Slices 0 and 1 reported Ready, then `attempt(n)` (n = 1, 2, ...) under `rt.elastic_retry` until one
+    returns "done". Returns (the active slices each attempt began with, the elastic events in order)."""
     _ready(client, 0)
     _ready(client, 1)
     seen, events = [], []
@@ -105,15 +104,27 @@ def test_elastic_retry_replica_resize_then_scale_up(runtime):
     @rt.elastic_retry(on_elastic_event_callback=events.append)
     def train():
         seen.append(sorted(rt.active_slices))
-        if len(seen) == 1:
+        return attempt(len(seen))
+
+    assert train() == "done"
+    return seen, events
+
+
+def test_elastic_retry_replica_resize_then_scale_up(runtime):
+    """Attempt 1 on both slices; slice 1 lost mid-run -> attempt 2 on slice 0 alone (minSlices 1);
+    slice 1 reported Ready again -> the scale-up signal -> attempt 3 on both."""
+    rt, client = runtime
+
+    def attempt(n):
+        if n == 1:
             client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
             raise elastic_jax.SliceDownError("slice 1 lost", [1])
-        if len(seen) == 2:
+        if n == 2:
             _ready(client, 1)
             rt.check_scale_up()
         return "done"
 
-    assert train() == "done"
+    seen, events = _attempts_on_two_ready_slices(rt, client, attempt)
     assert seen == [[0, 1], [0], [0, 1]]
     assert [type(e).__name__ for e in events] == ["SliceDownError", "ScaleUpSignalError"]
     assert client.status().recoveries == {"slice_down": 1, "scale_up": 1}  # the operator's status.recoveries
@@ -129,21 +140,16 @@ def test_a_slice_down_and_ready_again_between_two_steps_is_a_loss_not_a_scale_up
     scale-up signal, booking the loss as a planned `scale_up` (no recovery, no restart budget, device
     state not marked lost); it is the attempt's slice loss, as `map_sum` raises it."""
     rt, client = runtime
-    _ready(client, 0)
-    _ready(client, 1)
-    seen, events = [], []
 
-    @rt.elastic_retry(on_elastic_event_callback=events.append)
-    def train():
-        seen.append(sorted(rt.active_slices))
+    def attempt(n):
         rt.check_scale_up()
-        if len(seen) == 1:
+        if n == 1:
             client.report_slice(1, "Down", time.time_ns(), reason="worker killed")
             _ready(client, 1)
             rt.check_scale_up()  # the next step boundary
         return "done"
 
-    assert train() == "done"
+    seen, events = _attempts_on_two_ready_slices(rt, client, attempt)
     assert seen == [[0, 1], [0, 1]]  # the retry takes the replaced slice at once
     assert [type(e).__name__ for e in events] == ["SliceDownError"], events
     assert "slices [1] went down since this attempt began" in str(events[0])
