@@ -21,7 +21,8 @@
 - ``operator`` (function): the chart's operator
   (:class:`e2e.kind.target.ChartOperator`), installed again if a test
   uninstalled it (``test_helm_install.py`` does), Ready before the test
-  starts. Every test that needs the session's operator asks for it.
+  starts. Every test that needs the session's operator asks for it;
+  ``module_operator`` is the same for module- and class-scoped fixtures.
 - ``gcs`` (function): a GCS emulator in the test's namespace (:mod:`e2e.kind.gcs`).
 
 ``E2E_KIND_SHARED_ENGINE=1`` uses the engine ``python -m e2e.kind.engine start``
@@ -145,13 +146,23 @@ def namespace(cluster):
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-@pytest.fixture
-def operator(request, cluster, product_images) -> target.ChartOperator:
+def _chart_operator(request, cluster, product_images) -> target.ChartOperator:
     op = target.ChartOperator(cluster)
     if not op.pods():  # a test before this one uninstalled the release
         demo.install_chart(cluster.kind, list(product_images), log=lambda m: _say(request, m))
     target.wait_operator_ready(op)
     return op
+
+
+@pytest.fixture
+def operator(request, cluster, product_images) -> target.ChartOperator:
+    return _chart_operator(request, cluster, product_images)
+
+
+@pytest.fixture(scope="module")
+def module_operator(request, cluster, product_images) -> target.ChartOperator:
+    """``operator`` for a module- or class-scoped fixture (one job that several tests read)."""
+    return _chart_operator(request, cluster, product_images)
 
 
 @pytest.fixture
