@@ -20,8 +20,10 @@
   ``restricted``, deleted afterwards.
 - ``operator`` (function): the chart's operator
   (:class:`e2e.kind.target.ChartOperator`), installed again if a test
-  uninstalled it (``test_helm_install.py`` does), Ready before the test
-  starts. Every test that needs the session's operator asks for it.
+  uninstalled it (``test_helm_install.py`` does; it runs last in this folder,
+  see ``pytest_collection_modifyitems``, so that nothing after it pays for
+  that), Ready before the test starts. Every test that needs the session's
+  operator asks for it; ``module_operator`` is the same for module- and class-scoped fixtures.
 - ``gcs`` (function): a GCS emulator in the test's namespace (:mod:`e2e.kind.gcs`).
 
 ``E2E_KIND_SHARED_ENGINE=1`` uses the engine ``python -m e2e.kind.engine start``
@@ -71,6 +73,20 @@ def pytest_collection_finish(session):
         return
     _prewarm = prewarm_mod.Prewarm(Path(__file__).parents[1] / ".build" / "kind" / "prewarm.log")
     _say_config(session.config, f"kind: engine and images start in the background (log {_prewarm.log_path})")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """``test_helm_install.py`` last among this folder's tests: it uninstalls the session's release (one
+    operator acting), and every later test's ``operator`` fixture would install it again (image load, helm --wait)."""
+    kind_dir = Path(__file__).parent
+    mine = [i for i, item in enumerate(items) if kind_dir in Path(item.path).parents]
+    if not mine:
+        return
+    helm = [items[i] for i in mine if Path(items[i].path).name == "test_helm_install.py"]
+    rest = [items[i] for i in mine if Path(items[i].path).name != "test_helm_install.py"]
+    # Only this folder's places are reordered: every other item keeps its own.
+    for position, item in zip(mine, rest + helm):
+        items[position] = item
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -145,13 +161,23 @@ def namespace(cluster):
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-@pytest.fixture
-def operator(request, cluster, product_images) -> target.ChartOperator:
+def _chart_operator(request, cluster, product_images) -> target.ChartOperator:
     op = target.ChartOperator(cluster)
     if not op.pods():  # a test before this one uninstalled the release
         demo.install_chart(cluster.kind, list(product_images), log=lambda m: _say(request, m))
     target.wait_operator_ready(op)
     return op
+
+
+@pytest.fixture
+def operator(request, cluster, product_images) -> target.ChartOperator:
+    return _chart_operator(request, cluster, product_images)
+
+
+@pytest.fixture(scope="module")
+def module_operator(request, cluster, product_images) -> target.ChartOperator:
+    """``operator`` for a module- or class-scoped fixture (one job that several tests read)."""
+    return _chart_operator(request, cluster, product_images)
 
 
 @pytest.fixture

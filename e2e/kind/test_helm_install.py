@@ -1,20 +1,19 @@
-"""The Helm chart on kind: dry run, install, upgrade, a job that recovers, uninstall.
+"""The Helm chart on kind: dry run, install, upgrade, a job that trains, uninstall.
 
 The operator runs as a pod of the chart's Deployment from the operator image
 built here (``image.pullPolicy=Never``: it was loaded into the nodes), with
 the chart's ServiceAccount and RBAC, in a namespace that enforces the
 PodSecurity "restricted" profile. Then ``kubectl apply -f
-examples/01-cpu-job.yaml`` trains through a worker process SIGKILLed in its
-container exactly as in test_operator_recovery.py: the worker's pod is
-replaced, the controller pod keeps its UID and restartCount 0, the job
-Succeeds. The session's own release (``elastic-jax``) is uninstalled first,
-so one operator acts; the ``operator`` fixture of later tests installs it again.
+examples/01-cpu-job.yaml`` trains under the upgraded release (a worker loss
+recovered to Succeeded by the chart's operator is test_operator_recovery.py).
+The session's own release (``elastic-jax``) is uninstalled first, so one
+operator acts; this file runs last in e2e/kind (its conftest orders it), so
+no later test pays for installing it again.
 """
 
 from __future__ import annotations
 
 import json
-import signal
 
 import pytest
 import yaml
@@ -22,7 +21,7 @@ import yaml
 from e2e.harness.paths import REPO_ROOT
 from e2e.helpers import is_ready, pods, summary, wait_for
 from e2e.kind import demo
-from e2e.operator_fixtures import example_manifest, get_job, job_events, wait_phase
+from e2e.operator_fixtures import example_manifest, get_job, job_events
 from elastic_jax.api.images import OPERATOR_IMAGE
 
 # The first test of a session also pays for what its fixtures build (images, node
@@ -84,12 +83,6 @@ def _peering_holders(cluster, name: str) -> set[str]:
     return set((obj.get("status") or {}).keys())
 
 
-def _worker(cluster, namespace, index):
-    live = [p for p in pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/slice-index={index}")
-            if p["status"].get("phase") == "Running" and is_ready(p) and not p["metadata"].get("deletionTimestamp")]
-    return live[0] if live else None
-
-
 def _helm(cluster, *args: str, explain) -> None:
     """Runs helm; a failure shows helm's error and the cluster's state."""
     proc = cluster.helm(*args, check=False, timeout_s=300)
@@ -122,7 +115,7 @@ def test_rendered_chart_passes_the_api_servers_dry_run(cluster, system_namespace
     assert refused.returncode != 0 and "allowPrivilegeEscalation" in refused.stderr, refused.stderr
 
 
-def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, namespace, only_this_release):
+def test_helm_install_upgrade_job_trains_uninstall(cluster, system_namespace, namespace, only_this_release):
     explain = lambda: (summary(pods(cluster, system_namespace)) + "\n" + summary(pods(cluster, namespace))  # noqa: E731
                        + "\n" + _operator_log(cluster, system_namespace))
     installed = False
@@ -173,41 +166,23 @@ def test_helm_install_upgrade_job_recovers_uninstall(cluster, system_namespace, 
         assert "elasticjax_operator" in cluster.raw(
             f"/api/v1/namespaces/{system_namespace}/services/{FULLNAME}-metrics:{port}/proxy/metrics")
 
-        # 3. The CPU example trains through a SIGKILLed worker, run by the chart's operator.
+        # 3. The upgraded release's operator runs the CPU example: it creates the children, tells the
+        # controller its slices and posts Events under this release's RBAC, so training starts. (A worker
+        # loss recovered through to Succeeded by the chart's operator is test_operator_recovery.py's.)
         manifest = example_manifest()
-        # Longer than the example's 600 steps, which an idle machine can finish before the kill lands.
-        manifest["spec"]["training"]["steps"] = 3000
+        # Never reached: the test ends once training runs, whatever the machine's speed.
+        manifest["spec"]["training"]["steps"] = 100_000
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(manifest))
         wait_for(lambda: (get_job(cluster, namespace, JOB).get("status") or {}).get("step", 0) >= 20,
                  timeout_s=240, what="training started", explain=explain)
-        (ctrl,) = pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/role=controller")
-        victim = wait_for(lambda: _worker(cluster, namespace, 0), timeout_s=60, what="slice 0 worker",
-                          explain=explain)
-        cluster.signal_container(namespace, victim["metadata"]["name"], "worker", signal.SIGKILL)
-
-        def replaced():
-            new = _worker(cluster, namespace, 0)
-            return new if new and new["metadata"]["name"] != victim["metadata"]["name"] else None
-        wait_for(replaced, timeout_s=120, what="slice 0 worker replaced", explain=explain)
-
-        job = wait_phase(cluster, namespace, JOB, ("Succeeded", "Failed"), timeout_s=420)
-        status = job["status"]
-        assert status["phase"] == "Succeeded", status
-        assert status["step"] == manifest["spec"]["training"]["steps"]
-        assert status["loss"] < status["initialLoss"], status
-        assert status["controllerRestarts"] == 0 and status["recoveries"] >= 1, status
-        assert status["sliceReplacements"] >= 1, status
-        (after,) = pods(cluster, namespace, f"elasticjax.dev/job-name={JOB},elasticjax.dev/role=controller")
-        assert after["metadata"]["uid"] == ctrl["metadata"]["uid"]
-        assert after["status"]["containerStatuses"][0]["restartCount"] == 0
-        messages = [(e["reason"], e["message"]) for e in job_events(cluster, namespace, JOB)]
-        # Why it went Down depends on who saw it first on a real kubelet (see test_operator_recovery.py).
-        assert any(r == "SliceDown" and m.startswith("slice 0 ") for r, m in messages), messages
+        status = get_job(cluster, namespace, JOB)["status"]
+        assert status["activeSlices"] == 2 and status["phase"] == "Running", status
+        reasons = {e["reason"] for e in job_events(cluster, namespace, JOB)}
+        assert "SliceReady" in reasons, sorted(reasons)
         # The operator that did it is the chart's pod, and it has not restarted.
         current = _running_operator(cluster, system_namespace)
         assert current["metadata"]["uid"] == operator["metadata"]["uid"]
         assert current["status"]["containerStatuses"][0]["restartCount"] == 0
-        assert "elasticjax_operator_failure_notify_seconds_count" in _metrics(cluster, current)
         operator_container = (current["spec"]["nodeName"], current["status"]["containerStatuses"][0]["containerID"])
 
         # 4. Uninstall removes the operator and everything the templates made; the

@@ -7,7 +7,8 @@ after its grace period (20 s here, :data:`e2e.kind.cluster.NODE_MONITOR_GRACE_PE
 and the pods there stay ``Running`` in the API. The operator must force-delete the
 job's pod there ``--node-lost-seconds`` (the chart's 30 s) later, so the slice's
 JobSet replaces it on the other worker, while training goes on with the surviving
-slice and the controller pod is never touched.
+slice and the controller pod is never touched. The user sees a NodeLost Event
+and condition naming the node, and the slice's SliceDown and SliceReady Events.
 
 Placement is made deterministic, since the scheduler decides where pods go:
 the victim node is the worker that does not host the operator; the JobSet
@@ -113,6 +114,8 @@ def test_dead_node_without_taint_slice_replaced_elsewhere_controller_kept(elasti
         ctrl_uid = controller["metadata"]["uid"]
         ctrl_restarts = controller["status"]["containerStatuses"][0]["restartCount"]
         step_at_pause = step()
+        # The move above posted a SliceDown and a SliceReady of its own: only later ones are the node loss's.
+        before = {e["metadata"]["uid"] for r in ("SliceDown", "SliceReady") for e in _events(cluster, ns, r)}
 
         # -- the node dies: no taint, no drain -----------------------------------------------
         paused = True  # (set first: a pause that fails half-way is undone in finally)
@@ -153,6 +156,16 @@ def test_dead_node_without_taint_slice_replaced_elsewhere_controller_kept(elasti
         (cond,) = [c for c in status["conditions"] if c["type"] == "NodeLost"]
         assert victim in cond["message"], cond
         assert status["controllerRestarts"] == 0, status
+        # The slice's loss and return as Events, posted after the pause: SliceDown for slice 1, then
+        # SliceReady naming the replacement's address.
+        def slice_events(reason: str) -> list[dict]:
+            return [e for e in _events(cluster, ns, reason)
+                    if e["metadata"]["uid"] not in before and e["message"].startswith("slice 1 ")]
+        (down, *_) = demo.wait_for(lambda: slice_events("SliceDown"), 30, "a SliceDown Event for slice 1", why)
+        assert down["type"] == "Warning", down
+        address = f"{new['status']['podIP']}:8471"
+        demo.wait_for(lambda: [e for e in slice_events("SliceReady") if address in e["message"]], 60,
+                      f"a SliceReady Event naming {address}", why)
 
         # -- the node comes back; training goes on on both slices, with the same controller ---
         _docker_retrying(cluster, "unpause", victim)

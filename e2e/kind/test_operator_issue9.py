@@ -15,6 +15,7 @@ Every job runs in a fresh namespace enforcing PodSecurity ``restricted``.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -182,6 +183,10 @@ def test_worker_pod_refused_by_a_quota_is_a_condition_and_an_event_from_the_oper
     cond = wait_for(condition, timeout_s=300, what="PodsNotStarting naming the quota", explain=why)
     assert cond["reason"] == "FailedCreate", cond
     assert "worker pods cannot be created" in cond["message"] and "exceeded quota: one-pod" in cond["message"], cond
+    # Read from the slice's own Job (the operator finds it by UID under the slice's JobSet): the message
+    # names that Job and a pod of it, of the same slice.
+    assert re.search(r"slice (\d) worker pods cannot be created: Job cpu-job-slice-\1-worker-0: FailedCreate: .*"
+                     r'pods "cpu-job-slice-\1-worker-0-', cond["message"]), cond
     uid = get_job(cluster, namespace, "cpu-job")["metadata"]["uid"]
     events = wait_for(lambda: [e for e in _events_of(cluster, namespace, uid) if e["reason"] == "FailedCreate"],
                       timeout_s=60, what="the FailedCreate Event on the job", explain=why)

@@ -8,8 +8,10 @@ outlive the controller pod as on GKE:
   creates a new controller pod (restartPolicy Never, so a new name), counts
   it in `status.controllerRestarts` with a condition and an Event, keeps the
   worker pods (same UIDs), and the new process resumes from the latest
-  committed checkpoint; a later worker loss does not count as a controller
-  restart;
+  committed checkpoint and trains; a later worker loss does not count as a
+  controller restart. (A new controller pod from a checkpoint running on to
+  Succeeded is the suspend test's resume here and e2e/test_chaos_cluster.py's
+  restart arm.)
 - `spec.suspend: true` mid-training: the controller checkpoints the step it
   reached (SIGTERM, graceful delete), every pod goes, phase Suspended;
   `suspend: false` brings the children back and training resumes from that
@@ -48,6 +50,8 @@ SEL = f"elasticjax.dev/job-name={JOB}"
 CONTROLLERS = f"{SEL},elasticjax.dev/role=controller"
 WORKERS = f"{SEL},elasticjax.dev/role=worker"
 RESTORED = re.compile(r"restored checkpoint step (\d+)")
+# The suspend lands a few dozen steps past 30; the rest after the resume is what reaches Succeeded.
+STEPS_SUSPEND = 600
 
 
 def _apply(cluster, namespace, gcs, steps: int, **spec) -> dict:
@@ -106,7 +110,8 @@ def _reasons(cluster, namespace) -> list[tuple[str, str]]:
 
 def test_controller_killed_is_recreated_and_resumes_from_checkpoint(cluster, namespace, operator, gcs):
     """Failure flow 3: a SIGKILLed controller is replaced and counted; workers stay; training resumes."""
-    manifest = _apply(cluster, namespace, gcs, steps=2000)
+    # Never reached: the test ends while the job trains, whatever the machine's speed.
+    manifest = _apply(cluster, namespace, gcs, steps=100_000)
     explain = _explain(cluster, namespace, operator)
     # Wait past the first committed checkpoint (intervalSteps 50), so there is one to resume from.
     wait_for(lambda: (_status(cluster, namespace).get("lastCheckpointStep") or 0) >= 50, timeout_s=180,
@@ -140,26 +145,31 @@ def test_controller_killed_is_recreated_and_resumes_from_checkpoint(cluster, nam
     wait_for(lambda: victim not in _live_workers(cluster, namespace) and len(_live_workers(cluster, namespace)) == 2,
              timeout_s=90, what="killed worker replaced", explain=explain)
 
-    job = wait_phase(cluster, namespace, JOB, ("Succeeded", "Failed"), timeout_s=240)
-    status = job["status"]
-    assert status["phase"] == "Succeeded", status
-    assert status["step"] == manifest["spec"]["training"]["steps"]
-    assert status["loss"] < status["initialLoss"], status
+    # The operator has counted the replacement and the new controller trains on both slices again:
+    # only then is "not a controller restart" a statement about the worker loss.
+    step_replaced = _status(cluster, namespace).get("step", 0)
+
+    def recovered() -> dict | None:
+        st = _status(cluster, namespace)
+        return st if (st.get("sliceReplacements", 0) >= 1 and st.get("activeSlices") == 2
+                      and st.get("step", 0) > step_replaced) else None
+    status = wait_for(recovered, timeout_s=120, what="replacement counted, both slices training", explain=explain)
     assert status["controllerRestarts"] == 1, "the worker loss did not count as a controller restart"
-    assert status["sliceReplacements"] >= 1
+    assert status["controllerPod"] == f"{JOB}-controller-1", status
     cond = next(c for c in status["conditions"] if c["type"] == "ControllerRestarted")
     assert cond["status"] == "True" and cond["reason"] == "ControllerPodLost", cond
     restarted = [m for r, m in _reasons(cluster, namespace) if r == "ControllerRestarted"]
     assert len(restarted) == 1 and old["metadata"]["name"] in restarted[0] and "exit code 137" in restarted[0], restarted
     # The dead pod is deleted by the operator; exactly one controller pod (the new one) is left.
-    assert [p["metadata"]["uid"] for p in pods(cluster, namespace, CONTROLLERS)] == [new["metadata"]["uid"]]
+    wait_for(lambda: [p["metadata"]["uid"] for p in pods(cluster, namespace, CONTROLLERS)] == [new["metadata"]["uid"]],
+             timeout_s=60, what="only the new controller pod left", explain=explain)
 
 
 def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace, operator, gcs, tmp_path):
     """suspend: true → checkpoint at the step reached, no pods, Suspended; false → resumes from it."""
     # minSlices = count (pause and resume): a worker gone before the controller's last step would
     # make it wait for the slice instead of checkpointing, so this also shows the teardown order.
-    manifest = _apply(cluster, namespace, gcs, steps=2000,
+    manifest = _apply(cluster, namespace, gcs, steps=STEPS_SUSPEND,
                       slices={**example_manifest()["spec"]["slices"], "minSlices": 2})
     uri = manifest["spec"]["checkpoint"]["uri"]
     explain = _explain(cluster, namespace, operator)
@@ -201,7 +211,7 @@ def test_suspend_checkpoints_tears_down_and_resume_continues(cluster, namespace,
     restored = wait_for(lambda: _restored_step(cluster, namespace, second), timeout_s=90,
                         what="resumed controller restored a checkpoint", explain=explain)
     assert restored == reached
-    # (about 1900 steps left: at load 20-30 on 2 cores they took over 240 s; a stall still fails)
+    # (at load 20-30 on 2 cores the steps left can take minutes; only a stall fails)
     job = wait_finished_while_training(cluster, namespace, JOB, stall_s=120)
     status = job["status"]
     assert status["phase"] == "Succeeded", status

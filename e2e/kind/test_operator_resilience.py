@@ -1,8 +1,9 @@
-"""The chart's operator on kind under node loss, its own crash mid-recovery, a drain, and job deletion.
+"""The chart's operator on kind under its own crash mid-recovery, a drain, and job deletion.
 
-A lost node is a frozen node container (kubelet, containerd and its pods stop
-at once) with the out-of-service taint; the operator's crash is a SIGKILL of
-its process, which the kubelet restarts.
+The operator's crash is a SIGKILL of its process, which the kubelet restarts.
+A lost node is test_node_failure.py (a frozen node, no taint; SliceDown and
+SliceReady Events) and e2e/test_chaos_cluster.py's elastic arm (the
+out-of-service taint, no step lost, the same controller).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from e2e.helpers import is_ready, pods, summary, wait_for
-from e2e.operator_fixtures import example_manifest, get_job, job_children, job_events, wait_phase
+from e2e.operator_fixtures import example_manifest, get_job, job_children, job_events
 
 # The first test of a session also pays for what its fixtures build (images, node
 # image, cluster, chart: up to ~30 min on a fresh machine under load).
@@ -46,50 +47,9 @@ def _controller(cluster, namespace):
             if p["status"].get("phase") == "Running"][0]
 
 
-def test_worker_node_loss(cluster, namespace, operator):
-    explain = _start(cluster, namespace, operator, steps=100000)
-    ctrl = _controller(cluster, namespace)
-    workers = _live(cluster, namespace, f"{SEL},elasticjax.dev/role=worker")
-    apart = [w for w in workers if w["spec"]["nodeName"] != ctrl["spec"]["nodeName"]]
-    victim = (apart or workers)[0]
-    node = victim["spec"]["nodeName"]
-    lost = {p["metadata"]["name"] for p in workers if p["spec"]["nodeName"] == node}
-    step_before = (get_job(cluster, namespace, JOB).get("status") or {}).get("step", 0)
-    cluster.fail_node(node)
-    try:
-        def replaced():
-            live = _live(cluster, namespace, f"{SEL},elasticjax.dev/role=worker")
-            names = {p["metadata"]["name"] for p in live}
-            return len(live) == 2 and not names & lost
-        # The node controller marks the node NotReady after its grace period; then the pod GC
-        # force-deletes the pods of an out-of-service node and the JobSet replaces the slice.
-        wait_for(replaced, timeout_s=240, what="lost workers replaced on another node", explain=explain)
-
-        def rejoined():
-            st = get_job(cluster, namespace, JOB).get("status") or {}
-            return st if st.get("activeSlices") == 2 and st.get("phase") == "Running" else None
-        status = wait_for(rejoined, timeout_s=120, what="replaced slice back in training", explain=explain)
-    finally:
-        cluster.restore_node(node)
-    if apart:
-        # It trained on past the loss (a loss below the first step's is no sign of that after a few dozen
-        # steps: CI under load read 6.040 beside 6.030)
-        assert status["step"] > step_before, (status["step"], step_before)
-        # The controller's node survived: its pod is untouched.
-        after = pods(cluster, namespace, f"{SEL},elasticjax.dev/role=controller")
-        assert [p["metadata"]["uid"] for p in after] == [ctrl["metadata"]["uid"]]
-        assert status["controllerRestarts"] == 0
-    else:
-        # Every pod shared the node: the controller was lost too, recreated and counted (its local checkpoints
-        # went with it: it trains again from step 0, CI read step 7 after 25)
-        assert status["controllerRestarts"] == 1
-    reasons = [e["reason"] for e in job_events(cluster, namespace, JOB)]
-    assert "SliceDown" in reasons and "SliceReady" in reasons
-
-
 def test_operator_killed_mid_recovery(cluster, namespace, operator):
-    # 600 steps can finish within seconds on an idle machine, before the kill even lands.
-    explain = _start(cluster, namespace, operator, steps=3000)
+    # Never reached: the test ends once the recovery is finished, whatever the machine's speed.
+    explain = _start(cluster, namespace, operator, steps=100000)
     ctrl = _controller(cluster, namespace)
     victim = _live(cluster, namespace, f"{SEL},elasticjax.dev/slice-index=0")[0]
     operator.kill()  # SIGKILL: no cleanup, no state handed over
@@ -101,19 +61,28 @@ def test_operator_killed_mid_recovery(cluster, namespace, operator):
                             if p["metadata"]["name"] != victim["metadata"]["name"]],
                    timeout_s=120, what="slice 0 worker replaced", explain=explain)[0]
     address = f"{new['status']['podIP']}:8471"
+    # The fresh process saw the replacement Ready and said where it is.
+    ready = wait_for(lambda: [e["message"] for e in job_events(cluster, namespace, JOB)
+                              if e["reason"] == "SliceReady" and address in e["message"]],
+                     timeout_s=120, what=f"SliceReady naming {address}", explain=explain)
+    assert ready[0].startswith("slice 0 "), ready
 
     def both_active():
+        # Status the fresh process wrote (the old one's last said 2 before the loss): slice 0 at the
+        # new address, and the controller, which counted the recovery, training on both slices again.
         st = get_job(cluster, namespace, JOB).get("status") or {}
-        return st.get("activeSlices") == 2 or st.get("phase") == "Succeeded"
-    wait_for(both_active, timeout_s=120, what="replacement slice rejoined after operator restart", explain=explain)
-    job = wait_phase(cluster, namespace, JOB, ("Succeeded", "Failed"), timeout_s=300)
-    assert job["status"]["phase"] == "Succeeded", job["status"]
+        slice0 = next((s for s in st.get("slices") or [] if s["index"] == 0), {})
+        return st if (st.get("activeSlices") == 2 and st.get("recoveries", 0) >= 1
+                      and slice0.get("addresses") == [address]) else None
+    status = wait_for(both_active, timeout_s=120, what="replacement slice rejoined after operator restart",
+                      explain=explain)
+    # (Running on to Succeeded after a worker loss is test_operator_recovery.py's and test_kind.py's; with the
+    # operator killed too, e2e/test_chaos_cluster.py's elastic arm.)
     after = pods(cluster, namespace, f"{SEL},elasticjax.dev/role=controller")
     assert [p["metadata"]["uid"] for p in after] == [ctrl["metadata"]["uid"]]
     assert after[0]["status"]["containerStatuses"][0]["restartCount"] == 0
-    assert job["status"]["controllerRestarts"] == 0
-    ready = [e["message"] for e in job_events(cluster, namespace, JOB) if e["reason"] == "SliceReady"]
-    assert any(address in m for m in ready), ready
+    assert status["controllerRestarts"] == 0
+    cluster.kubectl("delete", "ejob", "-n", namespace, JOB, "--wait=false")
 
 
 def test_gracefully_deleted_worker_pod_is_replaced(cluster, namespace, operator):

@@ -179,13 +179,14 @@ def test_workers_reach_the_head_before_it_is_ready_and_again_after_it_is_replace
 
     # 2. The controller pod is lost. As the operator does: a new incarnation, and the JobSets of
     #    the old head deleted and created again once the new resource manager listens.
-    cluster.kubectl("delete", "pod", "-n", namespace, first, "--wait=true", timeout_s=TIMEOUT_S)
-    for i in range(SLICES):
-        cluster.kubectl("delete", "jobset", "-n", namespace, names.slice_jobset(JOB, i), "--wait=true",
-                        timeout_s=TIMEOUT_S)
-    wait_for(lambda: not cluster.kubectl("get", "pods", "-n", namespace, "-l",
-                                         f"{labels.ROLE}={labels.ROLE_WORKER}", "-o", "name").stdout.strip(),
-             timeout_s=TIMEOUT_S, what="the old workers gone", explain=explain)
+    #    All deleted at once (their grace periods run side by side); the new head and JobSets (same
+    #    names) come only once the old head, the old JobSets and their workers are gone.
+    old = [f"pod/{first}", *(f"jobset/{names.slice_jobset(JOB, i)}" for i in range(SLICES))]
+    cluster.kubectl("delete", "-n", namespace, *old, "--wait=false", timeout_s=TIMEOUT_S)
+    wait_for(lambda: not cluster.kubectl("get", "-n", namespace, *old, "--ignore-not-found", "-o", "name").stdout.strip()
+             and not cluster.kubectl("get", "pods", "-n", namespace, "-l", f"{labels.ROLE}={labels.ROLE_WORKER}",
+                                     "-o", "name").stdout.strip(),
+             timeout_s=TIMEOUT_S, what="the old head, its JobSets and their workers gone", explain=explain)
     second = _start_head_then_workers(cluster, namespace, job, 1)
     wait_for(lambda: _ready(_pod(cluster, namespace, second)), timeout_s=TIMEOUT_S,
              what=f"{second} Ready (the new workers registered with the new head)", explain=explain)

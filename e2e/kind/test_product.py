@@ -35,6 +35,10 @@ from elastic_jax import contract
 pytestmark = pytest.mark.timeout(3600)
 
 
+# The job the uid/read-only/token test and the Service DNS test both read (one start instead of two).
+SHARED_JOB = "sec"
+
+
 def _job_manifest(name: str, steps: int) -> str:
     manifest = yaml.safe_load(demo.EXAMPLE.read_text())
     manifest["metadata"]["name"] = name
@@ -42,16 +46,31 @@ def _job_manifest(name: str, steps: int) -> str:
     return yaml.safe_dump(manifest)
 
 
-def test_pods_run_as_65532_read_only_and_read_their_token(elastic_jax, operator):
+@pytest.fixture(scope="class")
+def training_job(elastic_jax, module_operator):
+    """One job training in a restricted namespace, for ``TestOneTrainingJob``: (namespace, name)."""
     cluster = elastic_jax
     ns = demo.restricted_namespace(cluster, "sec")
     why = demo.explain(cluster, ns)
     try:
-        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("sec", steps=100000))
-        demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "sec").get("status") or {}).get("step", 0) >= 5,
-                      600, "training reached step 5", why)
-        (controller,) = demo.pods(cluster, ns, "elasticjax.dev/job-name=sec,elasticjax.dev/role=controller")
-        worker = demo.wait_for(lambda: demo.live_worker(cluster, ns, "sec", 0), 120, "a ready worker", why)
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest(SHARED_JOB, steps=100000))
+        demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", SHARED_JOB).get("status") or {}).get("step", 0)
+                      >= 5, 600, "training reached step 5", why)
+        yield ns, SHARED_JOB
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+class TestOneTrainingJob:
+    """Two tests that only read a training job share one (one job start instead of two); it is deleted
+    when the class ends, so it does not train beside the tests after it."""
+
+    def test_pods_run_as_65532_read_only_and_read_their_token(self, elastic_jax, operator, training_job):
+        cluster = elastic_jax
+        ns, job = training_job
+        why = demo.explain(cluster, ns)
+        (controller,) = demo.pods(cluster, ns, f"elasticjax.dev/job-name={job},elasticjax.dev/role=controller")
+        worker = demo.wait_for(lambda: demo.live_worker(cluster, ns, job, 0), 120, "a ready worker", why)
         for pod, container in ((controller, "controller"), (worker, "worker")):
             name = pod["metadata"]["name"]
             ident = cluster.kubectl("exec", "-n", ns, name, "-c", container, "--", "id", "-u").stdout.strip()
@@ -67,8 +86,34 @@ def test_pods_run_as_65532_read_only_and_read_their_token(elastic_jax, operator)
         size = cluster.kubectl("exec", "-n", ns, controller["metadata"]["name"], "--", "python3", "-c",
                                f"print(len(open({token_path!r}).read().strip()))").stdout.strip()
         assert int(size) >= 32
-    finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+    def test_a_worker_reaches_the_controller_by_the_services_dns_name(self, elastic_jax, operator,
+                                                                      training_job):
+        """The job's Service, resolved by CoreDNS from a worker pod, routes to the controller (kube-proxy):
+        the path Pathways workers take to the resource manager and users take to the control API."""
+        from elastic_jax.k8s_operator import names
+        cluster = elastic_jax
+        ns, job = training_job
+        why = demo.explain(cluster, ns)
+        worker = demo.wait_for(lambda: demo.live_worker(cluster, ns, job, 0), 120, "a ready worker", why)
+        # The Service routes once the controller pod is Ready and kube-proxy has programmed its
+        # endpoint, which on a loaded node trails the pod's Ready by seconds: wait for both.
+        demo.wait_for(lambda: all(demo.is_ready(p) for p in demo.pods(
+            cluster, ns, f"elasticjax.dev/job-name={job},elasticjax.dev/role=controller")), 120, "a ready controller", why)
+        host = f"{names.service(job)}.{ns}.svc.cluster.local"
+        probe = ("import socket, urllib.request; "
+                 f"print(socket.gethostbyname({host!r})); "
+                 f"print(urllib.request.urlopen('http://{host}:{names.CONTROLLER_PORT}/healthz', timeout=10).status)")
+        last: list[str] = []
+
+        def answered() -> list[str] | None:
+            proc = cluster.kubectl("exec", "-n", ns, worker["metadata"]["name"], "-c", "worker", "--",
+                                   "python3", "-c", probe, check=False)
+            last[:] = [proc.stdout, proc.stderr[-400:]]
+            return proc.stdout.split() if proc.returncode == 0 else None
+        out = demo.wait_for(answered, 60, "the controller answering through its Service", lambda: f"{why()}\n{last}")
+        service_ip = demo.get(cluster, "-n", ns, "service", names.service(job))["spec"]["clusterIP"]
+        assert out == [service_ip, "200"], out
 
 
 def test_admission_refusal_is_a_condition_and_an_event(elastic_jax, operator):
@@ -89,40 +134,6 @@ def test_admission_refusal_is_a_condition_and_an_event(elastic_jax, operator):
         events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
                                             "involvedObject.name=refused", "-o", "json").stdout)["items"]
         assert any("quota" in (e.get("message") or "").lower() for e in events), [e.get("message") for e in events]
-    finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-
-
-def test_a_worker_reaches_the_controller_by_the_services_dns_name(elastic_jax, operator):
-    """The job's Service, resolved by CoreDNS from a worker pod, routes to the controller (kube-proxy):
-    the path Pathways workers take to the resource manager and users take to the control API."""
-    from elastic_jax.k8s_operator import names
-    cluster = elastic_jax
-    ns = demo.restricted_namespace(cluster, "dns")
-    why = demo.explain(cluster, ns)
-    try:
-        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("dns", steps=100000))
-        demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "dns").get("status") or {}).get("step", 0) >= 1,
-                      600, "training started", why)
-        worker = demo.wait_for(lambda: demo.live_worker(cluster, ns, "dns", 0), 120, "a ready worker", why)
-        # The Service routes once the controller pod is Ready and kube-proxy has programmed its
-        # endpoint, which on a loaded node trails the pod's Ready by seconds: wait for both.
-        demo.wait_for(lambda: all(demo.is_ready(p) for p in demo.pods(
-            cluster, ns, "elasticjax.dev/job-name=dns,elasticjax.dev/role=controller")), 120, "a ready controller", why)
-        host = f"{names.service('dns')}.{ns}.svc.cluster.local"
-        probe = ("import socket, urllib.request; "
-                 f"print(socket.gethostbyname({host!r})); "
-                 f"print(urllib.request.urlopen('http://{host}:{names.CONTROLLER_PORT}/healthz', timeout=10).status)")
-        last: list[str] = []
-
-        def answered() -> list[str] | None:
-            proc = cluster.kubectl("exec", "-n", ns, worker["metadata"]["name"], "-c", "worker", "--",
-                                   "python3", "-c", probe, check=False)
-            last[:] = [proc.stdout, proc.stderr[-400:]]
-            return proc.stdout.split() if proc.returncode == 0 else None
-        out = demo.wait_for(answered, 60, "the controller answering through its Service", lambda: f"{why()}\n{last}")
-        service_ip = demo.get(cluster, "-n", ns, "service", names.service("dns"))["spec"]["clusterIP"]
-        assert out == [service_ip, "200"], out
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
@@ -153,10 +164,15 @@ def test_a_hung_controller_is_killed_by_the_kubelets_liveness_probe_and_replaced
         # 6 failures 10 s apart (each with a 10 s budget): about 60-70 s.
         demo.wait_for(unhealthy, 240, "the kubelet's liveness probe failing", why)
 
+        # The test ends once the new pod runs: a replaced controller training again is
+        # test_operator_lifecycle.py's killed controller (and e2e/test_chaos_cluster.py's restart arm).
         def replaced():
             status = demo.get(cluster, "-n", ns, "ejob", "hang").get("status") or {}
-            return status if status.get("controllerRestarts") == 1 and status.get("controllerPod") == "hang-controller-1" \
-                and status.get("phase") == "Running" else None
-        demo.wait_for(replaced, 300, "controller replaced and training again", why)
+            if status.get("controllerRestarts") != 1 or status.get("controllerPod") != "hang-controller-1":
+                return None
+            new = demo.pods(cluster, ns, "elasticjax.dev/job-name=hang,elasticjax.dev/role=controller")
+            return status if any(p["metadata"]["name"] == "hang-controller-1" and p["status"].get("phase") == "Running"
+                                 for p in new) else None
+        demo.wait_for(replaced, 300, "controller replaced and counted, the new pod Running", why)
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
