@@ -189,7 +189,8 @@ class Runtime:
         from elastic_jax.controller.snapshot import HostSnapshotter
 
         self.keeps_state = self._backend.keeps_state_on_slice_loss if self._backend is not None else False
-        self._snapshots = HostSnapshotter(0 if self.keeps_state else job.spec.elasticity.host_snapshot_interval_steps)
+        self._snapshots = HostSnapshotter(0 if self.keeps_state else job.spec.elasticity.host_snapshot_interval_steps,
+                                          wait_s=job.spec.elasticity.step_deadline_seconds)
         self._state_lost = False
         self._recovered = False  # `recover` ran once: `steps_lost` is measured, not n/a
         self.steps_lost = 0
@@ -336,6 +337,7 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        self._snapshots.settle(5.0)  # (no copy left reading device buffers while the backends shut down)
         if sys.excepthook == self._on_uncaught:
             sys.excepthook = self._previous_excepthook or sys.__excepthook__
         self._finish(error, exit_code, self._close_checkpoints())
@@ -651,8 +653,9 @@ class Runtime:
             every = snapshots.every_steps
             self.warn_setting(
                 f"spec.elasticity.hostSnapshotIntervalSteps ({every}): a host snapshot of the state takes "
-                f"{copy_s:.2f} s, longer than {every} steps of {step_s:.3f} s, so each due step (every {every}) waits for "
-                f"the previous copy; set it to {math.ceil(copy_s / max(step_s, 1e-9)) + 1} or more (0: no snapshots)")
+                f"{copy_s:.2f} s, longer than a step ({step_s:.3f} s), and training waits for it every {every} "
+                f"steps; set it to {math.ceil(10 * copy_s / max(step_s, 1e-9))} or more to keep that under a tenth "
+                f"of the time (0: no snapshots)")
         return taken
 
     def recover(self, target: Any, replica: Any = None) -> Restored:
@@ -690,6 +693,7 @@ class Runtime:
 
         ledger = self.record.ledger
         if replica is not None:
+            self._snapshots.drop()  # (a copy in flight reads the old mesh's state, maybe a lost slice's)
             ledger.switch("recovering")
             self._recovered = True
             self._state_lost = False
@@ -698,8 +702,8 @@ class Runtime:
                 extra={"event": "state_recovered", "source": "replica", "step": self.step, "steps_lost": 0})
             return Restored(replica, self.step, {})
         ledger.switch("restoring")
-        # A copy in flight may hold the newest step (the one just completed): waited for, up to a step's deadline.
-        snap = self._snapshots.settle(self.job.spec.elasticity.step_deadline_seconds)
+        # A copy in flight may hold the newest step (the one just completed): waited for, briefly.
+        snap = self._snapshots.settle_after_loss()
         committed = self._run_checkpoints().checkpointer.last_committed_step
         restored = None
         if choose_restore_source(None if snap is None else snap.step, committed) == "checkpoint":

@@ -5,13 +5,14 @@ snapshot (a `jax.device_get` into the controller's RAM) lets the controller
 restore from memory in well under a second instead of reading the last Orbax
 checkpoint from gs://, whenever the snapshot is newer.
 
-The copy runs on a background thread, so the training thread never waits for
-it while it fits in a step: a snapshot is then taken every step, and a loss of
-the only slice costs no step (measured on a TPU v5e: docs/benchmarks.md). When
-copying the state outlasts a step (a state of GiBs against a sub-second step),
-copies start only every `every_steps` steps, and a due step waits for the copy
-before it: a copy in flight holds its state's device buffers, so a slow copy
-started every step would keep an extra state in device memory.
+The copy runs on a background thread while it fits in a step, so the training
+thread does not wait for it: a snapshot is then taken every step, and a loss of
+the only slice costs no step (measured on a TPU v5e: docs/benchmarks.md). A
+state whose copy outlasts a step (GiBs against a sub-second step) is copied
+only every `every_steps` steps and waited for at once, as before copies moved
+off the training thread: a copy in flight holds its state's device buffers,
+and a slow one left running beside the training would keep an extra state in
+device memory.
 """
 
 from __future__ import annotations
@@ -76,29 +77,33 @@ class _Copy:
 class HostSnapshotter:
     """Keeps the newest host snapshot, copied off the training thread.
 
-    Rule, at each step's `maybe_take`:
-    - a copy is due at every multiple of `every_steps`: it starts then, after waiting for a copy still in
-      flight (so a loss never costs more than `every_steps - 1` steps);
-    - between due steps (`fill_in`) a copy starts when the previous one has landed and took no longer than
-      the time between the last two calls (about a step), and at the first call: every step when copying
-      fits in a step.
+    Rule, at each step's `maybe_take` ("fits": the last copy took no longer than the time between the last
+    two calls, about a step, or none has been measured yet):
+    - a copy is due at every multiple of `every_steps`, so a loss never costs more than `every_steps - 1`
+      steps. It starts then, after the copy still in flight (if any) lands; one that does not fit is
+      waited for at once (the training waits, as for a synchronous `jax.device_get`).
+    - between due steps (`fill_in`), while copies fit, a copy starts whenever the previous one has landed:
+      every step when copying fits in a step.
 
     Args:
-      every_steps: the most steps between the starts of two copies (0 disables snapshots).
+      every_steps: a copy at least every this many steps (0 disables snapshots).
       copy: device pytree -> host pytree; `jax.device_get` (a parameter for unit tests of the rule).
       clock: monotonic seconds; `time.monotonic`.
-      fill_in: whether copies start between due steps (the second rule); False: exactly every
-        `every_steps` steps, for tests that need to know which step a snapshot holds.
+      fill_in: whether copies start between due steps; False: exactly every `every_steps` steps, for
+        tests that need to know which step a snapshot holds.
+      wait_s: the longest the training thread waits for one copy (seconds; None: no limit). A copy
+        that does not land by then is dropped, with a warning: it may be reading a lost slice.
 
     Raises:
       ValueError: `every_steps` < 0.
     """
 
     def __init__(self, every_steps: int, copy: Callable[[Any], Any] = jax.device_get,
-                 clock: Callable[[], float] = time.monotonic, fill_in: bool = True):
+                 clock: Callable[[], float] = time.monotonic, fill_in: bool = True,
+                 wait_s: float | None = None):
         if every_steps < 0:
             raise ValueError("every_steps must be >= 0")
-        self.every_steps, self.fill_in = every_steps, fill_in
+        self.every_steps, self.fill_in, self.wait_s = every_steps, fill_in, wait_s
         self._copy, self._clock = copy, clock
         self._latest: Snapshot | None = None
         self._pending: _Copy | None = None
@@ -106,8 +111,8 @@ class HostSnapshotter:
         self._last_copy_s: float | None = None
         self._warned = False
         self.slow_copy: tuple[float, float] | None = None
-        """Set at the first due step that waited for the previous copy: (that copy's seconds, the seconds
-        between the last two steps). The interval is then shorter than a copy: each due step waits."""
+        """Set at the first copy that kept the training waiting for more than a tenth of the steps between
+        two due copies: (the copy's seconds, the seconds between the last two steps)."""
 
     @property
     def latest(self) -> Snapshot | None:
@@ -118,30 +123,44 @@ class HostSnapshotter:
     def maybe_take(self, step: int, state: Any, data_state: dict) -> bool:
         """Starts a copy of `state` (step `step`) when the rule above says so; returns whether it did.
 
-        `state` (a pytree of `jax.Array`s) is read on a background thread until the copy lands: the caller
-        must not donate or delete it meanwhile. Blocks only on a due step while the previous copy is in
-        flight.
+        `state` (a pytree of `jax.Array`s) is read until its copy lands (about a step): the caller must not
+        donate or delete it meanwhile. Blocks only on a due step: for a copy still in flight, or for this
+        copy when copies do not fit in a step.
         """
         now, interval = self._clock(), None
         if self._last_call is not None:
             interval = now - self._last_call
-        self._last_call = now
+        try:
+            return self._maybe_take(step, state, data_state, interval)
+        finally:
+            self._last_call = self._clock()  # (the next interval is the step's own: no wait of this call in it)
+
+    def _maybe_take(self, step: int, state: Any, data_state: dict, interval: float | None) -> bool:
         if not self.every_steps:
             return False
         self._collect()
         due = step % self.every_steps == 0
-        if self._pending is not None:  # still in flight
-            if not due:
-                return False
-            pending = self._pending
-            self.settle(None)
-            if self.slow_copy is None and interval is not None:
-                self.slow_copy = (pending.seconds or 0.0, interval)
-        elif not due and not (self.fill_in and (self._last_copy_s is None or interval is None
-                                                or self._last_copy_s <= interval)):
+        fits = self._last_copy_s is None or interval is None or self._last_copy_s <= interval
+        if not due and (self._pending is not None or not (self.fill_in and fits)):
             return False
+        self.settle(self.wait_s)  # (due: the copy in flight first; one at a time)
         self._pending = _Copy(step, state, dict(data_state), self._copy, self._clock)
+        if not fits:
+            self.settle(self.wait_s)
+            copy_s = self._last_copy_s or 0.0
+            if self.slow_copy is None and interval and copy_s > 0.1 * self.every_steps * interval:
+                self.slow_copy = (copy_s, interval)
         return True
+
+    def settle_after_loss(self) -> Snapshot | None:
+        """`settle` for a recovery: waits for the copy in flight up to 3 times the last copy's seconds (at
+        least 1 s, at most `wait_s`), since after a loss it may be reading the lost slice and never land."""
+        bound = max(1.0, 3 * (self._last_copy_s or 0.0))
+        return self.settle(bound if self.wait_s is None else min(self.wait_s, bound))
+
+    def drop(self) -> None:
+        """Forgets the copy in flight, if any (it reads a state the caller no longer restores from)."""
+        self._pending = None
 
     def settle(self, timeout_s: float | None) -> Snapshot | None:
         """Waits up to `timeout_s` seconds (None: no limit) for the copy in flight; returns the newest snapshot.
@@ -166,10 +185,10 @@ class HostSnapshotter:
         if pending.snapshot is not None:
             self._latest = pending.snapshot
             return
-        # Once as a warning (a state donated or deleted while being copied fails every copy), then quietly.
+        # Once as a warning, then quietly: a state donated or deleted before its copy landed fails every copy.
         (_logger.debug if self._warned else _logger.warning)(
-            "the host snapshot of step %d failed (%s); the newest snapshot stays step %s. Donate or delete "
-            "nothing handed to take_host_snapshot until the next step", pending.step,
+            "the host snapshot of step %d failed (%s); the newest snapshot stays step %s (a lost slice's "
+            "state, or a state donated or deleted before its copy landed, fails so)", pending.step,
             one_line_reason(pending.error), None if self._latest is None else self._latest.step)
         self._warned = True
 

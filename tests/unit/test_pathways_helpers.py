@@ -105,7 +105,7 @@ def _steps(snap, clock, steps, step_seconds=1.0):
 
 def test_a_copy_that_fits_in_a_step_is_taken_every_step():
     clock = _Clock()
-    snap = _snapshotter(10, copy_seconds=0.5, clock=clock)
+    snap = _snapshotter(10, copy_seconds=0.25, clock=clock)
     assert _steps(snap, clock, range(1, 13)) == list(range(1, 13))
     assert snap.latest.step == 12 and snap.slow_copy is None
 
@@ -114,6 +114,23 @@ def test_a_copy_longer_than_a_step_is_taken_every_k_steps():
     clock = _Clock()
     snap = _snapshotter(5, copy_seconds=3.0, clock=clock)
     assert _steps(snap, clock, range(1, 13)) == [1, 5, 10]  # the first (to measure), then the multiples
+    assert snap.slow_copy == (3.0, 1.0)  # the training waits 3 s every 5 s: the runtime warns
+
+
+def test_a_copy_that_does_not_fit_is_waited_for_at_once():
+    """No copy outlasting a step runs beside the training (it would hold its state's device buffers)."""
+    import threading
+
+    clock, gate, landed = _Clock(), threading.Event(), []
+    snap = _snapshotter(2, copy_seconds=3.0, clock=clock, gate=gate, landed=landed)
+    gate.set()
+    clock.now = 1.0
+    assert snap.maybe_take(1, {"w": 1}, {}) and snap.settle(60).step == 1  # measured: 3 s, a step is 1 s
+    clock.now = 2.0  # (the copy moved the clock to 4.0; the step after it starts at 2.0 on this clock)
+    gate.clear()
+    threading.Timer(0.2, gate.set).start()
+    assert snap.maybe_take(2, {"w": 2}, {})
+    assert landed == [1, 2] and snap.latest.step == 2  # landed before maybe_take returned
 
 
 def test_a_copy_in_flight_is_skipped_until_due_then_waited_for():
@@ -128,7 +145,6 @@ def test_a_copy_in_flight_is_skipped_until_due_then_waited_for():
     assert snap.maybe_take(4, {"w": 4}, {})  # due (a multiple of 4): waits for step 1's copy, then starts
     assert landed[0] == 1
     assert snap.settle(60).step == 4 and landed == [1, 4]
-    assert snap.slow_copy is not None  # the interval is shorter than a copy: the runtime warns
 
 
 def test_a_failed_or_late_copy_keeps_the_snapshot_before_it(caplog):
