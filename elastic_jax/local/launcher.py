@@ -951,10 +951,10 @@ class RunLock(_HeldFlock):
 
     Args:
       workdir: the run directory (created if missing); an existing one must be empty or an earlier run's
-        (`run_folder.claim`, which marks it).
+        (`run_folder.check`; marked by `run_folder.mark` once the lock is held).
       wait_s: seconds to wait for the processes of a run whose launcher is gone.
       on_wait: called once with a message when it waits.
-      job: the job's name, recorded in the folder's marker (`run_folder.claim`).
+      job: the job's name, recorded in the folder's marker (`run_folder.mark`).
       on_note: called with one line when the folder held another job's run, whose files this run replaces.
 
     Raises (from `acquire`):
@@ -983,14 +983,11 @@ class RunLock(_HeldFlock):
         # Before the first file of the run is written: a folder that is not new, empty or an earlier run's
         # (`/etc`, a home folder) would have its `token`, `summary.json`, ... overwritten.
         try:
-            earlier = run_folder.claim(workdir, f"--workdir {workdir}", self.job)
+            marked = run_folder.check(workdir, f"--workdir {workdir}")
         except run_folder.NotARunFolderError as e:
             raise LaunchError(str(e)) from None
         except OSError as e:
-            raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
-        if earlier and self.on_note is not None:
-            self.on_note(f"--workdir {workdir} held a run of job {earlier!r}; this run of job {self.job!r} replaces "
-                         "its logs, summary, metrics and timeline")
+            raise LaunchError(f"--workdir {workdir}: cannot be listed ({e.strerror})") from None
         try:
             fd = open_private(self.path, os.O_RDWR)
         except OSError as e:
@@ -1002,7 +999,9 @@ class RunLock(_HeldFlock):
             holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
             if _pid_alive(holder):
                 os.close(fd)
-                raise LaunchError(f"this job is already running from {self.path.parent} (launcher pid {holder})")
+                running = ("this job" if not marked or not self.job or marked == self.job
+                           else f"job {marked!r}")
+                raise LaunchError(f"{running} is already running from {self.path.parent} (launcher pid {holder})")
             if self.on_wait is not None:
                 self.on_wait(f"the previous run of this job (launcher pid {holder}) is gone, but a process it "
                              f"started still holds {self.path} (its controller checkpointing on the way out): "
@@ -1015,6 +1014,15 @@ class RunLock(_HeldFlock):
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)  # (at 0: a wait above read the holder's pid)
         self._fd = fd
+        # Marked only now the folder is this run's: a refused run leaves the running job's marker as it is.
+        try:
+            earlier = run_folder.mark(workdir, self.job)
+        except OSError as e:
+            self.release()
+            raise LaunchError(f"--workdir {workdir}: directory is not writable ({e.strerror})") from None
+        if earlier and self.on_note is not None:
+            self.on_note(f"--workdir {workdir} held a run of job {earlier!r}; this run of job {self.job!r} replaces "
+                         "its logs, summary, metrics and timeline")
         return self
 
 

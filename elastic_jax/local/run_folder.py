@@ -67,23 +67,19 @@ def _marked_job(marker: Path) -> str | None:
     return next((ln[len(_JOB_LINE):].strip() for ln in text.splitlines() if ln.startswith(_JOB_LINE)), None)
 
 
-def claim(folder: Path, what: str, job: str = "") -> str | None:
-    """Marks the existing directory `folder` as a run folder of `job`, after checking `is_run_folder`.
+def check(folder: Path, what: str) -> str | None:
+    """Refuses the existing directory `folder` as a run folder unless `is_run_folder`; returns the job its
+    marker records (None: no marker, or one without a job).
 
-    Call it on a folder of this user's alone (`processes.private_dir`), before the run writes anything else in it.
+    Call it on a folder of this user's alone (`processes.private_dir`), before the run writes anything in it.
 
     Args:
       folder: the run folder (it exists).
       what: its name in messages, e.g. "--workdir /tmp/run".
-      job: the job's metadata.name, recorded in the marker ("": none recorded).
-
-    Returns:
-      The name of the other job whose run the folder held (recorded by its marker), when it is not `job`:
-      this run replaces that run's files (a new user's trial found that silent); else None.
 
     Raises:
       NotARunFolderError: `folder` holds files and is not an earlier run's folder.
-      OSError: it cannot be listed, or the marker cannot be written.
+      OSError: it cannot be listed.
     """
     if not is_run_folder(folder):
         shown = sorted(os.listdir(folder))
@@ -94,6 +90,23 @@ def claim(folder: Path, what: str, job: str = "") -> str | None:
             f"{what}: is not empty and not an earlier elastic-jax run's folder (it holds {listed}; no {MARKER}); "
             "a run would overwrite files there: give a new or empty folder, or leave --workdir out "
             f"(runs/<job name>){older}")
+    return _marked_job(folder / MARKER) if _regular_file(folder / MARKER) else None
+
+
+def mark(folder: Path, job: str = "") -> str | None:
+    """Marks `folder` (passed by `check`) as a run folder of `job`: call it once the run holds the folder.
+
+    Args:
+      folder: the run folder.
+      job: the job's metadata.name, recorded in the marker ("": none recorded).
+
+    Returns:
+      The name of the other job whose run the folder held (recorded by its marker), when it is not `job`:
+      this run replaces that run's files (a new user's trial found that silent); else None.
+
+    Raises:
+      OSError: the marker cannot be written.
+    """
     earlier = _marked_job(folder / MARKER) if _regular_file(folder / MARKER) else None
     text = _MARKER_TEXT + (f"{_JOB_LINE}{job}\n" if job else "")
     if job or not _regular_file(folder / MARKER):

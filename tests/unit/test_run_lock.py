@@ -136,3 +136,13 @@ def test_a_run_of_another_job_in_an_earlier_runs_folder_says_so(tmp_path):
     with RunLock(folder, job="third", on_note=said.append):
         pass
     assert len(said) == 1 and "job: third" in (folder / run_folder.MARKER).read_text()
+
+
+def test_a_run_refused_because_another_job_runs_there_leaves_its_marker_and_names_it(tmp_path):
+    """Review: the marker was rewritten (and 'replaces its logs' said) before the lock was tried, so a run
+    refused for a running job left the folder marked with a job that never ran there."""
+    said = []
+    with RunLock(tmp_path, job="a"):
+        with pytest.raises(LaunchError, match=rf"^job 'a' is already running from {tmp_path} \(launcher pid"):
+            RunLock(tmp_path, job="b", on_note=said.append).acquire()
+        assert "job: a" in (tmp_path / run_folder.MARKER).read_text() and said == []

@@ -84,7 +84,7 @@ def test_report_on_a_run_folder_that_never_reached_step_1_says_what_it_is(tmp_pa
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    run_folder.claim(run_dir, "--workdir")  # (what `elastic-jax run` writes first)
+    run_folder.mark(run_dir)  # (what `elastic-jax run` writes first)
     (run_dir / "summary.json").write_text(json.dumps({"failure_reason": "interrupted at step 0"}))
     result = CliRunner().invoke(app, ["report", str(run_dir)])
     assert result.exit_code == 2 and "Traceback" not in result.output
