@@ -611,6 +611,7 @@ class Runtime:
             if not 0 <= step <= self.step:
                 raise ValueError(f"cannot rewind to step {step}: must be 0..{self.step}")
             lost, self.step = self.step - step, step
+        self._snapshots.forget_after(step)  # (a snapshot of a later step is of a state no longer trained on)
         return lost
 
     # -- state lost with a slice (pathways) ------------------------------------
@@ -642,13 +643,22 @@ class Runtime:
 
         Returns:
           True when a copy was started.
+
+        Raises:
+          ValueError: `step` is beyond the reported step, or older than the newest snapshot's (the state
+            would be restored under the wrong step).
         """
+        if step > self.step:
+            raise ValueError(f"take_host_snapshot(step={step}): beyond the reported step {self.step}; call it "
+                             "after report_step(step)")
         snapshots = self._snapshots
         slow_before = snapshots.slow_copy
         taken = snapshots.maybe_take(step, state, self._data_state(step, data))
         if taken:
             self._step_t0 = time.monotonic()  # a wait for the previous copy is not the next step's time
-        if snapshots.slow_copy is not None and slow_before is None:
+        # (no advice for a loop that does not wait for its steps: its calls come microseconds apart, and a
+        # copy there also waits for the steps queued before it, so neither figure is a step's or a copy's)
+        if snapshots.slow_copy is not None and slow_before is None and snapshots.slow_copy[1] >= 1e-3:
             copy_s, step_s = snapshots.slow_copy
             every = snapshots.every_steps
             self.warn_setting(

@@ -126,6 +126,9 @@ class HostSnapshotter:
         `state` (a pytree of `jax.Array`s) is read until its copy lands (about a step): the caller must not
         donate or delete it meanwhile. Blocks only on a due step: for a copy still in flight, or for this
         copy when copies do not fit in a step.
+
+        Raises:
+          ValueError: `step` is older than the newest snapshot's (landed or in flight).
         """
         now, interval = self._clock(), None
         if self._last_call is not None:
@@ -138,6 +141,9 @@ class HostSnapshotter:
     def _maybe_take(self, step: int, state: Any, data_state: dict, interval: float | None) -> bool:
         if not self.every_steps:
             return False
+        newest = max((x.step for x in (self._pending, self._latest) if x is not None), default=None)
+        if newest is not None and step < newest:
+            raise ValueError(f"take_host_snapshot(step={step}): older than the newest snapshot (step {newest})")
         self._collect()
         due = step % self.every_steps == 0
         fits = self._last_copy_s is None or interval is None or self._last_copy_s <= interval
@@ -157,6 +163,13 @@ class HostSnapshotter:
         least 1 s, at most `wait_s`), since after a loss it may be reading the lost slice and never land."""
         bound = max(1.0, 3 * (self._last_copy_s or 0.0))
         return self.settle(bound if self.wait_s is None else min(self.wait_s, bound))
+
+    def forget_after(self, step: int) -> None:
+        """Forgets snapshots (landed or in flight) of steps after `step`: the run went back to `step`."""
+        if self._pending is not None and self._pending.step > step:
+            self._pending = None
+        if self._latest is not None and self._latest.step > step:
+            self._latest = None
 
     def drop(self) -> None:
         """Forgets the copy in flight, if any (it reads a state the caller no longer restores from)."""

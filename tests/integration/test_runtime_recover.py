@@ -155,6 +155,7 @@ def test_a_host_copy_the_training_waits_for_too_often_is_a_setting_warning(runti
 
     rt._snapshots = HostSnapshotter(2, copy=slow_copy)
     for step in range(1, 6):
+        time.sleep(0.02)  # the step's own seconds (a loop that waits for its steps, as the built-in one)
         rt.report_step(step, loss=1.0)
         rt.take_host_snapshot(step, _state(float(step)))
     warnings = client.status().setting_warnings
@@ -283,3 +284,12 @@ def test_recover_with_a_surviving_replica_keeps_the_step_and_loses_none(runtime_
     assert rt.steps_lost == 0 and not rt.state_lost and rt.step == 10
     rt.close()
     assert json.loads((tmp_path / "summary.json").read_text())["steps_lost"] == 0
+
+
+def test_a_snapshot_of_a_step_not_reported_yet_is_refused(runtime_of):
+    rt, _ = runtime_of(snapshot_every=1)
+    rt.report_step(1, loss=1.0)
+    with pytest.raises(ValueError, match=r"take_host_snapshot\(step=2\): beyond the reported step 1; call it after "
+                                         r"report_step\(step\)"):
+        rt.take_host_snapshot(2, _state(2.0))
+    assert rt.take_host_snapshot(1, _state(1.0))

@@ -163,3 +163,16 @@ def test_a_failed_or_late_copy_keeps_the_snapshot_before_it(caplog):
     assert snap.settle(0.05).step == 1  # not landed in time: dropped, with a warning
     assert "host snapshot of step 3 did not land within" in caplog.text
     gate.set()
+
+
+def test_a_snapshot_older_than_the_newest_is_refused_and_a_rewind_forgets_later_ones():
+    """A new user's trial: take_host_snapshot(3, state of step 15) replaced the snapshot of step 15, and a
+    loss then went back to "step 3" with step 15's values."""
+    clock = _Clock()
+    snap = _snapshotter(10, copy_seconds=0.0, clock=clock)
+    assert _steps(snap, clock, [14, 15]) == [14, 15]
+    with pytest.raises(ValueError, match=r"take_host_snapshot\(step=3\): older than the newest snapshot \(step 15\)"):
+        snap.maybe_take(3, {"w": 15}, {})
+    snap.forget_after(14)  # the run went back to step 14
+    assert snap.latest is None
+    assert snap.maybe_take(14, {"w": 14}, {}) and snap.settle(60).step == 14
