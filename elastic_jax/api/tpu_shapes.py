@@ -125,9 +125,11 @@ def slice_shape(accelerator: str | None, topology: str | None) -> SliceShape:
                               instance_prefix=prefix)
     if chips % gen.chips_per_host:
         # Fewer chips than one host are other machine types (e.g. ct5lp-hightpu-1t), which Pathways' table lacks.
+        smaller = (f"; a slice smaller than one host (a 1-chip machine type such as ct5lp-hightpu-1t) has no "
+                   f"Pathways instance type" if chips < gen.chips_per_host else "")
         raise SliceShapeError(
             f"{TOPOLOGY_FIELD} {topology!r} has {chips} chips, not a multiple of the {gen.chips_per_host} "
-            f"chips per host of {accelerator}"
+            f"chips per host of {accelerator}{smaller}"
         )
     return SliceShape(accelerator=gen.accelerator, topology=topology, hosts=chips // gen.chips_per_host,
                       chips_per_host=gen.chips_per_host)

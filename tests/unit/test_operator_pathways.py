@@ -161,7 +161,7 @@ def test_table_has_the_generations_the_issue_names():
     ("tpu-v5-lite-podslice", "0x2", "spec.slices.topology '0x2' must look like AxB"),
     ("tpu-v5-lite-podslice", "2x2x2", "spec.slices.topology '2x2x2' must have 2 dimensions for tpu-v5-lite-podslice (e.g. 2x2)"),
     ("tpu-v5p-slice", "2x2", "spec.slices.topology '2x2' must have 3 dimensions for tpu-v5p-slice (e.g. 2x2x2)"),
-    ("tpu-v5-lite-podslice", "1x1", "spec.slices.topology '1x1' has 1 chips, not a multiple of the 4 chips per host"),
+    ("tpu-v5-lite-podslice", "1x1", "spec.slices.topology '1x1' has 1 chips, not a multiple of the 4 chips per host of tpu-v5-lite-podslice; a slice smaller than one host (a 1-chip machine type such as ct5lp-hightpu-1t) has no Pathways instance type"),
 ])
 def test_unknown_shapes_name_the_field(accelerator, topology, message):
     with pytest.raises(SliceShapeError) as e:
