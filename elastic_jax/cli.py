@@ -477,12 +477,27 @@ def as_applied(job) -> dict:
     """The normalized manifest (camelCase, defaults filled in) with the container resources the operator's
     renderer gives the pods (`Resources.effective`, its `DEFAULT_REQUESTS`): `requests: {}` in the spec is
     250m CPU / 512Mi memory on the cluster, so `validate` prints that. The controller pod is the cpu
-    renderer's on both backends; a pathways worker gets no default request (its TPU limit is the operator's)."""
+    renderer's on both backends; a pathways worker gets no default request (its TPU limit is the operator's),
+    the Pathways server image unless the spec names one, and the hosts and chips its topology has (when the
+    operator's rules resolve it). A library-mode job (spec.controller.command) prints no default trainer:
+    the printout validates again."""
+    from elastic_jax.api.backend_rules import pathways_server_image, resolve_pathways
+    from elastic_jax.api.cluster import UnsupportedBackend
+
+    if job.spec.backend == "pathways":
+        try:
+            job = resolve_pathways(job)
+        except UnsupportedBackend:
+            pass  # (a rule of the cluster, checked with --cluster: the fields stay as written)
     out = job.model_dump(mode="json", by_alias=True, exclude_none=True)
     spec = out["spec"]
     spec["controller"]["resources"] = job.spec.controller.resources.effective("controller")
+    if job.spec.controller.command is not None:
+        spec["controller"].pop("trainer", None)
     if job.spec.backend == "cpu":
         spec["worker"]["resources"] = job.spec.worker.resources.effective("worker")
+    else:
+        spec["worker"]["image"] = pathways_server_image(job)
     return out
 
 

@@ -17,12 +17,15 @@ message names the field.
 
 from __future__ import annotations
 
-from elastic_jax.api import cluster
+from elastic_jax.api import cluster, images
+from elastic_jax.api import job as job_api
 from elastic_jax.api.cluster import UnsupportedBackend
 from elastic_jax.api.job import ElasticTrainingJob, batch_shares_problem
 from elastic_jax.api.tpu_shapes import SliceShape, slice_shape
 
 SUPPORTED_BACKENDS = ("cpu", "pathways")
+PATHWAYS_SERVER_IMAGE = images.pathways_image("server")
+"""The Pathways server image (resource manager and workers) at the pinned JAX's tag."""
 
 HOSTS_FIELD = "spec.slices.hostsPerSlice"
 DEVICES_FIELD = "spec.slices.devicesPerHost"
@@ -134,6 +137,13 @@ def resolve_pathways(job: ElasticTrainingJob) -> ElasticTrainingJob:
         )
     slices = s.model_copy(update={"hosts_per_slice": shape.hosts, "devices_per_host": shape.chips_per_host})
     return job.model_copy(update={"spec": job.spec.model_copy(update={"slices": slices})})
+
+
+def pathways_server_image(job: ElasticTrainingJob) -> str:
+    """The image of a pathways job's resource manager and workers: spec.worker.image unless left at the cpu
+    worker's default, then `PATHWAYS_SERVER_IMAGE`."""
+    image = job.spec.worker.image
+    return PATHWAYS_SERVER_IMAGE if image == job_api.DEFAULT_WORKER_IMAGE else image
 
 
 def resolve(job: ElasticTrainingJob) -> ElasticTrainingJob:

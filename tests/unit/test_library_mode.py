@@ -150,3 +150,25 @@ def test_the_report_says_a_resumed_local_step_was_an_earlier_runs_in_a_shared_fo
                 "(another clone's too); --fresh starts from step 0" in err), err
     _print_report(summary, started_at=time.time() - 7200)  # saved during this run
     assert "earlier run" not in capsys.readouterr().err
+
+
+def test_validate_prints_what_a_pathways_job_runs_and_a_printout_that_validates_again(tmp_path):
+    """A new user's trial: `validate` printed the cpu worker image and devicesPerHost 1 for examples/02 (the
+    operator renders the Pathways server image and 4 chips per host of a 2x2 v5e slice), and a library-mode
+    job's printout carried a default trainer, which `validate` then refused beside spec.controller.command."""
+    import yaml
+
+    from elastic_jax.api.backend_rules import PATHWAYS_SERVER_IMAGE
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    printed = CliRunner().invoke(app, ["validate", str(examples / "02-tpu-v5e-pathways.yaml")])
+    assert printed.exit_code == 0, printed.output
+    spec = yaml.safe_load(printed.stdout)["spec"]
+    assert spec["worker"]["image"] == PATHWAYS_SERVER_IMAGE
+    assert (spec["slices"]["hostsPerSlice"], spec["slices"]["devicesPerHost"]) == (1, 4)
+    printed = CliRunner().invoke(app, ["validate", str(examples / "03-maxtext-pathways.yaml")])
+    assert printed.exit_code == 0, printed.output
+    assert "trainer" not in yaml.safe_load(printed.stdout)["spec"]["controller"]
+    (tmp_path / "again.yaml").write_text(printed.stdout)
+    again = CliRunner().invoke(app, ["validate", str(tmp_path / "again.yaml")])
+    assert again.exit_code == 0, again.output

@@ -52,10 +52,10 @@ import copy
 from typing import Any
 
 from elastic_jax.api import images
-from elastic_jax.api import job as job_api
 from elastic_jax.api import labels
 from elastic_jax.api.job import ElasticTrainingJob
-from elastic_jax.api.backend_rules import TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL, resolve_pathways
+from elastic_jax.api.backend_rules import (PATHWAYS_SERVER_IMAGE, TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL,
+                                           pathways_server_image, resolve_pathways)
 from elastic_jax.api.tpu_shapes import SliceShape, slice_shape
 from elastic_jax.k8s_operator import names, slices
 from elastic_jax.k8s_operator.backends import cpu
@@ -65,7 +65,7 @@ from elastic_jax.k8s_operator.backends.cpu import CpuRenderer
 # (`images.PATHWAYS_RELEASES`), never `latest` (the references' default): the proxy client
 # in jaxlib and the proxy server must speak one protocol version. Ports: pathways-utils.
 PATHWAYS_REPOSITORY = images.PATHWAYS_REPOSITORY
-SERVER_IMAGE = images.pathways_image("server")  # resource manager and workers
+SERVER_IMAGE = PATHWAYS_SERVER_IMAGE  # resource manager and workers
 PROXY_IMAGE = images.pathways_image("proxy_server")
 PROXY_PORT = 29000
 RM_PORT = 29001
@@ -164,10 +164,7 @@ def compilation_cache_location(job: ElasticTrainingJob) -> str:
     return _under_checkpoint(job, COMPILATION_CACHE_SUBDIR)
 
 
-def server_image(job: ElasticTrainingJob) -> str:
-    """The Pathways server image (resource manager and workers): spec.worker.image unless left at the cpu default."""
-    image = job.spec.worker.image
-    return SERVER_IMAGE if image == job_api.DEFAULT_WORKER_IMAGE else image
+server_image = pathways_server_image  # (in the api layer: `elastic-jax validate` prints it too)
 
 
 def proxy_image(job: ElasticTrainingJob) -> str:
