@@ -131,7 +131,24 @@ def _build_target(engine: Engine, image: ProjectImage, base: str, log) -> Built:
                                             proc.stderr[-6000:])
     built = Built(image.name, image_size(engine, image.name), seconds)
     log(f"images: {image.name} {built.size_bytes / 2**20:.0f} MiB in {seconds:.0f}s")
+    _prune(engine, log)
     return built
+
+
+PRUNE_BUILD_CACHE_AFTER = "12h"
+"""BuildKit cache unused for this long is deleted after each build (docker's ``until`` filter)."""
+
+
+def _prune(engine: Engine, log) -> None:
+    """Deletes the image a build's tag moved off (dangling: ~5.5 GB per commit over the four images) and
+    build cache unused for ``PRUNE_BUILD_CACHE_AFTER``: the shared store once grew to 57 GB and filled
+    the disk mid-run (session 25). Best effort: a failed prune is logged, never fails the build."""
+    # (the build cache first: it holds the old images' layers, which `image prune` alone then frees nothing of)
+    for args in (("builder", "prune", "-f", "--filter", f"until={PRUNE_BUILD_CACHE_AFTER}"), ("image", "prune", "-f")):
+        proc = engine.docker(*args, check=False, timeout=600)
+        if proc.returncode != 0:
+            log(f"images: docker {' '.join(args)} failed ({proc.returncode}): "
+                f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
 
 
 def build_project_images(engine: Engine, base: str | None = None, log=print) -> list[Built]:
