@@ -145,7 +145,11 @@ def _prune(engine: Engine, log) -> None:
     the disk mid-run (session 25). Best effort: a failed prune is logged, never fails the build."""
     # (the build cache first: it holds the old images' layers, which `image prune` alone then frees nothing of)
     for args in (("builder", "prune", "-f", "--filter", f"until={PRUNE_BUILD_CACHE_AFTER}"), ("image", "prune", "-f")):
-        proc = engine.docker(*args, check=False, timeout=600)
+        try:
+            proc = engine.docker(*args, check=False, timeout=600)
+        except subprocess.TimeoutExpired:
+            log(f"images: docker {' '.join(args)} took over 600 s; left")
+            continue
         if proc.returncode != 0:
             log(f"images: docker {' '.join(args)} failed ({proc.returncode}): "
                 f"{proc.stderr.decode(errors='replace').strip()[-300:]}")
