@@ -116,7 +116,8 @@ def docker_engine(request):
     if _prewarm is not None:
         engine = _prewarm.take()
         _say(request, f"kind: engine {engine.pid} and images from the background start "
-                      f"({_prewarm.seconds:.0f}s, log {_prewarm.log_path})")
+                      f"(ready for the cluster {_prewarm.handover_seconds:.0f}s after its start; the MaxText image "
+                      f"goes on; log {_prewarm.log_path})")
     else:
         engine = engine_mod.start(log=lambda m: _say(request, m))
     yield engine

@@ -59,7 +59,8 @@ class Prewarm:
         self.engine: engine_mod.Engine | None = None
         self.error: BaseException | None = None
         self.taken = False
-        self.seconds: float | None = None
+        self.seconds: float | None = None  # the whole prewarm's, once it ended
+        self.handover_seconds: float | None = None  # until the engine was ready for the cluster
         self._lock = threading.Lock()
         self._spawned: engine_mod.Engine | None = None  # dockerd, from its spawn on (it may not answer yet)
         self._cancel = threading.Event()
@@ -101,7 +102,8 @@ class Prewarm:
             nodeimage.rootfs_image(self.engine, "node", "minbase", nodeimage.NODE_PACKAGES, self._log)
             self._step()
             nodeimage.rootfs_image(self.engine, "component", "essential", nodeimage.COMPONENT_PACKAGES, self._log)
-            self._log(f"engine ready for the cluster in {time.monotonic() - t0:.0f}s; the MaxText image goes on")
+            self.handover_seconds = time.monotonic() - t0
+            self._log(f"engine ready for the cluster in {self.handover_seconds:.0f}s; the MaxText image goes on")
             self._handover.set()
             self._step()
             python312 = images.find_python312()
@@ -111,6 +113,8 @@ class Prewarm:
             self.error = e
             self._log(f"prewarm failed: {e!r}")
         self.seconds = time.monotonic() - t0
+        if self.handover_seconds is None:  # failed or cancelled before the hand-over: the taker gets it now
+            self.handover_seconds = self.seconds
         self._log(f"prewarm done in {self.seconds:.0f}s")
         self._handover.set()
 

@@ -141,3 +141,12 @@ def test_take_hands_over_before_the_maxtext_image_and_wait_done_waits_for_it(tmp
     assert calls[-1] == "maxtext" and p.seconds is not None
     p.close()
     assert stopped == []
+
+
+def test_the_hand_over_time_is_known_when_take_returns(tmp_path, steps):
+    """The docker_engine fixture prints it (it printed the whole prewarm's seconds, which, with the MaxText
+    step still running, do not exist yet at the hand-over)."""
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    p.take()
+    assert p.handover_seconds is not None
+    p.close()
