@@ -28,6 +28,7 @@ after 10 s.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -84,15 +85,18 @@ def say(config: pytest.Config, message: str) -> None:
     """A progress line in the terminal, from the controller, a serial run or a worker.
 
     xdist workers have no terminal reporter; their stderr is the controller's, so a worker writes there,
-    prefixed with its ID.
+    prefixed with its ID, with pytest's capture suspended (from a fixture, the line would otherwise go to
+    the test's captured output, shown only if it fails).
     """
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and worker_id() is None:
+    wid = worker_id()
+    if reporter is not None and wid is None:
         reporter.write_line(message)
         return
-    wid = worker_id()
     if wid is not None:
-        os.write(2, f"[{wid}] {message}\n".encode())
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+            os.write(2, f"[{wid}] {message}\n".encode())
 
 
 def _xdist_present(config: pytest.Config) -> bool:

@@ -36,7 +36,10 @@ TREE = {
                                         + "".join(f"def test_p{n}(once): pass\n\n" for n in range(4))),
     "tests/integration/test_other.py": "def test_o(): pass\n",
     "e2e/kind/test_kind_a.py": "def test_k1(): pass\n\ndef test_k2(): pass\n",
-    "e2e/kind/test_kind_b.py": "def test_k3(): pass\n",
+    "e2e/kind/test_kind_b.py": ("import pytest\n\n@pytest.fixture\ndef engine(request):\n"
+                                "    from tests.support import lanes\n"
+                                "    lanes.say(request.config, 'kind: engine ready')\n\n"
+                                "def test_k3(engine): pass\n"),
     "e2e/standin/test_standin.py": "def test_s(): pass\n",
     "e2e/test_local.py": "def test_l1(): pass\n\ndef test_l2(): pass\n",
 }
@@ -71,7 +74,10 @@ def test_runslow_runs_each_lane_on_its_own_worker_and_each_other_file_on_one(tre
     assert len(kind) == 1 and len(local) == 1 and kind != local, dict(by_file)
     assert all(len(workers) == 1 for workers in by_file.values()), dict(by_file)  # a file stays on one worker
     lane_of = {worker: lane for worker, lane, _ in runs}
-    assert lane_of[kind.pop()] == lanes.KIND and lane_of[local.pop()] == lanes.LOCAL
+    kind_worker = kind.pop()
+    assert lane_of[kind_worker] == lanes.KIND and lane_of[local.pop()] == lanes.LOCAL
+    # A worker's progress line from inside a fixture reaches the terminal, not the test's captured output.
+    assert f"[{kind_worker}] kind: engine ready" in result.stderr.str()
 
 
 @pytest.mark.parametrize("args", [("--runslow", "-n", "0"), ("tests/unit",)], ids=["runslow -n 0", "plain"])
