@@ -40,6 +40,16 @@ stamp_inputs() {
   echo "$JOBSET_VERSION $HELM_VERSION $K8S_VERSION $KIND_VERSION $CRICTL_VERSION $(go env GOVERSION)"
   cat "$HERE/build.sh" "$HERE"/localcluster/go.mod "$HERE"/localcluster/go.sum "$HERE"/localcluster/*.go
 }
+# One build per build folder at a time: the suite's lanes (xdist workers, tests/support/lanes.py) each
+# start this script; the second waits here for the first, then finds the stamp up to date below.
+mkdir -p "$BIN"
+exec 9>"$BIN/../build.lock"
+if ! flock -n 9; then
+  echo "build.sh: another build into $BIN runs; waiting for it"
+  waited=$(date +%s)
+  flock 9
+  echo "build.sh: waited $(( $(date +%s) - waited ))s for the other build"
+fi
 STAMP="$BIN/.inputs.sha256"
 want="$(stamp_inputs | sha256sum | cut -d' ' -f1)"
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x "$BIN/localcluster" && -x "$BIN/jobset-controller" && -x "$BIN/helm" \

@@ -70,7 +70,7 @@ def install_crd(cluster) -> Path:
     return CRD
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # as `cluster` (e2e/conftest.py), which it uses
 def ejob_crd(cluster):
     """The generated CRD, installed and Established."""
     return install_crd(cluster)
@@ -97,7 +97,7 @@ def write_operator_kubeconfig(cluster, folder: Path, duration: str = "6h") -> Pa
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # as `cluster` (e2e/conftest.py), which it uses
 def operator_kubeconfig(cluster, ejob_crd, tmp_path_factory) -> Path:
     """A kubeconfig authenticating as the operator's ServiceAccount (no admin rights)."""
     return write_operator_kubeconfig(cluster, tmp_path_factory.mktemp("operator"))

@@ -16,6 +16,12 @@ beside it keep their CPU share) it overlaps ``tests/``, which needs no binary.
 
 Up to date binaries make ``build.sh`` return at once (it checks a stamp of its
 inputs), so on a warm machine all of this costs a second.
+
+Under the lanes of :mod:`tests.support.lanes` (xdist workers) every worker
+starts its own background ``build.sh`` (any worker may get a test that needs the
+binaries), each with its own log (``build-gw0.log``...). ``build.sh`` holds a
+lock on its build folder while it runs, so one worker builds and the others wait
+for it, then find the stamp up to date: the Go build runs once.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from e2e.harness.paths import E2E_DIR, bin_dir
+from tests.support.lanes import say, worker_id
 
 MARKER = "go_binaries"
 BUILD_TIMEOUT_S = 5400.0
@@ -124,9 +131,13 @@ def wait_for_binaries() -> float | None:
 
 
 def _say(config: pytest.Config, message: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter:
-        reporter.write_line(message)
+    say(config, message)
+
+
+def log_path() -> Path:
+    """This process's build log: ``e2e/.build/build.log``, or ``build-<worker>.log`` in an xdist worker."""
+    wid = worker_id()
+    return bin_dir().parent / (f"build-{wid}.log" if wid else "build.log")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -143,9 +154,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or not any(needs_binaries(i) for i in session.items):
         return
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    _build = BackgroundBuild(bin_dir().parent / "build.log")
+    _build = BackgroundBuild(log_path())
     _say(config, f"e2e: Go build started in the background (pid {_build.proc.pid}, log {_build.log_path}); "
                  "tests that need its binaries run last")
 

@@ -1,4 +1,4 @@
-"""The ``kind_cluster`` fixture: one kind cluster per test session (:mod:`e2e.kind.cluster`).
+"""The ``kind_cluster`` fixture: one kind cluster per test session (package-scoped: deleted after the last kind test) (:mod:`e2e.kind.cluster`).
 
 Built and created on first use (the node image is cached in the engine's image
 store, so later sessions only pay for ``kind create cluster``), deleted at the
@@ -29,7 +29,7 @@ def _say(config, message: str) -> None:
         reporter.write_line(message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # e2e/kind: torn down after its last test (conftest.py)
 def kind_cluster(request, docker_engine) -> kind.KindCluster:
     name = os.environ.get("E2E_KIND_CLUSTER", kind.DEFAULT_NAME)
     # A cluster an earlier E2E_KIND_KEEP=1 session left is reused by the next one that keeps it.

@@ -1,9 +1,17 @@
 """Fixtures of the kind tier: a private Docker engine, the images built here, a kind cluster, the chart.
 
+They are package-scoped (this folder): set up once, like session fixtures, and torn down as soon as the
+last kind test ends, so neither the cluster nor the engine keeps taking CPU and memory while the rest of the
+suite runs (the local control-plane tier after it in one process; the free tests on the kind lane's worker,
+:mod:`tests.support.lanes`). "(session)" below means that scope.
+
 - ``docker_engine`` (session): :func:`e2e.kind.engine.start`, stopped at the
   end by PID; started in the background from the end of collection with the
   Go-free image builds (:mod:`e2e.kind.prewarm`), so a fresh machine pays for
-  them beside ``tests/`` and the Go build. Skips, saying why, only where the engine cannot run (not root,
+  them beside ``tests/`` and the Go build. Under the suite's lanes
+  (:mod:`tests.support.lanes`) only the worker of the kind lane starts them;
+  the fixture takes the engine before the MaxText image is built, which
+  ``maxtext_image`` waits for. Skips, saying why, only where the engine cannot run (not root,
   no Debian packages): in CI (root, Debian) these tests always run.
 - ``product_images`` (session): the controller, worker and operator images,
   built from their targets of images/Dockerfile on the offline Debian base (:mod:`e2e.kind.images`).
@@ -50,6 +58,7 @@ from e2e.kind import engine as engine_mod
 from e2e.kind import gcs as gcs_mod
 from e2e.kind import images, target
 from e2e.kind import prewarm as prewarm_mod
+from tests.support import lanes
 
 # The cluster fixture of e2e/kind/cluster_fixtures.py (pytest allows `pytest_plugins`
 # in the root conftest only).
@@ -68,6 +77,7 @@ def pytest_collection_finish(session):
     global _prewarm
     kind_dir = Path(__file__).parent
     if (session.config.option.collectonly or os.environ.get("E2E_KIND_SHARED_ENGINE")
+            or not lanes.runs_lane(session.config, lanes.KIND)  # another worker runs the kind tests
             or not any(kind_dir in Path(i.path).parents for i in session.items)
             or engine_mod.why_unavailable()):
         return
@@ -76,17 +86,20 @@ def pytest_collection_finish(session):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """``test_helm_install.py`` last among this folder's tests: it uninstalls the session's release (one
-    operator acting), and every later test's ``operator`` fixture would install it again (image load, helm --wait)."""
+    """Reorders this folder's tests only. The tests of the MaxText image run after the others: the prewarm
+    builds that image after the cluster's images (:mod:`e2e.kind.prewarm`), so the cluster's tests need not
+    wait for it. ``test_helm_install.py`` runs last of all: it uninstalls the session's release (one
+    operator acting), and every later test's ``operator`` fixture would install it again (image load,
+    helm --wait)."""
     kind_dir = Path(__file__).parent
-    mine = [i for i, item in enumerate(items) if kind_dir in Path(item.path).parents]
-    if not mine:
-        return
-    helm = [items[i] for i in mine if Path(items[i].path).name == "test_helm_install.py"]
-    rest = [items[i] for i in mine if Path(items[i].path).name != "test_helm_install.py"]
+    slots = [n for n, item in enumerate(items) if kind_dir in Path(item.path).parents]
+    kind = [items[n] for n in slots]
+    helm = [item for item in kind if Path(item.path).name == "test_helm_install.py"]
+    waits = [item for item in kind if item not in helm and "maxtext_image" in getattr(item, "fixturenames", ())]
+    ordered = [item for item in kind if item not in helm and item not in waits] + waits + helm
     # Only this folder's places are reordered: every other item keeps its own.
-    for position, item in zip(mine, rest + helm):
-        items[position] = item
+    for n, item in zip(slots, ordered):
+        items[n] = item
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -96,12 +109,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def _say_config(config, message: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter:
-        reporter.write_line(message)
+    lanes.say(config, message)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def docker_engine(request):
     reason = engine_mod.why_unavailable()
     if reason:
@@ -112,26 +123,33 @@ def docker_engine(request):
     if _prewarm is not None:
         engine = _prewarm.take()
         _say(request, f"kind: engine {engine.pid} and images from the background start "
-                      f"({_prewarm.seconds:.0f}s, log {_prewarm.log_path})")
+                      f"(ready for the cluster {_prewarm.handover_seconds:.0f}s after its start; the MaxText image "
+                      f"goes on; log {_prewarm.log_path})")
     else:
         engine = engine_mod.start(log=lambda m: _say(request, m))
     yield engine
+    if _prewarm is not None:
+        _prewarm.cancel()  # no step after this; one in flight (MaxText, if no test waited for it) ends with the engine
     if os.environ.get("E2E_KIND_KEEP"):
         _say(request, f"kind: E2E_KIND_KEEP=1: engine left running: export DOCKER_HOST={engine.host}")
         return
     engine_mod.stop(engine, log=lambda m: _say(request, m))
+    if _prewarm is not None:
+        _prewarm.wait_done(prewarm_mod.JOIN_AFTER_STOP_S)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def product_images(request, docker_engine):
     base = images.python_base(docker_engine, log=lambda m: _say(request, m))
     built = images.build_project_images(docker_engine, base.name, log=lambda m: _say(request, m))
     return {b.name: b for b in built}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def maxtext_image(request, docker_engine) -> str:
     """The ``controller-maxtext`` image (Python 3.12, MaxText), built here on a copy of this machine's CPython 3.12."""
+    if _prewarm is not None:
+        _prewarm.wait_done()  # the prewarm's last step builds this image: the call below then finds it cached
     prefix = images.find_python312()
     if prefix is None:
         pytest.skip("no CPython 3.12 on this machine for the MaxText image's base (set E2E_PYTHON312 to a "
@@ -139,14 +157,14 @@ def maxtext_image(request, docker_engine) -> str:
     return images.build_maxtext_image(docker_engine, prefix, log=lambda m: _say(request, m)).name
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def elastic_jax(request, kind_cluster, product_images):
     """The chart, installed with the operator image built here (never pulled: pullPolicy Never)."""
     demo.install_chart(kind_cluster, list(product_images), log=lambda m: _say(request, m))
     return kind_cluster
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(elastic_jax) -> target.KindTarget:
     return target.KindTarget(elastic_jax)
 
@@ -186,7 +204,7 @@ def ejob_crd(elastic_jax):
     return demo.REPO_ROOT / "crds" / "elastictrainingjobs.yaml"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gcs_image(docker_engine, product_images) -> str:
     return gcs_mod.image(docker_engine, images.python_base(docker_engine).name)
 

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from e2e.harness.apt import apt_get
+
 DEBIAN_PACKAGES = ("docker.io", "containerd", "runc", "iptables", "mmdebstrap")
 """What the kind tier installs from Debian when missing (``apt-get``)."""
 
@@ -176,10 +178,9 @@ def ensure_packages(log=print) -> None:
             and Path("/usr/bin/docker").exists():
         return
     log(f"engine: installing {' '.join(DEBIAN_PACKAGES)} from Debian")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *DEBIAN_PACKAGES],
-                   check=True, env=env, stdout=subprocess.DEVNULL)
+    # One apt-get at a time: another lane of the suite may be installing Prometheus (e2e/harness/apt.py).
+    apt_get("update", "-qq", check=True, stdout=subprocess.DEVNULL)
+    apt_get("install", "-y", "-qq", "--no-install-recommends", *DEBIAN_PACKAGES, check=True, stdout=subprocess.DEVNULL)
 
 
 def docker_client() -> str:

@@ -9,8 +9,13 @@ needs a Go binary (the node image itself does, and is built later by the
 ``kind_cluster`` fixture).
 
 :class:`Prewarm` runs these steps in a thread from the end of collection. The
-``docker_engine`` fixture takes its engine (the steps are cached by tag and
-layer cache, so the fixtures' own calls then return in seconds); if no kind
+``docker_engine`` fixture takes its engine once the steps the cluster needs are
+done (engine, base, project images, node root file systems; the steps are
+cached by tag and layer cache, so the fixtures' own calls then return in
+seconds). The MaxText image, the longest step (~4 min on a warm cache, the
+whole venv re-copied each commit), is the last one and goes on in the
+thread after the hand-over: the cluster's tests start meanwhile, and only the
+``maxtext_image`` fixture waits for it (:meth:`Prewarm.wait_done`). If no kind
 test ever ran, the session's end stops the engine. A failed step is raised
 again by the fixture that needs it, with its own message.
 
@@ -54,10 +59,12 @@ class Prewarm:
         self.engine: engine_mod.Engine | None = None
         self.error: BaseException | None = None
         self.taken = False
-        self.seconds: float | None = None
+        self.seconds: float | None = None  # the whole prewarm's, once it ended
+        self.handover_seconds: float | None = None  # until the engine was ready for the cluster
         self._lock = threading.Lock()
         self._spawned: engine_mod.Engine | None = None  # dockerd, from its spawn on (it may not answer yet)
         self._cancel = threading.Event()
+        self._handover = threading.Event()  # set once the cluster's steps are done (or the thread ended)
         atexit.register(self._abandon)
         self._thread = threading.Thread(target=self._run, name="kind-prewarm", daemon=True)
         self._thread.start()
@@ -95,6 +102,9 @@ class Prewarm:
             nodeimage.rootfs_image(self.engine, "node", "minbase", nodeimage.NODE_PACKAGES, self._log)
             self._step()
             nodeimage.rootfs_image(self.engine, "component", "essential", nodeimage.COMPONENT_PACKAGES, self._log)
+            self.handover_seconds = time.monotonic() - t0
+            self._log(f"engine ready for the cluster in {self.handover_seconds:.0f}s; the MaxText image goes on")
+            self._handover.set()
             self._step()
             python312 = images.find_python312()
             if python312 is not None:  # else the maxtext_image fixture skips its tests, saying why
@@ -103,29 +113,45 @@ class Prewarm:
             self.error = e
             self._log(f"prewarm failed: {e!r}")
         self.seconds = time.monotonic() - t0
+        if self.handover_seconds is None:  # failed or cancelled before the hand-over: the taker gets it now
+            self.handover_seconds = self.seconds
         self._log(f"prewarm done in {self.seconds:.0f}s")
+        self._handover.set()
 
     def take(self) -> engine_mod.Engine:
-        """Wait for the thread; hand over its engine (the caller stops it from then on).
+        """Wait for the steps the cluster needs (not the MaxText image); hand over the engine (the caller stops
+        it from then on; the MaxText step may still run in it until :meth:`close`).
 
         Raises:
           EngineUnavailable, RuntimeError, subprocess.CalledProcessError: what the engine
             start raised (no engine then). A failed image step is not raised here: the
             fixture that builds that image runs it again and raises with its own output.
         """
-        self._thread.join()
+        self._handover.wait()
         with self._lock:
             self.taken = True
         if self.engine is None:
+            self._thread.join()  # the engine start failed: the thread is ending with its error
             raise self.error if self.error else RuntimeError("kind prewarm: no engine and no error")
         return self.engine
+
+    def wait_done(self, timeout_s: float | None = None) -> None:
+        """Wait for the thread to end: every step, the MaxText image included (the ``maxtext_image`` fixture,
+        before its own cached build call), or, after the taker stopped the engine, the step in flight failing
+        (``timeout_s`` bounds that wait)."""
+        self._thread.join(timeout_s)
+
+    def cancel(self) -> None:
+        """Start no further step (the taker, before it stops the engine: that ends the step in flight)."""
+        self._cancel.set()
 
     def close(self, interrupted: bool = False) -> None:
         """At the session's end: stop the engine if no fixture took it.
 
         Args:
           interrupted: the session was interrupted: stop the engine by its PID now (whether it
-            answers yet or not) instead of waiting for the builds, and start no further step.
+            answers yet or not) instead of waiting for the builds, and start no further step
+            (a taken engine is its taker's to stop: that ends the step in flight).
             Otherwise the builds finish first (they fill the layer cache for the next run).
         """
         atexit.unregister(self._abandon)
@@ -144,4 +170,7 @@ class Prewarm:
         if engine is not None:
             self._log(f"interrupted: stopping dockerd {engine.pid}")
             engine_mod.stop(engine, log=self._log)
-        self._thread.join(JOIN_AFTER_STOP_S)
+        if engine is not None or not self.taken:
+            # A taken engine still runs (its taker stops it later): a MaxText build in flight would not
+            # end within the bound, so there is nothing to wait for here.
+            self._thread.join(JOIN_AFTER_STOP_S)

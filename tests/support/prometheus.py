@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from e2e.harness.apt import apt_get
 from elastic_jax.local.processes import free_port
 
 DEBIAN_PACKAGE = "prometheus"
@@ -30,11 +31,11 @@ def ensure_prometheus() -> str:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         pytest.skip("needs Prometheus: no `prometheus` on PATH and no root apt-get to install Debian's "
                     f"`{DEBIAN_PACKAGE}` package (apt-get install -y prometheus)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", DEBIAN_PACKAGE]
-    if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
-        proc = subprocess.run(install, env=env, capture_output=True, text=True)
+    # One apt-get at a time: another lane of the suite may be installing it, or the kind tier's engine.
+    install = ["install", "-y", "-qq", "--no-install-recommends", DEBIAN_PACKAGE]
+    if apt_get(*install, capture_output=True).returncode != 0:
+        apt_get("update", "-qq", capture_output=True)
+        proc = apt_get(*install, capture_output=True, text=True)
         if proc.returncode != 0:
             pytest.skip(f"needs Prometheus: apt-get install {DEBIAN_PACKAGE} failed: {proc.stderr.strip()[-300:]}")
     return shutil.which("prometheus") or pytest.skip(f"apt-get installed {DEBIAN_PACKAGE} but no prometheus on PATH")

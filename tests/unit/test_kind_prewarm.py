@@ -116,3 +116,37 @@ def test_an_engine_spawned_after_the_interrupt_is_stopped_as_it_spawns(tmp_path,
     p.close(interrupted=True)
     assert stopped == [engine] and calls == []
     assert isinstance(p.error, prewarm.Cancelled)
+
+
+def test_take_hands_over_before_the_maxtext_image_and_wait_done_waits_for_it(tmp_path, steps, monkeypatch):
+    """Plan-ci-time row #4: the kind lane's first test waited for the MaxText image (~4 min of the prewarm's
+    6); the cluster needs only the steps before it, and only the maxtext_image fixture waits for it."""
+    import threading
+
+    calls, stopped, engine = steps
+    release = threading.Event()
+
+    def maxtext(e, prefix, log):
+        calls.append("maxtext")
+        release.wait()
+    monkeypatch.setattr(prewarm.images, "find_python312", lambda: tmp_path)
+    monkeypatch.setattr(prewarm.images, "build_maxtext_image", maxtext)
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    assert p.take() is engine  # returns while the MaxText step still runs
+    assert calls[:5] == ["engine", "base", "images", "node", "component"]
+    p.wait_done(timeout_s=0.2)
+    assert p.seconds is None, "the prewarm ended before its MaxText step was released"
+    release.set()
+    p.wait_done()
+    assert calls[-1] == "maxtext" and p.seconds is not None
+    p.close()
+    assert stopped == []
+
+
+def test_the_hand_over_time_is_known_when_take_returns(tmp_path, steps):
+    """The docker_engine fixture prints it (it printed the whole prewarm's seconds, which, with the MaxText
+    step still running, do not exist yet at the hand-over)."""
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    p.take()
+    assert p.handover_seconds is not None
+    p.close()
