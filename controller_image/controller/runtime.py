@@ -666,6 +666,12 @@ class Runtime:
                 f"{copy_s:.2f} s, longer than a step ({step_s:.3f} s), and training waits for it every {every} "
                 f"steps; set it to {math.ceil(10 * copy_s / max(step_s, 1e-9))} or more to keep that under a tenth "
                 f"of the time (0: no snapshots)")
+        if snapshots.failing is not None:
+            self.warn_setting(
+                f"spec.elasticity.hostSnapshotIntervalSteps ({snapshots.every_steps}): every host snapshot "
+                f"fails ({snapshots.failing}); was the state passed to take_host_snapshot donated or deleted "
+                f"before its copy landed? Until one lands, a slice loss goes back to the last committed "
+                f"checkpoint (0: no snapshots)")
         return taken
 
     def recover(self, target: Any, replica: Any = None) -> Restored:

@@ -45,6 +45,11 @@ class Snapshot:
     data_state: dict
 
 
+FAILING_AFTER = 3
+"""Copies failed in a row after which `HostSnapshotter.failing` is set (one failure is expected: the copy in
+flight when a slice is lost reads that slice)."""
+
+
 class _Copy:
     """One copy to host memory on its own daemon thread (daemon: a copy hung on a lost slice must not hold
     the process at exit)."""
@@ -110,6 +115,11 @@ class HostSnapshotter:
         self._last_call: float | None = None
         self._last_copy_s: float | None = None
         self._warned = False
+        self._failed_in_a_row = 0
+        self.failing: str | None = None
+        """Set, to the last error's one-line reason, once `FAILING_AFTER` copies in a row failed (a state donated
+        or deleted before its copy landed fails every copy): no snapshot lands, so a slice loss goes back to
+        the last committed checkpoint. Cleared by a copy that lands."""
         self.slow_copy: tuple[float, float] | None = None
         """Set at the first copy that kept the training waiting for more than a tenth of the steps between
         two due copies: (the copy's seconds, the seconds between the last two steps)."""
@@ -197,7 +207,12 @@ class HostSnapshotter:
         self._last_copy_s = pending.seconds
         if pending.snapshot is not None:
             self._latest = pending.snapshot
+            self._failed_in_a_row, self.failing = 0, None
             return
+        # (one failure is a lost slice's copy; several in a row are the caller's state itself)
+        self._failed_in_a_row += 1
+        if self._failed_in_a_row >= FAILING_AFTER:
+            self.failing = one_line_reason(pending.error)
         # Once as a warning, then quietly: a state donated or deleted before its copy landed fails every copy.
         (_logger.debug if self._warned else _logger.warning)(
             "the host snapshot of step %d failed (%s); the newest snapshot stays step %s (a lost slice's "

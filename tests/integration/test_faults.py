@@ -309,13 +309,15 @@ def test_a_frozen_controller_is_reported_and_not_booked_productive(tmp_path):
     assert spell["at_step"] >= 30
     assert f"controller (pid {frozen['pid']}) is alive but its control API has not answered for" in run.stderr
     assert f"controller (pid {frozen['pid']}) answers again after" in run.stderr
-    # The run's books never count the freeze productive: the launcher re-books the spell recovering, whether
-    # the controller's own ledger booked it productive (its clock ran on while it was stopped) or, under load,
-    # had not (a CI run: 6.1 s productive in its own books for a 16 s freeze). Known gap: the launcher then
-    # moves up to the spell's seconds from the total, so real steps' productive seconds can be re-booked too.
+    # The run's books never count the freeze productive: whatever the controller's own ledger booked it as
+    # (productive: its clock ran on while it was stopped; under load partly not: a run at load 20 booked only
+    # 12.1 s of the spell as training), the launcher re-books what it booked as training,
+    # so the productive seconds and the spell fit in the wall together. (Without the re-booking a quiet run
+    # fails this: the ledger's non-productive seconds, a few of start-up, are fewer than the spell's.)
     own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
     booked = s["goodput_seconds"]
-    assert booked["productive"] <= own["productive"] - min(14.0, own["productive"]), (booked, own)
+    assert booked["productive"] <= own["productive"], (booked, own)
+    assert booked["productive"] + spell["seconds"] <= sum(booked.values()) + 1.0, (booked, own, spell)
     assert sum(booked.values()) - booked["productive"] >= 14, (booked, own)
     assert abs(sum(booked.values()) - sum(own.values())) < 0.05  # (the wall is unchanged)
     assert "unresponsive at step" in run.stderr and "booked recovering, not productive" in run.stderr

@@ -164,6 +164,25 @@ def test_a_host_copy_the_training_waits_for_too_often_is_a_setting_warning(runti
     assert "longer than a step" in warnings[0] and "training waits for it every 2 steps; set it to" in warnings[0]
 
 
+def test_a_state_deleted_before_its_copy_is_a_setting_warning(runtime_of):
+    """A loop that donates (or deletes) the state it hands to take_host_snapshot fails every copy: no snapshot
+    lands, so a slice loss would go back to the last checkpoint. The run says so once, on its own output."""
+    rt, client = runtime_of(snapshot_every=1)
+    for step in range(1, 6):
+        rt.report_step(step, loss=1.0)
+        state = _state(float(step))
+        jax.tree_util.tree_map(lambda a: a.delete(), state)  # (as a donated buffer is, by the next step)
+        rt.take_host_snapshot(step, state)
+    rt._snapshots.settle(60)
+    rt.report_step(6, loss=1.0)
+    rt.take_host_snapshot(6, _state(6.0))  # lands, but the warning stays for the run
+    # (the steps here take milliseconds, so a slow-copy warning may come too: only this one's is checked)
+    warnings = [w for w in client.status().setting_warnings if "every host snapshot fails" in w]
+    assert len(warnings) == 1 and warnings[0].startswith("spec.elasticity.hostSnapshotIntervalSteps (1): every host "
+                                                         "snapshot fails (RuntimeError: Array has been deleted"), warnings
+    assert "last committed checkpoint" in warnings[0]
+
+
 def test_recover_prefers_a_newer_committed_checkpoint_and_keeps_resumed_from(runtime_of):
     rt, client = runtime_of(snapshot_every=5)
     attempts, recovered, _ = _train_losing_slice_1_at(rt, client, lose_at=8, until=9, save_at=(6,))

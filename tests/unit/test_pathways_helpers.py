@@ -117,6 +117,28 @@ def test_a_copy_longer_than_a_step_is_taken_every_k_steps():
     assert snap.slow_copy == (3.0, 1.0)  # the training waits 3 s every 5 s: the runtime warns
 
 
+def test_copies_that_fail_in_a_row_are_reported_once_one_landing_clears_it():
+    """One failed copy is a lost slice's (no report); `FAILING_AFTER` in a row are the caller's state itself."""
+    from elastic_jax.controller.snapshot import FAILING_AFTER
+
+    broken = set(range(3, 3 + FAILING_AFTER))
+
+    def copy(state):
+        if state["w"] in broken:
+            raise RuntimeError("Array has been deleted with shape=float32[4].")
+        return dict(state)
+
+    snap = HostSnapshotter(1, copy=copy, clock=_Clock())
+    seen = []
+    for step in range(1, 8):
+        snap.maybe_take(step, {"w": step}, {})
+        snap.settle(60)
+        seen.append(snap.failing)
+    assert seen[:FAILING_AFTER + 1] == [None] * (FAILING_AFTER + 1)
+    assert seen[FAILING_AFTER + 1] == "RuntimeError: Array has been deleted with shape=float32[4]."
+    assert seen[-1] is None and snap.latest.step == 7
+
+
 def test_a_copy_that_does_not_fit_is_waited_for_at_once():
     """No copy outlasting a step runs beside the training (it would hold its state's device buffers)."""
     import threading
