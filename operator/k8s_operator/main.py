@@ -269,8 +269,16 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the operator until SIGINT/SIGTERM, then ends the process (`_end_process`).
 
     Returns the exit code when it stops before running the operator (bad arguments, the key file).
+    `elastic-jax-operator render MANIFEST` prints a job's children instead (`render.main`).
     """
-    parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["render"]:
+        from elastic_jax.k8s_operator import render
+
+        return render.main(argv[1:])
+    parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0],
+                                     epilog="elastic-jax-operator render MANIFEST prints the objects it would "
+                                            "create for a job, without a cluster (render --help)")
     parser.add_argument("--namespace", "-n", action="append", default=[],
                         help="watch only this namespace (repeatable); default: all namespaces")
     parser.add_argument("--peering", default=os.environ.get(contract.ENV_PEERING),

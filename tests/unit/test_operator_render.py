@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,7 +11,7 @@ import yaml
 from elastic_jax import contract
 from elastic_jax.api import labels
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.k8s_operator import children, names
+from elastic_jax.k8s_operator import backends, children, names
 from elastic_jax.k8s_operator.backends import UnsupportedBackend, renderer_for
 
 
@@ -367,3 +368,63 @@ def test_worker_env_cannot_point_jax_at_another_cache(name):
     from elastic_jax.api.manifest import ManifestError
     with pytest.raises(ManifestError, match=rf"spec\.worker\.env\[0\]\.name: {name} is set by the operator"):
         _job(worker={"env": [{"name": name, "value": "/tmp/mine"}]})
+
+
+# -- `elastic-jax-operator render MANIFEST`: a job's children without a cluster ------------------------
+
+
+def test_render_prints_what_the_operator_creates_for_an_example(capsys):
+    """The children of examples/02 (pathways, 2 slices) as the operator renders them: namespaced, owned by
+    the job (placeholder UID), the controller Pod the same as the renderer's, the token a placeholder."""
+    import yaml as _yaml
+
+    from elastic_jax.api.manifest import load_manifest
+    from elastic_jax.k8s_operator import main as operator_main, render
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "02-tpu-v5e-pathways.yaml"
+    assert operator_main.main(["render", str(example)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.startswith("# rendered by elastic-jax-operator render ")
+    objects = list(_yaml.safe_load_all(out))
+    assert [o["kind"] for o in objects] == ["Secret", "ConfigMap", "Service", "Service", "Pod", "JobSet", "JobSet"]
+    job = backends.resolve(load_manifest(example))
+    for o in objects:
+        assert o["metadata"]["namespace"] == (job.metadata.namespace or "default")
+        assert o["metadata"]["ownerReferences"] == [{
+            "apiVersion": "elasticjax.dev/v1alpha1", "kind": "ElasticTrainingJob", "name": job.metadata.name,
+            "uid": render.PLACEHOLDER_UID, "controller": True, "blockOwnerDeletion": True}]
+    pod = objects[4]
+    job = job.model_copy(update={"metadata": job.metadata.model_copy(
+        update={"namespace": pod["metadata"]["namespace"], "uid": render.PLACEHOLDER_UID})})
+    expected = backends.renderer_for("pathways").controller_pod(job, 0, render.PLACEHOLDER_UID)
+    assert pod["spec"] == expected["spec"] and pod["metadata"]["name"] == expected["metadata"]["name"]
+    assert base64.b64decode(objects[0]["data"]["token"]).decode() == render.PLACEHOLDER_TOKEN
+
+
+def test_render_adds_the_network_policies_of_the_operators_control_api_from(tmp_path, capsys):
+    from elastic_jax.k8s_operator import main as operator_main
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "01-cpu-job.yaml"
+    peers = '[{"podSelector": {"matchLabels": {"app": "op"}}}]'
+    assert operator_main.main(["render", str(example), "--control-api-from", peers]) == 0
+    kinds = [o["kind"] for o in yaml.safe_load_all(capsys.readouterr().out)]
+    assert kinds.count("NetworkPolicy") == 2 and kinds.count("JobSet") == 2, kinds
+    with pytest.raises(SystemExit) as e:
+        operator_main.main(["render", str(example), "--control-api-from", "[1]"])
+    assert e.value.code == 2 and "--control-api-from: item 0" in capsys.readouterr().err
+
+
+def test_render_refuses_bad_input_with_one_line_each_and_prints_nothing(tmp_path, capsys):
+    """The operator's own refusals (a relative checkpoint folder, an unknown TPU topology), as `error:` lines
+    naming the file and the field, exit 2, no YAML on stdout."""
+    from elastic_jax.k8s_operator import main as operator_main
+
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "02-tpu-v5e-pathways.yaml").read_text())
+    example["spec"]["slices"]["topology"] = "3x3"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(example))
+    assert operator_main.main(["render", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: {bad}: spec.slices.topology") and "Traceback" not in err, err
+    assert operator_main.main(["render", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'missing.yaml'}: cannot read manifest: No such file or directory\n"
