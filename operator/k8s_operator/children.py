@@ -7,6 +7,7 @@ with `kopf.adopt`, so deleting the job garbage-collects everything.
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import json
 from typing import Any
@@ -83,7 +84,8 @@ def static_children(job: ElasticTrainingJob, control_api_from: list[dict[str, An
         from elastic_jax.k8s_operator.backends.pathways import head_service
 
         out.append(head_service(job))
-    return out + network_policies(job, control_api_from)
+    # (each object its own, as `backends.renderer_for`'s: a caller's edit never reaches a module constant)
+    return copy.deepcopy(out + network_policies(job, control_api_from))
 
 
 def render_children(job: ElasticTrainingJob, token: str, controller_attempt: int = 0,

@@ -52,6 +52,9 @@ def tree(pytester: pytest.Pytester, monkeypatch) -> pytest.Pytester:
         (pytester.path / path).parent.mkdir(parents=True, exist_ok=True)
         (pytester.path / path).write_text(text)
     monkeypatch.setenv("LANES_RECORD", str(pytester.path / "record.txt"))
+    # (this test may itself run on an xdist worker: its inner pytest must not inherit that worker's identity)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     return pytester
 

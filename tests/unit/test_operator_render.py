@@ -108,6 +108,36 @@ def test_every_backend_the_rules_accept_has_a_renderer():
     assert set(RENDERERS) == set(SUPPORTED_BACKENDS)
 
 
+def _scribble(obj):
+    """Empties every dict and list inside `obj`, innermost first (what a careless caller's edit could do)."""
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else ()
+    for value in list(items):
+        _scribble(value)
+    if isinstance(obj, (dict, list)):
+        obj.clear()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "pathways"])
+def test_every_rendered_object_is_its_own_so_an_edit_never_reaches_the_next_job(backend):
+    """The renderers build pods from module-level constants; a CI run had the head's resource limits empty
+    in every render after an e2e test edited one rendered container. Every object a render returns is now
+    its own: emptying all of them leaves the next render as it was."""
+    from tests.unit.test_operator_pathways import pathways_job
+
+    job = pathways_job() if backend == "pathways" else _job()
+    peers = [{"podSelector": {"matchLabels": {"app": "op"}}}]
+
+    def everything():
+        r = renderer_for(backend)
+        return [*children.static_children(job, peers), r.controller_pod(job, 0, "u1"),
+                *(r.worker_jobset(job, i) for i in range(job.spec.slices.total))]
+
+    first = everything()
+    expected = yaml.safe_dump_all(first)
+    _scribble(first)
+    assert yaml.safe_dump_all(everything()) == expected
+
+
 def test_service_selects_the_controller():
     svc = children.controller_service(_job())
     assert svc["spec"]["selector"] == {labels.JOB_NAME: "demo", labels.ROLE: "controller"}
