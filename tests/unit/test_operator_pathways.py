@@ -225,9 +225,7 @@ def test_cpu_jobs_are_unchanged_by_resolve():
 
 
 def test_renderer_for_pathways():
-    job = pathways_job()
-    assert renderer_for("pathways").controller_pod(job, 0, "u") == PathwaysRenderer().controller_pod(job, 0, "u")
-    assert renderer_for("pathways").worker_jobset(job, 1) == PathwaysRenderer().worker_jobset(job, 1)
+    assert isinstance(renderer_for("pathways"), PathwaysRenderer)
 
 
 def test_workers_land_on_their_tpu_pool_with_chip_limits():

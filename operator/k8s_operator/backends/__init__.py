@@ -6,7 +6,6 @@ it. Secret, ConfigMap and Service are backend-independent (`children`).
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Protocol
 
 from elastic_jax.api.backend_rules import check_backend, resolve
@@ -41,20 +40,4 @@ def renderer_for(backend: str) -> Renderer:
       UnsupportedBackend: no renderer for it in this operator version.
     """
     check_backend(backend)
-    return _Fresh(RENDERERS[backend]())
-
-
-class _Fresh:
-    """A renderer whose every object is its own: the renderers build pods from module-level constants
-    (resources, security contexts, env entries), and a caller that edits what it got (kopf.adopt, a test
-    fitting a pod to its nodes) must not change what the next job gets (an e2e test's edit of a rendered
-    container once emptied the Pathways head's resource limits for every later render in its process)."""
-
-    def __init__(self, renderer: Renderer):
-        self._renderer = renderer
-
-    def controller_pod(self, job: ElasticTrainingJob, attempt: int, job_uid: str = "") -> dict[str, Any]:
-        return copy.deepcopy(self._renderer.controller_pod(job, attempt, job_uid))
-
-    def worker_jobset(self, job: ElasticTrainingJob, index: int) -> dict[str, Any]:
-        return copy.deepcopy(self._renderer.worker_jobset(job, index))
+    return RENDERERS[backend]()

@@ -11,9 +11,10 @@ runs with `--pod-listen-address pod-ip`. Workers bind their pod IP
 from __future__ import annotations
 
 import copy
+import functools
 import posixpath
 
-from typing import Any
+from typing import Any, Callable
 
 from elastic_jax import contract
 from elastic_jax.api import cluster, labels
@@ -37,6 +38,20 @@ POD_SECURITY_CONTEXT = {
 }
 # Owner and group read: the group is fsGroup, so uid 65532 reads it; nobody else.
 TOKEN_FILE_MODE = 0o440
+
+
+def fresh(render: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """Makes a render function return an object of its own (a deep copy).
+
+    The renderers build pods from module-level constants (security contexts, env entries, the Pathways
+    head's resources); without this a caller's edit of what it got (kopf's adopt, a test fitting a pod to
+    its nodes) would change what every later render in the process returns: an e2e test's edit of a
+    rendered container once emptied the head's resource limits for the rest of its worker's tests.
+    """
+    @functools.wraps(render)
+    def rendered(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return copy.deepcopy(render(*args, **kwargs))
+    return rendered
 
 
 def container_security_context() -> dict[str, Any]:
@@ -211,6 +226,7 @@ def worker_grace_s(job: ElasticTrainingJob, default_s: int) -> int:
 class CpuRenderer:
     """Renders the cpu backend's controller pod and worker JobSets."""
 
+    @fresh
     def controller_pod(self, job: ElasticTrainingJob, attempt: int, job_uid: str = "") -> dict[str, Any]:
         """The controller Pod of incarnation `attempt`.
 
@@ -289,6 +305,7 @@ class CpuRenderer:
             },
         }
 
+    @fresh
     def worker_jobset(self, job: ElasticTrainingJob, index: int) -> dict[str, Any]:
         """The JobSet of slice `index`: one Job of `hostsPerSlice` worker pods.
 

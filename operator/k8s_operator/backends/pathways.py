@@ -110,6 +110,7 @@ def _head_env(job: ElasticTrainingJob) -> list[dict[str, Any]]:
             {"name": "PATHWAYS_HEAD", "value": f"{names.pathways_head(job.metadata.name)}.$(POD_NAMESPACE).svc"}]
 
 
+@cpu.fresh
 def head_service(job: ElasticTrainingJob) -> dict[str, Any]:
     """The headless Service through which TPU workers reach the resource manager.
 
@@ -261,6 +262,7 @@ def _worker_container(job: ElasticTrainingJob, shape: SliceShape, index: int) ->
 class PathwaysRenderer:
     """Renders the pathways backend's controller pod (with the Pathways head) and TPU worker JobSets."""
 
+    @cpu.fresh
     def controller_pod(self, job: ElasticTrainingJob, attempt: int, job_uid: str = "") -> dict[str, Any]:
         """The cpu backend's controller pod, plus the Pathways head and the env pointing JAX at its proxy.
 
@@ -299,6 +301,7 @@ class PathwaysRenderer:
         }}}
         return pod
 
+    @cpu.fresh
     def worker_jobset(self, job: ElasticTrainingJob, index: int) -> dict[str, Any]:
         """The JobSet of slice `index`: hosts-per-slice Pathways workers on one TPU node pool.
 
