@@ -306,9 +306,13 @@ def _probe_write(directory: Path) -> None:
 def _check_local(uri: str, create: bool) -> Path:
     """See `check_location`; local paths."""
     path = local_path(uri)
-    if path.exists() and not path.is_dir():
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as e:  # (a name too long for the file system, a component that denies search)
+        raise uri_error(uri, f"cannot be used ({e.strerror or _one_line(e)})") from None
+    if exists and not is_dir:
         raise uri_error(uri, "is a file, not a directory (checkpoints need a directory of their own)")
-    if not path.exists():
+    if not exists:
         # The nearest existing ancestor must be a directory in which the rest can be created.
         ancestor = path.parent
         while not ancestor.exists() and ancestor != ancestor.parent:
@@ -652,8 +656,11 @@ def check_resume(uri: str, total_steps: int, me: JobIdentity | None,
     if not is_local(uri):
         return
     root = local_path(uri)
-    if not root.is_dir():
-        return
+    try:
+        if not root.is_dir():
+            return
+    except OSError as e:  # (a name too long for the file system, a component that denies search)
+        raise CheckpointMismatchError(str(uri_error(uri, f"cannot be used ({e.strerror or _one_line(e)})"))) from None
     check_committed(root, uri, me)
     steps = committed_local_steps(root)
     if not steps:

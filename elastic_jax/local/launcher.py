@@ -972,7 +972,11 @@ class RunLock(_HeldFlock):
 
     def acquire(self) -> "RunLock":
         workdir = self.path.parent
-        if workdir.exists() and not workdir.is_symlink() and not workdir.is_dir():
+        try:
+            is_file = workdir.exists() and not workdir.is_symlink() and not workdir.is_dir()
+        except OSError as e:  # (a name too long for the file system, a component that denies search)
+            raise LaunchError(f"--workdir {workdir}: cannot be used ({e.strerror})") from None
+        if is_file:
             raise LaunchError(f"--workdir {workdir}: is a file, not a directory")
         try:
             private_dir(workdir, f"--workdir {workdir}")

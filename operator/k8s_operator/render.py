@@ -33,11 +33,14 @@ PLACEHOLDER_TOKEN = "set-by-the-operator-at-apply"
 EXIT_USAGE = 2
 
 
-def render(manifest: str, control_api_from: str = "") -> list[dict[str, Any]]:
-    """The job's children, namespaced and owned by the job, in the order the operator creates them.
+def render(manifest: str, control_api_from: str = "", namespace: str | None = None) -> list[dict[str, Any]]:
+    """The job's children, namespaced and owned by the job, in the order the operator creates them; none for a
+    job with `spec.suspend: true` (the operator creates nothing until it is false).
 
     Args:
-      manifest: path of one ElasticTrainingJob YAML file (no namespace: `default`, as kubectl applies it).
+      manifest: path of one ElasticTrainingJob YAML file.
+      namespace: where the job is applied (`kubectl apply -n`); default: the file's metadata.namespace, else
+        `default`, as kubectl applies it.
       control_api_from: the operator's `--control-api-from` (a JSON list of NetworkPolicyPeers; empty: no
         NetworkPolicies, as an operator without it renders none).
 
@@ -54,7 +57,9 @@ def render(manifest: str, control_api_from: str = "") -> list[dict[str, Any]]:
         problems.append(str(e))
     if problems:
         raise ManifestError("; ".join(problems), problems=[f"{manifest}: {p}" for p in problems])
-    namespace = job.metadata.namespace or "default"
+    if job.spec.suspend:
+        return []
+    namespace = namespace or job.metadata.namespace or "default"
     job = job.model_copy(update={"metadata": job.metadata.model_copy(
         update={"namespace": namespace, "uid": PLACEHOLDER_UID})})
     owner = {"apiVersion": job.api_version, "kind": job.kind, "name": job.metadata.name, "uid": PLACEHOLDER_UID,
@@ -76,15 +81,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--control-api-from", default=os.environ.get(contract.ENV_CONTROL_API_FROM, ""),
                         help="the operator's --control-api-from (JSON list of NetworkPolicyPeers), so the job's "
                              "NetworkPolicies are rendered as that operator renders them; default: none")
+    parser.add_argument("--namespace", "-n", default=None,
+                        help="the namespace the job is applied in (as kubectl apply -n); default: the file's "
+                             "metadata.namespace, else default")
     args = parser.parse_args(argv)
     try:
-        objects = render(args.manifest, args.control_api_from)
+        objects = render(args.manifest, args.control_api_from, args.namespace)
     except ManifestError as e:
         for problem in e.problems:
             print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     except ValueError as e:
         parser.error(f"--control-api-from: {e}")
+    if not objects:
+        print(f"# {args.manifest}: spec.suspend is true: the operator creates nothing for this job until it is "
+              f"false")
+        return 0
     print(f"# rendered by elastic-jax-operator render {args.manifest}: the job's uid ({PLACEHOLDER_UID}) and "
           f"the Secret's token are placeholders the cluster fills in")
     print(yaml.safe_dump_all(objects, sort_keys=False), end="")

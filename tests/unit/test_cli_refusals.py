@@ -524,6 +524,21 @@ def test_bad_workdir(tmp_path):
     assert not leftover_processes(str(tmp_path))
 
 
+def test_a_path_too_long_for_the_file_system_is_one_line_not_a_traceback(tmp_path):
+    """A new user's trial: `--workdir` with a 300-character name printed an `OSError: File name too long`
+    traceback; so did such a `spec.checkpoint.uri` in `validate` and `run`."""
+    long_name = "a" * 300  # (NAME_MAX is 255 bytes on Linux file systems)
+    m = job_manifest("longwd", tmp_path)
+    path = _write(tmp_path, m)
+    assert_one_line_error(_invoke("run", str(path), "--no-failure", "--workdir", str(tmp_path / long_name)),
+                          "--workdir", "File name too long")
+    m = job_manifest("longckpt", tmp_path, checkpoint={"uri": str(tmp_path / long_name / "ckpt")})
+    assert_one_line_error(_validate(tmp_path, m), "spec.checkpoint.uri", "File name too long")
+    assert_one_line_error(_validate(tmp_path, m, "--trainer"), "spec.checkpoint.uri", "File name too long")
+    assert_one_line_error(run_bad(tmp_path, m), "spec.checkpoint.uri", "File name too long")
+    assert nothing_started(tmp_path)
+
+
 def test_a_workdir_that_is_not_a_run_folder_is_refused_before_anything_is_written(tmp_path):
     """Issue 31 RISK 6's kind: `--workdir /etc` (or a folder holding a `token` and `summary.json`) was written
     into, those files overwritten. A folder that is not new, empty or an earlier run's is refused, untouched."""

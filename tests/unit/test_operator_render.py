@@ -459,3 +459,21 @@ def test_render_refuses_bad_input_with_one_line_each_and_prints_nothing(tmp_path
     assert out == "" and err.startswith(f"error: {bad}: spec.slices.topology") and "Traceback" not in err, err
     assert operator_main.main(["render", str(tmp_path / "missing.yaml")]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'missing.yaml'}: cannot read manifest: No such file or directory\n"
+
+
+def test_render_of_a_suspended_job_is_nothing_and_namespace_is_kubectls(tmp_path, capsys):
+    """A new user's trial: a suspended job rendered six objects the operator never creates; and without
+    `-n` the objects could not be matched to a job applied with `kubectl apply -n demo`."""
+    from elastic_jax.k8s_operator import main as operator_main
+
+    example = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "01-cpu-job.yaml").read_text())
+    example["spec"]["suspend"] = True
+    suspended = tmp_path / "suspended.yaml"
+    suspended.write_text(yaml.safe_dump(example))
+    assert operator_main.main(["render", str(suspended)]) == 0
+    out = capsys.readouterr().out
+    assert list(yaml.safe_load_all(out)) == [] and "spec.suspend is true: the operator creates nothing" in out
+    example["spec"]["suspend"] = False
+    suspended.write_text(yaml.safe_dump(example))
+    assert operator_main.main(["render", str(suspended), "-n", "demo"]) == 0
+    assert {o["metadata"]["namespace"] for o in yaml.safe_load_all(capsys.readouterr().out)} == {"demo"}
