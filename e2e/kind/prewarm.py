@@ -158,7 +158,11 @@ class Prewarm:
         if interrupted:
             self._abandon()
             return
-        self._thread.join()
+        try:
+            self._thread.join()
+        except BaseException:  # a Ctrl-C or SIGTERM (tests/support/sigterm.py) while the builds finish
+            self._abandon()  # (it once left the engine running: a session ended by `timeout` in this wait)
+            raise
         if self.engine is not None and not self.taken:
             engine_mod.stop(self.engine, log=self._log)
 

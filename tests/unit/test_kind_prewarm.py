@@ -97,6 +97,45 @@ def test_an_interrupted_session_stops_the_engine_at_once_not_after_the_builds(tm
     assert "interrupted" in (tmp_path / "prewarm.log").read_text()
 
 
+def test_an_interrupt_while_the_session_end_waits_for_the_builds_stops_the_engine(tmp_path, steps, monkeypatch):
+    """A session whose tests were done waited in `close` for the MaxText build; `timeout`'s SIGTERM there
+    (raised as KeyboardInterrupt) left the engine running, orphaned."""
+    import threading
+
+    _, stopped, _ = steps
+    engine = SimpleNamespace(pid=4242)
+    gone, building = threading.Event(), threading.Event()
+
+    def start(log, on_spawn):
+        on_spawn(engine)
+        return engine
+
+    def stop(e, log):
+        stopped.append(e)
+        gone.set()
+
+    def build(e, log):
+        building.set()
+        gone.wait(60)
+        raise RuntimeError("docker build: Cannot connect to the Docker daemon")
+    monkeypatch.setattr(prewarm.engine_mod, "start", start)
+    monkeypatch.setattr(prewarm.engine_mod, "stop", stop)
+    monkeypatch.setattr(prewarm.images, "python_base", build)
+    p = prewarm.Prewarm(tmp_path / "prewarm.log")
+    building.wait()
+    joins = []
+
+    def join_interrupted(timeout=None):  # the first join is the session's end: the signal lands in it
+        joins.append(timeout)
+        if len(joins) == 1:
+            raise KeyboardInterrupt("signal 15")
+        threading.Thread.join(p._thread, timeout)
+    monkeypatch.setattr(p._thread, "join", join_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        p.close()
+    assert stopped == [engine]
+
+
 def test_an_engine_spawned_after_the_interrupt_is_stopped_as_it_spawns(tmp_path, steps, monkeypatch):
     import threading
 
