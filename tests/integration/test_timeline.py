@@ -9,6 +9,7 @@ from elastic_jax import timeline
 from tests.support.runs import CLI, job_manifest, run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STEPS = 1200
 
 
 def _png_size(path) -> tuple[int, int]:
@@ -20,9 +21,10 @@ def _png_size(path) -> tuple[int, int]:
 
 def test_a_run_with_a_killed_worker_draws_the_slice_dip_and_the_recovery(tmp_path):
     # 3 slices, 2 minimum: the killed slice's worker is replaced and rejoins (a scale-up) while training goes on
-    # on 2. (300 steps: the replaced worker's start must land before the run ends, also under load.)
+    # on 2. (The replaced worker's start, a JAX process and its compile, must land before the run ends, also
+    # under load: 300 steps were too few at load 20, where the slice never rejoined.)
     manifest = job_manifest("timeline", tmp_path, slices={"count": 3, "minSlices": 2},
-                            training={"steps": 300, "globalBatchSize": 12, "logEverySteps": 10})
+                            training={"steps": STEPS, "globalBatchSize": 12, "logEverySteps": 10})
     run = run_cli(manifest, tmp_path, "--kill-at-step", "40")
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
@@ -40,7 +42,7 @@ def test_a_run_with_a_killed_worker_draws_the_slice_dip_and_the_recovery(tmp_pat
     # the slice_down marked at the last step on 3 slices, at or after the step the launcher killed the worker at
     # (the controller may have completed a few steps between the launcher's poll and the kill).
     data = timeline.timeline_data(timeline.read_history(run.workdir))
-    assert data.step[0] == 1 and data.step[-1] == 300 and sorted(set(data.step)) == list(range(1, 301))
+    assert data.step[0] == 1 and data.step[-1] == STEPS and sorted(set(data.step)) == list(range(1, STEPS + 1))
     assert set(data.desired) == {3}
     first_dip = next(i for i, a in enumerate(data.active) if a < 3)
     assert data.active[first_dip] == 2 and data.active[:first_dip] == [3] * first_dip
