@@ -65,13 +65,13 @@ def test_a_failed_image_step_still_hands_over_the_engine(tmp_path, steps, monkey
     assert stopped == []
 
 
-def test_an_interrupted_session_stops_the_engine_at_once_not_after_the_builds(tmp_path, steps, monkeypatch):
-    """A pytest interrupted seconds after its start left the prewarm's dockerd running: the session's end
-    waited for the builds (minutes), and a second Ctrl-C or the exit left the daemon thread's engine behind."""
+def _building_until_stopped(monkeypatch, stopped):
+    """An engine (never signalled: `stop` is a fake appending to `stopped`) whose first build step runs until
+    the engine is stopped, then fails as a build without its daemon does. Returns (engine, building): an
+    Event set once that step runs."""
     import threading
 
-    calls, stopped, _ = steps
-    engine = SimpleNamespace(pid=4242)  # never signalled: stop is the fake below
+    engine = SimpleNamespace(pid=4242)
     gone, building = threading.Event(), threading.Event()
 
     def start(log, on_spawn):
@@ -84,11 +84,19 @@ def test_an_interrupted_session_stops_the_engine_at_once_not_after_the_builds(tm
 
     def build(e, log):  # a build fails once its engine is gone, and not before
         building.set()
-        gone.wait()
+        gone.wait(60)
         raise RuntimeError("docker build: Cannot connect to the Docker daemon")
     monkeypatch.setattr(prewarm.engine_mod, "start", start)
     monkeypatch.setattr(prewarm.engine_mod, "stop", stop)
     monkeypatch.setattr(prewarm.images, "python_base", build)
+    return engine, building
+
+
+def test_an_interrupted_session_stops_the_engine_at_once_not_after_the_builds(tmp_path, steps, monkeypatch):
+    """A pytest interrupted seconds after its start left the prewarm's dockerd running: the session's end
+    waited for the builds (minutes), and a second Ctrl-C or the exit left the daemon thread's engine behind."""
+    calls, stopped, _ = steps
+    engine, building = _building_until_stopped(monkeypatch, stopped)
     p = prewarm.Prewarm(tmp_path / "prewarm.log")
     building.wait()
     p.close(interrupted=True)
@@ -103,24 +111,7 @@ def test_an_interrupt_while_the_session_end_waits_for_the_builds_stops_the_engin
     import threading
 
     _, stopped, _ = steps
-    engine = SimpleNamespace(pid=4242)
-    gone, building = threading.Event(), threading.Event()
-
-    def start(log, on_spawn):
-        on_spawn(engine)
-        return engine
-
-    def stop(e, log):
-        stopped.append(e)
-        gone.set()
-
-    def build(e, log):
-        building.set()
-        gone.wait(60)
-        raise RuntimeError("docker build: Cannot connect to the Docker daemon")
-    monkeypatch.setattr(prewarm.engine_mod, "start", start)
-    monkeypatch.setattr(prewarm.engine_mod, "stop", stop)
-    monkeypatch.setattr(prewarm.images, "python_base", build)
+    engine, building = _building_until_stopped(monkeypatch, stopped)
     p = prewarm.Prewarm(tmp_path / "prewarm.log")
     building.wait()
     joins = []
