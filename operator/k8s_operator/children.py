@@ -84,7 +84,7 @@ def static_children(job: ElasticTrainingJob, control_api_from: list[dict[str, An
         from elastic_jax.k8s_operator.backends.pathways import head_service
 
         out.append(head_service(job))
-    # (each object its own, as `backends.renderer_for`'s: a caller's edit never reaches a module constant)
+    # (each object its own, as the renderers' (`backends.cpu.fresh`): a caller's edit never reaches a constant)
     return copy.deepcopy(out + network_policies(job, control_api_from))
 
 

@@ -8,7 +8,8 @@ the operator would refuse it: one `error:` line per problem, exit 2, nothing pri
 
 Known only on a cluster, so written as placeholders: the job's UID (labels, ownerReferences), the token in
 the Secret (an HMAC of the operator's key and that UID, `tokens.derive_token`), and what an admin set on the
-operator besides `--control-api-from` (its allow lists change no rendered field; they refuse a job).
+operator besides `--control-api-from` (its allow lists, `--allowed-*`, are not applied here: on a cluster
+they may refuse the job).
 """
 
 from __future__ import annotations
