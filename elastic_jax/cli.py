@@ -32,6 +32,20 @@ from elastic_jax.api.manifest import ManifestError, dump_yaml, load_manifest
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
 
 
+def _print_version(value: bool) -> None:
+    """Eager `--version`: the package's version (the images' tag, `elastic_jax.api.images`), then exit 0."""
+    if value:
+        from elastic_jax import __version__
+        typer.echo(f"elastic-jax {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                           help="Print the version and exit.")) -> None:
+    """Train an ElasticTrainingJob locally, check a manifest, or redraw a run's timeline."""
+
+
 def _error(message: str, code: int = 2) -> typer.Exit:
     typer.echo(f"error: {error_lines.clip(message)}", err=True)
     return typer.Exit(code)

@@ -25,7 +25,7 @@ import threading
 import kopf
 from prometheus_client import start_http_server
 
-from elastic_jax import contract
+from elastic_jax import __version__, contract
 from elastic_jax.api import labels
 from elastic_jax.api.job import GROUP
 from elastic_jax.k8s_operator import (checkpoint_prefixes, clock, deep_objects, denied_namespaces, pod_fields,
@@ -279,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="elastic-jax-operator", description=__doc__.splitlines()[0],
                                      epilog="elastic-jax-operator render MANIFEST prints the objects it would "
                                             "create for a job, without a cluster (render --help)")
+    parser.add_argument("--version", action="version", version=f"elastic-jax-operator {__version__}")
     parser.add_argument("--namespace", "-n", action="append", default=[],
                         help="watch only this namespace (repeatable); default: all namespaces")
     parser.add_argument("--peering", default=os.environ.get(contract.ENV_PEERING),

@@ -632,3 +632,16 @@ def test_a_trainer_config_number_read_as_a_float_is_shown_as_written_saying_why(
         "a number with a decimal point or an exponent, or an integer beyond 2**64, as one)",
         f"error: {tmp_path / 'job.yaml'}: spec.controller.trainer.config.seqLen: 1e30: {why} a number with a "
         "decimal point or an exponent, or an integer beyond 2**64, as one)"], errors
+
+
+def test_both_commands_print_their_version_and_exit_0(capsys):
+    """A new user's trial (session 26) asked for `elastic-jax --version`: the package's version, which is the
+    images' tag (`elastic_jax.api.images`), so a bug report can name what ran."""
+    from elastic_jax import __version__
+    from elastic_jax.k8s_operator import main as operator_main
+
+    cli = _invoke("--version")
+    assert (cli.returncode, cli.stdout.strip()) == (0, f"elastic-jax {__version__}"), cli
+    with pytest.raises(SystemExit) as done:
+        operator_main.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"elastic-jax-operator {__version__}"
