@@ -969,6 +969,7 @@ class RunLock(_HeldFlock):
         self.wait_s = wait_s
         self.on_wait = on_wait
         self.job, self.on_note = job, on_note
+        self._made: list[Path] = []  # (the folders `acquire` created: removed again if the run never wrote)
 
     def acquire(self) -> "RunLock":
         workdir = self.path.parent
@@ -978,6 +979,7 @@ class RunLock(_HeldFlock):
             raise LaunchError(f"--workdir {workdir}: cannot be used ({e.strerror})") from None
         if is_file:
             raise LaunchError(f"--workdir {workdir}: is a file, not a directory")
+        self._made = _missing_folders(workdir)
         try:
             private_dir(workdir, f"--workdir {workdir}")
         except UnsafeDirectoryError as e:
@@ -1028,6 +1030,37 @@ class RunLock(_HeldFlock):
             self.on_note(f"--workdir {workdir} held a run of job {earlier!r}; this run of job {self.job!r} replaces "
                          "its logs, summary, metrics and timeline")
         return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        """Releases the lock; on an exception, first removes the folders `acquire` created if the run wrote
+        nothing in them (a run refused once it held the folder, e.g. its checkpoint folder in use by another
+        run, or interrupted before its first process: a new user's trial found the new `--workdir` left behind
+        holding only the marker and lock file). A folder that existed before, or holds anything more, stays."""
+        if exc_type is not None and self._fd is not None:
+            _remove_if_untouched(self._made, {self.path.name, run_folder.MARKER})
+        self.release()
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders `mkdir(parents=True)` would create for `folder`, deepest first (none if it exists)."""
+    missing = []
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_if_untouched(made: list[Path], own_files: set[str]) -> None:
+    """Removes `made` (deepest first, as `_missing_folders` lists them) while the first holds only `own_files`
+    and each parent is then empty; stops at the first folder that holds anything else or cannot be removed."""
+    try:
+        if made and {p.name for p in made[0].iterdir()} <= own_files:
+            for name in own_files:
+                (made[0] / name).unlink(missing_ok=True)
+        for folder in made:
+            folder.rmdir()  # (OSError when not empty: something else was written there; it stays)
+    except OSError:
+        pass
 
 
 def _try_flock(fd: int) -> bool:

@@ -178,6 +178,7 @@ def test_second_run_of_the_same_job_is_refused(tmp_path):
                                capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
         assert_one_line_error(third.returncode, third.stdout, third.stderr, "spec.checkpoint.uri",
                               "in use by another elastic-jax run")
+        assert not (tmp_path / "run2").exists(), "the refused run left the --workdir it created"
         # SIGTERM (what kill, timeout and CI cancellation send) stops the first like Ctrl-C, with a SUMMARY.
         first.terminate()
         out, err = first.communicate(timeout=120)

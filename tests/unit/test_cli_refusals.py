@@ -645,3 +645,15 @@ def test_both_commands_print_their_version_and_exit_0(capsys):
     with pytest.raises(SystemExit) as done:
         operator_main.main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"elastic-jax-operator {__version__}"
+
+
+def test_a_run_refused_for_checkpoints_in_use_leaves_no_new_workdir(tmp_path):
+    """Another run holds the job's checkpoint folder (its `CheckpointLock`, taken here as that run's launcher
+    takes it): `run` with a new --workdir is refused naming the field, and the folder it had created is gone."""
+    from elastic_jax.local.launcher import CheckpointLock
+
+    manifest = job_manifest("held", tmp_path, training={"steps": 20, "globalBatchSize": 8})
+    with CheckpointLock(manifest["spec"]["checkpoint"]["uri"]):
+        proc = run_bad(tmp_path, manifest, "--no-failure")
+    assert_one_line_error(proc, "spec.checkpoint.uri", "in use by another elastic-jax run")
+    assert nothing_started(tmp_path)

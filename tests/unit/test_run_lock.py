@@ -146,3 +146,34 @@ def test_a_run_refused_because_another_job_runs_there_leaves_its_marker_and_name
         with pytest.raises(LaunchError, match=rf"^job 'a' is already running from {tmp_path} \(launcher pid"):
             RunLock(tmp_path, job="b", on_note=said.append).acquire()
         assert "job: a" in (tmp_path / run_folder.MARKER).read_text() and said == []
+
+
+def test_a_run_refused_after_taking_its_new_folder_leaves_no_folder_behind(tmp_path):
+    """A new user's trial: a second run on the same checkpoints, with a new --workdir, was refused ('in use by
+    another elastic-jax run') but left the new folder (its marker and lock file). An exception out of the
+    `with` removes the folders the lock created while they hold only those two files; a folder that existed,
+    one the run wrote in, and a run that ended normally keep theirs."""
+    new = tmp_path / "runs" / "job"
+    with pytest.raises(LaunchError):
+        with RunLock(new, job="job"):
+            assert (new / run_folder.MARKER).is_file() and (new / "launcher.lock").is_file()
+            raise LaunchError("refused once the folder was held")
+    assert not (tmp_path / "runs").exists()
+
+    written = tmp_path / "written"
+    with pytest.raises(KeyboardInterrupt):
+        with RunLock(written, job="job"):
+            (written / "controller.log").write_text("started\n")
+            raise KeyboardInterrupt
+    assert (written / "controller.log").is_file() and (written / run_folder.MARKER).is_file()
+
+    existing = tmp_path / "existing"
+    existing.mkdir(mode=0o700)
+    with pytest.raises(LaunchError):
+        with RunLock(existing, job="job"):
+            raise LaunchError("refused")
+    assert existing.is_dir()
+
+    with RunLock(tmp_path / "ok", job="job"):
+        pass
+    assert (tmp_path / "ok" / run_folder.MARKER).is_file()
