@@ -19,7 +19,6 @@ import logging
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -124,7 +123,8 @@ def run(
     # Ctrl-C or `kill -INT`, set explicitly: a run started from a background shell inherits SIGINT ignored,
     # and Python keeps an inherited SIG_IGN (no KeyboardInterrupt), so `kill -INT` would do nothing.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    started_at = time.time()  # (a checkpoint saved before it is an earlier run's: the report says so)
+    # (a step already there is an earlier run's: the report says so, even if maxToKeep deletes it during this run)
+    earlier_steps = _saved_steps(job.spec.checkpoint.uri)
     try:
         with RunLock(options.workdir, on_wait=lambda m: typer.echo(m, err=True), job=job.metadata.name,
                      on_note=lambda m: typer.echo(f"note: {m}", err=True)) as run_lock, \
@@ -158,7 +158,7 @@ def run(
         # the checkpoints; no process of this run was started
         typer.echo("interrupted before the run started: no process was started", err=True)
         raise typer.Exit(130)
-    _print_report(summary, started_at)
+    _print_report(summary, earlier_steps)
     if summary.get("interrupted"):
         typer.echo("interrupted: every process stopped", err=True)
     typer.echo("SUMMARY " + json.dumps(summary, sort_keys=True))
@@ -277,24 +277,32 @@ def _last_step_read_problem(uri: str, step: int) -> str | None:
     return answers[-1].removeprefix("READ ").strip() if answers else None
 
 
-def _earlier_run(uri: str, step: int, started_at: float) -> str | None:
-    """For a run that resumed from a local checkpoint: where it was and when an earlier run saved it. The
-    folder is the manifest's, so every run of that manifest on this machine shares it (another clone's run
-    too, as `examples/04-own-loop.yaml`'s /tmp folder): the report says so, and how to start over. None for
-    gs://, a step not found there, or one this run saved (a restarted controller resumed from it)."""
-    from datetime import datetime, timezone
-
+def _saved_steps(uri: str) -> dict[int, float]:
+    """The steps in a local checkpoint folder before a run starts: {step: its folder's mtime (Unix seconds)};
+    {} for gs:// or a folder that is missing or unreadable (the preflight has said what is wrong with it)."""
     from elastic_jax.api import checkpoints
 
     if not checkpoints.is_local(uri):
-        return None
+        return {}
     try:
-        saved = (checkpoints.local_path(uri) / str(step)).stat().st_mtime
+        return {int(p.name): p.stat().st_mtime for p in checkpoints.local_path(uri).iterdir()
+                if p.name.isdigit() and p.is_dir()}
     except OSError:
+        return {}
+
+
+def _earlier_run(uri: str, step: int, earlier_steps: dict[int, float]) -> str | None:
+    """For a run that resumed from a local checkpoint step that was there before it started (`earlier_steps`,
+    from `_saved_steps`): where it was and when an earlier run saved it. The folder is the manifest's, so
+    every run of that manifest on this machine shares it (another clone's run too, as
+    `examples/04-own-loop.yaml`'s /tmp folder): the report says so, and how to start over. None for a step
+    this run saved (a restarted controller resumed from it). Read before the run, so a step `maxToKeep`
+    deleted during the run is still named (a new user's trial: the note was skipped then)."""
+    from datetime import datetime, timezone
+
+    if step not in earlier_steps:
         return None
-    if saved >= started_at:
-        return None
-    when = datetime.fromtimestamp(saved, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.fromtimestamp(earlier_steps[step], timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (f"step {step} was saved at {when} by an earlier run into {uri}, a folder every run of this "
             "manifest on this machine shares (another clone's too); --fresh starts from step 0")
 
@@ -323,9 +331,9 @@ def report(
     typer.echo(f"timeline {path}")
 
 
-def _print_report(s: dict, started_at: float) -> None:
-    """The run's report on stderr, for a reader (the SUMMARY line on stdout is for programs); `started_at`
-    the run's start (`time.time()`)."""
+def _print_report(s: dict, earlier_steps: dict[int, float]) -> None:
+    """The run's report on stderr, for a reader (the SUMMARY line on stdout is for programs); `earlier_steps`
+    the local checkpoint steps there before the run started (`_saved_steps`)."""
     out = sys.stderr
     print("", file=out)
     if s.get("already_finished"):
@@ -361,7 +369,7 @@ def _print_report(s: dict, started_at: float) -> None:
             print(f"  resumed from checkpoint step {step}{by}{done}", file=out)
         if resumed.get("fallbackReason"):
             print(f"  warning: {resumed['fallbackReason']}; resumed from step {step}", file=out)
-        earlier = _earlier_run(s["checkpoint_uri"], step, started_at)
+        earlier = _earlier_run(s["checkpoint_uri"], step, earlier_steps)
         if earlier:
             print(f"    {earlier}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:

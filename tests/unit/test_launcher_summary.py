@@ -40,7 +40,7 @@ def test_a_run_that_restored_the_last_step_trained_0_steps_and_was_already_finis
     s = _summary(tmp_path, {"succeeded": True, "steps": STEPS, "restored_from_step": STEPS,
                             "last_committed_checkpoint_step": STEPS, "goodput_seconds": {"restoring": 4.0}}, 9.0)
     assert (s["steps"], s["steps_this_run"], s["already_finished"], s["nothing_started"]) == (STEPS, 0, True, False)
-    _print_report(s, started_at=0.0)
+    _print_report(s, earlier_steps={})
     err = capsys.readouterr().err
     assert f"already finished at checkpoint step {STEPS}/{STEPS}; trained 0 steps this run" in err, err
     assert "succeeded after" not in err
@@ -50,7 +50,7 @@ def test_a_resumed_run_says_how_many_steps_it_trained_itself(tmp_path, capsys):
     s = _summary(tmp_path, {"succeeded": True, "steps": STEPS, "restored_from_step": 200,
                             "goodput_seconds": {"productive": 10.0}, "goodput": 1.0}, 12.0)
     assert (s["steps_this_run"], s["already_finished"]) == (100, False)
-    _print_report(s, started_at=0.0)
+    _print_report(s, earlier_steps={})
     assert f"succeeded after {STEPS}/{STEPS} steps (100 this run) in 12 s" in capsys.readouterr().err
 
 
@@ -73,7 +73,7 @@ def test_the_finished_summary_started_nothing_and_trained_nothing(tmp_path, caps
     s = _launcher(tmp_path).finished_summary(STEPS, None)
     assert (s["steps_this_run"], s["already_finished"], s["nothing_started"]) == (0, True, True)
     assert s["wall_seconds"] == s["booked_seconds"] == s["unbooked_seconds"] == 0
-    _print_report(s, started_at=0.0)
+    _print_report(s, earlier_steps={})
     assert "trained 0 steps this run, nothing was started" in capsys.readouterr().err
 
 
@@ -86,7 +86,7 @@ def test_wall_and_booked_seconds_add_up_and_the_report_names_the_difference(tmp_
     assert s["booked_seconds"] == pytest.approx(sum(booked.values()))
     assert s["booked_seconds"] + s["unbooked_seconds"] == pytest.approx(s["wall_seconds"])
     assert s["goodput"] == pytest.approx(40 / s["booked_seconds"], abs=1e-4)
-    _print_report(s, started_at=0.0)
+    _print_report(s, earlier_steps={})
     assert ("goodput 89.9% of 44.5 s booked by the controllers; the launcher's own 6.5 s of the 51.0 s wall "
             "(start-up, shutdown) are not") in capsys.readouterr().err
 
@@ -100,7 +100,7 @@ def test_the_report_names_a_lost_controllers_gap_among_the_unbooked_seconds(tmp_
     (tmp_path / "run" / "summary.json").write_text(json.dumps({"succeeded": True, "steps": STEPS,
                                                                "goodput_seconds": booked, "goodput": 40 / 43}))
     s = launcher.summary(73.0, 1)
-    _print_report(s, started_at=0.0)
+    _print_report(s, earlier_steps={})
     assert ("the launcher's own 30.0 s of the 73.0 s wall (start-up, waits for a lost controller's successor, "
             "shutdown) are not") in capsys.readouterr().err
 
@@ -121,7 +121,7 @@ def test_the_report_says_where_the_run_started_not_where_a_successor_resumed(tmp
          "resumed_from": {"step": 200, "fallbackReason": None, "writer": None}}))
     s = launcher.summary(5.0, 1)
     assert s["started_from_step"] == started and s["restored_from_step"] == 200
-    _print_report(s, started_at=0.0)
+    _print_report(s, earlier_steps={})
     err = capsys.readouterr().err
     assert "its successor resumed from step 200" in err, err
     if expected is None:
@@ -156,7 +156,7 @@ def test_a_run_stopped_before_any_controller_answered_says_so(tmp_path, capsys):
     s = launcher.summary(1.0, 0)
     assert (s["steps"], s["last_committed_checkpoint_step"]) == (None, 62), s
     s["interrupted"], s["succeeded"] = True, False
-    _print_report(s, started_at=0.0)
+    _print_report(s, earlier_steps={})
     err = capsys.readouterr().err
     assert "interrupted before its controller answered" in err and "None" not in err, err
     assert "last committed step 62" in err, err

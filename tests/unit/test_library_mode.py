@@ -132,7 +132,9 @@ def test_the_report_says_a_resumed_local_step_was_an_earlier_runs_in_a_shared_fo
     import time
 
     from elastic_jax.api import identity
-    from elastic_jax.cli import _print_report
+    import shutil
+
+    from elastic_jax.cli import _print_report, _saved_steps
 
     ckpt = tmp_path / "ck"
     _step(ckpt, 200, identity.local_identity("own-loop", str(ckpt)))
@@ -142,13 +144,16 @@ def test_the_report_says_a_resumed_local_step_was_an_earlier_runs_in_a_shared_fo
                "recoveries": 0, "steps_lost": None, "worker_restarts": 0, "controller_restarts": 0,
                "goodput": None, "checkpoint_uri": str(ckpt), "last_committed_checkpoint_step": 200,
                "metrics_file": "m", "logs_dir": "l"}
-    _print_report(summary, started_at=time.time())
+    earlier_steps = _saved_steps(str(ckpt))  # (read as `run` reads them, before its run starts)
+    # the run then saved past it and maxToKeep deleted step 200 (a trial found the note skipped then)
+    shutil.rmtree(ckpt / "200")
+    _print_report(summary, earlier_steps)
     err = capsys.readouterr().err
     assert "resumed from checkpoint step 200" in err
     assert (f"step 200 was saved at {time.strftime('%Y-%m-%d', time.gmtime(time.time() - 3600))}" in err
             and f"by an earlier run into {ckpt}, a folder every run of this manifest on this machine shares "
                 "(another clone's too); --fresh starts from step 0" in err), err
-    _print_report(summary, started_at=time.time() - 7200)  # saved during this run
+    _print_report(summary, {})  # saved during this run: not there before it started
     assert "earlier run" not in capsys.readouterr().err
 
 
