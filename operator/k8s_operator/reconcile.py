@@ -514,8 +514,9 @@ def decide(job: ElasticTrainingJob, observed: Observed) -> Plan:
         # resume's start from step 0 loses nothing
         if why and plan.delete_pods and step > 0:
             plan.events.append(("Warning", SUSPEND_DROPS_CHECKPOINTS,
-                                f"suspend: deleting {', '.join(plan.delete_pods)} at step {step}: {why}; the resume "
-                                "will start again from step 0"))
+                                f"suspend: deleting {', '.join(plan.delete_pods)} (step {step} when last reported; "
+                                f"it checkpoints the step it stops at): {why}; the resume will start again from "
+                                "step 0"))
         return plan
 
     name = job.metadata.name
