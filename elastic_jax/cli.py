@@ -105,6 +105,10 @@ def run(
     # Before any process starts: a checkpoint location that is a file or not writable, another
     # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
     # which refuses it before any worker starts).
+    try:
+        CheckpointLock(job.spec.checkpoint.uri).check_free()  # (before the preflight reads another run's work)
+    except LaunchError as e:
+        raise _error(f"{manifest}: {e}", e.exit_code)
     _check_checkpoint(job, manifest, fresh=fresh, check_gcs=False)
     # The trainer too (its config, its size, its data), before the run folder or the checkpoint folder is
     # created or locked: a refusal leaves both as they were (the controller would refuse it the same way, but

@@ -177,3 +177,20 @@ def test_a_run_refused_after_taking_its_new_folder_leaves_no_folder_behind(tmp_p
     with RunLock(tmp_path / "ok", job="job"):
         pass
     assert (tmp_path / "ok" / run_folder.MARKER).is_file()
+
+
+def test_checkpoints_another_run_holds_are_refused_before_anything_reads_them(tmp_path):
+    """A trial saw a second run refused for "uncommitted steps" while a first run's --fresh was deleting them:
+    `check_free` refuses a held folder first, with the lock's own message, and creates nothing."""
+    from elastic_jax.local.launcher import CheckpointLock
+
+    uri = str(tmp_path / "ckpt")
+    CheckpointLock(uri).check_free()  # missing: free, and still missing
+    assert not (tmp_path / "ckpt").exists()
+    with CheckpointLock(uri):
+        with pytest.raises(LaunchError, match="is in use by another elastic-jax run"):
+            CheckpointLock(uri).check_free()
+    CheckpointLock(uri).check_free()
+    with CheckpointLock(uri) as again:  # (the check took nothing it kept)
+        assert again.fd is not None
+    CheckpointLock("gs://bucket/prefix").check_free()
