@@ -8,7 +8,7 @@ operator reconciles here (that needs a Kubernetes API server), so its series are
 start (counters at 0, the failure-notify histogram empty: its quantile is NaN, which Prometheus still returns).
 
 At the end the dashboard is drawn from the same Prometheus (tools/dashboard_picture.py), into the test's folder, or
-where ELASTIC_JAX_DASHBOARD_PICTURE names: that is how docs/images/dashboard-local-cpu.png is made.
+where DASHBOARD_PICTURE names: that is how docs/images/dashboard-local-cpu.png is made.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ LOCAL_JOB = "dash-job-unlabelled"
 DEADLINE_S = 300  # (a bound that only ends a broken test; every wait is on a condition)
 NOTE = ("a local `elastic-jax run` (3 CPU slices) with a worker SIGKILLed at step 30; the operator row is its "
         "metrics exporter alone, with no cluster to reconcile: 0, and no failure-notify quantile")
-PICTURE_ENV = "ELASTIC_JAX_DASHBOARD_PICTURE"  # where to draw the dashboard (a PNG path); unset: the test's folder
+PICTURE_ENV = "DASHBOARD_PICTURE"  # a test knob (so not in elastic_jax.contract): the PNG to draw; unset: tmp_path
 
 OPERATOR_EXPORTER = """
 import signal, sys
