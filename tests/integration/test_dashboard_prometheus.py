@@ -6,6 +6,9 @@ The operator side is the operator's own exporter (`prometheus_client.start_http_
 `elastic_jax.k8s_operator.metrics`, as `elastic-jax-operator --metrics-port` serves it) started as a process: no
 operator reconciles here (that needs a Kubernetes API server), so its series are the ones it exports from the
 start (counters at 0, the failure-notify histogram empty: its quantile is NaN, which Prometheus still returns).
+
+At the end the dashboard is drawn from the same Prometheus (tools/dashboard_picture.py), into the test's folder, or
+where DASHBOARD_PICTURE names: that is how docs/images/dashboard-local-cpu.png is made.
 """
 
 from __future__ import annotations
@@ -28,11 +31,15 @@ from elastic_jax.local.processes import free_port
 from tests.support import dashboard as dash
 from tests.support.prometheus import Prometheus, ensure_prometheus
 from tests.support.runs import CLI, ROOT, job_manifest, leftover_processes
+from tools import dashboard_picture
 
 JOB, NAMESPACE = "dash-job", "local"
 # The same controller scraped again as a Prometheus on the user's machine would: no namespace label.
 LOCAL_JOB = "dash-job-unlabelled"
 DEADLINE_S = 300  # (a bound that only ends a broken test; every wait is on a condition)
+NOTE = ("a local `elastic-jax run` (3 CPU slices) with a worker SIGKILLed at step 30; the operator row is its "
+        "metrics exporter alone, with no cluster to reconcile: 0, and no failure-notify quantile")
+PICTURE_ENV = "DASHBOARD_PICTURE"  # a test knob (so not in elastic_jax.contract): the PNG to draw; unset: tmp_path
 
 OPERATOR_EXPORTER = """
 import signal, sys
@@ -72,6 +79,19 @@ def _as_promql(title: str, expr: str) -> str:
     return f"count by ({m.group(2)}) ({m.group(1)})" if title.startswith("$") and m else expr
 
 
+def _check_the_picture(prom: Prometheus, dashboard: dict, started: float, out: Path) -> None:
+    """The dashboard drawn from `prom` since `started` (epoch seconds), as a user's default view (namespace All):
+    one axes per panel, and data in every panel whose queries the test found answering (the failure-notify
+    quantiles answer NaN without a failure: a series, no number)."""
+    drawn = dashboard_picture.picture(prom.url, out, {"namespace": dash.all_value(dashboard, "namespace"),
+                                                      "job": JOB}, started, time.time(), scrape_interval_s=1, note=NOTE)
+    assert out.stat().st_size > 10_000
+    assert sorted(drawn) == sorted(p["title"] for p in dashboard["panels"] if p["type"] != "row")
+    nan_only = {p["title"] for p in dashboard_picture.panels(dashboard)
+                if all("elasticjax_operator_failure_notify" in t["expr"] for t in p["targets"])}
+    assert [t for t, (series, finite) in drawn.items() if not series or not (finite or t in nan_only)] == []
+
+
 def test_every_dashboard_query_returns_data_from_a_real_prometheus_during_a_run_with_a_killed_worker(tmp_path):
     binary = ensure_prometheus()
     workdir = tmp_path / "run"
@@ -98,6 +118,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus_during_a_run_
     cli = None
     try:
         with Prometheus(binary, tmp_path / "prom", scrape) as prom:
+            started = time.time()
             cli = subprocess.Popen([CLI, "run", str(tmp_path / "job.yaml"), "--workdir", str(workdir),
                                     "--kill-at-step", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, cwd=tmp_path, env=env, start_new_session=True)
@@ -141,6 +162,10 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus_during_a_run_
             assert [r["metric"]["phase"] for r in prom.query(
                 f"max by (phase) (elastic_jax_phase{sel}) > 0")] in (["Running"], ["Recovering"])
             assert prom.query(f'elastic_jax_slices{{job="{JOB}", state="Spare"}}')[0]["value"][1] == "0"
+            if os.environ.get(PICTURE_ENV):  # the docs' picture: trains on until training outweighs the start-up
+                _wait_for(lambda: prom.query(f"elastic_jax_goodput_ratio{sel} > 0.5") or cli.poll() is not None,
+                          "goodput above 50%")
+            _check_the_picture(prom, dashboard, started, Path(os.environ.get(PICTURE_ENV) or tmp_path / "dash.png"))
             cli.send_signal(signal.SIGINT)  # Ctrl-C: the run checkpoints and stops every process
             _, err = cli.communicate(timeout=DEADLINE_S)
             assert cli.returncode == 130, err[-3000:]
