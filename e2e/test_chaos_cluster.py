@@ -9,7 +9,15 @@ run's loss; the elastic arm lost no step and kept its controller; the restart
 arm's controller was recreated at each failure (each failure waiting for a
 checkpoint committed since the last one: `Plan.after_commit`) and each one
 resumed from the newest step its predecessor committed, in `gs://`, not
-from step 0. Keeps the benchmark's cluster path from rotting; it times nothing.
+from step 0; and the workers started after the first failure loaded their step
+program from the shared compilation cache claim (`spec.compilationCache`: the
+admin's hostPath PersistentVolume, a claim bound to it and the operator's
+`--allowed-compilation-cache-claims`, as `e2e/chaos.py` `cache_claim` makes
+them), which the first workers filled: `JAX_LOG_COMPILES=1` makes JAX log
+each persistent-cache hit (was `test_compilation_cache_operator.py`, a job of
+its own; the restart arm is where a replacement must load before the job
+trains on, so the hit cannot be raced by the job's end). Keeps the
+benchmark's cluster path from rotting; it times nothing.
 
 The benchmark's `cluster-spare` arm is not run here: what it adds (a hot spare swapped in under the
 operator, the controller kept, 0 steps lost, the same loss) is e2e/kind/test_spares.py's (a real
@@ -37,6 +45,8 @@ STEPS = 60
 PLAN = Plan(every=10, unit="step", node_loss_tick=1, operator_kill_tick=0, max_ticks=2, node_down_s=5,
             operator_down_s=2)
 RESTORED = re.compile(r"restored checkpoint step (\d+)")
+# What JAX logs (at WARNING with jax_log_compiles) when it loads an executable from the persistent cache.
+HIT = re.compile(r"Persistent compilation cache hit for '[^']+' with key '([^']+)'")
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +92,7 @@ def test_restart_arm_recreates_the_controller_at_each_failure_from_its_gcs_check
     with gcs_checkpoints(tmp_path / "gcs") as checkpoints:
         # A checkpoint every 5 steps: the failures at steps 10 and 20 (or once a commit is logged) find one.
         run = run_arm(pool, operator_kubeconfig, tmp_path, STEPS, plan, random.Random(0), ckpt_interval=5,
-                      checkpoints=checkpoints)
+                      checkpoints=checkpoints, worker_env=[{"name": "JAX_LOG_COMPILES", "value": "1"}])
         assert checkpoints.emulator.metadata_connections == 0  # the controller's GCS clients stayed on the emulator
     _same_loss(run, base)
     restarts = [t for t, kind, _ in run.failures if kind in ("pod", "node")]
@@ -99,3 +109,13 @@ def test_restart_arm_recreates_the_controller_at_each_failure_from_its_gcs_check
         what = (killed.name, committed, trained[-1:], recreated.name, restored and restored.group(0))
         assert committed and restored is not None, what
         assert 0 < max(committed) <= int(restored.group(1)) <= trained[-1], what
+
+    # The shared compilation cache: the first workers compiled (the arm's cache folder was new: at least one of
+    # them found nothing to load) and filled it; a worker started after a failure loaded its step program from it.
+    hits = {uid: HIT.findall(log.read_text(errors="replace")) for uid, log in run.worker_logs.items()}
+    first = [h for uid, h in hits.items() if uid in run.first_workers]
+    later = [h for uid, h in hits.items() if uid not in run.first_workers]
+    assert first and not all(first), ("a first worker found a cache it could not have", hits, run.first_workers)
+    assert any(later), ("no worker started after a failure loaded from the cache", hits, run.first_workers)
+    assert {p.name for p in (tmp_path / "xla-cache").iterdir() if p.name.endswith("-cache")}, \
+        sorted(p.name for p in (tmp_path / "xla-cache").iterdir())
