@@ -3,7 +3,7 @@
 The real operator (least-privilege process) and real controller and worker processes (the CPU example's
 images, run by the node agent). One job that never finishes goes through, in this order, and each step is
 checked as the test that once had a job of its own for it checked it (session 27 merged seven such tests;
-docs/testing.md, old -> new):
+docs/testing.md, old -> new; nine, with steps 0, 7 and 8):
 
 1. **a frozen controller** (SIGSTOP, was `test_a_frozen_controllers_seconds_are_booked_recovering_not_productive`):
    it reads ControllerUnresponsive; once SIGCONTed its own ledger holds the frozen seconds as training (its clock
@@ -28,6 +28,12 @@ docs/testing.md, old -> new):
    token Secret for its own (`status.tokenSecret`, no `TokenSecretConflict`) after the controller pods the job
    had: it trains on.
 
+7. **the manifest ConfigMap edited, then the controller pod deleted** (was `test_tenancy.py`'s edited-ConfigMap
+   test): the next controller refuses it and the job fails with the reason, not the edited spec;
+8. **the job deleted**: its NetworkPolicies go with it. Before step 1 (was `test_network_policies.py`'s first
+   test; the operator is given `--control-api-from` as the chart gives it): the job's own NetworkPolicies, owned
+   by it, selecting its pods by role and nothing of the job beside it.
+
 Beside it, from step 1 until before step 6, **a second job whose workers can never be scheduled** stays
 Pending: no version of it differs from the one before only in the goodput ledger's clock (before: one each
 status long poll, ~26 s) over at least two long polls and 20 operator passes (was
@@ -49,12 +55,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
+import yaml
 
 from e2e.helpers import is_ready, pods, wait_for
 from e2e.operator_fixtures import (  # noqa: F401  (fixtures)
-    OperatorProcess, apply_job, ejob_crd, example_manifest, get_job, job_events, operator, operator_kubeconfig,
+    OperatorProcess, apply_job, ejob_crd, example_manifest, get_job, job_events, operator_kubeconfig, run_operator,
     wait_phase,
 )
+from e2e.test_network_policies import OPERATOR_PEER, PROMETHEUS, _policies, _selects
 from elastic_jax.api import labels
 from elastic_jax.k8s_operator.controller_link import MIN_POLL_INTERVAL_S, WATCH_WAIT_S
 from elastic_jax.k8s_operator.job_pass import SUSPENDED_SLICE_REASON
@@ -67,6 +75,15 @@ from tests.support.prometheus import Prometheus, ensure_prometheus
 pytestmark = pytest.mark.timeout(1800)
 
 GROUP, VERSION, PLURAL = "elasticjax.dev", "v1alpha1", "elastictrainingjobs"
+
+
+@pytest.fixture
+def operator(operator_kubeconfig, tmp_path):  # noqa: F811
+    """The operator (least-privilege identity) given the control API's peers as the chart gives them
+    (`--control-api-from`: the operator's pods, then the admin's), so each job also gets its NetworkPolicies;
+    stopped by PID afterwards."""
+    yield from run_operator(operator_kubeconfig, tmp_path / "operator.log",
+                            ("--control-api-from", json.dumps([OPERATOR_PEER, PROMETHEUS])))
 
 
 class JobWatch:
@@ -669,6 +686,71 @@ def _loss_while_the_operator_is_down(job: _Job, counts: tuple[int, int, int], se
     assert all(n > b for n, b in zip(_counts(s), counts)), (s, counts)
 
 
+def _network_policies(job: _Job, other: str) -> None:
+    """Step 0 (issue 31 RISK 8, was `test_network_policies.py`'s first test): the job's own NetworkPolicies,
+    stored by the real API server, owned by the job, their selectors selecting the job's live pods by role and
+    nothing of the job `other` beside it in the namespace. No CNI here enforces them (pods share the host's
+    network): that part is the cluster's CNI (docs/security.md)."""
+    uid = get_job(job.cluster, job.namespace, job.name)["metadata"]["uid"]
+    want = {f"{job.name}-controller-ingress", f"{job.name}-worker-ingress"}
+    policies = wait_for(lambda: (p := _policies(job.cluster, job.namespace)) and want <= set(p) and p,
+                        timeout_s=120, what="the job's NetworkPolicies", interval_s=0.5, explain=job.explain)
+    for name in want:
+        (ref,) = policies[name]["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"], ref.get("controller")) == (
+            "ElasticTrainingJob", job.name, uid, True), ref
+    controller, worker = policies[f"{job.name}-controller-ingress"], policies[f"{job.name}-worker-ingress"]
+    assert controller["spec"]["ingress"] == [{"from": [OPERATOR_PEER, PROMETHEUS],
+                                              "ports": [{"protocol": "TCP", "port": 8080}]}]
+    assert worker["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {
+        labels.JOB_NAME: job.name, labels.JOB_UID: uid, labels.ROLE: labels.ROLE_CONTROLLER}}}],
+        "ports": [{"protocol": "TCP", "port": 8471}]}]
+    found = pods(job.cluster, job.namespace, "")
+    mine = [p for p in found if p["metadata"]["labels"].get(labels.JOB_NAME) == job.name]
+    assert {p["metadata"]["labels"].get(labels.ROLE) for p in mine} >= {labels.ROLE_CONTROLLER, labels.ROLE_WORKER}
+    assert any(p["metadata"]["labels"].get(labels.JOB_NAME) == other for p in found), found
+    mine_names = {p["metadata"]["name"] for p in mine}
+    for pod in found:
+        role = pod["metadata"]["labels"].get(labels.ROLE) if pod["metadata"]["name"] in mine_names else None
+        assert _selects(controller, pod) == (role == labels.ROLE_CONTROLLER), pod["metadata"]["name"]
+        assert _selects(worker, pod) == (role == labels.ROLE_WORKER), pod["metadata"]["name"]
+
+
+def _edited_manifest_fails_the_next_controller(job: _Job, recorded: str) -> None:
+    """Step 7 (issue 9, was `test_tenancy.py`'s edited-ConfigMap test): someone who may edit ConfigMaps in the
+    namespace, but not the job, changes what trains in the job's manifest ConfigMap; at the next controller
+    incarnation (the controller pod deleted) the controller refuses it and the job fails with the reason, not the
+    edited spec; `status.manifestSha256` stays the digest recorded at the job's creation."""
+    cm = json.loads(job.cluster.kubectl("get", "configmap", f"{job.name}-manifest", "-n", job.namespace,
+                                        "-o", "json").stdout)
+    text = yaml.safe_load(cm["data"]["job.yaml"])
+    text["spec"]["training"]["steps"] = 77
+    cm["data"]["job.yaml"] = yaml.safe_dump(text)
+    job.cluster.kubectl("replace", "-f", "-", input=json.dumps(cm))
+    job.cluster.kubectl("delete", "pod", job.status()["controllerPod"], "-n", job.namespace, "--wait=false")
+    st = wait_phase(job.cluster, job.namespace, job.name, ("Failed", "Succeeded"), timeout_s=300,
+                    explain=job.explain)["status"]
+    assert st["phase"] == "Failed", st
+    assert "the controller refused its input" in st["failureReason"], st
+    assert "manifest ConfigMap was changed after the job was created" in st["failureReason"], st
+    assert st["manifestSha256"] == recorded, (st["manifestSha256"], recorded)
+    (cond,) = [c for c in st["conditions"] if c["type"] == "Failed" and c["status"] == "True"]
+    assert "manifest ConfigMap was changed" in cond["message"], cond
+    assert [e for e in job_events(job.cluster, job.namespace, job.name)
+            if e["reason"] == "JobFailed" and "manifest ConfigMap was changed" in e["message"]]
+
+
+def _policies_go_with_the_job(job: _Job, other: str) -> None:
+    """Step 8: the job deleted: its NetworkPolicies go with it (their ownerReference, by the garbage collector;
+    the operator cannot delete them), the job beside it keeps its own."""
+    job.cluster.kubectl("delete", "elastictrainingjob", "-n", job.namespace, job.name, "--wait=false")
+    mine = {f"{job.name}-controller-ingress", f"{job.name}-worker-ingress"}
+    wait_for(lambda: not (mine & set(_policies(job.cluster, job.namespace))), timeout_s=120,
+             what="the NetworkPolicies deleted with the job", interval_s=0.5,
+             explain=lambda: json.dumps(sorted(_policies(job.cluster, job.namespace))))
+    assert {f"{other}-controller-ingress", f"{other}-worker-ingress"} <= set(_policies(job.cluster, job.namespace))
+
+
 def test_one_jobs_status_tells_the_truth_through_a_freeze_losses_a_suspend_and_restarts(
         cluster, kube, namespace, operator, tmp_path):
     manifest = example_manifest()
@@ -684,7 +766,10 @@ def test_one_jobs_status_tells_the_truth_through_a_freeze_losses_a_suspend_and_r
     secret = f"{name}-token"
     assert running.get("tokenSecret") == secret, running
     first_uid = running["counterBase"]["controllerUid"]
+    recorded = running["manifestSha256"]
+    assert len(recorded) == 64, recorded
     quiet.start()
+    _network_policies(job, quiet.name)
 
     _freeze(job, running)
     counts = _worker_loss_on_the_dashboard(job, tmp_path)
@@ -699,3 +784,5 @@ def test_one_jobs_status_tells_the_truth_through_a_freeze_losses_a_suspend_and_r
     assert s.get("tokenSecret") == secret, s
     quiet.check()  # before the operator restart, whose first pass may rewrite it for good reason
     _loss_while_the_operator_is_down(job, _counts(s), secret)
+    _edited_manifest_fails_the_next_controller(job, recorded)
+    _policies_go_with_the_job(job, quiet.name)
