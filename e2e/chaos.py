@@ -141,6 +141,10 @@ class ArmRun:
       timed_out: the job had not ended within the arm's time limit (it was deleted then).
       controller_backoffs: the operator's ControllerBackOff Events about the job (a recreated controller
         lost again before any controller trained a step waited: `supervision.backoff`).
+      worker_logs: {pod UID: a copy of that worker pod's container log in the arm's `workdir`}, every worker
+        pod the job had (the node agent keeps a pod's folder after the pod is gone).
+      first_workers: the UIDs of the worker pods that existed when the first failure was injected (the first
+        generation, which found the compilation cache as the arm made it: empty); empty when none was.
     """
 
     wall_s: float
@@ -151,6 +155,8 @@ class ArmRun:
     failures: list[tuple[float, str, str]] = field(default_factory=list)
     timed_out: bool = False
     controller_backoffs: int = 0
+    worker_logs: dict[str, Path] = field(default_factory=dict)
+    first_workers: frozenset[str] = frozenset()
 
     @property
     def controller_log(self) -> Path | None:
@@ -403,9 +409,20 @@ def _keep_logs(logs: list[Path], workdir: Path) -> list[Path]:
     return kept
 
 
+def _keep_worker_logs(cluster: LocalCluster, namespace: str, workdir: Path) -> dict[str, Path]:
+    """Copies of every worker container log the node agents wrote for `namespace` (pods gone or not) as
+    `workdir/worker-<pod uid>.log`; {pod uid: copy}."""
+    kept = {}
+    for log in sorted((cluster.state / "nodes").glob(f"*/pods/{namespace}/*/*/logs/worker.log")):
+        uid = log.parent.parent.name
+        kept[uid] = workdir / f"worker-{uid}.log"
+        shutil.copyfile(log, kept[uid])
+    return kept
+
+
 def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, plan: Plan, rng: random.Random,
             ckpt_interval: int = 50, timeout_s: float = 1800.0, compilation_cache: bool = True, spares: int = 0,
-            checkpoints: GcsCheckpoints | None = None) -> ArmRun:
+            checkpoints: GcsCheckpoints | None = None, worker_env: list[dict] | None = None) -> ArmRun:
     """One cluster arm: its own namespace and operator, the job applied and followed to the end, `plan` injected.
 
     The namespace is deleted (and waited for, so the next arm finds the pool empty) and the operator stopped by
@@ -427,6 +444,7 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
       spares: hot spare slices (`spec.slices.spares`).
       checkpoints: a bucket of its own for the job's checkpoints (they outlive the controller pod); None: a
         local folder, the controller pod's emptyDir.
+      worker_env: spec.worker.env (e.g. `JAX_LOG_COMPILES=1`, whose cache hits `ArmRun.worker_logs` then show).
 
     Raises:
       ValueError: `plan.whole_job` without `checkpoints` (every recreated controller would start from step 0).
@@ -442,6 +460,7 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
     lost_node: tuple[str, float] | None = None
     operator_back_at: float | None = None
     logs: list[Path] = []
+    first_workers: frozenset[str] = frozenset()
     try:
         if compilation_cache:  # the admin's part: the volume, the claim, the operator's allow list
             op.extra_args.append(f"--allowed-compilation-cache-claims={cache_claim(cluster, ns, workdir / 'xla-cache')}")
@@ -449,7 +468,8 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
         op.wait_up()
         manifest = job_manifest(name, steps, checkpoints.uri(ns) if checkpoints else workdir / "ckpt", ckpt_interval,
                                 CACHE_CLAIM if compilation_cache else None, spares=spares,
-                                controller_env=checkpoints.controller_env() if checkpoints else None)
+                                controller_env=checkpoints.controller_env() if checkpoints else None,
+                                worker_env=worker_env)
         t0 = time.time()
         cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(manifest))
         tick, origin = 0, None  # origin: the first step's time (unit s) or 0 (unit step)
@@ -476,6 +496,8 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
             trained_all = bool(events) and events[-1]["step"] >= steps
             if not trained_all and tick_due(plan, tick, at, logs, logs_at_kill):
                 training = set(events[-1].get("active_slices", [])) if events else set()
+                if not failures:
+                    first_workers = frozenset(p["metadata"]["uid"] for p in job.pods(labels.ROLE_WORKER))
                 failure, node = _fail(cluster, job, plan, tick, rng, training, lost_node is not None)
                 if failure is not None:
                     failures.append(failure)
@@ -503,7 +525,8 @@ def run_arm(cluster: LocalCluster, kubeconfig: Path, workdir: Path, steps: int, 
                          if e.get("event") == "finished"), {}) if log is not None and log.exists() else {}
         return ArmRun(wall_s=wall, phase=status.get("phase", ""), status=status, finished=finished,
                       controller_logs=logs, failures=failures, timed_out=timed_out,
-                      controller_backoffs=_backoffs(cluster, ns, name))
+                      controller_backoffs=_backoffs(cluster, ns, name),
+                      worker_logs=_keep_worker_logs(cluster, ns, workdir), first_workers=first_workers)
     finally:
         if operator_back_at is not None:
             op.start()

@@ -5,8 +5,8 @@ It trains the CPU example, suspends and resumes it, and writes one JSON file (it
 with wall-clock seconds (time.time()) of: every version of the job on a watch (phase, step, activeSlices,
 controllerPod), the new controller's `GET /v1/status` read every 0.25 s with the operator's token (phase, step,
 active slices, seconds the answer took; an exception's repr when it failed), the controller's log and the
-operator's log (`--verbose`: kopf's status patches). It asserts nothing; `e2e/test_status_truth.py`'s suspend
-test keeps the ordering it showed.
+operator's log (`--verbose`: kopf's status patches). It asserts nothing; `e2e/test_status_truth.py`'s resume
+step keeps the ordering it showed.
 """
 
 from __future__ import annotations

@@ -5,13 +5,14 @@ the operator as a least-privilege process and real controller and worker process
   an Event naming the field, and nothing is created.
 - Two operators (two releases) watching one namespace: the job carries one operator finalizer, and once the
   claiming operator is gone (uninstalled), deleting the job still ends (the other operator releases it).
-- The manifest ConfigMap edited after the job started (by someone who may edit ConfigMaps, not the job):
-  the next controller incarnation refuses it and the job fails with the reason, not the edited spec.
 - Issue 31, RISK 8: a job in a denied namespace, or with a gs:// checkpoint outside the admin's prefixes,
   fails with a condition and an Event naming the setting, and nothing is created.
 
 A quota refusing the worker pods (PodsNotStarting from the slice's own Job) is shown on kind under the chart's
 RBAC: e2e/kind/test_operator_issue9.py.
+The manifest ConfigMap edited after the job started (by someone who may edit ConfigMaps, not the job), which
+the next controller incarnation refuses, failing the job with the reason: step 7 of e2e/test_status_truth.py,
+whose job is already training there (session 27: this file started a job of its own for it).
 """
 
 from __future__ import annotations
@@ -74,41 +75,6 @@ def test_a_job_stays_deletable_after_its_claiming_operator_is_uninstalled(cluste
         assert operator.alive(), operator.log()[-3000:]
     finally:
         second.stop()
-
-
-def test_an_edited_manifest_configmap_fails_the_job_at_the_next_controller_instead_of_running(
-        cluster, namespace, operator, tmp_path):
-    manifest = example_manifest()
-    manifest["metadata"]["name"] = "digest"
-    manifest["spec"]["training"]["steps"] = 100000
-    manifest["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt")
-    manifest["spec"]["slices"] = {"count": 1}
-    _apply(cluster, namespace, manifest)
-    status = lambda: get_job(cluster, namespace, "digest").get("status") or {}  # noqa: E731
-    explain = lambda: json.dumps(status(), indent=1)[:3000] + "\n" + operator.log()[-2000:]  # noqa: E731
-    wait_for(lambda: status().get("step", 0) >= 1, timeout_s=300, what="training started", explain=explain)
-    recorded = status()["manifestSha256"]
-    assert len(recorded) == 64, recorded
-
-    # Someone who may edit ConfigMaps in the namespace (but not the job) changes what trains.
-    cm = json.loads(cluster.kubectl("get", "configmap", "digest-manifest", "-n", namespace, "-o", "json").stdout)
-    text = yaml.safe_load(cm["data"]["job.yaml"])
-    text["spec"]["training"]["steps"] = 77
-    cm["data"]["job.yaml"] = yaml.safe_dump(text)
-    cluster.kubectl("replace", "-f", "-", input=json.dumps(cm))
-    # A controller loss: the operator starts the next incarnation, which mounts the edited copy.
-    cluster.kubectl("delete", "pod", status()["controllerPod"], "-n", namespace, "--wait=false")
-
-    job = wait_phase(cluster, namespace, "digest", ("Failed", "Succeeded"), timeout_s=300, explain=explain)
-    st = job["status"]
-    assert st["phase"] == "Failed", st
-    assert "the controller refused its input" in st["failureReason"], st
-    assert "manifest ConfigMap was changed after the job was created" in st["failureReason"], st
-    assert st["manifestSha256"] == recorded
-    (cond,) = [c for c in st["conditions"] if c["type"] == "Failed" and c["status"] == "True"]
-    assert "manifest ConfigMap was changed" in cond["message"], cond
-    assert [e for e in job_events(cluster, namespace, "digest")
-            if e["reason"] == "JobFailed" and "manifest ConfigMap was changed" in e["message"]]
 
 
 def test_pod_fields_the_admin_did_not_allow_fail_the_job_naming_the_field_and_create_nothing(

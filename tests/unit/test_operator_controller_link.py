@@ -130,7 +130,7 @@ def test_the_link_runs_in_its_creators_context_so_kopf_event_finds_its_queue():
 def test_a_parting_controllers_last_answer_reaches_the_next_pass_once():
     """A suspend's controller answers with the checkpoint its stop saved, then exits: with the poll on the
     link, that answer lands after the pass that asked; the next pass, with the pod gone, still gets it
-    (e2e/test_operator_counters.py caught status keeping the step before)."""
+    (e2e/test_operator_counters.py, now part of e2e/test_status_truth.py, caught status keeping the step before)."""
     from elastic_jax.api.control import ControllerStatus
     from elastic_jax.k8s_operator.slices import pod_view
     from elastic_jax.k8s_operator.tracker import JobTracker
