@@ -242,15 +242,32 @@ class LocalLauncher:
         return {RUN_DIR_ENV: str(self.workdir.resolve())}
 
     def _worker_env(self) -> dict[str, str]:
-        """`_child_env` plus a persistent XLA compilation cache shared by the run's workers (`xla-cache` in the
-        run folder, private to this user): a worker restarted after a failure loads its step program's
-        executable from there instead of compiling it again on cores the training needs."""
-        cache = self.workdir / "xla-cache"
-        try:
-            private_dir(cache, f"--workdir {self.workdir}: xla-cache")
-        except UnsafeDirectoryError as e:
-            raise LaunchError(str(e)) from None
-        return {**self._child_env(), contract.JAX_ENV_COMPILATION_CACHE_DIR: str(cache.resolve()),
+        """`_child_env` plus a persistent XLA compilation cache shared by the run's workers, private to this
+        user: a worker restarted after a failure loads its step program's executable from there instead of
+        compiling it again on cores the training needs.
+
+        The cache is `JAX_COMPILATION_CACHE_DIR` when it is set in the launcher's environment (one cache kept
+        across runs, as JAX itself reads that variable; the controller inherits it), else `xla-cache` in the
+        run folder. A URL (`gs://...`) is passed on as given; a local folder is created 0700 or must be this
+        user's alone.
+
+        Raises:
+          LaunchError: the folder is a symbolic link, not a directory, another user's, or writable by others
+            (the message names `JAX_COMPILATION_CACHE_DIR` or the `--workdir`'s `xla-cache`).
+        """
+        given = os.environ.get(contract.JAX_ENV_COMPILATION_CACHE_DIR, "")
+        if "://" in given:
+            location = given
+        else:
+            cache = Path(given) if given else self.workdir / "xla-cache"
+            what = (f"{contract.JAX_ENV_COMPILATION_CACHE_DIR}={given}" if given
+                    else f"--workdir {self.workdir}: xla-cache")
+            try:
+                private_dir(cache, what)
+            except UnsafeDirectoryError as e:
+                raise LaunchError(str(e)) from None
+            location = str(cache.resolve())
+        return {**self._child_env(), contract.JAX_ENV_COMPILATION_CACHE_DIR: location,
                 contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS: "0"}
 
     def _controller_env(self) -> dict[str, str]:
@@ -505,10 +522,13 @@ class LocalLauncher:
         # The operator's crash-loop rule (`supervision.backoff`): losses since a controller last trained a step,
         # and when (monotonic) the lost one's successor may start.
         losses_in_a_row, restart_at = 0, None
+        # (Before any process starts: an unsafe cache folder is refused with nothing running; the controller
+        # inherits JAX_COMPILATION_CACHE_DIR from this environment.)
+        worker_env = self._worker_env()
         try:
             self._start_controller()
             controller_started = time.monotonic()
-            self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=self._worker_env()))
+            self.slices = [_Slice(i, Child(f"worker-{i}", [], self.workdir / f"worker-{i}.log", env=worker_env))
                            for i in range(self.job.spec.slices.total)]
             for s in self.slices:
                 self._start_worker(s)

@@ -10,13 +10,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support import compilation_cache
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
 
 def _child(script: str, tmp_path) -> dict:
     proc = subprocess.run([sys.executable, str(HERE / script), str(tmp_path)], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          timeout=600, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **compilation_cache.child_env()})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])

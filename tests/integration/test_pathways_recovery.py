@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support import compilation_cache
+
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
@@ -21,7 +23,8 @@ ROOT = HERE.parents[1]
 def result(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("pwrecover")
     proc = subprocess.run([sys.executable, str(HERE / "pathways_recovery_child.py"), str(tmp)], capture_output=True,
-                          text=True, timeout=1500, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          text=True, timeout=1500, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **compilation_cache.child_env()})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-4000:]
     return json.loads(lines[-1][len("RESULT "):])

@@ -17,19 +17,24 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
+from elastic_jax import contract
 from elastic_jax.local import run_folder
 from tests.support.runs import ROOT, job_manifest, leftover_processes
 
 CLI = str(Path(sys.executable).parent / "elastic-jax")
+# These runs test the run folder's own cache (`xla-cache`): not the tier's shared one.
+pytestmark = pytest.mark.usefixtures("without_shared_compilation_cache")
 
 
-def _run(tmp_path: Path, manifest: dict, workdir: Path) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, manifest: dict, workdir: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(manifest))
     proc = subprocess.run([CLI, "run", str(path), "--workdir", str(workdir), "--no-failure"], capture_output=True,
-                          text=True, timeout=600, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          text=True, timeout=600, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     assert not leftover_processes(str(tmp_path))
     return proc
 
@@ -81,6 +86,17 @@ def test_a_world_writable_cache_or_workdir_or_a_linked_workdir_is_refused(tmp_pa
     (workdir / "xla-cache").mkdir()
     os.chmod(workdir / "xla-cache", 0o777)
     _refused(_run(tmp_path, _manifest(tmp_path), workdir), "xla-cache", "writable by others")
+
+    # The cache a user names in JAX_COMPILATION_CACHE_DIR (the workers' instead of `xla-cache`): the same
+    # checks, refused naming the variable before any process starts.
+    theirs = tmp_path / "their-cache"
+    theirs.mkdir()
+    os.chmod(theirs, 0o777)
+    os.chmod(workdir / "xla-cache", 0o700)
+    env = {contract.JAX_ENV_COMPILATION_CACHE_DIR: str(theirs)}
+    _refused(_run(tmp_path, _manifest(tmp_path), workdir, env),
+             f"{contract.JAX_ENV_COMPILATION_CACHE_DIR}={theirs}: is writable by others")
+    assert not (workdir / "controller.log").exists() and not any(theirs.iterdir())
 
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -1,15 +1,23 @@
 """`elastic-jax run` draws its run (timeline.png from the controllers' history.jsonl); `elastic-jax report DIR`
-draws it again. Real runs: a real CLI, controller and worker processes, one worker SIGKILLed mid-run."""
+draws it again. Real runs: a real CLI, controller and worker processes, one worker SIGKILLed mid-run, the run
+stopped with SIGINT once the worker's slice has rejoined."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
+
+import yaml
 
 from elastic_jax import timeline
-from tests.support.runs import CLI, job_manifest, run_cli
+from tests.support.runs import CLI, ROOT, CliRun, job_manifest, leftover_processes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-STEPS = 1200
+# Long enough never to end by itself: the run is stopped (SIGINT) once the killed slice has rejoined.
+STEPS = 100_000
+STEPS_SHOWN_AFTER_REJOIN = 10  # steps on 3 slices again before the stop, so the picture shows the recovery
 
 
 def _png_size(path) -> tuple[int, int]:
@@ -19,17 +27,50 @@ def _png_size(path) -> tuple[int, int]:
     return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
 
 
+def _rejoined_and_trained_on(run_dir) -> bool:
+    """Whether the run's history shows a dip below 3 active slices and then STEPS_SHOWN_AFTER_REJOIN steps on 3."""
+    try:
+        active = [r["active"] for r in timeline.read_history(run_dir) if r["kind"] == "step"]
+    except timeline.TimelineError:  # (no history yet)
+        return False
+    dip = next((i for i, a in enumerate(active) if a < 3), None)
+    return dip is not None and active[dip:].count(3) >= STEPS_SHOWN_AFTER_REJOIN
+
+
 def test_a_run_with_a_killed_worker_draws_the_slice_dip_and_the_recovery(tmp_path):
     # 3 slices, 2 minimum: the killed slice's worker is replaced and rejoins (a scale-up) while training goes on
-    # on 2. (The replaced worker's start, a JAX process and its compile, must land before the run ends, also
-    # under load: 300 steps were too few at load 20, where the slice never rejoined.)
+    # on 2. The run is held until the rejoin is in its history, whatever the load (the replaced worker's start,
+    # a JAX process and its program, takes longer under load: 300 steps were too few at load 20, and a fixed
+    # 1200 cost 36 s on a quiet machine), then stopped with SIGINT, as Ctrl-C: the picture is drawn then too.
     manifest = job_manifest("timeline", tmp_path, slices={"count": 3, "minSlices": 2},
                             training={"steps": STEPS, "globalBatchSize": 12, "logEverySteps": 10})
-    run = run_cli(manifest, tmp_path, "--kill-at-step", "40")
-    assert run.returncode == 0, run.stderr[-3000:]
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    workdir = tmp_path / "run"
+    proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(workdir), "--kill-at-step", "40"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600  # (a bound on a broken run, not a timing assertion)
+        while not _rejoined_and_trained_on(workdir) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert proc.poll() is None, "the run ended before the slice rejoined"
+        assert _rejoined_and_trained_on(workdir), "the replaced slice never rejoined"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        left = leftover_processes(str(tmp_path))
+        for p in left:
+            p.kill()
+    assert not left, f"processes left running: {[p.pid for p in left]}"
+    run = CliRun(proc.returncode, out, err, workdir)
+    assert run.returncode == 130, run.stderr[-3000:]  # (interrupted: every process stopped, a SUMMARY)
     s = run.summary
     killed = s["injected_failure"]
-    assert killed is not None and s["recoveries"] >= 1
+    assert killed is not None and s["recoveries"] >= 1 and s["interrupted"]
 
     # The picture: where the report says, a PNG of a sane size.
     png = run.workdir / "timeline.png"
@@ -42,11 +83,11 @@ def test_a_run_with_a_killed_worker_draws_the_slice_dip_and_the_recovery(tmp_pat
     # the slice_down marked at the last step on 3 slices, at or after the step the launcher killed the worker at
     # (the controller may have completed a few steps between the launcher's poll and the kill).
     data = timeline.timeline_data(timeline.read_history(run.workdir))
-    assert data.step[0] == 1 and data.step[-1] == STEPS and sorted(set(data.step)) == list(range(1, STEPS + 1))
+    assert data.step[0] == 1 and sorted(set(data.step)) == list(range(1, data.step[-1] + 1))
     assert set(data.desired) == {3}
     first_dip = next(i for i, a in enumerate(data.active) if a < 3)
     assert data.active[first_dip] == 2 and data.active[:first_dip] == [3] * first_dip
-    assert 3 in data.active[first_dip:], "the replaced slice never rejoined in the plotted series"
+    assert data.active[first_dip:].count(3) >= STEPS_SHOWN_AFTER_REJOIN, "the rejoin is not in the plotted series"
     downs = [r for r in data.recoveries if r.cause == "slice_down"]
     assert len(downs) == 1 and downs[0].slices == [killed["slice"]]
     assert killed["at_step"] <= downs[0].at_step == data.step[first_dip - 1]

@@ -615,6 +615,24 @@ def test_a_section_that_is_not_a_mapping_is_one_line_naming_it(tmp_path, path, v
     assert_one_line_error(run_bad(tmp_path, m), f"{field}: Input should be an object")
 
 
+@pytest.mark.parametrize("config, words", [
+    ({"numLayers": 1e9}, "spec.controller.trainer.config.numLayers: 1000000000.0: must be an integer"),
+    ({"numLayers": 1_000_000_000}, "spec.controller.trainer.config.numLayers: Input should be less than or equal"),
+    ({"dModel": 1_048_576}, "spec.controller.trainer.config: the model is too large for this host"),
+])
+def test_a_trainer_config_refused_leaves_the_run_and_checkpoint_folders_as_they_were(tmp_path, config, words):
+    """A new user's `numLayers: 1e9` (issue of session 21): refused in one line before anything is written; before,
+    the controller refused it after the launcher had created --workdir (marker, token, lock, controller.log)
+    and the checkpoint folder, and an integer billion sat at step 0 with no word. (In-process since session 27:
+    `run` builds the trainer before it writes or starts anything, so a real console script showed no more.)"""
+    m = job_manifest("big", tmp_path)
+    m["spec"]["controller"] = {"trainer": {"config": {**config, "maxBytes": 20000}}}
+    (tmp_path / "ckpt-parent").mkdir()
+    m["spec"]["checkpoint"]["uri"] = str(tmp_path / "ckpt-parent" / "ck")
+    assert_one_line_error(run_bad(tmp_path, m), f"{tmp_path / 'job.yaml'}: {words}")
+    assert nothing_started(tmp_path) and list((tmp_path / "ckpt-parent").iterdir()) == []
+
+
 def test_a_trainer_config_number_read_as_a_float_is_shown_as_written_saying_why(tmp_path):
     """Trial finding: `seqLen: 1e30` read `Input should be a valid integer (got 1e+30)`, and an integer written
     out beyond 2**64 `(got 1e+23)`: neither as written, nor why a whole number is no integer. The trainer's

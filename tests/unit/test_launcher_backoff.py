@@ -2,13 +2,16 @@
 the slice budgets (stand-in children and no controller)."""
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from elastic_jax import contract
 from elastic_jax.api.manifest import parse_manifest
-from elastic_jax.local.launcher import LaunchOptions, LocalLauncher, _Slice
+from elastic_jax.local.launcher import LaunchError, LaunchOptions, LocalLauncher, _Slice
 from elastic_jax.local.processes import Child
 
 
@@ -138,8 +141,9 @@ def test_the_controller_restart_budget_is_the_specs_unless_the_option_sets_one(t
     assert launcher._max_controller_restarts() == 1
 
 
-def test_workers_share_a_private_compilation_cache_in_the_run_folder(tmp_path):
+def test_workers_share_a_private_compilation_cache_in_the_run_folder(tmp_path, monkeypatch):
     """A restarted worker reads its step program from the run's XLA cache instead of compiling it again."""
+    monkeypatch.delenv(contract.JAX_ENV_COMPILATION_CACHE_DIR, raising=False)
     launcher, _, _ = _launcher(tmp_path)
     launcher.workdir.mkdir(parents=True, exist_ok=True)
     env = launcher._worker_env()
@@ -147,6 +151,32 @@ def test_workers_share_a_private_compilation_cache_in_the_run_folder(tmp_path):
     assert cache == (tmp_path / "run" / "xla-cache").resolve() and cache.is_dir()
     assert cache.stat().st_mode & 0o077 == 0  # not readable or writable by other users
     assert env[contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS] == "0"
+
+
+def test_workers_use_the_compilation_cache_named_in_the_launchers_environment(tmp_path, monkeypatch):
+    """JAX_COMPILATION_CACHE_DIR set for `elastic-jax run`: one cache kept across runs (as JAX reads it) instead
+    of the run folder's, created 0700; a URL is passed on as given."""
+    mine = tmp_path / "caches" / "xla"
+    monkeypatch.setenv(contract.JAX_ENV_COMPILATION_CACHE_DIR, str(mine))
+    launcher, _, _ = _launcher(tmp_path)
+    launcher.workdir.mkdir(parents=True, exist_ok=True)
+    env = launcher._worker_env()
+    assert env[contract.JAX_ENV_COMPILATION_CACHE_DIR] == str(mine.resolve()) and mine.is_dir()
+    assert mine.stat().st_mode & 0o077 == 0 and not (launcher.workdir / "xla-cache").exists()
+    assert env[contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS] == "0"
+    monkeypatch.setenv(contract.JAX_ENV_COMPILATION_CACHE_DIR, "gs://bucket/xla")
+    assert launcher._worker_env()[contract.JAX_ENV_COMPILATION_CACHE_DIR] == "gs://bucket/xla"
+
+
+def test_a_compilation_cache_others_can_write_is_refused_naming_the_variable(tmp_path, monkeypatch):
+    """A world-writable cache could hand the workers another user's executables: refused like the run folder's."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv(contract.JAX_ENV_COMPILATION_CACHE_DIR, str(shared))
+    launcher, _, _ = _launcher(tmp_path)
+    with pytest.raises(LaunchError, match=rf"^JAX_COMPILATION_CACHE_DIR={shared}: is writable by others"):
+        launcher._worker_env()
 
 
 class _FlakyClient:
