@@ -239,7 +239,7 @@ def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_s
     replaces their workers. Here the controller (this test process, its `CpuBackend`) and the worker are
     frozen (SIGSTOP) mid-ping for 6 s, the controller resumed 0.5 s first: the ping's 4 s deadline expired
     while the controller did not run. Before, that failed the health check, as the step deadline did before
-    the stall clock (e2e/test_slice_truth.py: the surviving slice 1 was replaced at a rejoin under load, in
+    the stall clock (e2e/test_slice_truth.py, now a step of e2e/test_status_truth.py: the surviving slice 1 was replaced at a rejoin under load, in
     2 of 5 runs of session 12; that this was the cause is not shown). Now it is pinged again and answers."""
     from elastic_jax.api.control import SliceReport
     from elastic_jax.controller.backend_cpu import CpuBackend
