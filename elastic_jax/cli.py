@@ -105,11 +105,13 @@ def run(
     # Before any process starts: a checkpoint location that is a file or not writable, another
     # job's checkpoints, a step beyond spec.training.steps (gs:// is probed by the controller,
     # which refuses it before any worker starts).
-    try:
-        CheckpointLock(job.spec.checkpoint.uri).check_free()  # (before the preflight reads another run's work)
-    except LaunchError as e:
-        raise _error(f"{manifest}: {e}", e.exit_code)
-    _check_checkpoint(job, manifest, fresh=fresh, check_gcs=False)
+    # Checkpoints another process holds (a run deleting them for --fresh, or saving; a SIGKILLed launcher's
+    # controller on its way out) are checked once this run holds them: read now, that work half-done would be
+    # blamed on the steps ("uncommitted steps"). The locks below then wait for a gone launcher's processes
+    # (same --workdir) or refuse a live run.
+    checkpoints_held = not CheckpointLock(job.spec.checkpoint.uri).is_free()
+    if not checkpoints_held:
+        _check_checkpoint(job, manifest, fresh=fresh, check_gcs=False)
     # The trainer too (its config, its size, its data), before the run folder or the checkpoint folder is
     # created or locked: a refusal leaves both as they were (the controller would refuse it the same way, but
     # only after the launcher had written its folder).
@@ -137,6 +139,9 @@ def run(
             # the next run waiting instead of writing the same checkpoints beside it)
             options = dataclasses.replace(options, lock_fds=tuple(
                 fd for fd in (run_lock.fd, checkpoint_lock.fd) if fd is not None))
+            if checkpoints_held:  # (now ours: what it reads is what the holder left committed)
+                _check_checkpoint(job, manifest, fresh=fresh, check_gcs=False)
+                earlier_steps = _saved_steps(job.spec.checkpoint.uri)
             if fresh and job.spec.controller.library_mode:
                 _clear_for_library_mode(job, manifest)
             elif fresh:

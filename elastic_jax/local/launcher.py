@@ -1120,28 +1120,20 @@ class CheckpointLock(_HeldFlock):
     def __init__(self, uri: str):
         self.uri = uri  # (gs://: nothing to lock, `fd` stays None)
 
-    def check_free(self) -> None:
-        """Refuses, before anything reads the folder, local checkpoints another run holds: that run may be
-        deleting them (`--fresh`) or saving, and a preflight reading its half-done work would blame the steps
-        (a new user's trial: "uncommitted steps" during another run's `--fresh`). Creates nothing; a missing
-        folder or gs:// is free. A run that takes the lock between this check and `acquire` is still refused
-        by `acquire`.
-
-        Raises:
-          LaunchError: another run holds the folder (exit code 2), the message `acquire` gives.
-        """
+    def is_free(self) -> bool:
+        """Whether no other open file holds the lock of these local checkpoints now (gs:// and a missing or
+        unusable folder: True). Creates nothing and keeps nothing: a run checks its checkpoints before taking
+        the lock only while nobody holds them (another run may be deleting them for `--fresh`)."""
         if "://" in self.uri:
-            return
+            return True
         try:
             fd = os.open(self.uri, os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
-            return  # (missing or unusable: the preflight says what is wrong with it)
+            return True  # (missing or unusable: the preflight says what is wrong with it)
         try:
-            free = _try_flock(fd)
+            return _try_flock(fd)
         finally:
             os.close(fd)  # (closing drops a flock taken here)
-        if not free:
-            raise LaunchError(self._in_use())
 
     def _in_use(self) -> str:
         return (f"spec.checkpoint.uri {self.uri!r} is in use by another elastic-jax run "

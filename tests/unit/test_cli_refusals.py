@@ -671,7 +671,10 @@ def test_a_run_refused_for_checkpoints_in_use_leaves_no_new_workdir(tmp_path):
     from elastic_jax.local.launcher import CheckpointLock
 
     manifest = job_manifest("held", tmp_path, training={"steps": 20, "globalBatchSize": 8})
-    with CheckpointLock(manifest["spec"]["checkpoint"]["uri"]):
+    uri = manifest["spec"]["checkpoint"]["uri"]
+    with CheckpointLock(uri):
+        # (the holder's work half-done, e.g. a step folder its --fresh is emptying: not this run's to judge)
+        (Path(uri) / "10").mkdir()
         proc = run_bad(tmp_path, manifest, "--no-failure")
     assert_one_line_error(proc, "spec.checkpoint.uri", "in use by another elastic-jax run")
     assert nothing_started(tmp_path)

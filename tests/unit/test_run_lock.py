@@ -179,18 +179,17 @@ def test_a_run_refused_after_taking_its_new_folder_leaves_no_folder_behind(tmp_p
     assert (tmp_path / "ok" / run_folder.MARKER).is_file()
 
 
-def test_checkpoints_another_run_holds_are_refused_before_anything_reads_them(tmp_path):
-    """A trial saw a second run refused for "uncommitted steps" while a first run's --fresh was deleting them:
-    `check_free` refuses a held folder first, with the lock's own message, and creates nothing."""
+def test_whether_checkpoints_are_held_is_read_without_taking_or_creating_anything(tmp_path):
+    """`run` checks its checkpoints before taking their lock only while nobody holds them (a trial saw
+    "uncommitted steps" while another run's --fresh was deleting them); held, it checks them once the lock is
+    its own, so a SIGKILLed launcher's controller is still waited for (`RunLock`), not refused."""
     from elastic_jax.local.launcher import CheckpointLock
 
     uri = str(tmp_path / "ckpt")
-    CheckpointLock(uri).check_free()  # missing: free, and still missing
-    assert not (tmp_path / "ckpt").exists()
+    assert CheckpointLock(uri).is_free() and not (tmp_path / "ckpt").exists()  # missing: free, still missing
     with CheckpointLock(uri):
-        with pytest.raises(LaunchError, match="is in use by another elastic-jax run"):
-            CheckpointLock(uri).check_free()
-    CheckpointLock(uri).check_free()
-    with CheckpointLock(uri) as again:  # (the check took nothing it kept)
+        assert not CheckpointLock(uri).is_free()
+    assert CheckpointLock(uri).is_free()
+    with CheckpointLock(uri) as again:  # (the check kept nothing)
         assert again.fd is not None
-    CheckpointLock("gs://bucket/prefix").check_free()
+    assert CheckpointLock("gs://bucket/prefix").is_free()
