@@ -266,6 +266,8 @@ class LocalLauncher:
                 private_dir(cache, what)
             except UnsafeDirectoryError as e:
                 raise LaunchError(str(e)) from None
+            except OSError as e:  # (a parent that is a file or cannot be made: the trial's tracebacks)
+                raise LaunchError(f"{what}: cannot be created ({e.strerror})") from None
             location = str(cache.resolve())
         return {**self._child_env(), contract.JAX_ENV_COMPILATION_CACHE_DIR: location,
                 contract.JAX_ENV_CACHE_MIN_COMPILE_TIME_SECS: "0"}
@@ -511,6 +513,9 @@ class LocalLauncher:
             private_dir(self.workdir, f"--workdir {self.workdir}")
         except UnsafeDirectoryError as e:
             raise LaunchError(str(e)) from None
+        # The compilation cache before an earlier run's records go (a trial: a refused cache folder had already
+        # deleted the earlier run's logs and picture); the controller inherits JAX_COMPILATION_CACHE_DIR.
+        worker_env = self._worker_env()
         for old_log in [*self.workdir.glob("worker-*.log"), self.workdir / "controller.log"]:
             old_log.unlink(missing_ok=True)  # logs of this run only; restarts within it append
         (self.workdir / timeline.HISTORY_FILE).unlink(missing_ok=True)  # (as the logs: this run's steps only)
@@ -522,9 +527,6 @@ class LocalLauncher:
         # The operator's crash-loop rule (`supervision.backoff`): losses since a controller last trained a step,
         # and when (monotonic) the lost one's successor may start.
         losses_in_a_row, restart_at = 0, None
-        # (Before any process starts: an unsafe cache folder is refused with nothing running; the controller
-        # inherits JAX_COMPILATION_CACHE_DIR from this environment.)
-        worker_env = self._worker_env()
         try:
             self._start_controller()
             controller_started = time.monotonic()

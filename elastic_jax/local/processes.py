@@ -200,17 +200,27 @@ def private_dir(path: Path, what: str) -> Path:
       `path`.
 
     Raises:
-      UnsafeDirectoryError: `path` is a symbolic link, not a directory, another user's, or group/world-writable.
-      OSError: it cannot be created.
+      UnsafeDirectoryError: `path` is a symbolic link, not a directory, another user's, or group/world-writable,
+        or its parent folder is world-writable without the sticky bit (others could swap it for a link).
+      OSError: it cannot be created (a missing parent that cannot be made, a parent that is a file).
     """
     import stat
 
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = os.lstat(path)
+    if os.path.lexists(path) and not os.path.isdir(path) or os.path.islink(path):
+        st = os.lstat(path)  # (mkdir would say only "File exists": a trial got its traceback)
+    else:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeDirectoryError(f"{what}: is a symbolic link; give a real folder (links are not followed)")
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafeDirectoryError(f"{what}: is not a directory")
+    parent = os.stat(path.absolute().parent)
+    if parent.st_mode & 0o002 and not parent.st_mode & stat.S_ISVTX:
+        # (/tmp is world-writable with the sticky bit: others may not rename what is yours there)
+        raise UnsafeDirectoryError(f"{what}: its parent folder {path.absolute().parent} is writable by others "
+                                   f"without the sticky bit (mode {stat.S_IMODE(parent.st_mode):04o}): they could "
+                                   "replace the folder with a link; use a folder of your own")
     if st.st_uid != os.geteuid():
         raise UnsafeDirectoryError(f"{what}: belongs to another user (uid {st.st_uid}); use a folder of your own")
     if st.st_mode & 0o022:

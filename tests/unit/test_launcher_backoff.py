@@ -179,6 +179,42 @@ def test_a_compilation_cache_others_can_write_is_refused_naming_the_variable(tmp
         launcher._worker_env()
 
 
+@pytest.mark.parametrize("case", ["a file", "under a file", "in a folder others may rename in"])
+def test_a_compilation_cache_that_cannot_be_a_private_folder_is_one_error_naming_the_variable(tmp_path, monkeypatch,
+                                                                                              case):
+    """A new user's trial: a file (or a path under one) gave a FileExistsError / NotADirectoryError traceback;
+    a folder inside a world-writable, non-sticky parent was taken (another user could swap it for a link)."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)
+    cache, fragment = {"a file": (a_file, "is not a directory"),
+                       "under a file": (a_file / "sub", "cannot be created"),
+                       "in a folder others may rename in": (loose / "sub", "without the sticky bit")}[case]
+    monkeypatch.setenv(contract.JAX_ENV_COMPILATION_CACHE_DIR, str(cache))
+    launcher, _, _ = _launcher(tmp_path)
+    with pytest.raises(LaunchError, match=rf"^JAX_COMPILATION_CACHE_DIR={cache}: .*{fragment}"):
+        launcher._worker_env()
+
+
+def test_a_refused_compilation_cache_leaves_the_earlier_runs_records(tmp_path, monkeypatch):
+    """The trial: the refusal came after the launcher had deleted the earlier run's logs, history and picture in
+    the same --workdir. The cache is checked first, so a refused run changes none of them."""
+    launcher, _, _ = _launcher(tmp_path)
+    launcher.workdir.mkdir(parents=True, exist_ok=True)
+    earlier = {name: f"earlier {name}\n" for name in ("controller.log", "worker-0.log", "history.jsonl")}
+    for name, text in earlier.items():
+        (launcher.workdir / name).write_text(text)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv(contract.JAX_ENV_COMPILATION_CACHE_DIR, str(shared))
+    with pytest.raises(LaunchError, match="is writable by others"):
+        launcher.run()
+    assert {name: (launcher.workdir / name).read_text() for name in earlier} == earlier
+
+
 class _FlakyClient:
     """A control client whose first `fails` slice reports get no usable answer (ControlApiError)."""
 
