@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
             args.namespace = next(v for v in dashboard["templating"]["list"] if v["name"] == "namespace")["allValue"]
         drawn = picture(args.prometheus, args.out, {"namespace": args.namespace, "job": args.job},
                         end - 60 * args.minutes, end, args.scrape_interval, args.dashboard)
-    except httpx.HTTPError as e:
+    except (httpx.HTTPError, httpx.InvalidURL) as e:
         print(f"dashboard_picture: {args.prometheus}: {e}", file=sys.stderr)
         return 1
     except (ValueError, RuntimeError, OSError) as e:

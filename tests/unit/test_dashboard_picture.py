@@ -96,6 +96,10 @@ def test_the_command_refuses_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"dashboard_picture: {url}: ") and err.count("\n") == 1
     assert not (tmp_path / "d.png").exists()
+    # an address no host can have (a trial: httpx.InvalidURL is no HTTPError, and came out as a traceback)
+    assert pic.main(["--prometheus", "http://256.1.1.1:9090", "--job", "j", "--out", str(tmp_path / "d.png")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dashboard_picture: http://256.1.1.1:9090: ") and err.count("\n") == 1
     with pytest.raises(SystemExit) as bad:
         pic.main(["--prometheus", url, "--job", "j", "--minutes", "0"])
     assert bad.value.code == 2 and "--minutes" in capsys.readouterr().err
