@@ -1105,12 +1105,19 @@ class ObjectMeta(_Model):
                              "prefix and '/', then at most 63 letters, digits, '-', '_', '.')")
         if sum(len(k.encode()) + len(v.encode()) for k, v in self.annotations.items()) > MAX_ANNOTATIONS_BYTES:
             found.append(f"metadata.annotations: at most {MAX_ANNOTATIONS_BYTES} bytes of keys and values")
-        if self.namespace is not None and (len(self.namespace) > 63 or not _DNS1123_LABEL.fullmatch(self.namespace)):
-            # The API server refuses such a namespace before any CRD rule runs.
-            found.append(f"metadata.namespace {self.namespace!r} must be a DNS-1123 label: at most 63 lowercase "
-                         "letters, digits and '-', starting and ending with a letter or digit")
+        if self.namespace is not None and namespace_problem(self.namespace):
+            found.append(f"metadata.namespace {namespace_problem(self.namespace)}")
         raise_all(found)
         return self
+
+
+def namespace_problem(namespace: str) -> str | None:
+    """None for a valid namespace name, else why not ("'X' must be a DNS-1123 label: ..."), as the API server
+    refuses it before any CRD rule runs (metadata.namespace, `kubectl apply -n`)."""
+    if len(namespace) <= 63 and _DNS1123_LABEL.fullmatch(namespace):
+        return None
+    return (f"{namespace!r} must be a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and "
+            "ending with a letter or digit")
 
 
 def name_problem(name: str) -> str | None:

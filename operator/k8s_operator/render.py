@@ -23,6 +23,7 @@ import yaml
 
 from elastic_jax import contract
 from elastic_jax.api.cluster import UnsupportedBackend
+from elastic_jax.api.job import namespace_problem
 from elastic_jax.api.manifest import ManifestError, load_manifest
 from elastic_jax.api.size_limits import manifest_size_problem
 from elastic_jax.k8s_operator import backends, children, network_policies
@@ -86,6 +87,8 @@ def main(argv: list[str]) -> int:
                         help="the namespace the job is applied in (as kubectl apply -n); default: the file's "
                              "metadata.namespace, else default")
     args = parser.parse_args(argv)
+    if args.namespace is not None and namespace_problem(args.namespace):
+        parser.error(f"--namespace {namespace_problem(args.namespace)}")  # (a trial: Bad_NS rendered, exit 0)
     try:
         objects = render(args.manifest, args.control_api_from, args.namespace)
     except ManifestError as e:

@@ -477,3 +477,8 @@ def test_render_of_a_suspended_job_is_nothing_and_namespace_is_kubectls(tmp_path
     suspended.write_text(yaml.safe_dump(example))
     assert operator_main.main(["render", str(suspended), "-n", "demo"]) == 0
     assert {o["metadata"]["namespace"] for o in yaml.safe_load_all(capsys.readouterr().out)} == {"demo"}
+    # a namespace the API server would refuse is a usage error naming the flag (a trial: rendered, exit 0)
+    with pytest.raises(SystemExit) as bad:
+        operator_main.main(["render", str(suspended), "-n", "Bad_NS"])
+    err = capsys.readouterr().err
+    assert bad.value.code == 2 and "--namespace 'Bad_NS' must be a DNS-1123 label" in err and "Traceback" not in err
