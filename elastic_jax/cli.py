@@ -382,7 +382,10 @@ def _print_report(s: dict, earlier_steps: dict[int, float]) -> None:
         if earlier:
             print(f"    {earlier}", file=out)
     if s.get("initial_loss") is not None and s.get("final_loss") is not None:
-        print(f"  loss {s['initial_loss']:.3f} -> {s['final_loss']:.3f}", file=out)
+        # (a resumed run carries the job's first loss, saved with the checkpoint: said, so it is not read as this
+        # run's first step; a trial did)
+        first = " (the job's first step, saved with its checkpoints)" if restored else ""
+        print(f"  loss {s['initial_loss']:.3f}{first} -> {s['final_loss']:.3f}", file=out)
     elif s.get("goodput") is None:  # (None exactly when no controller of the run completed a step)
         print("  loss n/a (no step made)", file=out)
     rec = ", ".join(f"{x:.2f} s" for x in s["recovery_seconds"])

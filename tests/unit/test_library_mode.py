@@ -143,13 +143,15 @@ def test_the_report_says_a_resumed_local_step_was_an_earlier_runs_in_a_shared_fo
                "restored_from_step": 200, "resumed_from": {"step": 200, "writer": None}, "recovery_seconds": [],
                "recoveries": 0, "steps_lost": None, "worker_restarts": 0, "controller_restarts": 0,
                "goodput": None, "checkpoint_uri": str(ckpt), "last_committed_checkpoint_step": 200,
-               "metrics_file": "m", "logs_dir": "l"}
+               "metrics_file": "m", "logs_dir": "l", "initial_loss": 6.0, "final_loss": 1.5}
     earlier_steps = _saved_steps(str(ckpt))  # (read as `run` reads them, before its run starts)
     # the run then saved past it and maxToKeep deleted step 200 (a trial found the note skipped then)
     shutil.rmtree(ckpt / "200")
     _print_report(summary, earlier_steps)
     err = capsys.readouterr().err
     assert "resumed from checkpoint step 200" in err
+    # (the first loss is the job's, saved with the checkpoints: a trial read it as this run's first step's)
+    assert "loss 6.000 (the job's first step, saved with its checkpoints) -> 1.500" in err, err
     assert (f"step 200 was saved at {time.strftime('%Y-%m-%d', time.gmtime(time.time() - 3600))}" in err
             and f"by an earlier run into {ckpt}, a folder every run of this manifest on this machine shares "
                 "(another clone's too); --fresh starts from step 0" in err), err
