@@ -127,8 +127,8 @@ def _read_own_file(path: Path) -> str:
 
 
 def _no_step_yet(run_dir: Path) -> str:
-    """What a run folder (its marker is there) without a completed step is, in one line: its run never
-    reached step 1 (stopped or still starting: building the trainer, compiling the first step), with the
+    """What a run folder (its marker is there) without a completed step is, in one line: its run completed no
+    step (stopped or still starting: building the trainer, compiling the first step), with the
     run's failure reason from `summary.json` when it ended with one, and where its logs are."""
     why = ""
     try:
@@ -136,7 +136,8 @@ def _no_step_yet(run_dir: Path) -> str:
         why = f" (it ended: {reason})" if isinstance(reason, str) and reason else ""
     except (OSError, ValueError, AttributeError):
         pass
-    return (f"{run_dir}: an `elastic-jax run` folder whose run never completed step 1{why}: nothing to draw; "
+    # ("a step", not "step 1": a run that resumed at step 1036 never trains step 1; a trial read it so)
+    return (f"{run_dir}: an `elastic-jax run` folder whose run completed no step{why}: nothing to draw; "
             f"its logs: {run_dir / 'controller.log'}, {run_dir}/worker-*.log")
 
 

@@ -88,12 +88,12 @@ def test_report_on_a_run_folder_that_never_reached_step_1_says_what_it_is(tmp_pa
     (run_dir / "summary.json").write_text(json.dumps({"failure_reason": "interrupted at step 0"}))
     result = CliRunner().invoke(app, ["report", str(run_dir)])
     assert result.exit_code == 2 and "Traceback" not in result.output
-    assert result.output.strip() == (f"error: {run_dir}: an `elastic-jax run` folder whose run never completed step 1 "
+    assert result.output.strip() == (f"error: {run_dir}: an `elastic-jax run` folder whose run completed no step "
                                      f"(it ended: interrupted at step 0): nothing to draw; its logs: "
                                      f"{run_dir / 'controller.log'}, {run_dir}/worker-*.log")
     # a history without a step (a controller stopped while compiling its first one) is the same folder
     (run_dir / timeline.HISTORY_FILE).write_text(json.dumps({"kind": "start", "t": 1.0}) + "\n")
-    assert "never completed step 1" in CliRunner().invoke(app, ["report", str(run_dir)]).output
+    assert "completed no step" in CliRunner().invoke(app, ["report", str(run_dir)]).output
     # a folder that is no run's still says so
     other = tmp_path / "other"
     other.mkdir()
