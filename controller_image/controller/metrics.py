@@ -21,7 +21,7 @@ class ControllerMetrics:
       step: completed optimizer steps [elastic_jax_step].
       step_seconds: wall seconds per completed step [elastic_jax_step_seconds].
       tokens_per_second: throughput of the last logged window [elastic_jax_tokens_per_second].
-      loss: loss of the last completed step [elastic_jax_loss].
+      loss: loss of the last completed step [elastic_jax_loss]; NaN before this controller's first step.
       active_slices / desired_slices: slice counts [elastic_jax_active_slices, elastic_jax_desired_slices].
       recoveries: recoveries by cause [elastic_jax_recoveries_total{cause}].
       recovery_seconds: failure to next completed step [elastic_jax_recovery_seconds].
@@ -51,7 +51,9 @@ class ControllerMetrics:
             registry=r,
         )
         self.tokens_per_second = Gauge(f"{PREFIX}_tokens_per_second", "Training throughput in tokens per second.", registry=r)
-        self.loss = Gauge(f"{PREFIX}_loss", "Loss of the last completed step.", registry=r)
+        self.loss = Gauge(f"{PREFIX}_loss", "Loss of the last completed step (NaN before this controller's first).",
+                          registry=r)
+        self.loss.set(float("nan"))  # (no step, no loss: 0 drew a flat line into the curve; a trial read it as one)
         self.active_slices = Gauge(f"{PREFIX}_active_slices", "Slices in the training mesh.", registry=r)
         self.desired_slices = Gauge(f"{PREFIX}_desired_slices", "Slices the job wants.", registry=r)
         self.recoveries = Counter(f"{PREFIX}_recoveries", "Elastic recoveries by cause.", ["cause"], registry=r)

@@ -34,3 +34,16 @@ def test_every_recovery_cause_has_a_series_at_zero_before_the_first_recovery():
                for f in text_string_to_metric_families(metrics.exposition().decode()) if f.name == "elastic_jax_recoveries"
                for s in f.samples if s.name == "elastic_jax_recoveries_total"}
     assert samples == {"slice_down": 0, "step_deadline": 0, "draining": 0, "scale_up": 0}
+
+
+def test_the_loss_is_nan_until_a_step_sets_it():
+    """A trial: the dashboard's Loss panel drew 0 for the ~25 s before the first step (the gauge's start value),
+    a flat line into the curve. No step, no loss: NaN, which Prometheus keeps and Grafana leaves as a gap."""
+    import math
+
+    metrics = ControllerMetrics()
+    (family,) = [f for f in text_string_to_metric_families(metrics.exposition().decode()) if f.name == "elastic_jax_loss"]
+    assert math.isnan(family.samples[0].value)
+    metrics.loss.set(2.5)
+    (family,) = [f for f in text_string_to_metric_families(metrics.exposition().decode()) if f.name == "elastic_jax_loss"]
+    assert family.samples[0].value == 2.5
