@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from elastic_jax.logs import read_events
-from tests.support.runs import CLI, job_manifest, leftover_processes, run_cli
+from tests.support.runs import CLI, interrupt_when, job_manifest, leftover_processes, run_cli
 
 STEPS = 1000  # long enough (several seconds even on an idle machine) for a killed worker to rejoin
 
@@ -354,13 +354,9 @@ def test_hot_spare_is_warm_before_it_is_swapped_in(tmp_path):
             after = [e for e in read_events(text.split("elastic attempt 2", 1)[1]) if e.get("event") == "step"]
             return sum(1 for e in after if e["active_slices"] == swapped) >= after_swap
 
-        while proc.poll() is None and not trained_after_swap():
-            time.sleep(0.2)
-        assert proc.poll() is None, f"the run ended before the new mesh trained:\n{log.read_text()[-3000:]}"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=600)
+        out, err = interrupt_when(proc, trained_after_swap, str(tmp_path))
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None:  # (failed before the wait: interrupt_when cleans up after its own)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
         for p in leftover_processes(str(tmp_path)):

@@ -5,14 +5,12 @@ stopped with SIGINT once the worker's slice has rejoined."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 
 import yaml
 
 from elastic_jax import timeline
-from tests.support.runs import CLI, ROOT, CliRun, job_manifest, leftover_processes
+from tests.support.runs import CLI, ROOT, CliRun, interrupt_when, job_manifest, leftover_processes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # Long enough never to end by itself: the run is stopped (SIGINT) once the killed slice has rejoined.
@@ -50,22 +48,8 @@ def test_a_run_with_a_killed_worker_draws_the_slice_dip_and_the_recovery(tmp_pat
     proc = subprocess.Popen([CLI, "run", str(path), "--workdir", str(workdir), "--kill-at-step", "40"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 600  # (a bound on a broken run, not a timing assertion)
-        while not _rejoined_and_trained_on(workdir) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert proc.poll() is None, "the run ended before the slice rejoined"
-        assert _rejoined_and_trained_on(workdir), "the replaced slice never rejoined"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-        left = leftover_processes(str(tmp_path))
-        for p in left:
-            p.kill()
-    assert not left, f"processes left running: {[p.pid for p in left]}"
+    out, err = interrupt_when(proc, lambda: _rejoined_and_trained_on(workdir), str(tmp_path))
+    assert not leftover_processes(str(tmp_path)), "processes left running"
     run = CliRun(proc.returncode, out, err, workdir)
     assert run.returncode == 130, run.stderr[-3000:]  # (interrupted: every process stopped, a SUMMARY)
     s = run.summary

@@ -126,3 +126,31 @@ def fake_step(ckpt: Path, step: int, writer) -> Path:
     (step_dir / "_CHECKPOINT_METADATA").write_text(json.dumps({"custom_metadata": identity.to_metadata(writer)}))
     (step_dir / "commit_success.txt").write_text("committed")
     return step_dir
+
+
+def interrupt_when(proc: subprocess.Popen, ready, marker: str, bound_s: float = 600) -> tuple[str, str]:
+    """Waits until `ready()` (polled every 0.2 s) while `proc` (an `elastic-jax run` started with
+    `start_new_session=True`) runs, then stops it as Ctrl-C does (SIGINT) and returns its (stdout, stderr).
+    `bound_s` only ends a broken run: it is no timing assertion. Whatever happens, the run's process group is
+    SIGKILLed if it is still there, and every process whose command line or environment names `marker` (the
+    test's tmp folder) is killed.
+
+    Raises:
+      AssertionError: the run ended before `ready()`, or `ready()` did not hold within `bound_s`.
+    """
+    import time
+
+    try:
+        deadline = time.monotonic() + bound_s
+        while proc.poll() is None and not ready() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before what the test waits for"
+        assert ready(), f"not seen within {bound_s:.0f} s"
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        for p in leftover_processes(marker):
+            p.kill()
