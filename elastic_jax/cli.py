@@ -293,11 +293,13 @@ def _saved_steps(uri: str) -> dict[int, float]:
 
     if not checkpoints.is_local(uri):
         return {}
-    try:
-        return {int(p.name): p.stat().st_mtime for p in checkpoints.local_path(uri).iterdir()
-                if p.name.isdigit() and p.is_dir()}
-    except OSError:
-        return {}
+    root, saved = checkpoints.local_path(uri), {}
+    for step in checkpoints.committed_local_steps(root):  # (Orbax's listing, as the controller's)
+        try:
+            saved[step] = (root / str(step)).stat().st_mtime
+        except OSError:  # (deleted since the listing)
+            pass
+    return saved
 
 
 def _earlier_run(uri: str, step: int, earlier_steps: dict[int, float]) -> str | None:
