@@ -206,11 +206,9 @@ def private_dir(path: Path, what: str) -> Path:
     """
     import stat
 
-    if os.path.lexists(path) and not os.path.isdir(path) or os.path.islink(path):
-        st = os.lstat(path)  # (mkdir would say only "File exists": a trial got its traceback)
-    else:
+    if not os.path.lexists(path):  # (a file or link there is judged below: mkdir said only "File exists")
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.lstat(path)
+    st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise UnsafeDirectoryError(f"{what}: is a symbolic link; give a real folder (links are not followed)")
     if not stat.S_ISDIR(st.st_mode):
