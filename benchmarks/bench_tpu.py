@@ -57,7 +57,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.pathways_scenarios import Layout, ScriptedBackend, child_env, manifest  # noqa: E402
+from tests.support.pathways_scenarios import Layout, ScriptedBackend, child_env, manifest, require_empty  # noqa: E402
 
 CHILD_PREFIX = "CHILD "
 TARGETS = {"ratio": 1.03, "recovery_s": 2.0, "steps_lost": 0}
@@ -81,7 +81,12 @@ CHILD_TIMEOUT_S = 300.0
 def _run(layout: Layout, workdir: Path, steps: int, size: dict, lose_at_call: int | None = None,
          snapshot_every: int = 10) -> tuple[Any, ScriptedBackend, Any]:
     """A `TrainingRun` of the benchmark job (checkpoint only at the end, a host snapshot every `snapshot_every`
-    steps); returns (summary, backend, trainer)."""
+    steps); returns (summary, backend, trainer).
+
+    Raises:
+      SystemExit: `workdir` holds files already (`require_empty`).
+    """
+    require_empty(workdir)
     from elastic_jax.api.control import SliceReport
     from elastic_jax.controller.builtin_lm import make_trainer
     from elastic_jax.controller.checkpointing import Checkpointer

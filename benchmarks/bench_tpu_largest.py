@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.pathways_scenarios import Layout, child_env, manifest  # noqa: E402
+from tests.support.pathways_scenarios import Layout, child_env, manifest, require_empty  # noqa: E402
 
 CHILD_PREFIX = "RUNG "
 STEPS = 3
@@ -61,7 +61,12 @@ OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory")
 
 
 def child(platform: str, workdir: Path, rung: int) -> dict[str, Any]:
-    """Trains `STEPS` steps of rung `rung`'s model; returns its sizes and step time."""
+    """Trains `STEPS` steps of rung `rung`'s model; returns its sizes and step time.
+
+    Raises:
+      SystemExit: `workdir` holds files already (`require_empty`).
+    """
+    require_empty(workdir)
     import jax
     import numpy as np
 

@@ -53,7 +53,7 @@ wait_for_chip() {
 if [ "${1:-}" = largest ]; then
   echo "== $(date -u +%T) largest"
   timeout -k 10 "${LARGEST_TIMEOUT_S:-540}" python3 benchmarks/bench_tpu_largest.py --out "$OUT/largest.json" \
-    --workdir /tmp/bench-tpu-largest 2>&1 | tee "$OUT/largest.log"
+    --workdir "$(mktemp -d /tmp/bench-tpu-largest.XXXXXX)" 2>&1 | tee "$OUT/largest.log"
   rc=${PIPESTATUS[0]}
   echo "== $(date -u +%FT%TZ) done: largest $rc"
   exit "$rc"
@@ -64,7 +64,7 @@ fi
 if [ "${1:-}" = ratio ]; then
   echo "== $(date -u +%T) ratio (main child)"
   JAX_PLATFORMS=tpu timeout -k 10 "${RATIO_TIMEOUT_S:-200}" python3 benchmarks/bench_tpu.py --child main --platform tpu \
-    --workdir /tmp/bench-tpu-ratio 2>&1 | tee "$OUT/ratio.log"
+    --workdir "$(mktemp -d /tmp/bench-tpu-ratio.XXXXXX)" 2>&1 | tee "$OUT/ratio.log"
   rc=${PIPESTATUS[0]}
   echo "== $(date -u +%FT%TZ) done: ratio $rc"
   exit "$rc"

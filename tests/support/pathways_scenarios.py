@@ -279,6 +279,18 @@ class Layout:
                 "slices": self.count, "slice_mapping": self.slice_mapping}
 
 
+def require_empty(workdir: Path) -> None:
+    """Refuses a benchmark's scratch folder that holds files already.
+
+    Raises:
+      SystemExit: `workdir` is not empty: a run there resumes from its checkpoints instead of measuring
+        (a second `tpu_session.sh ratio` in one device call once did: no step after the slice loss).
+    """
+    if workdir.exists() and any(workdir.iterdir()):
+        raise SystemExit(f"--workdir: {workdir} is not empty (a run there resumes from its checkpoints instead "
+                         "of measuring): give a new or empty folder")
+
+
 def manifest(layout: Layout, workdir: Path, steps: int, name: str = "tier", trainer: dict | None = None,
              global_batch: int | None = None, checkpoint_interval: int = 10, host_snapshot_every: int = 10) -> Any:
     """The scenario's `ElasticTrainingJob`: pathways backend, every slice of `layout`, replica resize down to 1.
