@@ -151,7 +151,7 @@ def run(
                 summary = LocalLauncher(job, manifest, options).finished_summary(*finished)
                 summary["timeline"] = None  # (nothing trained: nothing to draw)
             else:
-                with ProgressView(steps) as view:
+                with ProgressView(steps, resuming_from=None if fresh else max(earlier_steps, default=None)) as view:
                     launcher = LocalLauncher(job, manifest, options, on_status=view.update, on_message=view.message)
                     summary = launcher.run()
                     signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the report below is printed whole)

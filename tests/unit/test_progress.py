@@ -22,3 +22,32 @@ def test_lines_show_throughput_only_while_running(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "[Running] step 10/100 loss 2.500 1,234 tok/s slices 2/2 recoveries 1"
     assert lines[1] == "[Recovering] step 20/100 loss 2.500 - tok/s slices 1/2 recoveries 1"
+
+
+def _starting(phase: str, step: int = 0, **fields) -> ControllerStatus:
+    return ControllerStatus(phase=phase, step=step, total_steps=100, desired_slices=3, min_slices=1, active_slices=[],
+                            inactive_slices=[0, 1, 2], slices=[], recoveries={}, pid=1, **fields)
+
+
+def test_a_resumed_start_says_which_step_it_restores_until_it_has(capsys):
+    # A new user read `[Starting] step 0/100` of a resumed run as its steps lost.
+    view = ProgressView(100, console=Console(file=io.StringIO(), force_terminal=False), resuming_from=40)
+    with view:
+        view.update(_starting("Starting"))
+        view.update(_starting("Running", 40, resumed_from={"step": 40}))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "[Starting] step 0/100 loss - - tok/s slices 0/3 recoveries 0 (resuming from checkpoint step 40)"
+    assert lines[1] == "[Running] step 40/100 loss - - tok/s slices 0/3 recoveries 0"
+
+
+def test_a_new_start_waiting_for_its_workers_says_so_and_a_later_pause_does_not(capsys):
+    # `[WaitingForSlices] slices 0/3` at start-up read as a pause; a real pause later keeps its plain line.
+    view = ProgressView(100, console=Console(file=io.StringIO(), force_terminal=False))
+    with view:
+        view.update(_starting("Starting"))
+        view.update(_starting("WaitingForSlices"))
+        view.update(_starting("WaitingForSlices", 30))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "[Starting] step 0/100 loss - - tok/s slices 0/3 recoveries 0"
+    assert lines[1].endswith("slices 0/3 recoveries 0 (starting the workers)"), lines
+    assert lines[2] == "[WaitingForSlices] step 30/100 loss - - tok/s slices 0/3 recoveries 0"
