@@ -10,11 +10,14 @@ Here, on the real API server (least-privilege identity, kopf's peering CRDs from
 applied then is served by the newer alone, and when the newer stops (SIGTERM, as a rollout does) the older
 resumes and serves the next job. Suspended jobs suffice: their whole pass (claim, status, Events) runs and no
 pod starts. A fixed `--priority` that a live peer already holds (kopf would pause both: no job served, no
-Event) is refused at start, naming the peer, while the one running keeps serving.
+Event) is refused at start, naming the peer, while the one running keeps serving; two started in the same
+moment with one fixed priority (both pass that check) end with one active: the one whose identity sorts last
+steps aside (exit 2, saying why) and the other resumes and serves.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import uuid
 
@@ -39,6 +42,12 @@ def _messages(op: OperatorProcess, since: int = 0) -> list[str]:
 def _names_job(op: OperatorProcess, name: str) -> bool:
     """Whether any of the operator's log records is about the job `name` (kopf's object fields or ours)."""
     return any(name in json.dumps(r) for r in op.log_records())
+
+
+def _error_line(op: OperatorProcess) -> str:
+    """The operator's one `error:` line (a refusal at start is its last line; kopf logs its stop after a step-aside)."""
+    (line,) = [line for line in op.log().splitlines() if line.startswith("error: ")]
+    return line
 
 
 def _served(cluster, namespace: str, name: str, *ops: OperatorProcess) -> None:
@@ -128,3 +137,46 @@ def test_a_fixed_priority_a_live_peer_already_holds_is_refused_at_start_and_the_
         _served(cluster, namespace, "still-served", first)
     finally:
         _stop_all(cluster, peering, second, first)
+
+
+def test_two_started_in_the_same_moment_with_one_fixed_priority_end_with_one_serving(
+        cluster, namespace, ejob_crd, operator_kubeconfig, tmp_path):
+    # Both read the empty peering object before either's kopf writes its entry, so both pass the check at
+    # start; before the peering watch, kopf then paused both and a job waited Pending with no Event.
+    peering = _peering(cluster)
+    args = ("--peering", peering, "--priority", "7")
+    ops = _pair(operator_kubeconfig, tmp_path, ("a", "b"), args)
+    try:
+        for op in ops:
+            op.start()
+
+        def one_left():
+            ended = [op for op in ops if op.proc.poll() is not None]
+            return ended if len(ended) == 1 else None
+
+        wait_for(one_left, timeout_s=120, what="one of the two operators stepping aside",
+                 explain=lambda: "\n".join(op.log()[-2000:] for op in ops))
+        (gone,) = [op for op in ops if op.proc.poll() is not None]
+        (kept,) = [op for op in ops if op is not gone]
+        assert gone.proc.returncode == 2, gone.log()[-3000:]
+        last = _error_line(gone)
+        # (at start if the other's entry was written by then; else by the peering watch)
+        assert last.startswith("error: --priority 7: ") and "--priority auto" in last, last
+        _served(cluster, namespace, "after-the-collision", kept)
+        assert _names_job(kept, "after-the-collision"), kept.log()[-3000:]
+        assert kept.proc.poll() is None, kept.log()[-3000:]
+
+        # Which of the two checks ended the other depends on the start-up's timing. The peering watch itself:
+        # an equal peer that sorts first appears beside the running one (the entry kopf would write for it).
+        now = datetime.datetime.now(datetime.UTC).isoformat()
+        cluster.kubectl("patch", "clusterkopfpeering", peering, "--type", "merge", "-p", json.dumps(
+            {"status": {"0-started-in-the-same-moment": {"priority": 7, "lifetime": 60, "lastseen": now}}}))
+        assert kept.proc.wait(60) == 2, kept.log()[-3000:]
+        last = _error_line(kept)
+        assert last.startswith("error: --priority 7: 0-started-in-the-same-moment run(s) on ClusterKopfPeering"), last
+        assert "steps aside for the first by identity" in last and "--priority auto" in last, last
+        # it stopped as for a rollout: kopf removed its own entry on the way out
+        entries = cluster.api().get(f"/apis/kopf.dev/v1/clusterkopfpeerings/{peering}").get("status") or {}
+        assert list(entries) == ["0-started-in-the-same-moment"], entries
+    finally:
+        _stop_all(cluster, peering, *ops)

@@ -422,11 +422,16 @@ def main(argv: list[str] | None = None) -> int:
     state.pass_executor = concurrent.futures.ThreadPoolExecutor(max_workers=args.workers,
                                                                 thread_name_prefix="reconcile-pass")
     priority = peering_priority(args.priority, now_s=state.clock.now().timestamp())
+    identity = _own_identity(state.clock.now())
+    exit_code = [0]  # (set by the peering watch when this operator steps aside)
     if args.peering is not None and args.priority != AUTO_PRIORITY:
-        problem = _fixed_priority_problem(args.peering, args.namespace or [], priority, state.clock.now())
+        problem = _fixed_priority_problem(args.peering, args.namespace or [], priority, identity, state.clock.now())
         if problem:
             print(f"error: --priority {priority}: {problem}", file=sys.stderr)
             return 2
+        # Two started in the same moment both pass that check: watch for an equal peer while running.
+        threading.Thread(target=_step_aside_for_an_equal_peer, name="peering-watch", daemon=True,
+                         args=(args.peering, args.namespace or [], priority, identity, state.clock, exit_code)).start()
     if args.peering is not None:
         logging.getLogger(__name__).info("peering %s with priority %d (%s)", args.peering, priority,
                                          "the newest operator is active" if args.priority == AUTO_PRIORITY
@@ -439,8 +444,9 @@ def main(argv: list[str] | None = None) -> int:
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
         memo=kopf.Memo(elasticjax=state),
+        identity=identity,
     )
-    _end_process(0)
+    _end_process(exit_code[0])
     return 0  # (not reached)
 
 
@@ -469,32 +475,95 @@ def _admin_policies(parser: argparse.ArgumentParser, args: argparse.Namespace) -
                          service_accounts=accounts, pod_fields=fields, checkpoint_prefixes=prefixes)
 
 
-def _fixed_priority_problem(peering: str, namespaces: list[str], priority: int, now: datetime.datetime) -> str | None:
+def _own_identity(now: datetime.datetime) -> str:
+    """This process's kopf peering identity: `POD_ID` (the chart sets the pod's name; a restarted container
+    finds its own last entry), else `user@host/<start, UTC>/<pid>` (kopf's own form, with the PID: two
+    processes on one host started in the same second differ)."""
+    import getpass
+
+    return os.environ.get("POD_ID") or f"{getpass.getuser()}@{socket.gethostname()}/{now:%Y%m%d%H%M%S}/{os.getpid()}"
+
+
+def _equal_peers(peering: str, namespaces: list[str], priority: int, identity: str,
+                 now: datetime.datetime) -> list[tuple[str, list[str]]]:
+    """(peering object, the live peers other than `identity` holding `priority` there) for each object with any.
+
+    Raises:
+      kubernetes.client.ApiException: a read failed with anything but 404.
+    """
+    from elastic_jax.k8s_operator import peering_check
+    from elastic_jax.k8s_operator.kube import Kube
+
+    found = []
+    for where, obj in peering_check.peering_objects(Kube().custom, peering, namespaces):
+        peers = peering_check.same_priority_peers(obj.get("status"), priority, identity, now)
+        if peers:
+            found.append((where, peers))
+    return found
+
+
+def _fixed_priority_problem(peering: str, namespaces: list[str], priority: int, identity: str,
+                            now: datetime.datetime) -> str | None:
     """Why this operator must not join `peering` at the fixed `priority` (`peering_check`), or None.
 
     Args:
+      identity: this operator's kopf identity (`_own_identity`): its own entry is no collision.
       now: the operator's clock's time (aware, UTC): a peer whose last heartbeat is older has left.
 
     A peering object that cannot be read is logged and not a reason to refuse (kopf reports its own errors).
     """
     from kubernetes.client import ApiException
 
-    from elastic_jax.k8s_operator import peering_check
-    from elastic_jax.k8s_operator.kube import Kube
-
     try:
-        objects = peering_check.peering_objects(Kube().custom, peering, namespaces)
+        found = _equal_peers(peering, namespaces, priority, identity, now)
     except ApiException as e:
         logging.getLogger(__name__).warning("could not read peering %s to check --priority %d: %s", peering,
                                             priority, e.reason or e.status, extra={"event": "peering_unread"})
         return None
-    for where, obj in objects:
-        peers = peering_check.same_priority_peers(obj.get("status"), priority, os.environ.get("POD_ID"), now)
-        if peers:
-            return (f"{', '.join(peers)} already run(s) on {where} with this priority, and kopf pauses every "
-                    "operator of equal priority (no job would be served); give each operator its own priority, "
-                    "or use --priority auto (the newest is active)")
+    for where, peers in found:
+        return (f"{', '.join(peers)} already run(s) on {where} with this priority, and kopf pauses every "
+                "operator of equal priority (no job would be served); give each operator its own priority, "
+                "or use --priority auto (the newest is active)")
     return None
+
+
+def _step_aside_for_an_equal_peer(peering: str, namespaces: list[str], priority: int, identity: str,
+                                  clock_: clock.Clock, exit_code: list[int]) -> None:
+    """The peering watch of an operator with a fixed priority (a thread, for the process's life).
+
+    Every `peering_check.WATCH_INTERVAL_S` it reads the peering objects; when a live peer holds the same
+    priority and sorts before this operator's identity (`peering_check.steps_aside`), it says why on stderr
+    and in the log, sets `exit_code[0] = 2` and SIGTERMs its own process: kopf stops as for a rollout and
+    removes its peering entry, so the peer, paused by kopf while both were there, resumes. A read that fails
+    is logged and tried again at the next interval.
+    """
+    import signal
+    import time
+
+    from kubernetes.client import ApiException
+
+    from elastic_jax.k8s_operator import peering_check
+
+    log = logging.getLogger(__name__)
+    while True:
+        time.sleep(peering_check.WATCH_INTERVAL_S)
+        try:
+            found = _equal_peers(peering, namespaces, priority, identity, clock_.now())
+        except ApiException as e:
+            log.warning("could not read peering %s to watch --priority %d: %s", peering, priority,
+                        e.reason or e.status, extra={"event": "peering_unread"})
+            continue
+        for where, peers in found:
+            if peering_check.steps_aside(identity, peers):
+                message = (f"--priority {priority}: {', '.join(peers)} run(s) on {where} with this priority too "
+                           "(started in the same moment as this operator), and kopf pauses every operator of "
+                           f"equal priority; this one ({identity}) steps aside for the first by identity. Give "
+                           "each operator its own priority, or use --priority auto (the newest is active)")
+                log.error("%s", message, extra={"event": "peering_step_aside", "peers": peers})
+                print(f"error: {message}", file=sys.stderr, flush=True)
+                exit_code[0] = 2
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
 
 
 def _exit_after(seconds: float) -> None:

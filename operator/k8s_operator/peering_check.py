@@ -4,8 +4,10 @@ kopf pauses *every* operator on a peering object when two live ones have the sam
 a job until one goes: jobs wait `Pending` with no Event. `--priority auto` (the default) cannot collide; a
 fixed `--priority` can (two releases, or a Deployment scaled to 2, given the same number). The operator
 reads the peering object before kopf starts and exits with the reason instead of joining a frozen pair. Two
-that start within the same moment can still both pass: kopf's own warning ("Possibly conflicting operators
-with the same priority") is then the only sign.
+that start within the same moment both pass that check; so while it runs, an operator with a fixed priority
+reads the object again every `WATCH_INTERVAL_S`, and of two that collide the one whose identity sorts last
+steps aside (exits 2 saying why; kopf removes its entry on the way out) and the other resumes: exactly one
+active, whatever the timing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,16 @@ from typing import Any
 
 KOPF_GROUP, KOPF_VERSION = "kopf.dev", "v1"
 DEFAULT_LIFETIME_S = 60  # kopf's `Peer` default when an entry names none
+WATCH_INTERVAL_S = 10.0
+"""How often a running operator with a fixed priority reads its peering object for an equal peer (seconds)."""
+
+
+def steps_aside(own_identity: str, peers: list[str]) -> bool:
+    """Whether this operator leaves for one of `peers` (live, same priority): it does when one sorts before it.
+
+    One rule both sides apply, so of any set of colliding operators exactly the first by identity stays.
+    """
+    return any(peer < own_identity for peer in peers)
 
 
 def same_priority_peers(status: dict[str, Any] | None, priority: int, own_identity: str | None,

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from elastic_jax.k8s_operator.peering_check import same_priority_peers
+from elastic_jax.k8s_operator.peering_check import same_priority_peers, steps_aside
 
 NOW = datetime.datetime(2026, 12, 6, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -32,3 +32,16 @@ def test_only_live_peers_of_the_same_priority_other_than_itself_collide(status, 
 
 def test_a_naive_lastseen_is_read_as_utc_and_a_missing_priority_as_zero():
     assert same_priority_peers({"a": {"lastseen": "2026-12-06T11:59:50"}}, 0, None, NOW) == ["a"]
+
+
+@pytest.mark.parametrize("own, peers, leaves", [
+    ("pod-b", ["pod-a"], True),
+    ("pod-a", ["pod-b"], False),
+    ("pod-b", ["pod-a", "pod-c"], True),
+    ("pod-a", [], False),
+])
+def test_of_colliding_operators_every_one_but_the_first_by_identity_steps_aside(own, peers, leaves):
+    assert steps_aside(own, peers) is leaves
+    # both sides apply the rule: exactly one of the set stays
+    everyone = sorted([own, *peers])
+    assert [steps_aside(me, [p for p in everyone if p != me]) for me in everyone].count(False) == 1
