@@ -502,7 +502,10 @@ def _stop(engine: Engine, log) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    for mount_point in sorted(_mounts_under(engine.run_dir, engine.data_root), key=len, reverse=True):
+    # (with the data root's bind mount onto itself: a dockerd killed before its own exit leaves it, one per
+    # engine start, seen as "Device or resource busy" when pytest deleted an old test's folder)
+    for mount_point in sorted(_mounts_under(engine.run_dir, engine.data_root) + _mounts_at(engine.data_root),
+                              key=len, reverse=True):
         subprocess.run(["umount", "-l", mount_point], capture_output=True)
     for rule in engine.forward_rules:
         subprocess.run([rule[0], "-w", "-D", *rule[1:]], capture_output=True)

@@ -62,4 +62,5 @@ def test_an_interrupted_session_stops_the_prewarm_engine_by_pid(tmp_path, monkey
     assert not _alive(pid), f"dockerd {pid} still runs"
     assert engine_mod._pids_using(run_dir) == [], "its containerd still runs"
     assert not run_dir.exists()
+    assert engine_mod._mounts_under(tmp_path) == [], "a mount of the engine's is left"
     assert after == [], "a step started after the interrupt"
