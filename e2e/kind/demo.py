@@ -221,13 +221,15 @@ def main(argv: list[str]) -> int:
         if created and cluster and not args.keep:
             cluster.delete(log=log)
         elif cluster and args.keep:
-            log(f"demo: cluster kept: export KUBECONFIG={cluster.kubeconfig}")
+            # (kubectl and helm are this clone's build: a new user's `kubectl` found no cluster at all)
+            log(f"demo: cluster kept: export KUBECONFIG={cluster.kubeconfig} PATH={kind.bin_dir()}:$PATH")
         if own_engine and not args.keep:
             engine_mod.stop(own_engine, log=log)
         elif own_engine:
             # Recorded where `python -m e2e.kind.engine stop` (and `e2e.kind.cluster delete`) find it.
             recorded = not engine_mod.STATE_FILE.exists()
             if recorded:
+                engine_mod.STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
                 engine_mod.STATE_FILE.write_text(own_engine.to_json())
             stop_how = (f"{sys.executable} -m e2e.kind.cluster delete {args.cluster} && "
                         f"{sys.executable} -m e2e.kind.engine stop" if recorded else

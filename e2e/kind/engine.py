@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from e2e.harness import paths
 from e2e.harness.apt import apt_get
 
 DEBIAN_PACKAGES = ("docker.io", "containerd", "runc", "iptables", "mmdebstrap")
@@ -51,8 +52,10 @@ DEBIAN_PACKAGES = ("docker.io", "containerd", "runc", "iptables", "mmdebstrap")
 RUNTIME_NAME = "capdrop-runc"
 """The engine's default OCI runtime: :data:`RUNTIME_WRAPPER` in front of runc."""
 
-STATE_FILE = Path(os.environ.get("E2E_DOCKER_STATE", "/tmp/elastic-jax-docker.json"))
-"""Where ``python -m e2e.kind.engine start`` records the engine it started."""
+STATE_FILE = Path(os.environ.get("E2E_DOCKER_STATE") or paths.build_dir() / "docker-engine.json")
+"""Where ``python -m e2e.kind.engine start`` (and ``run.sh`` with ``KEEP_CLUSTER=1``) records the engine it
+started: in this clone's build folder, so a printed ``stop`` acts on this clone's engine (one file in ``/tmp``
+for every clone let another clone's stop command stop it, found by a new-user trial)."""
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 60.0
@@ -542,6 +545,7 @@ def main(argv: list[str]) -> int:
                 print(f"export DOCKER_HOST={engine.host} PATH={engine.run_dir / 'bin'}:$PATH DOCKER_BUILDKIT=1")
                 return 0
         engine = start(log=lambda m: print(m, file=sys.stderr))
+        STATE_FILE.parent.mkdir(parents=True, exist_ok=True)
         STATE_FILE.write_text(engine.to_json())
         os.close(engine.lock_fd)  # dockerd holds its own copy of the lock
         print(f"export DOCKER_HOST={engine.host} PATH={engine.run_dir / 'bin'}:$PATH DOCKER_BUILDKIT=1")

@@ -20,6 +20,11 @@
 # (.venv/bin/python, else python3: reads the image table), TIMEOUT_S (900).
 set -euo pipefail
 
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'  # (this header)
+  exit 0
+fi
+
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CLUSTER="${KIND_CLUSTER_NAME:-elastic-jax}"
 JOBSET_VERSION="${JOBSET_VERSION:-v0.11.1}"
@@ -48,7 +53,7 @@ die() { log "FAIL: $*"; exit 1; }
 for tool in docker kind kubectl helm; do
   command -v "$tool" >/dev/null || die "$tool is not on PATH"
 done
-docker info >/dev/null 2>&1 || die "docker cannot reach an engine (docker info failed)"
+docker info >/dev/null 2>&1 || die "docker cannot reach an engine (docker info failed); without Docker or internet: sudo e2e/kind/run.sh --air-gapped (starts its own engine)"
 
 CONTEXT="kind-$CLUSTER"
 kc() { kubectl --context "$CONTEXT" "$@"; }
