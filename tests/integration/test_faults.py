@@ -185,14 +185,21 @@ def test_steps_a_restarted_controller_redid_are_booked_recovering_not_productive
 # -- a frozen controller is not a hung worker ---------------------------------------------------------
 
 
-def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
+def test_a_frozen_machine_blames_no_worker_and_the_frozen_controller_is_reported_not_booked_productive(tmp_path):
     """The whole machine frozen for 20 s mid-step (a VM pause: workers, then the controller SIGSTOPped), its
     step deadline 5 s; the controller resumes 1.5 s before its workers (new-user trial: a 50 s freeze of the
     controller got both healthy workers replaced and charged to their restart budgets). Every deadline the
     controller set has expired and no worker can answer yet, but the controller did not run for ~20 of those
-    seconds: the step is sent again and answered; no slice goes down, no worker restarts."""
-    # 600 steps, as test_a_frozen_controller_is_reported_and_not_booked_productive's same freeze at step 60: the run
-    # cannot end inside the freeze, and the 2400 more it trained afterwards showed nothing more (~25 s).
+    seconds: the step is sent again and answered; no slice goes down, no worker restarts.
+
+    The same freeze, from the launcher's side (another new-user trial: a controller SIGSTOPped under
+    `elastic-jax run`, alive and making no step, was not reported and its frozen seconds counted as productive,
+    its ledger's clock running on while it is stopped): the launcher applies the operator's
+    ControllerUnresponsive rule (`supervision.controller_watch`): once the controller that answered goes 10 s
+    without an answer it says so on the progress output, the summary lists the spell, and its seconds are
+    booked recovering. (One run shows both; each had a run of its own, the same 600 steps frozen at step 60.)"""
+    # 600 steps, frozen at step 60: the run cannot end inside the freeze, and the 2400 more it trained
+    # afterwards (3000 steps before) showed nothing more (~25 s).
     m = job_manifest("frozen", tmp_path, training={"steps": 600, "globalBatchSize": 8, "logEverySteps": 10},
                      checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
     frozen: dict = {}
@@ -208,7 +215,7 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
             for pid in (*workers, controller):  # workers first: the step in flight stays unanswered
                 os.kill(pid, signal.SIGSTOP)
                 pids.append(pid)
-            frozen["pids"] = list(pids)
+            frozen.update(pids=list(pids), controller=controller)
             time.sleep(20)
             os.kill(controller, signal.SIGCONT)
             time.sleep(1.5)
@@ -223,13 +230,32 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
     assert s["succeeded"] and s["steps"] == 600 and s["steps_lost"] == 0
-    assert s["recoveries"] == 0 and s["worker_restarts"] == 0, s
+    assert s["recoveries"] == 0 and s["worker_restarts"] == 0 and s["controller_restarts"] == 0, s
     events = read_events(run.controller_log())
     # The freeze usually lands inside a step (then the expired deadline is excused, logged below); when it
     # lands between two, the next step is sent after it and nothing expires. Without the fix 2 of 2 runs
     # here replaced a worker.
     stalls = [e for e in events if e["event"] == "controller_stalled"]
     assert all(e["stalled_s"] >= 15 for e in stalls), stalls
+    # The launcher's side: the spell reported, said and booked recovering.
+    pid = frozen["controller"]
+    [spell] = s["controller_unresponsive"]
+    assert spell["pid"] == pid and spell["ended"] == "answered" and 14 <= spell["seconds"] <= 60, spell
+    assert spell["at_step"] >= 30
+    assert f"controller (pid {pid}) is alive but its control API has not answered for" in run.stderr
+    assert f"controller (pid {pid}) answers again after" in run.stderr
+    # The run's books never count the freeze productive: whatever the controller's own ledger booked it as
+    # (productive: its clock ran on while it was stopped; under load partly not: a run at load 20 booked only
+    # 12.1 s of the spell as training), the launcher re-books what it booked as training,
+    # so the productive seconds and the spell fit in the wall together. (Without the re-booking a quiet run
+    # fails this: the ledger's non-productive seconds, a few of start-up, are fewer than the spell's.)
+    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
+    booked = s["goodput_seconds"]
+    assert booked["productive"] <= own["productive"], (booked, own)
+    assert booked["productive"] + spell["seconds"] <= sum(booked.values()) + 1.0, (booked, own, spell)
+    assert sum(booked.values()) - booked["productive"] >= 14, (booked, own)
+    assert abs(sum(booked.values()) - sum(own.values())) < 0.05  # (the wall is unchanged)
+    assert "unresponsive at step" in run.stderr and "booked recovering, not productive" in run.stderr
 
 
 def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_slice(worker_factory, tmp_path):
@@ -280,46 +306,6 @@ def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_s
             os.kill(worker.popen.pid, signal.SIGCONT)
     finally:
         backend.close()
-
-
-def test_a_frozen_controller_is_reported_and_not_booked_productive(tmp_path):
-    """A new-user trial: the controller SIGSTOPped under `elastic-jax run` (alive, making no step) was not
-    reported and its frozen seconds counted as productive (its ledger's clock runs on while it is stopped).
-    The launcher applies the operator's ControllerUnresponsive rule (`supervision.controller_watch`): once
-    the controller that answered goes 10 s without an answer it says so on the progress output, the summary
-    lists the spell, and its seconds are booked recovering."""
-    m = job_manifest("frozenctl", tmp_path, training={"steps": 600, "globalBatchSize": 8, "logEverySteps": 10},
-                     checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
-    frozen: dict = {}
-
-    def freezer():
-        _signal_first_controller(tmp_path, signal.SIGSTOP, 60, frozen)()
-        if "pid" in frozen:
-            time.sleep(16)
-            _continue(frozen["pid"])
-
-    run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
-    assert "pid" in frozen, frozen
-    assert run.returncode == 0, run.stderr[-3000:]
-    s = run.summary
-    assert s["succeeded"] and s["steps"] == 600 and s["controller_restarts"] == 0
-    [spell] = s["controller_unresponsive"]
-    assert spell["pid"] == frozen["pid"] and spell["ended"] == "answered" and 14 <= spell["seconds"] <= 60, spell
-    assert spell["at_step"] >= 30
-    assert f"controller (pid {frozen['pid']}) is alive but its control API has not answered for" in run.stderr
-    assert f"controller (pid {frozen['pid']}) answers again after" in run.stderr
-    # The run's books never count the freeze productive: whatever the controller's own ledger booked it as
-    # (productive: its clock ran on while it was stopped; under load partly not: a run at load 20 booked only
-    # 12.1 s of the spell as training), the launcher re-books what it booked as training,
-    # so the productive seconds and the spell fit in the wall together. (Without the re-booking a quiet run
-    # fails this: the ledger's non-productive seconds, a few of start-up, are fewer than the spell's.)
-    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
-    booked = s["goodput_seconds"]
-    assert booked["productive"] <= own["productive"], (booked, own)
-    assert booked["productive"] + spell["seconds"] <= sum(booked.values()) + 1.0, (booked, own, spell)
-    assert sum(booked.values()) - booked["productive"] >= 14, (booked, own)
-    assert abs(sum(booked.values()) - sum(own.values())) < 0.05  # (the wall is unchanged)
-    assert "unresponsive at step" in run.stderr and "booked recovering, not productive" in run.stderr
 
 
 # -- item 4: a stop during a hung step abandons the step and checkpoints the last completed one -----
