@@ -9,6 +9,7 @@ that are another job's, corrupt, or already finished, a second launcher, signals
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -113,7 +114,8 @@ def test_unreachable_gcs_checkpoint_uri(tmp_path, gcs_emulator):
 
 
 def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
-    """A run that loses a worker checkpoints to gs://; a second run of the same job resumes from gs://."""
+    """A run that loses a worker checkpoints to gs://; a second run of the same job resumes from gs://; a third
+    with another seed is refused by the controller, the one process that reads gs:// steps (issue 31 item 11)."""
     bucket = gcs_emulator.make_bucket("ej-runtime")
     m = job_manifest("gcsjob", tmp_path, checkpoint={"uri": f"{bucket}/jobs/gcsjob", "intervalSteps": 20})
     first = run_cli(m, tmp_path, "--kill-at-step", "10", env=gcs_emulator.env)
@@ -137,6 +139,15 @@ def test_checkpoints_on_gcs_emulator_and_resume(tmp_path, gcs_emulator):
     assert ("job gcsjob: already finished at checkpoint step 60/60; trained 0 steps this run, its processes "
             "started only to restore it") in second.stderr, second.stderr
     assert "checkpoint step 60 written by local/gcsjob (uid " in second.stderr
+
+    # Issue 31 item 11 on gs://: the steps are read by the controller only, so its refusal (exit 2, before any
+    # worker starts) is the run's: the changed seed named, the unchanged batch size not.
+    changed = copy.deepcopy(m)
+    changed["spec"]["training"].update({"steps": 80, "seed": 1})
+    refused = run_cli(changed, tmp_path, "--no-failure", env=gcs_emulator.env)
+    _refused_data_change(refused.returncode, refused.stderr, "spec.training.seed 1 (checkpoint step 60 was trained "
+                         "with 0)")
+    assert "globalBatchSize" not in [ln for ln in refused.stderr.splitlines() if ln.startswith("error: ")][-1]
 
 
 def test_second_run_of_the_same_job_is_refused(tmp_path):
@@ -301,6 +312,56 @@ def test_resume_is_refused_from_another_jobs_checkpoint_unless_the_spec_allows_i
     assert mine.returncode == 0, mine.stderr[-3000:]
     assert mine.summary["resumed_from"]["writer"] == {"namespace": "local", "name": "writer-b",
                                                       "uid": local_uid("writer-b", uri)}
+
+
+BATCH = "spec.training.globalBatchSize 16 (checkpoint step 20 was trained with 8)"
+SEED = "spec.training.seed 1 (checkpoint step 20 was trained with 0)"
+
+
+def _validate(tmp_path: Path, manifest: dict, *flags: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    return subprocess.run([CLI, "validate", *flags, str(path)], capture_output=True, text=True, timeout=180,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _refused_data_change(code: int, stderr: str, *fragments: str) -> None:
+    """Exit 2 and an `error:` line naming every fragment and `spec.checkpoint.allowDataChange`; no traceback."""
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error: ")]
+    assert code == 2 and errors, (code, stderr[-3000:])
+    assert "Traceback" not in stderr
+    line = next((e for e in errors if all(f in e for f in fragments)), None)
+    assert line is not None, (fragments, errors)
+    assert "spec.checkpoint.allowDataChange" in line
+
+
+def test_a_changed_batch_size_and_seed_are_refused_naming_both_unless_allowed(tmp_path, trained):
+    """Issue 31 item 11 (accelerate#2016): `validate`, `validate --trainer` and `run` exited 0 and "resumed from
+    checkpoint step 20" with another global batch size or seed never named: the data order and what a step
+    means to the optimizer changed silently. The built-in loop records both with each step (`trained`'s steps:
+    batch 8, seed 0); a resume must match them unless `spec.checkpoint.allowDataChange` says the change is
+    intended. (It trained a job of its own first, in a file of its own.)"""
+    trained.restore()
+    changed = trained.manifest(tmp_path, steps=40)
+    changed["spec"]["training"].update({"globalBatchSize": 16, "seed": 1})
+    for flags in ((), ("--trainer",)):
+        proc = _validate(tmp_path, changed, *flags)
+        _refused_data_change(proc.returncode, proc.stderr, BATCH, SEED)
+    refused = run_cli(changed, tmp_path, "--no-failure")
+    _refused_data_change(refused.returncode, refused.stderr, BATCH, SEED)
+    assert "resumed from checkpoint" not in refused.stderr
+
+    changed["spec"]["checkpoint"]["allowDataChange"] = True
+    assert _validate(tmp_path, changed).returncode == 0
+    allowed = run_cli(changed, tmp_path, "--no-failure")
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    assert allowed.summary["restored_from_step"] == 20 and allowed.summary["steps"] == 40
+    log = allowed.controller_log()
+    assert "spec.checkpoint.allowDataChange" in log and BATCH in log and SEED in log, log[-3000:]
+    # Trial finding C5: the run's own output says so too (it was in controller.log only), once, naming both.
+    said = [ln for ln in allowed.stderr.splitlines() if ln.startswith("warning: spec.checkpoint.allowDataChange")]
+    assert said == ["warning: spec.checkpoint.allowDataChange: true: resumed from checkpoint step 20 with a changed "
+                    f"data order: {BATCH}, {SEED}"], allowed.stderr[-3000:]
 
 
 def test_a_checkpoint_without_writer_identity_needs_resume_from_any(tmp_path, trained):

@@ -190,17 +190,23 @@ def _controller_ready(workdir: Path) -> tuple[int, int] | None:
 def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_path, baseline):
     """Flow 3 + 7: SIGKILL the controller while a save is in flight; the new one resumes from the last commit."""
     ckpt = tmp_path / "ckpt"
-    m = manifest("ctrlkill", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 10, "maxToKeep": 50})
+    # A save every 50 steps (every 10 before: 100 async saves of a 1000-step job, most of its CPU): the killer
+    # still sees several in flight after step 100 (a save lasts many of its 2 ms polls).
+    m = manifest("ctrlkill", tmp_path, checkpoint={"uri": str(ckpt), "intervalSteps": 50, "maxToKeep": 50})
     seen: dict = {}
 
     def killer():
         deadline = time.monotonic() + 300
+        pid = None
         while time.monotonic() < deadline:
-            ready = _controller_ready(tmp_path / "run")
-            pid = ready[1] if ready else None
+            if pid is None:  # the first controller's, read once (its log is not parsed again every 2 ms)
+                ready = _controller_ready(tmp_path / "run")
+                pid = ready[1] if ready else None
+                time.sleep(0.002 if pid else 0.05)
+                continue
             tmp_dirs = [p.name for p in ckpt.glob("*.orbax-checkpoint-tmp*")] if ckpt.exists() else []
             committed = sorted(int(p.name) for p in ckpt.iterdir() if p.name.isdigit()) if ckpt.exists() else []
-            if pid and tmp_dirs and committed and committed[-1] >= 100:
+            if tmp_dirs and committed and committed[-1] >= 100:
                 controller = psutil.Process(pid)
                 controller.send_signal(signal.SIGKILL)
                 controller.wait(timeout=30)
@@ -228,11 +234,12 @@ def test_controller_killed_during_async_save_resumes_from_committed_step(tmp_pat
     assert math.isclose(s["final_loss"], baseline["final_loss"], rel_tol=1e-5)
 
 
-@pytest.mark.parametrize("again", [None, signal.SIGINT], ids=["once", "twice"])
-def test_ctrl_c_stops_everything(tmp_path, again):
+def test_ctrl_c_stops_everything(tmp_path):
     """SIGINT (Ctrl-C) to `elastic-jax run` mid-training: exit 130, every child stopped, the report and SUMMARY
     printed. A second Ctrl-C while it stops (a new-user trial: 0.3 s and 1 s later) only says the stop is under
-    way; it once cut the stop short and printed "interrupted before the run started", with no SUMMARY."""
+    way; it once cut the stop short and printed "interrupted before the run started", with no SUMMARY. (One
+    Ctrl-C alone, which says nothing of "already stopping": `test_hot_spare_is_warm_before_it_is_swapped_in`
+    and test_timeline.py stop their runs so; this test had a run of its own for it.)"""
     import os
     import subprocess
 
@@ -255,10 +262,9 @@ def test_ctrl_c_stops_everything(tmp_path, again):
             time.sleep(0.1)
         assert leftover_processes(str(tmp_path)), "nothing was running"
         proc.send_signal(signal.SIGINT)
-        if again is not None:
-            # while it stops (seconds: the controller answers /v1/stop, checkpoints and exits, then the workers)
-            time.sleep(0.2)
-            proc.send_signal(again)
+        # again while it stops (seconds: the controller answers /v1/stop, checkpoints and exits, then the workers)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -266,7 +272,7 @@ def test_ctrl_c_stops_everything(tmp_path, again):
     assert proc.returncode == 130, err[-2000:]
     assert "job ctrlc: interrupted after" in err and "Traceback" not in err
     assert "interrupted before the run started" not in err
-    assert ("already stopping" in err) == (again is not None), err[-2000:]
+    assert "already stopping" in err, err[-2000:]
     assert out.splitlines()[-1].startswith("SUMMARY "), out[-2000:]
     assert not leftover_processes(str(tmp_path))
 
@@ -362,6 +368,7 @@ def test_hot_spare_is_warm_before_it_is_swapped_in(tmp_path):
         for p in leftover_processes(str(tmp_path)):
             p.kill()
     assert proc.returncode == 130, err[-3000:]  # stopped by the test, as Ctrl-C stops it
+    assert "already stopping" not in err and "Traceback" not in err, err[-3000:]  # one Ctrl-C: a plain stop
     s = json.loads(out.strip().splitlines()[-1].removeprefix("SUMMARY "))
     assert s["steps_lost"] == 0 and s["steps"] >= after_swap, s
     text = log.read_text()

@@ -22,7 +22,6 @@ import yaml
 from elastic_jax.local.launcher import RUN_DIR_ENV
 from elastic_jax.logs import read_events
 from tests.support.runs import CLI, ROOT, TINY_TRAINER, job_manifest, leftover_processes, run_cli
-from tests.support.trainers import BLOCK_AFTER_EXAMPLES
 
 POLL_DEADLINE_S = 300
 
@@ -122,7 +121,9 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
     """`kill -TERM <controller>` mid-run (node shutdown, preemption): checkpoint the step reached,
     exit RESTART, the launcher starts a new controller that resumes from that very step."""
     ckpt = tmp_path / "ckpt"
-    m = job_manifest("ctrlterm", tmp_path, training={"steps": 400, "globalBatchSize": 8, "logEverySteps": 10},
+    # 200 steps (400 before): the signal at step >= 60 leaves as many steps after it as
+    # test_steps_a_restarted_controller_redid_are_booked_recovering_not_productive's SIGKILL has
+    m = job_manifest("ctrlterm", tmp_path, training={"steps": 200, "globalBatchSize": 8, "logEverySteps": 10},
                      checkpoint={"uri": str(ckpt), "intervalSteps": 1000})  # no periodic save: only the stop's
     signalled: dict = {}
     run = _run_beside(_signal_first_controller(tmp_path, signal.SIGTERM, 60, signalled), m, tmp_path, 10,
@@ -130,7 +131,7 @@ def test_sigterm_to_the_controller_is_a_loss_it_checkpoints_restarts_and_resumes
     assert "pid" in signalled, signalled
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
-    assert s["succeeded"] and s["steps"] == 400
+    assert s["succeeded"] and s["steps"] == 200
     assert s["controller_restarts"] == 1 and s["controller_pid_changed"]
     log = run.controller_log()
     events = read_events(log)
@@ -186,14 +187,21 @@ def test_steps_a_restarted_controller_redid_are_booked_recovering_not_productive
 # -- a frozen controller is not a hung worker ---------------------------------------------------------
 
 
-def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
+def test_a_frozen_machine_blames_no_worker_and_the_frozen_controller_is_reported_not_booked_productive(tmp_path):
     """The whole machine frozen for 20 s mid-step (a VM pause: workers, then the controller SIGSTOPped), its
     step deadline 5 s; the controller resumes 1.5 s before its workers (new-user trial: a 50 s freeze of the
     controller got both healthy workers replaced and charged to their restart budgets). Every deadline the
     controller set has expired and no worker can answer yet, but the controller did not run for ~20 of those
-    seconds: the step is sent again and answered; no slice goes down, no worker restarts."""
-    # 600 steps, as test_a_frozen_controller_is_reported_and_not_booked_productive's same freeze at step 60: the run
-    # cannot end inside the freeze, and the 2400 more it trained afterwards showed nothing more (~25 s).
+    seconds: the step is sent again and answered; no slice goes down, no worker restarts.
+
+    The same freeze, from the launcher's side (another new-user trial: a controller SIGSTOPped under
+    `elastic-jax run`, alive and making no step, was not reported and its frozen seconds counted as productive,
+    its ledger's clock running on while it is stopped): the launcher applies the operator's
+    ControllerUnresponsive rule (`supervision.controller_watch`): once the controller that answered goes 10 s
+    without an answer it says so on the progress output, the summary lists the spell, and its seconds are
+    booked recovering. (One run shows both; each had a run of its own, the same 600 steps frozen at step 60.)"""
+    # 600 steps, frozen at step 60: the run cannot end inside the freeze, and the 2400 more it trained
+    # afterwards (3000 steps before) showed nothing more (~25 s).
     m = job_manifest("frozen", tmp_path, training={"steps": 600, "globalBatchSize": 8, "logEverySteps": 10},
                      checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
     frozen: dict = {}
@@ -209,7 +217,7 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
             for pid in (*workers, controller):  # workers first: the step in flight stays unanswered
                 os.kill(pid, signal.SIGSTOP)
                 pids.append(pid)
-            frozen["pids"] = list(pids)
+            frozen.update(pids=list(pids), controller=controller)
             time.sleep(20)
             os.kill(controller, signal.SIGCONT)
             time.sleep(1.5)
@@ -224,13 +232,32 @@ def test_a_controller_frozen_past_the_step_deadline_blames_no_worker(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     s = run.summary
     assert s["succeeded"] and s["steps"] == 600 and s["steps_lost"] == 0
-    assert s["recoveries"] == 0 and s["worker_restarts"] == 0, s
+    assert s["recoveries"] == 0 and s["worker_restarts"] == 0 and s["controller_restarts"] == 0, s
     events = read_events(run.controller_log())
     # The freeze usually lands inside a step (then the expired deadline is excused, logged below); when it
     # lands between two, the next step is sent after it and nothing expires. Without the fix 2 of 2 runs
     # here replaced a worker.
     stalls = [e for e in events if e["event"] == "controller_stalled"]
     assert all(e["stalled_s"] >= 15 for e in stalls), stalls
+    # The launcher's side: the spell reported, said and booked recovering.
+    pid = frozen["controller"]
+    [spell] = s["controller_unresponsive"]
+    assert spell["pid"] == pid and spell["ended"] == "answered" and 14 <= spell["seconds"] <= 60, spell
+    assert spell["at_step"] >= 30
+    assert f"controller (pid {pid}) is alive but its control API has not answered for" in run.stderr
+    assert f"controller (pid {pid}) answers again after" in run.stderr
+    # The run's books never count the freeze productive: whatever the controller's own ledger booked it as
+    # (productive: its clock ran on while it was stopped; under load partly not: a run at load 20 booked only
+    # 12.1 s of the spell as training), the launcher re-books what it booked as training,
+    # so the productive seconds and the spell fit in the wall together. (Without the re-booking a quiet run
+    # fails this: the ledger's non-productive seconds, a few of start-up, are fewer than the spell's.)
+    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
+    booked = s["goodput_seconds"]
+    assert booked["productive"] <= own["productive"], (booked, own)
+    assert booked["productive"] + spell["seconds"] <= sum(booked.values()) + 1.0, (booked, own, spell)
+    assert sum(booked.values()) - booked["productive"] >= 14, (booked, own)
+    assert abs(sum(booked.values()) - sum(own.values())) < 0.05  # (the wall is unchanged)
+    assert "unresponsive at step" in run.stderr and "booked recovering, not productive" in run.stderr
 
 
 def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_slice(worker_factory, tmp_path):
@@ -281,46 +308,6 @@ def test_a_health_check_that_expired_while_the_controller_was_frozen_blames_no_s
             os.kill(worker.popen.pid, signal.SIGCONT)
     finally:
         backend.close()
-
-
-def test_a_frozen_controller_is_reported_and_not_booked_productive(tmp_path):
-    """A new-user trial: the controller SIGSTOPped under `elastic-jax run` (alive, making no step) was not
-    reported and its frozen seconds counted as productive (its ledger's clock runs on while it is stopped).
-    The launcher applies the operator's ControllerUnresponsive rule (`supervision.controller_watch`): once
-    the controller that answered goes 10 s without an answer it says so on the progress output, the summary
-    lists the spell, and its seconds are booked recovering."""
-    m = job_manifest("frozenctl", tmp_path, training={"steps": 600, "globalBatchSize": 8, "logEverySteps": 10},
-                     checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000})
-    frozen: dict = {}
-
-    def freezer():
-        _signal_first_controller(tmp_path, signal.SIGSTOP, 60, frozen)()
-        if "pid" in frozen:
-            time.sleep(16)
-            _continue(frozen["pid"])
-
-    run = _run_beside(freezer, m, tmp_path, 60, "--no-failure")
-    assert "pid" in frozen, frozen
-    assert run.returncode == 0, run.stderr[-3000:]
-    s = run.summary
-    assert s["succeeded"] and s["steps"] == 600 and s["controller_restarts"] == 0
-    [spell] = s["controller_unresponsive"]
-    assert spell["pid"] == frozen["pid"] and spell["ended"] == "answered" and 14 <= spell["seconds"] <= 60, spell
-    assert spell["at_step"] >= 30
-    assert f"controller (pid {frozen['pid']}) is alive but its control API has not answered for" in run.stderr
-    assert f"controller (pid {frozen['pid']}) answers again after" in run.stderr
-    # The run's books never count the freeze productive: whatever the controller's own ledger booked it as
-    # (productive: its clock ran on while it was stopped; under load partly not: a run at load 20 booked only
-    # 12.1 s of the spell as training), the launcher re-books what it booked as training,
-    # so the productive seconds and the spell fit in the wall together. (Without the re-booking a quiet run
-    # fails this: the ledger's non-productive seconds, a few of start-up, are fewer than the spell's.)
-    own = json.loads((tmp_path / "run" / "summary.json").read_text())["goodput_seconds"]
-    booked = s["goodput_seconds"]
-    assert booked["productive"] <= own["productive"], (booked, own)
-    assert booked["productive"] + spell["seconds"] <= sum(booked.values()) + 1.0, (booked, own, spell)
-    assert sum(booked.values()) - booked["productive"] >= 14, (booked, own)
-    assert abs(sum(booked.values()) - sum(own.values())) < 0.05  # (the wall is unchanged)
-    assert "unresponsive at step" in run.stderr and "booked recovering, not productive" in run.stderr
 
 
 # -- item 4: a stop during a hung step abandons the step and checkpoints the last completed one -----
@@ -496,63 +483,8 @@ def test_corrupt_newest_steps_fall_back_to_the_newest_intact_one(tmp_path):
     assert 40 in _committed_steps(ckpt) and 60 in _committed_steps(ckpt)  # 40 re-saved from good state
 
 
-# -- item 3: a stuck controller must not look healthy ------------------------------------------------
-
-
-def test_controller_whose_data_read_blocks_fails_its_liveness_check_with_the_reason(tmp_path):
-    """A real controller whose dataset read blocks forever after a few steps: `/healthz` (real HTTP,
-    what the pod's livenessProbe calls) answers 200 while steps complete and 503 once none did for
-    `progressTimeoutSeconds`, and the log says why."""
-    import httpx
-
-    timeout_s = 60
-    m = job_manifest("stuck", tmp_path, training={"steps": 1000, "globalBatchSize": 8, "logEverySteps": 1},
-                     checkpoint={"uri": str(tmp_path / "ckpt"), "intervalSteps": 1000},
-                     controller={"trainer": {"entryPoint": "tests.support.trainers:blocking_data_trainer",
-                                             "config": dict(TINY_TRAINER)}},
-                     # (deadlines far above a loaded machine's step: a missed one re-reads a batch, and the
-                     # read that blocks comes earlier than the test expects)
-                     # (and below progressTimeoutSeconds, which must exceed them)
-                     elasticity={"stepDeadlineSeconds": 30, "firstStepDeadlineSeconds": 55,
-                                 "progressTimeoutSeconds": timeout_s})
-    proc = _start_cli(m, tmp_path)
-    log = tmp_path / "run" / "controller.log"
-    try:
-        port = _wait_for(lambda: next((e["port"] for e in _events(log) if e["event"] == "ready"), None), "ready")
-        healthz = f"http://127.0.0.1:{port}/healthz"
-        _wait_for(lambda: _logged_step(log) >= 3, "step 3")
-        assert httpx.get(healthz).status_code == 200  # training: healthy
-        # The step the read blocks after, as it happened: the first time the last step was seen (never
-        # later than the step itself), once no other came for 8 s.
-        seen: dict = {"step": None, "at": None}
-
-        def stuck():
-            step, now = _logged_step(log), time.monotonic()
-            if step != seen["step"]:
-                seen.update(step=step, at=now)
-                return None
-            return step if now - seen["at"] >= 8 else None
-
-        blocked_at = _wait_for(stuck, "the data read to block", interval_s=0.5)
-        stalled_seen = seen["at"]
-        assert 3 <= blocked_at <= BLOCK_AFTER_EXAMPLES // 8, blocked_at
-        time.sleep(3)
-        assert _logged_step(log) == blocked_at  # stuck: no step since
-        assert httpx.get(healthz).status_code == 200  # within the bound: still healthy
-        answer = _wait_for(lambda: (r := httpx.get(healthz)).status_code == 503 and r, "healthz 503",
-                           timeout_s=timeout_s + 30, interval_s=1)
-        assert time.monotonic() - stalled_seen >= timeout_s - 5  # not before the bound
-        assert answer.text == "stalled"  # public endpoint: the reason is in the log, not the body
-        stalled = [e for e in _events(log) if e["event"] == "stalled"]
-        assert len(stalled) == 1, stalled  # logged once, not per probe
-        assert f"progressTimeoutSeconds={timeout_s}" in stalled[0]["msg"]
-        assert f"after step {blocked_at}" in stalled[0]["msg"]
-        assert proc.poll() is None  # the process itself is alive: only the watchdog can tell
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-        for p in leftover_processes(str(tmp_path)):
-            p.kill()
+# -- item 3: a stuck controller must not look healthy: tests/integration/test_stall_notice.py (one run with the
+# stall notice: a blocked data read, /healthz 200 until progressTimeoutSeconds, then 503 and the log's reason)
 
 
 # -- item 6: exit code 0 means "trained every step", never "user code quit early" -----------------

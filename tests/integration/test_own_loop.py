@@ -24,7 +24,7 @@ from elastic_jax.local.launcher import RUN_DIR_ENV
 from elastic_jax.controller.runtime import Runtime
 from tests.integration.test_faults import _metric_step, _wait_for, _worker_pid
 from tests.support import workers as test_workers
-from tests.support.runs import ROOT, job_manifest, run_cli
+from tests.support.runs import ROOT, close_while_polled, job_manifest, run_cli
 
 LOOP = ROOT / "examples" / "04-own-loop.py"
 
@@ -134,8 +134,8 @@ def test_map_sum_runs_on_the_attempts_slices_and_a_slice_down_since_ends_the_att
         with pytest.raises(SliceDownError, match=r"slices \[1\] went down"):
             rt.map_sum(_chunk_sum, params, batch, active=[0, 1])
     finally:
+        close_while_polled(rt, client)  # (as the operator reads it: a read and a plain close waited 10 s)
         client.close()
-        rt.close()
 
 
 

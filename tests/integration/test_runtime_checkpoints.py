@@ -16,6 +16,7 @@ from elastic_jax.api.client import ControlClient
 from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.controller.runtime import Runtime
 from tests.support.bad_manifests import pathways_job
+from tests.support.runs import close_while_polled
 
 TOKEN = "t0ken"
 ME = {contract.ENV_JOB_NAMESPACE: "ml", contract.ENV_JOB_NAME: "lib", contract.ENV_JOB_UID: "uid-me"}
@@ -50,8 +51,9 @@ def test_save_on_schedule_then_a_new_runtime_resumes_from_the_last_committed_ste
     assert rt.save(5, _state(5.0), data={"batch": 20}, force=True)  # the final save: committed when it returns
     client = ControlClient(f"http://127.0.0.1:{rt.port}", TOKEN)
     assert client.status().last_committed_checkpoint_step == 5
+    final = close_while_polled(rt, client)  # (as the operator reads it; a read and a plain close waited 10 s)
+    assert final.step == 5 and final.last_committed_checkpoint_step == 5, final
     client.close()
-    rt.close()
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["last_committed_checkpoint_step"] == 5 and s["restored_from_step"] is None and not s["succeeded"]
     assert sorted(int(p.name) for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == [2, 4, 5]
@@ -64,10 +66,11 @@ def test_save_on_schedule_then_a_new_runtime_resumes_from_the_last_committed_ste
     status = client.status()
     assert status.step == 5 and status.resumed_from.step == 5 and status.resumed_from.fallback_reason is None
     assert status.resumed_from.writer.uid == "uid-me"
-    client.close()
     _train(again, 5, 6)
     again.save(6, _state(6.0), force=True)
-    again.close()
+    final = close_while_polled(again, client)
+    assert final.step == 6 and final.phase == "Succeeded", final
+    client.close()
     s = json.loads((tmp_path / "again.json").read_text())
     assert s["succeeded"] and s["steps"] == 6 and s["last_committed_checkpoint_step"] == 6
     assert s["restored_from_step"] == 5 and s["resumed_from"]["step"] == 5
@@ -97,7 +100,9 @@ def test_a_corrupt_newest_step_falls_back_to_the_older_one(tmp_path):
     again = _runtime(tmp_path, summary="again.json")
     state, step, data = again.restore(_state(0.0))
     assert step == 2 and data == {"batch": 8} and np.allclose(state["w"], 2.0)
-    assert "step 4" in again.status().resumed_from.fallback_reason
+    # (snapshot: the status read in-process; `status()` counts as a supervisor's read, which `close` then waits
+    # up to 10 s to see again)
+    assert "step 4" in again.snapshot().resumed_from.fallback_reason
     again.close()
 
 
@@ -120,7 +125,7 @@ def test_a_truncated_data_file_falls_back_with_a_short_readable_reason(tmp_path)
     again = _runtime(tmp_path, summary="again.json")
     state, step, data = again.restore(_state(0.0))
     assert step == 2 and data == {"batch": 8} and np.allclose(state["w"], 2.0)
-    reason = again.status().resumed_from.fallback_reason
+    reason = again.snapshot().resumed_from.fallback_reason  # (in-process: see the test above)
     again.close()
     assert reason.startswith("newer committed steps could not be restored: step 4: ValueError: "), reason
     assert "<" not in reason and "\n" not in reason and len(reason) <= 300, reason
@@ -198,8 +203,8 @@ def test_a_draining_slice_is_let_go_after_a_committed_save(tmp_path):
     assert attempts == [[0, 1], [0]]  # the draining slice was let go, training went on without it
     assert rt.last_committed_checkpoint_step == 3  # saved (step 3, not due by intervalSteps 2) before it went
     assert [(r.cause, r.slices, r.at_step) for r in client.status().recovery_history] == [("draining", [1], 3)]
+    close_while_polled(rt, client)
     client.close()
-    rt.close()
 
 
 _UNCAUGHT = '''

@@ -24,6 +24,7 @@ from elastic_jax.api.manifest import parse_manifest
 from elastic_jax.controller.runtime import Runtime
 from elastic_jax.controller.snapshot import HostSnapshotter
 from tests.support.bad_manifests import pathways_job
+from tests.support.runs import close_while_polled
 
 TOKEN = "t0ken"
 
@@ -56,8 +57,8 @@ def runtime_of(tmp_path):
 
     yield make
     for rt, client in opened:
+        close_while_polled(rt, client)  # (closed as the operator reads it: no 10 s wait for a final read)
         client.close()
-        rt.close()
 
 
 def _state(value: float) -> dict:
@@ -108,7 +109,7 @@ def test_recover_restores_the_newest_host_snapshot_and_counts_the_steps_lost(run
     status = client.status()
     assert status.step == 10
     assert 'elastic_jax_steps_lost_total 2.0' in client.metrics_text()
-    rt.close()
+    close_while_polled(rt, client)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps_lost"] == 2  # measured now, no longer n/a for a loop that recovers
 

@@ -128,6 +128,30 @@ def fake_step(ckpt: Path, step: int, writer) -> Path:
     return step_dir
 
 
+def close_while_polled(rt, client):
+    """Closes the library `Runtime` `rt` as its supervisor sees it: `client` (a `ControlClient` on its control API)
+    reads `GET /v1/status` every 0.05 s until `rt.close()` returns. Returns the last status read: the final one.
+
+    Why: a runtime whose status was read in the last 5 s keeps its control API up at `close` until a supervisor
+    read the final status (`controller/final_status.py`), for up to 10 s; a test that read the status and then
+    closed without reading again waited those 10 s. This read ends the wait as the operator's poll does."""
+    import threading
+
+    from elastic_jax.api.client import ControlApiError
+
+    closer = threading.Thread(target=rt.close, daemon=True)
+    closer.start()
+    last = None
+    while closer.is_alive():
+        try:
+            last = client.status()
+        except ControlApiError:  # the control API stopped: the run has closed
+            break
+        closer.join(0.05)
+    closer.join()
+    return last
+
+
 def interrupt_when(proc: subprocess.Popen, ready, marker: str, bound_s: float = 600) -> tuple[str, str]:
     """Waits until `ready()` (polled every 0.2 s) while `proc` (an `elastic-jax run` started with
     `start_new_session=True`) runs, then stops it as Ctrl-C does (SIGINT) and returns its (stdout, stderr).
@@ -136,7 +160,8 @@ def interrupt_when(proc: subprocess.Popen, ready, marker: str, bound_s: float = 
     test's tmp folder) is killed.
 
     Raises:
-      AssertionError: the run ended before `ready()`, or `ready()` did not hold within `bound_s`.
+      AssertionError: the run ended before `ready()`, or `ready()` did not hold within `bound_s`, or a process
+        naming `marker` outlived the run's own stop (one Ctrl-C must stop every child).
     """
     import time
 
@@ -147,7 +172,10 @@ def interrupt_when(proc: subprocess.Popen, ready, marker: str, bound_s: float = 
         assert proc.poll() is None, "the run ended before what the test waits for"
         assert ready(), f"not seen within {bound_s:.0f} s"
         proc.send_signal(signal.SIGINT)
-        return proc.communicate(timeout=600)
+        out = proc.communicate(timeout=600)
+        left = leftover_processes(marker)
+        assert not left, f"still running after the run stopped: pids {[p.pid for p in left]}"
+        return out
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
