@@ -24,8 +24,10 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -244,7 +246,9 @@ class ImagePreload:
         with self._lock:
             if self._cancelled:
                 raise RuntimeError("cancelled")
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            # Its own process group: cancel() ends kind's `docker exec` children with it, by the group's PID.
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
             self._procs.append(proc)
         out, err = proc.communicate()
         if proc.returncode != 0:
@@ -282,12 +286,15 @@ class ImagePreload:
         return self._error
 
     def cancel(self) -> None:
-        """Stop what runs (by PID) and wait for the thread; the tar is deleted."""
+        """Stop what runs (its process group, by PID) and wait for the thread; the tar is deleted."""
         with self._lock:
             self._cancelled = True
             for proc in self._procs:
                 if proc.poll() is None:
-                    proc.kill()
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
         self._go.set()
         self._thread.join(60)
 
@@ -430,8 +437,9 @@ def create(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = N
 
     A cluster or network left with the same name (a killed run) is deleted
     first. On failure the cluster is deleted and the error says why, with the
-    nodes' and pods' state and the kubelet's last log lines. CoreDNS's restart
-    and JobSet's install run side by side (each waits on pods starting).
+    nodes' and pods' state and the kubelet's last log lines. The wait for Ready
+    nodes, CoreDNS's restart and JobSet's install run side by side (each waits
+    on the kubelets and pods starting; a pod is scheduled once its node is Ready).
 
     Args:
       engine: the private engine (:mod:`e2e.kind.engine`).
@@ -479,10 +487,8 @@ def create(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = N
         if copying:
             copying.load_into(name, cluster.workers())
             cluster.preload = copying
-        t0 = time.monotonic()
-        wait_nodes_ready(cluster, 1 + WORKERS)
-        timings["nodes_ready"] = time.monotonic() - t0
-        _side_by_side({"coredns": lambda: isolate_dns(cluster), "jobset": lambda: install_jobset(cluster)}, timings)
+        _side_by_side({"nodes_ready": lambda: wait_nodes_ready(cluster, 1 + WORKERS),
+                       "coredns": lambda: isolate_dns(cluster), "jobset": lambda: install_jobset(cluster)}, timings)
     except BaseException as e:
         if copying:
             copying.cancel()
