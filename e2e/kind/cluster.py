@@ -24,10 +24,13 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,22 +60,32 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 # kubelet 1.35 refuses cgroup v1 unless told.
 failCgroupV1: false
+# The node's Lease is renewed every quarter of this (upstream 40 s: every 10 s): every 5 s, so a
+# node-monitor grace of NODE_MONITOR_GRACE_PERIOD is three missed renewals.
+nodeLeaseDurationSeconds: 20
 """
 
-NODE_MONITOR_GRACE_PERIOD = "20s"
+NODE_MONITOR_GRACE_PERIOD = "15s"
 """How long the node controller waits for a silent kubelet before marking its node ``Ready=Unknown``.
 
 Upstream's 50 s (k8s 1.35) would make every node-loss test wait that long before
 anything can react (``test_node_failure.py``: pause a node, the operator acts
-``--node-lost-seconds`` after the node controller's mark). 20 s is still two of
-the kubelet's 10 s lease renewals, so a node slowed by a loaded machine does not
-flap; the local control plane tier uses 8 s for the same reason."""
+``--node-lost-seconds`` after the node controller's mark). 15 s is three of the
+kubelet's lease renewals, every 5 s here (``nodeLeaseDurationSeconds`` 20 in
+:data:`KUBELET_PATCH`; upstream renews every 10 s, and this was 20 s, two
+renewals, until session 28), so a node slowed by a loaded machine does not flap;
+the local control plane tier uses 8 s for the same reason."""
+
+NODE_MONITOR_PERIOD = "2s"
+"""How often the node controller looks at the nodes' Leases (upstream 5 s): the mark comes at most this
+long after the grace ran out."""
 
 CONTROLLER_MANAGER_PATCH = f"""\
 kind: ClusterConfiguration
 controllerManager:
   extraArgs:
     node-monitor-grace-period: "{NODE_MONITOR_GRACE_PERIOD}"
+    node-monitor-period: "{NODE_MONITOR_PERIOD}"
 """
 
 READY_TIMEOUT_S = 300.0
@@ -94,6 +107,8 @@ class KindCluster:
       subnet: its IPv4 subnet.
       image: the node image.
       timings_s: seconds per step of :func:`create` (build steps included).
+      preload: images :func:`create` is still copying into the workers (:class:`ImagePreload`); waited for by
+        :meth:`load_images`.
     """
 
     name: str
@@ -102,6 +117,7 @@ class KindCluster:
     subnet: str
     image: NodeImage
     timings_s: dict[str, float] = field(default_factory=dict)
+    preload: ImagePreload | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -146,18 +162,19 @@ class KindCluster:
         Raises:
             KindError: kind failed.
         """
+        if self.preload is not None:
+            # The images create() began copying in: wait for that copy; what it did not finish (it
+            # failed: said here) kind loads below. kind skips every node that has an image's ID.
+            error = self.preload.wait()
+            self.timings_s.update({f"preload_{k}": v for k, v in self.preload.timings_s.items()})
+            self.preload = None
+            if error:
+                print(f"kind: the preload into the nodes failed, loading again: {error}", file=sys.stderr)
         if refs:
             only = ["--nodes", ",".join(nodes)] if nodes else []
             _kind(self.engine, "load", "docker-image", "--name", self.name, *only, *refs, timeout_s=timeout_s)
-            # `ctr import --digests` (what kind runs) adds an `import-<date>@sha256:...` name for
-            # every image besides its tag; when the tag moves to a rebuilt image the old one
-            # stays named and on disk (about 2.5 GB per node per rebuild of the product images:
-            # a kept cluster filled this machine's disk). The tags are what pods use.
             for node in nodes or self.nodes():
-                self.engine.docker("exec", node, "sh", "-c",
-                                   'refs=$(ctr -n k8s.io images ls -q | grep "^import-"); '
-                                   '[ -z "$refs" ] || ctr -n k8s.io images rm $refs >/dev/null',
-                                   check=False, timeout=120)
+                _drop_import_names(self.engine, node)
 
     def nodes(self) -> list[str]:
         """Node container names, which are also the Kubernetes node names."""
@@ -170,6 +187,116 @@ class KindCluster:
     def delete(self, log=print) -> None:
         """See :func:`delete`."""
         delete(self.engine, self.name, log)
+
+
+def _drop_import_names(engine: Engine, node: str) -> None:
+    """Remove the ``import-<date>@sha256:...`` names ``ctr import --digests`` (what kind runs) adds.
+
+    It names every image so besides its tag; when the tag moves to a rebuilt image the old one
+    stays named and on disk (about 2.5 GB per node per rebuild of the product images: a kept
+    cluster filled this machine's disk). The tags are what pods use.
+    """
+    engine.docker("exec", node, "sh", "-c",
+                  'refs=$(ctr -n k8s.io images ls -q | grep "^import-"); '
+                  '[ -z "$refs" ] || ctr -n k8s.io images rm $refs >/dev/null',
+                  check=False, timeout=120)
+
+
+class ImagePreload:
+    """Images copied into a new cluster's worker nodes while :func:`create` is still making the cluster.
+
+    ``kind load docker-image`` once the cluster is ready is two steps the tests then wait for, one
+    after the other: ``docker save`` (dockerd tars every layer of the three product images: about
+    25 s of its CPU, 1.8 GB) and ``ctr import`` on each node (about 30 s, the nodes in parallel);
+    a session's chart install took 105-114 s, most of it this. Here the save starts with
+    :func:`create`, beside the node image build and ``kind create cluster``, and the import into
+    the workers (``kind load image-archive``, the same ``ctr import`` as ``kind load docker-image``)
+    starts once they exist, beside the wait for Ready nodes, CoreDNS's restart, JobSet's
+    install and the first tests. :meth:`KindCluster.load_images` waits for it and then finds the
+    images there (kind skips every node that has an image's ID). Its processes are stopped by
+    PID when it is cancelled (a failed or interrupted create).
+
+    Args:
+      engine: the engine holding the images.
+      refs: image references (tags).
+      folder: where the tar goes (deleted once imported).
+    """
+
+    def __init__(self, engine: Engine, refs: list[str], folder: Path):
+        self.engine, self.refs = engine, list(refs)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.tar = folder / "preload-images.tar"
+        self.timings_s: dict[str, float] = {}
+        self._cluster: str | None = None
+        self._nodes: list[str] = []
+        self._go = threading.Event()
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen] = []
+        self._cancelled = False
+        self._error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="kind-image-preload", daemon=True)
+        self._thread.start()
+
+    def load_into(self, cluster: str, nodes: list[str]) -> None:
+        """Import the saved images into ``nodes`` of ``cluster`` once the save is done (returns at once)."""
+        self._cluster, self._nodes = cluster, list(nodes)
+        self._go.set()
+
+    def _spawn(self, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+        with self._lock:
+            if self._cancelled:
+                raise RuntimeError("cancelled")
+            # Its own process group: cancel() ends kind's `docker exec` children with it, by the group's PID.
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    start_new_session=True)
+            self._procs.append(proc)
+        out, err = proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv[:3])} failed ({proc.returncode}): {(out + err).strip()[-3000:]}")
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def _run(self) -> None:
+        from e2e.kind.engine import docker_client
+        try:
+            t0 = time.monotonic()
+            self._spawn([docker_client(), "save", "-o", str(self.tar), *self.refs], self.engine.env())
+            self.timings_s["save"] = time.monotonic() - t0
+            self._go.wait()
+            if self._cancelled or self._cluster is None:
+                return
+            t0 = time.monotonic()
+            env = self.engine.env()
+            env.pop("KUBECONFIG", None)
+            self._spawn([str(bin_dir() / "kind"), "load", "image-archive", str(self.tar), "--name", self._cluster,
+                         "--nodes", ",".join(self._nodes)], env)
+            for node in self._nodes:
+                _drop_import_names(self.engine, node)
+            self.timings_s["import"] = time.monotonic() - t0
+        except Exception as e:  # said by wait(); the images are then loaded the usual way
+            self._error = "" if self._cancelled else str(e) or type(e).__name__
+        finally:
+            shutil.rmtree(self.tar.parent, ignore_errors=True)
+
+    def wait(self) -> str | None:
+        """Wait until the images are in the nodes; what went wrong, if anything (None: they are there)."""
+        self._go.set()  # never told where to load (create failed first): the thread ends after its save
+        self._thread.join()
+        if self._error is None and "import" not in self.timings_s:
+            return "the nodes were never named"
+        return self._error
+
+    def cancel(self) -> None:
+        """Stop what runs (its process group, by PID) and wait for the thread; the tar is deleted."""
+        with self._lock:
+            self._cancelled = True
+            for proc in self._procs:
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        self._go.set()
+        self._thread.join(60)
 
 
 def state_dir(name: str) -> Path:
@@ -304,18 +431,24 @@ def _create_network(engine: Engine, name: str, log=print) -> str:
     raise KindError(f"no free /24 under {SUBNET_PREFIX} for network {network}: {errors[-1]}")
 
 
-def create(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = None, log=print) -> KindCluster:
+def create(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = None, log=print,
+           preload: list[str] | None = None) -> KindCluster:
     """Build what is missing, create the cluster with ``kind create cluster``, make it ready for tests.
 
     A cluster or network left with the same name (a killed run) is deleted
     first. On failure the cluster is deleted and the error says why, with the
-    nodes' and pods' state and the kubelet's last log lines.
+    nodes' and pods' state and the kubelet's last log lines. The wait for Ready
+    nodes, CoreDNS's restart and JobSet's install run side by side (each waits
+    on the kubelets and pods starting; a pod is scheduled once its node is Ready).
 
     Args:
       engine: the private engine (:mod:`e2e.kind.engine`).
       name: kind's cluster name.
       image: a node image from :func:`build`; built when None.
       log: progress printer.
+      preload: images (in ``engine``) to copy into the worker nodes meanwhile (:class:`ImagePreload`);
+        the returned cluster's ``preload`` is still copying them, and :meth:`KindCluster.load_images`
+        waits for it.
 
     Returns:
       The ready :class:`KindCluster`.
@@ -325,8 +458,14 @@ def create(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = N
         RuntimeError, subprocess.CalledProcessError: building failed.
     """
     timings: dict[str, float] = {}
-    if image is None:
-        image = build(engine, log)
+    copying = ImagePreload(engine, preload, build_dir() / "kind" / f"preload-{name}") if preload else None
+    try:
+        if image is None:
+            image = build(engine, log)
+    except BaseException:
+        if copying:
+            copying.cancel()
+        raise
     timings.update({f"build_{k}": v for k, v in image.step_s.items()})
     if name in clusters(engine):
         log(f"kind: deleting cluster {name} left by an earlier run")
@@ -345,16 +484,15 @@ def create(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = N
               "--kubeconfig", str(cluster.kubeconfig), "--retain",
               env_extra={"KIND_EXPERIMENTAL_DOCKER_NETWORK": cluster.network}, timeout_s=900)
         timings["kind_create"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        wait_nodes_ready(cluster, 1 + WORKERS)
-        timings["nodes_ready"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        isolate_dns(cluster)
-        timings["coredns"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        install_jobset(cluster)
-        timings["jobset"] = time.monotonic() - t0
+        if copying:
+            copying.load_into(name, cluster.workers())
+            cluster.preload = copying
+        _side_by_side({"nodes_ready": lambda: wait_nodes_ready(cluster, 1 + WORKERS),
+                       "coredns": lambda: isolate_dns(cluster), "jobset": lambda: install_jobset(cluster)}, timings)
     except BaseException as e:
+        if copying:
+            copying.cancel()
+            cluster.preload = None
         detail = diagnostics(cluster) if not isinstance(e, KeyboardInterrupt) else ""
         delete(engine, name, log)
         if isinstance(e, KindError):
@@ -364,6 +502,31 @@ def create(engine: Engine, name: str = DEFAULT_NAME, image: NodeImage | None = N
         raise
     log("kind: cluster " + name + " ready (" + ", ".join(f"{k} {v:.0f}s" for k, v in timings.items()) + ")")
     return cluster
+
+
+def _side_by_side(steps: dict, timings: dict[str, float]) -> None:
+    """Run ``steps`` (name -> callable) in threads at once; record each one's seconds in ``timings``.
+
+    Raises:
+        the first step's exception (in ``steps``' order), once every step has ended.
+    """
+    errors: dict[str, BaseException] = {}
+
+    def run(key, step):
+        t0 = time.monotonic()
+        try:
+            step()
+        except BaseException as e:  # raised below, in this thread's caller
+            errors[key] = e
+        timings[key] = time.monotonic() - t0
+    threads = [threading.Thread(target=run, args=item, name=f"kind-{item[0]}", daemon=True) for item in steps.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for key in steps:
+        if key in errors:
+            raise errors[key]
 
 
 def wait_nodes_ready(cluster: KindCluster, count: int, timeout_s: float = READY_TIMEOUT_S) -> None:

@@ -30,15 +30,20 @@ def _say(config, message: str) -> None:
 
 
 @pytest.fixture(scope="package")  # e2e/kind: torn down after its last test (conftest.py)
-def kind_cluster(request, docker_engine) -> kind.KindCluster:
+def kind_cluster(request, docker_engine, product_images) -> kind.KindCluster:
     name = os.environ.get("E2E_KIND_CLUSTER", kind.DEFAULT_NAME)
     # A cluster an earlier E2E_KIND_KEEP=1 session left is reused by the next one that keeps it.
     cluster = kind.attach(docker_engine, name) if os.environ.get("E2E_KIND_KEEP") else None
     if cluster is not None:
         _say(request.config, f"kind: E2E_KIND_KEEP=1: reusing running cluster {name}")
     else:
-        cluster = kind.create(docker_engine, name, log=lambda m: _say(request.config, m))
+        # The product images go into the workers while the cluster is made and its first tests run
+        # (the chart's install then finds them there): kind.ImagePreload.
+        cluster = kind.create(docker_engine, name, log=lambda m: _say(request.config, m),
+                              preload=list(product_images))
     yield cluster
+    if cluster.preload is not None:  # no test loaded the images: stop the copy before the cluster goes
+        cluster.preload.cancel()
     if os.environ.get("E2E_KIND_KEEP"):
         _say(request.config, f"kind: E2E_KIND_KEEP=1: cluster {name} left running: "
                              f"export KUBECONFIG={cluster.kubeconfig}")

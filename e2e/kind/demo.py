@@ -206,7 +206,7 @@ def main(argv: list[str]) -> int:
         if cluster:
             log(f"demo: reusing kind cluster {args.cluster}")
         else:
-            cluster = kind.create(engine, args.cluster, log=log)
+            cluster = kind.create(engine, args.cluster, log=log, preload=built)  # into the workers meanwhile
             created = True
         install_chart(cluster, built, log)
         namespace = restricted_namespace(cluster)

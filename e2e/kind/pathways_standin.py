@@ -57,6 +57,7 @@ import http.server
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import threading
@@ -347,5 +348,17 @@ def worker(args: list[str]) -> None:
 
 ROLES = {"server": server, "rm": resource_manager, "proxy": proxy, "controller": controller, "worker": worker}
 
+
+def exit_on_sigterm() -> None:
+    """SIGTERM ends the stand-in at once (exit status 128 + 15), as it ends the processes it stands in for.
+
+    On kind each role is its container's PID 1, and the kernel does not deliver a signal to PID 1
+    that has no handler: a deleted pod then waited its whole grace period (30 s for a worker, 60 s
+    for the head) for the kubelet's SIGKILL.
+    """
+    signal.signal(signal.SIGTERM, lambda signum, _frame: os._exit(128 + signum))
+
+
 if __name__ == "__main__":
+    exit_on_sigterm()
     ROLES[sys.argv[1]](sys.argv[2:])

@@ -3,7 +3,7 @@
 ``docker pause`` freezes a kind node's container: its kubelet, containerd and
 every container on it stop at once, as a node that loses power or hangs would.
 Nothing taints it out-of-service; the node controller marks it ``Ready=Unknown``
-after its grace period (20 s here, :data:`e2e.kind.cluster.NODE_MONITOR_GRACE_PERIOD`)
+after its grace period (15 s here, :data:`e2e.kind.cluster.NODE_MONITOR_GRACE_PERIOD`)
 and the pods there stay ``Running`` in the API. The operator must force-delete the
 job's pod there ``--node-lost-seconds`` (the chart's 30 s) later, so the slice's
 JobSet replaces it on the other worker, while training goes on with the surviving

@@ -35,7 +35,8 @@ from elastic_jax import contract
 pytestmark = pytest.mark.timeout(3600)
 
 
-# The job the uid/read-only/token test and the Service DNS test both read (one start instead of two).
+# The job the uid/read-only/token test and the Service DNS test read and the liveness test then freezes
+# (one start instead of three).
 SHARED_JOB = "sec"
 
 
@@ -48,7 +49,9 @@ def _job_manifest(name: str, steps: int) -> str:
 
 @pytest.fixture(scope="class")
 def training_job(elastic_jax, module_operator):
-    """One job training in a restricted namespace, for ``TestOneTrainingJob``: (namespace, name)."""
+    """One job training in a restricted namespace, for ``TestOneTrainingJob``: (namespace, name).
+
+    At step 5 and more: trained, so the liveness test freezes a controller that trains."""
     cluster = elastic_jax
     ns = demo.restricted_namespace(cluster, "sec")
     why = demo.explain(cluster, ns)
@@ -62,8 +65,9 @@ def training_job(elastic_jax, module_operator):
 
 
 class TestOneTrainingJob:
-    """Two tests that only read a training job share one (one job start instead of two); it is deleted
-    when the class ends, so it does not train beside the tests after it."""
+    """Three tests share one training job (one job start instead of three): two only read it, the last
+    freezes its controller (pytest runs a class's tests in the order written). It is deleted when the
+    class ends, so it does not train beside the tests after it."""
 
     def test_pods_run_as_65532_read_only_and_read_their_token(self, elastic_jax, operator, training_job):
         cluster = elastic_jax
@@ -115,6 +119,48 @@ class TestOneTrainingJob:
         service_ip = demo.get(cluster, "-n", ns, "service", names.service(job))["spec"]["clusterIP"]
         assert out == [service_ip, "200"], out
 
+    def test_a_hung_controller_is_killed_by_the_kubelets_liveness_probe_and_replaced(self, elastic_jax, operator,
+                                                                                      training_job):
+        """SIGSTOP freezes the controller process (a hang: no step, no HTTP answer); the kubelet's
+        livenessProbe fails, the kubelet kills the container, and the operator replaces the pod and counts it.
+
+        The class's last test: it ends the shared job's first controller (before, a job of its own: one
+        more job start, about 40 s)."""
+        cluster = elastic_jax
+        ns, job = training_job
+        why = demo.explain(cluster, ns)
+        selector = f"elasticjax.dev/job-name={job},elasticjax.dev/role=controller"
+
+        # The livenessProbe runs only once the startupProbe passed (the container's `started`); a
+        # controller frozen before that is the startupProbe's to kill, ten minutes later.
+        def started() -> dict | None:
+            (pod,) = demo.pods(cluster, ns, selector)
+            return pod if any(s.get("started") for s in pod["status"].get("containerStatuses", [])) else None
+        controller = demo.wait_for(started, 120, "the controller's startupProbe passing", why)
+        assert (demo.get(cluster, "-n", ns, "ejob", job).get("status") or {}).get("controllerRestarts", 0) == 0
+        demo.kill_container_process(cluster, controller, "controller", signal="STOP")
+
+        def unhealthy():
+            events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
+                                                f"involvedObject.name={controller['metadata']['name']}",
+                                                "-o", "json").stdout)["items"]
+            return [e for e in events if e.get("reason") == "Unhealthy" and "Liveness" in (e.get("message") or "")]
+        # 6 failures 10 s apart (each with a 10 s budget): about 60-70 s.
+        demo.wait_for(unhealthy, 240, "the kubelet's liveness probe failing", why)
+
+        # The test ends once the new pod runs: a replaced controller training again is
+        # test_operator_lifecycle.py's killed controller (and e2e/test_chaos_cluster.py's restart arm).
+        new_pod = f"{job}-controller-1"
+
+        def replaced():
+            status = demo.get(cluster, "-n", ns, "ejob", job).get("status") or {}
+            if status.get("controllerRestarts") != 1 or status.get("controllerPod") != new_pod:
+                return None
+            new = demo.pods(cluster, ns, selector)
+            return status if any(p["metadata"]["name"] == new_pod and p["status"].get("phase") == "Running"
+                                 for p in new) else None
+        demo.wait_for(replaced, 300, "controller replaced and counted, the new pod Running", why)
+
 
 def test_admission_refusal_is_a_condition_and_an_event(elastic_jax, operator):
     cluster = elastic_jax
@@ -134,45 +180,5 @@ def test_admission_refusal_is_a_condition_and_an_event(elastic_jax, operator):
         events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
                                             "involvedObject.name=refused", "-o", "json").stdout)["items"]
         assert any("quota" in (e.get("message") or "").lower() for e in events), [e.get("message") for e in events]
-    finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-
-
-def test_a_hung_controller_is_killed_by_the_kubelets_liveness_probe_and_replaced(elastic_jax, operator):
-    """SIGSTOP freezes the controller process (a hang: no step, no HTTP answer); the kubelet's
-    livenessProbe fails, the kubelet kills the container, and the operator replaces the pod and counts it."""
-    cluster = elastic_jax
-    ns = demo.restricted_namespace(cluster, "hang")
-    why = demo.explain(cluster, ns)
-    try:
-        cluster.kubectl("apply", "-n", ns, "-f", "-", input=_job_manifest("hang", steps=100000))
-        demo.wait_for(lambda: (demo.get(cluster, "-n", ns, "ejob", "hang").get("status") or {}).get("step", 0) >= 1,
-                      600, "training started", why)
-        # The livenessProbe runs only once the startupProbe passed (the container's `started`); a
-        # controller frozen before that is the startupProbe's to kill, ten minutes later.
-        def started() -> dict | None:
-            (pod,) = demo.pods(cluster, ns, "elasticjax.dev/job-name=hang,elasticjax.dev/role=controller")
-            return pod if any(s.get("started") for s in pod["status"].get("containerStatuses", [])) else None
-        controller = demo.wait_for(started, 120, "the controller's startupProbe passing", why)
-        demo.kill_container_process(cluster, controller, "controller", signal="STOP")
-
-        def unhealthy():
-            events = json.loads(cluster.kubectl("get", "events", "-n", ns, "--field-selector",
-                                                f"involvedObject.name={controller['metadata']['name']}",
-                                                "-o", "json").stdout)["items"]
-            return [e for e in events if e.get("reason") == "Unhealthy" and "Liveness" in (e.get("message") or "")]
-        # 6 failures 10 s apart (each with a 10 s budget): about 60-70 s.
-        demo.wait_for(unhealthy, 240, "the kubelet's liveness probe failing", why)
-
-        # The test ends once the new pod runs: a replaced controller training again is
-        # test_operator_lifecycle.py's killed controller (and e2e/test_chaos_cluster.py's restart arm).
-        def replaced():
-            status = demo.get(cluster, "-n", ns, "ejob", "hang").get("status") or {}
-            if status.get("controllerRestarts") != 1 or status.get("controllerPod") != "hang-controller-1":
-                return None
-            new = demo.pods(cluster, ns, "elasticjax.dev/job-name=hang,elasticjax.dev/role=controller")
-            return status if any(p["metadata"]["name"] == "hang-controller-1" and p["status"].get("phase") == "Running"
-                                 for p in new) else None
-        demo.wait_for(replaced, 300, "controller replaced and counted, the new pod Running", why)
     finally:
         cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
