@@ -488,17 +488,30 @@ def parse_manifest(data: Any, source: str = "manifest", *, as_written: bool = Fa
     return job
 
 
+MAX_MANIFEST_BYTES = 3 * 1024 * 1024
+"""The largest manifest file read (bytes): the API server's default request body limit (kube-apiserver
+`--max-request-bytes`' default, 3 MiB), so nothing larger could be applied to a cluster either. Read up to
+this and no further: `/dev/zero` or a 2 GB file ended in a `MemoryError` traceback (a new user's trial)."""
+
+
 def load_manifest(path: str | Path, *, as_written: bool = False) -> ElasticTrainingJob:
     """Reads and validates one `ElasticTrainingJob` YAML file (`as_written`: see `parse_manifest`).
 
     Raises:
-      ManifestError: missing file, malformed YAML, more than one document, or invalid spec.
+      ManifestError: missing file, larger than `MAX_MANIFEST_BYTES`, not UTF-8, malformed YAML, more than one
+        document, or invalid spec.
     """
     p = Path(path)
     try:
-        text = p.read_text()
+        with open(p, "rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
     except OSError as e:
         raise ManifestError(f"{path}: cannot read manifest: {e.strerror}") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{path}: larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB, the most a manifest may "
+                            "be (the API server's request limit): not read") from None
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ManifestError(f"{path}: not a text file (expected UTF-8 YAML)") from None
     try:

@@ -139,6 +139,19 @@ def test_missing_file_and_multiple_documents(tmp_path):
     assert "exactly one YAML document, found 2" in str(pytest.raises(ManifestError, load_manifest, p).value)
 
 
+@pytest.mark.parametrize("source", ["sparse file", "/dev/zero"])
+def test_a_manifest_larger_than_the_api_servers_request_limit_is_not_read(tmp_path, source):
+    # A new user's trial: /dev/zero or a 2 GB file was read whole (MemoryError traceback, or all the RAM).
+    if source == "/dev/zero":
+        p = Path("/dev/zero")
+    else:
+        p = tmp_path / "big.yaml"
+        with open(p, "wb") as f:
+            f.truncate(2 * 1024**3)  # 2 GiB, sparse: costs no disk
+    message = str(pytest.raises(ManifestError, load_manifest, p).value)
+    assert message == f"{p}: larger than 3 MiB, the most a manifest may be (the API server's request limit): not read"
+
+
 def test_binary_file(tmp_path):
     p = tmp_path / "b.yaml"
     p.write_bytes(bytes(range(256)) * 4)
