@@ -482,10 +482,11 @@ def uncommitted_problem(steps: list[int], uri: str) -> str | None:
         return None
     more = len(steps) - _MAX_NAMED
     shown = ", ".join(map(str, steps[:_MAX_NAMED])) + (f" and {more} more" if more > 0 else "")
-    return (f"{URI_FIELD} {uri!r}: checkpoint step(s) {shown} exist but were never committed (no {COMMIT_SUCCESS_FILE}, "
-            "which Orbax writes last: a copy that left it out, or another job's save cut short); they can neither "
-            "be resumed from nor saved over: copy them again with their commit markers, delete them, or give this "
-            "job its own directory")
+    # (the safe advice first: a trial's folder of photos had a `2024/`, and "delete them" told them to delete it)
+    return (f"{URI_FIELD} {uri!r}: folder(s) named like checkpoint step(s) {shown} were never committed (no "
+            f"{COMMIT_SUCCESS_FILE}, which Orbax writes last: a copy that left it out, another job's save cut short, or not a checkpoint "
+            "at all); they can neither be resumed from nor saved over: give this job its own directory, or, if "
+            "they are checkpoints, copy them again with their commit markers")
 
 
 def check_committed(root, uri: str, me: JobIdentity | None) -> None:

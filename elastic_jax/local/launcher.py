@@ -593,6 +593,9 @@ class LocalLauncher:
             interrupted = True
         finally:
             with stopping_signals():
+                if interrupted:  # (said at once: the stop takes seconds; a trial's user, seeing nothing, pressed again)
+                    self.on_message("interrupted: stopping (the controller checkpoints its last step, then every "
+                                    "process is stopped; at most about a minute)")
                 self.stop_all()
         code = self.controller.exit_code()
         if not interrupted and self.budget_failure is None \

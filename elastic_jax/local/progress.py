@@ -80,9 +80,18 @@ class ProgressView:
                   f"slices {slices} recoveries {rec}" + (f" ({note})" if note else ""), file=sys.stderr, flush=True)
 
     def _note(self, status: ControllerStatus | None) -> str:
-        """What the start-up is doing while no step has been trained or restored; "" after that."""
-        if status is not None and (status.step or status.resumed_from is not None or status.recovery_history
-                                   or status.phase not in ("Starting", "WaitingForSlices")):
+        """What the start-up is doing while no step has been trained or restored; "" after that.
+
+        A controller restarted during the run starts again at step 0 too: the newest committed step any earlier
+        status reported is where it resumes from (a trial saw `[Starting] step 0/300` after a controller's
+        SIGKILL at step 236, and read it as training from scratch)."""
+        if status is not None and status.last_committed_checkpoint_step:
+            self.resuming_from = max(self.resuming_from or 0, status.last_committed_checkpoint_step)
+        if status is not None and (status.step or status.resumed_from is not None or status.recovery_history):
+            return ""
+        if status is not None and status.phase == "Running":
+            return "" if self.resuming_from else "compiling the first step"
+        if status is not None and status.phase not in ("Starting", "WaitingForSlices"):
             return ""
         if self.resuming_from:
             return f"resuming from checkpoint step {self.resuming_from}"

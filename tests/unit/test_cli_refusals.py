@@ -301,7 +301,7 @@ def test_an_error_quoting_a_huge_value_is_one_bounded_line(tmp_path):
     from elastic_jax import error_lines
 
     m = job_manifest("huge", tmp_path)
-    m["spec"]["controller"]["trainer"]["config"]["data"] = "x" * 5_000_000
+    m["spec"]["controller"]["trainer"]["config"]["data"] = "x" * 2_500_000  # (under the 3 MiB a manifest may be)
     proc = _validate(tmp_path, m, "--trainer")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[:2000]
     [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]

@@ -51,3 +51,19 @@ def test_a_new_start_waiting_for_its_workers_says_so_and_a_later_pause_does_not(
     assert lines[0] == "[Starting] step 0/100 loss - - tok/s slices 0/3 recoveries 0"
     assert lines[1].endswith("slices 0/3 recoveries 0 (starting the workers)"), lines
     assert lines[2] == "[WaitingForSlices] step 30/100 loss - - tok/s slices 0/3 recoveries 0"
+
+
+def test_a_restarted_controller_says_where_it_resumes_and_a_first_step_says_it_compiles(capsys):
+    # A trial: after a controller SIGKILL at step 236 the line read `[Starting] step 0/300` with no hint; a new
+    # run sat at `[Running] step 0/300 ... slices 3/3` while its first step compiled.
+    view = ProgressView(100, console=Console(file=io.StringIO(), force_terminal=False))
+    with view:
+        view.update(_starting("Running"))
+        view.update(_starting("Running", 60, last_committed_checkpoint_step=50))
+        view.update(_starting("Starting"))  # the replacement controller, before it restored
+        view.update(_starting("Running", 50, resumed_from={"step": 50}))
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].endswith("(compiling the first step)"), lines
+    assert lines[1] == "[Running] step 60/100 loss - - tok/s slices 0/3 recoveries 0"
+    assert lines[2].startswith("[Starting] step 0/100") and lines[2].endswith("(resuming from checkpoint step 50)")
+    assert lines[3] == "[Running] step 50/100 loss - - tok/s slices 0/3 recoveries 0"
