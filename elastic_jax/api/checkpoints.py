@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple
@@ -956,6 +957,25 @@ def _check_gcs_committed(uri: str, me: JobIdentity | None) -> None:
         return
 
 
+def world_writable_problem(root: Path, uri: str) -> str | None:
+    """Why a local checkpoint folder `root` (`spec.checkpoint.uri` `uri`) that any user may write in is refused
+    by `elastic-jax run` and `validate --trainer`, or None (also when it does not exist yet).
+
+    Any user could plant a step this job resumes from (its writer identity is only metadata), or folders that
+    `--fresh` deletes. `--workdir` was refused for this, the checkpoint folder was not (a new user's trial).
+    Only for the CLI: a pod's `emptyDir` is mode 0777 and only the pod's containers can reach it.
+    """
+    try:
+        st = os.stat(root)
+    except OSError:  # (missing: created 0700-style by the run; unreadable: check_location said why)
+        return None
+    if not stat.S_ISDIR(st.st_mode) or not st.st_mode & 0o002:
+        return None
+    return (f"{URI_FIELD} {uri!r}: the folder is writable by every user (mode {stat.S_IMODE(st.st_mode):04o}): "
+            "another user could plant a checkpoint this job resumes from, or folders --fresh deletes; chmod o-w "
+            "it, or use a folder of your own")
+
+
 def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal["SameJob", "Any"], *,
               fresh: bool, check_gcs: bool = True, timeout_s: float = DEFAULT_PROBE_TIMEOUT_S,
               data: dict | None = None, allow_data_change: bool = False) -> None:
@@ -969,7 +989,8 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
     Checks: the URI's form (`uri_problem`); the location (`check_location`
     with `create=False`: a file, a directory that is not writable, a missing
     bucket); steps there that were never committed (`uncommitted_steps`; for gs:// when etils is
-    installed); then, for a local path, with `fresh` what `--fresh` would refuse
+    installed); then, for a local path, a folder every user may write in (`world_writable_problem`), with
+    `fresh` what `--fresh` would refuse
     (`fresh_plan`), else what resuming would refuse (`check_resume`:
     another job's steps, a step beyond `total_steps`).
 
@@ -998,6 +1019,9 @@ def preflight(uri: str, total_steps: int, me: JobIdentity, resume_from: Literal[
     if not is_local(uri):
         _check_gcs_committed(uri, me)
         return
+    problem = world_writable_problem(local_path(uri), uri)
+    if problem:
+        raise CheckpointUriError(problem)
     if fresh:
         fresh_plan(uri, me, allow_foreign=resume_from == "Any")
         return

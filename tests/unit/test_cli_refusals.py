@@ -678,3 +678,21 @@ def test_a_run_refused_for_checkpoints_in_use_leaves_no_new_workdir(tmp_path):
         proc = run_bad(tmp_path, manifest, "--no-failure")
     assert_one_line_error(proc, "spec.checkpoint.uri", "in use by another elastic-jax run")
     assert nothing_started(tmp_path)
+
+
+@pytest.mark.parametrize("flags", [(), ("--fresh",)])
+def test_a_checkpoint_folder_every_user_may_write_in_is_refused_before_anything_starts(tmp_path, flags):
+    """A new user's trial: `--workdir` refused a world-writable folder, the checkpoint folder (where another user
+    could plant a step to resume from, or folders `--fresh` deletes) passed."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    ckpt.chmod(0o777)
+    m = job_manifest("shared", tmp_path)
+    m["spec"]["checkpoint"]["uri"] = str(ckpt)
+    for proc in (run_bad(tmp_path, m, *flags), _validate(tmp_path, m, "--trainer")):
+        assert_one_line_error(proc, "spec.checkpoint.uri", "writable by every user (mode 0777)", "chmod o-w")
+    assert nothing_started(tmp_path)
+    ckpt.chmod(0o1777)  # (the sticky bit does not help: others may still add a step folder)
+    assert_one_line_error(run_bad(tmp_path, m, *flags), "writable by every user (mode 1777)")
+    ckpt.chmod(0o755)
+    assert _validate(tmp_path, m, "--trainer").returncode == 0
