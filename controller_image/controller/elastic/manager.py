@@ -80,9 +80,9 @@ class Manager:
         slices it saw while blocked; the goodput ledger's "waiting", the
         recovery record's pause).
       on_slices_lost: called with the slices of the last attempt found down
-        during the wait before the next one (a second slice lost while the
-        first one's loss is recovered: the error that ended the attempt named
-        only the first); each slice once per wait.
+        during the wait before the next one, each once per wait: those the
+        error that ended the attempt named and any other (a second slice lost
+        while the first one's loss is recovered, which no step failed on).
       prepare: `slices -> the subset ready to join now` (the backend's
         `prepare`: on cpu, the step programs are compiled there), starting to
         ready the rest; None: every slice is ready. Spares and rejoining
