@@ -68,3 +68,17 @@ def test_pauses_add_up_and_keep_the_fewest(tmp_path, blocks):
         record.on_wait(False, up, at_step=5, desired=3)
     [r] = record.history()
     assert r.fewest_slices == 1 and r.paused_seconds is not None
+
+
+def test_the_supervisors_name_the_joined_slices_loss_from_the_status(tmp_path):
+    """The operator and the launcher read `status.recoveryHistory` to say why they replace a slice's worker:
+    the slice found down while another's loss waited is named there too (it was "", no cause)."""
+    from types import SimpleNamespace
+
+    from elastic_jax.supervision.slice_state import down_cause
+
+    record = _record(tmp_path)
+    record.elastic_event("slice_down", [2], at_step=41)
+    record.slices_lost({1}, at_step=41)
+    status = SimpleNamespace(recovery_history=record.history())
+    assert [down_cause(status, i) for i in range(3)] == ["", "slice_down", "slice_down"]
