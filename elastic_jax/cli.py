@@ -394,6 +394,10 @@ def _print_report(s: dict, earlier_steps: dict[int, float]) -> None:
     if s.get("unfinished_recoveries"):
         rec += ("; " if rec else "") + f"{s['unfinished_recoveries']} unfinished when the run ended"
     lost = "n/a (not measured: your program owns its loop)" if s["steps_lost"] is None else s["steps_lost"]
+    if (s.get("slices_lost") or 0) > s["recoveries"]:  # (a slice lost while another's loss was recovered)
+        rec += f"; {s['slices_lost']} slices lost"
+    if s.get("paused_seconds"):
+        rec += f"; paused {s['paused_seconds']:.1f} s waiting for slices below the minimum"
     print(f"  recoveries {s['recoveries']} ({rec or '-'}); steps lost {lost}; "
           f"worker restarts {s['worker_restarts']}; controller restarts {s['controller_restarts']}", file=out)
     for loss in s.get("controller_losses") or []:

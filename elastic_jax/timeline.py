@@ -44,6 +44,19 @@ class Recovery:
 
 
 @dataclasses.dataclass
+class Pause:
+    """The run paused waiting for slices (fewer healthy than its minimum): from `t` to `t_end` seconds after the
+    run's first record (None: the run ended paused), at `at_step`, with `up` of `desired` slices healthy (the
+    fewest while it lasted)."""
+
+    t: float
+    t_end: float | None
+    at_step: int
+    up: int
+    desired: int
+
+
+@dataclasses.dataclass
 class TimelineData:
     """The plotted series, one entry per completed step, in the order the steps completed.
 
@@ -55,7 +68,8 @@ class TimelineData:
       steps_per_second: completed steps per wall second over the last `RATE_WINDOW_STEPS` steps of the same
         controller (None for a controller's first step).
       active / desired: slices the step trained on / slices the job wants.
-      recoveries: the elastic events (`Recovery`), oldest first.
+      recoveries: the elastic events (`Recovery`), oldest first; a slice found down while a recovery waited
+        for slices (a history event that `joins`) is in that recovery's `slices`.
       controller_starts: `(t, step)` of each controller after the first one's first step (a lost controller's
         successor: its first completed step).
       controller_gaps: `(t_last, t_next, step)` of each such change: the lost controller's last completed step
@@ -71,6 +85,9 @@ class TimelineData:
     recoveries: list[Recovery]
     controller_starts: list[tuple[float, int]]
     controller_gaps: list[tuple[float, float, int]] = dataclasses.field(default_factory=list)
+    pauses: list[Pause] = dataclasses.field(default_factory=list)
+    """The pauses waiting for slices (`Pause`), oldest first: the active slices drawn are their `up` until the
+    next step."""
 
 
 def read_history(run_dir: str | Path) -> list[dict]:
@@ -144,7 +161,8 @@ def _no_step_yet(run_dir: Path) -> str:
 _NUMBER = (int, float)
 # What `timeline_data` reads of each kind of line, and the types it needs (a bool is no number here).
 _FIELDS = {"step": {"t": _NUMBER, "pid": int, "step": int, "active": int, "desired": int},
-           "event": {"t": _NUMBER, "at_step": int, "cause": str}}
+           "event": {"t": _NUMBER, "at_step": int, "cause": str},
+           "wait": {"t": _NUMBER, "blocked": bool, "up": int, "at_step": int, "desired": int}}
 
 
 def _well_formed(record: object) -> bool:
@@ -154,7 +172,8 @@ def _well_formed(record: object) -> bool:
         return False
     fields = _FIELDS.get(record.get("kind"))  # type: ignore[arg-type]
     return fields is not None and all(
-        isinstance(record.get(name), types) and not isinstance(record.get(name), bool) for name, types in fields.items())
+        isinstance(record.get(name), types) and (types is bool or not isinstance(record.get(name), bool))
+        for name, types in fields.items())
 
 
 def timeline_data(records: list[dict]) -> TimelineData:
@@ -186,11 +205,36 @@ def timeline_data(records: list[dict]) -> TimelineData:
         data.active.append(r["active"])
         data.desired.append(r["desired"])
     for e in (r for r in records if r["kind"] == "event"):
+        slices = list(e.get("slices") or [])
+        if e.get("joins") is True and data.recoveries:  # (more slices of the recovery before it)
+            joined = data.recoveries[-1]
+            joined.slices = sorted(set(joined.slices) | set(slices))
+            continue
         after = next((s["t"] for s in steps if s["t"] >= e["t"]), None)
         data.recoveries.append(Recovery(t=e["t"] - t0, at_step=e["at_step"], cause=e["cause"],
-                                        slices=list(e.get("slices") or []),
+                                        slices=slices,
                                         seconds=None if after is None else round(after - e["t"], 3)))
+    for w in (r for r in records if r["kind"] == "wait"):
+        if w["blocked"]:
+            data.pauses.append(Pause(t=w["t"] - t0, t_end=None, at_step=w["at_step"], up=w["up"],
+                                     desired=w["desired"]))
+        elif data.pauses and data.pauses[-1].t_end is None:
+            data.pauses[-1].t_end = w["t"] - t0
+            data.pauses[-1].up = min(data.pauses[-1].up, w["up"])
     return data
+
+
+def _with_pauses(series: tuple[list[float], ...], pauses: list[Pause]) -> tuple[list[float], ...]:
+    """`_broken_at_controller_gaps`'s series with a point at each pause's start: no loss or rate (NaN) and its
+    `up` slices active, drawn so until the next step (nothing trained while paused; the active slices dip to
+    what was up, not the last step's count)."""
+    nan = float("nan")
+    t, loss, rate, active, desired = (list(x) for x in series)
+    for p in pauses:
+        i = next((k for k, when in enumerate(t) if when > p.t), len(t))
+        t.insert(i, p.t), loss.insert(i, nan), rate.insert(i, nan), active.insert(i, p.up)
+        desired.insert(i, p.desired)
+    return t, loss, rate, active, desired
 
 
 def _broken_at_controller_gaps(data: TimelineData) -> tuple[list[float], ...]:
@@ -213,6 +257,12 @@ def _broken_at_controller_gaps(data: TimelineData) -> tuple[list[float], ...]:
     return t, loss, rate, active, desired
 
 
+def drawn_series(data: TimelineData) -> tuple[list[float], ...]:
+    """What `draw` plots of `data`: (t, loss, steps per second, active, desired), one point per step plus a
+    point at each controller gap's end and each pause's start (see `_broken_at_controller_gaps`, `_with_pauses`)."""
+    return _with_pauses(_broken_at_controller_gaps(data), data.pauses)
+
+
 def draw(run_dir: str | Path, title: str | None = None) -> Path:
     """Draws `<run_dir>/timeline.png` from `<run_dir>/history.jsonl`; returns its path.
 
@@ -220,7 +270,8 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
     desired slices. Each recovery is a red line across all three (its cause, slices and step written at the
     top; a scale-up in purple), its seconds until the next step shaded; a lost controller is a red dotted line
     at its last step, the seconds until its successor's first step shaded grey, with no line drawn across them
-    and 0 active slices (nothing trained); the successor's first step is a grey dotted line.
+    and 0 active slices (nothing trained); the successor's first step is a grey dotted line. A pause waiting for
+    slices (below the job's minimum) is shaded orange, the active slices dipping to those up while it lasted.
 
     Raises:
       TimelineError: nothing to draw (see `read_history`), or the picture cannot be written.
@@ -235,7 +286,7 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
 
     fig, (ax_loss, ax_rate, ax_slices) = plt.subplots(3, 1, sharex=True, figsize=(9, 6.5),
                                                       gridspec_kw={"height_ratios": [3, 2, 1.5]})
-    t, loss, rate, active, desired = _broken_at_controller_gaps(data)
+    t, loss, rate, active, desired = drawn_series(data)
     ax_loss.plot(t, loss, color="tab:blue", lw=1.2)
     ax_loss.set_ylabel("loss")
     ax_rate.plot(t, rate, color="tab:green", lw=1.2)
@@ -265,7 +316,15 @@ def draw(run_dir: str | Path, title: str | None = None) -> Path:
         ax_rate.annotate(f"controller lost after step {lost_at}: {t_next - t_last:.0f} s until its successor's step "
                          f"{step}", xy=(t_last, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
                          textcoords="offset points", fontsize=8, color="tab:red")
+    for p in data.pauses:
+        end = p.t_end if p.t_end is not None else t[-1]
+        for ax in (ax_loss, ax_rate, ax_slices):
+            ax.axvspan(p.t, end, color="tab:orange", alpha=0.15)
+        ax_slices.annotate(f"paused: {p.up}/{p.desired} slices, {end - p.t:.1f} s", xy=(p.t, 0),
+                           xycoords=("data", "axes fraction"), xytext=(3, 3), textcoords="offset points",
+                           fontsize=8, color="tab:orange")
     losses = f", {len(data.controller_gaps)} controller loss(es)" if data.controller_gaps else ""
+    losses += f", {len(data.pauses)} pause(s) waiting for slices" if data.pauses else ""
     fig.suptitle(f"{title or run_dir.name}: {data.step[-1]} steps, {len(data.recoveries)} elastic event(s){losses}")
     fig.tight_layout()
     out = run_dir / TIMELINE_FILE

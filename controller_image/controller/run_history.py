@@ -7,7 +7,10 @@ shows as a step lower than the line before it.
 
 Lines (`t`: wall clock, `time.time()` seconds; `pid`: the writing controller):
   {"kind": "step", "t", "pid", "step", "loss" (float or null), "active" (slices in the step), "desired"}
-  {"kind": "event", "t", "pid", "cause", "slices" (indices), "at_step"}
+  {"kind": "event", "t", "pid", "cause", "slices" (indices), "at_step"[, "joins": true]}
+    ("joins": slices found down while the recovery before it waited for slices: that recovery's, not another)
+  {"kind": "wait", "t", "pid", "blocked" (true: paused, waiting for slices; false: the wait ended), "up" (healthy
+    slices: at the pause's start / the fewest while paused), "at_step", "desired"}
 
 About 100 bytes a step: 100,000 steps are about 10 MB.
 """
@@ -58,8 +61,16 @@ class RunHistory:
         self._append({"kind": "step", "t": round(time.time(), 3), "pid": os.getpid(), "step": step,
                       "loss": None if loss is None else float(loss), "active": active, "desired": desired})
 
-    def event(self, cause: str, slices: list[int], at_step: int) -> None:
-        """An elastic event (`RecoveryRecord.cause`: slice_down, hang, drain, scale_up, ...) at `at_step`."""
-        self._append({"kind": "event", "t": round(time.time(), 3), "pid": os.getpid(), "cause": cause,
-                      "slices": list(slices), "at_step": at_step})
+    def event(self, cause: str, slices: list[int], at_step: int, joins: bool = False) -> None:
+        """An elastic event (`RecoveryRecord.cause`: slice_down, hang, drain, scale_up, ...) at `at_step`;
+        `joins`: more `slices` of the last event's recovery (found down while it waited for slices)."""
+        line = {"kind": "event", "t": round(time.time(), 3), "pid": os.getpid(), "cause": cause,
+                "slices": list(slices), "at_step": at_step}
+        self._append({**line, "joins": True} if joins else line)
+
+    def wait(self, blocked: bool, up: int, at_step: int, desired: int) -> None:
+        """The run paused waiting for slices (`blocked`, `up` healthy of `desired`) at `at_step`, or that pause
+        ended (`up`: the fewest healthy slices while it lasted)."""
+        self._append({"kind": "wait", "t": round(time.time(), 3), "pid": os.getpid(), "blocked": blocked, "up": up,
+                      "at_step": at_step, "desired": desired})
 

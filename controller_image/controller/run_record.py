@@ -82,14 +82,16 @@ class RunRecord:
         metrics.bind_ledger(self.ledger)
         self._lock = threading.Lock()
         self._history: list[RecoveryRecord] = []
-        self._pending: tuple[RecoveryRecord, float] | None = None
+        # The recoveries no step has completed since: (record, since monotonic s); the next step ends them all.
+        self._open: list[tuple[RecoveryRecord, float]] = []
+        self._paused_since: float | None = None  # monotonic s, while the manager waits for slices
         self.steps_run = 0  # steps completed by this process (not restored ones)
 
     @property
     def recovering(self) -> bool:
         """An elastic event happened and no step completed since."""
         with self._lock:
-            return self._pending is not None
+            return bool(self._open)
 
     def category(self, active: int, desired: int) -> str:
         """The ledger category of a step on `active` of `desired` slices (the step ending a recovery is part of it).
@@ -103,12 +105,27 @@ class RunRecord:
             return "starting"
         return "recovering" if self.recovering else "productive" if active >= desired else "reduced"
 
-    def on_wait(self, blocked: bool) -> None:
-        """The manager blocks for lack of slices (True) or stopped blocking (False); before the first step it is start-up."""
+    def on_wait(self, blocked: bool, up: int, at_step: int = 0, desired: int = 0) -> None:
+        """The manager blocks for lack of slices (True) or stopped blocking (False); before the first step it is
+        start-up. `up`: the healthy slices it found (blocking) or the fewest it saw while blocked (ending);
+        `at_step`, `desired`: the step the run paused at and the job's slice count, for the history line.
+
+        The open recoveries get the pause: `fewest_slices` and `paused_seconds` (a pause of several waits adds up).
+        """
+        now = time.monotonic()
         if blocked and self.steps_run > 0:
             self.ledger.switch("waiting")
         elif not blocked and self.ledger.current == "waiting":
             self.ledger.switch("recovering")
+        if self.steps_run == 0:
+            return
+        with self._lock:
+            since, self._paused_since = self._paused_since, (now if blocked else None)
+            for record, _ in self._open:
+                record.fewest_slices = up if record.fewest_slices is None else min(record.fewest_slices, up)
+                if not blocked and since is not None:
+                    record.paused_seconds = (record.paused_seconds or 0.0) + (now - since)
+        self.run_history.wait(blocked, up, at_step, desired)
 
     def elastic_event(self, cause: str, slices: list[int], at_step: int, since: float | None = None) -> RecoveryRecord:
         """Records a slice loss, deadline, drain or scale-up at `at_step`; its recovery runs from `since` (monotonic s,
@@ -119,8 +136,7 @@ class RunRecord:
             self.ledger.switch("recovering", at=since)
         with self._lock:
             self._history.append(record)
-            if self._pending is None:
-                self._pending = (record, since)
+            self._open.append((record, since))
         self.metrics.recoveries.labels(cause=cause).inc()
         self.run_history.event(cause, slices, at_step)
         return record
@@ -138,6 +154,27 @@ class RunRecord:
             cause, slices = getattr(error, "cause", "slice_down"), list(getattr(error, "slice_indices", ()))
         return self.elastic_event(cause, slices, at_step, getattr(error, "failed_since", None))
 
+    def slices_lost(self, slices: frozenset[int] | list[int], at_step: int) -> None:
+        """Slices of the last attempt found down while a recovery waits for slices (the manager's
+        `on_slices_lost`): the error that ended the attempt named only the first one lost.
+
+        A slice not in an open recovery joins the open slice-loss recovery's `slices` (one recovery handles both:
+        its record, its seconds, the history's event with `"joins": true`); with none open (a scale-up's or a
+        hang's recovery), it is a `slice_down` record of its own at `at_step`.
+        """
+        with self._lock:
+            named = {i for record, _ in self._open for i in record.slices}
+            new = sorted(set(slices) - named)
+            joined = next((record for record, _ in reversed(self._open) if record.cause == "slice_down"), None)
+            if joined is not None and new:
+                joined.slices = sorted(set(joined.slices) | set(new))
+        if not new:
+            return
+        if joined is None:
+            self.elastic_event("slice_down", new, at_step)
+            return
+        self.run_history.event(joined.cause, new, joined.at_step, joins=True)
+
     def live_phase(self, phase: str, waiting: bool) -> str:
         """The phase `/v1/status` shows: `Running` reads `WaitingForSlices` while the manager `waiting` for
         slices, `Recovering` between an elastic event and the next step; any other `phase` as is."""
@@ -152,10 +189,10 @@ class RunRecord:
         now = time.monotonic() if now is None else now
         with self._lock:
             self.steps_run += 1
-            pending, self._pending = self._pending, None
-        if pending is not None:
-            record, since = pending
-            record.seconds = now - since
+            ended, self._open = self._open, []
+            for record, since in ended:
+                record.seconds = now - since
+        for record, _ in ended:
             self.metrics.recovery_seconds.observe(record.seconds)
 
     def history(self) -> list[RecoveryRecord]:

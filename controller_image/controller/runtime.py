@@ -178,7 +178,10 @@ class Runtime:
             self.slice_set,
             health_check=self._backend.health_check if self._backend is not None else None,
             stop_event=self.stop_requested,
-            on_wait=self.record.on_wait,
+            # (the step and slice count for the history's pause line; a second slice found down while a loss
+            # is recovered joins that loss's record: `RunRecord.slices_lost`)
+            on_wait=lambda blocked, up: self.record.on_wait(blocked, up, self.step, self.slice_set.count),
+            on_slices_lost=lambda slices: self.record.slices_lost(slices, self.step),
             **hooks,
         )
         self.step = 0

@@ -145,13 +145,22 @@ class SliceStatus(_Msg):
 
 
 class RecoveryRecord(_Msg):
-    """One recovery: a slice lost or a scale-up, and how long until the next completed step."""
+    """One recovery: a slice lost or a scale-up, and how long until the next completed step.
+
+    A slice lost while a slice loss is recovered (found down during the wait for slices that follows it) joins
+    that loss's `slices`: one recovery handled both."""
 
     cause: Text = Field(description="slice_down, step_deadline, scale_up, draining.")
     slices: list[Count] = Field(max_length=MAX_LIST_ITEMS)
     at_step: Count
     seconds: OptionalFinite = Field(default=None, description="From the failure to the next completed step; None while "
                                   "recovering, and for good when the run ended (stopped, failed) before that step.")
+    fewest_slices: Count | None = Field(
+        default=None, description="Fewest slices up (Ready and healthy) while this recovery waited for slices: below "
+                                  "min_slices the run paused (WaitingForSlices); None: it never had to wait.")
+    paused_seconds: OptionalFinite = Field(
+        default=None, description="Seconds of this recovery spent waiting for slices (paused below min_slices); "
+                                  "None: it never had to wait.")
 
 
 class ResumeInfo(_Msg):

@@ -787,7 +787,8 @@ class LocalLauncher:
         already_finished (that case: it trained nothing, the job was complete), nothing_started (True only
         from `finished_summary`: no process was started), total_steps, initial_loss, final_loss,
         recoveries (count of slice losses and drains, over every controller of the run),
-        recovery_seconds (the measured ones, seconds each), unfinished_recoveries (count:
+        recovery_seconds (the measured ones, seconds each), slices_lost (count: the slices of the slice_down
+        recoveries), paused_seconds (seconds the recoveries waited for slices, below the minimum), unfinished_recoveries (count:
         the run ended before the next step completed, so there is no duration), steps_lost (None: not
         measured, library mode),
         controller_pid_changed, controller_restarts, controller_losses (list of
@@ -896,6 +897,9 @@ class LocalLauncher:
             "recovery_seconds": [r["seconds"] for r in recoveries if r.get("seconds") is not None],
             "unfinished_recoveries": sum(1 for r in recoveries if r.get("seconds") is None),
             "scale_ups": len(history) - len(recoveries),
+            # (a recovery may handle several slices: one lost while another's loss waited for slices)
+            "slices_lost": sum(len(r.get("slices") or []) for r in recoveries if r.get("cause") == "slice_down"),
+            "paused_seconds": round(sum(r.get("paused_seconds") or 0.0 for r in history), 2),
             "steps_lost": steps_lost,
             "controller_pid_changed": len(set(self.controller_pids)) > 1,
             "controller_restarts": controller_restarts,

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from elastic_jax.logs import read_events
-from tests.support.runs import CLI, interrupt_when, job_manifest, leftover_processes, run_cli
+from tests.support.runs import CLI, interrupt_when, job_manifest, leftover_processes, run_cli, worker_pid
 
 STEPS = 1000  # long enough (several seconds even on an idle machine) for a killed worker to rejoin
 
@@ -312,15 +312,6 @@ def test_draining_slice_is_checkpointed_then_released(tmp_path, baseline):
     assert s["recoveries"] == 1 and s["worker_restarts"] == 0
 
 
-def _worker_pid(tmp_path: Path, index: int) -> int:
-    """The pid of the live worker process of slice `index` of the run under `tmp_path`."""
-    for p in leftover_processes(str(tmp_path)):
-        argv = p.cmdline()
-        if any(a.endswith("elastic-jax-worker") for a in argv) and argv[argv.index("--slice-index") + 1] == str(index):
-            return p.pid
-    raise AssertionError(f"no worker process for slice {index}")
-
-
 def test_hot_spare_is_warm_before_it_is_swapped_in(tmp_path):
     """Warm spares (issue 12 item 2): the spare compiles the step program while idle, so the swap costs no step
     below the desired slice count and the spare's first step runs without compiling. The run is stopped
@@ -351,7 +342,7 @@ def test_hot_spare_is_warm_before_it_is_swapped_in(tmp_path):
         assert spare is not None, f"the job ended before its spare was warmed:\n{log.read_text()[-3000:]}"
         victim = first[0]
         swapped = sorted((set(first) - {victim}) | {spare})
-        os.kill(_worker_pid(tmp_path, victim), signal.SIGKILL)
+        os.kill(worker_pid(tmp_path, victim), signal.SIGKILL)
 
         def trained_after_swap() -> bool:
             text = log.read_text()

@@ -74,6 +74,20 @@ def leftover_processes(marker: str) -> list[psutil.Process]:
     return found
 
 
+def worker_pid(marker: str | Path, index: int) -> int:
+    """The pid of the live worker process of slice `index` of the run whose processes name `marker` (the test's
+    tmp folder).
+
+    Raises:
+      AssertionError: no such worker is running.
+    """
+    for p in leftover_processes(str(marker)):
+        argv = p.cmdline()
+        if any(a.endswith("elastic-jax-worker") for a in argv) and argv[argv.index("--slice-index") + 1] == str(index):
+            return p.pid
+    raise AssertionError(f"no worker process for slice {index}")
+
+
 def run_cli(manifest: dict | str | Path, tmp_path: Path, *flags: str, timeout_s: float = 600, env: dict | None = None,
             address_space_bytes: int | None = None, cwd: Path | None = None) -> CliRun:
     """Runs `elastic-jax run` on a manifest in a fresh process group and waits for it.

@@ -279,3 +279,49 @@ def test_choose_active_prefers_given_slices_after_the_active_ones():
     s.set_active([1])
     assert s.choose_active({0, 1, 2, 3}, prefer={3}) == {1, 3}
     assert s.choose_active({0, 1, 2, 3}) == {0, 1}
+
+
+def test_a_slice_found_down_while_waiting_after_a_loss_is_reported_and_the_pause_too():
+    """Two slices lost at once: the step's error names slice 2; slice 1 fails the health check in the wait that
+    follows (reported to `on_slices_lost`, with slice 2, once), and with 1 of the 2 needed up the wait blocks (`on_wait`) until
+    slice 2's replacement is Ready."""
+    s = SliceSet(3)
+    for i in range(3):
+        s.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"h:{i}"]))
+    lost, waits = [], []
+    seen = []
+    # (slice 1's worker died with slice 2's: it fails every health check after the first attempt began)
+    m = Manager(s, health_check=lambda idx: frozenset(i for i in idx if i != 1 or not seen),
+                poll_interval_s=0.05, on_slices_lost=lost.append, on_wait=lambda *a: waits.append(a))
+
+    @m.elastic_retry(minimum_slice_count=2, timeout_s=30)
+    def train():
+        seen.append(sorted(s.active))
+        if len(seen) == 1:
+            s.mark_down([2], "killed")
+            threading.Timer(0.2, lambda: s.apply_report(
+                2, SliceReport(state="Ready", generation=2, addresses=["h:2"]))).start()
+            raise SliceDownError("slice 2 lost", [2])
+        return "done"
+
+    assert train() == "done"
+    assert seen == [[0, 1, 2], [0, 2]]
+    assert lost == [frozenset({1, 2})]  # (once: every slice of the last attempt down; the recovery record dedups)
+    assert waits == [(True, 1), (False, 1)]
+
+
+def test_nothing_is_reported_lost_on_a_first_attempt_or_a_scale_up():
+    lost = []
+    s, _ = make(2, ready=[0])
+    m = Manager(s, poll_interval_s=0.05, on_slices_lost=lost.append)
+    seen = []
+
+    @m.elastic_retry(minimum_slice_count=1, timeout_s=1)
+    def train():
+        seen.append(sorted(s.active))
+        if len(seen) == 1:
+            s.apply_report(1, SliceReport(state="Ready", generation=1, addresses=["h:1"]))
+            raise ScaleUpSignalError("slice 1 joins")
+        return "done"
+
+    assert train() == "done" and seen == [[0], [0, 1]] and lost == []

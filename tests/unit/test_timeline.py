@@ -141,3 +141,24 @@ def test_a_lost_controllers_gap_is_drawn_as_one_not_as_training(tmp_path):
     assert active == [2, 2, 0, 0, 2, 2]  # (nothing trained from the lost controller's last step to the next)
     assert loss[3] != loss[3] and loss[2] == 1.0 == loss[4]  # (a NaN: the line breaks across the gap)
     assert timeline.draw(tmp_path).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_slice_that_joins_a_recovery_is_in_its_slices_and_a_pause_dips_the_active_slices(tmp_path):
+    """Two slices lost at once: the history's second event `joins` the first's recovery (one recovery, both
+    slices); its wait lines are a pause, drawn as the slices up (1) from the pause until the next step."""
+    lines = [_step(1.0, 1, active=3), _step(2.0, 2, active=3),
+             {"kind": "event", "t": 2.1, "pid": 1, "cause": "slice_down", "slices": [2], "at_step": 2},
+             {"kind": "event", "t": 2.2, "pid": 1, "cause": "slice_down", "slices": [1], "at_step": 2, "joins": True},
+             {"kind": "wait", "t": 2.2, "pid": 1, "blocked": True, "up": 1, "at_step": 2, "desired": 3},
+             {"kind": "wait", "t": 5.0, "pid": 1, "blocked": False, "up": 1, "at_step": 2, "desired": 3},
+             _step(6.0, 3, active=2)]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    data = timeline.timeline_data(timeline.read_history(tmp_path))
+    [r] = data.recoveries
+    assert (r.cause, r.slices, r.at_step, r.seconds) == ("slice_down", [1, 2], 2, pytest.approx(3.9))
+    [p] = data.pauses
+    assert (p.t, p.t_end, p.at_step, p.up, p.desired) == (pytest.approx(1.2), pytest.approx(4.0), 2, 1, 3)
+    t, loss, _, active, _ = timeline.drawn_series(data)
+    assert active == [3, 3, 1, 2] and t[2] == pytest.approx(1.2) and loss[2] != loss[2]  # (NaN: no step there)
+    assert data.active == [3, 3, 2]  # (the steps' own series is unchanged)
+    assert timeline.draw(tmp_path).is_file()

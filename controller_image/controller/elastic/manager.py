@@ -74,9 +74,15 @@ class Manager:
         is not visible yet (its node pool came up after the controller started;
         its workers are still registering) waits: neither health-checked nor
         marked down, nor a scale-up signal.
-      on_wait: called with True when a wait for slices has to block (too few
-        at the first look) and with False when that wait ends (the goodput
-        ledger's "waiting").
+      on_wait: called as `on_wait(True, up)` when a wait for slices has to block
+        (`up`: the healthy slices at the first look, fewer than needed) and as
+        `on_wait(False, fewest)` when that wait ends (`fewest`: the fewest healthy
+        slices it saw while blocked; the goodput ledger's "waiting", the
+        recovery record's pause).
+      on_slices_lost: called with the slices of the last attempt found down
+        during the wait before the next one, each once per wait: those the
+        error that ended the attempt named and any other (a second slice lost
+        while the first one's loss is recovered, which no step failed on).
       prepare: `slices -> the subset ready to join now` (the backend's
         `prepare`: on cpu, the step programs are compiled there), starting to
         ready the rest; None: every slice is ready. Spares and rejoining
@@ -95,13 +101,17 @@ class Manager:
     def __init__(self, slice_set: SliceSet, health_check: HealthCheck | None = None, poll_interval_s: float = 1.0,
                  stop_event: threading.Event | None = None,
                  visible: Callable[[], frozenset[int]] | None = None,
-                 on_wait: Callable[[bool], Any] | None = None,
+                 on_wait: Callable[[bool, int], Any] | None = None,
+                 on_slices_lost: Callable[[frozenset[int]], Any] | None = None,
                  prepare: Callable[[frozenset[int]], frozenset[int]] | None = None,
                  default_device: Callable[[frozenset[int]], Any] | None = None):
         self.slice_set = slice_set
         self.default_device = default_device
         self.prepare = prepare
         self.on_wait = on_wait
+        self.on_slices_lost = on_slices_lost
+        # The last attempt's slices not yet seen down, while the wait before the next attempt runs.
+        self._watched: frozenset[int] = frozenset()
         self.visible = visible
         self.stop_event = stop_event or threading.Event()
         self.health_check = health_check or (lambda indices: frozenset(indices))
@@ -163,6 +173,7 @@ class Manager:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         self.waiting = True
         blocked = False
+        fewest = 0  # healthy slices, the fewest seen while blocked
         try:
             while True:
                 if self.stop_event.is_set():
@@ -173,6 +184,8 @@ class Manager:
                 if unhealthy:
                     gens = {i: self.slice_set.record(i).generation for i in unhealthy}
                     self.slice_set.mark_down(unhealthy, "failed health check", gens)
+                self._report_lost()
+                fewest = min(fewest, len(healthy)) if blocked else len(healthy)
                 if len(healthy) >= slice_count:
                     return healthy
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -182,15 +195,26 @@ class Manager:
                     )
                 if not blocked and self.on_wait is not None:
                     blocked = True
-                    self.on_wait(True)
+                    self.on_wait(True, fewest)
                 # Wake on any report, or re-check after the poll interval.
                 wait_s = self.poll_interval_s if remaining is None else min(self.poll_interval_s, remaining)
                 seen = self.slice_set.ready()
                 self.slice_set.wait_for(lambda: self.slice_set.ready() != seen or self.stop_event.is_set(), wait_s)
         finally:
             self.waiting = False
+            self._watched = frozenset()
             if blocked and self.on_wait is not None:
-                self.on_wait(False)
+                self.on_wait(False, fewest)
+
+    def _report_lost(self) -> None:
+        """Tells `on_slices_lost` of the last attempt's slices that are down now (not Ready: the operator
+        reported them, or the health check just marked them), once each: a slice lost while another one's
+        loss is recovered is that recovery's too, though no step failed on it."""
+        gone = self._watched - self.slice_set.ready()
+        if gone:
+            self._watched -= gone
+            if self.on_slices_lost is not None:
+                self.on_slices_lost(gone)
 
     def elastic_retry(
         self,
@@ -234,9 +258,11 @@ class Manager:
             @functools.wraps(func)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 attempt = 0
+                attempt_slices: frozenset[int] = frozenset()
                 while True:
                     attempt += 1
                     self.attempts = attempt
+                    self._watched = attempt_slices  # (the last attempt's: a loss found while waiting is reported)
                     healthy = self._wait(target, timeout_s, startup_grace_s if attempt == 1 else 0.0)
                     # Hot spares: at most `count` train; a spare replaces a lost slice here, at once
                     # (a prepared one first: it runs the retried step without compiling).
