@@ -16,11 +16,11 @@ from elastic_jax.controller.elastic.policy import RestartBudget
 from elastic_jax.controller.elastic.slice_set import SliceSet
 
 
-def make(count, ready=None):
+def make(count, ready=None, **manager_args):
     s = SliceSet(count)
     for i in ready if ready is not None else range(count):
         s.apply_report(i, SliceReport(state="Ready", generation=1, addresses=[f"h:{i}"]))
-    return s, Manager(s, poll_interval_s=0.05)
+    return s, Manager(s, poll_interval_s=0.05, **manager_args)
 
 
 def test_replica_resize_continues_on_survivors():
@@ -109,8 +109,9 @@ def test_scale_up_and_draining_do_not_count():
     assert not budget(3, SliceDownError("lost", [0]))
 
 
-def test_scale_up_signal_retries_with_more_slices():
-    s, m = make(3, ready=[0, 1])
+def test_scale_up_signal_retries_with_more_slices_and_reports_nothing_lost():
+    lost = []  # (nothing is lost on a first attempt or a scale-up)
+    s, m = make(3, ready=[0, 1], on_slices_lost=lost.append)
     seen = []
 
     @m.elastic_retry(minimum_slice_count=2, timeout_s=1)
@@ -124,6 +125,7 @@ def test_scale_up_signal_retries_with_more_slices():
 
     assert train() == "done"
     assert seen == [[0, 1], [0, 1, 2]]
+    assert lost == []
 
 
 def test_unhealthy_ready_slice_is_marked_down():
@@ -310,18 +312,3 @@ def test_a_slice_found_down_while_waiting_after_a_loss_is_reported_and_the_pause
     assert waits == [(True, 1), (False, 1)]
 
 
-def test_nothing_is_reported_lost_on_a_first_attempt_or_a_scale_up():
-    lost = []
-    s, _ = make(2, ready=[0])
-    m = Manager(s, poll_interval_s=0.05, on_slices_lost=lost.append)
-    seen = []
-
-    @m.elastic_retry(minimum_slice_count=1, timeout_s=1)
-    def train():
-        seen.append(sorted(s.active))
-        if len(seen) == 1:
-            s.apply_report(1, SliceReport(state="Ready", generation=1, addresses=["h:1"]))
-            raise ScaleUpSignalError("slice 1 joins")
-        return "done"
-
-    assert train() == "done" and seen == [[0], [0, 1]] and lost == []
